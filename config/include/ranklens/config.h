@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// RankLens settings: built-in defaults < YAML file named by RANKLENS_CONFIG < RANKLENS_* environment variables.
+// Nothing here throws: every failure comes back as a LoadResult with a message that names its source
+// (file:line:col for YAML, the variable name for the environment) and the fix.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ranklens {
+namespace config {
+
+enum class Mode { kReplay, kRecord };
+enum class Fidelity { kStructure, kTiming, kValue };
+// What a collective writes into its receive buffer when no recorded payload is available.
+enum class Fill { kClone, kKeep, kZero, kPoison };
+// Which implementation carries stream-side effects: the GPU, or host memory (tests, machines without a GPU).
+enum class DeviceKind { kAuto, kCuda, kHost };
+
+// One entry of the split table: the communicator that a ncclCommSplit produces for the ranks listed.
+struct GroupSpec {
+  std::vector<int> members;   // world ranks (rank in the root communicator), in child-rank order
+  std::optional<int> color;   // when set, only a split with this color matches
+  std::string name;           // optional label used in logs and reports
+  std::string origin;         // where it was defined, e.g. "ranklens.yaml:12:5"
+};
+
+struct Settings {
+  Mode mode = Mode::kReplay;
+  Fidelity fidelity = Fidelity::kStructure;
+  Fill fill = Fill::kClone;
+  DeviceKind device = DeviceKind::kAuto;
+  std::string trace_dir;        // where per-rank event logs go; empty: events are not written
+  int nccl_version = 22809;     // what ncclGetVersion reports in replay
+  int ranks_per_node = 8;       // virtual topology: ranks sharing a node (LSA team, locality)
+  std::vector<GroupSpec> groups;
+  // key -> where its value came from: "default", "<file>:<line>:<col>" or "env RANKLENS_<KEY>".
+  std::map<std::string, std::string> set_by;
+};
+
+struct LoadResult {
+  bool ok = false;
+  std::string error;                   // first error, one line, names its source and the fix
+  std::vector<std::string> warnings;   // non-fatal notices, e.g. a misspelt RANKLENS_* variable
+  Settings settings;                   // on failure: all defaults
+};
+
+using GetEnv = std::function<const char*(const char*)>;
+
+// Reads RANKLENS_CONFIG (if set) and every RANKLENS_* override through `getenv`. `envNames` lists the variable
+// names checked for misspelt RANKLENS_* settings (GetEnv cannot enumerate); null means the process `environ`.
+LoadResult loadFromEnvironment(const GetEnv& getenv, const std::vector<std::string>* envNames = nullptr);
+// Same, but with the YAML text given directly; `origin` names it in messages (a path or "<string>").
+LoadResult loadFromYaml(const std::string& yamlText, const std::string& origin, const GetEnv& getenv,
+                        const std::vector<std::string>* envNames = nullptr);
+
+// One row per key, for `dump-config` and docs: key, environment variable, value, set_by, default, help.
+struct KeyInfo {
+  std::string key, env, value, set_by, default_value, help;
+};
+std::vector<KeyInfo> describe(const Settings& settings);
+
+const char* toString(Mode);
+const char* toString(Fidelity);
+const char* toString(Fill);
+const char* toString(DeviceKind);
+
+}  // namespace config
+}  // namespace ranklens

@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: Apache-2.0
+// Settings loader. One descriptor table (kKeys) drives the YAML keys, the environment overrides, validation and
+// describe(), so a knob is added in exactly one place. yaml-cpp throws: every public function catches everything.
+#include "ranklens/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+extern char** environ;  // POSIX; <unistd.h> declares it only under _GNU_SOURCE
+
+namespace ranklens {
+namespace config {
+namespace {
+
+// Indexed by the enum's value, so toString and parsing cannot disagree.
+constexpr const char* kModeNames[] = {"replay", "record"};
+constexpr const char* kFidelityNames[] = {"structure", "timing", "value"};
+constexpr const char* kFillNames[] = {"clone", "keep", "zero", "poison"};
+constexpr const char* kDeviceNames[] = {"auto", "cuda", "host"};
+
+constexpr const char* kConfigVar = "RANKLENS_CONFIG";
+// Read by other modules (record mode, launcher); listed so they are not reported as typos.
+constexpr const char* kAllowedVars[] = {"RANKLENS_REAL_NCCL", "RANKLENS_RANK", "RANKLENS_WORLD_SIZE"};
+
+template <typename E, size_t N>
+const char* enumName(E value, const char* const (&names)[N]) {
+  auto i = static_cast<size_t>(value);
+  return i < N ? names[i] : "unknown";
+}
+
+// "file:line:col" with yaml-cpp's 0-based mark made 1-based; just the origin when the node has no position.
+std::string at(const std::string& origin, const YAML::Mark& mark) {
+  if (mark.is_null()) return origin;
+  return origin + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+}
+
+// How a value is shown in "bad value ..." messages: quoted text for scalars, its kind otherwise.
+std::string shown(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence: return "(a sequence)";
+    case YAML::NodeType::Map: return "(a map)";
+    default: return "(empty)";
+  }
+}
+
+// An empty value ("fill:") carries the mark of whatever token follows it, often on the next line; point at its key.
+YAML::Mark valueMark(const YAML::Node& key, const YAML::Node& value) {
+  return value.IsNull() || value.Mark().is_null() ? key.Mark() : value.Mark();
+}
+
+std::string badValue(const std::string& where, const std::string& value, const std::string& key,
+                     const std::string& expected) {
+  return where + ": bad value " + value + " for '" + key + "': expected " + expected;
+}
+
+// One value to parse: a YAML node (from the file) or the text of an environment variable.
+struct Input {
+  const YAML::Node* node;  // null for an environment value
+  std::string text;        // the environment value
+  std::string origin;      // file name / "<string>" / the variable name: prefix for positions inside the value
+  std::string where;       // prefix for the value itself: "file:3:7" or "RANKLENS_FILL=xyz"
+  const char* key;
+};
+
+// The scalar text of `in`, or an error naming what was found instead.
+bool scalarText(const Input& in, const std::string& expected, std::string& text, std::string& err) {
+  if (!in.node) {
+    text = in.text;
+    return true;
+  }
+  if (in.node->IsScalar()) {
+    text = in.node->Scalar();
+    return true;
+  }
+  err = badValue(in.where, shown(*in.node), in.key, expected);
+  return false;
+}
+
+// Strict decimal: optional '-', digits only, no spaces, no '+', no overflow (strtol accepts all of those).
+bool parseInteger(const std::string& text, long long lo, long long hi, long long& out) {
+  size_t i = 0;
+  bool negative = !text.empty() && text[0] == '-';
+  if (negative) i = 1;
+  if (i == text.size()) return false;
+  long long value = 0;
+  for (; i < text.size(); ++i) {
+    char c = text[i];
+    if (c < '0' || c > '9') return false;
+    int digit = c - '0';
+    if (value > (LLONG_MAX - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  if (negative) value = -value;
+  if (value < lo || value > hi) return false;
+  out = value;
+  return true;
+}
+
+template <typename E, size_t N>
+std::string parseEnum(const Input& in, const char* const (&names)[N], E& out) {
+  std::string expected = "one of ";
+  for (size_t i = 0; i < N; ++i) expected += (i ? "|" : "") + std::string(names[i]);
+  std::string text, err;
+  if (!scalarText(in, expected, text, err)) return err;
+  for (size_t i = 0; i < N; ++i) {
+    if (text == names[i]) {
+      out = static_cast<E>(i);
+      return "";
+    }
+  }
+  return badValue(in.where, "'" + text + "'", in.key, expected);
+}
+
+std::string parseInt(const Input& in, long long lo, long long hi, const std::string& expected, int& out) {
+  std::string text, err;
+  if (!scalarText(in, expected, text, err)) return err;
+  long long value = 0;
+  if (!parseInteger(text, lo, hi, value)) return badValue(in.where, "'" + text + "'", in.key, expected);
+  out = static_cast<int>(value);
+  return "";
+}
+
+std::string parseString(const Input& in, std::string& out) {
+  std::string err;
+  return scalarText(in, "a string", out, err) ? "" : err;
+}
+
+constexpr const char* kGroupExpected = "a sequence of maps {members: [ranks...], color: N, name: S}";
+constexpr const char* kMembersExpected = "a non-empty sequence of distinct ranks >= 0";
+
+// Same check for duplicate keys in the top-level map and in a group entry: yaml-cpp keeps both silently.
+std::string duplicateKey(const std::string& origin, const YAML::Node& key,
+                         std::map<std::string, YAML::Mark>& seen) {
+  auto [it, inserted] = seen.emplace(key.Scalar(), key.Mark());
+  if (inserted) return "";
+  return at(origin, key.Mark()) + ": duplicate key '" + key.Scalar() + "' (first at " + at(origin, it->second) + ")";
+}
+
+std::string parseMembers(const YAML::Node& node, const std::string& origin, const std::string& where,
+                         const std::string& name, GroupSpec& group) {
+  if (!node.IsSequence() || node.size() == 0) {
+    return badValue(where, node.IsSequence() ? "'[]'" : shown(node), name, kMembersExpected);
+  }
+  std::map<long long, YAML::Mark> firstAt;
+  for (const YAML::Node& member : node) {
+    long long rank = 0;
+    if (!member.IsScalar() || !parseInteger(member.Scalar(), 0, INT_MAX, rank)) {
+      return badValue(at(origin, member.Mark()), shown(member), name, kMembersExpected);
+    }
+    auto [it, inserted] = firstAt.emplace(rank, member.Mark());
+    if (!inserted) {
+      return at(origin, member.Mark()) + ": rank " + std::to_string(rank) + " listed twice in '" + name +
+             "' (first at " + at(origin, it->second) + "): expected " + kMembersExpected;
+    }
+    group.members.push_back(static_cast<int>(rank));
+  }
+  return "";
+}
+
+std::string parseGroupEntry(const YAML::Node& entry, const std::string& origin, const std::string& name,
+                            GroupSpec& group) {
+  group.origin = at(origin, entry.Mark());
+  if (!entry.IsMap()) return badValue(group.origin, shown(entry), name, "a map {members: [...], color: N, name: S}");
+  bool haveMembers = false;
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& kv : entry) {
+    const YAML::Node& key = kv.first;
+    const YAML::Node& value = kv.second;
+    std::string keyName = key.IsScalar() ? key.Scalar() : "";
+    std::string where = at(origin, valueMark(key, value));
+    if (keyName != "members" && keyName != "color" && keyName != "name") {
+      return at(origin, key.Mark()) + ": unknown key '" + keyName + "' in '" + name +
+             "' (known keys: members, color, name)";
+    }
+    if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;
+    if (keyName == "members") {
+      if (std::string err = parseMembers(value, origin, where, name + ".members", group); !err.empty()) return err;
+      haveMembers = true;
+    } else if (keyName == "color") {
+      long long color = 0;
+      if (!value.IsScalar() || !parseInteger(value.Scalar(), 0, INT_MAX, color)) {
+        return badValue(where, shown(value), name + ".color", "an integer >= 0");
+      }
+      group.color = static_cast<int>(color);
+    } else {
+      if (!value.IsScalar()) return badValue(where, shown(value), name + ".name", "a string");
+      group.name = value.Scalar();
+    }
+  }
+  if (!haveMembers) return group.origin + ": '" + name + "' has no 'members': expected " + kMembersExpected;
+  return "";
+}
+
+std::string parseGroups(const Input& in, std::vector<GroupSpec>& out) {
+  YAML::Node root;
+  if (in.node) {
+    root = *in.node;
+  } else {
+    // The environment form is YAML flow text; positions inside it are reported as RANKLENS_GROUPS:line:col.
+    try {
+      root = YAML::Load(in.text);
+    } catch (const YAML::Exception& e) {
+      return at(in.origin, e.mark) + ": " + e.msg;
+    }
+  }
+  if (!root.IsSequence()) return badValue(at(in.origin, root.Mark()), shown(root), in.key, kGroupExpected);
+  std::vector<GroupSpec> groups;
+  for (const YAML::Node& entry : root) {
+    GroupSpec group;
+    std::string name = std::string(in.key) + "[" + std::to_string(groups.size()) + "]";
+    if (std::string err = parseGroupEntry(entry, in.origin, name, group); !err.empty()) return err;
+    groups.push_back(std::move(group));
+  }
+  out = std::move(groups);
+  return "";
+}
+
+// A group name is shown bare when YAML would read it back unchanged, quoted otherwise.
+std::string yamlString(const std::string& s) {
+  bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+  });
+  plain = plain && s[0] != '-' && s[0] != '.' && s != "null" && s != "true" && s != "false";
+  if (plain) return s;
+  std::string quoted = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+std::string showGroups(const std::vector<GroupSpec>& groups) {
+  std::string out = "[";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    out += g ? ", {members: [" : "{members: [";
+    for (size_t i = 0; i < groups[g].members.size(); ++i) {
+      out += (i ? ", " : "") + std::to_string(groups[g].members[i]);
+    }
+    out += "]";
+    if (groups[g].color) out += ", color: " + std::to_string(*groups[g].color);
+    if (!groups[g].name.empty()) out += ", name: " + yamlString(groups[g].name);
+    out += "}";
+  }
+  return out + "]";
+}
+
+struct KeyDesc {
+  const char* key;
+  const char* env;
+  const char* defaultText;  // must match the initialiser in Settings (a test checks it)
+  const char* help;
+  std::string (*parse)(const Input& in, Settings& s);  // "" on success, else the full one-line message
+  std::string (*show)(const Settings& s);
+};
+
+const KeyDesc kKeys[] = {
+    {"mode", "RANKLENS_MODE", "replay",
+     "replay: run one rank alone against virtual peers; record: forward to the real NCCL and write a trace",
+     [](const Input& in, Settings& s) { return parseEnum(in, kModeNames, s.mode); },
+     [](const Settings& s) { return std::string(toString(s.mode)); }},
+    {"fidelity", "RANKLENS_FIDELITY", "structure",
+     "structure: calls and communicators only; timing: also hold streams for recorded durations; "
+     "value: also restore recorded payloads",
+     [](const Input& in, Settings& s) { return parseEnum(in, kFidelityNames, s.fidelity); },
+     [](const Settings& s) { return std::string(toString(s.fidelity)); }},
+    {"fill", "RANKLENS_FILL", "clone",
+     "receive-buffer contents when no recorded payload exists: clone (every peer sent what this rank sent), "
+     "keep (untouched), zero, poison (a pattern that makes unrestored data stand out)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kFillNames, s.fill); },
+     [](const Settings& s) { return std::string(toString(s.fill)); }},
+    {"device", "RANKLENS_DEVICE", "auto",
+     "where stream-side effects run: cuda, host (no GPU needed), or auto (cuda when a GPU is usable)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kDeviceNames, s.device); },
+     [](const Settings& s) { return std::string(toString(s.device)); }},
+    {"trace_dir", "RANKLENS_TRACE_DIR", "", "directory for per-rank event logs; empty: no events are written",
+     [](const Input& in, Settings& s) { return parseString(in, s.trace_dir); },
+     [](const Settings& s) { return s.trace_dir; }},
+    {"nccl_version", "RANKLENS_NCCL_VERSION", "22809",
+     "NCCL version code reported by ncclGetVersion in replay (major*10000 + minor*100 + patch)",
+     [](const Input& in, Settings& s) {
+       return parseInt(in, 1, 999999, "an NCCL version code such as 22809 (1..999999)", s.nccl_version);
+     },
+     [](const Settings& s) { return std::to_string(s.nccl_version); }},
+    {"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "8",
+     "virtual topology: consecutive world ranks sharing a node (locality, LSA team)",
+     [](const Input& in, Settings& s) { return parseInt(in, 1, INT_MAX, "an integer >= 1", s.ranks_per_node); },
+     [](const Settings& s) { return std::to_string(s.ranks_per_node); }},
+    {"groups", "RANKLENS_GROUPS", "[]",
+     "split table: the world ranks (in child-rank order) of each communicator ncclCommSplit creates, "
+     "optionally per color",
+     [](const Input& in, Settings& s) { return parseGroups(in, s.groups); },
+     [](const Settings& s) { return showGroups(s.groups); }},
+};
+
+const KeyDesc* findKey(const std::string& key) {
+  for (const KeyDesc& d : kKeys) {
+    if (key == d.key) return &d;
+  }
+  return nullptr;
+}
+
+std::string knownKeys() {
+  std::string out;
+  for (const KeyDesc& d : kKeys) out += (out.empty() ? "" : ", ") + std::string(d.key);
+  return out;
+}
+
+Settings defaults() {
+  Settings s;
+  for (const KeyDesc& d : kKeys) s.set_by[d.key] = "default";
+  return s;
+}
+
+std::string applyYaml(const std::string& text, const std::string& origin, Settings& s) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return at(origin, e.mark) + ": " + e.msg;
+  }
+  if (root.IsNull()) return "";  // empty file or only comments: all defaults
+  if (!root.IsMap()) {
+    return at(origin, root.Mark()) + ": top level must be a map of settings (key: value), not " +
+           (root.IsSequence() ? "a sequence" : "a scalar");
+  }
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& kv : root) {
+    const YAML::Node& key = kv.first;
+    const KeyDesc* d = key.IsScalar() ? findKey(key.Scalar()) : nullptr;
+    if (!d) {
+      return at(origin, key.Mark()) + ": unknown key '" + (key.IsScalar() ? key.Scalar() : "") +
+             "' (known keys: " + knownKeys() + ")";
+    }
+    if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;
+    const YAML::Node& value = kv.second;
+    Input in{&value, "", origin, at(origin, valueMark(key, value)), d->key};
+    if (std::string err = d->parse(in, s); !err.empty()) return err;
+    s.set_by[d->key] = in.where;
+  }
+  return "";
+}
+
+std::string applyEnvironment(const GetEnv& getenv, Settings& s) {
+  for (const KeyDesc& d : kKeys) {
+    const char* value = getenv(d.env);
+    // Empty counts as unset, as NCCL treats its own NCCL_* variables.
+    if (!value || !*value) continue;
+    Input in{nullptr, value, d.env, std::string(d.env) + "=" + value, d.key};
+    if (std::string err = d.parse(in, s); !err.empty()) return err;
+    s.set_by[d.key] = std::string("env ") + d.env;
+  }
+  return "";
+}
+
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// A misspelt variable is silently ignored by a plain lookup; say so, naming the nearest real one.
+std::vector<std::string> typoWarnings(const std::vector<std::string>& names) {
+  std::vector<std::string> known;
+  for (const KeyDesc& d : kKeys) known.emplace_back(d.env);
+  known.emplace_back(kConfigVar);
+  for (const char* v : kAllowedVars) known.emplace_back(v);
+
+  std::vector<std::string> warnings;
+  std::set<std::string> reported;
+  const std::string prefix = "RANKLENS_";
+  for (const std::string& name : names) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    if (!reported.insert(name).second) continue;
+    const std::string* closest = &known.front();
+    for (const std::string& k : known) {
+      if (editDistance(name, k) < editDistance(name, *closest)) closest = &k;
+    }
+    warnings.push_back(name + " is not a RankLens variable and is ignored; did you mean " + *closest + "?");
+  }
+  return warnings;
+}
+
+std::vector<std::string> processEnvironNames() {
+  std::vector<std::string> names;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    names.emplace_back(*e, eq ? static_cast<size_t>(eq - *e) : std::strlen(*e));
+  }
+  return names;
+}
+
+// Shared by both entry points; `yamlText` null means no file. Throws only what the caller catches.
+LoadResult load(const std::string* yamlText, const std::string& origin, const GetEnv& getenv,
+                const std::vector<std::string>* envNames) {
+  GetEnv lookup = getenv ? getenv : GetEnv([](const char*) -> const char* { return nullptr; });
+  LoadResult result;
+  Settings s = defaults();
+  std::string err;
+  if (yamlText) err = applyYaml(*yamlText, origin, s);
+  if (err.empty()) err = applyEnvironment(lookup, s);
+  result.warnings = typoWarnings(envNames ? *envNames : processEnvironNames());
+  result.ok = err.empty();
+  result.error = err;
+  result.settings = result.ok ? std::move(s) : defaults();
+  return result;
+}
+
+LoadResult failure(const std::string& error) {
+  LoadResult result;
+  result.error = error;
+  result.settings = defaults();
+  return result;
+}
+
+bool readFile(const std::string& path, std::string& text, int& error) {
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    error = errno;
+    return false;
+  }
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
+  // A directory opens fine on Linux and fails at read time with EISDIR.
+  bool ok = !std::ferror(f);
+  error = ok ? 0 : (errno ? errno : EIO);
+  std::fclose(f);
+  return ok;
+}
+
+}  // namespace
+
+LoadResult loadFromEnvironment(const GetEnv& getenv, const std::vector<std::string>* envNames) {
+  try {
+    const char* path = getenv ? getenv(kConfigVar) : nullptr;
+    if (!path || !*path) return load(nullptr, "", getenv, envNames);
+    std::string text;
+    int error = 0;
+    if (!readFile(path, text, error)) {
+      return failure(std::string(kConfigVar) + "=" + path + ": cannot read file (" + std::strerror(error) + ")");
+    }
+    return load(&text, path, getenv, envNames);
+  } catch (const std::exception& e) {
+    return failure(std::string("internal error while loading settings: ") + e.what());
+  } catch (...) {
+    return failure("internal error while loading settings");
+  }
+}
+
+LoadResult loadFromYaml(const std::string& yamlText, const std::string& origin, const GetEnv& getenv,
+                        const std::vector<std::string>* envNames) {
+  try {
+    return load(&yamlText, origin, getenv, envNames);
+  } catch (const std::exception& e) {
+    return failure(std::string("internal error while loading settings: ") + e.what());
+  } catch (...) {
+    return failure("internal error while loading settings");
+  }
+}
+
+std::vector<KeyInfo> describe(const Settings& settings) {
+  std::vector<KeyInfo> rows;
+  try {
+    for (const KeyDesc& d : kKeys) {
+      auto it = settings.set_by.find(d.key);
+      rows.push_back({d.key, d.env, d.show(settings), it == settings.set_by.end() ? "default" : it->second,
+                      d.defaultText, d.help});
+    }
+  } catch (...) {
+    // Only std::bad_alloc can get here; a partial table is better than an exception through the C ABI.
+  }
+  return rows;
+}
+
+const char* toString(Mode v) { return enumName(v, kModeNames); }
+const char* toString(Fidelity v) { return enumName(v, kFidelityNames); }
+const char* toString(Fill v) { return enumName(v, kFillNames); }
+const char* toString(DeviceKind v) { return enumName(v, kDeviceNames); }
+
+}  // namespace config
+}  // namespace ranklens

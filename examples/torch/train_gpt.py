@@ -1,0 +1,317 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Train a small GPT-style decoder with DDP or FSDP2: an ordinary torchrun script.
+
+This is the workload RankLens runs "as is": nothing in it knows about RankLens. Launch it the
+usual way on real GPUs::
+
+    torchrun --nproc-per-node 2 examples/torch/train_gpt.py --parallel ddp
+    torchrun --nproc-per-node 2 examples/torch/train_gpt.py --parallel fsdp2
+
+or run one rank of it alone on one GPU with the RankLens library::
+
+    python3 scripts/survivor.py --lib build/nccl_fake/libnccl.so.2 --rank 37 --world-size 64 \\
+        -- examples/torch/train_gpt.py --parallel fsdp2 --log-all-ranks
+
+The model is a pre-LayerNorm decoder (token + learned position embedding, causal self-attention
+through F.scaled_dot_product_attention, GELU MLP, LM head tied to the token embedding), trained
+with AdamW under bf16 autocast on synthetic tokens. The batch of (rank, step) comes from a
+torch.Generator seeded by (seed, rank, step), so every run of the same command sees the same data
+and, on the same machine, produces the same losses.
+
+Output: one `step <i> loss <float> time_ms <float>` line per step (rank 0 only, or every rank
+with --log-all-ranks, then prefixed `[rank r/N]`), and at the end one line per process
+`RESULT {json}` with rank, world_size, parallel, steps, final_loss, all_finite and
+median_step_ms (steps after the first 3). Exit code 0 only if every loss was finite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+WARMUP_STEPS = 3  # steps left out of median_step_ms (allocator warm-up, lazy communicator init, autotuning)
+
+
+# ----------------------------------------------------------------------------------------------
+# Model
+# ----------------------------------------------------------------------------------------------
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"--d-model {d_model} is not divisible by --heads {n_heads}")
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        # (B, T, C) -> (B, H, T, C/H)
+        q = q.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
+        k = k.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
+        v = v.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(b, t, c)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(d_model, 4 * d_model)
+        self.proj = nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = MLP(d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab: int, d_model: int, n_layers: int, n_heads: int, seq_len: int) -> None:
+        super().__init__()
+        self.seq_len = seq_len
+        self.tok_emb = nn.Embedding(vocab, d_model)
+        self.pos_emb = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.apply(self._init_weights)
+        # GPT-2 style scaled init of the residual projections.
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layers))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        if t > self.seq_len:
+            raise ValueError(f"sequence of {t} tokens is longer than the model's --seq-len {self.seq_len}")
+        pos = torch.arange(t, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)
+        for block in self.blocks:
+            x = block(x)
+        x = self.ln_f(x)
+        # LM head tied to the token embedding (one parameter, used twice).
+        return F.linear(x, self.tok_emb.weight)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------
+def batch_seed(seed: int, rank: int, step: int) -> int:
+    """A distinct, reproducible 63-bit seed per (seed, rank, step)."""
+    h = 0x9E3779B97F4A7C15
+    for v in (seed, rank, step):
+        h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 31
+    return h & 0x7FFFFFFFFFFFFFFF
+
+
+def synthetic_batch(args: argparse.Namespace, rank: int, step: int) -> torch.Tensor:
+    """(micro_batch, seq_len + 1) int64 tokens on the CPU, deterministic in (seed, rank, step).
+
+    'pattern' (default): each row is an arithmetic progression modulo the vocabulary with a random
+    start and a random stride in [1, 16], so the model has something to learn and the loss falls.
+    'random': uniformly random tokens (loss stays near ln(vocab)).
+    """
+    g = torch.Generator(device="cpu")
+    g.manual_seed(batch_seed(args.seed, rank, step))
+    shape = (args.micro_batch, args.seq_len + 1)
+    if args.data == "random":
+        return torch.randint(0, args.vocab, shape, generator=g, dtype=torch.long)
+    start = torch.randint(0, args.vocab, (args.micro_batch, 1), generator=g, dtype=torch.long)
+    stride = torch.randint(1, 17, (args.micro_batch, 1), generator=g, dtype=torch.long)
+    pos = torch.arange(args.seq_len + 1, dtype=torch.long).unsqueeze(0)
+    return (start + stride * pos) % args.vocab
+
+
+# ----------------------------------------------------------------------------------------------
+# Driver
+# ----------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Train a small GPT-style decoder on synthetic tokens with DDP or FSDP2 "
+        "(launch with torchrun; reads RANK, WORLD_SIZE and LOCAL_RANK from the environment).",
+        epilog="Example: torchrun --nproc-per-node 2 %(prog)s --parallel ddp --steps 20",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--parallel", choices=("ddp", "fsdp2", "none"), default="ddp",
+                   help="data-parallel wrapper; 'none' runs one process without torch.distributed")
+    p.add_argument("--steps", type=int, default=20, help="optimizer steps")
+    p.add_argument("--vocab", type=int, default=8192, help="vocabulary size")
+    p.add_argument("--d-model", type=int, default=512, help="model width")
+    p.add_argument("--layers", type=int, default=6, help="transformer blocks")
+    p.add_argument("--heads", type=int, default=8, help="attention heads")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
+    p.add_argument("--micro-batch", type=int, default=8, help="sequences per rank per step")
+    p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
+    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
+    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm; 0 disables clipping")
+    p.add_argument("--seed", type=int, default=1234, help="seed for the initial weights and the data")
+    p.add_argument("--data", choices=("pattern", "random"), default="pattern", help="synthetic data kind")
+    p.add_argument("--no-autocast", action="store_true", help="train in fp32 instead of bf16 autocast")
+    p.add_argument("--log-all-ranks", action="store_true",
+                   help="print step lines on every rank, prefixed '[rank r/N]' (default: rank 0 only)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cpu is for smoke tests only (use --backend gloo with it)")
+    p.add_argument("--backend", default="nccl", help="torch.distributed backend")
+    args = p.parse_args(argv)
+    for name in ("steps", "vocab", "d_model", "layers", "heads", "seq_len", "micro_batch"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.d_model % args.heads != 0:
+        p.error(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
+    return args
+
+
+def env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise SystemExit(
+            f"error: environment variable {name} is not set. Launch with torchrun "
+            f"(torchrun --nproc-per-node 2 {sys.argv[0]} ...) or pass --parallel none for one process."
+        )
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit(f"error: environment variable {name}={value!r} is not an integer") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    distributed = args.parallel != "none"
+
+    if distributed:
+        rank, world_size, local_rank = env_int("RANK"), env_int("WORLD_SIZE"), env_int("LOCAL_RANK")
+    else:
+        rank, world_size, local_rank = 0, 1, 0
+
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("error: CUDA is not available; run on a GPU machine (or --device cpu --backend gloo "
+                             "for a smoke test)")
+        if local_rank >= torch.cuda.device_count():
+            raise SystemExit(f"error: LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} GPU(s) are "
+                             "visible; launch fewer processes per node")
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+
+    if distributed:
+        # No device_id: communicators are created lazily at the first collective.
+        dist.init_process_group(args.backend)
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+
+    log_here = rank == 0 or args.log_all_ranks
+    prefix = f"[rank {rank}/{world_size}] " if args.log_all_ranks else ""
+
+    def log(msg: str) -> None:
+        if log_here:
+            print(prefix + msg, flush=True)
+
+    # Same initial weights on every rank (DDP would broadcast rank 0's anyway; FSDP2 shards them).
+    torch.manual_seed(args.seed)
+    model = GPT(args.vocab, args.d_model, args.layers, args.heads, args.seq_len).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+
+    if args.parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    elif args.parallel == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+                                  weight_decay=args.weight_decay)
+    use_autocast = not args.no_autocast
+
+    log(f"model {n_params / 1e6:.2f}M params, parallel={args.parallel}, world_size={world_size}, "
+        f"device={device}, torch {torch.__version__}")
+
+    losses: list[float] = []
+    step_ms: list[float] = []
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        tokens = synthetic_batch(args, rank, step).to(device, non_blocking=True)
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_autocast):
+            logits = model(inputs)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+        loss.backward()
+        if args.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+        loss_value = loss.item()  # waits for this step's kernels
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dt_ms = (time.perf_counter() - t0) * 1e3
+        losses.append(loss_value)
+        step_ms.append(dt_ms)
+        log(f"step {step} loss {loss_value:.6f} time_ms {dt_ms:.3f}")
+
+    all_finite = all(math.isfinite(v) for v in losses)
+    timed = step_ms[WARMUP_STEPS:] if len(step_ms) > WARMUP_STEPS else step_ms
+    result = {
+        "rank": rank,
+        "world_size": world_size,
+        "parallel": args.parallel,
+        "steps": len(losses),
+        "steps_requested": args.steps,
+        "final_loss": losses[-1] if losses and math.isfinite(losses[-1]) else None,
+        "all_finite": all_finite,
+        "median_step_ms": statistics.median(timed) if timed else None,
+        "nonfinite_steps": [i for i, v in enumerate(losses) if not math.isfinite(v)],
+        "losses": [v if math.isfinite(v) else None for v in losses],
+        "step_ms": [round(v, 3) for v in step_ms],
+        "params": n_params,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    }
+    print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
+
+    if distributed:
+        dist.destroy_process_group()
+    if not all_finite:
+        print(f"{prefix}error: non-finite loss at step(s) {result['nonfinite_steps']}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

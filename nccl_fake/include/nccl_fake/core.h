@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared definitions of the NCCL implementation: the public NCCL API (from the installed toolkit), error macros in
+// NCCL's style, and the internal implementation declarations generated from the API list.
+#pragma once
+
+#include <nccl.h>
+#include <nccl_device/core.h>
+#include <nccl_device/gin_barrier.h>
+#include <nccl_device/ll_a2a.h>
+#include <nccl_device/lsa_barrier.h>
+
+#include "nccl_fake/debug.h"
+
+// Propagate a failure, logging the hop as NCCL does ("-> code").
+#define NCCLCHECK(call)                                                             \
+  do {                                                                              \
+    ncclResult_t RES_ = (call);                                                     \
+    if (RES_ != ncclSuccess && RES_ != ncclInProgress) {                            \
+      INFO(::nccl_fake::kSubAll, "%s:%d -> %d", __FILE__, __LINE__, static_cast<int>(RES_)); \
+      return RES_;                                                                  \
+    }                                                                               \
+  } while (0)
+
+namespace nccl_fake {
+namespace impl {
+// One implementation function per exported symbol; the exported C wrappers (exports.cc) call these.
+#define NCCL_FAKE_API(ret, name, params, args, prof) ret name params;
+#include "nccl_api.def"
+#undef NCCL_FAKE_API
+}  // namespace impl
+
+// The version RankLens reports, from NCCL's own header (the ABI we implement).
+constexpr int kNcclHeaderVersion = NCCL_VERSION_CODE;
+}  // namespace nccl_fake

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// Logging in NCCL's shape, under NCCL's switches (NCCL_DEBUG, NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE), so RankLens's
+// lines interleave with the framework's NCCL expectations. Every WARN also becomes ncclGetLastError's text.
+#pragma once
+
+#include <cstdint>
+
+namespace nccl_fake {
+
+enum LogLevel { kLogNone = 0, kLogVersion = 1, kLogWarn = 2, kLogInfo = 3, kLogAbort = 4, kLogTrace = 5 };
+
+// Subsystem bits: NCCL's names, plus RANKLENS for our own lines.
+enum LogSubsys : uint64_t {
+  kSubInit = 1 << 0, kSubColl = 1 << 1, kSubP2p = 1 << 2, kSubEnv = 1 << 5, kSubAlloc = 1 << 6,
+  kSubCall = 1 << 7, kSubReg = 1 << 11, kSubRanklens = 1ull << 40, kSubAll = ~0ull,
+};
+
+void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+// The level, parsed once from NCCL_DEBUG (cheap check before formatting).
+LogLevel logLevel();
+// Re-reads NCCL_DEBUG* (ncclResetDebugInit).
+void resetLogging();
+// Text of the last WARN, for ncclGetLastError.
+const char* lastErrorText();
+void setLastErrorText(const char* text);
+
+}  // namespace nccl_fake
+
+// WARN always stores the message for ncclGetLastError, even when NCCL_DEBUG hides it (as NCCL does).
+#define WARN(...) ::nccl_fake::logMessage(::nccl_fake::kLogWarn, ::nccl_fake::kSubAll, __FILE__, __LINE__, __VA_ARGS__)
+#define INFO(SUBSYS, ...)                                                                     \
+  do {                                                                                        \
+    if (::nccl_fake::logLevel() >= ::nccl_fake::kLogInfo)                                     \
+      ::nccl_fake::logMessage(::nccl_fake::kLogInfo, (SUBSYS), __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+#define TRACE(SUBSYS, ...)                                                                     \
+  do {                                                                                         \
+    if (::nccl_fake::logLevel() >= ::nccl_fake::kLogTrace)                                     \
+      ::nccl_fake::logMessage(::nccl_fake::kLogTrace, (SUBSYS), __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)

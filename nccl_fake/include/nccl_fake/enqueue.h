@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// From an NCCL call to its virtual event and its stream-side effects, with NCCL's group semantics: calls inside
+// ncclGroupStart/End are checked and sequenced when made, and take effect at the outermost ncclGroupEnd.
+#pragma once
+
+#include <cstddef>
+
+#include "nccl_fake/comm.h"
+#include "ranklens/events.h"
+
+namespace nccl_fake {
+
+struct CallInfo {
+  ranklens::events::Op op;
+  const char* opName;  // NCCL's spelling in messages: "AllReduce", "Send", ...
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  ncclDataType_t datatype;
+  ncclRedOp_t redop;  // ncclSum for ops without a reduction (unused)
+  int root;           // root, peer for Send/Recv, -1 when not applicable
+  ncclComm* comm;
+  cudaStream_t stream;
+};
+
+size_t datatypeSize(ncclDataType_t datatype);  // 0 for invalid types
+
+// Validates, sequences, records the event and applies (or, inside a group, defers) the effects.
+ncclResult_t enqueueCheck(CallInfo info);
+
+// Group machinery (group.cc).
+int groupDepth();
+uint64_t currentGroupId();            // 0 when not in a group
+void groupAppend(const CallInfo& info);  // defer effects to the outermost ncclGroupEnd
+void groupRecordError(ncclResult_t result);
+
+// Effects of one call on its receive buffer according to the configured fill semantics (effects.cc).
+ncclResult_t applyEffects(const CallInfo& info);
+
+// Crude latency/bandwidth estimate (microseconds) used by ncclGroupSimulateEnd until the estimator lands.
+float estimateMicroseconds(const CallInfo& info);
+
+}  // namespace nccl_fake

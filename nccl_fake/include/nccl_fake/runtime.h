@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// Process-wide state of the library: settings, the stream device, the event log, identity counters.
+// Created on the first NCCL call; a bad configuration makes every call fail with a message naming the fix.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "nccl_fake/core.h"
+#include "ranklens/config.h"
+#include "ranklens/device.h"
+#include "ranklens/events.h"
+
+namespace nccl_fake {
+
+class Runtime {
+ public:
+  static Runtime& get();
+
+  // ncclSuccess when the library can serve calls; else the code to return (the reason was WARNed).
+  ncclResult_t ready(const char* opName);
+
+  const ranklens::config::Settings& settings() const { return settings_; }
+  ranklens::device::StreamDevice& device() { return *device_; }
+  uint64_t nextCommId() { return nextCommId_.fetch_add(1); }
+  uint64_t nextGroupId() { return nextGroupId_.fetch_add(1); }
+
+  template <typename Record>
+  void emit(ranklens::events::RecordType type, const Record& record) {
+    if (auto* writer = eventWriter()) writer->append(type, record);
+  }
+  void flushEvents();
+  void closeEvents();  // at exit
+  std::string eventLogPath();
+
+  // For tests: replace the device (e.g. force the host device) before any call; not exported.
+  void setDeviceForTesting(std::unique_ptr<ranklens::device::StreamDevice> device);
+  void reloadForTesting();
+
+ private:
+  Runtime();
+  void load();
+  ranklens::events::EventLogWriter* eventWriter();
+
+  std::mutex mu_;
+  ncclResult_t status_ = ncclSuccess;
+  std::string statusMessage_;
+  ranklens::config::Settings settings_;
+  std::unique_ptr<ranklens::device::StreamDevice> device_;
+  std::atomic<uint64_t> nextCommId_{0};
+  std::atomic<uint64_t> nextGroupId_{1};
+  std::once_flag writerOnce_;
+  std::unique_ptr<ranklens::events::EventLogWriter> writer_;
+  std::atomic<bool> writerReady_{false};
+};
+
+int64_t monotonicNs();
+int64_t realtimeNs();
+
+}  // namespace nccl_fake

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+// Collective and point-to-point calls: NCCL's argument checks, the per-communicator sequence, the virtual event,
+// then the effects (now, or at the outermost ncclGroupEnd).
+#include "nccl_fake/enqueue.h"
+#include "nccl_fake/runtime.h"
+
+namespace nccl_fake {
+
+using ranklens::events::Op;
+
+size_t datatypeSize(ncclDataType_t datatype) {
+  switch (datatype) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+namespace {
+
+bool isRooted(Op op) { return op == Op::kBroadcast || op == Op::kReduce || op == Op::kGather || op == Op::kScatter; }
+bool isReduction(Op op) { return op == Op::kAllReduce || op == Op::kReduce || op == Op::kReduceScatter; }
+
+// NCCL's ArgsCheck: root (peer for P2P) range, datatype, reduction operator, then buffers.
+ncclResult_t argsCheck(const CallInfo& info) {
+  ncclComm* comm = info.comm;
+  if ((isRooted(info.op) || ranklens::events::isP2p(info.op)) && (info.root < 0 || info.root >= comm->nRanks)) {
+    WARN("%s : invalid root %d (root should be in the 0..%d range)", info.opName, info.root, comm->nRanks);
+    return ncclInvalidArgument;
+  }
+  if (static_cast<int>(info.datatype) < 0 || info.datatype >= ncclNumTypes) {
+    WARN("%s : invalid type %d", info.opName, static_cast<int>(info.datatype));
+    return ncclInvalidArgument;
+  }
+  if (isReduction(info.op)) {
+    if (static_cast<int>(info.redop) < 0 || info.redop > ncclMaxRedOp) {
+      WARN("%s : invalid reduction operation %d", info.opName, static_cast<int>(info.redop));
+      return ncclInvalidArgument;
+    }
+    if (info.redop >= ncclNumOps) {
+      std::lock_guard<std::mutex> lock(comm->mu);
+      long index = static_cast<long>(userRedOpMangle(comm, info.redop)) - ncclNumOps;
+      if (index < 0 || static_cast<size_t>(index) >= comm->userOps.size() || comm->userOps[index] == ncclNumTypes) {
+        WARN("%s : reduction operation %d unknown to this communicator", info.opName, static_cast<int>(info.redop));
+        return ncclInvalidArgument;
+      }
+      if (info.count > 0 && comm->userOps[index] != info.datatype) {
+        WARN("Data type supplied to user-created ncclRedOp_t does not match type given to reduction operation");
+        return ncclInvalidArgument;
+      }
+    }
+  }
+  // Real NCCL checks pointers only with NCCL_CHECK_POINTERS=1 and otherwise faults on the GPU later; RankLens always
+  // checks for NULL when data would move, returning the code NCCL's pointer check returns.
+  if (info.count == 0) return ncclSuccess;
+  const bool amRoot = comm->rank == info.root;
+  if (info.op == Op::kSend) return bufferCheck(info.sendbuff, info.opName, "buff");
+  if (info.op == Op::kRecv) return bufferCheck(info.recvbuff, info.opName, "buff");
+  if ((info.op != Op::kBroadcast || amRoot) && (info.op != Op::kScatter || amRoot))
+    NCCLCHECK(bufferCheck(info.sendbuff, info.opName, "sendbuff"));
+  if ((info.op != Op::kReduce || amRoot) && (info.op != Op::kGather || amRoot))
+    NCCLCHECK(bufferCheck(info.recvbuff, info.opName, "recvbuff"));
+  return ncclSuccess;
+}
+
+uint64_t receivedBytes(const CallInfo& info) {
+  uint64_t bytes = info.count * datatypeSize(info.datatype);
+  switch (info.op) {
+    case Op::kAllGather: case Op::kAlltoAll: return bytes * info.comm->nRanks;
+    case Op::kGather: return info.comm->rank == info.root ? bytes * info.comm->nRanks : 0;
+    case Op::kReduce: return info.comm->rank == info.root ? bytes : 0;
+    default: return bytes;
+  }
+}
+
+}  // namespace
+
+ncclResult_t enqueueCheck(CallInfo info) {
+  ncclResult_t ret = Runtime::get().ready(info.opName);
+  if (ret == ncclSuccess) ret = commUsable(info.comm, info.opName);
+  if (ret == ncclSuccess) {
+    ret = argsCheck(info);
+    // NCCL leaves a non-blocking communicator in a sticky error state after a bad argument.
+    if (ret != ncclSuccess && !info.comm->blocking) info.comm->asyncError = ret;
+  }
+  if (ret != ncclSuccess) {
+    groupRecordError(ret);
+    return ret;
+  }
+
+  ranklens::events::Call event;
+  {
+    std::lock_guard<std::mutex> lock(info.comm->mu);
+    if (info.op == Op::kSend) event.seq = info.comm->sendSeq[info.root]++;
+    else if (info.op == Op::kRecv) event.seq = info.comm->recvSeq[info.root]++;
+    else event.seq = info.comm->collSeq++;
+  }
+  event.commId = info.comm->id;
+  event.op = static_cast<int>(info.op);
+  event.datatype = info.datatype;
+  event.count = info.count;
+  event.rootOrPeer = (isRooted(info.op) || ranklens::events::isP2p(info.op)) ? info.root : -1;
+  event.redop = isReduction(info.op) ? static_cast<int>(info.redop) : -1;
+  event.stream = reinterpret_cast<uint64_t>(info.stream);
+  event.groupId = currentGroupId();
+  event.nranks = info.comm->nRanks;
+  event.rank = info.comm->rank;
+  event.bytes = receivedBytes(info);
+  event.timeNs = monotonicNs();
+  Runtime::get().emit(ranklens::events::RecordType::kCall, event);
+  INFO(kSubColl, "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] "
+       "stream %p", info.opName, static_cast<unsigned long>(event.seq), info.sendbuff, info.recvbuff, info.count,
+       static_cast<int>(info.datatype), static_cast<int>(info.redop), info.root, static_cast<void*>(info.comm),
+       info.comm->nRanks, static_cast<void*>(info.stream));
+
+  if (groupDepth() > 0) {
+    groupAppend(info);
+    return ncclSuccess;
+  }
+  return applyEffects(info);
+}
+
+namespace impl {
+
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCheck({Op::kAllReduce, "AllReduce", sendbuff, recvbuff, count, datatype, op, -1, comm, stream});
+}
+
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCheck({Op::kBroadcast, "Broadcast", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream});
+}
+
+ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream) {
+  return impl::ncclBroadcast(buff, buff, count, datatype, root, comm, stream);  // NCCL: in-place Broadcast
+}
+
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCheck({Op::kReduce, "Reduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream});
+}
+
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCheck({Op::kAllGather, "AllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, -1, comm,
+                       stream});
+}
+
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCheck({Op::kReduceScatter, "ReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, -1, comm,
+                       stream});
+}
+
+ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                          ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCheck({Op::kAlltoAll, "AlltoAll", sendbuff, recvbuff, count, datatype, ncclSum, -1, comm, stream});
+}
+
+ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                        ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCheck({Op::kGather, "Gather", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream});
+}
+
+ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                         ncclComm_t comm, cudaStream_t stream) {
+  return enqueueCheck({Op::kScatter, "Scatter", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream});
+}
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return enqueueCheck({Op::kSend, "Send", sendbuff, nullptr, count, datatype, ncclSum, peer, comm, stream});
+}
+
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return enqueueCheck({Op::kRecv, "Recv", nullptr, recvbuff, count, datatype, ncclSum, peer, comm, stream});
+}
+
+}  // namespace impl
+}  // namespace nccl_fake

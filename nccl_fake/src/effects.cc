@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a call writes into its receive buffer when nothing was recorded (config `fill:`):
+//   clone  - as if every peer held this rank's data ("every peer is a clone of me"), which keeps symmetric
+//            protocols (size exchanges, shape checks, object all-gathers) self-consistent;
+//   keep   - receive buffers untouched;
+//   zero   - everything received from peers is zero;
+//   poison - everything received from peers is NaN (floating types) or 0xFF bytes, to expose consumers of
+//            unrestored data.
+// This rank's own contribution is always placed where NCCL would put it. Effects go through the stream device.
+#include "nccl_fake/enqueue.h"
+#include "nccl_fake/runtime.h"
+
+namespace nccl_fake {
+
+using ranklens::config::Fill;
+using ranklens::events::Op;
+
+namespace {
+
+uint64_t poisonPattern(ncclDataType_t datatype) {
+  switch (datatype) {
+    case ncclFloat16: return 0x7E00;                 // quiet NaN
+    case ncclBfloat16: return 0x7FC0;                // quiet NaN
+    case ncclFloat32: return 0x7FC00000;             // quiet NaN
+    case ncclFloat64: return 0x7FF8000000000000ull;  // quiet NaN
+    case ncclFloat8e4m3: case ncclFloat8e5m2: return 0x7F;  // NaN in both fp8 formats
+    default: return ~0ull;                           // 0xFF bytes
+  }
+}
+
+class Effects {
+ public:
+  explicit Effects(const CallInfo& info)
+      : info_(info), device_(Runtime::get().device()), fill_(Runtime::get().settings().fill),
+        elem_(datatypeSize(info.datatype)), bytes_(info.count * elem_) {}
+
+  ncclResult_t apply() {
+    if (info_.count == 0 || fill_ == Fill::kKeep) return ncclSuccess;
+    const int n = info_.comm->nRanks, rank = info_.comm->rank;
+    const bool amRoot = rank == info_.root;
+    auto* recv = static_cast<char*>(info_.recvbuff);
+    auto* send = static_cast<const char*>(info_.sendbuff);
+    switch (info_.op) {
+      case Op::kAllReduce:
+        return fromPeers(recv, send, bytes_);
+      case Op::kReduce:
+        return amRoot ? fromPeers(recv, send, bytes_) : ncclSuccess;
+      case Op::kBroadcast:
+        // Root: the result is its own data. Others: a clone root would send what this rank passed, if anything.
+        if (amRoot) return copy(recv, send, bytes_);
+        return send != nullptr ? fromPeers(recv, send, bytes_) : peerData(recv, bytes_);
+      case Op::kAllGather:
+        return gatherInto(recv, send, n, rank);
+      case Op::kGather:
+        return amRoot ? gatherInto(recv, send, n, rank) : ncclSuccess;
+      case Op::kReduceScatter:
+        return fromPeers(recv, send + static_cast<size_t>(rank) * bytes_, bytes_);
+      case Op::kScatter:
+        if (amRoot) return copy(recv, send + static_cast<size_t>(rank) * bytes_, bytes_);
+        return peerData(recv, bytes_);
+      case Op::kAlltoAll:
+        // Chunk j comes from peer j; a clone peer sends what this rank sends to itself (its chunk `rank`).
+        for (int j = 0; j < n; ++j) {
+          if (j == rank) continue;
+          NCCLCHECK(fromPeers(recv + static_cast<size_t>(j) * bytes_, send + static_cast<size_t>(rank) * bytes_, bytes_));
+        }
+        return copy(recv + static_cast<size_t>(rank) * bytes_, send + static_cast<size_t>(rank) * bytes_, bytes_);
+      case Op::kRecv:
+        return peerData(recv, bytes_);
+      case Op::kSend:
+        return ncclSuccess;
+    }
+    return ncclSuccess;
+  }
+
+ private:
+  // A result that depends on peers' data: under clone it equals `own`; else zero/poison.
+  ncclResult_t fromPeers(char* dst, const char* own, size_t bytes) {
+    if (fill_ == Fill::kClone) return copy(dst, own, bytes);
+    return fillWith(dst, bytes);
+  }
+  // Data that only a peer can provide and that no clone rule defines (Recv, non-root Scatter): zero under clone.
+  ncclResult_t peerData(char* dst, size_t bytes) {
+    if (fill_ == Fill::kPoison) return fillWith(dst, bytes);
+    return status(device_.fill(dst, bytes, 1, 0, info_.stream), "fill");
+  }
+  ncclResult_t gatherInto(char* recv, const char* send, int n, int rank) {
+    char* mine = recv + static_cast<size_t>(rank) * bytes_;
+    NCCLCHECK(copy(mine, send, bytes_));  // own slot first: in-place callers already have it there
+    for (int j = 0; j < n; ++j)
+      if (j != rank) NCCLCHECK(fromPeers(recv + static_cast<size_t>(j) * bytes_, mine, bytes_));
+    return ncclSuccess;
+  }
+  ncclResult_t copy(char* dst, const char* src, size_t bytes) {
+    if (dst == src) return ncclSuccess;
+    return status(device_.copy(dst, src, bytes, info_.stream), "copy");
+  }
+  ncclResult_t fillWith(char* dst, size_t bytes) {
+    if (fill_ == Fill::kZero) return status(device_.fill(dst, bytes, 1, 0, info_.stream), "fill");
+    return status(device_.fill(dst, bytes / elem_, elem_, poisonPattern(info_.datatype), info_.stream), "poison");
+  }
+  ncclResult_t status(int code, const char* what) {
+    if (code == 0) return ncclSuccess;
+    WARN("%s : %s of the receive buffer failed: %s", info_.opName, what, ranklens::device::lastError().c_str());
+    return ncclUnhandledCudaError;
+  }
+
+  const CallInfo& info_;
+  ranklens::device::StreamDevice& device_;
+  const Fill fill_;
+  const size_t elem_, bytes_;
+};
+
+}  // namespace
+
+ncclResult_t applyEffects(const CallInfo& info) { return Effects(info).apply(); }
+
+float estimateMicroseconds(const CallInfo& info) {
+  // Placeholder model until the estimator lands: 15 us latency + bus bytes at 250 GB/s (nccl-tests bus factors).
+  const double n = info.comm->nRanks;
+  const double bytes = static_cast<double>(info.count) * datatypeSize(info.datatype);
+  double factor = 1.0;
+  switch (info.op) {
+    case Op::kAllReduce: factor = 2.0 * (n - 1) / n; break;
+    case Op::kAllGather: case Op::kReduceScatter: case Op::kAlltoAll: factor = (n - 1); break;
+    case Op::kGather: case Op::kScatter: factor = (n - 1); break;
+    default: factor = 1.0;
+  }
+  return static_cast<float>(15.0 + bytes * factor / 250e9 * 1e6);
+}
+
+}  // namespace nccl_fake

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+// The exported C ABI, generated from the API lists: every NCCL function as a weak `ncclX` plus a strong `pncclX`
+// alias (exactly as libnccl exports them, so PMPI-style profilers keep working), and RankLens's adapter API.
+// No C++ exception crosses this boundary.
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "nccl_fake/comm.h"
+#include "nccl_fake/runtime.h"
+#include "ranklens_api.h"
+
+namespace nccl_fake {
+namespace {
+
+template <typename T>
+T failedValue() {
+  if constexpr (std::is_same_v<T, ncclResult_t>) return ncclInternalError;
+  else if constexpr (std::is_same_v<T, const char*>) return "internal error";
+  else if constexpr (std::is_same_v<T, int>) return -1;
+  else return T{};
+}
+
+template <typename T>
+T onException(const char* name) {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    WARN("%s : internal error: %s", name, e.what());
+  } catch (...) {
+    WARN("%s : internal error (unknown exception)", name);
+  }
+  if constexpr (!std::is_void_v<T>) return failedValue<T>();
+}
+
+}  // namespace
+
+namespace ranklens_api {
+int ranklensApiVersion() { return RANKLENS_API_VERSION; }
+
+ncclResult_t ranklensMarkStage(const char* name, int64_t step) {
+  NCCLCHECK(ptrCheck(name, "ranklensMarkStage", "name"));
+  NCCLCHECK(Runtime::get().ready("ranklensMarkStage"));
+  ranklens::events::Stage stage;
+  stage.name = name;
+  stage.step = step;
+  stage.timeNs = monotonicNs();
+  Runtime::get().emit(ranklens::events::RecordType::kStage, stage);
+  return ncclSuccess;
+}
+
+ncclResult_t ranklensFlush() {
+  NCCLCHECK(Runtime::get().ready("ranklensFlush"));
+  Runtime::get().flushEvents();
+  return ncclSuccess;
+}
+
+const char* ranklensEventLogPath() {
+  static std::string path;  // stable storage for the returned pointer
+  if (Runtime::get().ready("ranklensEventLogPath") != ncclSuccess) return "";
+  path = Runtime::get().eventLogPath();
+  return path.c_str();
+}
+}  // namespace ranklens_api
+
+}  // namespace nccl_fake
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // ncclResetDebugInit is deprecated but exported
+
+#define NCCL_FAKE_ALIAS_1(ret, name, params) \
+  extern "C" __attribute__((visibility("default"), alias(#name))) ret p##name params;
+#define NCCL_FAKE_ALIAS_0(ret, name, params)
+#define NCCL_FAKE_API(ret, name, params, args, prof)                               \
+  extern "C" __attribute__((visibility("default"), weak)) ret name params {        \
+    try {                                                                          \
+      return nccl_fake::impl::name args;                                           \
+    } catch (...) {                                                                \
+      return nccl_fake::onException<ret>(#name);                                   \
+    }                                                                              \
+  }                                                                                \
+  NCCL_FAKE_ALIAS_##prof(ret, name, params)
+#include "nccl_api.def"
+#undef NCCL_FAKE_API
+
+#define RANKLENS_API(ret, name, params, args)                          \
+  extern "C" __attribute__((visibility("default"))) ret name params { \
+    try {                                                              \
+      return nccl_fake::ranklens_api::name args;                       \
+    } catch (...) {                                                    \
+      return nccl_fake::onException<ret>(#name);                       \
+    }                                                                  \
+  }
+#include "ranklens_api.def"
+#undef RANKLENS_API
+
+#pragma GCC diagnostic pop

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// ncclGroupStart/End/SimulateEnd. Thread-local, like NCCL: calls inside a group are checked and sequenced when made;
+// their effects run at the outermost ncclGroupEnd, or not at all when any call in the group failed (the last error
+// is returned) or when the group is only simulated.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "nccl_fake/enqueue.h"
+#include "nccl_fake/runtime.h"
+
+namespace nccl_fake {
+namespace {
+
+constexpr unsigned int kSimInfoMagic = 0x74685283;
+
+struct GroupState {
+  int depth = 0;
+  uint64_t id = 0;
+  ncclResult_t error = ncclSuccess;
+  std::vector<CallInfo> pending;
+};
+
+GroupState& group() {
+  static thread_local GroupState state;
+  return state;
+}
+
+void emitGroupEnd(const GroupState& g, ncclResult_t result) {
+  ranklens::events::GroupEnd event;
+  event.groupId = g.id;
+  event.calls = static_cast<uint32_t>(g.pending.size());
+  event.result = result;
+  event.timeNs = monotonicNs();
+  Runtime::get().emit(ranklens::events::RecordType::kGroupEnd, event);
+}
+
+void resetGroup(GroupState& g) {
+  g.pending.clear();
+  g.error = ncclSuccess;
+  g.id = 0;
+}
+
+ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
+  GroupState& g = group();
+  if (g.depth == 0) {
+    WARN("ncclGroupEnd: not in a group call.");
+    return ncclInvalidUsage;
+  }
+  if (--g.depth > 0) return ncclSuccess;
+
+  ncclResult_t ret = g.error;
+  if (ret == ncclSuccess && simInfo != nullptr) {
+    ncclSimInfo_t local = NCCL_SIM_INFO_INITIALIZER;
+    size_t size = 0;
+    memcpy(&size, simInfo, sizeof(size));
+    size = std::min(size, sizeof(local));
+    local.magic = 0;
+    memcpy(&local, simInfo, size);
+    if (local.magic != kSimInfoMagic) {
+      WARN("ncclSimInfo_t argument not initialized via NCCL_SIM_INFO_INITIALIZER");
+      ret = ncclInvalidArgument;
+    } else {
+      // NCCL reports the estimate of the last collective in the group; P2P-only and empty groups leave it as is.
+      bool any = false;
+      for (const auto& call : g.pending)
+        if (!ranklens::events::isP2p(call.op)) {
+          local.estimatedTime = estimateMicroseconds(call);
+          any = true;
+        }
+      if (any) memcpy(simInfo, &local, size);
+      emitGroupEnd(g, ncclSuccess);
+      resetGroup(g);
+      return ncclSuccess;  // simulated: nothing is launched
+    }
+  }
+  if (ret == ncclSuccess) {
+    for (const auto& call : g.pending) {
+      ret = applyEffects(call);
+      if (ret != ncclSuccess) break;
+    }
+  }
+  if (!g.pending.empty() || ret != ncclSuccess) emitGroupEnd(g, ret);
+  resetGroup(g);
+  return ret;
+}
+
+}  // namespace
+
+int groupDepth() { return group().depth; }
+uint64_t currentGroupId() { return group().depth > 0 ? group().id : 0; }
+void groupAppend(const CallInfo& info) { group().pending.push_back(info); }
+void groupRecordError(ncclResult_t result) {
+  GroupState& g = group();
+  if (g.depth > 0 && result != ncclSuccess && result != ncclInProgress) g.error = result;  // the last error wins
+}
+
+namespace impl {
+
+ncclResult_t ncclGroupStart() {
+  GroupState& g = group();
+  if (g.depth++ == 0) g.id = Runtime::get().nextGroupId();
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() { return groupEndInternal(nullptr); }
+
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) { return groupEndInternal(simInfo); }
+
+}  // namespace impl
+}  // namespace nccl_fake

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+// The virtual communication events RankLens produces for every NCCL call, and the simple per-rank event log
+// written in structure mode (`<trace_dir>/rank<R>/events.msgpack`). The crash-safe trace store replaces the file
+// format later; the records stay. Records are msgpack arrays: fields are only ever appended (readers of an older
+// minor version ignore extra trailing fields, missing ones keep their defaults).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#ifndef MSGPACK_NO_BOOST
+#define MSGPACK_NO_BOOST 1  // header-only msgpack-cxx without Boost
+#endif
+#include <msgpack.hpp>
+
+namespace ranklens {
+namespace events {
+
+constexpr int kEventLogVersionMajor = 1;
+constexpr int kEventLogVersionMinor = 0;
+constexpr const char* kEventLogMagic = "ranklens-events";
+
+enum class RecordType : int { kHeader = 0, kCommInit = 1, kCommEnd = 2, kCall = 3, kGroupEnd = 4, kStage = 5 };
+
+// The NCCL operations, in a stable numbering used on disk.
+enum class Op : int {
+  kAllReduce = 0, kBroadcast = 1, kReduce = 2, kAllGather = 3, kReduceScatter = 4, kAlltoAll = 5, kGather = 6,
+  kScatter = 7, kSend = 8, kRecv = 9,
+};
+const char* opName(Op op);
+bool isP2p(Op op);
+
+struct Header {
+  std::string magic = kEventLogMagic;
+  int versionMajor = kEventLogVersionMajor, versionMinor = kEventLogVersionMinor;
+  std::string host;
+  int64_t pid = 0;
+  std::string rankLabel;  // RANK from the environment, or the pid when unknown
+  std::string mode, fidelity, fill;
+  int64_t startTimeNs = 0;  // CLOCK_REALTIME
+  MSGPACK_DEFINE_ARRAY(magic, versionMajor, versionMinor, host, pid, rankLabel, mode, fidelity, fill, startTimeNs)
+};
+
+// Communicator identity: what lets a replayed communicator be matched to a recorded one without the unique id.
+struct CommInit {
+  uint64_t commId = 0;      // creation order in this process, from 0
+  int nranks = 0, rank = 0;
+  int64_t parentId = -1;    // split/shrink parent, -1 for a root communicator
+  int64_t color = -1, key = -1;
+  std::string how;          // init | initAll | initScalable | split | shrink
+  std::string name;         // ncclConfig_t.commName, when the framework sets it
+  std::vector<int> worldRanks;  // world rank of each member (identity for root communicators)
+  int cudaDev = 0;
+  bool blocking = true;
+  int64_t timeNs = 0;
+  MSGPACK_DEFINE_ARRAY(commId, nranks, rank, parentId, color, key, how, name, worldRanks, cudaDev, blocking, timeNs)
+};
+
+struct CommEnd {
+  uint64_t commId = 0;
+  std::string how;  // finalize | destroy | abort | revoke
+  int64_t timeNs = 0;
+  MSGPACK_DEFINE_ARRAY(commId, how, timeNs)
+};
+
+struct Call {
+  uint64_t commId = 0;
+  uint64_t seq = 0;      // per-communicator collective sequence (collectives), per-(peer, direction) sequence (P2P)
+  int op = 0;            // Op
+  int datatype = 0;      // ncclDataType_t
+  uint64_t count = 0;    // as passed (AllGather: send count; ReduceScatter: receive count; AlltoAll: per peer)
+  int rootOrPeer = -1;   // root for rooted collectives, peer for Send/Recv, -1 otherwise
+  int redop = -1;        // ncclRedOp_t for reductions (user PreMulSum ops appear as their handle), -1 otherwise
+  uint64_t stream = 0;   // cudaStream_t value, to tell streams apart
+  uint64_t groupId = 0;  // 0: not inside ncclGroupStart/End; else the outermost group's id
+  int nranks = 0, rank = 0;
+  uint64_t bytes = 0;    // bytes this rank receives (recvbuff size), the usual message size in reports
+  int64_t timeNs = 0;    // CLOCK_MONOTONIC at submission
+  MSGPACK_DEFINE_ARRAY(commId, seq, op, datatype, count, rootOrPeer, redop, stream, groupId, nranks, rank, bytes,
+                       timeNs)
+};
+
+struct GroupEnd {
+  uint64_t groupId = 0;
+  uint32_t calls = 0;
+  int result = 0;  // ncclResult_t of ncclGroupEnd
+  int64_t timeNs = 0;
+  MSGPACK_DEFINE_ARRAY(groupId, calls, result, timeNs)
+};
+
+struct Stage {
+  std::string name;  // step | forward | backward | optimizer | any adapter label
+  int64_t step = -1;
+  int64_t timeNs = 0;
+  MSGPACK_DEFINE_ARRAY(name, step, timeNs)
+};
+
+// A whole file in memory, for tools and tests. Any problem is reported with the file offset.
+struct EventLog {
+  Header header;
+  std::vector<CommInit> comms;
+  std::vector<CommEnd> ends;
+  std::vector<Call> calls;
+  std::vector<GroupEnd> groups;
+  std::vector<Stage> stages;
+};
+// Returns false and sets `error` to "<path>: offset <n>: <reason>". A truncated last record is reported in `error`
+// while everything before it is kept in `out` (returns false so callers can decide).
+bool readEventLog(const std::string& path, EventLog* out, std::string* error);
+
+// Appends records from any thread without blocking on I/O: records are serialised by the caller into a bounded
+// in-memory queue and written by one background thread. When the queue is full, records are counted as dropped.
+class EventLogWriter {
+ public:
+  static std::unique_ptr<EventLogWriter> open(const std::string& path, const Header& header, std::string* error);
+  ~EventLogWriter();
+  template <typename Record>
+  void append(RecordType type, const Record& record) {
+    msgpack::sbuffer buffer;
+    msgpack::packer<msgpack::sbuffer> packer(buffer);
+    packer.pack_array(2);
+    packer.pack(static_cast<int>(type));
+    packer.pack(record);
+    enqueue(std::string(buffer.data(), buffer.size()));
+  }
+  void flush();  // waits until everything appended so far is written (tools, shutdown; not the hot path)
+  void close();
+  uint64_t dropped() const;
+  const std::string& path() const;
+
+ private:
+  struct Impl;
+  explicit EventLogWriter(std::unique_ptr<Impl> impl);
+  void enqueue(std::string&& bytes);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace events
+}  // namespace ranklens

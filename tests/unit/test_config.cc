@@ -1,0 +1,597 @@
+// SPDX-License-Identifier: Apache-2.0
+// config/: precedence, positions in messages, strict value parsing, the groups table, typo warnings.
+// Every test uses a fake environment so the real one (CI may set RANKLENS_*) cannot change the outcome.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ranklens/config.h"
+
+namespace ranklens {
+namespace config {
+namespace {
+
+class FakeEnv {
+ public:
+  FakeEnv(std::initializer_list<std::pair<const std::string, std::string>> vars = {}) : vars_(vars) {}
+  GetEnv getenv() const {
+    return [this](const char* name) -> const char* {
+      auto it = vars_.find(name);
+      return it == vars_.end() ? nullptr : it->second.c_str();
+    };
+  }
+  const std::vector<std::string>* names() {
+    names_.clear();
+    for (const auto& kv : vars_) names_.push_back(kv.first);
+    return &names_;
+  }
+
+ private:
+  std::map<std::string, std::string> vars_;
+  std::vector<std::string> names_;
+};
+
+LoadResult fromYaml(const std::string& text, FakeEnv env = {}) {
+  return loadFromYaml(text, "cfg.yaml", env.getenv(), env.names());
+}
+
+LoadResult fromEnv(FakeEnv env) { return loadFromEnvironment(env.getenv(), env.names()); }
+
+const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill",           "device",
+                                           "trace_dir", "nccl_version", "ranks_per_node", "groups"};
+
+void expectDefaults(const Settings& s) {
+  EXPECT_EQ(s.mode, Mode::kReplay);
+  EXPECT_EQ(s.fidelity, Fidelity::kStructure);
+  EXPECT_EQ(s.fill, Fill::kClone);
+  EXPECT_EQ(s.device, DeviceKind::kAuto);
+  EXPECT_EQ(s.trace_dir, "");
+  EXPECT_EQ(s.nccl_version, 22809);
+  EXPECT_EQ(s.ranks_per_node, 8);
+  EXPECT_TRUE(s.groups.empty());
+  for (const std::string& key : kAllKeys) {
+    ASSERT_EQ(s.set_by.count(key), 1u) << key;
+    EXPECT_EQ(s.set_by.at(key), "default") << key;
+  }
+}
+
+TEST(ConfigDefaults, EmptyYamlGivesDefaults) {
+  LoadResult r = fromYaml("");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(r.error.empty());
+  EXPECT_TRUE(r.warnings.empty());
+  expectDefaults(r.settings);
+}
+
+TEST(ConfigDefaults, CommentOnlyYamlGivesDefaults) {
+  LoadResult r = fromYaml("# nothing set here\n\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  expectDefaults(r.settings);
+}
+
+TEST(ConfigDefaults, NoConfigVariableGivesDefaults) {
+  LoadResult r = fromEnv({});
+  ASSERT_TRUE(r.ok) << r.error;
+  expectDefaults(r.settings);
+}
+
+TEST(ConfigDefaults, EmptyGetEnvFunctionDoesNotThrow) {
+  std::vector<std::string> none;
+  LoadResult r = loadFromEnvironment(GetEnv(), &none);
+  ASSERT_TRUE(r.ok) << r.error;
+  expectDefaults(r.settings);
+}
+
+TEST(ConfigDefaults, DescribedDefaultsMatchSettingsInitialisers) {
+  // The table's default text and the struct's initialisers are written separately; they must agree.
+  for (const KeyInfo& row : describe(Settings{})) {
+    EXPECT_EQ(row.value, row.default_value) << row.key;
+    EXPECT_EQ(row.set_by, "default") << row.key;
+  }
+}
+
+TEST(ConfigYaml, EveryKey) {
+  LoadResult r = fromYaml(
+      "mode: record\n"
+      "fidelity: value\n"
+      "fill: poison\n"
+      "device: host\n"
+      "trace_dir: /tmp/rl traces\n"
+      "nccl_version: 22703\n"
+      "ranks_per_node: 4\n"
+      "groups:\n"
+      "  - members: [0, 2]\n"
+      "  - {members: [3, 1], color: 7, name: dp1}\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  const Settings& s = r.settings;
+  EXPECT_EQ(s.mode, Mode::kRecord);
+  EXPECT_EQ(s.fidelity, Fidelity::kValue);
+  EXPECT_EQ(s.fill, Fill::kPoison);
+  EXPECT_EQ(s.device, DeviceKind::kHost);
+  EXPECT_EQ(s.trace_dir, "/tmp/rl traces");
+  EXPECT_EQ(s.nccl_version, 22703);
+  EXPECT_EQ(s.ranks_per_node, 4);
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_EQ(s.groups[0].members, (std::vector<int>{0, 2}));
+  EXPECT_FALSE(s.groups[0].color.has_value());
+  EXPECT_EQ(s.groups[0].name, "");
+  EXPECT_EQ(s.groups[0].origin, "cfg.yaml:9:5");
+  EXPECT_EQ(s.groups[1].members, (std::vector<int>{3, 1}));  // order is child-rank order: kept as written
+  EXPECT_EQ(s.groups[1].color, 7);
+  EXPECT_EQ(s.groups[1].name, "dp1");
+  EXPECT_EQ(s.groups[1].origin, "cfg.yaml:10:5");
+
+  EXPECT_EQ(s.set_by.at("mode"), "cfg.yaml:1:7");
+  EXPECT_EQ(s.set_by.at("fidelity"), "cfg.yaml:2:11");
+  EXPECT_EQ(s.set_by.at("fill"), "cfg.yaml:3:7");
+  EXPECT_EQ(s.set_by.at("device"), "cfg.yaml:4:9");
+  EXPECT_EQ(s.set_by.at("trace_dir"), "cfg.yaml:5:12");
+  EXPECT_EQ(s.set_by.at("nccl_version"), "cfg.yaml:6:15");
+  EXPECT_EQ(s.set_by.at("ranks_per_node"), "cfg.yaml:7:17");
+  EXPECT_EQ(s.set_by.at("groups"), "cfg.yaml:9:3");
+}
+
+TEST(ConfigYaml, OtherEnumValues) {
+  LoadResult r = fromYaml("{mode: replay, fidelity: timing, fill: keep, device: cuda}");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.mode, Mode::kReplay);
+  EXPECT_EQ(r.settings.fidelity, Fidelity::kTiming);
+  EXPECT_EQ(r.settings.fill, Fill::kKeep);
+  EXPECT_EQ(r.settings.device, DeviceKind::kCuda);
+  EXPECT_EQ(r.settings.set_by.at("mode"), "cfg.yaml:1:8");
+  EXPECT_EQ(r.settings.set_by.at("trace_dir"), "default");
+
+  r = fromYaml("fill: zero\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.fill, Fill::kZero);
+}
+
+TEST(ConfigEnv, EveryKey) {
+  LoadResult r = fromEnv({{"RANKLENS_MODE", "record"},
+                          {"RANKLENS_FIDELITY", "timing"},
+                          {"RANKLENS_FILL", "zero"},
+                          {"RANKLENS_DEVICE", "cuda"},
+                          {"RANKLENS_TRACE_DIR", "/data/trace: a"},
+                          {"RANKLENS_NCCL_VERSION", "21903"},
+                          {"RANKLENS_RANKS_PER_NODE", "2"},
+                          {"RANKLENS_GROUPS", "[{members: [0,2]}, {members: [1,3], color: 7, name: dp1}]"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(r.warnings.empty());
+  const Settings& s = r.settings;
+  EXPECT_EQ(s.mode, Mode::kRecord);
+  EXPECT_EQ(s.fidelity, Fidelity::kTiming);
+  EXPECT_EQ(s.fill, Fill::kZero);
+  EXPECT_EQ(s.device, DeviceKind::kCuda);
+  EXPECT_EQ(s.trace_dir, "/data/trace: a");  // taken verbatim, not parsed as YAML
+  EXPECT_EQ(s.nccl_version, 21903);
+  EXPECT_EQ(s.ranks_per_node, 2);
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_EQ(s.groups[0].members, (std::vector<int>{0, 2}));
+  EXPECT_EQ(s.groups[0].origin, "RANKLENS_GROUPS:1:2");
+  EXPECT_EQ(s.groups[1].members, (std::vector<int>{1, 3}));
+  EXPECT_EQ(s.groups[1].color, 7);
+  EXPECT_EQ(s.groups[1].name, "dp1");
+  EXPECT_EQ(s.groups[1].origin, "RANKLENS_GROUPS:1:20");
+  EXPECT_EQ(s.set_by.at("mode"), "env RANKLENS_MODE");
+  EXPECT_EQ(s.set_by.at("fidelity"), "env RANKLENS_FIDELITY");
+  EXPECT_EQ(s.set_by.at("fill"), "env RANKLENS_FILL");
+  EXPECT_EQ(s.set_by.at("device"), "env RANKLENS_DEVICE");
+  EXPECT_EQ(s.set_by.at("trace_dir"), "env RANKLENS_TRACE_DIR");
+  EXPECT_EQ(s.set_by.at("nccl_version"), "env RANKLENS_NCCL_VERSION");
+  EXPECT_EQ(s.set_by.at("ranks_per_node"), "env RANKLENS_RANKS_PER_NODE");
+  EXPECT_EQ(s.set_by.at("groups"), "env RANKLENS_GROUPS");
+}
+
+TEST(ConfigEnv, EmptyValueCountsAsUnset) {
+  LoadResult r = fromYaml("fill: zero\n", {{"RANKLENS_FILL", ""}, {"RANKLENS_NCCL_VERSION", ""}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.fill, Fill::kZero);
+  EXPECT_EQ(r.settings.set_by.at("fill"), "cfg.yaml:1:7");
+  EXPECT_EQ(r.settings.nccl_version, 22809);
+}
+
+TEST(ConfigPrecedence, EnvBeatsYamlBeatsDefault) {
+  LoadResult r = fromYaml("fill: zero\nranks_per_node: 4\ntrace_dir: /from/yaml\n",
+                          {{"RANKLENS_FILL", "keep"}, {"RANKLENS_TRACE_DIR", "/from/env"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.fill, Fill::kKeep);
+  EXPECT_EQ(r.settings.set_by.at("fill"), "env RANKLENS_FILL");
+  EXPECT_EQ(r.settings.trace_dir, "/from/env");
+  EXPECT_EQ(r.settings.set_by.at("trace_dir"), "env RANKLENS_TRACE_DIR");
+  EXPECT_EQ(r.settings.ranks_per_node, 4);
+  EXPECT_EQ(r.settings.set_by.at("ranks_per_node"), "cfg.yaml:2:17");
+  EXPECT_EQ(r.settings.mode, Mode::kReplay);
+  EXPECT_EQ(r.settings.set_by.at("mode"), "default");
+}
+
+TEST(ConfigPrecedence, EnvGroupsReplaceYamlGroups) {
+  LoadResult r = fromYaml("groups: [{members: [0, 1, 2]}]\n", {{"RANKLENS_GROUPS", "[{members: [5]}]"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_EQ(r.settings.groups.size(), 1u);
+  EXPECT_EQ(r.settings.groups[0].members, (std::vector<int>{5}));
+}
+
+class TempDir : public ::testing::Test {
+ protected:
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = ::testing::TempDir() + "ranklens_test_config_" + name;
+    std::ofstream(path) << text;
+    paths_.push_back(path);
+    return path;
+  }
+  void TearDown() override {
+    for (const std::string& p : paths_) std::remove(p.c_str());
+  }
+
+ private:
+  std::vector<std::string> paths_;
+};
+
+TEST_F(TempDir, ConfigFileNamedByEnvironment) {
+  std::string path = write("ok.yaml", "# comment\nfill: zero\nmode: replay\n");
+  LoadResult r = fromEnv({{"RANKLENS_CONFIG", path}, {"RANKLENS_MODE", "record"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(r.warnings.empty());  // RANKLENS_CONFIG is not a typo
+  EXPECT_EQ(r.settings.fill, Fill::kZero);
+  EXPECT_EQ(r.settings.set_by.at("fill"), path + ":2:7");
+  EXPECT_EQ(r.settings.mode, Mode::kRecord);
+  EXPECT_EQ(r.settings.set_by.at("mode"), "env RANKLENS_MODE");
+}
+
+TEST_F(TempDir, ErrorsInConfigFileNameThePath) {
+  std::string path = write("bad.yaml", "fill: zero\nfil: keep\n");
+  LoadResult r = fromEnv({{"RANKLENS_CONFIG", path}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error.rfind(path + ":2:1: unknown key 'fil'", 0), 0u) << r.error;
+}
+
+TEST(ConfigFile, MissingFile) {
+  LoadResult r = fromEnv({{"RANKLENS_CONFIG", "/nonexistent-ranklens-dir/rl.yaml"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "RANKLENS_CONFIG=/nonexistent-ranklens-dir/rl.yaml: cannot read file (No such file or directory)");
+  expectDefaults(r.settings);
+}
+
+TEST(ConfigFile, DirectoryIsNotAFile) {
+  LoadResult r = fromEnv({{"RANKLENS_CONFIG", "/"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "RANKLENS_CONFIG=/: cannot read file (Is a directory)");
+}
+
+TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
+  LoadResult r = fromYaml("mode: replay\n\n  # indented comment\nfoo: 1\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error,
+            "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
+            "ranks_per_node, groups)");
+  expectDefaults(r.settings);  // a failed load does not leak half-applied values
+
+  r = fromYaml("{mode: replay,  bogus: 2}");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error.rfind("cfg.yaml:1:17: unknown key 'bogus' (known keys: mode,", 0), 0u) << r.error;
+}
+
+TEST(ConfigErrors, DuplicateKey) {
+  LoadResult r = fromYaml("fill: zero\nmode: replay\nfill: keep\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "cfg.yaml:3:1: duplicate key 'fill' (first at cfg.yaml:1:1)");
+}
+
+TEST(ConfigErrors, BadEnumValueInYaml) {
+  LoadResult r = fromYaml("mode: replay\nfill:   xyz\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "cfg.yaml:2:9: bad value 'xyz' for 'fill': expected one of clone|keep|zero|poison");
+
+  r = fromYaml("device: CUDA\n");  // names are case-sensitive, as documented
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "cfg.yaml:1:9: bad value 'CUDA' for 'device': expected one of auto|cuda|host");
+
+  r = fromYaml("fidelity: [value]\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error,
+            "cfg.yaml:1:11: bad value (a sequence) for 'fidelity': expected one of structure|timing|value");
+
+  r = fromYaml("fill: keep\nmode:\n\nfill2: keep\n");  // an empty value is reported at its key
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "cfg.yaml:2:1: bad value (empty) for 'mode': expected one of replay|record");
+
+  r = fromYaml("groups:\n- members:\n  name: x\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error,
+            "cfg.yaml:2:3: bad value (empty) for 'groups[0].members': expected a non-empty sequence of distinct "
+            "ranks >= 0");
+}
+
+TEST(ConfigErrors, BadEnumValueInEnv) {
+  LoadResult r = fromEnv({{"RANKLENS_FILL", "xyz"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "RANKLENS_FILL=xyz: bad value 'xyz' for 'fill': expected one of clone|keep|zero|poison");
+  expectDefaults(r.settings);
+
+  r = fromEnv({{"RANKLENS_MODE", " replay"}});  // no trimming: what is set is what is checked
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "RANKLENS_MODE= replay: bad value ' replay' for 'mode': expected one of replay|record");
+}
+
+TEST(ConfigErrors, BadEnvValueFailsEvenWhenYamlIsFine) {
+  LoadResult r = fromYaml("fill: zero\n", {{"RANKLENS_DEVICE", "gpu"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "RANKLENS_DEVICE=gpu: bad value 'gpu' for 'device': expected one of auto|cuda|host");
+}
+
+struct BadInt {
+  const char* key;
+  const char* env;
+  const char* text;
+};
+
+class ConfigBadInteger : public ::testing::TestWithParam<BadInt> {};
+
+TEST_P(ConfigBadInteger, RejectedFromYamlAndEnv) {
+  const BadInt& p = GetParam();
+  LoadResult r = fromYaml(std::string(p.key) + ": " + p.text + "\n");
+  ASSERT_FALSE(r.ok) << p.key << " = " << p.text;
+  std::string col = std::to_string(std::string(p.key).size() + 3);
+  EXPECT_EQ(r.error.rfind("cfg.yaml:1:" + col + ": bad value '", 0), 0u) << r.error;
+  EXPECT_NE(r.error.find("' for '" + std::string(p.key) + "': expected "), std::string::npos) << r.error;
+
+  // The environment takes the text as is; YAML quoting does not apply there.
+  std::string envText = p.text;
+  if (envText == "\"\"") return;  // empty env means unset, covered by EmptyValueCountsAsUnset
+  r = fromEnv({{p.env, envText}});
+  ASSERT_FALSE(r.ok) << p.env << "=" << envText;
+  EXPECT_EQ(r.error.rfind(std::string(p.env) + "=" + envText + ": bad value '" + envText + "' for '" + p.key +
+                              "': expected ",
+                          0),
+            0u)
+      << r.error;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Values, ConfigBadInteger,
+    ::testing::Values(BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "12x"},
+                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "\"\""},
+                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "99999999999999999999"},
+                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "1000000"},
+                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "0"},
+                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "-22809"},
+                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "2.28.9"},
+                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "0x5919"},
+                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "+22809"},
+                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "-1"},
+                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "0"},
+                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "--1"},
+                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "1.5"},
+                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "eight"},
+                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "2147483648"},
+                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "99999999999999999999"}));
+
+TEST(ConfigIntegers, Boundaries) {
+  LoadResult r = fromYaml("nccl_version: 999999\nranks_per_node: 2147483647\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.nccl_version, 999999);
+  EXPECT_EQ(r.settings.ranks_per_node, 2147483647);
+
+  r = fromEnv({{"RANKLENS_NCCL_VERSION", "1"}, {"RANKLENS_RANKS_PER_NODE", "1"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.nccl_version, 1);
+  EXPECT_EQ(r.settings.ranks_per_node, 1);
+
+  r = fromEnv({{"RANKLENS_RANKS_PER_NODE", " 8"}});
+  EXPECT_FALSE(r.ok);
+  r = fromEnv({{"RANKLENS_RANKS_PER_NODE", "8 "}});
+  EXPECT_FALSE(r.ok);
+}
+
+TEST(ConfigGroups, EmptySequenceIsFine) {
+  LoadResult r = fromYaml("groups: []\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(r.settings.groups.empty());
+  EXPECT_EQ(r.settings.set_by.at("groups"), "cfg.yaml:1:9");
+}
+
+struct GroupError {
+  const char* yaml;
+  const char* error;
+};
+
+class ConfigGroupError : public ::testing::TestWithParam<GroupError> {};
+
+TEST_P(ConfigGroupError, MessageNamesPosition) {
+  LoadResult r = fromYaml(GetParam().yaml);
+  ASSERT_FALSE(r.ok) << GetParam().yaml;
+  EXPECT_EQ(r.error, GetParam().error);
+  EXPECT_TRUE(r.settings.groups.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ConfigGroupError,
+    ::testing::Values(
+        GroupError{"groups:\n  - members: [0, 1]\n  - members: []\n",
+                   "cfg.yaml:3:14: bad value '[]' for 'groups[1].members': expected a non-empty sequence of distinct "
+                   "ranks >= 0"},
+        GroupError{"groups:\n  - members: [0, 1, 2,\n              1]\n",
+                   "cfg.yaml:3:15: rank 1 listed twice in 'groups[0].members' (first at cfg.yaml:2:18): expected a "
+                   "non-empty sequence of distinct ranks >= 0"},
+        GroupError{"groups: [{members: [0, -3]}]\n",
+                   "cfg.yaml:1:24: bad value '-3' for 'groups[0].members': expected a non-empty sequence of distinct "
+                   "ranks >= 0"},
+        GroupError{"groups: [{members: [0, x]}]\n",
+                   "cfg.yaml:1:24: bad value 'x' for 'groups[0].members': expected a non-empty sequence of distinct "
+                   "ranks >= 0"},
+        GroupError{"groups:\n- members: 3\n",
+                   "cfg.yaml:2:12: bad value '3' for 'groups[0].members': expected a non-empty sequence of distinct "
+                   "ranks >= 0"},
+        GroupError{"groups:\n- members: {a: 1}\n",
+                   "cfg.yaml:2:12: bad value (a map) for 'groups[0].members': expected a non-empty sequence of "
+                   "distinct ranks >= 0"},
+        GroupError{"groups:\n- members: [[0]]\n",
+                   "cfg.yaml:2:13: bad value (a sequence) for 'groups[0].members': expected a non-empty sequence of "
+                   "distinct ranks >= 0"},
+        GroupError{"groups:\n- {color: 1}\n",
+                   "cfg.yaml:2:3: 'groups[0]' has no 'members': expected a non-empty sequence of distinct ranks >= 0"},
+        GroupError{"groups:\n- [0, 1]\n",
+                   "cfg.yaml:2:3: bad value (a sequence) for 'groups[0]': expected a map {members: [...], color: N, "
+                   "name: S}"},
+        GroupError{"groups:\n- {members: [0], colour: 1}\n",
+                   "cfg.yaml:2:18: unknown key 'colour' in 'groups[0]' (known keys: members, color, name)"},
+        GroupError{"groups:\n- {members: [0], color: -1}\n",
+                   "cfg.yaml:2:25: bad value '-1' for 'groups[0].color': expected an integer >= 0"},
+        GroupError{"groups:\n- {members: [0], name: [a]}\n",
+                   "cfg.yaml:2:24: bad value (a sequence) for 'groups[0].name': expected a string"},
+        GroupError{"groups:\n- {members: [0], members: [1]}\n",
+                   "cfg.yaml:2:18: duplicate key 'members' (first at cfg.yaml:2:4)"},
+        GroupError{"groups: {members: [0]}\n",
+                   "cfg.yaml:1:9: bad value (a map) for 'groups': expected a sequence of maps {members: [ranks...], "
+                   "color: N, name: S}"}));
+
+TEST(ConfigGroups, ErrorsFromEnvNameTheVariableAndPosition) {
+  LoadResult r = fromEnv({{"RANKLENS_GROUPS", "[{members: [0,2]}, {members: []}]"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error,
+            "RANKLENS_GROUPS:1:30: bad value '[]' for 'groups[1].members': expected a non-empty sequence of "
+            "distinct ranks >= 0");
+
+  r = fromEnv({{"RANKLENS_GROUPS", "[{members: [0,2]"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error.rfind("RANKLENS_GROUPS:1:", 0), 0u) << r.error;
+
+  r = fromEnv({{"RANKLENS_GROUPS", "0,1"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error.rfind("RANKLENS_GROUPS:1:1: bad value '0,1' for 'groups': expected a sequence", 0), 0u)
+      << r.error;
+}
+
+TEST(ConfigGroups, DescribeRoundTripsThroughTheEnvironmentForm) {
+  LoadResult r = fromYaml(
+      "groups:\n"
+      "  - {members: [0, 2]}\n"
+      "  - {members: [3, 1], color: 7, name: dp1}\n"
+      "  - {members: [4], color: 0, name: 'tp group: \"a\"'}\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  std::string text;
+  for (const KeyInfo& row : describe(r.settings)) {
+    if (row.key == "groups") text = row.value;
+  }
+  EXPECT_EQ(text,
+            "[{members: [0, 2]}, {members: [3, 1], color: 7, name: dp1}, {members: [4], color: 0, name: \"tp group: "
+            "\\\"a\\\"\"}]");
+  LoadResult back = fromEnv({{"RANKLENS_GROUPS", text}});
+  ASSERT_TRUE(back.ok) << back.error;
+  ASSERT_EQ(back.settings.groups.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back.settings.groups[i].members, r.settings.groups[i].members);
+    EXPECT_EQ(back.settings.groups[i].color, r.settings.groups[i].color);
+    EXPECT_EQ(back.settings.groups[i].name, r.settings.groups[i].name);
+  }
+}
+
+TEST(ConfigErrors, YamlSyntaxError) {
+  LoadResult r = fromYaml("mode: replay\nfill: [zero\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error.rfind("cfg.yaml:3:1: ", 0), 0u) << r.error;
+  EXPECT_GT(r.error.size(), std::string("cfg.yaml:3:1: ").size());
+
+  r = fromYaml("mode: replay\n  fill: zero\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error.rfind("cfg.yaml:2:7: ", 0), 0u) << r.error;
+}
+
+TEST(ConfigErrors, TopLevelMustBeAMap) {
+  LoadResult r = fromYaml("- mode\n- fill\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "cfg.yaml:1:1: top level must be a map of settings (key: value), not a sequence");
+
+  r = fromYaml("\n  replay\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "cfg.yaml:2:3: top level must be a map of settings (key: value), not a scalar");
+}
+
+TEST(ConfigWarnings, TypoNamesClosestVariable) {
+  LoadResult r = fromEnv({{"RANKLENS_FIL", "zero"}, {"RANKLENS_RANKS_PER_NOD", "4"}});
+  ASSERT_TRUE(r.ok) << r.error;  // a warning, not an error
+  ASSERT_EQ(r.warnings.size(), 2u);
+  EXPECT_EQ(r.warnings[0], "RANKLENS_FIL is not a RankLens variable and is ignored; did you mean RANKLENS_FILL?");
+  EXPECT_NE(r.warnings[1].find("RANKLENS_RANKS_PER_NOD is not a RankLens variable"), std::string::npos);
+  EXPECT_NE(r.warnings[1].find("did you mean RANKLENS_RANKS_PER_NODE?"), std::string::npos);
+  EXPECT_EQ(r.settings.fill, Fill::kClone);  // the misspelt variable has no effect
+}
+
+TEST(ConfigWarnings, KnownAndAllowedVariablesDoNotWarn) {
+  LoadResult r = fromEnv({{"RANKLENS_MODE", "replay"},
+                          {"RANKLENS_CONFIG", ""},
+                          {"RANKLENS_REAL_NCCL", "/usr/lib/libnccl.so.2"},
+                          {"RANKLENS_RANK", "3"},
+                          {"RANKLENS_WORLD_SIZE", "4"},
+                          {"NCCL_DEBUG", "INFO"},
+                          {"RANKLENSX", "1"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+}
+
+TEST(ConfigWarnings, ExplicitNameListIsWhatIsScanned) {
+  // The names list, not the lookup function, decides what is checked for typos.
+  FakeEnv env({{"RANKLENS_FIL", "zero"}});
+  std::vector<std::string> names = {"RANKLENS_DEVCE", "PATH"};
+  LoadResult r = loadFromYaml("", "<string>", env.getenv(), &names);
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0], "RANKLENS_DEVCE is not a RankLens variable and is ignored; did you mean RANKLENS_DEVICE?");
+}
+
+TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
+  LoadResult r = fromYaml("ranks_per_node: 2\n", {{"RANKLENS_FILL", "poison"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  std::vector<KeyInfo> rows = describe(r.settings);
+  ASSERT_EQ(rows.size(), kAllKeys.size());
+  const std::vector<std::string> envs = {"RANKLENS_MODE",      "RANKLENS_FIDELITY",     "RANKLENS_FILL",
+                                         "RANKLENS_DEVICE",    "RANKLENS_TRACE_DIR",    "RANKLENS_NCCL_VERSION",
+                                         "RANKLENS_RANKS_PER_NODE", "RANKLENS_GROUPS"};
+  const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]"};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].key, kAllKeys[i]);
+    EXPECT_EQ(rows[i].env, envs[i]);
+    EXPECT_EQ(rows[i].default_value, defaults[i]) << rows[i].key;
+    EXPECT_FALSE(rows[i].help.empty()) << rows[i].key;
+  }
+  EXPECT_EQ(rows[2].value, "poison");
+  EXPECT_EQ(rows[2].set_by, "env RANKLENS_FILL");
+  EXPECT_EQ(rows[6].value, "2");
+  EXPECT_EQ(rows[6].set_by, "cfg.yaml:1:17");
+  EXPECT_EQ(rows[0].value, "replay");
+  EXPECT_EQ(rows[0].set_by, "default");
+  EXPECT_EQ(rows[7].value, "[]");
+  EXPECT_EQ(rows[7].set_by, "default");
+}
+
+TEST(ConfigDescribe, MissingSetByMeansDefault) {
+  Settings s;
+  s.fill = Fill::kZero;
+  std::vector<KeyInfo> rows = describe(s);
+  ASSERT_EQ(rows.size(), kAllKeys.size());
+  EXPECT_EQ(rows[2].value, "zero");
+  EXPECT_EQ(rows[2].set_by, "default");
+}
+
+TEST(ConfigToString, LowercaseNames) {
+  EXPECT_STREQ(toString(Mode::kReplay), "replay");
+  EXPECT_STREQ(toString(Mode::kRecord), "record");
+  EXPECT_STREQ(toString(Fidelity::kStructure), "structure");
+  EXPECT_STREQ(toString(Fidelity::kTiming), "timing");
+  EXPECT_STREQ(toString(Fidelity::kValue), "value");
+  EXPECT_STREQ(toString(Fill::kClone), "clone");
+  EXPECT_STREQ(toString(Fill::kKeep), "keep");
+  EXPECT_STREQ(toString(Fill::kZero), "zero");
+  EXPECT_STREQ(toString(Fill::kPoison), "poison");
+  EXPECT_STREQ(toString(DeviceKind::kAuto), "auto");
+  EXPECT_STREQ(toString(DeviceKind::kCuda), "cuda");
+  EXPECT_STREQ(toString(DeviceKind::kHost), "host");
+}
+
+}  // namespace
+}  // namespace config
+}  // namespace ranklens

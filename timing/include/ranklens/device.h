@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// The stream side of RankLens: every effect a replayed call has on the GPU (copy a payload, fill a receive buffer,
+// hold the stream for a duration) goes through this small interface. The CUDA implementation enqueues the effect on
+// the call's stream and never blocks the caller; the host implementation applies it to host memory at once, so tests
+// and machines without a GPU exercise the whole API.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ranklens {
+namespace device {
+
+// Why the last call on this thread failed (empty after a success).
+const std::string& lastError();
+
+class StreamDevice {
+ public:
+  virtual ~StreamDevice() = default;
+  virtual const char* name() const = 0;  // "cuda" or "host"
+
+  // All return 0 on success, else a cudaError_t-like nonzero code with lastError() set.
+  virtual int copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) = 0;
+  // Writes `count` elements of `elemSize` bytes (1, 2, 4 or 8), each equal to the low bytes of `pattern`.
+  virtual int fill(void* dst, size_t count, size_t elemSize, uint64_t pattern, cudaStream_t stream) = 0;
+  // Keeps `stream` busy for `nanoseconds` from the moment the hold starts executing; `label` names it in profilers.
+  virtual int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream) = 0;
+  virtual int alloc(void** ptr, size_t bytes) = 0;
+  virtual int free(void* ptr) = 0;
+  virtual int currentDevice(int* device) = 0;
+};
+
+struct HostStats {
+  uint64_t copies = 0, fills = 0, holds = 0, bytesCopied = 0, bytesFilled = 0, heldNanoseconds = 0;
+};
+
+// Host memory, effects applied synchronously in call order (a host "stream" is the calling thread); holds are
+// accounted, not slept, because the calling thread must never be blocked.
+std::unique_ptr<StreamDevice> makeHostDevice();
+HostStats hostStats(const StreamDevice& hostDevice);
+
+// nullptr (and `why` set) when no usable CUDA device is present.
+std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why);
+
+}  // namespace device
+}  // namespace ranklens

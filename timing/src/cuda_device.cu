@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA implementation of the stream-side effects. Everything is enqueued on the caller's stream (capturable into
+// CUDA graphs); nothing synchronises the calling thread.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "ranklens/device.h"
+
+// Hold kernels, one per operation so that profilers (torch.profiler, Nsight) show which call a hold stands for.
+// One thread waits on the GPU's global nanosecond timer: a 1-CTA kernel lets concurrent streams overlap, unlike
+// host callbacks, which the driver serialises on one thread (measured on H200, see DESIGN.md).
+__device__ __forceinline__ unsigned long long ranklensGlobalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void ranklensHoldFor(unsigned long long ns) {
+  if (threadIdx.x != 0) return;
+  unsigned long long start = ranklensGlobalTimer();
+  while (ranklensGlobalTimer() - start < ns) __nanosleep(500);
+}
+
+#define RANKLENS_HOLD_KERNELS(X) \
+  X(AllReduce) X(Broadcast) X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) \
+  X(Recv) X(Group) X(Hold)
+#define RANKLENS_DEFINE_HOLD(name) \
+  extern "C" __global__ void ranklens_##name(unsigned long long ns) { ranklensHoldFor(ns); }
+RANKLENS_HOLD_KERNELS(RANKLENS_DEFINE_HOLD)
+
+template <typename T>
+__global__ void ranklensFill(T* dst, size_t count, T value) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = value;
+}
+
+namespace ranklens {
+namespace device {
+namespace {
+
+void setError(const std::string& text) { const_cast<std::string&>(lastError()) = text; }
+
+int check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return 0;
+  setError(std::string("cuda device: ") + what + ": " + cudaGetErrorString(err));
+  return static_cast<int>(err);
+}
+
+using HoldKernel = void (*)(unsigned long long);
+
+struct NamedHold {
+  const char* name;
+  HoldKernel kernel;
+};
+#define RANKLENS_HOLD_ENTRY(name) {#name, ranklens_##name},
+constexpr NamedHold kHolds[] = {RANKLENS_HOLD_KERNELS(RANKLENS_HOLD_ENTRY)};
+
+HoldKernel holdKernelFor(const char* label) {
+  if (label != nullptr)
+    for (const auto& h : kHolds)
+      if (std::string(h.name) == label) return h.kernel;
+  return ranklens_Hold;
+}
+
+template <typename T>
+int launchFill(void* dst, size_t count, uint64_t pattern, cudaStream_t stream) {
+  const int threads = 256;
+  size_t blocks = (count + threads - 1) / threads;
+  if (blocks > 1024) blocks = 1024;
+  ranklensFill<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<T*>(dst), count,
+                                                                          static_cast<T>(pattern));
+  return check(cudaGetLastError(), "fill kernel launch");
+}
+
+class CudaDevice final : public StreamDevice {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  int copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) override {
+    if (bytes == 0 || dst == src) return 0;
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+  }
+
+  int fill(void* dst, size_t count, size_t elemSize, uint64_t pattern, cudaStream_t stream) override {
+    if (count == 0) return 0;
+    switch (elemSize) {
+      case 1: return check(cudaMemsetAsync(dst, static_cast<int>(pattern & 0xff), count, stream), "cudaMemsetAsync");
+      case 2: return launchFill<uint16_t>(dst, count, pattern, stream);
+      case 4: return launchFill<uint32_t>(dst, count, pattern, stream);
+      case 8: return launchFill<unsigned long long>(dst, count, pattern, stream);
+      default: setError("cuda device: fill: bad element size"); return 1;
+    }
+  }
+
+  int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream) override {
+    if (nanoseconds == 0) return 0;
+    holdKernelFor(label)<<<1, 32, 0, stream>>>(nanoseconds);
+    return check(cudaGetLastError(), "hold kernel launch");
+  }
+
+  int alloc(void** ptr, size_t bytes) override { return check(cudaMalloc(ptr, bytes), "cudaMalloc"); }
+  int free(void* ptr) override { return check(cudaFree(ptr), "cudaFree"); }
+  int currentDevice(int* device) override { return check(cudaGetDevice(device), "cudaGetDevice"); }
+};
+
+}  // namespace
+
+std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    if (why) *why = err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device visible";
+    cudaGetLastError();  // clear the sticky-free error so the application's own CUDA calls are not confused
+    return nullptr;
+  }
+  return std::make_unique<CudaDevice>();
+}
+
+}  // namespace device
+}  // namespace ranklens

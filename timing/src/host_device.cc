@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "ranklens/device.h"
+
+namespace ranklens {
+namespace device {
+
+const std::string& lastError() {
+  static thread_local std::string text;
+  return text;
+}
+
+namespace {
+
+void setError(const std::string& text) { const_cast<std::string&>(lastError()) = text; }
+
+class HostDevice final : public StreamDevice {
+ public:
+  const char* name() const override { return "host"; }
+
+  int copy(void* dst, const void* src, size_t bytes, cudaStream_t) override {
+    if (bytes == 0) return 0;
+    if (dst == nullptr || src == nullptr) return fail("copy: null pointer");
+    memmove(dst, src, bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.copies++;
+    stats_.bytesCopied += bytes;
+    return 0;
+  }
+
+  int fill(void* dst, size_t count, size_t elemSize, uint64_t pattern, cudaStream_t) override {
+    if (count == 0) return 0;
+    if (dst == nullptr) return fail("fill: null pointer");
+    if (elemSize != 1 && elemSize != 2 && elemSize != 4 && elemSize != 8) return fail("fill: bad element size");
+    auto* out = static_cast<unsigned char*>(dst);
+    if (elemSize == 1) {
+      memset(out, static_cast<int>(pattern & 0xff), count);
+    } else {
+      for (size_t i = 0; i < count; ++i) memcpy(out + i * elemSize, &pattern, elemSize);  // little-endian low bytes
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.fills++;
+    stats_.bytesFilled += count * elemSize;
+    return 0;
+  }
+
+  int hold(uint64_t nanoseconds, const char*, cudaStream_t) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.holds++;
+    stats_.heldNanoseconds += nanoseconds;
+    return 0;
+  }
+
+  int alloc(void** ptr, size_t bytes) override {
+    // 4 KiB alignment, as cuMem allocations are at least page aligned (window registration checks this).
+    *ptr = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    return *ptr ? 0 : fail("alloc: out of host memory");
+  }
+
+  int free(void* ptr) override {
+    ::free(ptr);
+    return 0;
+  }
+
+  int currentDevice(int* device) override {
+    *device = 0;
+    return 0;
+  }
+
+  HostStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  int fail(const char* what) {
+    setError(std::string("host device: ") + what);
+    return 1;
+  }
+  mutable std::mutex mu_;
+  HostStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<StreamDevice> makeHostDevice() { return std::make_unique<HostDevice>(); }
+
+HostStats hostStats(const StreamDevice& hostDevice) {
+  const auto* host = dynamic_cast<const HostDevice*>(&hostDevice);
+  return host ? host->stats() : HostStats{};
+}
+
+}  // namespace device
+}  // namespace ranklens
