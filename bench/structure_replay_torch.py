@@ -73,8 +73,8 @@ print("PROBE " + json.dumps(out))
 
 IMPORT_CHECK = (
     "import sys; sys.path.insert(0, sys.argv[2]); import _survivor_boot as boot; import torch; "
-    "r = boot.preload_report(sys.argv[1]); r['cuda_available'] = torch.cuda.is_available(); "
-    "boot.print_report(r); sys.exit(0 if r['ok'] else 3)"
+    'r = boot.preload_report(sys.argv[1]); r["cuda_available"] = torch.cuda.is_available(); '
+    'boot.print_report(r); sys.exit(0 if r["ok"] else 3)'
 )
 
 RESULT_RE = re.compile(r"(?:^|\s)RESULT (\{.*\})\s*$")
@@ -103,7 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-args", default="",
                    help="extra arguments for train_gpt.py in every case, one shell-quoted string "
                         "(e.g. \"--layers 2 --d-model 256\")")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per case before it is killed (default: %(default)s)")
+    p.add_argument("--timeout", type=int, default=240,
+                   help="seconds per case before its process group is killed; keep the sum under any outer "
+                        "limit, the JSON is rewritten after every case (default: %(default)s)")
     args = p.parse_args(argv)
     if args.steps <= 0:
         p.error(f"--steps must be positive, got {args.steps}")
@@ -293,7 +295,7 @@ def judge_import(case: dict) -> None:
 def clean_env_for_real(base: dict[str, str], lib: str) -> tuple[dict[str, str], list[str], dict[str, str]]:
     """The environment for real NCCL: no RankLens library in LD_PRELOAD, no RANKLENS_*/survivor variables."""
     env = dict(base)
-    removed = [k for k in env if k.startswith("RANKLENS_")]
+    removed = [k for k in env if k.startswith(("RANKLENS_", "SURVIVOR_BOOT_"))]
     removed += [k for k in ("TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_BCAST_UNIQUEID", "RANK", "WORLD_SIZE",
                             "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k in env]
     changes: dict[str, str] = {}
@@ -420,6 +422,18 @@ def main(argv: list[str] | None = None) -> int:
     train_common = ["--steps", str(args.steps), "--log-all-ranks", *args.train_extra]
     cases: list[dict] = report["cases"]
     by_name: dict[str, dict] = {}
+    path = os.path.join(out, "structure_replay_torch.json")
+
+    def write_report(complete: bool) -> None:
+        judged = [c for c in cases if not c.get("skipped")]
+        report["all_pass"] = bool(judged) and all(c.get("pass") for c in judged)
+        report["complete"] = complete
+        report["finished"] = utc_now() if complete else None
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(sanitize(report), f, indent=2, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
 
     if "import_preload" in args.case_list:
         old = base_env.get("LD_PRELOAD", "").strip()
@@ -430,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         judge_import(c)
         cases.append(c)
         by_name[c["name"]] = c
+        write_report(False)
 
     want_real = args.real
     n_gpus = probe.get("device_count", 0)
@@ -446,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         judge_training(c, args.steps, [rank], need_check=True)
         cases.append(c)
         by_name[name] = c
+        write_report(False)
 
     if want_real:
         if n_gpus < 2:
@@ -460,18 +476,13 @@ def main(argv: list[str] | None = None) -> int:
                 judge_training(c, args.steps, [0, 1], need_check=False)
                 cases.append(c)
                 by_name[name] = c
+                write_report(False)
             report["comparison"] = [x for x in (
                 compare(by_name.get("ddp_r1_of_2"), by_name.get("real_ddp_2gpu"), 1, "ddp"),
                 compare(by_name.get("fsdp2_r1_of_2"), by_name.get("real_fsdp2_2gpu"), 1, "fsdp2"),
             ) if x]
 
-    judged = [c for c in cases if not c.get("skipped")]
-    report["all_pass"] = bool(judged) and all(c.get("pass") for c in judged)
-    report["finished"] = utc_now()
-    path = os.path.join(out, "structure_replay_torch.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(sanitize(report), f, indent=2, allow_nan=False)
-        f.write("\n")
+    write_report(True)
 
     print()
     print(f"structure replay under torch {report['torch_version']} on {report['device']} "

@@ -5,7 +5,7 @@ Started by survivor.py as `python3 scripts/_survivor_boot.py script.py args...` 
 `... -m module args...`) in the environment survivor.py prepared. It
 
 1. imports torch (libtorch_cuda then binds to the preloaded RankLens libnccl.so.2);
-2. with RANKLENS_SURVIVOR_CHECK_PRELOAD=1, checks /proc/self/maps and the symbol binding
+2. with SURVIVOR_BOOT_CHECK_PRELOAD=1, checks /proc/self/maps and the symbol binding
    (`preload_report`), prints the result (a human summary and one `PRELOAD_CHECK {json}` line)
    and exits 3 if the RankLens library is not the one torch uses; with no script it stops there;
 3. starts an in-process TCPStore(127.0.0.1, MASTER_PORT, world_size=WORLD_SIZE, is_master=True,
@@ -200,8 +200,8 @@ def start_store():
 def main() -> None:
     global _STORE
     argv = sys.argv[1:]
-    check = os.environ.get("RANKLENS_SURVIVOR_CHECK_PRELOAD") == "1"
-    lib = os.environ.get("RANKLENS_SURVIVOR_LIB")
+    check = os.environ.get("SURVIVOR_BOOT_CHECK_PRELOAD") == "1"
+    lib = os.environ.get("SURVIVOR_BOOT_LIB")
     if not argv and not check:
         _fail("usage: _survivor_boot.py script.py [args...]; start it through scripts/survivor.py")
 
@@ -209,7 +209,7 @@ def main() -> None:
 
     if check:
         if not lib:
-            _fail("RANKLENS_SURVIVOR_CHECK_PRELOAD=1 needs RANKLENS_SURVIVOR_LIB; start through scripts/survivor.py")
+            _fail("SURVIVOR_BOOT_CHECK_PRELOAD=1 needs SURVIVOR_BOOT_LIB; start through scripts/survivor.py")
         report = preload_report(lib)
         print_report(report)
         if not report["ok"]:

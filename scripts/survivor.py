@@ -163,9 +163,9 @@ def build_env(base: dict[str, str], lib: str, rank: int, world_size: int, port: 
         "TORCHELASTIC_RESTART_COUNT": "0",
         "RANKLENS_MODE": "replay",
         "RANKLENS_FIDELITY": "structure",
-        # For scripts/_survivor_boot.py (not read by the library).
-        "RANKLENS_SURVIVOR_LIB": lib,
-        "RANKLENS_SURVIVOR_CHECK_PRELOAD": "1" if check_preload else "0",
+        # For scripts/_survivor_boot.py only; outside RANKLENS_* so the library does not flag them as typos.
+        "SURVIVOR_BOOT_LIB": lib,
+        "SURVIVOR_BOOT_CHECK_PRELOAD": "1" if check_preload else "0",
     }
     if world_size > 128:
         changes["TORCH_NCCL_RANKS_PER_ROOT"] = str(world_size)

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+// nccl_minitrain: one rank of a small data + tensor parallel training loop, written against plain NCCL.
+//
+// It is the default workload that RankLens replays (README, first command), and an ordinary NCCL program: it links
+// the CUDA toolkit's real libnccl.so.2 and knows nothing about RankLens, which replaces that library at run time
+// (LD_LIBRARY_PATH=<ranklens>/lib). Every step does what a TP x DP trainer asks of NCCL:
+//   - AllGather of the parameter shards on the TP communicator (bf16),
+//   - ReduceScatter of activations on the TP communicator (fp32, sum),
+//   - three gradient AllReduce buckets of different sizes on the DP communicator (fp32, sum, in place),
+//   - Broadcast of an int32 "found_inf" flag on the world communicator from root 0 (in place),
+//   - a pipeline-style exchange on the world communicator: ncclGroupStart; ncclSend to (rank+1)%N;
+//     ncclRecv from (rank-1+N)%N; ncclGroupEnd.
+// Buffers come from ncclMemAlloc and are never read or written from the host, so the program also runs on a machine
+// without a GPU under RankLens's host device (RANKLENS_DEVICE=host); it then passes a NULL stream.
+//
+// Usage:  RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K]
+//   RANK, WORLD_SIZE  this process's rank and the world size (defaults 0 and 1)
+//   --steps N         training steps (default 3)
+//   --tp K            tensor-parallel size; must divide WORLD_SIZE (default 2, or 1 when WORLD_SIZE is odd)
+//   LOCAL_RANK        with GPUs, the device is LOCAL_RANK % (device count) (default 0)
+//
+// Communicators (world rank w, tensor-parallel size K, D = WORLD_SIZE / K data-parallel replicas):
+//   world  ncclCommInitRank over all ranks
+//   tp     ncclCommSplit(world, color = w / K,      key = w): ranks d*K .. d*K+K-1     (tp index = w % K)
+//   dp     ncclCommSplit(world, color = D + w % K,  key = w): ranks t, t+K, ..., t+(D-1)K (dp index = w / K)
+// The DP colors are offset by D so that no TP color equals a DP color: a RankLens `groups:` entry is selected by
+// color (and membership), so two splits of one parent must not share a color.
+//
+// Under RankLens (replay, structure fidelity) a lone rank cannot learn its peers' colors, so the config's `groups`
+// table must describe both splits. Without it ncclCommSplit returns ncclInvalidUsage; the program then prints NCCL's
+// last error and the RANKLENS_GROUPS entries this rank needs, and exits with status 2.
+//
+// Exit status: 0 success; 1 a NCCL or CUDA call failed; 2 ncclCommSplit returned ncclInvalidUsage (RankLens without
+// a groups table); 64 bad command line or environment.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+constexpr int kExitUsage = 64;  // EX_USAGE
+
+#define NCCL_CHECK(call)                                                                                        \
+  do {                                                                                                          \
+    ncclResult_t res_ = (call);                                                                                 \
+    if (res_ != ncclSuccess) {                                                                                  \
+      fprintf(stderr, "minitrain: %s:%d: %s failed: %s (%d)\n  ncclGetLastError: %s\n", __FILE__, __LINE__, #call, \
+              ncclGetErrorString(res_), static_cast<int>(res_), ncclGetLastError(nullptr));                     \
+      exit(1);                                                                                                  \
+    }                                                                                                           \
+  } while (0)
+
+#define CUDA_CHECK(call)                                                                                  \
+  do {                                                                                                    \
+    cudaError_t err_ = (call);                                                                            \
+    if (err_ != cudaSuccess) {                                                                            \
+      fprintf(stderr, "minitrain: %s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call,               \
+              cudaGetErrorString(err_), static_cast<int>(err_));                                          \
+      exit(1);                                                                                            \
+    }                                                                                                     \
+  } while (0)
+
+// Element counts (per rank). Small enough for RankLens's host device, large enough to look like real buckets.
+constexpr size_t kParamShard = size_t{1} << 18;  // bf16 parameters per TP rank (512 KiB)
+constexpr size_t kActShard = size_t{1} << 16;    // fp32 activations per TP rank after ReduceScatter (256 KiB)
+constexpr size_t kBuckets[3] = {size_t{1} << 20, size_t{3} << 17, size_t{1} << 16};  // fp32 gradient buckets
+constexpr size_t kPipe = size_t{1} << 15;        // fp32 elements sent to the next pipeline rank (128 KiB)
+
+[[noreturn]] void usageError(const std::string& message) {
+  fprintf(stderr,
+          "minitrain: %s\n"
+          "usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K]\n"
+          "  RANK in 0..WORLD_SIZE-1 (default 0), WORLD_SIZE >= 1 (default 1), N >= 0 (default 3),\n"
+          "  K >= 1 dividing WORLD_SIZE (default 2, or 1 when WORLD_SIZE is odd)\n",
+          message.c_str());
+  exit(kExitUsage);
+}
+
+// A whole decimal integer in [lo, hi]; `what` names the source in the error ("RANK=x", "--steps x").
+int parseInt(const char* text, int lo, int hi, const std::string& what) {
+  if (text == nullptr || *text == '\0') usageError(what + ": expected an integer");
+  char* end = nullptr;
+  errno = 0;
+  long value = strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || end == text || text[0] == ' ' || text[0] == '+' || value < lo || value > hi)
+    usageError(what + ": expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+  return static_cast<int>(value);
+}
+
+int envInt(const char* name, int fallback, int lo, int hi) {
+  const char* text = getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  return parseInt(text, lo, hi, std::string(name) + "=" + text);
+}
+
+std::string rankList(int first, int stride, int count) {
+  std::string text = "[";
+  for (int i = 0; i < count; ++i) text += (i ? ", " : "") + std::to_string(first + i * stride);
+  return text + "]";
+}
+
+// ncclCommSplit, with the one failure this program explains instead of just reporting: RankLens without a groups
+// table for this split.
+ncclComm_t split(ncclComm_t parent, int color, int key, const char* label, const std::string& groupsHint) {
+  ncclComm_t child = nullptr;
+  ncclResult_t res = ncclCommSplit(parent, color, key, &child, nullptr);
+  if (res == ncclInvalidUsage) {
+    fprintf(stderr,
+            "minitrain: ncclCommSplit(world, color %d, key %d) for the %s communicator returned ncclInvalidUsage: %s\n"
+            "  %s\n"
+            "minitrain: under RankLens a replayed rank cannot see its peers' colors; describe the splits in the\n"
+            "  config's `groups:` table (docs/config.md). This rank needs, at least:\n"
+            "  RANKLENS_GROUPS='%s'\n",
+            color, key, label, ncclGetErrorString(res), ncclGetLastError(nullptr), groupsHint.c_str());
+    exit(2);
+  }
+  NCCL_CHECK(res);
+  if (child == nullptr) {
+    fprintf(stderr, "minitrain: ncclCommSplit for the %s communicator returned no communicator\n", label);
+    exit(1);
+  }
+  return child;
+}
+
+// The sizes this program expects; a mismatch means the communicator layout (e.g. a RankLens groups table) is wrong.
+void expectShape(ncclComm_t comm, const char* label, int size, int rank) {
+  int gotSize = -1, gotRank = -1;
+  NCCL_CHECK(ncclCommCount(comm, &gotSize));
+  NCCL_CHECK(ncclCommUserRank(comm, &gotRank));
+  if (gotSize != size || gotRank != rank) {
+    fprintf(stderr, "minitrain: the %s communicator is rank %d of %d, expected rank %d of %d (check the groups table)\n",
+            label, gotRank, gotSize, rank, size);
+    exit(1);
+  }
+}
+
+void* alloc(size_t bytes) {
+  void* ptr = nullptr;
+  NCCL_CHECK(ncclMemAlloc(&ptr, bytes));
+  return ptr;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int worldSize = envInt("WORLD_SIZE", 1, 1, INT_MAX);
+  const int rank = envInt("RANK", 0, 0, worldSize - 1);
+  int steps = 3;
+  int tp = worldSize % 2 == 0 ? 2 : 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      printf("usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K]\n");
+      return 0;
+    }
+    if ((arg == "--steps" || arg == "--tp") && i + 1 >= argc) usageError(arg + ": missing value");
+    if (arg == "--steps") {
+      steps = parseInt(argv[++i], 0, INT_MAX, "--steps " + std::string(argv[i]));
+    } else if (arg == "--tp") {
+      tp = parseInt(argv[++i], 1, INT_MAX, "--tp " + std::string(argv[i]));
+    } else {
+      usageError("unknown argument '" + arg + "'");
+    }
+  }
+  if (worldSize % tp != 0)
+    usageError("--tp " + std::to_string(tp) + " does not divide WORLD_SIZE=" + std::to_string(worldSize));
+  const int dpSize = worldSize / tp;
+  const int tpIndex = rank % tp, dpIndex = rank / tp;
+  const int tpColor = dpIndex, dpColor = dpSize + tpIndex;
+
+  // A GPU when there is one; otherwise a NULL stream (RankLens's host device needs no GPU).
+  int deviceCount = 0;
+  if (cudaGetDeviceCount(&deviceCount) != cudaSuccess) {
+    deviceCount = 0;
+    (void)cudaGetLastError();  // clear the sticky "no device" error
+  }
+  cudaStream_t stream = nullptr;
+  int device = -1;
+  if (deviceCount > 0) {
+    device = envInt("LOCAL_RANK", 0, 0, INT_MAX) % deviceCount;
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+
+  // World communicator. In a real multi-process job rank 0 calls ncclGetUniqueId and broadcasts the id to every rank
+  // (MPI, a TCP store, a shared file) before ncclCommInitRank. A virtual RankLens communicator has no bootstrap, so
+  // each rank may create its own id; that keeps this example free of any launcher dependency.
+  ncclUniqueId id;
+  NCCL_CHECK(ncclGetUniqueId(&id));
+  ncclComm_t world = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&world, worldSize, id, rank));
+  expectShape(world, "world", worldSize, rank);
+
+  const std::string tpEntry = "{members: " + rankList(dpIndex * tp, 1, tp) + ", color: " + std::to_string(tpColor) +
+                              ", name: tp" + std::to_string(dpIndex) + "}";
+  const std::string dpEntry = "{members: " + rankList(tpIndex, tp, dpSize) + ", color: " + std::to_string(dpColor) +
+                              ", name: dp" + std::to_string(tpIndex) + "}";
+  const std::string groupsHint = "[" + tpEntry + ", " + dpEntry + "]";
+  ncclComm_t tpComm = split(world, tpColor, rank, "tensor-parallel", groupsHint);
+  ncclComm_t dpComm = split(world, dpColor, rank, "data-parallel", groupsHint);
+  expectShape(tpComm, "tensor-parallel", tp, tpIndex);
+  expectShape(dpComm, "data-parallel", dpSize, dpIndex);
+  printf("minitrain: rank %d of %d: tp %d (rank %d, color %d), dp %d (rank %d, color %d), %s\n", rank, worldSize, tp,
+         tpIndex, tpColor, dpSize, dpIndex, dpColor,
+         device >= 0 ? ("cuda device " + std::to_string(device)).c_str() : "no GPU (NULL stream)");
+  fflush(stdout);
+
+  // Buffers (contents are never touched from the host).
+  auto* paramShard = alloc(kParamShard * 2);       // bf16
+  auto* paramFull = alloc(kParamShard * 2 * tp);   // bf16, tp shards
+  auto* actFull = alloc(kActShard * 4 * tp);       // fp32, tp shards
+  auto* actShard = alloc(kActShard * 4);           // fp32
+  void* buckets[3];
+  for (int b = 0; b < 3; ++b) buckets[b] = alloc(kBuckets[b] * 4);
+  auto* foundInf = alloc(sizeof(int32_t));
+  auto* pipeSend = alloc(kPipe * 4);
+  auto* pipeRecv = alloc(kPipe * 4);
+  const int next = (rank + 1) % worldSize, prev = (rank - 1 + worldSize) % worldSize;
+
+  for (int step = 0; step < steps; ++step) {
+    // Forward: gather the full parameters of this TP group, reduce-scatter the activations.
+    NCCL_CHECK(ncclAllGather(paramShard, paramFull, kParamShard, ncclBfloat16, tpComm, stream));
+    NCCL_CHECK(ncclReduceScatter(actFull, actShard, kActShard, ncclFloat32, ncclSum, tpComm, stream));
+    // Backward: gradient buckets, all-reduced across data-parallel replicas (in place, as DDP does).
+    for (int b = 0; b < 3; ++b)
+      NCCL_CHECK(ncclAllReduce(buckets[b], buckets[b], kBuckets[b], ncclFloat32, ncclSum, dpComm, stream));
+    // Optimizer: rank 0's overflow check decides for everyone.
+    NCCL_CHECK(ncclBroadcast(foundInf, foundInf, 1, ncclInt32, 0, world, stream));
+    // Pipeline: hand activations to the next stage, receive from the previous one (fused in one group).
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclSend(pipeSend, kPipe, ncclFloat32, next, world, stream));
+    NCCL_CHECK(ncclRecv(pipeRecv, kPipe, ncclFloat32, prev, world, stream));
+    NCCL_CHECK(ncclGroupEnd());
+    if (stream != nullptr) CUDA_CHECK(cudaStreamSynchronize(stream));
+    printf("minitrain: rank %d step %d/%d done\n", rank, step + 1, steps);
+    fflush(stdout);
+  }
+
+  NCCL_CHECK(ncclCommDestroy(dpComm));
+  NCCL_CHECK(ncclCommDestroy(tpComm));
+  NCCL_CHECK(ncclCommDestroy(world));
+  for (void* ptr : {paramShard, paramFull, actFull, actShard, buckets[0], buckets[1], buckets[2], foundInf, pipeSend,
+                    pipeRecv})
+    NCCL_CHECK(ncclMemFree(ptr));
+  if (stream != nullptr) CUDA_CHECK(cudaStreamDestroy(stream));
+  printf("minitrain: rank %d of %d done, %d steps\n", rank, worldSize, steps);
+  return 0;
+}
