@@ -161,9 +161,11 @@ int main(int argc, char** argv) {
     }
     if ((arg == "--steps" || arg == "--tp") && i + 1 >= argc) usageError(arg + ": missing value");
     if (arg == "--steps") {
-      steps = parseInt(argv[++i], 0, INT_MAX, "--steps " + std::string(argv[i]));
+      const char* value = argv[++i];
+      steps = parseInt(value, 0, INT_MAX, "--steps " + std::string(value));
     } else if (arg == "--tp") {
-      tp = parseInt(argv[++i], 1, INT_MAX, "--tp " + std::string(argv[i]));
+      const char* value = argv[++i];
+      tp = parseInt(value, 1, INT_MAX, "--tp " + std::string(value));
     } else {
       usageError("unknown argument '" + arg + "'");
     }

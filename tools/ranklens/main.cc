@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: Apache-2.0
+// ranklens: run a program as rank r of an N-rank job on this machine, with RankLens's libnccl.so.2 in place of
+// NCCL; summarise the events it wrote; show the effective configuration.
+// Exit codes: the program's own exit code for `replay`; 0 success, 1 runtime failure, 2 bad usage otherwise.
+#include <CLI/CLI.hpp>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <iomanip>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ranklens/config.h"
+#include "summary.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kVersion = "0.1.0";
+
+fs::path selfDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return fs::current_path();
+  buf[n] = '\0';
+  return fs::path(buf).parent_path();
+}
+
+// The library next to this tool: build tree (tools/ beside nccl_fake/) or install tree (bin/ beside lib/).
+std::string findLibrary(const std::string& given) {
+  if (!given.empty()) return fs::absolute(given).string();
+  for (const char* rel : {"../nccl_fake/libnccl.so.2", "../lib/libnccl.so.2"}) {
+    fs::path candidate = selfDir() / rel;
+    if (fs::exists(candidate)) return candidate.lexically_normal().string();
+  }
+  return "";
+}
+
+std::string prepend(const char* var, const std::string& value, char sep) {
+  const char* old = getenv(var);
+  return (old && *old) ? value + sep + old : value;
+}
+
+std::string defaultTraceDir() {
+  const char* tmp = getenv("TMPDIR");
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  return (fs::path(tmp && *tmp ? tmp : "/tmp") /
+          ("ranklens-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "-" +
+           std::to_string(getpid())))
+      .string();
+}
+
+struct ReplayOptions {
+  int rank = -1, worldSize = -1;
+  std::string lib, config, fill, device, groups, traceDir, trace, override = "both";
+  bool noEvents = false, quiet = false;
+  std::vector<std::string> command;
+};
+
+int runReplay(const ReplayOptions& o) {
+  if (!o.trace.empty()) {
+    std::cerr << "error: --trace: replaying a recorded trace is not available in this build yet; run structure "
+                 "replay without --trace (any virtual world: --rank R --world-size N)\n";
+    return 2;
+  }
+  if (o.worldSize < 1 || o.rank < 0 || o.rank >= o.worldSize) {
+    std::cerr << "error: --rank " << o.rank << " --world-size " << o.worldSize
+              << ": need 0 <= rank < world size (e.g. --rank 3 --world-size 8)\n";
+    return 2;
+  }
+  std::string lib = findLibrary(o.lib);
+  if (lib.empty() || !fs::exists(lib)) {
+    std::cerr << "error: cannot find RankLens's libnccl.so.2 next to " << selfDir().string()
+              << " (looked in ../nccl_fake and ../lib); build it or pass --lib PATH\n";
+    return 2;
+  }
+  std::map<std::string, std::string> env = {
+      {"RANKLENS_MODE", "replay"}, {"RANKLENS_FIDELITY", "structure"},
+      {"RANK", std::to_string(o.rank)}, {"WORLD_SIZE", std::to_string(o.worldSize)},
+      // One GPU here: the original local rank does not exist on this machine.
+      {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+      // torch: no unique-id exchange through the store (there are no peers to send it).
+      {"TORCH_NCCL_BCAST_UNIQUEID", "0"},
+  };
+  if (o.worldSize > 128) env["TORCH_NCCL_RANKS_PER_ROOT"] = std::to_string(o.worldSize);
+  if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();
+  if (!o.fill.empty()) env["RANKLENS_FILL"] = o.fill;
+  if (!o.device.empty()) env["RANKLENS_DEVICE"] = o.device;
+  if (!o.groups.empty()) env["RANKLENS_GROUPS"] = o.groups;
+  std::string traceDir = o.noEvents ? "" : (o.traceDir.empty() ? defaultTraceDir() : o.traceDir);
+  if (!traceDir.empty()) env["RANKLENS_TRACE_DIR"] = traceDir;
+  const std::string libDir = fs::path(lib).parent_path().string();
+  if (o.override != "library-path") env["LD_PRELOAD"] = prepend("LD_PRELOAD", lib, ':');
+  if (o.override != "preload") env["LD_LIBRARY_PATH"] = prepend("LD_LIBRARY_PATH", libDir, ':');
+
+  // Check the configuration the child will see before starting it: a typo fails here, with its position.
+  auto lookup = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it != env.end() ? it->second.c_str() : getenv(name);
+  };
+  std::vector<std::string> names;
+  for (char** e = environ; *e; ++e) names.emplace_back(std::string(*e).substr(0, std::string(*e).find('=')));
+  for (const auto& [k, v] : env) names.push_back(k);
+  auto loaded = ranklens::config::loadFromEnvironment(lookup, &names);
+  if (!loaded.ok) {
+    std::cerr << "error: " << loaded.error << "\n";
+    return 2;
+  }
+  for (const auto& w : loaded.warnings) std::cerr << "warning: " << w << "\n";
+
+  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  if (!o.quiet)
+    std::cerr << "ranklens: replaying rank " << o.rank << " of " << o.worldSize << " (structure, fill "
+              << ranklens::config::toString(loaded.settings.fill) << ") with " << lib << "\n"
+              << "ranklens: events -> " << (traceDir.empty() ? "(disabled)" : traceDir) << "\n";
+
+  std::vector<char*> argv;
+  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t child = 0;
+  int rc = posix_spawnp(&child, argv[0], nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) {
+    std::cerr << "error: cannot start " << o.command[0] << ": " << strerror(rc) << "\n";
+    return 127;
+  }
+  // Ctrl-C reaches the child (same process group); we only wait for it.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  int exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (!o.quiet) {
+    std::cerr << "ranklens: " << o.command[0] << " exited with status " << exitCode << "\n";
+    if (!traceDir.empty() && fs::exists(traceDir)) {
+      std::cout << "\nSignature summary (" << traceDir << "):\n";
+      ranklens::tools::printTraceSummary(traceDir, false, std::cout, std::cerr);
+    }
+  }
+  return exitCode;
+}
+
+int runDumpConfig(const std::string& configPath) {
+  if (!configPath.empty()) setenv("RANKLENS_CONFIG", configPath.c_str(), 1);
+  auto loaded = ranklens::config::loadFromEnvironment([](const char* n) { return getenv(n); });
+  if (!loaded.ok) {
+    std::cerr << "error: " << loaded.error << "\n";
+    return 1;
+  }
+  for (const auto& w : loaded.warnings) std::cerr << "warning: " << w << "\n";
+  std::cout << std::left;
+  for (const auto& row : ranklens::config::describe(loaded.settings))
+    std::cout << std::setw(15) << row.key << " = " << std::setw(24) << row.value << "  (" << row.set_by
+              << "; default " << (row.default_value.empty() ? "\"\"" : row.default_value) << "; env " << row.env
+              << ")\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"RankLens: run one rank of a distributed NCCL job alone, with its peers' effects restored at the "
+               "NCCL boundary."};
+  app.set_version_flag("--version", kVersion);
+  app.require_subcommand(1);
+  app.footer(
+      "Examples:\n"
+      "  ranklens replay --rank 3 --world-size 8 -- ./my_nccl_program\n"
+      "  ranklens replay --rank 37 --world-size 64 --fill poison -- python3 train.py\n"
+      "  ranklens trace summary /tmp/ranklens-1700000000-1234\n"
+      "  ranklens dump-config --config ranklens.yaml\n"
+      "Exit codes: replay returns the program's exit code (2: bad usage); other commands 0 ok, 1 failure, 2 usage.\n"
+      "Settings: docs/config.md (RANKLENS_* variables > YAML file > defaults).");
+
+  ReplayOptions replay;
+  auto* rp = app.add_subcommand("replay", "Run a program as rank R of a virtual N-rank world (structure replay)");
+  rp->add_option("-r,--rank", replay.rank, "Global rank to run")->required();
+  rp->add_option("-n,--world-size", replay.worldSize, "World size of the original job")->required();
+  rp->add_option("-c,--config", replay.config, "YAML settings file (RANKLENS_CONFIG)")->check(CLI::ExistingFile);
+  rp->add_option("-f,--fill", replay.fill, "Receive-buffer semantics without a recording")
+      ->check(CLI::IsMember({"clone", "keep", "zero", "poison"}));
+  rp->add_option("-d,--device", replay.device, "Stream device")->check(CLI::IsMember({"auto", "cuda", "host"}));
+  rp->add_option("-g,--groups", replay.groups,
+                 "Split table as YAML flow text, e.g. '[{members: [0,2]}, {members: [1,3]}]' (RANKLENS_GROUPS)");
+  rp->add_option("-t,--trace-dir", replay.traceDir, "Where the event log goes (default: a new $TMPDIR/ranklens-*)");
+  rp->add_flag("--no-events", replay.noEvents, "Do not write an event log");
+  rp->add_option("--trace", replay.trace, "Recorded trace to replay (not available in this build yet)");
+  rp->add_option("--lib", replay.lib, "RankLens libnccl.so.2 to use (default: the one installed beside ranklens)");
+  rp->add_option("--override", replay.override,
+                 "How the program is made to load RankLens: LD_PRELOAD (pip-wheel PyTorch needs it), "
+                 "LD_LIBRARY_PATH (programs linked without RPATH), or both")
+      ->check(CLI::IsMember({"preload", "library-path", "both"}));
+  rp->add_flag("-q,--quiet", replay.quiet, "No launcher messages and no summary");
+  rp->add_option("command", replay.command, "The program and its arguments (after --)")->required();
+
+  auto* trace = app.add_subcommand("trace", "Inspect event logs");
+  trace->require_subcommand(1);
+  std::string summaryDir;
+  bool summaryJson = false;
+  auto* summary = trace->add_subcommand("summary", "Per rank: communicators and call signatures with counts/bytes");
+  summary->add_option("dir", summaryDir, "Trace directory (or one rank<R> directory)")->required();
+  summary->add_flag("--json", summaryJson, "Machine-readable output");
+
+  std::string configPath;
+  auto* dump = app.add_subcommand("dump-config", "Show every setting: value, where it came from, default");
+  dump->add_option("-c,--config", configPath, "YAML settings file (else RANKLENS_CONFIG)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  if (rp->parsed()) return runReplay(replay);
+  if (summary->parsed()) return ranklens::tools::printTraceSummary(summaryDir, summaryJson, std::cout, std::cerr);
+  if (dump->parsed()) return runDumpConfig(configPath);
+  return 2;
+}

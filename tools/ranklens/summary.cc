@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "summary.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <map>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "ranklens/events.h"
+
+namespace ranklens {
+namespace tools {
+namespace {
+
+namespace fs = std::filesystem;
+using events::Call;
+using events::EventLog;
+using events::Op;
+
+const char* datatypeName(int datatype) {
+  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
+                                "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  return datatype >= 0 && datatype < 12 ? names[datatype] : "invalid";
+}
+
+const char* redopName(int redop) {
+  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
+  if (redop < 0) return "-";
+  return redop < 5 ? names[redop] : "premulsum";
+}
+
+std::string bytesText(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(unit == 0 ? 0 : 1) << value << " " << units[unit];
+  return text.str();
+}
+
+// A call signature: what must match between a recording and a replay.
+using Signature = std::tuple<uint64_t, int, int, uint64_t, int, int>;  // comm, op, dtype, count, root/peer, redop
+
+struct SignatureStats {
+  uint64_t calls = 0, bytes = 0;
+};
+
+std::vector<fs::path> rankDirs(const fs::path& root) {
+  std::vector<fs::path> dirs;
+  if (fs::exists(root / "events.msgpack")) return {root};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (entry.is_directory() && fs::exists(entry.path() / "events.msgpack")) dirs.push_back(entry.path());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, SignatureStats>& sigs) {
+  nlohmann::json rank = {{"rank", log.header.rankLabel}, {"host", log.header.host}, {"pid", log.header.pid},
+                         {"mode", log.header.mode}, {"fidelity", log.header.fidelity}, {"fill", log.header.fill},
+                         {"calls", log.calls.size()}, {"groups", log.groups.size()}, {"stages", log.stages.size()}};
+  for (const auto& comm : log.comms)
+    rank["communicators"].push_back({{"id", comm.commId}, {"nranks", comm.nranks}, {"rank", comm.rank},
+                                     {"how", comm.how}, {"name", comm.name}, {"parent", comm.parentId},
+                                     {"color", comm.color}, {"key", comm.key}});
+  for (const auto& [sig, stats] : sigs) {
+    auto [comm, op, dtype, count, root, redop] = sig;
+    rank["signatures"].push_back({{"comm", comm}, {"op", events::opName(static_cast<Op>(op))},
+                                  {"datatype", datatypeName(dtype)}, {"count", count}, {"root_or_peer", root},
+                                  {"redop", redopName(redop)}, {"calls", stats.calls}, {"bytes", stats.bytes}});
+  }
+  return rank;
+}
+
+void summariseText(const EventLog& log, const std::map<Signature, SignatureStats>& sigs, std::ostream& out) {
+  out << "rank " << log.header.rankLabel << " (host " << log.header.host << ", pid " << log.header.pid << ", "
+      << log.header.mode << "/" << log.header.fidelity << ", fill " << log.header.fill << "): " << log.calls.size()
+      << " calls, " << log.comms.size() << " communicators, " << log.groups.size() << " groups, "
+      << log.stages.size() << " stage markers\n";
+  out << "  communicators:\n";
+  for (const auto& comm : log.comms) {
+    uint64_t calls = std::count_if(log.calls.begin(), log.calls.end(), [&](const Call& c) { return c.commId == comm.commId; });
+    out << "    #" << comm.commId << "  rank " << comm.rank << " of " << comm.nranks << "  " << comm.how;
+    if (comm.parentId >= 0) out << " of #" << comm.parentId << " (color " << comm.color << ", key " << comm.key << ")";
+    if (!comm.name.empty()) out << "  \"" << comm.name << "\"";
+    out << "  " << calls << " calls\n";
+  }
+  out << "  signatures (comm, op, datatype, count, root/peer, reduction: calls, bytes received; Send: sent):\n";
+  for (const auto& [sig, stats] : sigs) {
+    auto [comm, op, dtype, count, root, redop] = sig;
+    out << "    #" << std::left << std::setw(3) << comm << " " << std::setw(13) << events::opName(static_cast<Op>(op))
+        << " " << std::setw(9) << datatypeName(dtype) << " count " << std::setw(10) << count;
+    out << (root >= 0 ? " root/peer " + std::to_string(root) : std::string(" ")) << "  " << redopName(redop) << ":  "
+        << stats.calls << " calls, " << bytesText(stats.bytes) << "\n" << std::right;
+  }
+}
+
+}  // namespace
+
+int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out, std::ostream& err) {
+  std::vector<fs::path> dirs = rankDirs(traceDir);
+  if (dirs.empty()) {
+    err << "error: " << traceDir << ": no rank<R>/events.msgpack below it (is this a RankLens trace directory?)\n";
+    return 1;
+  }
+  int status = 0;
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& dir : dirs) {
+    EventLog log;
+    std::string error;
+    if (!events::readEventLog((dir / "events.msgpack").string(), &log, &error)) {
+      err << "warning: " << error << (log.calls.empty() ? "" : " (summarising the complete records before it)")
+          << "\n";
+      status = 1;
+      if (log.comms.empty() && log.calls.empty()) continue;
+    }
+    std::map<Signature, SignatureStats> sigs;
+    for (const auto& call : log.calls) {
+      auto& stats = sigs[{call.commId, call.op, call.datatype, call.count, call.rootOrPeer, call.redop}];
+      stats.calls++;
+      stats.bytes += call.bytes;
+    }
+    if (json) all.push_back(summariseJson(log, sigs));
+    else summariseText(log, sigs, out);
+  }
+  if (json) out << all.dump(2) << "\n";
+  return status;
+}
+
+}  // namespace tools
+}  // namespace ranklens
