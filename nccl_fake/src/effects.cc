@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a call writes into its receive buffer when nothing was recorded (config `fill:`):
 //   clone  - as if every peer held this rank's data ("every peer is a clone of me"), which keeps symmetric
-//            protocols (size exchanges, shape checks, object all-gathers) self-consistent;
-//   keep   - receive buffers untouched;
+//            protocols (size exchanges, shape checks, object all-gathers) self-consistent. A reduction's result is
+//            this rank's data whatever the operator: exact for max/min/avg, 1/N of the real value for sum;
+//   keep   - receive buffers are never touched;
 //   zero   - everything received from peers is zero;
 //   poison - everything received from peers is NaN (floating types) or 0xFF bytes, to expose consumers of
 //            unrestored data.
-// This rank's own contribution is always placed where NCCL would put it. Effects go through the stream device.
+// Under clone/zero/poison this rank's own contribution is placed where NCCL would put it, and a 1-rank communicator
+// (no peers at all) gets NCCL's exact result. Non-root ranks never read a Broadcast/Scatter sendbuff (NCCL ignores
+// it; it may dangle). Effects go through the stream device.
 #include "nccl_fake/enqueue.h"
 #include "nccl_fake/runtime.h"
 
@@ -40,15 +43,16 @@ class Effects {
     const bool amRoot = rank == info_.root;
     auto* recv = static_cast<char*>(info_.recvbuff);
     auto* send = static_cast<const char*>(info_.sendbuff);
+    if (n == 1) return alone(recv, send);
     switch (info_.op) {
       case Op::kAllReduce:
         return fromPeers(recv, send, bytes_);
       case Op::kReduce:
         return amRoot ? fromPeers(recv, send, bytes_) : ncclSuccess;
       case Op::kBroadcast:
-        // Root: the result is its own data. Others: a clone root would send what this rank passed, if anything.
+        // Root: the result is its own data. Others: a clone root holds what this rank's buffer holds.
         if (amRoot) return copy(recv, send, bytes_);
-        return send != nullptr ? fromPeers(recv, send, bytes_) : peerData(recv, bytes_);
+        return fromPeers(recv, recv, bytes_);
       case Op::kAllGather:
         return gatherInto(recv, send, n, rank);
       case Op::kGather:
@@ -74,6 +78,12 @@ class Effects {
   }
 
  private:
+  // No peers: every operation reduces to NCCL's local copy (send -> recv where out of place).
+  ncclResult_t alone(char* recv, const char* send) {
+    if (info_.op == Op::kSend) return ncclSuccess;
+    if (info_.op == Op::kRecv) return peerData(recv, bytes_);  // unreachable: peer 0 is self, NCCL pairs it with a Send
+    return copy(recv, send, bytes_);
+  }
   // A result that depends on peers' data: under clone it equals `own`; else zero/poison.
   ncclResult_t fromPeers(char* dst, const char* own, size_t bytes) {
     if (fill_ == Fill::kClone) return copy(dst, own, bytes);

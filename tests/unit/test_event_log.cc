@@ -221,7 +221,7 @@ TEST_F(EventLogTest, CallsInOrderWithSequencesAndGroups) {
   for (const Call& call : log.calls) {
     const auto op = static_cast<Op>(call.op);
     if (ranklens::events::isP2p(op))
-      EXPECT_EQ(call.seq, p2pNext[{call.commId, call.rootOrPeer, call.op}]++);
+      EXPECT_EQ(call.seq, p2pNext[std::make_tuple(call.commId, call.rootOrPeer, call.op)]++);
     else
       EXPECT_EQ(call.seq, collNext[call.commId]++);
   }
@@ -386,7 +386,8 @@ TEST_F(DamagedEventLogTest, CorruptRecordInTheMiddle) {
   EventLog log;
   EXPECT_TRUE(rejected(writeCopy("corrupt.msgpack", bytes), &log, bad.start, "corrupt record"));
   size_t callsBefore = 0;
-  for (size_t i = 0; i < records_.size() / 2; ++i) callsBefore += records_[i].type == static_cast<int>(RecordType::kCall);
+  for (size_t i = 0; i < records_.size() / 2; ++i)
+    callsBefore += records_[i].type == static_cast<int>(RecordType::kCall);
   EXPECT_EQ(log.calls.size(), callsBefore);
 }
 

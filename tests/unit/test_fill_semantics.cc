@@ -5,8 +5,8 @@
 // the expectations below follow the mode read from the environment:
 //   fromPeers  (a result that depends on peers' data): clone = this rank's own data, keep = untouched, zero = 0,
 //              poison = quiet NaN of the type (0xFF bytes for integers);
-//   peerData   (data only a peer can provide, no clone rule: Recv, non-root Scatter, non-root Broadcast without a
-//              sendbuff): clone = 0, keep = untouched, zero = 0, poison = poison;
+//   peerData   (data only a peer can provide, no clone rule: Recv, non-root Scatter): clone = 0, keep = untouched,
+//              zero = 0, poison = poison;
 //   own        (this rank's own contribution where NCCL puts it): this rank's data, except keep = untouched.
 // Buffers hold element bit patterns (uintN_t of the datatype's width), so NaNs compare exactly.
 #include <gtest/gtest.h>
@@ -276,7 +276,7 @@ TYPED_TEST(FillSemantics, BroadcastAtRootInPlaceUntouched) {
   EXPECT_TRUE(sameBits(buf, before));
 }
 
-// A clone root would send what this rank passed as sendbuff.
+// A clone root holds what this rank's receive buffer holds; the non-root sendbuff is never read (NCCL ignores it).
 TYPED_TEST(FillSemantics, BroadcastAtNonRootOutOfPlace) {
   using Bits = typename TestFixture::Bits;
   const auto send = ramp<Bits>(kCount, 1);
@@ -284,7 +284,7 @@ TYPED_TEST(FillSemantics, BroadcastAtNonRootOutOfPlace) {
   const auto before = recv;
   ASSERT_EQ(ncclBroadcast(send.data(), recv.data(), kCount, TestFixture::type, kOtherRoot, this->comm(), nullptr),
             ncclSuccess);
-  EXPECT_TRUE(sameBits(recv, fromPeers<TypeParam>(send, before)));
+  EXPECT_TRUE(sameBits(recv, fromPeers<TypeParam>(before, before)));
   EXPECT_TRUE(sameBits(send, ramp<Bits>(kCount, 1)));
 }
 
@@ -298,13 +298,13 @@ TYPED_TEST(FillSemantics, BroadcastAtNonRootInPlace) {
   EXPECT_TRUE(sameBits(buf, fromPeers<TypeParam>(before, before)));
 }
 
-// NCCL ignores sendbuff on non-root ranks, so NULL is legal; with nothing to clone the data is peer-only.
+// NCCL ignores sendbuff on non-root ranks, so NULL is legal.
 TYPED_TEST(FillSemantics, BroadcastAtNonRootWithoutSendbuff) {
   auto recv = this->fresh(kCount);
   const auto before = recv;
   ASSERT_EQ(ncclBroadcast(nullptr, recv.data(), kCount, TestFixture::type, kOtherRoot, this->comm(), nullptr),
             ncclSuccess);
-  EXPECT_TRUE(sameBits(recv, peerData<TypeParam>(before)));
+  EXPECT_TRUE(sameBits(recv, fromPeers<TypeParam>(before, before)));
 }
 
 TYPED_TEST(FillSemantics, BcastAtRootUntouched) {
@@ -659,15 +659,9 @@ TYPED_TEST(FillSemantics, OneRankCommDataMovement) {
   EXPECT_EQ(ncclBroadcast(send.data(), recv.data(), kCount, t, 1, c, nullptr), ncclInvalidArgument);
 }
 
-// KNOWN ISSUE (effects.cc, reported): a reduction over a 1-rank communicator depends on no peer's data, so by
-// effects.cc's own rule ("this rank's own contribution is always placed"; fromPeers is for "a result that depends on
-// peers' data") the result is this rank's data exactly. The implementation routes AllReduce/Reduce/ReduceScatter
-// through fromPeers regardless of nRanks, so under zero/poison a 1-rank AllReduce returns 0/NaN. This test states the
-// documented behaviour; it is skipped under zero/poison until effects.cc is fixed (then delete the skip).
+// A reduction over a 1-rank communicator depends on no peer's data: NCCL's exact result in every mode but keep.
 TYPED_TEST(FillSemantics, OneRankCommReductionsReturnOwnData) {
   using Bits = typename TestFixture::Bits;
-  if (fillMode() == Fill::kZero || fillMode() == Fill::kPoison)
-    GTEST_SKIP() << "known issue: effects.cc zero/poison-fills reductions on a 1-rank communicator";
   const ncclDataType_t t = TestFixture::type;
   CommPtr solo = makeComm(1, 0);
   ASSERT_NE(solo, nullptr);

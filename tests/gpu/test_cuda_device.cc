@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA stream device and the library's effects on real GPU memory. Skips itself without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "ranklens/device.h"
+
+namespace {
+
+bool haveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+class CudaDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!haveGpu()) GTEST_SKIP() << "no GPU";
+    std::string why;
+    device_ = ranklens::device::makeCudaDevice(&why);
+    ASSERT_NE(device_, nullptr) << why;
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  std::unique_ptr<ranklens::device::StreamDevice> device_;
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(CudaDevice, FillEveryElementSize) {
+  for (size_t elem : {1, 2, 4, 8}) {
+    const size_t count = 100003;  // not a multiple of the block size
+    void* buf = nullptr;
+    ASSERT_EQ(device_->alloc(&buf, count * elem), 0);
+    const uint64_t pattern = 0x7FF8000000000000ull | 0x7FC0;
+    ASSERT_EQ(device_->fill(buf, count, elem, pattern, stream_), 0) << ranklens::device::lastError();
+    std::vector<unsigned char> host(count * elem);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), buf, host.size(), cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    for (size_t i : {size_t{0}, count / 2, count - 1}) EXPECT_EQ(memcmp(&host[i * elem], &pattern, elem), 0) << elem;
+    device_->free(buf);
+  }
+}
+
+TEST_F(CudaDevice, CopyIsStreamOrdered) {
+  void *a = nullptr, *b = nullptr;
+  const size_t bytes = 1 << 20;
+  ASSERT_EQ(device_->alloc(&a, bytes), 0);
+  ASSERT_EQ(device_->alloc(&b, bytes), 0);
+  ASSERT_EQ(device_->fill(a, bytes / 4, 4, 0x3F800000, stream_), 0);  // 1.0f
+  ASSERT_EQ(device_->copy(b, a, bytes, stream_), 0);
+  std::vector<float> host(bytes / 4);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), b, bytes, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(host.front(), 1.0f);
+  EXPECT_EQ(host.back(), 1.0f);
+  device_->free(a);
+  device_->free(b);
+}
+
+// Behaviour, not a benchmark: a hold keeps the stream busy at least as long as asked, and holds on two streams
+// overlap instead of serialising (the reason holds are kernels, not host callbacks).
+TEST_F(CudaDevice, HoldsLastAndOverlap) {
+  cudaStream_t other;
+  ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);
+  cudaEvent_t start, endA, endB;
+  cudaEventCreate(&start);
+  cudaEventCreate(&endA);
+  cudaEventCreate(&endB);
+  ASSERT_EQ(device_->hold(1000, "AllReduce", stream_), 0);  // warm-up launch
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  const uint64_t holdNs = 5'000'000;
+  cudaEventRecord(start, stream_);
+  cudaStreamWaitEvent(other, start, 0);
+  ASSERT_EQ(device_->hold(holdNs, "AllReduce", stream_), 0);
+  ASSERT_EQ(device_->hold(holdNs, "AllGather", other), 0);
+  cudaEventRecord(endA, stream_);
+  cudaEventRecord(endB, other);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  float msA = 0, msB = 0;
+  cudaEventElapsedTime(&msA, start, endA);
+  cudaEventElapsedTime(&msB, start, endB);
+  EXPECT_GE(msA, 5.0f);
+  EXPECT_GE(msB, 5.0f);
+  EXPECT_LT(std::max(msA, msB), 7.5f) << "two 5 ms holds on two streams should overlap";
+  cudaStreamDestroy(other);
+}
+
+// Through the public API on device memory (CTest sets RANKLENS_DEVICE=cuda, RANKLENS_FILL=clone).
+TEST(CudaEffects, AllGatherClonesIntoEverySlot) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm;
+  ASSERT_EQ(ncclCommInitRank(&comm, 8, id, 5), ncclSuccess);
+  const size_t count = 4096;
+  void *send = nullptr, *recv = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&send, count * 4), ncclSuccess);
+  ASSERT_EQ(ncclMemAlloc(&recv, count * 4 * 8), ncclSuccess);
+  std::vector<float> host(count, 2.5f);
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  cudaMemcpy(send, host.data(), count * 4, cudaMemcpyHostToDevice);
+  cudaMemset(recv, 0, count * 4 * 8);
+  ASSERT_EQ(ncclAllGather(send, recv, count, ncclFloat, comm, stream), ncclSuccess);
+  std::vector<float> out(count * 8);
+  cudaMemcpyAsync(out.data(), recv, out.size() * 4, cudaMemcpyDeviceToHost, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  for (int slot = 0; slot < 8; ++slot) EXPECT_EQ(out[slot * count + 7], 2.5f) << slot;
+  ASSERT_EQ(ncclRecv(recv, count, ncclBfloat16, 2, comm, stream), ncclSuccess);  // clone: Recv zero-fills
+  std::vector<uint16_t> bf(count);
+  cudaMemcpyAsync(bf.data(), recv, count * 2, cudaMemcpyDeviceToHost, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(bf[0], 0);
+  EXPECT_EQ(bf[count - 1], 0);
+  ncclMemFree(send);
+  ncclMemFree(recv);
+  ncclCommDestroy(comm);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
