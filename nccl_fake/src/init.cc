@@ -7,6 +7,8 @@
 #include <atomic>
 #include <climits>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <set>
 
 #include "nccl_fake/enqueue.h"
@@ -99,12 +101,22 @@ int envBlockingDefault() {
   return (env != nullptr && strcmp(env, "0") == 0) ? 0 : 1;
 }
 
+// Every communicator ever created. Destroyed ones stay as tombstones (a few hundred bytes each) so that a late call
+// with a stale handle gets a clear error instead of reading freed memory.
+void keepForever(ncclComm* comm) {
+  static std::mutex mu;
+  static auto* all = new std::vector<std::unique_ptr<ncclComm>>();
+  std::lock_guard<std::mutex> lock(mu);
+  all->emplace_back(comm);
+}
+
 // Creates and announces a virtual communicator; returns ncclInProgress for non-blocking ones (the caller polls
 // ncclCommGetAsyncError, which then reports success: a virtual init completes at once).
 ncclResult_t createComm(ncclComm_t* out, int nranks, int rank, const CommConfig& config, const char* how,
                         const ncclComm* parent, int64_t color, int64_t key, std::vector<int> worldRanks, int cudaDev) {
   Runtime& rt = Runtime::get();
   auto* comm = new ncclComm();
+  keepForever(comm);
   comm->id = rt.nextCommId();
   comm->nRanks = nranks;
   comm->rank = rank;
