@@ -41,15 +41,20 @@ ncclResult_t commCheck(const ncclComm* comm, const char* opName, const char* arg
   return ncclSuccess;
 }
 
-ncclResult_t commUsable(ncclComm* comm, const char* opName) {
-  NCCLCHECK(commCheck(comm, opName, "comm"));
+ncclResult_t commAlive(const ncclComm* comm, const char* opName) {
   // NCCL frees a destroyed communicator; RankLens keeps a tombstone so that use-after-destroy gets a clear error
   // instead of undefined behaviour.
   if (comm->destroyed.load()) {
-    WARN("%s : communicator %p (id %lu) was already destroyed", opName, static_cast<void*>(comm),
+    WARN("%s : communicator %p (id %lu) was already destroyed", opName, static_cast<const void*>(comm),
          static_cast<unsigned long>(comm->id));
     return ncclInvalidArgument;
   }
+  return ncclSuccess;
+}
+
+ncclResult_t commUsable(ncclComm* comm, const char* opName) {
+  NCCLCHECK(commCheck(comm, opName, "comm"));
+  NCCLCHECK(commAlive(comm, opName));
   if (comm->revoked.load()) {
     WARN("%s: communicator was revoked", opName);
     return ncclInvalidUsage;

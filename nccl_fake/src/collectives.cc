@@ -111,7 +111,8 @@ ncclResult_t enqueueCheck(CallInfo info) {
   event.timeNs = monotonicNs();
   Runtime::get().emit(ranklens::events::RecordType::kCall, event);
   INFO(kSubColl, "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] "
-       "stream %p", info.opName, static_cast<unsigned long>(event.seq), info.sendbuff, info.recvbuff, info.count,
+       "stream %p", info.opName, static_cast<unsigned long>(event.seq),
+       info.op == Op::kSend ? nullptr : info.sendbuff, info.op == Op::kSend ? const_cast<void*>(info.sendbuff) : info.recvbuff, info.count,
        static_cast<int>(info.datatype), static_cast<int>(info.redop), info.root, static_cast<void*>(info.comm),
        info.comm->nRanks, static_cast<void*>(info.stream));
 
@@ -119,7 +120,9 @@ ncclResult_t enqueueCheck(CallInfo info) {
     groupAppend(info);
     return ncclSuccess;
   }
-  return applyEffects(info);
+  std::vector<CallInfo> alone{info};  // outside a group a call is its own group
+  NCCLCHECK(pairSelfP2p(&alone));
+  return applyEffects(alone.front());
 }
 
 namespace impl {

@@ -43,8 +43,7 @@ int lsaSize(const ncclComm* comm) {
 }
 
 bool teamCommOk(const ncclComm* comm, const char* op) {
-  if (commCheck(comm, op, "comm") != ncclSuccess) return false;
-  return !comm->destroyed.load();
+  return commCheck(comm, op, "comm") == ncclSuccess && commAlive(comm, op) == ncclSuccess;
 }
 
 }  // namespace
@@ -60,6 +59,7 @@ ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const*
 
 ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const*) {
   NCCLCHECK(commCheck(comm, "ncclDevCommDestroy", "comm"));
+  NCCLCHECK(commAlive(comm, "ncclDevCommDestroy"));
   return ncclSuccess;  // nothing can have been created
 }
 

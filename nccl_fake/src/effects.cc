@@ -70,6 +70,8 @@ class Effects {
         }
         return copy(recv + static_cast<size_t>(rank) * bytes_, send + static_cast<size_t>(rank) * bytes_, bytes_);
       case Op::kRecv:
+        // From self: the paired Send's data, exactly as NCCL copies it. From a peer: peer-only data.
+        if (info_.root == rank) return copy(recv, static_cast<const char*>(info_.selfSendbuff), bytes_);
         return peerData(recv, bytes_);
       case Op::kSend:
         return ncclSuccess;
@@ -81,7 +83,7 @@ class Effects {
   // No peers: every operation reduces to NCCL's local copy (send -> recv where out of place).
   ncclResult_t alone(char* recv, const char* send) {
     if (info_.op == Op::kSend) return ncclSuccess;
-    if (info_.op == Op::kRecv) return peerData(recv, bytes_);  // unreachable: peer 0 is self, NCCL pairs it with a Send
+    if (info_.op == Op::kRecv) return copy(recv, static_cast<const char*>(info_.selfSendbuff), bytes_);
     return copy(recv, send, bytes_);
   }
   // A result that depends on peers' data: under clone it equals `own`; else zero/poison.

@@ -4,6 +4,8 @@
 // is returned) or when the group is only simulated.
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <vector>
 
 #include "nccl_fake/enqueue.h"
@@ -74,6 +76,7 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
       return ncclSuccess;  // simulated: nothing is launched
     }
   }
+  if (ret == ncclSuccess) ret = pairSelfP2p(&g.pending);
   if (ret == ncclSuccess) {
     for (const auto& call : g.pending) {
       ret = applyEffects(call);
@@ -86,6 +89,28 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
 }
 
 }  // namespace
+
+ncclResult_t pairSelfP2p(std::vector<CallInfo>* calls) {
+  std::map<ncclComm*, std::deque<const CallInfo*>> sends;
+  for (const auto& call : *calls)
+    if (call.op == ranklens::events::Op::kSend && call.root == call.comm->rank) sends[call.comm].push_back(&call);
+  for (auto& call : *calls) {
+    if (call.op != ranklens::events::Op::kRecv || call.root != call.comm->rank) continue;
+    auto& queue = sends[call.comm];
+    if (queue.empty()) {
+      WARN("Trying to recv to self without a matching send");
+      return ncclInvalidUsage;
+    }
+    call.selfSendbuff = queue.front()->sendbuff;
+    queue.pop_front();
+  }
+  for (const auto& [comm, queue] : sends)
+    if (!queue.empty()) {
+      WARN("Trying to send to self without a matching recv");
+      return ncclInvalidUsage;
+    }
+  return ncclSuccess;
+}
 
 int groupDepth() { return group().depth; }
 uint64_t currentGroupId() { return group().depth > 0 ? group().id : 0; }

@@ -96,9 +96,12 @@ ncclResult_t parseCommConfig(const ncclConfig_t* user, CommConfig* out) {
   return ncclSuccess;
 }
 
-int envBlockingDefault() {
+// NCCL_COMM_BLOCKING=0|1 overrides ncclConfig_t.blocking, as NCCL's envConfigOverride does.
+void applyBlockingEnv(CommConfig* config) {
   const char* env = getenv("NCCL_COMM_BLOCKING");
-  return (env != nullptr && strcmp(env, "0") == 0) ? 0 : 1;
+  if (env == nullptr) return;
+  if (strcmp(env, "0") == 0) config->blocking = 0;
+  else if (strcmp(env, "1") == 0) config->blocking = 1;
 }
 
 // Every communicator ever created. Destroyed ones stay as tombstones (a few hundred bytes each) so that a late call
@@ -177,12 +180,12 @@ ncclResult_t initRankChecked(ncclComm_t* newcomm, int nranks, int rank, ncclConf
     return ncclInvalidArgument;
   }
   CommConfig parsed;
-  parsed.blocking = envBlockingDefault();
   ncclResult_t ret = parseCommConfig(config, &parsed);
   if (ret != ncclSuccess) {
     *newcomm = nullptr;
     return ret;
   }
+  applyBlockingEnv(&parsed);
   return createComm(newcomm, nranks, rank, parsed, how, nullptr, -1, -1, identity(nranks), currentDevice());
 }
 
@@ -285,6 +288,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   CommConfig parsed;
   parsed.blocking = comm->blocking ? 1 : 0;
   NCCLCHECK(parseCommConfig(config, &parsed));
+  applyBlockingEnv(&parsed);
 
   // A virtual rank cannot see its peers' colors: the child's members come from the group table.
   const int me = comm->worldRanks[comm->rank];
@@ -346,6 +350,7 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
   CommConfig parsed;
   parsed.blocking = comm->blocking ? 1 : 0;
   NCCLCHECK(parseCommConfig(config, &parsed));
+  applyBlockingEnv(&parsed);
   std::vector<int> survivors;
   int childRank = 0;
   for (int r = 0; r < comm->nRanks; ++r) {
@@ -403,6 +408,7 @@ ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   NCCLCHECK(commCheck(comm, "ncclGetAsyncError", "comm"));
   NCCLCHECK(ptrCheck(asyncError, "ncclGetAsyncError", "asyncError"));
+  NCCLCHECK(commAlive(comm, "ncclGetAsyncError"));
   *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
   return ncclSuccess;
 }
@@ -410,6 +416,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
 static ncclResult_t queryCheck(const ncclComm* comm, const void* out, const char* op, const char* arg) {
   NCCLCHECK(commCheck(comm, op, "comm"));
   NCCLCHECK(ptrCheck(out, op, arg));
+  NCCLCHECK(commAlive(comm, op));
   if (comm->asyncError.load() == ncclInProgress) {
     WARN("Attempt to use communicator before the previous operation returned ncclSuccess");
     return ncclInvalidArgument;

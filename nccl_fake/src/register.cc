@@ -108,6 +108,7 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, vo
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   NCCLCHECK(commCheck(comm, "ncclCommRegister", "comm"));  // sic: NCCL names the register call here
   if (handle == nullptr) return ncclSuccess;
+  NCCLCHECK(commAlive(comm, "ncclCommDeregister"));
   std::lock_guard<std::mutex> lock(comm->mu);
   auto it = comm->registrations.find(handle);
   if (it == comm->registrations.end()) {
@@ -165,13 +166,13 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
   if (residence == ncclScalarHostImmediate) NCCLCHECK(ptrCheck(scalar, "ncclRedOpCreatePreMulSum", "scalar"));
   std::lock_guard<std::mutex> lock(comm->mu);
   size_t slot = comm->userOps.size();
-  for (size_t i = 0; i < comm->userOps.size(); ++i)
-    if (comm->userOps[i] == ncclNumTypes) {  // reuse a freed slot, lowest first
-      slot = i;
-      break;
-    }
-  if (slot == comm->userOps.size()) comm->userOps.push_back(datatype);
-  else comm->userOps[slot] = datatype;
+  if (!comm->freeUserOps.empty()) {  // NCCL reuses the most recently freed slot first
+    slot = comm->freeUserOps.back();
+    comm->freeUserOps.pop_back();
+    comm->userOps[slot] = datatype;
+  } else {
+    comm->userOps.push_back(datatype);
+  }
   *op = static_cast<ncclRedOp_t>(userRedOpMangle(comm, ncclNumOps + static_cast<int>(slot)));
   return ncclSuccess;
 }
@@ -190,6 +191,7 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
     return ncclInvalidArgument;
   }
   NCCLCHECK(commCheck(comm, "ncclRedOpDestroy", "comm"));
+  NCCLCHECK(commAlive(comm, "ncclRedOpDestroy"));
   std::lock_guard<std::mutex> lock(comm->mu);
   long slot = static_cast<long>(userRedOpMangle(comm, op)) - ncclNumOps;
   if (slot < 0 || static_cast<size_t>(slot) >= comm->userOps.size() || comm->userOps[slot] == ncclNumTypes) {
@@ -197,6 +199,7 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
     return ncclInvalidArgument;
   }
   comm->userOps[slot] = ncclNumTypes;
+  comm->freeUserOps.push_back(static_cast<size_t>(slot));
   return ncclSuccess;
 }
 

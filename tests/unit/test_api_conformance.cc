@@ -385,7 +385,9 @@ class CollectiveErrors : public ::testing::TestWithParam<Call> {
 };
 
 TEST_P(CollectiveErrors, Valid) {
-  EXPECT_EQ(invoke(GetParam(), send_.data(), recv_.data(), 4, ncclFloat, ncclSum, 1, comm_), ncclSuccess);
+  // Root 1 is this rank; a P2P call to self outside a group has no partner, so P2P uses peer 2 instead.
+  const int mine = (GetParam() == Call::Send || GetParam() == Call::Recv) ? 2 : 1;
+  EXPECT_EQ(invoke(GetParam(), send_.data(), recv_.data(), 4, ncclFloat, ncclSum, mine, comm_), ncclSuccess);
   EXPECT_EQ(invoke(GetParam(), send_.data(), recv_.data(), 4, ncclFloat, ncclSum, 0, comm_), ncclSuccess);
   EXPECT_EQ(invoke(GetParam(), nullptr, nullptr, 0, ncclFloat, ncclSum, 0, comm_), ncclSuccess);
 }
@@ -478,6 +480,23 @@ TEST(Groups, ErrorInsideGroupCancelsGroup) {
   // The thread's group state is clean again.
   EXPECT_EQ(ncclGroupStart(), ncclSuccess);
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+  ncclCommDestroy(comm);
+}
+
+TEST(Groups, SelfSendRecvPairedInGroup) {
+  ncclComm_t comm = makeComm(4, 2);
+  std::vector<float> send(8, 7.0f), recv(8, -1.0f);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclRecv(recv.data(), 8, ncclFloat, 2, comm, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclSend(send.data(), 8, ncclFloat, 2, comm, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  const char* fill = getenv("RANKLENS_FILL");
+  if (fill == nullptr || std::string(fill) != "keep") EXPECT_EQ(recv[7], 7.0f);  // the exact data, as NCCL copies it
+  EXPECT_NCCL_ERROR(ncclSend(send.data(), 8, ncclFloat, 2, comm, nullptr), ncclInvalidUsage,
+                    "Trying to send to self without a matching recv");
+  ncclGroupStart();
+  ncclRecv(recv.data(), 8, ncclFloat, 2, comm, nullptr);
+  EXPECT_NCCL_ERROR(ncclGroupEnd(), ncclInvalidUsage, "Trying to recv to self without a matching send");
   ncclCommDestroy(comm);
 }
 

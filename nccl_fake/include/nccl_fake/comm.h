@@ -38,6 +38,7 @@ struct ncclComm {
   uint64_t collSeq = 0;
   std::map<int, uint64_t> sendSeq, recvSeq;  // per peer
   std::vector<ncclDataType_t> userOps;       // PreMulSum ops: index = op - ncclNumOps; ncclNumTypes = free slot
+  std::vector<size_t> freeUserOps;           // freed slots, most recent last
   std::map<void*, size_t> registrations;     // handle -> size
   uint64_t endMagic = kCommMagic;
 };
@@ -51,6 +52,8 @@ ncclResult_t ptrCheck(const void* ptr, const char* opName, const char* argName);
 ncclResult_t bufferCheck(const void* ptr, const char* opName, const char* argName);
 // User reduction operator handle <-> slot: handle = mangle(comm, ncclNumOps + slot); mangle is an involution.
 int userRedOpMangle(const ncclComm* comm, int op);
+// Not destroyed (the tombstone of a destroyed communicator answers with ncclInvalidArgument).
+ncclResult_t commAlive(const ncclComm* comm, const char* opName);
 // commCheck plus: not destroyed, not revoked, no pending async error.
 ncclResult_t commUsable(ncclComm* comm, const char* opName);
 

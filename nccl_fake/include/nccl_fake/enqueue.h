@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "nccl_fake/comm.h"
 #include "ranklens/events.h"
@@ -21,7 +22,11 @@ struct CallInfo {
   int root;           // root, peer for Send/Recv, -1 when not applicable
   ncclComm* comm;
   cudaStream_t stream;
+  const void* selfSendbuff = nullptr;  // Recv from self: the matching Send's buffer (paired at ncclGroupEnd)
 };
+
+// NCCL pairs a Send to self with a Recv from self in the same group, in call order; an unpaired one fails the group.
+ncclResult_t pairSelfP2p(std::vector<CallInfo>* calls);
 
 size_t datatypeSize(ncclDataType_t datatype);  // 0 for invalid types
 
