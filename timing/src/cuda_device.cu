@@ -76,6 +76,17 @@ int launchFill(void* dst, size_t count, uint64_t pattern, cudaStream_t stream) {
 
 class CudaDevice final : public StreamDevice {
  public:
+  CudaDevice() {
+    // Load every kernel now: with CUDA's lazy module loading, the first launch of a kernel loads it and can
+    // synchronise the device, which would serialise concurrent streams in the middle of a training step.
+    cudaFuncAttributes attributes;
+    for (const auto& h : kHolds) cudaFuncGetAttributes(&attributes, h.kernel);
+    cudaFuncGetAttributes(&attributes, ranklensFill<uint16_t>);
+    cudaFuncGetAttributes(&attributes, ranklensFill<uint32_t>);
+    cudaFuncGetAttributes(&attributes, ranklensFill<unsigned long long>);
+    cudaGetLastError();
+  }
+
   const char* name() const override { return "cuda"; }
 
   int copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) override {
