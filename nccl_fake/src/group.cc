@@ -54,11 +54,7 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
   ncclResult_t ret = g.error;
   if (ret == ncclSuccess && simInfo != nullptr) {
     ncclSimInfo_t local = NCCL_SIM_INFO_INITIALIZER;
-    size_t size = 0;
-    memcpy(&size, simInfo, sizeof(size));
-    size = std::min(size, sizeof(local));
-    local.magic = 0;
-    memcpy(&local, simInfo, size);
+    const size_t size = readVersionedStruct(simInfo, &local);
     if (local.magic != kSimInfoMagic) {
       WARN("ncclSimInfo_t argument not initialized via NCCL_SIM_INFO_INITIALIZER");
       ret = ncclInvalidArgument;

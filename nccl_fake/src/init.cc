@@ -32,11 +32,7 @@ struct CommConfig {
 ncclResult_t parseCommConfig(const ncclConfig_t* user, CommConfig* out) {
   if (user == nullptr) return ncclSuccess;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  size_t size = 0;
-  memcpy(&size, user, sizeof(size));
-  size = std::min(size, sizeof(ncclConfig_t));
-  config.magic = 0;
-  memcpy(&config, user, size);
+  const size_t size = readVersionedStruct(user, &config);
   if (config.magic != kConfigMagic) {
     WARN("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
     return ncclInvalidArgument;

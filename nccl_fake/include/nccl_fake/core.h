@@ -21,7 +21,24 @@
     }                                                                               \
   } while (0)
 
+#include <algorithm>
+#include <cstring>
+
 namespace nccl_fake {
+
+// Reads a caller's versioned struct the way NCCL does (ncclConfig_t, ncclSimInfo_t): `size` first, then at most the
+// bytes both sides know; the rest of `out` keeps its defaults, and its magic is cleared first so that a struct too
+// short to hold one fails the caller's magic check. Callers built against another nccl.h pass other sizes.
+template <typename T>
+size_t readVersionedStruct(const T* user, T* out) {
+  size_t size = 0;
+  memcpy(&size, user, sizeof(size));
+  size = std::min(size, sizeof(T));
+  out->magic = 0;
+  memcpy(out, user, size);
+  return size;
+}
+
 namespace impl {
 // One implementation function per exported symbol; the exported C wrappers (exports.cc) call these.
 #define NCCL_FAKE_API(ret, name, params, args, prof) ret name params;
