@@ -97,7 +97,14 @@ ncclResult_t pairSelfP2p(std::vector<CallInfo>* calls) {
       WARN("Trying to recv to self without a matching send");
       return ncclInvalidUsage;
     }
-    call.selfSendbuff = queue.front()->sendbuff;
+    const CallInfo& send = *queue.front();
+    const size_t sendBytes = send.count * datatypeSize(send.datatype), recvBytes = call.count * datatypeSize(call.datatype);
+    if (sendBytes != recvBytes) {
+      WARN("Recv from self of %zu bytes does not match the paired Send to self of %zu bytes (rank %d)", recvBytes,
+           sendBytes, call.comm->rank);
+      return ncclInvalidUsage;
+    }
+    call.selfSendbuff = send.sendbuff;
     queue.pop_front();
   }
   for (const auto& [comm, queue] : sends)

@@ -500,6 +500,10 @@ TEST(Groups, SelfSendRecvPairedInGroup) {
   ncclGroupStart();
   ncclRecv(recv.data(), 8, ncclFloat, 2, comm, nullptr);
   EXPECT_NCCL_ERROR(ncclGroupEnd(), ncclInvalidUsage, "Trying to recv to self without a matching send");
+  ncclGroupStart();
+  ncclRecv(recv.data(), 8, ncclFloat, 2, comm, nullptr);
+  ncclSend(send.data(), 4, ncclFloat, 2, comm, nullptr);  // would read past nothing, but the sizes disagree
+  EXPECT_NCCL_ERROR(ncclGroupEnd(), ncclInvalidUsage, "does not match the paired Send to self");
   ncclCommDestroy(comm);
 }
 

@@ -99,8 +99,7 @@ int runReplay(const ReplayOptions& o) {
   if (!o.fill.empty()) env["RANKLENS_FILL"] = o.fill;
   if (!o.device.empty()) env["RANKLENS_DEVICE"] = o.device;
   if (!o.groups.empty()) env["RANKLENS_GROUPS"] = o.groups;
-  std::string traceDir = o.noEvents ? "" : (o.traceDir.empty() ? defaultTraceDir() : o.traceDir);
-  if (!traceDir.empty()) env["RANKLENS_TRACE_DIR"] = traceDir;
+  if (!o.traceDir.empty()) env["RANKLENS_TRACE_DIR"] = o.traceDir;
   const std::string libDir = fs::path(lib).parent_path().string();
   if (o.override != "library-path") env["LD_PRELOAD"] = prepend("LD_PRELOAD", lib, ':');
   if (o.override != "preload") env["LD_LIBRARY_PATH"] = prepend("LD_LIBRARY_PATH", libDir, ':');
@@ -118,6 +117,9 @@ int runReplay(const ReplayOptions& o) {
     std::cerr << "error: " << loaded.error << "\n";
     return 2;
   }
+  // A trace_dir from the config file or the caller's environment wins; otherwise events go to a fresh directory.
+  std::string traceDir = loaded.settings.trace_dir;
+  if (traceDir.empty() && !o.noEvents) env["RANKLENS_TRACE_DIR"] = traceDir = defaultTraceDir();
   for (const auto& w : loaded.warnings) std::cerr << "warning: " << w << "\n";
 
   for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
@@ -181,7 +183,8 @@ int main(int argc, char** argv) {
       "  ranklens replay --rank 37 --world-size 64 --fill poison -- python3 train.py\n"
       "  ranklens trace summary /tmp/ranklens-1700000000-1234\n"
       "  ranklens dump-config --config ranklens.yaml\n"
-      "Exit codes: replay returns the program's exit code (2: bad usage); other commands 0 ok, 1 failure, 2 usage.\n"
+      "Exit codes: replay returns the program's exit code (128+N if killed by signal N; 127 if it cannot start;\n"
+      "  2 for bad usage before it starts); other commands 0 ok, 1 failure, 2 bad usage.\n"
       "Settings: docs/config.md (RANKLENS_* variables > YAML file > defaults).");
 
   ReplayOptions replay;
@@ -194,8 +197,11 @@ int main(int argc, char** argv) {
   rp->add_option("-d,--device", replay.device, "Stream device")->check(CLI::IsMember({"auto", "cuda", "host"}));
   rp->add_option("-g,--groups", replay.groups,
                  "Split table as YAML flow text, e.g. '[{members: [0,2]}, {members: [1,3]}]' (RANKLENS_GROUPS)");
-  rp->add_option("-t,--trace-dir", replay.traceDir, "Where the event log goes (default: a new $TMPDIR/ranklens-*)");
-  rp->add_flag("--no-events", replay.noEvents, "Do not write an event log");
+  rp->add_option("-t,--trace-dir", replay.traceDir,
+                 "Where the event log goes (default: trace_dir from the config, else a new $TMPDIR/ranklens-*)");
+  rp->add_flag("--no-events", replay.noEvents,
+               "Do not create the default event-log directory (a trace_dir from the config or environment still "
+               "applies)");
   rp->add_option("--trace", replay.trace, "Recorded trace to replay (not available in this build yet)");
   rp->add_option("--lib", replay.lib, "RankLens libnccl.so.2 to use (default: the one installed beside ranklens)");
   rp->add_option("--override", replay.override,
