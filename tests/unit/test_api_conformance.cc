@@ -502,7 +502,7 @@ TEST(Groups, SelfSendRecvPairedInGroup) {
   EXPECT_NCCL_ERROR(ncclGroupEnd(), ncclInvalidUsage, "Trying to recv to self without a matching send");
   ncclGroupStart();
   ncclRecv(recv.data(), 8, ncclFloat, 2, comm, nullptr);
-  ncclSend(send.data(), 4, ncclFloat, 2, comm, nullptr);  // would read past nothing, but the sizes disagree
+  ncclSend(send.data(), 4, ncclFloat, 2, comm, nullptr);  // 16 bytes sent, 32 expected
   EXPECT_NCCL_ERROR(ncclGroupEnd(), ncclInvalidUsage, "does not match the paired Send to self");
   ncclCommDestroy(comm);
 }
