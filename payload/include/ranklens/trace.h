@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+// The RankLens trace store: one directory per rank holding a manifest, append-only segment files of checksummed
+// msgpack records, payload files of zstd frames, and an index that can always be rebuilt from the segments.
+// The format is specified in docs/trace-format.md; this header is its C++ face.
+//
+// Writer: callers hand records to a bounded in-memory queue and never wait for I/O (unless the back-pressure policy
+// says so); one thread writes, worker threads compress payloads. Everything accepted before a completed flush() is
+// in the files and survives SIGKILL of the process.
+// Reader: strict and bounded. Every length and offset is checked against the file and the configured limits; a
+// corrupt or truncated file yields a Problem naming the file, offset and reason, never a crash; what precedes the
+// damage stays readable.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ranklens/events.h"
+
+namespace ranklens {
+namespace trace {
+
+constexpr int kFormatMajor = 1;
+constexpr int kFormatMinor = 0;
+constexpr const char* kFormatName = "ranklens-trace";
+constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
+constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
+constexpr size_t kFileHeaderBytes = 16;         // magic u32, major u16, minor u16, file index u32, reserved u32
+constexpr size_t kFrameHeaderBytes = 8;         // body length u32, CRC-32 (zlib) of the body u32
+
+// Record types; the values are on disk and never reused. 1..5 are the virtual communication events of events.h.
+enum class RecordType : int {
+  kCommInit = 1, kCommEnd = 2, kCall = 3, kGroupEnd = 4, kStage = 5, kGroupBegin = 6, kTiming = 7, kPayloadRef = 8,
+  kEdit = 9,
+};
+const char* recordTypeName(RecordType type);
+
+struct GroupBegin {
+  uint64_t groupId = 0;
+  int64_t timeNs = 0;
+  MSGPACK_DEFINE_ARRAY(groupId, timeNs)
+};
+
+// GPU duration of one call (or of a group on one stream: seq is then the group's first call).
+struct Timing {
+  uint64_t commId = 0, seq = 0;
+  int op = 0;
+  uint64_t stream = 0, groupId = 0;
+  int64_t startNs = 0, durationNs = 0;  // start: CLOCK_MONOTONIC of the submitting host thread; duration: GPU events
+  bool captured = false;                // recorded inside a CUDA graph capture
+  MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured)
+};
+
+// Where a call's received bytes are stored. A later reference to the same (commId, seq) supersedes an earlier
+// one (that is how edits work: the original blob stays where it was).
+struct PayloadRef {
+  uint64_t commId = 0, seq = 0;
+  int op = 0, datatype = 0;
+  uint64_t count = 0;         // elements in the blob
+  uint64_t rawBytes = 0;      // decompressed size
+  uint32_t file = 0;          // payload file index: pay-<file>.rlp
+  uint64_t offset = 0;        // of the zstd frame in that file
+  uint64_t compressedBytes = 0;
+  uint32_t rawCrc32 = 0;      // zlib CRC-32 of the decompressed bytes
+  int zstdLevel = 0;
+  int peer = -1;              // for P2P receives
+  MSGPACK_DEFINE_ARRAY(commId, seq, op, datatype, count, rawBytes, file, offset, compressedBytes, rawCrc32, zstdLevel,
+                       peer)
+};
+
+// Provenance of an edit made by a tool (rlpayload inject).
+struct Edit {
+  uint64_t commId = 0, seq = 0;
+  std::string tool, action, detail, user;
+  int64_t timeNs = 0;  // CLOCK_REALTIME
+  MSGPACK_DEFINE_ARRAY(commId, seq, tool, action, detail, user, timeNs)
+};
+
+struct Manifest {
+  std::string format = kFormatName;
+  int version_major = kFormatMajor, version_minor = kFormatMinor;
+  int rank = -1, world_size = -1, local_rank = -1;
+  std::string host;
+  int64_t pid = 0;
+  std::string gpu_name, gpu_uuid;
+  int nccl_version = 0;
+  std::string mode, writer;
+  int64_t start_time_ns = 0, end_time_ns = 0;  // CLOCK_REALTIME
+  std::map<std::string, std::string> env;      // the launch variables present (docs/trace-format.md lists them)
+  bool closed = false;                         // false after a crash: counters below may be stale
+  uint64_t records_written = 0, records_dropped = 0;
+  uint64_t payloads_written = 0, payloads_dropped = 0;
+  uint64_t payload_raw_bytes = 0, payload_compressed_bytes = 0;
+  uint32_t segments = 0, payload_files = 0;
+  MSGPACK_DEFINE_MAP(format, version_major, version_minor, rank, world_size, local_rank, host, pid, gpu_name,
+                     gpu_uuid, nccl_version, mode, writer, start_time_ns, end_time_ns, env, closed, records_written,
+                     records_dropped, payloads_written, payloads_dropped, payload_raw_bytes, payload_compressed_bytes,
+                     segments, payload_files)
+};
+
+// The launch variables worth keeping (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*, TORCH_*, NCCL_*, framework layout...).
+std::map<std::string, std::string> captureEnvironment();
+uint32_t crc32Bytes(const void* data, size_t size);  // zlib CRC-32, any size
+std::string segmentName(uint32_t index);  // seg-000000.rls
+std::string payloadName(uint32_t index);  // pay-000000.rlp
+
+// ------------------------------------------------------------------------------------------------------ writer
+
+enum class BackPressure { kDrop, kWait };
+
+struct WriterOptions {
+  size_t queueBytes = 64u << 20;   // accepted but not yet written (payloads count their raw size)
+  BackPressure policy = BackPressure::kDrop;
+  int compressionThreads = 2;
+  int zstdLevel = 3;
+  uint64_t segmentBytes = 64ull << 20;      // roll over to a new segment file beyond this
+  uint64_t payloadFileBytes = 1ull << 30;   // and to a new payload file beyond this
+  uint32_t maxRecordBytes = 1u << 20;       // larger records are refused (counted as dropped)
+};
+
+struct WriterStats {
+  uint64_t recordsAccepted = 0, recordsWritten = 0, recordsDropped = 0;
+  uint64_t payloadsAccepted = 0, payloadsWritten = 0, payloadsDropped = 0;
+  uint64_t payloadRawBytes = 0, payloadCompressedBytes = 0;
+};
+
+class TraceWriter {
+ public:
+  // Creates `rankDir` (and parents); fails if it already holds a trace.
+  static std::unique_ptr<TraceWriter> create(const std::string& rankDir, const Manifest& manifest,
+                                             const WriterOptions& options, std::string* error);
+  ~TraceWriter();
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  // Queue a record; false when dropped (queue full under kDrop, record too large, writer closed).
+  template <typename Record>
+  bool append(RecordType type, const Record& record) {
+    msgpack::sbuffer body;
+    msgpack::packer<msgpack::sbuffer> packer(body);
+    packer.pack_array(2);
+    packer.pack(static_cast<int>(type));
+    packer.pack(record);
+    return enqueueRecord(std::string(body.data(), body.size()));
+  }
+  // Queue a payload: `data` is copied; compression and the PayloadRef record follow on other threads.
+  // `ref` supplies commId/seq/op/datatype/count/peer; the storage fields are filled in by the writer.
+  bool appendPayload(const PayloadRef& ref, const void* data, size_t bytes);
+  // Waits until everything accepted before the call is written to the files (write(2) done): a SIGKILL after
+  // flush() returns loses none of it. Returns false if a write failed (the error is in lastError()).
+  bool flush();
+  // flush(), then the index and the final manifest. Idempotent; the destructor calls it.
+  bool close();
+  WriterStats stats() const;
+  std::string lastError() const;
+  const std::string& directory() const;
+
+ private:
+  struct Impl;
+  explicit TraceWriter(std::unique_ptr<Impl> impl);
+  bool enqueueRecord(std::string&& body);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ------------------------------------------------------------------------------------------------------ reader
+
+struct Limits {
+  uint32_t maxRecordBytes = 16u << 20;       // a frame claiming more is corrupt
+  uint64_t maxPayloadBytes = 16ull << 30;    // a payload claiming more (declared or produced) is refused
+  uint32_t maxFiles = 1u << 20;              // segment/payload files considered
+};
+
+struct Problem {
+  std::string file;     // path
+  uint64_t offset = 0;  // byte offset of the damaged frame/blob
+  std::string reason;
+  bool truncated = false;  // the file ends inside a frame (typical of a crash), as opposed to corrupt bytes
+  std::string describe() const;  // "<file>: offset <n>: <reason>"
+};
+
+struct Location {
+  uint32_t segment = 0;
+  uint64_t offset = 0;  // of the frame header
+};
+
+// Parse a whole segment image. Calls `visit(type, body, location)` for every intact record in order (return false
+// from visit to stop). Returns false with `problem` set at the first damaged frame; records before it were visited.
+using RecordVisitor = std::function<bool(RecordType, const msgpack::object&, const Location&)>;
+bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const std::string& name,
+                  const Limits& limits, const RecordVisitor& visit, Problem* problem);
+// Decode one payload blob (a zstd frame) with every bound checked against `ref` and `limits`.
+bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
+                   std::vector<uint8_t>* out, std::string* reason);
+// Parse a manifest image (msgpack map); accepts any 1.x minor version.
+bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason);
+
+// Rewrites index.msgpack atomically from the segments (after an edit, or to repair). False with `error` on failure.
+bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string* error);
+
+class TraceReader {
+ public:
+  // Opens a rank directory: manifest, segment list, index (loaded if consistent with the segments, else rebuilt
+  // by scanning). Fails only if the directory or its manifest is unusable; damaged segments become problems().
+  static std::unique_ptr<TraceReader> open(const std::string& rankDir, const Limits& limits, std::string* error);
+  ~TraceReader();
+
+  const Manifest& manifest() const;
+  const std::string& directory() const;
+  // Damage found so far (truncations, corruption), in file order.
+  const std::vector<Problem>& problems() const;
+  bool indexRebuilt() const;
+
+  // Streams every intact record of every segment in order.
+  bool scan(const RecordVisitor& visit);
+  // Random access through the index. A call is identified by (commId, op, peer, seq): collectives share one
+  // sequence per communicator (pass any collective op and peer -1), Send and Recv have one per peer.
+  // The last PayloadRef for a call wins.
+  std::optional<events::Call> call(uint64_t commId, int op, int peer, uint64_t seq);
+  std::optional<PayloadRef> payload(uint64_t commId, int op, int peer, uint64_t seq) const;
+  std::vector<PayloadRef> payloads() const;  // the effective reference of each call, in (comm, kind, peer, seq) order
+  bool readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem);
+  uint32_t segmentCount() const;
+
+ private:
+  struct Impl;
+  friend bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string* error);
+  explicit TraceReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Edits a payload in place without losing anything: appends the new bytes as a new blob (in a new payload file,
+// so existing files are only ever appended to), then a PayloadRef that supersedes `original` and an Edit record
+// (provenance) to the last segment, then rewrites the index atomically. A crash midway leaves either the old or the
+// new value readable. `data` must have original.rawBytes bytes... unless the caller changes count (then the new
+// reference carries `bytes` and count = bytes / element size).
+bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
+                         const Edit& edit, int zstdLevel, std::string* error);
+
+// The rank directories of a trace (a rank directory itself, or a directory of rank<R>/ directories).
+std::vector<std::string> rankDirectories(const std::string& traceDir);
+
+}  // namespace trace
+}  // namespace ranklens

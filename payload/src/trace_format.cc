@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pure, bounded parsers of the trace format (segments, payload blobs, manifest) and small shared helpers. These are
+// what the fuzz targets exercise: no I/O, no allocation beyond the configured limits.
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "ranklens/trace.h"
+
+extern char** environ;
+
+namespace ranklens {
+namespace trace {
+
+const char* recordTypeName(RecordType type) {
+  switch (type) {
+    case RecordType::kCommInit: return "CommInit";
+    case RecordType::kCommEnd: return "CommEnd";
+    case RecordType::kCall: return "Call";
+    case RecordType::kGroupEnd: return "GroupEnd";
+    case RecordType::kStage: return "Stage";
+    case RecordType::kGroupBegin: return "GroupBegin";
+    case RecordType::kTiming: return "Timing";
+    case RecordType::kPayloadRef: return "PayloadRef";
+    case RecordType::kEdit: return "Edit";
+  }
+  return "Unknown";
+}
+
+uint32_t crc32Bytes(const void* data, size_t size) {
+  uLong running = crc32(0L, Z_NULL, 0);
+  const auto* bytes = static_cast<const Bytef*>(data);
+  for (size_t done = 0; done < size;) {  // zlib takes uInt lengths: feed large buffers in slices
+    const size_t slice = std::min<size_t>(size - done, 1u << 30);
+    running = crc32(running, bytes + done, static_cast<uInt>(slice));
+    done += slice;
+  }
+  return static_cast<uint32_t>(running);
+}
+
+std::string Problem::describe() const { return file + ": offset " + std::to_string(offset) + ": " + reason; }
+
+static std::string indexed(const char* prefix, uint32_t index, const char* suffix) {
+  char name[64];
+  snprintf(name, sizeof(name), "%s-%06u.%s", prefix, index, suffix);
+  return name;
+}
+std::string segmentName(uint32_t index) { return indexed("seg", index, "rls"); }
+std::string payloadName(uint32_t index) { return indexed("pay", index, "rlp"); }
+
+std::map<std::string, std::string> captureEnvironment() {
+  static const char* kExact[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+                                 "CUDA_VISIBLE_DEVICES"};
+  static const char* kPrefixes[] = {"MASTER_", "TORCH_", "NCCL_", "RANKLENS_", "TORCHELASTIC_", "SLURM_",
+                                    "OMPI_COMM_WORLD_", "PMI_", "DEEPSPEED_", "DS_", "MEGATRON_", "TP_", "PP_",
+                                    "DP_", "CP_", "EP_"};
+  std::map<std::string, std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    std::string entry(*e);
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    std::string name = entry.substr(0, eq);
+    bool keep = false;
+    for (const char* exact : kExact) keep = keep || name == exact;
+    for (const char* prefix : kPrefixes) keep = keep || name.rfind(prefix, 0) == 0;
+    if (keep) out[name] = entry.substr(eq + 1);
+  }
+  return out;
+}
+
+namespace {
+
+uint32_t readU32(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, 4);  // the format is little-endian, as are the machines RankLens runs on
+  return v;
+}
+uint16_t readU16(const uint8_t* p) {
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return v;
+}
+
+msgpack::unpack_limit bodyLimits(uint32_t maxBytes) {
+  // Element counts can never exceed the body's byte count; nesting in our records is at most 3 deep.
+  return msgpack::unpack_limit(maxBytes, maxBytes, maxBytes, maxBytes, maxBytes, 8);
+}
+
+}  // namespace
+
+bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const std::string& name,
+                  const Limits& limits, const RecordVisitor& visit, Problem* problem) {
+  auto fail = [&](uint64_t offset, std::string reason, bool truncated) {
+    if (problem) *problem = Problem{name, offset, std::move(reason), truncated};
+    return false;
+  };
+  if (size < kFileHeaderBytes) return fail(0, "truncated file header (" + std::to_string(size) + " bytes)", true);
+  if (readU32(data) != kSegmentMagic) return fail(0, "not a RankLens segment file (bad magic)", false);
+  const uint16_t major = readU16(data + 4), minor = readU16(data + 6);
+  if (major != kFormatMajor)
+    return fail(4, "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
+                       " (this reader: " + std::to_string(kFormatMajor) + ".x)", false);
+  if (readU32(data + 8) != segmentIndex)
+    return fail(8, "segment header says index " + std::to_string(readU32(data + 8)) + ", file name says " +
+                       std::to_string(segmentIndex), false);
+  size_t offset = kFileHeaderBytes;
+  while (offset < size) {
+    const size_t remaining = size - offset;
+    if (remaining < kFrameHeaderBytes)
+      return fail(offset, "truncated frame header (" + std::to_string(remaining) + " bytes at end of file)", true);
+    const uint32_t length = readU32(data + offset), crc = readU32(data + offset + 4);
+    if (length == 0 || length > limits.maxRecordBytes)
+      return fail(offset, "frame length " + std::to_string(length) + " outside 1.." +
+                              std::to_string(limits.maxRecordBytes), false);
+    if (length > remaining - kFrameHeaderBytes)
+      return fail(offset, "truncated frame: header says " + std::to_string(length) + " bytes, " +
+                              std::to_string(remaining - kFrameHeaderBytes) + " remain", true);
+    const uint8_t* body = data + offset + kFrameHeaderBytes;
+    if (crc32Bytes(body, length) != crc) return fail(offset, "CRC-32 mismatch", false);
+    try {
+      size_t used = 0;
+      msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(body), length, used, nullptr,
+                                                      nullptr, bodyLimits(limits.maxRecordBytes));
+      const msgpack::object& obj = handle.get();
+      if (used != length) return fail(offset, "frame body has " + std::to_string(length - used) + " trailing bytes",
+                                      false);
+      if (obj.type != msgpack::type::ARRAY || obj.via.array.size != 2 ||
+          obj.via.array.ptr[0].type != msgpack::type::POSITIVE_INTEGER ||
+          obj.via.array.ptr[1].type != msgpack::type::ARRAY)
+        return fail(offset, "frame body is not [type, record]", false);
+      const uint64_t type = obj.via.array.ptr[0].via.u64;
+      if (type > 0x7fffffff) return fail(offset, "record type out of range", false);
+      if (visit && !visit(static_cast<RecordType>(type), obj.via.array.ptr[1], Location{segmentIndex, offset}))
+        return true;
+    } catch (const std::exception& e) {
+      return fail(offset, std::string("undecodable record: ") + e.what(), false);
+    }
+    offset += kFrameHeaderBytes + length;
+  }
+  return true;
+}
+
+bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
+                   std::vector<uint8_t>* out, std::string* reason) {
+  auto fail = [&](std::string text) {
+    if (reason) *reason = std::move(text);
+    return false;
+  };
+  if (size != ref.compressedBytes)
+    return fail("blob is " + std::to_string(size) + " bytes, reference says " + std::to_string(ref.compressedBytes));
+  if (ref.rawBytes > limits.maxPayloadBytes)
+    return fail("payload of " + std::to_string(ref.rawBytes) + " bytes exceeds the limit of " +
+                std::to_string(limits.maxPayloadBytes));
+  const unsigned long long declared = ZSTD_getFrameContentSize(data, size);
+  if (declared == ZSTD_CONTENTSIZE_ERROR) return fail("not a zstd frame");
+  if (declared == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
+  if (declared != ref.rawBytes)
+    return fail("zstd frame declares " + std::to_string(declared) + " bytes, reference says " +
+                std::to_string(ref.rawBytes));
+  const size_t frameSize = ZSTD_findFrameCompressedSize(data, size);
+  if (ZSTD_isError(frameSize)) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize));
+  if (frameSize != size) return fail("blob holds " + std::to_string(size - frameSize) + " bytes after its frame");
+  try {
+    out->resize(ref.rawBytes);
+  } catch (const std::bad_alloc&) {
+    return fail("cannot allocate " + std::to_string(ref.rawBytes) + " bytes");
+  }
+  const size_t produced = ZSTD_decompress(out->data(), out->size(), data, size);
+  if (ZSTD_isError(produced)) return fail(std::string("zstd: ") + ZSTD_getErrorName(produced));
+  if (produced != ref.rawBytes)
+    return fail("decompressed " + std::to_string(produced) + " bytes, expected " + std::to_string(ref.rawBytes));
+  if (crc32Bytes(out->data(), out->size()) != ref.rawCrc32)
+    return fail("CRC-32 of the decompressed bytes does not match");
+  return true;
+}
+
+bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason) {
+  try {
+    size_t used = 0;
+    msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(data), size, used, nullptr,
+                                                    nullptr, bodyLimits(static_cast<uint32_t>(std::min<size_t>(size, 16u << 20))));
+    if (handle.get().type != msgpack::type::MAP) {
+      *reason = "manifest is not a msgpack map";
+      return false;
+    }
+    Manifest manifest;
+    handle.get().convert(manifest);
+    if (manifest.format != kFormatName) {
+      *reason = "not a RankLens trace manifest (format '" + manifest.format + "')";
+      return false;
+    }
+    if (manifest.version_major != kFormatMajor) {
+      *reason = "unsupported format version " + std::to_string(manifest.version_major) + "." +
+                std::to_string(manifest.version_minor) + " (this reader: " + std::to_string(kFormatMajor) + ".x)";
+      return false;
+    }
+    *out = std::move(manifest);
+    return true;
+  } catch (const std::exception& e) {
+    *reason = std::string("undecodable manifest: ") + e.what();
+    return false;
+  }
+}
+
+}  // namespace trace
+}  // namespace ranklens

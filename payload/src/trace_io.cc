@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "trace_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "ranklens/trace.h"
+
+namespace ranklens {
+namespace trace {
+
+int64_t realtimeNanoseconds() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+bool makeDirectories(const std::string& path, std::string* error) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if ((i == path.size() || path[i] == '/') && !partial.empty()) {
+      if (mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST) {
+        *error = partial + ": cannot create directory: " + strerror(errno);
+        return false;
+      }
+    }
+    if (i < path.size()) partial += path[i];
+  }
+  return true;
+}
+
+static bool writeAll(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool writeFileAtomically(const std::string& path, const void* data, size_t size, std::string* error) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || !writeAll(fd, data, size) || ::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    *error = path + ": cannot write: " + strerror(errno);
+    if (fd >= 0) ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* out, std::string* error) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = path + ": cannot open: " + strerror(errno);
+    return false;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *error = path + ": not a regular file";
+    ::close(fd);
+    return false;
+  }
+  if (static_cast<uint64_t>(st.st_size) > maxBytes) {
+    *error = path + ": " + std::to_string(st.st_size) + " bytes exceeds the limit of " + std::to_string(maxBytes);
+    ::close(fd);
+    return false;
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out->size()) {
+    ssize_t n = ::read(fd, out->data() + done, out->size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out->resize(done);  // a file shrinking under us reads as truncated, which the parsers report
+  return true;
+}
+
+bool AppendFile::create(const std::string& path, uint32_t magic, uint32_t index, std::string* error) {
+  close();
+  path_ = path;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    *error = path + ": cannot create: " + strerror(errno);
+    return false;
+  }
+  uint8_t header[kFileHeaderBytes] = {};
+  const uint16_t major = kFormatMajor, minor = kFormatMinor;
+  memcpy(header, &magic, 4);
+  memcpy(header + 4, &major, 2);
+  memcpy(header + 6, &minor, 2);
+  memcpy(header + 8, &index, 4);
+  size_ = 0;
+  return append(header, sizeof(header), error);
+}
+
+bool AppendFile::openExisting(const std::string& path, std::string* error) {
+  close();
+  path_ = path;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  struct stat st;
+  if (fd_ < 0 || fstat(fd_, &st) != 0) {
+    *error = path + ": cannot open for appending: " + strerror(errno);
+    return false;
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  return true;
+}
+
+bool AppendFile::append(const void* data, size_t size, std::string* error) {
+  if (!writeAll(fd_, data, size)) {
+    *error = path_ + ": write failed: " + strerror(errno);
+    return false;
+  }
+  size_ += size;
+  return true;
+}
+
+void AppendFile::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace trace
+}  // namespace ranklens

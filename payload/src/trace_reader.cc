@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: Apache-2.0
+// TraceReader: manifest, segment list, index (validated against the segments or rebuilt), streaming scan,
+// random access by call, bounded payload reads. Damage becomes a Problem; nothing here trusts a length.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <tuple>
+
+#include "ranklens/trace.h"
+#include "trace_io.h"
+
+namespace ranklens {
+namespace trace {
+namespace {
+
+using events::Op;
+
+// (commId, kind, peer, seq): kind 0 collective (peer -1), 1 Send, 2 Recv.
+using CallKey = std::tuple<uint64_t, int, int, uint64_t>;
+CallKey keyOf(uint64_t commId, int op, int peer, uint64_t seq) {
+  const int kind = op == static_cast<int>(Op::kSend) ? 1 : op == static_cast<int>(Op::kRecv) ? 2 : 0;
+  return {commId, kind, kind ? peer : -1, seq};
+}
+
+struct SegmentFile {
+  std::string name;
+  uint64_t size = 0;
+};
+
+bool parseIndexName(const char* name, const char* prefix, const char* suffix, uint32_t* index) {
+  const size_t plen = strlen(prefix), slen = strlen(suffix), len = strlen(name);
+  if (len != plen + 6 + slen || strncmp(name, prefix, plen) != 0 || strcmp(name + plen + 6, suffix) != 0) return false;
+  uint32_t value = 0;
+  for (size_t i = plen; i < plen + 6; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    value = value * 10 + static_cast<uint32_t>(name[i] - '0');
+  }
+  *index = value;
+  return true;
+}
+
+}  // namespace
+
+struct TraceReader::Impl {
+  std::string dir;
+  Limits limits;
+  Manifest manifest;
+  std::vector<SegmentFile> segments;
+  std::vector<Problem> openProblems, scanProblems, allProblems;
+  bool rebuilt = false;
+  std::map<CallKey, Location> calls;
+  std::map<CallKey, Location> payloadRefs;  // the effective (last) reference
+
+  std::string segPath(uint32_t index) const { return dir + "/" + segments[index].name; }
+
+  void refreshProblems() {
+    allProblems = openProblems;
+    allProblems.insert(allProblems.end(), scanProblems.begin(), scanProblems.end());
+  }
+
+  bool listSegments(std::string* error) {
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) {
+      *error = dir + ": cannot list: " + strerror(errno);
+      return false;
+    }
+    std::map<uint32_t, std::string> found;
+    size_t entries = 0;
+    while (dirent* e = readdir(d)) {
+      if (++entries > limits.maxFiles) break;
+      uint32_t index = 0;
+      if (parseIndexName(e->d_name, "seg-", ".rls", &index)) found[index] = e->d_name;
+    }
+    closedir(d);
+    uint32_t expected = 0;
+    for (const auto& [index, name] : found) {
+      if (index != expected) {
+        openProblems.push_back({dir + "/" + segmentName(expected), 0,
+                                "segment missing (next present: " + name + "); later segments are not read", false});
+        break;
+      }
+      struct stat st;
+      stat((dir + "/" + name).c_str(), &st);
+      segments.push_back({name, static_cast<uint64_t>(st.st_size)});
+      ++expected;
+    }
+    if (segments.empty()) openProblems.push_back({dir + "/" + segmentName(0), 0, "no segment file", false});
+    return true;
+  }
+
+  bool loadIndex() {
+    std::vector<uint8_t> data;
+    std::string err;
+    if (!readFile(dir + "/index.msgpack", 1ull << 32, &data, &err)) return false;
+    try {
+      size_t used = 0;
+      auto handle = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size(), used);
+      std::map<std::string, msgpack::object> index;
+      handle.get().convert(index);
+      if (index.at("version_major").as<int>() != kFormatMajor) return false;
+      auto listed = index.at("segments").as<std::vector<std::tuple<std::string, uint64_t>>>();
+      if (listed.size() != segments.size()) return false;
+      for (size_t i = 0; i < listed.size(); ++i)
+        if (std::get<0>(listed[i]) != segments[i].name || std::get<1>(listed[i]) != segments[i].size) return false;
+      using Entry = std::tuple<uint64_t, uint64_t, int, int, uint32_t, uint64_t>;
+      std::map<CallKey, Location> c, p;
+      for (const auto& [comm, seq, op, peer, seg, off] : index.at("calls").as<std::vector<Entry>>()) {
+        if (seg >= segments.size() || off >= segments[seg].size) return false;
+        c[keyOf(comm, op, peer, seq)] = {seg, off};
+      }
+      for (const auto& [comm, seq, op, peer, seg, off] : index.at("payloads").as<std::vector<Entry>>()) {
+        if (seg >= segments.size() || off >= segments[seg].size) return false;
+        p[keyOf(comm, op, peer, seq)] = {seg, off};
+      }
+      calls.swap(c);
+      payloadRefs.swap(p);
+      return true;
+    } catch (const std::exception&) {
+      return false;  // a damaged index is only a cache: rebuild
+    }
+  }
+
+  bool scan(const RecordVisitor& visit, bool indexing) {
+    scanProblems.clear();
+    if (indexing) {
+      calls.clear();
+      payloadRefs.clear();
+    }
+    bool stopped = false;
+    for (uint32_t i = 0; i < segments.size() && !stopped; ++i) {
+      std::vector<uint8_t> data;
+      std::string err;
+      if (!readFile(segPath(i), ~0ull, &data, &err)) {
+        scanProblems.push_back({segPath(i), 0, err, false});
+        continue;
+      }
+      Problem problem;
+      auto wrapped = [&](RecordType type, const msgpack::object& body, const Location& where) {
+        if (indexing) {
+          try {
+            if (type == RecordType::kCall) {
+              auto call = body.as<events::Call>();
+              calls[keyOf(call.commId, call.op, call.rootOrPeer, call.seq)] = where;
+            } else if (type == RecordType::kPayloadRef) {
+              auto ref = body.as<PayloadRef>();
+              payloadRefs[keyOf(ref.commId, ref.op, ref.peer, ref.seq)] = where;
+            }
+          } catch (const std::exception& e) {
+            scanProblems.push_back({segPath(i), where.offset,
+                                    std::string(recordTypeName(type)) + " record has the wrong shape: " + e.what(),
+                                    false});
+          }
+        }
+        if (visit && !visit(type, body, where)) {
+          stopped = true;
+          return false;
+        }
+        return true;
+      };
+      if (!parseSegment(data.data(), data.size(), i, segPath(i), limits, wrapped, &problem))
+        scanProblems.push_back(problem);
+    }
+    refreshProblems();
+    return scanProblems.empty();
+  }
+
+  // Reads and parses the single frame at `where`.
+  bool readFrame(const Location& where, RecordType* type, msgpack::object_handle* out) {
+    if (where.segment >= segments.size()) return false;
+    int fd = ::open(segPath(where.segment).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    uint8_t header[kFrameHeaderBytes];
+    bool ok = pread(fd, header, sizeof(header), static_cast<off_t>(where.offset)) == sizeof(header);
+    uint32_t length = 0, crc = 0;
+    if (ok) {
+      memcpy(&length, header, 4);
+      memcpy(&crc, header + 4, 4);
+      ok = length > 0 && length <= limits.maxRecordBytes &&
+           where.offset + kFrameHeaderBytes + length <= segments[where.segment].size;
+    }
+    std::vector<uint8_t> body(ok ? length : 0);
+    ok = ok && pread(fd, body.data(), length, static_cast<off_t>(where.offset + kFrameHeaderBytes)) ==
+                   static_cast<ssize_t>(length);
+    ::close(fd);
+    if (!ok || crc32Bytes(body.data(), body.size()) != crc) return false;
+    try {
+      size_t used = 0;
+      *out = msgpack::unpack(reinterpret_cast<const char*>(body.data()), body.size(), used);
+      const msgpack::object& obj = out->get();
+      if (obj.type != msgpack::type::ARRAY || obj.via.array.size != 2) return false;
+      *type = static_cast<RecordType>(obj.via.array.ptr[0].as<int>());
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+  template <typename Record>
+  std::optional<Record> recordAt(const Location& where, RecordType expected) {
+    RecordType type;
+    msgpack::object_handle handle;
+    if (!readFrame(where, &type, &handle) || type != expected) return std::nullopt;
+    try {
+      return handle.get().via.array.ptr[1].as<Record>();
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+};
+
+TraceReader::TraceReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TraceReader::~TraceReader() = default;
+
+std::unique_ptr<TraceReader> TraceReader::open(const std::string& rankDir, const Limits& limits, std::string* error) {
+  auto impl = std::make_unique<Impl>();
+  impl->dir = rankDir;
+  impl->limits = limits;
+  std::vector<uint8_t> data;
+  std::string reason;
+  const std::string manifestPath = rankDir + "/manifest.msgpack";
+  if (!readFile(manifestPath, 16u << 20, &data, error)) {
+    *error += " (is this a RankLens rank directory? expected " + manifestPath + ")";
+    return nullptr;
+  }
+  if (!parseManifest(data.data(), data.size(), &impl->manifest, &reason)) {
+    *error = manifestPath + ": offset 0: " + reason;
+    return nullptr;
+  }
+  if (!impl->listSegments(error)) return nullptr;
+  if (!impl->loadIndex()) {
+    impl->rebuilt = true;
+    impl->scan(nullptr, true);
+  }
+  impl->refreshProblems();
+  return std::unique_ptr<TraceReader>(new TraceReader(std::move(impl)));
+}
+
+const Manifest& TraceReader::manifest() const { return impl_->manifest; }
+const std::string& TraceReader::directory() const { return impl_->dir; }
+const std::vector<Problem>& TraceReader::problems() const { return impl_->allProblems; }
+bool TraceReader::indexRebuilt() const { return impl_->rebuilt; }
+uint32_t TraceReader::segmentCount() const { return static_cast<uint32_t>(impl_->segments.size()); }
+bool TraceReader::scan(const RecordVisitor& visit) { return impl_->scan(visit, false); }
+
+std::optional<events::Call> TraceReader::call(uint64_t commId, int op, int peer, uint64_t seq) {
+  auto it = impl_->calls.find(keyOf(commId, op, peer, seq));
+  if (it == impl_->calls.end()) return std::nullopt;
+  return impl_->recordAt<events::Call>(it->second, RecordType::kCall);
+}
+
+std::optional<PayloadRef> TraceReader::payload(uint64_t commId, int op, int peer, uint64_t seq) const {
+  auto it = impl_->payloadRefs.find(keyOf(commId, op, peer, seq));
+  if (it == impl_->payloadRefs.end()) return std::nullopt;
+  return impl_->recordAt<PayloadRef>(it->second, RecordType::kPayloadRef);
+}
+
+std::vector<PayloadRef> TraceReader::payloads() const {
+  std::vector<PayloadRef> out;
+  for (const auto& [key, where] : impl_->payloadRefs)
+    if (auto ref = impl_->recordAt<PayloadRef>(where, RecordType::kPayloadRef)) out.push_back(*ref);
+  return out;
+}
+
+bool TraceReader::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem) {
+  const std::string path = impl_->dir + "/" + payloadName(ref.file);
+  auto fail = [&](std::string reason, bool truncated = false) {
+    if (problem) *problem = Problem{path, ref.offset, std::move(reason), truncated};
+    return false;
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(std::string("cannot open: ") + strerror(errno));
+  struct stat st;
+  uint8_t header[kFileHeaderBytes];
+  const bool headerOk = fstat(fd, &st) == 0 && pread(fd, header, sizeof(header), 0) == sizeof(header);
+  uint32_t magic = 0, index = 0;
+  uint16_t major = 0;
+  if (headerOk) {
+    memcpy(&magic, header, 4);
+    memcpy(&major, header + 4, 2);
+    memcpy(&index, header + 8, 4);
+  }
+  const uint64_t fileSize = headerOk ? static_cast<uint64_t>(st.st_size) : 0;
+  std::string reason;
+  if (!headerOk || magic != kPayloadMagic) reason = "not a RankLens payload file (bad header)";
+  else if (major != kFormatMajor) reason = "unsupported format version " + std::to_string(major);
+  else if (index != ref.file) reason = "payload header says index " + std::to_string(index);
+  else if (ref.offset < kFileHeaderBytes || ref.offset > fileSize || ref.compressedBytes > fileSize - ref.offset)
+    reason = "blob of " + std::to_string(ref.compressedBytes) + " bytes at offset " + std::to_string(ref.offset) +
+             " lies outside the file (" + std::to_string(fileSize) + " bytes)";
+  else if (ref.compressedBytes > impl_->limits.maxPayloadBytes + (1u << 20))
+    reason = "compressed blob larger than the payload limit";
+  if (!reason.empty()) {
+    ::close(fd);
+    return fail(reason, ref.offset <= fileSize && ref.compressedBytes > fileSize - ref.offset);
+  }
+  std::vector<uint8_t> blob(ref.compressedBytes);
+  const bool readOk = pread(fd, blob.data(), blob.size(), static_cast<off_t>(ref.offset)) ==
+                      static_cast<ssize_t>(blob.size());
+  ::close(fd);
+  if (!readOk) return fail("short read");
+  if (!decodePayload(blob.data(), blob.size(), ref, impl_->limits, out, &reason)) return fail(reason);
+  return true;
+}
+
+bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string* error) {
+  // Scan directly (the existing index, if any, is not trusted).
+  auto impl = std::make_unique<TraceReader::Impl>();
+  impl->dir = rankDir;
+  impl->limits = limits;
+  if (!impl->listSegments(error)) return false;
+  impl->scan(nullptr, true);
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_map(5);
+  pk.pack(std::string("version_major"));
+  pk.pack(kFormatMajor);
+  pk.pack(std::string("version_minor"));
+  pk.pack(kFormatMinor);
+  pk.pack(std::string("segments"));
+  pk.pack_array(static_cast<uint32_t>(impl->segments.size()));
+  for (const auto& s : impl->segments) pk.pack(std::make_tuple(s.name, s.size));
+  auto packEntries = [&](const std::map<CallKey, Location>& entries) {
+    pk.pack_array(static_cast<uint32_t>(entries.size()));
+    for (const auto& [key, where] : entries) {
+      const auto& [comm, kind, peer, seq] = key;
+      // Store the op as the record has it for P2P; collectives are found by (comm, seq) whatever their op.
+      const int op = kind == 1 ? static_cast<int>(Op::kSend) : kind == 2 ? static_cast<int>(Op::kRecv) : -1;
+      pk.pack(std::make_tuple(comm, seq, op, peer, where.segment, where.offset));
+    }
+  };
+  pk.pack(std::string("calls"));
+  packEntries(impl->calls);
+  pk.pack(std::string("payloads"));
+  packEntries(impl->payloadRefs);
+  return writeFileAtomically(rankDir + "/index.msgpack", buffer.data(), buffer.size(), error);
+}
+
+std::vector<std::string> rankDirectories(const std::string& traceDir) {
+  std::vector<std::string> out;
+  if (access((traceDir + "/manifest.msgpack").c_str(), F_OK) == 0) return {traceDir};
+  DIR* d = opendir(traceDir.c_str());
+  if (d == nullptr) return out;
+  std::vector<std::pair<long, std::string>> ranks;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("rank", 0) != 0 || name.size() == 4) continue;
+    const std::string digits = name.substr(4);
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    if (access((traceDir + "/" + name + "/manifest.msgpack").c_str(), F_OK) == 0)
+      ranks.emplace_back(std::stol(digits), traceDir + "/" + name);
+  }
+  closedir(d);
+  std::sort(ranks.begin(), ranks.end());
+  for (auto& r : ranks) out.push_back(std::move(r.second));
+  return out;
+}
+
+}  // namespace trace
+}  // namespace ranklens

@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: Apache-2.0
+// TraceWriter: bounded queue -> one writer thread (whole frames, write(2) only) + zstd compression workers.
+// Items are written in the order they were accepted; a payload's reference is written after its blob.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "ranklens/trace.h"
+#include "trace_io.h"
+
+namespace ranklens {
+namespace trace {
+
+namespace {
+
+struct Compressed {
+  std::vector<uint8_t> bytes;
+  uint32_t rawCrc32 = 0;
+  std::string error;
+};
+
+// A small pool of compression workers fed through a queue of jobs.
+class CompressionPool {
+ public:
+  CompressionPool(int threads, int level) : level_(level) {
+    for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { run(); });
+  }
+  ~CompressionPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  std::shared_future<Compressed> submit(std::vector<uint8_t>&& raw) {
+    auto job = std::make_shared<std::packaged_task<Compressed()>>([this, raw = std::move(raw)] { return compress(raw); });
+    std::shared_future<Compressed> result = job->get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back([job] { (*job)(); });
+    }
+    wake_.notify_one();
+    return result;
+  }
+
+ private:
+  Compressed compress(const std::vector<uint8_t>& raw) {
+    Compressed out;
+    out.rawCrc32 = crc32Bytes(raw.data(), raw.size());
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level_);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
+    out.bytes.resize(ZSTD_compressBound(raw.size()));
+    size_t n = ZSTD_compress2(cctx, out.bytes.data(), out.bytes.size(), raw.data(), raw.size());
+    ZSTD_freeCCtx(cctx);
+    if (ZSTD_isError(n)) {
+      out.error = std::string("zstd: ") + ZSTD_getErrorName(n);
+      out.bytes.clear();
+    } else {
+      out.bytes.resize(n);
+    }
+    return out;
+  }
+  void run() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  int level_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+struct Item {
+  std::string body;                          // record body (empty for payloads)
+  PayloadRef ref;                            // payloads
+  std::shared_future<Compressed> compressed;  // payloads
+  size_t accounted = 0;                      // bytes counted against the queue bound
+  bool payload = false;
+};
+
+void appendFrame(std::string* out, const std::string& body) {
+  const uint32_t length = static_cast<uint32_t>(body.size()), crc = crc32Bytes(body.data(), body.size());
+  out->append(reinterpret_cast<const char*>(&length), 4);
+  out->append(reinterpret_cast<const char*>(&crc), 4);
+  out->append(body);
+}
+
+}  // namespace
+
+struct TraceWriter::Impl {
+  std::string dir;
+  Manifest manifest;
+  WriterOptions options;
+  std::unique_ptr<CompressionPool> pool;
+
+  mutable std::mutex mu;
+  std::condition_variable wake, progress;
+  std::deque<Item> queue;
+  size_t queuedBytes = 0;
+  uint64_t accepted = 0, written = 0;  // items
+  WriterStats stats;
+  bool closing = false, closed = false;
+  std::string error;
+  std::thread thread;
+
+  // Writer-thread state.
+  AppendFile segment, payloadFile;
+  uint32_t segmentIndex = 0, payloadIndex = 0;
+  bool payloadOpen = false;
+
+  bool openSegment(uint32_t index, std::string* err) {
+    segmentIndex = index;
+    manifest.segments = index + 1;
+    return segment.create(dir + "/" + segmentName(index), kSegmentMagic, index, err);
+  }
+  bool openPayload(uint32_t index, std::string* err) {
+    payloadIndex = index;
+    payloadOpen = true;
+    manifest.payload_files = index + 1;
+    return payloadFile.create(dir + "/" + payloadName(index), kPayloadMagic, index, err);
+  }
+
+  // Writes `frames` to the current segment, rolling over first if the segment is full.
+  bool writeFrames(std::string* frames, std::string* err) {
+    if (frames->empty()) return true;
+    if (segment.size() > kFileHeaderBytes && segment.size() + frames->size() > options.segmentBytes) {
+      segment.close();
+      if (!openSegment(segmentIndex + 1, err)) return false;
+    }
+    bool ok = segment.append(frames->data(), frames->size(), err);
+    frames->clear();
+    return ok;
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      wake.wait(lock, [&] { return closing || !queue.empty(); });
+      if (queue.empty() && closing) return;
+      std::deque<Item> batch;
+      batch.swap(queue);
+      lock.unlock();
+
+      std::string frames, err;
+      uint64_t recordsDone = 0, payloadsDone = 0, raw = 0, compressedTotal = 0, failedPayloads = 0;
+      bool ok = true;
+      for (auto& item : batch) {
+        if (!ok) break;
+        if (!item.payload) {
+          appendFrame(&frames, item.body);
+          ++recordsDone;
+          continue;
+        }
+        const Compressed& c = item.compressed.get();
+        if (!c.error.empty()) {
+          ++failedPayloads;
+          continue;
+        }
+        if (!payloadOpen) ok = openPayload(0, &err);
+        else if (payloadFile.size() > kFileHeaderBytes && payloadFile.size() + c.bytes.size() > options.payloadFileBytes) {
+          payloadFile.close();
+          ok = openPayload(payloadIndex + 1, &err);
+        }
+        PayloadRef ref = item.ref;
+        ref.file = payloadIndex;
+        ref.offset = payloadFile.size();
+        ref.compressedBytes = c.bytes.size();
+        ref.rawCrc32 = c.rawCrc32;
+        ref.zstdLevel = options.zstdLevel;
+        // The blob goes to disk before the frames that precede its reference, and before the reference itself.
+        ok = ok && writeFrames(&frames, &err) && payloadFile.append(c.bytes.data(), c.bytes.size(), &err);
+        if (!ok) break;
+        msgpack::sbuffer body;
+        msgpack::packer<msgpack::sbuffer> packer(body);
+        packer.pack_array(2);
+        packer.pack(static_cast<int>(RecordType::kPayloadRef));
+        packer.pack(ref);
+        appendFrame(&frames, std::string(body.data(), body.size()));
+        ++payloadsDone;
+        ++recordsDone;
+        raw += ref.rawBytes;
+        compressedTotal += ref.compressedBytes;
+      }
+      ok = ok && writeFrames(&frames, &err);
+
+      lock.lock();
+      for (const auto& item : batch) queuedBytes -= item.accounted;
+      written += batch.size();
+      stats.recordsWritten += recordsDone;
+      stats.payloadsWritten += payloadsDone;
+      stats.payloadsDropped += failedPayloads;
+      stats.payloadRawBytes += raw;
+      stats.payloadCompressedBytes += compressedTotal;
+      if (!ok && error.empty()) error = err;
+      progress.notify_all();
+    }
+  }
+
+  bool admit(size_t bytes, std::unique_lock<std::mutex>& lock) {
+    if (closing) return false;
+    if (queuedBytes + bytes <= options.queueBytes || queue.empty()) return true;
+    if (options.policy == BackPressure::kDrop) return false;
+    progress.wait(lock, [&] { return closing || queuedBytes + bytes <= options.queueBytes || queue.empty(); });
+    return !closing;
+  }
+
+  bool writeManifest(std::string* err) {
+    msgpack::sbuffer buffer;
+    msgpack::pack(buffer, manifest);
+    return writeFileAtomically(dir + "/manifest.msgpack", buffer.data(), buffer.size(), err);
+  }
+};
+
+TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, const Manifest& manifest,
+                                                 const WriterOptions& options, std::string* error) {
+  if (!makeDirectories(rankDir, error)) return nullptr;
+  if (access((rankDir + "/manifest.msgpack").c_str(), F_OK) == 0) {
+    *error = rankDir + ": already holds a trace (manifest.msgpack exists); choose another directory";
+    return nullptr;
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->dir = rankDir;
+  impl->manifest = manifest;
+  impl->manifest.format = kFormatName;
+  impl->manifest.version_major = kFormatMajor;
+  impl->manifest.version_minor = kFormatMinor;
+  impl->manifest.closed = false;
+  impl->options = options;
+  if (!impl->openSegment(0, error) || !impl->writeManifest(error)) return nullptr;
+  impl->pool = std::make_unique<CompressionPool>(options.compressionThreads, options.zstdLevel);
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->run(); });
+  return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(impl)));
+}
+
+TraceWriter::~TraceWriter() { close(); }
+
+bool TraceWriter::enqueueRecord(std::string&& body) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  if (body.size() > impl_->options.maxRecordBytes || !impl_->admit(body.size(), lock)) {
+    impl_->stats.recordsDropped++;
+    return false;
+  }
+  Item item;
+  item.accounted = body.size();
+  item.body = std::move(body);
+  impl_->queuedBytes += item.accounted;
+  impl_->queue.push_back(std::move(item));
+  impl_->accepted++;
+  impl_->stats.recordsAccepted++;
+  impl_->wake.notify_one();
+  return true;
+}
+
+bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t bytes) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  if (!impl_->admit(bytes, lock)) {
+    impl_->stats.payloadsDropped++;
+    return false;
+  }
+  impl_->queuedBytes += bytes;
+  lock.unlock();
+  // Copy and hand to a compression worker outside the lock; the slot in the queue keeps the order.
+  std::vector<uint8_t> copy(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
+  Item item;
+  item.payload = true;
+  item.accounted = bytes;
+  item.ref = ref;
+  item.ref.rawBytes = bytes;
+  item.compressed = impl_->pool->submit(std::move(copy));
+  lock.lock();
+  impl_->queue.push_back(std::move(item));
+  impl_->accepted++;
+  impl_->stats.payloadsAccepted++;
+  impl_->wake.notify_one();
+  return true;
+}
+
+bool TraceWriter::flush() {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  const uint64_t target = impl_->accepted;
+  impl_->wake.notify_one();
+  impl_->progress.wait(lock, [&] { return impl_->written >= target || impl_->closed; });
+  return impl_->error.empty();
+}
+
+bool TraceWriter::close() {
+  if (!impl_) return false;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->closed) return impl_->error.empty();
+  }
+  flush();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->closing = true;
+  }
+  impl_->wake.notify_all();
+  impl_->progress.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->pool.reset();
+  impl_->segment.close();
+  impl_->payloadFile.close();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->closed = true;
+  Manifest& m = impl_->manifest;
+  m.closed = true;
+  m.end_time_ns = realtimeNanoseconds();
+  m.records_written = impl_->stats.recordsWritten;
+  m.records_dropped = impl_->stats.recordsDropped;
+  m.payloads_written = impl_->stats.payloadsWritten;
+  m.payloads_dropped = impl_->stats.payloadsDropped;
+  m.payload_raw_bytes = impl_->stats.payloadRawBytes;
+  m.payload_compressed_bytes = impl_->stats.payloadCompressedBytes;
+  std::string err;
+  if (!rebuildIndex(impl_->dir, Limits{}, &err) || !impl_->writeManifest(&err)) {
+    if (impl_->error.empty()) impl_->error = err;
+  }
+  impl_->progress.notify_all();
+  return impl_->error.empty();
+}
+
+WriterStats TraceWriter::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+std::string TraceWriter::lastError() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->error;
+}
+
+const std::string& TraceWriter::directory() const { return impl_->dir; }
+
+}  // namespace trace
+}  // namespace ranklens
