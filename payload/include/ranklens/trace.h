@@ -235,8 +235,8 @@ class TraceReader {
 // Edits a payload in place without losing anything: appends the new bytes as a new blob (in a new payload file,
 // so existing files are only ever appended to), then a PayloadRef that supersedes `original` and an Edit record
 // (provenance) to the last segment, then rewrites the index atomically. A crash midway leaves either the old or the
-// new value readable. `data` must have original.rawBytes bytes... unless the caller changes count (then the new
-// reference carries `bytes` and count = bytes / element size).
+// new value readable. `bytes` must be a whole number of elements of original.datatype; the new reference's count
+// and rawBytes follow it.
 bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
                          const Edit& edit, int zstdLevel, std::string* error);
 
