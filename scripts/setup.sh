@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake g++ make python3 libzstd-dev libmsgpack-cxx-dev libyaml-cpp-dev libcli11-dev libgtest-dev libgmock-dev
-          nlohmann-json3-dev)
+packages=(cmake g++ make python3 python3-pip libzstd-dev zlib1g-dev libmsgpack-cxx-dev libyaml-cpp-dev libcli11-dev
+          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,6 +18,13 @@ if ((${#missing[@]})); then
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The independent Python trace reader (tools/python) and its tests: msgpack + zstandard + pytest, nothing else.
+if ! python3 -c "import msgpack, zstandard, pytest" 2>/dev/null; then
+  echo "setup: installing Python packages msgpack zstandard pytest" >&2
+  python3 -m pip install -q msgpack zstandard pytest 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages msgpack zstandard pytest
 fi
 
 if [[ ! -x /usr/local/cuda/bin/nvcc || ! -f /usr/local/cuda/include/nccl.h ]]; then

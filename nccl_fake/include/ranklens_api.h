@@ -21,7 +21,7 @@ int ranklensApiVersion(void);
 ncclResult_t ranklensMarkStage(const char* name, int64_t step);
 /* Writes every event logged so far to disk before returning (not for the hot path). */
 ncclResult_t ranklensFlush(void);
-/* The event log this process writes ("" when none is configured). */
+/* The rank directory of the trace this process writes ("" when none is configured). */
 const char* ranklensEventLogPath(void);
 
 #ifdef __cplusplus

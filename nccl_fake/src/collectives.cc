@@ -109,7 +109,7 @@ ncclResult_t enqueueCheck(CallInfo info) {
   event.rank = info.comm->rank;
   event.bytes = receivedBytes(info);
   event.timeNs = monotonicNs();
-  Runtime::get().emit(ranklens::events::RecordType::kCall, event);
+  Runtime::get().emit(ranklens::trace::RecordType::kCall, event);
   INFO(kSubColl, "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] "
        "stream %p", info.opName, static_cast<unsigned long>(event.seq),
        info.op == Op::kSend ? nullptr : info.sendbuff, info.op == Op::kSend ? const_cast<void*>(info.sendbuff) : info.recvbuff, info.count,

@@ -45,7 +45,7 @@ ncclResult_t ranklensMarkStage(const char* name, int64_t step) {
   stage.name = name;
   stage.step = step;
   stage.timeNs = monotonicNs();
-  Runtime::get().emit(ranklens::events::RecordType::kStage, stage);
+  Runtime::get().emit(ranklens::trace::RecordType::kStage, stage);
   return ncclSuccess;
 }
 

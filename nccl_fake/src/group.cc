@@ -34,7 +34,7 @@ void emitGroupEnd(const GroupState& g, ncclResult_t result) {
   event.calls = static_cast<uint32_t>(g.pending.size());
   event.result = result;
   event.timeNs = monotonicNs();
-  Runtime::get().emit(ranklens::events::RecordType::kGroupEnd, event);
+  Runtime::get().emit(ranklens::trace::RecordType::kGroupEnd, event);
 }
 
 void resetGroup(GroupState& g) {
@@ -79,7 +79,7 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
       if (ret != ncclSuccess) break;
     }
   }
-  if (!g.pending.empty() || ret != ncclSuccess) emitGroupEnd(g, ret);
+  emitGroupEnd(g, ret);  // every GroupBegin gets its GroupEnd, empty or failed groups too
   resetGroup(g);
   return ret;
 }
@@ -127,7 +127,13 @@ namespace impl {
 
 ncclResult_t ncclGroupStart() {
   GroupState& g = group();
-  if (g.depth++ == 0) g.id = Runtime::get().nextGroupId();
+  if (g.depth++ == 0) {
+    g.id = Runtime::get().nextGroupId();
+    ranklens::trace::GroupBegin event;
+    event.groupId = g.id;
+    event.timeNs = monotonicNs();
+    Runtime::get().emit(ranklens::trace::RecordType::kGroupBegin, event);
+  }
   return ncclSuccess;
 }
 

@@ -16,7 +16,7 @@
 
 namespace nccl_fake {
 
-using ranklens::events::RecordType;
+using ranklens::trace::RecordType;
 
 namespace {
 
@@ -143,7 +143,7 @@ ncclResult_t createComm(ncclComm_t* out, int nranks, int rank, const CommConfig&
   event.cudaDev = cudaDev;
   event.blocking = comm->blocking;
   event.timeNs = monotonicNs();
-  rt.emit(RecordType::kCommInit, event);
+  rt.emit(RecordType::kCommInit, event, rank);
   INFO(kSubInit, "%s comm %p id %lu rank %d nranks %d cudaDev %d%s%s - Init COMPLETE (virtual)", how,
        static_cast<void*>(comm), static_cast<unsigned long>(comm->id), rank, nranks, cudaDev,
        comm->name.empty() ? "" : " name ", comm->name.c_str());

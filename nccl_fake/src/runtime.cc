@@ -102,67 +102,69 @@ void Runtime::reloadForTesting() {
 }
 
 namespace {
-bool makeDirs(const std::string& path) {
-  std::string partial;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      if (!partial.empty() && mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST) return false;
-    }
-    if (i < path.size()) partial += path[i];
-  }
-  return true;
+// The rank directory: RANK from the environment, else the rank of the first communicator, else the pid.
+std::string rankDirName(int rankHint) {
+  if (const char* rank = getenv("RANK"); rank != nullptr && *rank != '\0') return std::string("rank") + rank;
+  if (rankHint >= 0) return "rank" + std::to_string(rankHint);
+  return "ranklens-pid" + std::to_string(getpid());
 }
 
-std::string rankLabel() {
-  if (const char* rank = getenv("RANK"); rank != nullptr && *rank != '\0') return rank;
-  return "pid" + std::to_string(getpid());
+int envInt(const char* name, int fallback) {
+  const char* value = getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  long v = strtol(value, &end, 10);
+  return (*end == '\0' && v >= 0 && v < (1L << 30)) ? static_cast<int>(v) : fallback;
 }
 }  // namespace
 
-ranklens::events::EventLogWriter* Runtime::eventWriter() {
+ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
   if (settings_.trace_dir.empty()) return nullptr;
   if (writerReady_.load(std::memory_order_acquire)) return writer_.get();
-  std::call_once(writerOnce_, [this] {
-    std::string dir = settings_.trace_dir + "/rank" + rankLabel();
+  std::call_once(writerOnce_, [this, rankHint] {
+    const std::string dir = settings_.trace_dir + "/" + rankDirName(rankHint);
+    ranklens::trace::Manifest manifest;
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    manifest.host = host;
+    manifest.pid = getpid();
+    manifest.rank = envInt("RANK", rankHint);
+    manifest.world_size = envInt("WORLD_SIZE", -1);
+    manifest.local_rank = envInt("LOCAL_RANK", -1);
+    manifest.nccl_version = settings_.nccl_version;
+    manifest.mode = ranklens::config::toString(settings_.mode);
+    manifest.writer = std::string("ranklens libnccl.so.2 (") + ranklens::config::toString(settings_.fidelity) +
+                      ", fill " + ranklens::config::toString(settings_.fill) + ", " + device_->name() + " device)";
+    manifest.start_time_ns = realtimeNs();
+    manifest.env = ranklens::trace::captureEnvironment();
+    ranklens::trace::WriterOptions options;
+    options.compressionThreads = 1;  // structure mode writes no payloads
     std::string error;
-    if (!makeDirs(dir)) {
-      WARN("RANKLENS_TRACE_DIR: cannot create %s: %s (events are not written)", dir.c_str(), strerror(errno));
-    } else {
-      ranklens::events::Header header;
-      char host[256] = "";
-      gethostname(host, sizeof(host) - 1);
-      header.host = host;
-      header.pid = getpid();
-      header.rankLabel = rankLabel();
-      header.mode = ranklens::config::toString(settings_.mode);
-      header.fidelity = ranklens::config::toString(settings_.fidelity);
-      header.fill = ranklens::config::toString(settings_.fill);
-      header.startTimeNs = realtimeNs();
-      writer_ = ranklens::events::EventLogWriter::open(dir + "/events.msgpack", header, &error);
-      if (!writer_) WARN("%s (events are not written)", error.c_str());
-      else INFO(kSubInit | kSubRanklens, "writing events to %s", writer_->path().c_str());
-    }
+    writer_ = ranklens::trace::TraceWriter::create(dir, manifest, options, &error);
+    if (!writer_) WARN("RANKLENS_TRACE_DIR: %s (events are not written)", error.c_str());
+    else INFO(kSubInit | kSubRanklens, "writing events to %s", dir.c_str());
     writerReady_.store(true, std::memory_order_release);
   });
   return writer_.get();
 }
 
 void Runtime::flushEvents() {
-  if (writerReady_.load(std::memory_order_acquire) && writer_) writer_->flush();
+  if (writerReady_.load(std::memory_order_acquire) && writer_ && !writer_->flush())
+    WARN("trace %s: %s", writer_->directory().c_str(), writer_->lastError().c_str());
 }
 
 void Runtime::closeEvents() {
   if (writerReady_.load(std::memory_order_acquire) && writer_) {
-    writer_->close();
-    if (uint64_t dropped = writer_->dropped())
-      WARN("event log %s: %lu records dropped (queue full)", writer_->path().c_str(),
+    if (!writer_->close()) WARN("trace %s: %s", writer_->directory().c_str(), writer_->lastError().c_str());
+    if (uint64_t dropped = writer_->stats().recordsDropped)
+      WARN("trace %s: %lu records dropped (queue full); the manifest counts them", writer_->directory().c_str(),
            static_cast<unsigned long>(dropped));
   }
 }
 
 std::string Runtime::eventLogPath() {
-  auto* writer = eventWriter();
-  return writer ? writer->path() : std::string();
+  auto* writer = eventWriter(-1);
+  return writer ? writer->directory() : std::string();
 }
 
 }  // namespace nccl_fake

@@ -345,18 +345,19 @@ std::vector<std::string> rankDirectories(const std::string& traceDir) {
   if (access((traceDir + "/manifest.msgpack").c_str(), F_OK) == 0) return {traceDir};
   DIR* d = opendir(traceDir.c_str());
   if (d == nullptr) return out;
-  std::vector<std::pair<long, std::string>> ranks;
+  // rank<R> directories in rank order, then any other directory holding a manifest (e.g. ranklens-pid<P>).
+  std::vector<std::tuple<int, long, std::string>> found;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name.rfind("rank", 0) != 0 || name.size() == 4) continue;
-    const std::string digits = name.substr(4);
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
-    if (access((traceDir + "/" + name + "/manifest.msgpack").c_str(), F_OK) == 0)
-      ranks.emplace_back(std::stol(digits), traceDir + "/" + name);
+    if (name == "." || name == ".." || access((traceDir + "/" + name + "/manifest.msgpack").c_str(), F_OK) != 0)
+      continue;
+    const std::string digits = name.rfind("rank", 0) == 0 ? name.substr(4) : "";
+    const bool numbered = !digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos;
+    found.emplace_back(numbered ? 0 : 1, numbered ? std::stol(digits) : 0, name);
   }
   closedir(d);
-  std::sort(ranks.begin(), ranks.end());
-  for (auto& r : ranks) out.push_back(std::move(r.second));
+  std::sort(found.begin(), found.end());
+  for (const auto& [group, rank, name] : found) out.push_back(traceDir + "/" + name);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ranklens/events.h"
+#include "ranklens/trace.h"
 
 namespace ranklens {
 namespace tools {
@@ -19,8 +20,45 @@ namespace {
 
 namespace fs = std::filesystem;
 using events::Call;
-using events::EventLog;
 using events::Op;
+namespace trace = ranklens::trace;
+
+// What one rank directory holds, read through the trace store.
+struct EventLog {
+  trace::Manifest manifest;
+  std::vector<events::CommInit> comms;
+  std::vector<Call> calls;
+  size_t groups = 0, stages = 0;
+};
+
+bool loadRank(const std::string& dir, EventLog* log, std::ostream& err) {
+  std::string error;
+  auto reader = trace::TraceReader::open(dir, trace::Limits{}, &error);
+  if (!reader) {
+    err << "error: " << error << "\n";
+    return false;
+  }
+  log->manifest = reader->manifest();
+  reader->scan([&](trace::RecordType type, const msgpack::object& body, const trace::Location&) {
+    try {
+      switch (type) {
+        case trace::RecordType::kCommInit: log->comms.push_back(body.as<events::CommInit>()); break;
+        case trace::RecordType::kCall: log->calls.push_back(body.as<Call>()); break;
+        case trace::RecordType::kGroupEnd: log->groups++; break;
+        case trace::RecordType::kStage: log->stages++; break;
+        default: break;
+      }
+    } catch (const std::exception&) {
+      // a record of the wrong shape is reported by the reader's problems()
+    }
+    return true;
+  });
+  for (const auto& problem : reader->problems())
+    err << "warning: " << problem.describe() << (problem.truncated ? " (truncated: a crash?)" : "")
+        << "; summarising the complete records before it\n";
+  if (!log->manifest.closed) err << "warning: " << dir << ": trace not closed (the process may have crashed)\n";
+  return reader->problems().empty();
+}
 
 const char* datatypeName(int datatype) {
   static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
@@ -54,20 +92,10 @@ struct SignatureStats {
   uint64_t calls = 0, bytes = 0;
 };
 
-std::vector<fs::path> rankDirs(const fs::path& root) {
-  std::vector<fs::path> dirs;
-  if (fs::exists(root / "events.msgpack")) return {root};
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec))
-    if (entry.is_directory() && fs::exists(entry.path() / "events.msgpack")) dirs.push_back(entry.path());
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
-}
-
 nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, SignatureStats>& sigs) {
-  nlohmann::json rank = {{"rank", log.header.rankLabel}, {"host", log.header.host}, {"pid", log.header.pid},
-                         {"mode", log.header.mode}, {"fidelity", log.header.fidelity}, {"fill", log.header.fill},
-                         {"calls", log.calls.size()}, {"groups", log.groups.size()}, {"stages", log.stages.size()}};
+  nlohmann::json rank = {{"rank", log.manifest.rank}, {"host", log.manifest.host}, {"pid", log.manifest.pid},
+                         {"mode", log.manifest.mode}, {"writer", log.manifest.writer}, {"closed", log.manifest.closed},
+                         {"calls", log.calls.size()}, {"groups", log.groups}, {"stages", log.stages}};
   for (const auto& comm : log.comms)
     rank["communicators"].push_back({{"id", comm.commId}, {"nranks", comm.nranks}, {"rank", comm.rank},
                                      {"how", comm.how}, {"name", comm.name}, {"parent", comm.parentId},
@@ -82,10 +110,9 @@ nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, Sign
 }
 
 void summariseText(const EventLog& log, const std::map<Signature, SignatureStats>& sigs, std::ostream& out) {
-  out << "rank " << log.header.rankLabel << " (host " << log.header.host << ", pid " << log.header.pid << ", "
-      << log.header.mode << "/" << log.header.fidelity << ", fill " << log.header.fill << "): " << log.calls.size()
-      << " calls, " << log.comms.size() << " communicators, " << log.groups.size() << " groups, "
-      << log.stages.size() << " stage markers\n";
+  out << "rank " << log.manifest.rank << " (host " << log.manifest.host << ", pid " << log.manifest.pid << ", "
+      << log.manifest.mode << ": " << log.manifest.writer << "): " << log.calls.size() << " calls, "
+      << log.comms.size() << " communicators, " << log.groups << " groups, " << log.stages << " stage markers\n";
   out << "  communicators:\n";
   for (const auto& comm : log.comms) {
     uint64_t calls = std::count_if(log.calls.begin(), log.calls.end(), [&](const Call& c) { return c.commId == comm.commId; });
@@ -107,22 +134,16 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
 }  // namespace
 
 int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out, std::ostream& err) {
-  std::vector<fs::path> dirs = rankDirs(traceDir);
+  const std::vector<std::string> dirs = trace::rankDirectories(traceDir);
   if (dirs.empty()) {
-    err << "error: " << traceDir << ": no rank<R>/events.msgpack below it (is this a RankLens trace directory?)\n";
+    err << "error: " << traceDir << ": no rank directory with a manifest.msgpack (is this a RankLens trace?)\n";
     return 1;
   }
   int status = 0;
   nlohmann::json all = nlohmann::json::array();
   for (const auto& dir : dirs) {
     EventLog log;
-    std::string error;
-    if (!events::readEventLog((dir / "events.msgpack").string(), &log, &error)) {
-      err << "warning: " << error << (log.calls.empty() ? "" : " (summarising the complete records before it)")
-          << "\n";
-      status = 1;
-      if (log.comms.empty() && log.calls.empty()) continue;
-    }
+    if (!loadRank(dir, &log, err)) status = 1;
     std::map<Signature, SignatureStats> sigs;
     for (const auto& call : log.calls) {
       auto& stats = sigs[{call.commId, call.op, call.datatype, call.count, call.rootOrPeer, call.redop}];

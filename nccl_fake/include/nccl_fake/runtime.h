@@ -12,6 +12,7 @@
 #include "ranklens/config.h"
 #include "ranklens/device.h"
 #include "ranklens/events.h"
+#include "ranklens/trace.h"
 
 namespace nccl_fake {
 
@@ -27,13 +28,15 @@ class Runtime {
   uint64_t nextCommId() { return nextCommId_.fetch_add(1); }
   uint64_t nextGroupId() { return nextGroupId_.fetch_add(1); }
 
+  // Queues a record for this process's trace (no I/O on the caller's thread). `rankHint` names the rank directory
+  // when RANK is not set and this is the first record (a communicator's creation).
   template <typename Record>
-  void emit(ranklens::events::RecordType type, const Record& record) {
-    if (auto* writer = eventWriter()) writer->append(type, record);
+  void emit(ranklens::trace::RecordType type, const Record& record, int rankHint = -1) {
+    if (auto* writer = eventWriter(rankHint)) writer->append(type, record);
   }
   void flushEvents();
   void closeEvents();  // at exit
-  std::string eventLogPath();
+  std::string eventLogPath();  // the rank directory of this process's trace, "" when none
 
   // For tests: replace the device (e.g. force the host device) before any call; not exported.
   void setDeviceForTesting(std::unique_ptr<ranklens::device::StreamDevice> device);
@@ -42,7 +45,7 @@ class Runtime {
  private:
   Runtime();
   void load();
-  ranklens::events::EventLogWriter* eventWriter();
+  ranklens::trace::TraceWriter* eventWriter(int rankHint);
 
   std::mutex mu_;
   ncclResult_t status_ = ncclSuccess;
@@ -52,7 +55,7 @@ class Runtime {
   std::atomic<uint64_t> nextCommId_{0};
   std::atomic<uint64_t> nextGroupId_{1};
   std::once_flag writerOnce_;
-  std::unique_ptr<ranklens::events::EventLogWriter> writer_;
+  std::unique_ptr<ranklens::trace::TraceWriter> writer_;
   std::atomic<bool> writerReady_{false};
 };
 

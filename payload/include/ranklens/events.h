@@ -1,13 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The virtual communication events RankLens produces for every NCCL call, and the simple per-rank event log
-// written in structure mode (`<trace_dir>/rank<R>/events.msgpack`). The crash-safe trace store replaces the file
-// format later; the records stay. Records are msgpack arrays: fields are only ever appended (readers of an older
+// The virtual communication events RankLens produces for every NCCL call. They are records of the trace store
+// (ranklens/trace.h, docs/trace-format.md): msgpack arrays whose fields are only ever appended (readers of an older
 // minor version ignore extra trailing fields, missing ones keep their defaults).
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,12 +16,6 @@
 namespace ranklens {
 namespace events {
 
-constexpr int kEventLogVersionMajor = 1;
-constexpr int kEventLogVersionMinor = 0;
-constexpr const char* kEventLogMagic = "ranklens-events";
-
-enum class RecordType : int { kHeader = 0, kCommInit = 1, kCommEnd = 2, kCall = 3, kGroupEnd = 4, kStage = 5 };
-
 // The NCCL operations, in a stable numbering used on disk.
 enum class Op : int {
   kAllReduce = 0, kBroadcast = 1, kReduce = 2, kAllGather = 3, kReduceScatter = 4, kAlltoAll = 5, kGather = 6,
@@ -32,17 +23,6 @@ enum class Op : int {
 };
 const char* opName(Op op);
 bool isP2p(Op op);
-
-struct Header {
-  std::string magic = kEventLogMagic;
-  int versionMajor = kEventLogVersionMajor, versionMinor = kEventLogVersionMinor;
-  std::string host;
-  int64_t pid = 0;
-  std::string rankLabel;  // RANK from the environment, or the pid when unknown
-  std::string mode, fidelity, fill;
-  int64_t startTimeNs = 0;  // CLOCK_REALTIME
-  MSGPACK_DEFINE_ARRAY(magic, versionMajor, versionMinor, host, pid, rankLabel, mode, fidelity, fill, startTimeNs)
-};
 
 // Communicator identity: what lets a replayed communicator be matched to a recorded one without the unique id.
 struct CommInit {
@@ -96,46 +76,6 @@ struct Stage {
   int64_t step = -1;
   int64_t timeNs = 0;
   MSGPACK_DEFINE_ARRAY(name, step, timeNs)
-};
-
-// A whole file in memory, for tools and tests. Any problem is reported with the file offset.
-struct EventLog {
-  Header header;
-  std::vector<CommInit> comms;
-  std::vector<CommEnd> ends;
-  std::vector<Call> calls;
-  std::vector<GroupEnd> groups;
-  std::vector<Stage> stages;
-};
-// Returns false and sets `error` to "<path>: offset <n>: <reason>". A truncated last record is reported in `error`
-// while everything before it is kept in `out` (returns false so callers can decide).
-bool readEventLog(const std::string& path, EventLog* out, std::string* error);
-
-// Appends records from any thread without blocking on I/O: records are serialised by the caller into a bounded
-// in-memory queue and written by one background thread. When the queue is full, records are counted as dropped.
-class EventLogWriter {
- public:
-  static std::unique_ptr<EventLogWriter> open(const std::string& path, const Header& header, std::string* error);
-  ~EventLogWriter();
-  template <typename Record>
-  void append(RecordType type, const Record& record) {
-    msgpack::sbuffer buffer;
-    msgpack::packer<msgpack::sbuffer> packer(buffer);
-    packer.pack_array(2);
-    packer.pack(static_cast<int>(type));
-    packer.pack(record);
-    enqueue(std::string(buffer.data(), buffer.size()));
-  }
-  void flush();  // waits until everything appended so far is written (tools, shutdown; not the hot path)
-  void close();
-  uint64_t dropped() const;
-  const std::string& path() const;
-
- private:
-  struct Impl;
-  explicit EventLogWriter(std::unique_ptr<Impl> impl);
-  void enqueue(std::string&& bytes);
-  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace events
