@@ -2,6 +2,7 @@
 // Pure, bounded parsers of the trace format (segments, payload blobs, manifest) and small shared helpers. These are
 // what the fuzz targets exercise: no I/O, no allocation beyond the configured limits.
 #include <zlib.h>
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader; zstd is linked statically
 #include <zstd.h>
 
 #include <algorithm>
@@ -160,6 +161,9 @@ bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, cons
   if (declared != ref.rawBytes)
     return fail("zstd frame declares " + std::to_string(declared) + " bytes, reference says " +
                 std::to_string(ref.rawBytes));
+  ZSTD_frameHeader header;
+  if (ZSTD_getFrameHeader(&header, data, size) != 0) return fail("damaged zstd frame header");
+  if (!header.checksumFlag) return fail("zstd frame without a content checksum");
   const size_t frameSize = ZSTD_findFrameCompressedSize(data, size);
   if (ZSTD_isError(frameSize)) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize));
   if (frameSize != size) return fail("blob holds " + std::to_string(size - frameSize) + " bytes after its frame");
@@ -184,6 +188,19 @@ bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string*
                                                     nullptr, bodyLimits(static_cast<uint32_t>(std::min<size_t>(size, 16u << 20))));
     if (handle.get().type != msgpack::type::MAP) {
       *reason = "manifest is not a msgpack map";
+      return false;
+    }
+    // format and version_major are required: a map without them is not a manifest of any version.
+    bool hasFormat = false, hasMajor = false;
+    const msgpack::object_map& map = handle.get().via.map;
+    for (uint32_t i = 0; i < map.size; ++i) {
+      if (map.ptr[i].key.type != msgpack::type::STR) continue;
+      const std::string key(map.ptr[i].key.via.str.ptr, map.ptr[i].key.via.str.size);
+      hasFormat = hasFormat || key == "format";
+      hasMajor = hasMajor || key == "version_major";
+    }
+    if (!hasFormat || !hasMajor) {
+      *reason = "manifest lacks 'format' or 'version_major'";
       return false;
     }
     Manifest manifest;

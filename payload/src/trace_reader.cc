@@ -141,20 +141,18 @@ struct TraceReader::Impl {
       }
       Problem problem;
       auto wrapped = [&](RecordType type, const msgpack::object& body, const Location& where) {
-        if (indexing) {
-          try {
-            if (type == RecordType::kCall) {
-              auto call = body.as<events::Call>();
-              calls[keyOf(call.commId, call.op, call.rootOrPeer, call.seq)] = where;
-            } else if (type == RecordType::kPayloadRef) {
-              auto ref = body.as<PayloadRef>();
-              payloadRefs[keyOf(ref.commId, ref.op, ref.peer, ref.seq)] = where;
-            }
-          } catch (const std::exception& e) {
-            scanProblems.push_back({segPath(i), where.offset,
-                                    std::string(recordTypeName(type)) + " record has the wrong shape: " + e.what(),
-                                    false});
+        // The records the index points at are decoded on every scan, so a malformed one is always reported.
+        try {
+          if (type == RecordType::kCall) {
+            auto call = body.as<events::Call>();
+            if (indexing) calls[keyOf(call.commId, call.op, call.rootOrPeer, call.seq)] = where;
+          } else if (type == RecordType::kPayloadRef) {
+            auto ref = body.as<PayloadRef>();
+            if (indexing) payloadRefs[keyOf(ref.commId, ref.op, ref.peer, ref.seq)] = where;
           }
+        } catch (const std::exception& e) {
+          scanProblems.push_back({segPath(i), where.offset,
+                                  std::string(recordTypeName(type)) + " record is malformed: " + e.what(), false});
         }
         if (visit && !visit(type, body, where)) {
           stopped = true;
@@ -198,6 +196,15 @@ struct TraceReader::Impl {
     } catch (const std::exception&) {
       return false;
     }
+  }
+
+  // The index is a cache: an entry that does not lead to the intact record it names (a stale or edited index)
+  // triggers one rebuild by scanning, and the lookup is answered from the rebuilt index.
+  bool rebuildOnce() {
+    if (rebuilt) return false;
+    rebuilt = true;
+    scan(nullptr, true);
+    return true;
   }
 
   template <typename Record>
@@ -248,22 +255,44 @@ uint32_t TraceReader::segmentCount() const { return static_cast<uint32_t>(impl_-
 bool TraceReader::scan(const RecordVisitor& visit) { return impl_->scan(visit, false); }
 
 std::optional<events::Call> TraceReader::call(uint64_t commId, int op, int peer, uint64_t seq) {
-  auto it = impl_->calls.find(keyOf(commId, op, peer, seq));
-  if (it == impl_->calls.end()) return std::nullopt;
-  return impl_->recordAt<events::Call>(it->second, RecordType::kCall);
+  const CallKey key = keyOf(commId, op, peer, seq);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto it = impl_->calls.find(key);
+    if (it == impl_->calls.end()) return std::nullopt;  // a consistent index lists every call
+    auto record = impl_->recordAt<events::Call>(it->second, RecordType::kCall);
+    if (record && keyOf(record->commId, record->op, record->rootOrPeer, record->seq) == key) return record;
+    if (!impl_->rebuildOnce()) return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 std::optional<PayloadRef> TraceReader::payload(uint64_t commId, int op, int peer, uint64_t seq) const {
-  auto it = impl_->payloadRefs.find(keyOf(commId, op, peer, seq));
-  if (it == impl_->payloadRefs.end()) return std::nullopt;
-  return impl_->recordAt<PayloadRef>(it->second, RecordType::kPayloadRef);
+  const CallKey key = keyOf(commId, op, peer, seq);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto it = impl_->payloadRefs.find(key);
+    if (it == impl_->payloadRefs.end()) return std::nullopt;
+    auto ref = impl_->recordAt<PayloadRef>(it->second, RecordType::kPayloadRef);
+    if (ref && keyOf(ref->commId, ref->op, ref->peer, ref->seq) == key) return ref;
+    if (!impl_->rebuildOnce()) return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 std::vector<PayloadRef> TraceReader::payloads() const {
-  std::vector<PayloadRef> out;
-  for (const auto& [key, where] : impl_->payloadRefs)
-    if (auto ref = impl_->recordAt<PayloadRef>(where, RecordType::kPayloadRef)) out.push_back(*ref);
-  return out;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::vector<PayloadRef> out;
+    bool consistent = true;
+    for (const auto& [key, where] : impl_->payloadRefs) {
+      auto ref = impl_->recordAt<PayloadRef>(where, RecordType::kPayloadRef);
+      if (!ref || keyOf(ref->commId, ref->op, ref->peer, ref->seq) != key) {
+        consistent = false;
+        break;
+      }
+      out.push_back(*ref);
+    }
+    if (consistent || !impl_->rebuildOnce()) return out;
+  }
+  return {};
 }
 
 bool TraceReader::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem) {
@@ -352,7 +381,9 @@ std::vector<std::string> rankDirectories(const std::string& traceDir) {
     if (name == "." || name == ".." || access((traceDir + "/" + name + "/manifest.msgpack").c_str(), F_OK) != 0)
       continue;
     const std::string digits = name.rfind("rank", 0) == 0 ? name.substr(4) : "";
-    const bool numbered = !digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos;
+    const bool numbered = !digits.empty() && digits.size() <= 9 &&
+                          digits.find_first_not_of("0123456789") == std::string::npos &&
+                          (digits == "0" || digits[0] != '0');  // decimal without padding
     found.emplace_back(numbered ? 0 : 1, numbered ? std::stol(digits) : 0, name);
   }
   closedir(d);

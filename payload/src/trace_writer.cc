@@ -132,11 +132,19 @@ struct TraceWriter::Impl {
   bool payloadOpen = false;
 
   bool openSegment(uint32_t index, std::string* err) {
+    if (index > kMaxFileIndex) {
+      *err = dir + ": " + std::to_string(kMaxFileIndex + 1) + " segment files: raise WriterOptions.segmentBytes";
+      return false;
+    }
     segmentIndex = index;
     manifest.segments = index + 1;
     return segment.create(dir + "/" + segmentName(index), kSegmentMagic, index, err);
   }
   bool openPayload(uint32_t index, std::string* err) {
+    if (index > kMaxFileIndex) {
+      *err = dir + ": " + std::to_string(kMaxFileIndex + 1) + " payload files: raise WriterOptions.payloadFileBytes";
+      return false;
+    }
     payloadIndex = index;
     payloadOpen = true;
     manifest.payload_files = index + 1;

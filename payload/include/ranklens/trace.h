@@ -31,6 +31,7 @@ constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
 constexpr size_t kFileHeaderBytes = 16;         // magic u32, major u16, minor u16, file index u32, reserved u32
 constexpr size_t kFrameHeaderBytes = 8;         // body length u32, CRC-32 (zlib) of the body u32
+constexpr uint32_t kMaxFileIndex = 999999;      // file names carry 6 decimal digits
 
 // Record types; the values are on disk and never reused. 1..5 are the virtual communication events of events.h.
 enum class RecordType : int {
@@ -52,11 +53,12 @@ struct Timing {
   uint64_t stream = 0, groupId = 0;
   int64_t startNs = 0, durationNs = 0;  // start: CLOCK_MONOTONIC of the submitting host thread; duration: GPU events
   bool captured = false;                // recorded inside a CUDA graph capture
-  MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured)
+  int peer = -1;                        // Send/Recv: the peer (their sequences are per peer)
+  MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer)
 };
 
-// Where a call's received bytes are stored. A later reference to the same (commId, seq) supersedes an earlier
-// one (that is how edits work: the original blob stays where it was).
+// Where a call's received bytes are stored. A later reference to the same call (commId, kind, peer, seq; see
+// docs/trace-format.md) supersedes an earlier one: that is how edits work, the original blob stays where it was.
 struct PayloadRef {
   uint64_t commId = 0, seq = 0;
   int op = 0, datatype = 0;
@@ -77,7 +79,8 @@ struct Edit {
   uint64_t commId = 0, seq = 0;
   std::string tool, action, detail, user;
   int64_t timeNs = 0;  // CLOCK_REALTIME
-  MSGPACK_DEFINE_ARRAY(commId, seq, tool, action, detail, user, timeNs)
+  int op = -1, peer = -1;  // identify the edited call (P2P sequences are per peer)
+  MSGPACK_DEFINE_ARRAY(commId, seq, tool, action, detail, user, timeNs, op, peer)
 };
 
 struct Manifest {
