@@ -103,20 +103,29 @@ struct TraceReader::Impl {
       std::map<std::string, msgpack::object> index;
       handle.get().convert(index);
       if (index.at("version_major").as<int>() != kFormatMajor) return false;
+      // The listed segments must be exactly the files read, same names and sizes, in any order.
       auto listed = index.at("segments").as<std::vector<std::tuple<std::string, uint64_t>>>();
-      if (listed.size() != segments.size()) return false;
-      for (size_t i = 0; i < listed.size(); ++i)
-        if (std::get<0>(listed[i]) != segments[i].name || std::get<1>(listed[i]) != segments[i].size) return false;
-      using Entry = std::tuple<uint64_t, uint64_t, int, int, uint32_t, uint64_t>;
+      std::vector<std::tuple<std::string, uint64_t>> actual;
+      for (const auto& seg : segments) actual.emplace_back(seg.name, seg.size);
+      std::sort(listed.begin(), listed.end());
+      std::sort(actual.begin(), actual.end());
+      if (listed != actual) return false;
       std::map<CallKey, Location> c, p;
-      for (const auto& [comm, seq, op, peer, seg, off] : index.at("calls").as<std::vector<Entry>>()) {
-        if (seg >= segments.size() || off >= segments[seg].size) return false;
-        c[keyOf(comm, op, peer, seq)] = {seg, off};
-      }
-      for (const auto& [comm, seq, op, peer, seg, off] : index.at("payloads").as<std::vector<Entry>>()) {
-        if (seg >= segments.size() || off >= segments[seg].size) return false;
-        p[keyOf(comm, op, peer, seq)] = {seg, off};
-      }
+      auto load = [&](const msgpack::object& entries, std::map<CallKey, Location>* out) {
+        if (entries.type != msgpack::type::ARRAY) return false;
+        for (uint32_t i = 0; i < entries.via.array.size; ++i) {
+          const msgpack::object& e = entries.via.array.ptr[i];
+          if (e.type != msgpack::type::ARRAY || e.via.array.size < 6) return false;  // [comm, seq, op, peer, seg, off]
+          const msgpack::object* f = e.via.array.ptr;
+          const auto comm = f[0].as<uint64_t>(), seq = f[1].as<uint64_t>(), off = f[5].as<uint64_t>();
+          const auto op = f[2].as<int32_t>(), peer = f[3].as<int32_t>();
+          const auto seg = f[4].as<uint32_t>();
+          if (seg >= segments.size() || off >= segments[seg].size) return false;
+          (*out)[keyOf(comm, op, peer, seq)] = {seg, off};
+        }
+        return true;
+      };
+      if (!load(index.at("calls"), &c) || !load(index.at("payloads"), &p)) return false;
       calls.swap(c);
       payloadRefs.swap(p);
       return true;
@@ -172,8 +181,20 @@ struct TraceReader::Impl {
     if (where.segment >= segments.size()) return false;
     int fd = ::open(segPath(where.segment).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
+    // The segment's own header must pass its checks, as in a scan: a frame in a segment that fails them is not intact.
+    uint8_t fileHeader[kFileHeaderBytes];
+    uint32_t magic = 0, index = 0;
+    uint16_t major = 0;
+    bool ok = pread(fd, fileHeader, sizeof(fileHeader), 0) == sizeof(fileHeader);
+    if (ok) {
+      memcpy(&magic, fileHeader, 4);
+      memcpy(&major, fileHeader + 4, 2);
+      memcpy(&index, fileHeader + 8, 4);
+      ok = magic == kSegmentMagic && major == kFormatMajor && index == where.segment &&
+           where.offset >= kFileHeaderBytes;
+    }
     uint8_t header[kFrameHeaderBytes];
-    bool ok = pread(fd, header, sizeof(header), static_cast<off_t>(where.offset)) == sizeof(header);
+    ok = ok && pread(fd, header, sizeof(header), static_cast<off_t>(where.offset)) == sizeof(header);
     uint32_t length = 0, crc = 0;
     if (ok) {
       memcpy(&length, header, 4);
@@ -190,7 +211,10 @@ struct TraceReader::Impl {
       size_t used = 0;
       *out = msgpack::unpack(reinterpret_cast<const char*>(body.data()), body.size(), used);
       const msgpack::object& obj = out->get();
-      if (obj.type != msgpack::type::ARRAY || obj.via.array.size != 2) return false;
+      if (used != body.size()) return false;  // trailing bytes: corrupt, as in a scan
+      if (obj.type != msgpack::type::ARRAY || obj.via.array.size != 2 ||
+          obj.via.array.ptr[1].type != msgpack::type::ARRAY)
+        return false;
       *type = static_cast<RecordType>(obj.via.array.ptr[0].as<int>());
       return true;
     } catch (const std::exception&) {
