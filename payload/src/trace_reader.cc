@@ -85,8 +85,10 @@ struct TraceReader::Impl {
         break;
       }
       struct stat st;
-      stat((dir + "/" + name).c_str(), &st);
-      segments.push_back({name, static_cast<uint64_t>(st.st_size)});
+      // An unreadable entry (dangling link, directory) keeps its place with size 0: reading it reports the problem
+      // and the segments after it are still read.
+      const bool statOk = stat((dir + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+      segments.push_back({name, statOk ? static_cast<uint64_t>(st.st_size) : 0});
       ++expected;
     }
     if (segments.empty()) openProblems.push_back({dir + "/" + segmentName(0), 0, "no segment file", false});
@@ -99,7 +101,9 @@ struct TraceReader::Impl {
     if (!readFile(dir + "/index.msgpack", 1ull << 32, &data, &err)) return false;
     try {
       size_t used = 0;
-      auto handle = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size(), used);
+      const auto n = static_cast<uint32_t>(std::min<size_t>(data.size(), 0xffffffffu));
+      auto handle = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size(), used, nullptr, nullptr,
+                                    msgpack::unpack_limit(n, n, n, n, n, 4));
       std::map<std::string, msgpack::object> index;
       handle.get().convert(index);
       if (index.at("version_major").as<int>() != kFormatMajor) return false;
@@ -209,7 +213,9 @@ struct TraceReader::Impl {
     if (!ok || crc32Bytes(body.data(), body.size()) != crc) return false;
     try {
       size_t used = 0;
-      *out = msgpack::unpack(reinterpret_cast<const char*>(body.data()), body.size(), used);
+      const auto n = static_cast<uint32_t>(body.size());
+      *out = msgpack::unpack(reinterpret_cast<const char*>(body.data()), body.size(), used, nullptr, nullptr,
+                             msgpack::unpack_limit(n, n, n, n, n, 8));
       const msgpack::object& obj = out->get();
       if (used != body.size()) return false;  // trailing bytes: corrupt, as in a scan
       if (obj.type != msgpack::type::ARRAY || obj.via.array.size != 2 ||
@@ -349,7 +355,9 @@ bool TraceReader::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, 
     reason = "compressed blob larger than the payload limit";
   if (!reason.empty()) {
     ::close(fd);
-    return fail(reason, ref.offset <= fileSize && ref.compressedBytes > fileSize - ref.offset);
+    const bool outOfBounds = headerOk && magic == kPayloadMagic && major == kFormatMajor && index == ref.file;
+    return fail(reason, outOfBounds && ref.offset >= kFileHeaderBytes && ref.offset <= fileSize &&
+                            ref.compressedBytes > fileSize - ref.offset);
   }
   std::vector<uint8_t> blob(ref.compressedBytes);
   const bool readOk = pread(fd, blob.data(), blob.size(), static_cast<off_t>(ref.offset)) ==
@@ -367,6 +375,14 @@ bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string*
   impl->limits = limits;
   if (!impl->listSegments(error)) return false;
   impl->scan(nullptr, true);
+  if (!impl->allProblems.empty()) {
+    // An index of a damaged trace would let readers skip the scan that reports the damage: leave none instead.
+    if (unlink((rankDir + "/index.msgpack").c_str()) != 0 && errno != ENOENT) {
+      *error = rankDir + "/index.msgpack: cannot remove: " + strerror(errno);
+      return false;
+    }
+    return true;
+  }
   msgpack::sbuffer buffer;
   msgpack::packer<msgpack::sbuffer> pk(buffer);
   pk.pack_map(5);

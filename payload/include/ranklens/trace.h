@@ -201,13 +201,15 @@ bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, cons
 // Parse a manifest image (msgpack map); accepts any 1.x minor version.
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason);
 
-// Rewrites index.msgpack atomically from the segments (after an edit, or to repair). False with `error` on failure.
+// Rewrites index.msgpack atomically from the segments (after an edit, or to repair). When the scan finds damage it
+// removes the index instead, so that every reader scans and reports the damage. False with `error` on failure.
 bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string* error);
 
 class TraceReader {
  public:
   // Opens a rank directory: manifest, segment list, index (loaded if consistent with the segments, else rebuilt
-  // by scanning). Fails only if the directory or its manifest is unusable; damaged segments become problems().
+  // by scanning). Fails only if the directory or its manifest is unusable. Damage found while listing or
+  // rebuilding becomes problems(); scan() reads everything and reports all of it (verification scans).
   static std::unique_ptr<TraceReader> open(const std::string& rankDir, const Limits& limits, std::string* error);
   ~TraceReader();
 

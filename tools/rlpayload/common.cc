@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+namespace rlpayload {
+
+namespace fs = std::filesystem;
+using ranklens::events::Op;
+
+void printError(const std::string& path, const std::string& reason) {
+  std::cerr << "error: " << path << (reason.empty() ? "" : ": " + reason) << "\n";
+}
+
+void printWarning(const std::string& text) { std::cerr << "warning: " << text << "\n"; }
+
+// ------------------------------------------------------------------------------------------------------ progress
+
+Progress::Progress(std::string label, uint64_t total, bool enabled) : label_(std::move(label)), total_(total) {
+  const char* forced = getenv("RLPAYLOAD_PROGRESS");
+  if (forced && *forced)
+    enabled_ = enabled && std::string(forced) != "0";
+  else
+    enabled_ = enabled && isatty(STDERR_FILENO);
+  last_ = std::chrono::steady_clock::now();
+}
+
+Progress::~Progress() { done(); }
+
+void Progress::tick(uint64_t n) {
+  count_ += n;
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_ < std::chrono::milliseconds(500)) return;
+  last_ = now;
+  draw();
+}
+
+void Progress::draw() {
+  std::cerr << "\r" << label_ << ": " << count_;
+  if (total_) std::cerr << "/" << total_;
+  std::cerr << std::flush;
+  drawn_ = true;
+}
+
+void Progress::done() {
+  if (drawn_) std::cerr << "\r\033[K" << std::flush;  // erase the counter line
+  drawn_ = false;
+  enabled_ = false;
+}
+
+// ------------------------------------------------------------------------------------------------------ names
+
+std::string opName(int op) {
+  if (op < 0 || op > static_cast<int>(Op::kRecv)) return "Op(" + std::to_string(op) + ")";
+  return ranklens::events::opName(static_cast<Op>(op));
+}
+
+std::vector<std::string> opNames() {
+  std::vector<std::string> names;
+  for (int op = 0; op <= static_cast<int>(Op::kRecv); ++op) names.push_back(opName(op));
+  return names;
+}
+
+static std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::optional<int> opFromName(const std::string& name) {
+  for (int op = 0; op <= static_cast<int>(Op::kRecv); ++op)
+    if (lower(opName(op)) == lower(name)) return op;
+  return std::nullopt;
+}
+
+bool isP2pOp(int op) { return op == static_cast<int>(Op::kSend) || op == static_cast<int>(Op::kRecv); }
+
+bool sameCall(uint64_t commA, int opA, int peerA, uint64_t seqA, uint64_t commB, int opB, int peerB, uint64_t seqB) {
+  if (commA != commB || seqA != seqB || isP2pOp(opA) != isP2pOp(opB)) return false;
+  return !isP2pOp(opA) || (opA == opB && peerA == peerB);
+}
+
+bool editNames(const ranklens::trace::Edit& edit, const ranklens::trace::PayloadRef* previous,
+               const ranklens::trace::PayloadRef& ref) {
+  if (edit.op >= 0) return sameCall(edit.commId, edit.op, edit.peer, edit.seq, ref.commId, ref.op, ref.peer, ref.seq);
+  return previous && previous->commId == edit.commId && previous->seq == edit.seq &&
+         sameCall(previous->commId, previous->op, previous->peer, previous->seq, ref.commId, ref.op, ref.peer, ref.seq);
+}
+
+std::string describeCall(uint64_t commId, int op, int peer, uint64_t seq) {
+  std::string s = "comm " + std::to_string(commId) + " " + opName(op);
+  if (isP2pOp(op)) s += " peer " + std::to_string(peer);
+  return s + " seq " + std::to_string(seq);
+}
+
+nlohmann::json jsonNumber(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
+  return value;
+}
+
+// ------------------------------------------------------------------------------------------------------ traces
+
+int rankFromDirectoryName(const std::string& dir) {
+  fs::path path = fs::path(dir).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();  // "trace/rank3/"
+  const std::string name = path.filename().string();
+  if (name.size() < 5 || name.rfind("rank", 0) != 0) return -1;
+  const std::string digits = name.substr(4);
+  if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(digits);
+}
+
+std::vector<std::string> findRankDirectories(const std::string& trace, std::string* error) {
+  std::error_code ec;
+  if (!fs::exists(trace, ec)) {
+    *error = trace + ": no such file or directory";
+    return {};
+  }
+  if (!fs::is_directory(trace, ec)) {
+    *error = trace + ": not a directory (a trace is a directory of rank<R>/ directories, or one of them)";
+    return {};
+  }
+  auto dirs = ranklens::trace::rankDirectories(trace);
+  if (dirs.empty())
+    *error = trace + ": no RankLens trace here (expected manifest.msgpack, or rank<R>/manifest.msgpack below it)";
+  return dirs;
+}
+
+std::unique_ptr<RankTrace> openRank(const std::string& dir, std::string* error) {
+  std::string why;
+  auto reader = ranklens::trace::TraceReader::open(dir, ranklens::trace::Limits{}, &why);
+  if (!reader) {
+    *error = why;
+    return nullptr;
+  }
+  auto rank = std::make_unique<RankTrace>();
+  rank->dir = dir;
+  rank->rank = reader->manifest().rank >= 0 ? reader->manifest().rank : rankFromDirectoryName(dir);
+  rank->reader = std::move(reader);
+  return rank;
+}
+
+std::optional<Selected> selectPayload(const Selection& s, std::string* error) {
+  int op = 0;  // any collective: collectives share one sequence per communicator
+  if (!s.op.empty()) {
+    auto parsed = opFromName(s.op);
+    if (!parsed) throw UsageError{"--op " + s.op + ": not an operation (one of AllReduce, ..., Send, Recv)"};
+    op = *parsed;
+  }
+  if (isP2pOp(op) && !s.peerGiven)
+    throw UsageError{"--op " + opName(op) + " needs --peer P (Send and Recv have one sequence per peer)"};
+  if (!isP2pOp(op) && s.peerGiven)
+    throw UsageError{"--peer is for Send and Recv: give --op Send or --op Recv" +
+                     (s.op.empty() ? std::string() : " (" + opName(op) + " is a collective)")};
+  std::string why;
+  auto dirs = findRankDirectories(s.trace, &why);
+  if (dirs.empty()) {
+    *error = why;
+    return std::nullopt;
+  }
+  std::string dir;
+  if (dirs.size() == 1) {
+    dir = dirs[0];  // one rank (or a rank directory itself): --rank is optional, and checked when given
+  } else {
+    if (!s.rankGiven)
+      throw UsageError{s.trace + " holds " + std::to_string(dirs.size()) + " ranks: choose one with --rank R"};
+    for (const auto& d : dirs)
+      if (rankFromDirectoryName(d) == s.rank) dir = d;
+    for (const auto& d : dirs) {  // directories not named rank<R> (ranklens-pid<P>): their manifest says
+      if (!dir.empty()) break;
+      std::string ignored;
+      if (rankFromDirectoryName(d) < 0)
+        if (auto rank = openRank(d, &ignored); rank && rank->rank == s.rank) dir = d;
+    }
+    if (dir.empty()) {
+      *error = s.trace + ": no rank " + std::to_string(s.rank) + " in this trace";
+      return std::nullopt;
+    }
+  }
+  Selected out;
+  out.rank = openRank(dir, error);
+  if (!out.rank) return std::nullopt;
+  if (s.rankGiven && out.rank->rank != s.rank) {
+    *error = dir + ": this is rank " + std::to_string(out.rank->rank) + ", not rank " + std::to_string(s.rank);
+    return std::nullopt;
+  }
+  const int peer = isP2pOp(op) ? s.peer : -1;
+  auto ref = out.rank->reader->payload(s.comm, op, peer, s.seq);
+  if (!ref) {
+    const auto& damage = out.rank->reader->problems();  // payload() may have rebuilt the index and met damage
+    if (!damage.empty()) {
+      *error = damage.front().describe() + (damage.front().truncated ? " (truncated)" : "") + "; " +
+               (s.op.empty() ? "comm " + std::to_string(s.comm) + " seq " + std::to_string(s.seq)
+                             : describeCall(s.comm, op, peer, s.seq)) +
+               ": no payload found before the damage";
+    } else if (s.op.empty()) {
+      *error = dir + ": comm " + std::to_string(s.comm) + " seq " + std::to_string(s.seq) +
+               ": no collective with a payload (for Send/Recv give --op and --peer)";
+    } else {
+      *error = dir + ": " + describeCall(s.comm, op, peer, s.seq) + ": no payload recorded";
+    }
+    return std::nullopt;
+  }
+  if (!s.op.empty() && ref->op != op) {
+    *error = dir + ": comm " + std::to_string(s.comm) + " seq " + std::to_string(s.seq) + " is " + opName(ref->op) +
+             ", not " + opName(op);
+    return std::nullopt;
+  }
+  out.ref = *ref;
+  out.call = out.rank->reader->call(s.comm, ref->op, ref->peer, s.seq);
+  return out;
+}
+
+bool loadPayload(Selected& selected, std::vector<uint8_t>* bytes, std::string* error) {
+  ranklens::trace::Problem problem;
+  if (!selected.rank->reader->readPayload(selected.ref, bytes, &problem)) {
+    *error = problem.describe();
+    return false;
+  }
+  return true;
+}
+
+std::string shellJoin(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) {
+    if (!out.empty()) out += ' ';
+    const bool plain = !w.empty() && w.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_-+=.,:/@%") == std::string::npos;
+    if (plain) {
+      out += w;
+      continue;
+    }
+    out += '\'';
+    for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
+}  // namespace rlpayload

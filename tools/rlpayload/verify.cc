@@ -1,0 +1,463 @@
+// SPDX-License-Identifier: Apache-2.0
+// rlpayload verify: check every rank of a trace: manifest, segments (truncation vs corruption), record shapes, the
+// index against a rebuild, every payload blob (zstd, sizes, CRC-32), and the manifest's counters.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include "commands.h"
+#include "dtype.h"
+
+namespace rlpayload {
+
+namespace fs = std::filesystem;
+using namespace ranklens::trace;
+
+namespace {
+
+struct Finding {
+  bool problem = true;  // else a warning
+  std::string check;    // manifest, segment, record, index, payload, counters, files
+  std::string file;
+  std::optional<uint64_t> offset;
+  std::string reason;
+  bool truncated = false;
+};
+
+struct RankReport {
+  int rank = -1;
+  std::string dir;
+  bool opened = false, closed = false;
+  uint32_t segments = 0, payloadFiles = 0;
+  uint64_t records = 0, calls = 0, payloadRefs = 0, edits = 0, payloadsChecked = 0, unknownRecords = 0;
+  std::string index = "unchecked";  // current | stale | missing | unreadable | inconsistent
+  std::vector<Finding> findings;
+  void add(bool problem, std::string check, std::string file, std::optional<uint64_t> offset, std::string reason,
+           bool truncated = false) {
+    findings.push_back({problem, std::move(check), std::move(file), offset, std::move(reason), truncated});
+  }
+  size_t count(bool problems) const {
+    size_t n = 0;
+    for (const auto& f : findings) n += f.problem == problems;
+    return n;
+  }
+};
+
+// (commId, kind, peer, seq): kind 0 collective (peer -1), 1 Send, 2 Recv — how the format identifies a call.
+using CallKey = std::tuple<uint64_t, int, int, uint64_t>;
+CallKey keyOf(uint64_t comm, int op, int peer, uint64_t seq) {
+  const int kind = op == 8 ? 1 : op == 9 ? 2 : 0;
+  return {comm, kind, kind ? peer : -1, seq};
+}
+using Entries = std::map<CallKey, std::pair<uint32_t, uint64_t>>;  // -> (segment, frame offset)
+
+bool isNumberedName(const std::string& name, const char* prefix, const char* suffix, uint32_t* index) {
+  const std::string p(prefix), s(suffix);
+  if (name.size() != p.size() + 6 + s.size() || name.compare(0, p.size(), p) != 0 ||
+      name.compare(p.size() + 6, s.size(), s) != 0)
+    return false;
+  const std::string digits = name.substr(p.size(), 6);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  *index = static_cast<uint32_t>(std::stoul(digits));
+  return true;
+}
+
+// Compares index.msgpack with what a scan of the segments found.
+// With `damaged` segments the scan stops at the damage while the index may list intact records beyond it, so the
+// entries are not compared (the segment problem is the finding).
+void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t>>& segments, const Entries& calls,
+                const Entries& payloads, bool damaged) {
+  const std::string path = r.dir + "/index.msgpack";
+  std::vector<uint8_t> data;
+  {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) {
+      r.index = "missing";
+      r.add(false, "index", path, std::nullopt, "missing (a cache: readers rebuild it from the segments)");
+      return;
+    }
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) data.insert(data.end(), buf, buf + n);
+    fclose(f);
+  }
+  try {
+    size_t used = 0;
+    auto handle = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size(), used);
+    std::map<std::string, msgpack::object> index;
+    handle.get().convert(index);
+    if (index.at("version_major").as<int>() != kFormatMajor) {
+      r.index = "stale";
+      r.add(false, "index", path, std::nullopt, "written for another format version: readers rebuild it");
+      return;
+    }
+    // The listed segments must be exactly the files present, same names and sizes, in any order.
+    std::vector<std::pair<std::string, uint64_t>> listed, actual(segments);
+    for (const auto& [name, size] : index.at("segments").as<std::vector<std::tuple<std::string, uint64_t>>>())
+      listed.emplace_back(name, size);
+    std::sort(listed.begin(), listed.end());
+    std::sort(actual.begin(), actual.end());
+    if (listed != actual) {
+      r.index = "stale";
+      r.add(false, "index", path, std::nullopt,
+            "stale: built from other segment files or sizes (readers rebuild it; an edit or a crash leaves this)");
+      return;
+    }
+    if (damaged) {
+      r.index = "not compared";
+      return;
+    }
+    // Entries: arrays of at least six integers [commId, seq, op, peer, segment, offset]; further elements ignored.
+    auto load = [&](const char* key) {
+      Entries out;
+      const msgpack::object& entries = index.at(key);
+      if (entries.type != msgpack::type::ARRAY) throw std::runtime_error(std::string(key) + " is not an array");
+      for (uint32_t i = 0; i < entries.via.array.size; ++i) {
+        const msgpack::object& e = entries.via.array.ptr[i];
+        if (e.type != msgpack::type::ARRAY || e.via.array.size < 6)
+          throw std::runtime_error(std::string(key) + " entry " + std::to_string(i) + " is malformed");
+        const msgpack::object* f = e.via.array.ptr;
+        out[keyOf(f[0].as<uint64_t>(), f[2].as<int32_t>(), f[3].as<int32_t>(), f[1].as<uint64_t>())] = {
+            f[4].as<uint32_t>(), f[5].as<uint64_t>()};
+      }
+      return out;
+    };
+    const Entries indexedCalls = load("calls"), indexedPayloads = load("payloads");
+    auto compare = [&](const Entries& indexed, const Entries& scanned, const char* what) {
+      uint64_t missing = 0, extra = 0, moved = 0;
+      for (const auto& [k, where] : scanned) {
+        auto it = indexed.find(k);
+        if (it == indexed.end())
+          ++missing;
+        else if (it->second != where)
+          ++moved;
+      }
+      for (const auto& [k, where] : indexed) extra += scanned.count(k) == 0;
+      if (missing || extra || moved) {
+        r.index = "inconsistent";
+        r.add(true, "index", path, std::nullopt,
+              std::string("disagrees with the segments it claims to describe: ") + what + ": " +
+                  std::to_string(missing) + " missing, " + std::to_string(extra) + " extra, " + std::to_string(moved) +
+                  " at another location (readers trust it: delete it to force a rebuild)");
+      }
+    };
+    r.index = "current";
+    compare(indexedCalls, calls, "calls");
+    compare(indexedPayloads, payloads, "payload references");
+  } catch (const std::exception& e) {
+    r.index = "unreadable";
+    r.add(false, "index", path, std::nullopt, std::string("unreadable (") + e.what() + "): readers rebuild it");
+  }
+}
+
+void verifyRank(const std::string& dir, RankReport& r, bool json) {
+  r.dir = dir;
+  r.rank = rankFromDirectoryName(dir);
+  std::string error;
+  auto reader = TraceReader::open(dir, Limits{}, &error);
+  if (!reader) {
+    r.add(true, "manifest", dir + "/manifest.msgpack", std::nullopt, error);
+    return;
+  }
+  r.opened = true;
+  const Manifest& m = reader->manifest();
+  if (m.rank >= 0) {
+    if (r.rank >= 0 && r.rank != m.rank)
+      r.add(
+          false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+          "manifest says rank " + std::to_string(m.rank) + ", the directory name says rank " + std::to_string(r.rank));
+    r.rank = m.rank;
+  }
+  r.closed = m.closed;
+  if (!m.closed)
+    r.add(false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+          "not closed: the writer crashed or is still running (counters not compared)");
+  if (m.records_dropped)
+    r.add(false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+          std::to_string(m.records_dropped) + " records were dropped while recording");
+  if (m.payloads_dropped)
+    r.add(false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+          std::to_string(m.payloads_dropped) + " payloads were dropped while recording");
+
+  // --- segments: every intact record, in order
+  r.segments = reader->segmentCount();
+  Entries calls, effective;
+  std::vector<std::pair<PayloadRef, Location>> refs;
+  std::set<size_t> editRefs;  // indices into refs written by an edit (reference immediately followed by its Edit)
+  uint64_t editRecords = 0;
+  std::optional<size_t> previousRef;
+  Progress scanning("verify " + dir + ": records", 0, !json);
+  reader->scan([&](RecordType type, const msgpack::object& body, const Location& where) {
+    scanning.tick();
+    ++r.records;
+    const std::string file = dir + "/" + segmentName(where.segment);
+    std::optional<size_t> justRead;
+    try {
+      switch (type) {
+        case RecordType::kCall: {
+          auto c = body.as<ranklens::events::Call>();
+          calls[keyOf(c.commId, c.op, c.rootOrPeer, c.seq)] = {where.segment, where.offset};
+          ++r.calls;
+          break;
+        }
+        case RecordType::kPayloadRef: {
+          auto p = body.as<PayloadRef>();
+          effective[keyOf(p.commId, p.op, p.peer, p.seq)] = {where.segment, where.offset};
+          refs.emplace_back(p, where);
+          justRead = refs.size() - 1;
+          break;
+        }
+        case RecordType::kEdit: {
+          auto e = body.as<Edit>();
+          ++editRecords;
+          if (previousRef && editNames(e, &refs[*previousRef].first, refs[*previousRef].first))
+            editRefs.insert(*previousRef);  // the reference this edit appended with it
+          break;
+        }
+        case RecordType::kCommInit: body.as<ranklens::events::CommInit>(); break;
+        case RecordType::kCommEnd: body.as<ranklens::events::CommEnd>(); break;
+        case RecordType::kGroupEnd: body.as<ranklens::events::GroupEnd>(); break;
+        case RecordType::kStage: body.as<ranklens::events::Stage>(); break;
+        case RecordType::kGroupBegin: body.as<GroupBegin>(); break;
+        case RecordType::kTiming: body.as<Timing>(); break;
+        default: ++r.unknownRecords; break;  // a newer minor version: skipped, as the format says
+      }
+    } catch (const std::exception& e) {
+      // The reader itself reports malformed Call and PayloadRef records (they are what its index points at).
+      if (type != RecordType::kCall && type != RecordType::kPayloadRef)
+        r.add(true, "record", file, where.offset,
+              std::string(recordTypeName(type)) + " record is malformed: " + e.what());
+    }
+    previousRef = justRead;
+    return true;
+  });
+  scanning.done();
+  r.edits = editRecords;
+  r.payloadRefs = refs.size();
+  bool segmentDamage = false;
+  for (const auto& p : reader->problems()) {
+    segmentDamage = true;
+    r.add(true, "segment", p.file, p.offset,
+          p.reason + (p.truncated ? " (truncated: the file ends inside a frame, as a crash leaves it)" : ""),
+          p.truncated);
+  }
+
+  // --- the index against the scan
+  std::vector<std::pair<std::string, uint64_t>> segmentFiles;
+  for (uint32_t i = 0; i < r.segments; ++i) {
+    struct stat st;
+    const std::string name = segmentName(i);
+    segmentFiles.emplace_back(name, stat((dir + "/" + name).c_str(), &st) == 0 ? st.st_size : 0);
+  }
+  checkIndex(r, segmentFiles, calls, effective, segmentDamage);
+
+  // --- payload files present
+  std::set<uint32_t> payloadFiles;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      uint32_t index = 0;
+      if (isNumberedName(e->d_name, "pay-", ".rlp", &index)) payloadFiles.insert(index);
+    }
+    closedir(d);
+  }
+  r.payloadFiles = static_cast<uint32_t>(payloadFiles.size());
+
+  // --- every payload reference (superseded ones too: an edit keeps the original, which must stay readable)
+  std::set<uint32_t> referenced;
+  Progress checking("verify " + dir + ": payloads", refs.size(), !json);
+  for (const auto& [ref, where] : refs) {
+    checking.tick();
+    referenced.insert(ref.file);
+    const std::string segFile = dir + "/" + segmentName(where.segment);
+    const DtypeInfo* info = dtypeInfo(ref.datatype);
+    if (info == nullptr) {
+      r.add(true, "payload", segFile, where.offset,
+            "PayloadRef for " + describeCall(ref.commId, ref.op, ref.peer, ref.seq) + ": datatype " +
+                std::to_string(ref.datatype) + " is not an NCCL datatype");
+      continue;
+    }
+    if (ref.count > ref.rawBytes / info->size || ref.count * info->size != ref.rawBytes)
+      r.add(true, "payload", segFile, where.offset,
+            "PayloadRef for " + describeCall(ref.commId, ref.op, ref.peer, ref.seq) + ": " + std::to_string(ref.count) +
+                " x " + info->name + " is not " + std::to_string(ref.rawBytes) + " bytes");
+    std::vector<uint8_t> bytes;
+    Problem problem;
+    if (!reader->readPayload(ref, &bytes, &problem)) {
+      r.add(true, "payload", problem.file, problem.offset,
+            problem.reason + " (payload of " + describeCall(ref.commId, ref.op, ref.peer, ref.seq) +
+                ", referenced from " + segmentName(where.segment) + " offset " + std::to_string(where.offset) + ")",
+            problem.truncated);
+      continue;
+    }
+    ++r.payloadsChecked;
+  }
+  checking.done();
+  for (uint32_t f : payloadFiles)
+    if (!referenced.count(f) && !segmentDamage)  // with damage, references past it are simply unreadable
+      r.add(false, "files", dir + "/" + payloadName(f), std::nullopt,
+            "no payload reference points into this file (left by an interrupted edit or recording?)");
+  for (const auto& [k, where] : effective) {
+    if (!calls.count(k)) {
+      const auto& [comm, kind, peer, seq] = k;
+      r.add(false, "record", dir + "/" + segmentName(where.first), where.second,
+            "payload reference for comm " + std::to_string(comm) +
+                (kind == 1   ? " Send peer " + std::to_string(peer)
+                 : kind == 2 ? " Recv peer " + std::to_string(peer)
+                             : std::string(" collective")) +
+                " seq " + std::to_string(seq) + " without a Call record");
+    }
+  }
+
+  // --- the manifest's counters (only meaningful for a cleanly closed trace without damage). Edits append a
+  // PayloadRef + an Edit each and do not change the recording's counters.
+  if (m.closed && !segmentDamage) {
+    uint64_t recordedRefs = 0, raw = 0, compressed = 0;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (editRefs.count(i)) continue;
+      ++recordedRefs;
+      raw += refs[i].first.rawBytes;
+      compressed += refs[i].first.compressedBytes;
+    }
+    const uint64_t recorded = r.records - editRecords - editRefs.size();
+    const std::string mp = dir + "/manifest.msgpack";
+    auto expect = [&](const char* key, uint64_t said, uint64_t found, const char* what) {
+      if (said != found)
+        r.add(true, "counters", mp, std::nullopt,
+              std::string(key) + " is " + std::to_string(said) + ", but " + std::to_string(found) + " " + what +
+                  " found");
+    };
+    expect("records_written", m.records_written, recorded, "recorded records (edits not counted) were");
+    expect("payloads_written", m.payloads_written, recordedRefs, "recorded payload references were");
+    expect("payload_raw_bytes", m.payload_raw_bytes, raw, "bytes in recorded payloads were");
+    expect("payload_compressed_bytes", m.payload_compressed_bytes, compressed, "compressed bytes were");
+    expect("segments", m.segments, r.segments, "segment files were");
+    const uint32_t payloadSpan = payloadFiles.empty() ? 0 : *payloadFiles.rbegin() + 1;
+    expect("payload_files", m.payload_files, payloadSpan, "(highest index + 1) payload files were");
+    if (payloadSpan != payloadFiles.size())
+      r.add(true, "files", dir, std::nullopt,
+            "payload files are not contiguous: " + std::to_string(payloadFiles.size()) + " files, highest index " +
+                std::to_string(payloadSpan - 1));
+  }
+}
+
+std::string plural(uint64_t n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
+
+// Rank directories to check: those rankDirectories finds, and rank<R>/ directories it skips for lack of a
+// manifest (a rank that crashed before writing one, or lost it).
+std::vector<std::string> candidates(const std::string& trace, std::optional<int> onlyRank, std::string* error) {
+  std::error_code ec;
+  if (!fs::is_directory(trace, ec)) {
+    *error = trace + (fs::exists(trace, ec) ? ": not a directory" : ": no such file or directory");
+    return {};
+  }
+  if (fs::exists(fs::path(trace) / "manifest.msgpack", ec)) return {trace};
+  bool segmentsHere = false;
+  std::vector<std::pair<int, std::string>> missing;  // rank<R>/ without a manifest
+  for (const auto& entry : fs::directory_iterator(trace, ec)) {
+    uint32_t index;
+    if (isNumberedName(entry.path().filename().string(), "seg-", ".rls", &index)) segmentsHere = true;
+    const int rank = rankFromDirectoryName(entry.path().string());
+    if (rank >= 0 && entry.is_directory(ec) && !fs::exists(entry.path() / "manifest.msgpack", ec))
+      missing.emplace_back(rank, entry.path().string());
+  }
+  if (segmentsHere) return {trace};  // a rank directory that lost its manifest
+  std::vector<std::string> out;
+  for (const auto& dir : rankDirectories(trace)) {
+    const int rank = rankFromDirectoryName(dir);
+    if (onlyRank && rank >= 0 && rank != *onlyRank) continue;  // others (ranklens-pid<P>) are checked after opening
+    out.push_back(dir);
+  }
+  std::sort(missing.begin(), missing.end());
+  for (const auto& [rank, dir] : missing)
+    if (!onlyRank || rank == *onlyRank) out.push_back(dir);
+  if (out.empty())
+    *error = trace + ": no RankLens trace here (expected manifest.msgpack, or rank directories below it)";
+  return out;
+}
+
+}  // namespace
+
+int runVerify(const VerifyOptions& o) {
+  std::string error;
+  const auto dirs = candidates(o.trace, o.rank, &error);
+  if (dirs.empty()) {
+    std::cerr << "error: " << error << "\n";
+    return kExitFailure;
+  }
+  std::vector<RankReport> reports;
+  for (const auto& dir : dirs) {
+    RankReport report;
+    verifyRank(dir, report, o.json);
+    if (o.rank && report.rank != *o.rank && dirs.size() > 1) continue;  // --rank: a directory not named rank<R>
+    reports.push_back(std::move(report));
+  }
+  if (reports.empty()) {
+    std::cerr << "error: " << o.trace << ": no rank " << *o.rank << " in this trace\n";
+    return kExitFailure;
+  }
+  size_t problems = 0, warnings = 0;
+  for (const auto& r : reports) {
+    problems += r.count(true);
+    warnings += r.count(false);
+  }
+  if (o.json) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& r : reports) {
+      nlohmann::json jp = nlohmann::json::array(), jw = nlohmann::json::array();
+      for (const auto& f : r.findings) {
+        nlohmann::json j = {{"check", f.check}, {"file", f.file}, {"reason", f.reason}};
+        j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
+        if (f.problem) j["truncated"] = f.truncated;
+        (f.problem ? jp : jw).push_back(j);
+      }
+      ranks.push_back({{"rank", r.rank},
+                       {"dir", r.dir},
+                       {"ok", r.count(true) == 0},
+                       {"closed", r.closed},
+                       {"segments", r.segments},
+                       {"records", r.records},
+                       {"calls", r.calls},
+                       {"payload_refs", r.payloadRefs},
+                       {"edits", r.edits},
+                       {"payloads_checked", r.payloadsChecked},
+                       {"payload_files", r.payloadFiles},
+                       {"index", r.index},
+                       {"problems", jp},
+                       {"warnings", jw}});
+    }
+    nlohmann::json doc = {{"format_version", kJsonFormatVersion},
+                          {"trace", o.trace},
+                          {"ok", problems == 0},
+                          {"problems", problems},
+                          {"warnings", warnings},
+                          {"ranks", ranks}};
+    std::cout << doc.dump(2) << "\n";
+    return problems ? kExitFailure : kExitOk;
+  }
+  for (const auto& r : reports) {
+    std::cout << "rank " << r.rank << ": " << r.dir << ": " << (r.count(true) ? "PROBLEMS" : "ok");
+    if (r.opened)
+      std::cout << " (" << (r.closed ? "closed" : "NOT closed") << "; " << plural(r.segments, "segment") << ", "
+                << plural(r.records, "record") << ", " << plural(r.calls, "call") << ", "
+                << plural(r.payloadRefs, "payload reference") << " (" << plural(r.edits, "edit") << "), "
+                << plural(r.payloadsChecked, "payload") << " decoded and CRC-checked; index " << r.index << ")";
+    std::cout << "\n";
+    for (const auto& f : r.findings) {
+      std::cout << "  " << (f.problem ? "problem" : "warning") << ": " << f.file;
+      if (f.offset) std::cout << ": offset " << *f.offset;
+      std::cout << ": " << f.reason << "\n";
+    }
+  }
+  std::cout << "verify: " << plural(reports.size(), "rank") << ", " << plural(problems, "problem") << ", "
+            << plural(warnings, "warning") << "\n";
+  return problems ? kExitFailure : kExitOk;
+}
+
+}  // namespace rlpayload
