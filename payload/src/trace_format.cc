@@ -167,6 +167,11 @@ bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, cons
   const size_t frameSize = ZSTD_findFrameCompressedSize(data, size);
   if (ZSTD_isError(frameSize)) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize));
   if (frameSize != size) return fail("blob holds " + std::to_string(size - frameSize) + " bytes after its frame");
+  // zstd cannot expand more than ~32768x (a 4-byte RLE block stands for 128 KiB): refuse a frame that claims more
+  // before allocating what it claims.
+  if (ref.rawBytes > static_cast<uint64_t>(size) * 32768 + (128u << 10))
+    return fail("zstd frame of " + std::to_string(size) + " bytes cannot hold the " + std::to_string(ref.rawBytes) +
+                " bytes it declares");
   try {
     out->resize(ref.rawBytes);
   } catch (const std::bad_alloc&) {
@@ -182,6 +187,8 @@ bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, cons
 }
 
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason) {
+  std::string ignored;
+  if (reason == nullptr) reason = &ignored;
   try {
     size_t used = 0;
     msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(data), size, used, nullptr,

@@ -288,7 +288,11 @@ std::optional<events::Call> TraceReader::call(uint64_t commId, int op, int peer,
   const CallKey key = keyOf(commId, op, peer, seq);
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto it = impl_->calls.find(key);
-    if (it == impl_->calls.end()) return std::nullopt;  // a consistent index lists every call
+    if (it == impl_->calls.end()) {
+      // The index carries no checksum: before answering "absent", make sure by scanning once.
+      if (!impl_->rebuildOnce()) return std::nullopt;
+      continue;
+    }
     auto record = impl_->recordAt<events::Call>(it->second, RecordType::kCall);
     if (record && keyOf(record->commId, record->op, record->rootOrPeer, record->seq) == key) return record;
     if (!impl_->rebuildOnce()) return std::nullopt;
@@ -300,7 +304,10 @@ std::optional<PayloadRef> TraceReader::payload(uint64_t commId, int op, int peer
   const CallKey key = keyOf(commId, op, peer, seq);
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto it = impl_->payloadRefs.find(key);
-    if (it == impl_->payloadRefs.end()) return std::nullopt;
+    if (it == impl_->payloadRefs.end()) {
+      if (!impl_->rebuildOnce()) return std::nullopt;  // as in call(): an absence is confirmed by a scan
+      continue;
+    }
     auto ref = impl_->recordAt<PayloadRef>(it->second, RecordType::kPayloadRef);
     if (ref && keyOf(ref->commId, ref->op, ref->peer, ref->seq) == key) return ref;
     if (!impl_->rebuildOnce()) return std::nullopt;
@@ -346,7 +353,12 @@ bool TraceReader::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, 
   const uint64_t fileSize = headerOk ? static_cast<uint64_t>(st.st_size) : 0;
   std::string reason;
   if (!headerOk || magic != kPayloadMagic) reason = "not a RankLens payload file (bad header)";
-  else if (major != kFormatMajor) reason = "unsupported format version " + std::to_string(major);
+  else if (major != kFormatMajor) {
+    uint16_t minor = 0;
+    memcpy(&minor, header + 6, 2);
+    reason = "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
+             " (this reader: " + std::to_string(kFormatMajor) + ".x)";
+  }
   else if (index != ref.file) reason = "payload header says index " + std::to_string(index);
   else if (ref.offset < kFileHeaderBytes || ref.offset > fileSize || ref.compressedBytes > fileSize - ref.offset)
     reason = "blob of " + std::to_string(ref.compressedBytes) + " bytes at offset " + std::to_string(ref.offset) +

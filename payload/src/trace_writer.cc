@@ -121,8 +121,10 @@ struct TraceWriter::Impl {
   std::deque<Item> queue;
   size_t queuedBytes = 0;
   uint64_t accepted = 0, written = 0;  // items
+  int inFlight = 0;                    // appendPayload calls between admission and queueing (copying data)
   WriterStats stats;
-  bool closing = false, closed = false;
+  bool closing = false, closed = false;  // closing: no longer admitting
+  bool stopWriter = false;               // the writer thread may exit once the queue is empty
   std::string error;
   std::thread thread;
 
@@ -166,8 +168,8 @@ struct TraceWriter::Impl {
   void run() {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      wake.wait(lock, [&] { return closing || !queue.empty(); });
-      if (queue.empty() && closing) return;
+      wake.wait(lock, [&] { return stopWriter || !queue.empty(); });
+      if (queue.empty() && stopWriter) return;
       std::deque<Item> batch;
       batch.swap(queue);
       lock.unlock();
@@ -292,6 +294,7 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
     return false;
   }
   impl_->queuedBytes += bytes;
+  impl_->inFlight++;  // close() waits for this payload: it was accepted
   lock.unlock();
   // Copy and hand to a compression worker outside the lock; the slot in the queue keeps the order.
   std::vector<uint8_t> copy(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
@@ -305,7 +308,9 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
   impl_->queue.push_back(std::move(item));
   impl_->accepted++;
   impl_->stats.payloadsAccepted++;
+  impl_->inFlight--;
   impl_->wake.notify_one();
+  impl_->progress.notify_all();
   return true;
 }
 
@@ -323,10 +328,19 @@ bool TraceWriter::close() {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->closed) return impl_->error.empty();
   }
-  flush();
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    // Stop admitting, then wait for payloads already admitted but still being copied, then write everything.
+    std::unique_lock<std::mutex> lock(impl_->mu);
     impl_->closing = true;
+    impl_->progress.wait(lock, [&] { return impl_->inFlight == 0; });
+  }
+  impl_->progress.notify_all();
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    const uint64_t target = impl_->accepted;
+    impl_->wake.notify_one();
+    impl_->progress.wait(lock, [&] { return impl_->written >= target; });
+    impl_->stopWriter = true;
   }
   impl_->wake.notify_all();
   impl_->progress.notify_all();

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// libFuzzer target: decodePayload on arbitrary bytes. Input layout: rawBytes u32 LE, rawCrc32 u32 LE, then the blob
+// (compressedBytes = the rest), which is what the seeds in corpus/fuzz_payload hold. The reader's payload limit is
+// 1 MiB here: decodePayload allocates up to the limit for a frame whose declared size matches the reference, and
+// the default (16 GiB) would only exercise the allocator.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ranklens/trace.h"
+
+namespace {
+void check(bool condition) {
+  if (!condition) __builtin_trap();
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace ranklens::trace;
+  if (size < 8) return 0;
+  uint32_t rawBytes, rawCrc32;
+  memcpy(&rawBytes, data, 4);
+  memcpy(&rawCrc32, data + 4, 4);
+  PayloadRef ref;
+  ref.rawBytes = rawBytes;
+  ref.rawCrc32 = rawCrc32;
+  ref.count = rawBytes;
+  ref.datatype = 1;
+  ref.compressedBytes = size - 8;
+  Limits limits;
+  limits.maxPayloadBytes = 1u << 20;
+  std::vector<uint8_t> out;
+  std::string reason;
+  // A private copy of exactly the blob, so reading past it is an ASan error.
+  std::vector<uint8_t> blob(data + 8, data + size);
+  if (decodePayload(blob.data(), blob.size(), ref, limits, &out, &reason)) {
+    check(out.size() == rawBytes);
+    check(crc32Bytes(out.data(), out.size()) == rawCrc32);
+  } else {
+    check(!reason.empty());
+  }
+  // The same blob with a reference that is off by one in each size must never be accepted.
+  ref.compressedBytes = blob.size() + 1;
+  check(!decodePayload(blob.data(), blob.size(), ref, limits, &out, &reason));
+  return 0;
+}
