@@ -27,7 +27,8 @@ constexpr const char* kDeviceNames[] = {"auto", "cuda", "host"};
 
 constexpr const char* kConfigVar = "RANKLENS_CONFIG";
 // Read by other modules (record mode, launcher); listed so they are not reported as typos.
-constexpr const char* kAllowedVars[] = {"RANKLENS_REAL_NCCL", "RANKLENS_RANK", "RANKLENS_WORLD_SIZE"};
+constexpr const char* kAllowedVars[] = {"RANKLENS_REAL_NCCL", "RANKLENS_RANK", "RANKLENS_WORLD_SIZE", "RANKLENS_PROGRESS",
+                                         "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS", "RANKLENS_KEEP_TEST_DIRS"};
 
 template <typename E, size_t N>
 const char* enumName(E value, const char* const (&names)[N]) {

@@ -23,7 +23,7 @@ void printWarning(const std::string& text) { std::cerr << "warning: " << text <<
 // ------------------------------------------------------------------------------------------------------ progress
 
 Progress::Progress(std::string label, uint64_t total, bool enabled) : label_(std::move(label)), total_(total) {
-  const char* forced = getenv("RLPAYLOAD_PROGRESS");
+  const char* forced = getenv("RANKLENS_PROGRESS");
   if (forced && *forced)
     enabled_ = enabled && std::string(forced) != "0";
   else

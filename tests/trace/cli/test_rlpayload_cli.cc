@@ -644,7 +644,7 @@ TEST_F(Cli, ProgressNeverReachesJsonOutput) {
   // Forced progress (as on a terminal) goes to stderr only; --json output stays parseable.
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"verify", trace_, "--json"}, {"diff", trace_, trace_, "--json"}, {"ls", trace_, "--json"}}) {
-    const Result r = run(args, {"RLPAYLOAD_PROGRESS=1"});
+    const Result r = run(args, {"RANKLENS_PROGRESS=1"});
     EXPECT_EQ(r.rc, 0) << r.err;
     parse(r);
   }
