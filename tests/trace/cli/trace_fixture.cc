@@ -175,9 +175,11 @@ std::vector<ScannedRecord> scanRecords(const std::string& rankDir) {
   reader->scan([&](RecordType type, const msgpack::object& body, const Location& where) {
     ScannedRecord r;
     r.type = type;
-    auto zone = std::make_unique<msgpack::zone>();
-    msgpack::object copy(body, *zone);
-    r.body = msgpack::object_handle(copy, std::move(zone));
+    // Keep the record past the scan by re-packing it (msgpack-cxx 4.1's deep copy memcpy()s empty strings from a
+    // null pointer, which UBSan rejects).
+    msgpack::sbuffer packed;
+    msgpack::pack(packed, body);
+    r.body = msgpack::unpack(packed.data(), packed.size());
     r.where = where;
     out.push_back(std::move(r));
     return true;
