@@ -132,6 +132,7 @@ ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
     manifest.world_size = envInt("WORLD_SIZE", -1);
     manifest.local_rank = envInt("LOCAL_RANK", -1);
     manifest.nccl_version = settings_.nccl_version;
+    device_->describe(&manifest.gpu_name, &manifest.gpu_uuid);
     manifest.mode = ranklens::config::toString(settings_.mode);
     manifest.writer = std::string("ranklens libnccl.so.2 (") + ranklens::config::toString(settings_.fidelity) +
                       ", fill " + ranklens::config::toString(settings_.fill) + ", " + device_->name() + " device)";

@@ -3,6 +3,7 @@
 // CUDA graphs); nothing synchronises the calling thread.
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <string>
 
 #include "ranklens/device.h"
@@ -114,6 +115,22 @@ class CudaDevice final : public StreamDevice {
   int alloc(void** ptr, size_t bytes) override { return check(cudaMalloc(ptr, bytes), "cudaMalloc"); }
   int free(void* ptr) override { return check(cudaFree(ptr), "cudaFree"); }
   int currentDevice(int* device) override { return check(cudaGetDevice(device), "cudaGetDevice"); }
+
+  void describe(std::string* name, std::string* uuid) override {
+    int device = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    *name = prop.name;
+    // nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
+    char text[64];
+    const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+    snprintf(text, sizeof(text), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    *uuid = text;
+  }
 };
 
 }  // namespace

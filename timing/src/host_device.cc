@@ -70,6 +70,11 @@ class HostDevice final : public StreamDevice {
     return 0;
   }
 
+  void describe(std::string* name, std::string* uuid) override {
+    name->clear();
+    uuid->clear();
+  }
+
   HostStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;

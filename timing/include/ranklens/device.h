@@ -32,6 +32,8 @@ class StreamDevice {
   virtual int alloc(void** ptr, size_t bytes) = 0;
   virtual int free(void* ptr) = 0;
   virtual int currentDevice(int* device) = 0;
+  // Name and UUID of the current device, for trace manifests ("" for the host device).
+  virtual void describe(std::string* name, std::string* uuid) = 0;
 };
 
 struct HostStats {
