@@ -41,19 +41,6 @@ size_t elementSize(int datatype) {
   }
 }
 
-// The same name rules as the reader: <prefix>NNNNNN<suffix>, six decimal digits.
-bool parseIndexedName(const char* name, const char* prefix, const char* suffix, uint32_t* index) {
-  const size_t plen = strlen(prefix), slen = strlen(suffix), len = strlen(name);
-  if (len != plen + 6 + slen || strncmp(name, prefix, plen) != 0 || strcmp(name + plen + 6, suffix) != 0) return false;
-  uint32_t value = 0;
-  for (size_t i = plen; i < plen + 6; ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-    value = value * 10 + static_cast<uint32_t>(name[i] - '0');
-  }
-  *index = value;
-  return true;
-}
-
 // fsync by path (AppendFile does not expose its descriptor); a directory makes a new name in it durable.
 bool syncPath(const std::string& path, bool directory, std::string* error) {
   int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);

@@ -20,6 +20,18 @@ int64_t realtimeNanoseconds() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+bool parseIndexedName(const char* name, const char* prefix, const char* suffix, uint32_t* index) {
+  const size_t plen = strlen(prefix), slen = strlen(suffix), len = strlen(name);
+  if (len != plen + 6 + slen || strncmp(name, prefix, plen) != 0 || strcmp(name + plen + 6, suffix) != 0) return false;
+  uint32_t value = 0;
+  for (size_t i = plen; i < plen + 6; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    value = value * 10 + static_cast<uint32_t>(name[i] - '0');
+  }
+  *index = value;
+  return true;
+}
+
 bool makeDirectories(const std::string& path, std::string* error) {
   std::string partial;
   for (size_t i = 0; i <= path.size(); ++i) {

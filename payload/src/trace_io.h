@@ -10,6 +10,8 @@ namespace ranklens {
 namespace trace {
 
 int64_t realtimeNanoseconds();
+// Parses <prefix>NNNNNN<suffix> (exactly six decimal digits, as segmentName/payloadName write them).
+bool parseIndexedName(const char* name, const char* prefix, const char* suffix, uint32_t* index);
 bool makeDirectories(const std::string& path, std::string* error);
 // Writes `path` through `path.tmp` + rename: readers see the old or the new content, never a mix.
 bool writeFileAtomically(const std::string& path, const void* data, size_t size, std::string* error);

@@ -32,18 +32,6 @@ struct SegmentFile {
   uint64_t size = 0;
 };
 
-bool parseIndexName(const char* name, const char* prefix, const char* suffix, uint32_t* index) {
-  const size_t plen = strlen(prefix), slen = strlen(suffix), len = strlen(name);
-  if (len != plen + 6 + slen || strncmp(name, prefix, plen) != 0 || strcmp(name + plen + 6, suffix) != 0) return false;
-  uint32_t value = 0;
-  for (size_t i = plen; i < plen + 6; ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-    value = value * 10 + static_cast<uint32_t>(name[i] - '0');
-  }
-  *index = value;
-  return true;
-}
-
 }  // namespace
 
 struct TraceReader::Impl {
@@ -74,7 +62,7 @@ struct TraceReader::Impl {
     while (dirent* e = readdir(d)) {
       if (++entries > limits.maxFiles) break;
       uint32_t index = 0;
-      if (parseIndexName(e->d_name, "seg-", ".rls", &index)) found[index] = e->d_name;
+      if (parseIndexedName(e->d_name, "seg-", ".rls", &index)) found[index] = e->d_name;
     }
     closedir(d);
     uint32_t expected = 0;

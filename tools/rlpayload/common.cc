@@ -245,4 +245,21 @@ std::string shellJoin(const std::vector<std::string>& words) {
   return out;
 }
 
+bool loadTensor(const Selection& selection, LoadedTensor* out) {
+  std::string error;
+  out->selected = selectPayload(selection, &error);
+  if (!out->selected || !loadPayload(*out->selected, &out->bytes, &error)) {
+    std::cerr << "error: " << error << "\n";
+    return false;
+  }
+  const auto& ref = out->selected->ref;
+  out->info = dtypeInfo(ref.datatype);
+  if (out->info == nullptr) {
+    std::cerr << "error: " << out->selected->rank->dir << ": " << describeCall(ref.commId, ref.op, ref.peer, ref.seq)
+              << ": datatype " << ref.datatype << " is not an NCCL datatype\n";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace rlpayload

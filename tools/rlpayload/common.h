@@ -3,6 +3,8 @@
 // directories of a trace, naming operations and calls, and selecting one call's payload.
 #pragma once
 
+#include "dtype.h"
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -108,6 +110,15 @@ std::optional<Selected> selectPayload(const Selection& selection, std::string* e
 
 // Reads and checks the selected payload (zstd, sizes, CRC-32); false with `error` = "<file>: offset <n>: <reason>".
 bool loadPayload(Selected& selected, std::vector<uint8_t>* bytes, std::string* error);
+
+// selectPayload + loadPayload + the datatype's description, for the commands that decode a tensor (show, export).
+// Errors are printed as "error: ..."; returns false then.
+struct LoadedTensor {
+  std::optional<Selected> selected;
+  std::vector<uint8_t> bytes;
+  const DtypeInfo* info = nullptr;
+};
+bool loadTensor(const Selection& selection, LoadedTensor* out);
 
 // Shell-quoted words joined by spaces (the exact command line, for Edit records).
 std::string shellJoin(const std::vector<std::string>& words);

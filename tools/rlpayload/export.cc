@@ -42,23 +42,12 @@ bool writeFile(const std::string& path, const std::string& head, const std::vect
 }  // namespace
 
 int runExport(const ExportOptions& o) {
-  std::string error;
-  auto selected = selectPayload(o.selection, &error);
-  if (!selected) {
-    std::cerr << "error: " << error << "\n";
-    return kExitFailure;
-  }
-  std::vector<uint8_t> bytes;
-  if (!loadPayload(*selected, &bytes, &error)) {
-    std::cerr << "error: " << error << "\n";
-    return kExitFailure;
-  }
+  LoadedTensor loaded;
+  if (!loadTensor(o.selection, &loaded)) return kExitFailure;
+  auto& selected = loaded.selected;
+  std::vector<uint8_t>& bytes = loaded.bytes;
+  const DtypeInfo* info = loaded.info;
   const auto& ref = selected->ref;
-  const DtypeInfo* info = dtypeInfo(ref.datatype);
-  if (info == nullptr) {
-    std::cerr << "error: " << selected->rank->dir << ": datatype " << ref.datatype << " is not an NCCL datatype\n";
-    return kExitFailure;
-  }
   const uint64_t count = bytes.size() / info->size;
   std::string descr;
   std::vector<uint8_t> out;
@@ -90,6 +79,7 @@ int runExport(const ExportOptions& o) {
       std::cerr << "note: " << info->name << " -> float32 rounds values float32 cannot hold exactly\n";
   }
   const std::string head = o.format == "npy" ? npyHeader(descr, count) : std::string();
+  std::string error;
   if (!writeFile(o.output, head, out, &error)) {
     std::cerr << "error: " << o.output << ": " << error << "\n";
     return kExitFailure;

@@ -57,24 +57,12 @@ std::vector<Edit> editsOf(ranklens::trace::TraceReader& reader, const PayloadRef
 }  // namespace
 
 int runShow(const ShowOptions& o) {
-  std::string error;
-  auto selected = selectPayload(o.selection, &error);
-  if (!selected) {
-    std::cerr << "error: " << error << "\n";
-    return kExitFailure;
-  }
-  std::vector<uint8_t> bytes;
-  if (!loadPayload(*selected, &bytes, &error)) {
-    std::cerr << "error: " << error << "\n";
-    return kExitFailure;
-  }
+  LoadedTensor loaded;
+  if (!loadTensor(o.selection, &loaded)) return kExitFailure;
+  auto& selected = loaded.selected;
+  std::vector<uint8_t>& bytes = loaded.bytes;
+  const DtypeInfo* info = loaded.info;
   const PayloadRef& ref = selected->ref;
-  const DtypeInfo* info = dtypeInfo(ref.datatype);
-  if (info == nullptr) {
-    std::cerr << "error: " << selected->rank->dir << ": " << describeCall(ref.commId, ref.op, ref.peer, ref.seq)
-              << ": datatype " << ref.datatype << " is not an NCCL datatype\n";
-    return kExitFailure;
-  }
   const uint64_t count = bytes.size() / info->size;
   if (count != ref.count || bytes.size() % info->size != 0)
     printWarning(selected->rank->dir + ": " + describeCall(ref.commId, ref.op, ref.peer, ref.seq) +
