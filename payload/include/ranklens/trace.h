@@ -143,7 +143,9 @@ class TraceWriter {
   // Queue a record; false when dropped (queue full under kDrop, record too large, writer closed).
   template <typename Record>
   bool append(RecordType type, const Record& record) {
-    msgpack::sbuffer body;
+    // One packing buffer per thread: no allocation beyond the record's own bytes on the caller's hot path.
+    static thread_local msgpack::sbuffer body(256);
+    body.clear();
     msgpack::packer<msgpack::sbuffer> packer(body);
     packer.pack_array(2);
     packer.pack(static_cast<int>(type));
