@@ -8,15 +8,7 @@ namespace nccl_fake {
 
 using ranklens::events::Op;
 
-size_t datatypeSize(ncclDataType_t datatype) {
-  switch (datatype) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
-  }
-}
+size_t datatypeSize(ncclDataType_t datatype) { return ranklens::events::datatypeBytes(static_cast<int>(datatype)); }
 
 namespace {
 
@@ -110,9 +102,11 @@ ncclResult_t enqueueCheck(CallInfo info) {
   event.bytes = receivedBytes(info);
   event.timeNs = monotonicNs();
   Runtime::get().emit(ranklens::trace::RecordType::kCall, event);
+  // NCCL logs a Send's buffer as its recvbuff (ncclInfo carries sendbuff NULL for Send).
+  const bool send = info.op == Op::kSend;
   INFO(kSubColl, "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] "
-       "stream %p", info.opName, static_cast<unsigned long>(event.seq),
-       info.op == Op::kSend ? nullptr : info.sendbuff, info.op == Op::kSend ? const_cast<void*>(info.sendbuff) : info.recvbuff, info.count,
+       "stream %p", info.opName, static_cast<unsigned long>(event.seq), send ? nullptr : info.sendbuff,
+       send ? info.sendbuff : info.recvbuff, info.count,
        static_cast<int>(info.datatype), static_cast<int>(info.redop), info.root, static_cast<void*>(info.comm),
        info.comm->nRanks, static_cast<void*>(info.stream));
 
@@ -120,9 +114,13 @@ ncclResult_t enqueueCheck(CallInfo info) {
     groupAppend(info);
     return ncclSuccess;
   }
-  std::vector<CallInfo> alone{info};  // outside a group a call is its own group
-  NCCLCHECK(pairSelfP2p(&alone));
-  return applyEffects(alone.front());
+  // Outside a group a call is its own group, so a Send to self or Recv from self can have no partner.
+  if (ranklens::events::isP2p(info.op) && info.root == info.comm->rank) {
+    WARN(info.op == Op::kSend ? "Trying to send to self without a matching recv"
+                              : "Trying to recv to self without a matching send");
+    return ncclInvalidUsage;
+  }
+  return applyEffects(info);
 }
 
 namespace impl {

@@ -87,6 +87,10 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
 }  // namespace
 
 ncclResult_t pairSelfP2p(std::vector<CallInfo>* calls) {
+  const bool anySelf = std::any_of(calls->begin(), calls->end(), [](const CallInfo& c) {
+    return ranklens::events::isP2p(c.op) && c.root == c.comm->rank;
+  });
+  if (!anySelf) return ncclSuccess;  // the common case costs one pass, no allocation
   std::map<ncclComm*, std::deque<const CallInfo*>> sends;
   for (const auto& call : *calls)
     if (call.op == ranklens::events::Op::kSend && call.root == call.comm->rank) sends[call.comm].push_back(&call);
@@ -98,7 +102,8 @@ ncclResult_t pairSelfP2p(std::vector<CallInfo>* calls) {
       return ncclInvalidUsage;
     }
     const CallInfo& send = *queue.front();
-    const size_t sendBytes = send.count * datatypeSize(send.datatype), recvBytes = call.count * datatypeSize(call.datatype);
+    const size_t sendBytes = send.count * datatypeSize(send.datatype);
+    const size_t recvBytes = call.count * datatypeSize(call.datatype);
     if (sendBytes != recvBytes) {
       WARN("Recv from self of %zu bytes does not match the paired Send to self of %zu bytes (rank %d)", recvBytes,
            sendBytes, call.comm->rank);

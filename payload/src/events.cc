@@ -23,5 +23,26 @@ const char* opName(Op op) {
 
 bool isP2p(Op op) { return op == Op::kSend || op == Op::kRecv; }
 
+namespace {
+struct DatatypeRow {
+  const char* name;
+  size_t bytes;
+};
+// Indexed by ncclDataType_t (nccl.h 2.28): int8 uint8 int32 uint32 int64 uint64 float16 float32 float64 bfloat16
+// float8e4m3 float8e5m2.
+constexpr DatatypeRow kDatatypes[] = {{"int8", 1},    {"uint8", 1},   {"int32", 4},    {"uint32", 4},
+                                      {"int64", 8},   {"uint64", 8},  {"float16", 2},  {"float32", 4},
+                                      {"float64", 8}, {"bfloat16", 2}, {"float8e4m3", 1}, {"float8e5m2", 1}};
+constexpr int kDatatypeCount = sizeof(kDatatypes) / sizeof(kDatatypes[0]);
+}  // namespace
+
+size_t datatypeBytes(int datatype) {
+  return datatype >= 0 && datatype < kDatatypeCount ? kDatatypes[datatype].bytes : 0;
+}
+
+const char* datatypeName(int datatype) {
+  return datatype >= 0 && datatype < kDatatypeCount ? kDatatypes[datatype].name : "invalid";
+}
+
 }  // namespace events
 }  // namespace ranklens

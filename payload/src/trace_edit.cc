@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include "ranklens/trace.h"
 #include "trace_io.h"
@@ -21,25 +22,6 @@
 namespace ranklens {
 namespace trace {
 namespace {
-
-// Bytes per element of an ncclDataType_t; 0 for values that are not datatypes.
-size_t elementSize(int datatype) {
-  switch (datatype) {
-    case 0:
-    case 1:
-    case 10:
-    case 11: return 1;  // int8, uint8, float8e4m3, float8e5m2
-    case 6:
-    case 9: return 2;  // float16, bfloat16
-    case 2:
-    case 3:
-    case 7: return 4;  // int32, uint32, float32
-    case 4:
-    case 5:
-    case 8: return 8;  // int64, uint64, float64
-    default: return 0;
-  }
-}
 
 // fsync by path (AppendFile does not expose its descriptor); a directory makes a new name in it durable.
 bool syncPath(const std::string& path, bool directory, std::string* error) {
@@ -56,15 +38,9 @@ bool syncPath(const std::string& path, bool directory, std::string* error) {
 template <typename Record>
 std::string frameOf(RecordType type, const Record& record) {
   msgpack::sbuffer body;
-  msgpack::packer<msgpack::sbuffer> packer(body);
-  packer.pack_array(2);
-  packer.pack(static_cast<int>(type));
-  packer.pack(record);
-  const uint32_t length = static_cast<uint32_t>(body.size()), crc = crc32Bytes(body.data(), body.size());
+  packRecordBody(&body, type, record);
   std::string frame;
-  frame.append(reinterpret_cast<const char*>(&length), 4);
-  frame.append(reinterpret_cast<const char*>(&crc), 4);
-  frame.append(body.data(), body.size());
+  appendFrame(&frame, body.data(), body.size());
   return frame;
 }
 
@@ -146,7 +122,7 @@ bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original,
   std::string sink;
   if (error == nullptr) error = &sink;
   // --- checks that need no file
-  const size_t elem = elementSize(original.datatype);
+  const size_t elem = events::datatypeBytes(original.datatype);
   if (elem == 0) {
     *error = rankDir + ": " + callName(original) + ": datatype " + std::to_string(original.datatype) +
              " is not an NCCL datatype";
@@ -264,24 +240,14 @@ bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original,
   }
 
   // --- compress: one zstd frame with the content size and zstd's checksum
-  std::vector<uint8_t> blob(ZSTD_compressBound(bytes));
+  std::vector<uint8_t> blob;
   {
-    ZSTD_CCtx* cctx = ZSTD_createCCtx();
-    if (cctx == nullptr) {
-      *error = rankDir + ": zstd: cannot create a compression context";
+    std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+    std::string why;
+    if (cctx == nullptr || !compressBlob(cctx.get(), zstdLevel, data, bytes, &blob, &why)) {
+      *error = rankDir + ": " + (cctx ? why : std::string("zstd: cannot create a compression context"));
       return false;
     }
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, zstdLevel);
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
-    static const uint8_t kEmpty = 0;
-    const size_t n = ZSTD_compress2(cctx, blob.data(), blob.size(), bytes ? data : &kEmpty, bytes);
-    ZSTD_freeCCtx(cctx);
-    if (ZSTD_isError(n)) {
-      *error = rankDir + ": zstd: " + ZSTD_getErrorName(n);
-      return false;
-    }
-    blob.resize(n);
   }
 
   PayloadRef ref = original;

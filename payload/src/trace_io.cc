@@ -9,6 +9,8 @@
 #include <cstring>
 #include <ctime>
 
+#include <zstd.h>
+
 #include "ranklens/trace.h"
 
 namespace ranklens {
@@ -18,6 +20,32 @@ int64_t realtimeNanoseconds() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void appendFrame(std::string* out, const char* body, size_t size) {
+  const uint32_t length = static_cast<uint32_t>(size), crc = crc32Bytes(body, size);
+  out->append(reinterpret_cast<const char*>(&length), 4);
+  out->append(reinterpret_cast<const char*>(&crc), 4);
+  out->append(body, size);
+}
+
+bool compressBlob(void* context, int level, const void* data, size_t size, std::vector<uint8_t>* out,
+                  std::string* error) {
+  auto* cctx = static_cast<ZSTD_CCtx*>(context);
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
+  static const uint8_t kEmpty = 0;
+  out->resize(ZSTD_compressBound(size));
+  const size_t n = ZSTD_compress2(cctx, out->data(), out->size(), size ? data : &kEmpty, size);
+  if (ZSTD_isError(n)) {
+    *error = std::string("zstd: ") + ZSTD_getErrorName(n);
+    out->clear();
+    return false;
+  }
+  out->resize(n);
+  return true;
 }
 
 bool parseIndexedName(const char* name, const char* prefix, const char* suffix, uint32_t* index) {

@@ -10,6 +10,11 @@ namespace ranklens {
 namespace trace {
 
 int64_t realtimeNanoseconds();
+// Appends one frame (u32 length, u32 CRC-32, body) to `out`.
+void appendFrame(std::string* out, const char* body, size_t size);
+// One payload blob: a zstd frame with the content size and zstd's checksum, compressed with `cctx` (reset here) at
+// `level`. False with `error` on failure.
+bool compressBlob(void* cctx, int level, const void* data, size_t size, std::vector<uint8_t>* out, std::string* error);
 // Parses <prefix>NNNNNN<suffix> (exactly six decimal digits, as segmentName/payloadName write them).
 bool parseIndexedName(const char* name, const char* prefix, const char* suffix, uint32_t* index);
 bool makeDirectories(const std::string& path, std::string* error);

@@ -60,18 +60,7 @@ class CompressionPool {
     static thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
     Compressed out;
     out.rawCrc32 = crc32Bytes(raw.data(), raw.size());
-    ZSTD_CCtx_reset(cctx.get(), ZSTD_reset_session_and_parameters);
-    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, level_);
-    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
-    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_contentSizeFlag, 1);
-    out.bytes.resize(ZSTD_compressBound(raw.size()));
-    size_t n = ZSTD_compress2(cctx.get(), out.bytes.data(), out.bytes.size(), raw.data(), raw.size());
-    if (ZSTD_isError(n)) {
-      out.error = std::string("zstd: ") + ZSTD_getErrorName(n);
-      out.bytes.clear();
-    } else {
-      out.bytes.resize(n);
-    }
+    compressBlob(cctx.get(), level_, raw.data(), raw.size(), &out.bytes, &out.error);
     return out;
   }
   void run() {
@@ -102,13 +91,6 @@ struct Item {
   size_t accounted = 0;                      // bytes counted against the queue bound
   bool payload = false;
 };
-
-void appendFrame(std::string* out, const std::string& body) {
-  const uint32_t length = static_cast<uint32_t>(body.size()), crc = crc32Bytes(body.data(), body.size());
-  out->append(reinterpret_cast<const char*>(&length), 4);
-  out->append(reinterpret_cast<const char*>(&crc), 4);
-  out->append(body);
-}
 
 }  // namespace
 
@@ -182,7 +164,7 @@ struct TraceWriter::Impl {
       for (auto& item : batch) {
         if (!ok) break;
         if (!item.payload) {
-          appendFrame(&frames, item.body);
+          appendFrame(&frames, item.body.data(), item.body.size());
           ++recordsDone;
           continue;
         }
@@ -206,11 +188,8 @@ struct TraceWriter::Impl {
         ok = ok && writeFrames(&frames, &err) && payloadFile.append(c.bytes.data(), c.bytes.size(), &err);
         if (!ok) break;
         msgpack::sbuffer body;
-        msgpack::packer<msgpack::sbuffer> packer(body);
-        packer.pack_array(2);
-        packer.pack(static_cast<int>(RecordType::kPayloadRef));
-        packer.pack(ref);
-        appendFrame(&frames, std::string(body.data(), body.size()));
+        packRecordBody(&body, RecordType::kPayloadRef, ref);
+        appendFrame(&frames, body.data(), body.size());
         ++payloadsDone;
         ++recordsDone;
         raw += ref.rawBytes;

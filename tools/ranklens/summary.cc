@@ -60,12 +60,6 @@ bool loadRank(const std::string& dir, EventLog* log, std::ostream& err) {
   return reader->problems().empty();
 }
 
-const char* datatypeName(int datatype) {
-  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
-                                "float64", "bfloat16", "float8e4m3", "float8e5m2"};
-  return datatype >= 0 && datatype < 12 ? names[datatype] : "invalid";
-}
-
 const char* redopName(int redop) {
   static const char* names[] = {"sum", "prod", "max", "min", "avg"};
   if (redop < 0) return "-";
@@ -103,7 +97,7 @@ nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, Sign
   for (const auto& [sig, stats] : sigs) {
     auto [comm, op, dtype, count, root, redop] = sig;
     rank["signatures"].push_back({{"comm", comm}, {"op", events::opName(static_cast<Op>(op))},
-                                  {"datatype", datatypeName(dtype)}, {"count", count}, {"root_or_peer", root},
+                                  {"datatype", events::datatypeName(dtype)}, {"count", count}, {"root_or_peer", root},
                                   {"redop", redopName(redop)}, {"calls", stats.calls}, {"bytes", stats.bytes}});
   }
   return rank;
@@ -125,7 +119,7 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
   for (const auto& [sig, stats] : sigs) {
     auto [comm, op, dtype, count, root, redop] = sig;
     out << "    #" << std::left << std::setw(3) << comm << " " << std::setw(13) << events::opName(static_cast<Op>(op))
-        << " " << std::setw(9) << datatypeName(dtype) << " count " << std::setw(10) << count;
+        << " " << std::setw(9) << events::datatypeName(dtype) << " count " << std::setw(10) << count;
     out << (root >= 0 ? " root/peer " + std::to_string(root) : std::string(" ")) << "  " << redopName(redop) << ":  "
         << stats.calls << " calls, " << bytesText(stats.bytes) << "\n" << std::right;
   }

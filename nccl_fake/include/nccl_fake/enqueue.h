@@ -26,6 +26,7 @@ struct CallInfo {
 };
 
 // NCCL pairs a Send to self with a Recv from self in the same group, in call order; an unpaired one fails the group.
+// Used at the outermost ncclGroupEnd (outside a group, enqueueCheck refuses a self P2P call directly).
 ncclResult_t pairSelfP2p(std::vector<CallInfo>* calls);
 
 size_t datatypeSize(ncclDataType_t datatype);  // 0 for invalid types

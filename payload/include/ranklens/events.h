@@ -4,6 +4,7 @@
 // minor version ignore extra trailing fields, missing ones keep their defaults).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ enum class Op : int {
 };
 const char* opName(Op op);
 bool isP2p(Op op);
+// ncclDataType_t values as stored in records: bytes per element (0 for invalid values) and NCCL-style names.
+size_t datatypeBytes(int datatype);
+const char* datatypeName(int datatype);  // "float32", "bfloat16", ...; "invalid" otherwise
 
 // Communicator identity: what lets a replayed communicator be matched to a recorded one without the unique id.
 struct CommInit {

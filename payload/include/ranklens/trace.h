@@ -111,6 +111,15 @@ uint32_t crc32Bytes(const void* data, size_t size);  // zlib CRC-32, any size
 std::string segmentName(uint32_t index);  // seg-000000.rls
 std::string payloadName(uint32_t index);  // pay-000000.rlp
 
+// A record's frame body: the msgpack array [type, record] (docs/trace-format.md, "Segment files").
+template <typename Record>
+void packRecordBody(msgpack::sbuffer* out, RecordType type, const Record& record) {
+  msgpack::packer<msgpack::sbuffer> packer(*out);
+  packer.pack_array(2);
+  packer.pack(static_cast<int>(type));
+  packer.pack(record);
+}
+
 // ------------------------------------------------------------------------------------------------------ writer
 
 enum class BackPressure { kDrop, kWait };
@@ -146,10 +155,7 @@ class TraceWriter {
     // One packing buffer per thread: no allocation beyond the record's own bytes on the caller's hot path.
     static thread_local msgpack::sbuffer body(256);
     body.clear();
-    msgpack::packer<msgpack::sbuffer> packer(body);
-    packer.pack_array(2);
-    packer.pack(static_cast<int>(type));
-    packer.pack(record);
+    packRecordBody(&body, type, record);
     return enqueueRecord(std::string(body.data(), body.size()));
   }
   // Queue a payload: `data` is copied; compression and the PayloadRef record follow on other threads.
