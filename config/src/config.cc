@@ -24,10 +24,12 @@ constexpr const char* kModeNames[] = {"replay", "record"};
 constexpr const char* kFidelityNames[] = {"structure", "timing", "value"};
 constexpr const char* kFillNames[] = {"clone", "keep", "zero", "poison"};
 constexpr const char* kDeviceNames[] = {"auto", "cuda", "host"};
+constexpr const char* kPayloadsNames[] = {"none", "small", "all"};
+constexpr const char* kStagingFullNames[] = {"skip", "wait"};
 
 constexpr const char* kConfigVar = "RANKLENS_CONFIG";
 // Read by other modules (record mode, launcher); listed so they are not reported as typos.
-constexpr const char* kAllowedVars[] = {"RANKLENS_REAL_NCCL", "RANKLENS_RANK", "RANKLENS_WORLD_SIZE", "RANKLENS_PROGRESS",
+constexpr const char* kAllowedVars[] = {"RANKLENS_RANK", "RANKLENS_WORLD_SIZE", "RANKLENS_PROGRESS",
                                          "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS", "RANKLENS_KEEP_TEST_DIRS"};
 
 template <typename E, size_t N>
@@ -132,6 +134,119 @@ std::string parseInt(const Input& in, long long lo, long long hi, const std::str
 std::string parseString(const Input& in, std::string& out) {
   std::string err;
   return scalarText(in, "a string", out, err) ? "" : err;
+}
+
+std::string yamlString(const std::string& s);
+
+// Byte counts: an integer with an optional binary suffix (KiB, MiB, GiB).
+std::string parseBytes(const Input& in, unsigned long long lo, unsigned long long& out) {
+  const std::string expected = "a byte count >= " + std::to_string(lo) + " such as 65536, 64KiB, 256MiB or 2GiB";
+  std::string text, err;
+  if (!scalarText(in, expected, text, err)) return err;
+  unsigned long long scale = 1;
+  std::string digits = text;
+  for (auto [suffix, factor] : {std::pair<const char*, unsigned long long>{"KiB", 1ull << 10}, {"MiB", 1ull << 20},
+                                {"GiB", 1ull << 30}}) {
+    const size_t n = strlen(suffix);
+    if (text.size() > n && text.compare(text.size() - n, n, suffix) == 0) {
+      digits = text.substr(0, text.size() - n);
+      scale = factor;
+    }
+  }
+  long long value = 0;
+  if (!parseInteger(digits, 0, LLONG_MAX / static_cast<long long>(scale), value) ||
+      static_cast<unsigned long long>(value) * scale < lo) {
+    return badValue(in.where, "'" + text + "'", in.key, expected);
+  }
+  out = static_cast<unsigned long long>(value) * scale;
+  return "";
+}
+
+// A list: a YAML sequence of scalars, or comma-separated text in the environment. Empty entries are refused.
+std::string parseList(const Input& in, const std::string& expected, std::vector<std::string>& out) {
+  std::vector<std::string> items;
+  if (in.node && in.node->IsSequence()) {
+    for (const YAML::Node& item : *in.node) {
+      if (!item.IsScalar() || item.Scalar().empty()) {
+        return badValue(at(in.origin, item.Mark()), shown(item), in.key, expected);
+      }
+      items.push_back(item.Scalar());
+    }
+  } else {
+    std::string text, err;
+    if (!scalarText(in, expected, text, err)) return err;
+    size_t start = 0;
+    while (start <= text.size() && !text.empty()) {
+      size_t comma = text.find(',', start);
+      std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      item.erase(0, item.find_first_not_of(' '));
+      item.erase(item.find_last_not_of(' ') + 1);
+      if (item.empty()) return badValue(in.where, "'" + text + "'", in.key, expected + " (an entry is empty)");
+      items.push_back(item);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  out = std::move(items);
+  return "";
+}
+
+// "A-B" (inclusive), "A-" (from A on), "A" (just A), or "all".
+std::string parseRange(const Input& in, Range& out) {
+  const std::string expected = "a range such as 10-20 (inclusive), 10- (from 10 on), 7, or all";
+  std::string text, err;
+  if (!scalarText(in, expected, text, err)) return err;
+  Range range;
+  if (text != "all") {
+    const size_t dash = text.find('-');
+    long long lo = 0, hi = 0;
+    bool ok = parseInteger(text.substr(0, dash), 0, LLONG_MAX, lo);
+    if (ok && dash == std::string::npos) hi = lo;
+    else if (ok && dash + 1 == text.size()) hi = -1;
+    else if (ok) ok = parseInteger(text.substr(dash + 1), lo, LLONG_MAX, hi);
+    if (!ok) return badValue(in.where, "'" + text + "'", in.key, expected);
+    range.lo = lo;
+    range.hi = hi;
+  }
+  out = range;
+  return "";
+}
+
+std::string showList(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + yamlString(items[i]);
+  return out + "]";
+}
+
+std::string showRange(const Range& r) {
+  if (r.all()) return "all";
+  if (r.hi < 0) return std::to_string(r.lo) + "-";
+  return std::to_string(r.lo) + "-" + std::to_string(r.hi);
+}
+
+std::string showBytes(unsigned long long bytes) {
+  for (auto [suffix, factor] : {std::pair<const char*, unsigned long long>{"GiB", 1ull << 30}, {"MiB", 1ull << 20},
+                                {"KiB", 1ull << 10}}) {
+    if (bytes >= factor && bytes % factor == 0) return std::to_string(bytes / factor) + suffix;
+  }
+  return std::to_string(bytes);
+}
+
+constexpr const char* kOpNames[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
+                                    "AlltoAll", "Gather", "Scatter", "Send", "Recv"};
+
+std::string parseOps(const Input& in, std::vector<std::string>& out) {
+  std::string expected = "a list of operations among ";
+  for (size_t i = 0; i < sizeof(kOpNames) / sizeof(kOpNames[0]); ++i) expected += (i ? "|" : "") + std::string(kOpNames[i]);
+  std::vector<std::string> items;
+  if (std::string err = parseList(in, expected, items); !err.empty()) return err;
+  for (const std::string& item : items) {
+    if (std::find(std::begin(kOpNames), std::end(kOpNames), item) == std::end(kOpNames)) {
+      return badValue(in.where, "'" + item + "'", in.key, expected);
+    }
+  }
+  out = std::move(items);
+  return "";
 }
 
 constexpr const char* kGroupExpected = "a sequence of maps {members: [ranks...], color: N, name: S}";
@@ -301,6 +416,49 @@ const KeyDesc kKeys[] = {
      "optionally per color",
      [](const Input& in, Settings& s) { return parseGroups(in, s.groups); },
      [](const Settings& s) { return showGroups(s.groups); }},
+    {"real_nccl", "RANKLENS_REAL_NCCL", "",
+     "record: path of the real libnccl.so.2 to forward to; empty: the one already loaded (torch preloads its "
+     "wheel's), else the Python environment's nvidia/nccl/lib, conda, LD_LIBRARY_PATH and system directories",
+     [](const Input& in, Settings& s) { return parseString(in, s.real_nccl); },
+     [](const Settings& s) { return s.real_nccl; }},
+    {"payloads", "RANKLENS_PAYLOADS", "small",
+     "record: which received buffers are stored: none (timing only), small (messages up to payload_max_bytes: "
+     "the values that steer control flow), all",
+     [](const Input& in, Settings& s) { return parseEnum(in, kPayloadsNames, s.payloads); },
+     [](const Settings& s) { return std::string(toString(s.payloads)); }},
+    {"payload_max_bytes", "RANKLENS_PAYLOAD_MAX_BYTES", "64KiB",
+     "record: with payloads=small, the largest message (bytes received by this rank) that is stored",
+     [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_max_bytes); },
+     [](const Settings& s) { return showBytes(s.payload_max_bytes); }},
+    {"payload_ops", "RANKLENS_PAYLOAD_OPS", "[]",
+     "record: store payloads only of these operations (e.g. [AllReduce, Recv]); empty: all",
+     [](const Input& in, Settings& s) { return parseOps(in, s.payload_ops); },
+     [](const Settings& s) { return showList(s.payload_ops); }},
+    {"payload_comms", "RANKLENS_PAYLOAD_COMMS", "[]",
+     "record: store payloads only of these communicators, by id (creation order, as in `ranklens trace summary`) "
+     "or by commName; empty: all",
+     [](const Input& in, Settings& s) {
+       return parseList(in, "a list of communicator ids or names", s.payload_comms);
+     },
+     [](const Settings& s) { return showList(s.payload_comms); }},
+    {"payload_steps", "RANKLENS_PAYLOAD_STEPS", "all",
+     "record: store payloads only during these steps (as marked by ranklensMarkStage), e.g. 10-20",
+     [](const Input& in, Settings& s) { return parseRange(in, s.payload_steps); },
+     [](const Settings& s) { return showRange(s.payload_steps); }},
+    {"payload_seqs", "RANKLENS_PAYLOAD_SEQS", "all",
+     "record: store payloads only of calls whose per-communicator sequence number is in this range",
+     [](const Input& in, Settings& s) { return parseRange(in, s.payload_seqs); },
+     [](const Settings& s) { return showRange(s.payload_seqs); }},
+    {"staging_bytes", "RANKLENS_STAGING_BYTES", "256MiB",
+     "record: pinned host memory for payloads copied off the GPU and not yet compressed (allocated at the first "
+     "communicator when payloads are on); a larger message is skipped and counted",
+     [](const Input& in, Settings& s) { return parseBytes(in, 1, s.staging_bytes); },
+     [](const Settings& s) { return showBytes(s.staging_bytes); }},
+    {"staging_full", "RANKLENS_STAGING_FULL", "skip",
+     "record: when staging memory is full, skip the payload (counted in the trace; the job is never slowed) or "
+     "wait for space (complete payloads, may slow the job)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kStagingFullNames, s.staging_full); },
+     [](const Settings& s) { return std::string(toString(s.staging_full)); }},
 };
 
 const KeyDesc* findKey(const std::string& key) {
@@ -498,6 +656,8 @@ const char* toString(Mode v) { return enumName(v, kModeNames); }
 const char* toString(Fidelity v) { return enumName(v, kFidelityNames); }
 const char* toString(Fill v) { return enumName(v, kFillNames); }
 const char* toString(DeviceKind v) { return enumName(v, kDeviceNames); }
+const char* toString(Payloads v) { return enumName(v, kPayloadsNames); }
+const char* toString(StagingFull v) { return enumName(v, kStagingFullNames); }
 
 }  // namespace config
 }  // namespace ranklens

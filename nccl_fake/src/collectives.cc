@@ -57,16 +57,6 @@ ncclResult_t argsCheck(const CallInfo& info) {
   return ncclSuccess;
 }
 
-uint64_t receivedBytes(const CallInfo& info) {
-  uint64_t bytes = info.count * datatypeSize(info.datatype);
-  switch (info.op) {
-    case Op::kAllGather: case Op::kAlltoAll: return bytes * info.comm->nRanks;
-    case Op::kGather: return info.comm->rank == info.root ? bytes * info.comm->nRanks : 0;
-    case Op::kReduce: return info.comm->rank == info.root ? bytes : 0;
-    default: return bytes;
-  }
-}
-
 }  // namespace
 
 ncclResult_t enqueueCheck(CallInfo info) {
@@ -99,7 +89,8 @@ ncclResult_t enqueueCheck(CallInfo info) {
   event.groupId = currentGroupId();
   event.nranks = info.comm->nRanks;
   event.rank = info.comm->rank;
-  event.bytes = receivedBytes(info);
+  event.bytes = ranklens::events::receivedBytes(info.op, info.count, info.datatype, info.comm->nRanks,
+                                                info.comm->rank, info.root);
   event.timeNs = monotonicNs();
   Runtime::get().emit(ranklens::trace::RecordType::kCall, event);
   // NCCL logs a Send's buffer as its recvbuff (ncclInfo carries sendbuff NULL for Send).

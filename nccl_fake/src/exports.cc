@@ -7,6 +7,7 @@
 #include <string>
 
 #include "nccl_fake/comm.h"
+#include "nccl_fake/record.h"
 #include "nccl_fake/runtime.h"
 #include "ranklens_api.h"
 
@@ -45,13 +46,15 @@ ncclResult_t ranklensMarkStage(const char* name, int64_t step) {
   stage.name = name;
   stage.step = step;
   stage.timeNs = monotonicNs();
+  if (record::active()) record::noteStage(step);
   Runtime::get().emit(ranklens::trace::RecordType::kStage, stage);
   return ncclSuccess;
 }
 
 ncclResult_t ranklensFlush() {
   NCCLCHECK(Runtime::get().ready("ranklensFlush"));
-  Runtime::get().flushEvents();
+  if (record::active()) record::flush();
+  else Runtime::get().flushEvents();
   return ncclSuccess;
 }
 
@@ -74,6 +77,7 @@ const char* ranklensEventLogPath() {
 #define NCCL_FAKE_API(ret, name, params, args, prof)                               \
   extern "C" __attribute__((visibility("default"), weak)) ret name params {        \
     try {                                                                          \
+      if (nccl_fake::record::active()) return nccl_fake::record::name args;        \
       return nccl_fake::impl::name args;                                           \
     } catch (...) {                                                                \
       return nccl_fake::onException<ret>(#name);                                   \

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "nccl_fake/comm_config.h"
 #include "nccl_fake/enqueue.h"
 #include "nccl_fake/runtime.h"
 
@@ -19,13 +20,9 @@ namespace nccl_fake {
 using ranklens::trace::RecordType;
 
 namespace {
-
 constexpr unsigned int kConfigMagic = 0xcafebeef;
 
-struct CommConfig {
-  int blocking = 1;
-  std::string name;
-};
+}  // namespace
 
 // NCCL's parseCommConfig: read `size` first, copy at most what we know, require the magic, ignore fields newer than
 // the caller's version, validate the rest with NCCL's messages.
@@ -99,6 +96,8 @@ void applyBlockingEnv(CommConfig* config) {
   if (strcmp(env, "0") == 0) config->blocking = 0;
   else if (strcmp(env, "1") == 0) config->blocking = 1;
 }
+
+namespace {
 
 // Every communicator ever created. Destroyed ones stay as tombstones (a few hundred bytes each) so that a late call
 // with a stale handle gets a clear error instead of reading freed memory.

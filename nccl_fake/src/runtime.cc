@@ -55,9 +55,10 @@ void Runtime::load() {
       INFO(kSubEnv | kSubRanklens, "%s set by %s to %s", row.key.c_str(), row.set_by.c_str(), row.value.c_str());
 
   if (settings_.mode == Mode::kRecord) {
-    status_ = ncclInvalidUsage;
-    statusMessage_ = "mode 'record' is not available in this build yet (see README, 'Not supported yet'); "
-                     "set RANKLENS_MODE=replay";
+    // No CUDA here: this runs at the first NCCL call (often ncclGetVersion at import), before the job has chosen
+    // its GPU; the recorder touches CUDA when the first communicator exists.
+    INFO(kSubInit | kSubRanklens, "RankLens record mode: forwarding to the real NCCL, payloads %s",
+         ranklens::config::toString(settings_.payloads));
     return;
   }
   if (settings_.fidelity != Fidelity::kStructure) {
@@ -132,14 +133,17 @@ ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
     manifest.world_size = envInt("WORLD_SIZE", -1);
     manifest.local_rank = envInt("LOCAL_RANK", -1);
     manifest.nccl_version = settings_.nccl_version;
-    device_->describe(&manifest.gpu_name, &manifest.gpu_uuid);
     manifest.mode = ranklens::config::toString(settings_.mode);
-    manifest.writer = std::string("ranklens libnccl.so.2 (") + ranklens::config::toString(settings_.fidelity) +
-                      ", fill " + ranklens::config::toString(settings_.fill) + ", " + device_->name() + " device)";
+    if (device_) {
+      device_->describe(&manifest.gpu_name, &manifest.gpu_uuid);
+      manifest.writer = std::string("ranklens libnccl.so.2 (") + ranklens::config::toString(settings_.fidelity) +
+                        ", fill " + ranklens::config::toString(settings_.fill) + ", " + device_->name() + " device)";
+    }
     manifest.start_time_ns = realtimeNs();
     manifest.env = ranklens::trace::captureEnvironment();
     ranklens::trace::WriterOptions options;
     options.compressionThreads = 1;  // structure mode writes no payloads
+    if (writerSetup_) writerSetup_(&manifest, &options);
     std::string error;
     writer_ = ranklens::trace::TraceWriter::create(dir, manifest, options, &error);
     if (!writer_) WARN("RANKLENS_TRACE_DIR: %s (events are not written)", error.c_str());
@@ -154,7 +158,18 @@ void Runtime::flushEvents() {
     WARN("trace %s: %s", writer_->directory().c_str(), writer_->lastError().c_str());
 }
 
+void Runtime::setWriterSetup(WriterSetup setup) {
+  std::lock_guard<std::mutex> lock(mu_);
+  writerSetup_ = std::move(setup);
+}
+
+void Runtime::setBeforeClose(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  beforeClose_ = std::move(hook);
+}
+
 void Runtime::closeEvents() {
+  if (beforeClose_) beforeClose_();
   if (writerReady_.load(std::memory_order_acquire) && writer_) {
     if (!writer_->close()) WARN("trace %s: %s", writer_->directory().c_str(), writer_->lastError().c_str());
     if (uint64_t dropped = writer_->stats().recordsDropped)

@@ -44,5 +44,15 @@ const char* datatypeName(int datatype) {
   return datatype >= 0 && datatype < kDatatypeCount ? kDatatypes[datatype].name : "invalid";
 }
 
+uint64_t receivedBytes(Op op, uint64_t count, int datatype, int nranks, int rank, int root) {
+  const uint64_t bytes = count * datatypeBytes(datatype);
+  switch (op) {
+    case Op::kAllGather: case Op::kAlltoAll: return bytes * static_cast<uint64_t>(nranks);
+    case Op::kGather: return rank == root ? bytes * static_cast<uint64_t>(nranks) : 0;
+    case Op::kReduce: return rank == root ? bytes : 0;
+    default: return bytes;
+  }
+}
+
 }  // namespace events
 }  // namespace ranklens

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -213,10 +214,13 @@ struct TraceWriter::Impl {
   }
 
   bool admit(size_t bytes, std::unique_lock<std::mutex>& lock) {
+    return admit(bytes, lock, options.policy, options.queueBytes);
+  }
+  bool admit(size_t bytes, std::unique_lock<std::mutex>& lock, BackPressure policy, size_t limit) {
     if (closing) return false;
-    if (queuedBytes + bytes <= options.queueBytes || queue.empty()) return true;
-    if (options.policy == BackPressure::kDrop) return false;
-    progress.wait(lock, [&] { return closing || queuedBytes + bytes <= options.queueBytes || queue.empty(); });
+    if (queuedBytes + bytes <= limit || queue.empty()) return true;
+    if (policy == BackPressure::kDrop) return false;
+    progress.wait(lock, [&] { return closing || queuedBytes + bytes <= limit || queue.empty(); });
     return !closing;
   }
 
@@ -271,8 +275,13 @@ bool TraceWriter::enqueueRecord(std::string&& body) {
 }
 
 bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t bytes) {
+  return appendPayload(ref, data, bytes, impl_->options.policy);
+}
+
+bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy) {
   std::unique_lock<std::mutex> lock(impl_->mu);
-  if (!impl_->admit(bytes, lock)) {
+  const size_t reserve = std::min(impl_->options.recordReserveBytes, impl_->options.queueBytes);
+  if (!impl_->admit(bytes, lock, policy, impl_->options.queueBytes - reserve)) {
     impl_->stats.payloadsDropped++;
     return false;
   }
@@ -348,6 +357,11 @@ bool TraceWriter::close() {
   }
   impl_->progress.notify_all();
   return impl_->error.empty();
+}
+
+void TraceWriter::setCounter(const std::string& name, uint64_t value) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->manifest.counters[name] = value;
 }
 
 WriterStats TraceWriter::stats() const {

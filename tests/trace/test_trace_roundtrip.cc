@@ -822,7 +822,7 @@ TEST(TraceRoundTrip, ManifestFieldsAndCountersAfterClose) {
   const Manifest& m = reader->manifest();
   EXPECT_EQ(m.format, "ranklens-trace");
   EXPECT_EQ(m.version_major, 1);
-  EXPECT_EQ(m.version_minor, 0);
+  EXPECT_EQ(m.version_minor, ranklens::trace::kFormatMinor);
   EXPECT_EQ(m.rank, given.rank);
   EXPECT_EQ(m.world_size, given.world_size);
   EXPECT_EQ(m.local_rank, given.local_rank);
@@ -1332,7 +1332,7 @@ TEST(TraceRoundTrip, OtherMajorVersionRefusedNamingBothVersions) {
     const Problem& p = reader->problems()[0];
     EXPECT_EQ(p.file, segPath);
     EXPECT_EQ(p.offset, 4u);
-    EXPECT_NE(p.reason.find("2.0"), std::string::npos) << p.reason;
+    EXPECT_NE(p.reason.find("2." + std::to_string(ranklens::trace::kFormatMinor)), std::string::npos) << p.reason;
     EXPECT_NE(p.reason.find("1."), std::string::npos) << p.reason;
     EXPECT_FALSE(p.truncated);
   }

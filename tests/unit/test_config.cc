@@ -42,7 +42,10 @@ LoadResult fromYaml(const std::string& text, FakeEnv env = {}) {
 LoadResult fromEnv(FakeEnv env) { return loadFromEnvironment(env.getenv(), env.names()); }
 
 const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill",           "device",
-                                           "trace_dir", "nccl_version", "ranks_per_node", "groups"};
+                                           "trace_dir", "nccl_version", "ranks_per_node", "groups",
+                                           "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
+                                           "payload_comms", "payload_steps", "payload_seqs", "staging_bytes",
+                                           "staging_full"};
 
 void expectDefaults(const Settings& s) {
   EXPECT_EQ(s.mode, Mode::kReplay);
@@ -267,7 +270,8 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
   ASSERT_FALSE(r.ok);
   EXPECT_EQ(r.error,
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
-            "ranks_per_node, groups)");
+            "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
+            "payload_seqs, staging_bytes, staging_full)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
 
   r = fromYaml("{mode: replay,  bogus: 2}");
@@ -550,8 +554,12 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
   ASSERT_EQ(rows.size(), kAllKeys.size());
   const std::vector<std::string> envs = {"RANKLENS_MODE",      "RANKLENS_FIDELITY",     "RANKLENS_FILL",
                                          "RANKLENS_DEVICE",    "RANKLENS_TRACE_DIR",    "RANKLENS_NCCL_VERSION",
-                                         "RANKLENS_RANKS_PER_NODE", "RANKLENS_GROUPS"};
-  const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]"};
+                                         "RANKLENS_RANKS_PER_NODE", "RANKLENS_GROUPS",
+                                         "RANKLENS_REAL_NCCL", "RANKLENS_PAYLOADS", "RANKLENS_PAYLOAD_MAX_BYTES",
+                                         "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
+                                         "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL"};
+  const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
+                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip"};
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
     EXPECT_EQ(rows[i].env, envs[i]);
@@ -575,6 +583,67 @@ TEST(ConfigDescribe, MissingSetByMeansDefault) {
   ASSERT_EQ(rows.size(), kAllKeys.size());
   EXPECT_EQ(rows[2].value, "zero");
   EXPECT_EQ(rows[2].set_by, "default");
+}
+
+TEST(ConfigRecord, PayloadKnobsFromYaml) {
+  LoadResult r = fromYaml(
+      "mode: record\npayloads: all\npayload_max_bytes: 1MiB\npayload_ops: [AllReduce, Recv]\n"
+      "payload_comms: [0, dp]\npayload_steps: 10-20\npayload_seqs: 5-\nstaging_bytes: 2GiB\n"
+      "staging_full: wait\nreal_nccl: /opt/nccl/libnccl.so.2\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  const Settings& s = r.settings;
+  EXPECT_EQ(s.mode, Mode::kRecord);
+  EXPECT_EQ(s.payloads, Payloads::kAll);
+  EXPECT_EQ(s.payload_max_bytes, 1ull << 20);
+  EXPECT_EQ(s.payload_ops, (std::vector<std::string>{"AllReduce", "Recv"}));
+  EXPECT_EQ(s.payload_comms, (std::vector<std::string>{"0", "dp"}));
+  EXPECT_TRUE(s.payload_steps.contains(10));
+  EXPECT_TRUE(s.payload_steps.contains(20));
+  EXPECT_FALSE(s.payload_steps.contains(21));
+  EXPECT_FALSE(s.payload_steps.contains(9));
+  EXPECT_FALSE(s.payload_seqs.contains(4));
+  EXPECT_TRUE(s.payload_seqs.contains(1000000));
+  EXPECT_EQ(s.staging_bytes, 2ull << 30);
+  EXPECT_EQ(s.staging_full, StagingFull::kWait);
+  EXPECT_EQ(s.real_nccl, "/opt/nccl/libnccl.so.2");
+}
+
+TEST(ConfigRecord, PayloadKnobsFromEnvironment) {
+  LoadResult r = fromYaml("", {{"RANKLENS_PAYLOAD_OPS", "Send, Recv"}, {"RANKLENS_PAYLOAD_STEPS", "7"},
+                               {"RANKLENS_PAYLOAD_MAX_BYTES", "4096"}, {"RANKLENS_PAYLOADS", "none"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.payload_ops, (std::vector<std::string>{"Send", "Recv"}));
+  EXPECT_TRUE(r.settings.payload_steps.contains(7));
+  EXPECT_FALSE(r.settings.payload_steps.contains(8));
+  EXPECT_EQ(r.settings.payload_max_bytes, 4096u);
+  EXPECT_EQ(r.settings.payloads, Payloads::kNone);
+  std::vector<KeyInfo> rows = describe(r.settings);
+  for (const auto& row : rows) {
+    if (row.key == "payload_ops") EXPECT_EQ(row.value, "[Send, Recv]");
+    if (row.key == "payload_steps") EXPECT_EQ(row.value, "7-7");
+    if (row.key == "payload_max_bytes") EXPECT_EQ(row.value, "4KiB");
+  }
+}
+
+TEST(ConfigRecord, BadPayloadValuesNameTheFix) {
+  LoadResult r = fromYaml("payload_ops: [AllReduce, Allreduce]\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("bad value 'Allreduce' for 'payload_ops'"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("AllReduce|"), std::string::npos) << r.error;
+  r = fromYaml("payload_steps: 20-10\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("cfg.yaml:1:16: bad value '20-10' for 'payload_steps'"), std::string::npos) << r.error;
+  r = fromYaml("", {{"RANKLENS_STAGING_BYTES", "12MB"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("RANKLENS_STAGING_BYTES=12MB: bad value '12MB'"), std::string::npos) << r.error;
+  r = fromYaml("", {{"RANKLENS_STAGING_BYTES", "0"}});
+  EXPECT_FALSE(r.ok);
+  r = fromYaml("", {{"RANKLENS_PAYLOAD_COMMS", "0,,1"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("an entry is empty"), std::string::npos) << r.error;
+  r = fromYaml("payloads: some\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("expected one of none|small|all"), std::string::npos) << r.error;
 }
 
 TEST(ConfigToString, LowercaseNames) {

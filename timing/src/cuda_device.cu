@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cuda_util.h"
 #include "ranklens/device.h"
 
 // Hold kernels, one per operation so that profilers (torch.profiler, Nsight) show which call a hold stands for.
@@ -116,21 +117,7 @@ class CudaDevice final : public StreamDevice {
   int free(void* ptr) override { return check(cudaFree(ptr), "cudaFree"); }
   int currentDevice(int* device) override { return check(cudaGetDevice(device), "cudaGetDevice"); }
 
-  void describe(std::string* name, std::string* uuid) override {
-    int device = 0;
-    cudaDeviceProp prop;
-    if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-      cudaGetLastError();
-      return;
-    }
-    *name = prop.name;
-    // nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
-    char text[64];
-    const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-    snprintf(text, sizeof(text), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-    *uuid = text;
-  }
+  void describe(std::string* name, std::string* uuid) override { describeCurrentCudaDevice(name, uuid); }
 };
 
 }  // namespace

@@ -3,7 +3,9 @@
 """An independent reader of RankLens traces, written from docs/trace-format.md alone.
 
 It uses only the standard library (zlib for CRC-32, hashlib, json, struct) and the `msgpack` and `zstandard`
-packages, and shares no code with the C++ reader; tests/python compares the two on the same traces.
+packages, and shares no code with the C++ reader; tests/python compares the two on the same traces. `zstandard` is
+imported only when a payload blob is decoded: reading manifests and records (Call, Timing, Stage, ...) needs only
+`msgpack`; `read_payload` without `zstandard` raises MissingDependency.
 
 Library use:
 
@@ -49,14 +51,32 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 try:
     import msgpack
-    import zstandard
 except ImportError as exc:  # pragma: no cover - exercised only on machines without the packages
-    raise SystemExit(f"ranklens_trace: {exc}; install them with: python3 -m pip install msgpack zstandard "
+    raise SystemExit(f"ranklens_trace: {exc}; install it with: python3 -m pip install msgpack zstandard "
                      "(scripts/setup.sh does)")
+
+zstandard = None  # imported on first use by _zstandard(): only payload blobs need it
+
+
+class MissingDependency(RuntimeError):
+    """A package this operation needs is not installed (not a problem of the trace)."""
+
+
+def _zstandard():
+    global zstandard
+    if zstandard is None:
+        try:
+            import zstandard as module
+        except ImportError as exc:
+            raise MissingDependency(f"ranklens_trace: decoding payload blobs needs the zstandard package ({exc}); "
+                                    "install it with: python3 -m pip install zstandard. Records and manifests "
+                                    "can be read without it") from None
+        zstandard = module
+    return zstandard
 
 FORMAT_NAME = "ranklens-trace"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 SEGMENT_MAGIC = 0x47534C52  # "RLSG"
 PAYLOAD_MAGIC = 0x59504C52  # "RLPY"
 FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserved
@@ -153,6 +173,8 @@ MANIFEST_KEYS: Dict[str, Tuple[str, Any]] = {
     "records_written": (_U64, 0), "records_dropped": (_U64, 0), "payloads_written": (_U64, 0),
     "payloads_dropped": (_U64, 0), "payload_raw_bytes": (_U64, 0), "payload_compressed_bytes": (_U64, 0),
     "segments": (_U32, 0), "payload_files": (_U32, 0),
+    # 1.1: named counters of the writing library (record mode: payloads skipped and why, captured calls, ...).
+    "counters": ("counters", {}),
 }
 
 
@@ -193,6 +215,8 @@ def _kind_ok(kind: str, value: Any) -> bool:
         return isinstance(value, list) and all(_kind_ok(_I32, v) for v in value)
     if kind == "env":
         return isinstance(value, dict) and all(_is_str(k) and _is_str(v) for k, v in value.items())
+    if kind == "counters":
+        return isinstance(value, dict) and all(_is_str(k) and _kind_ok(_U64, v) for k, v in value.items())
     raise AssertionError(kind)
 
 
@@ -339,7 +363,9 @@ def parse_segment(data: bytes, index: int, path: str, limits: Limits = Limits()
 # ---------------------------------------------------------------------------------------------------- payloads
 
 def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) -> bytes:
-    """Decompress one zstd frame with every bound checked against the PayloadRef `ref`; raises ValueError."""
+    """Decompress one zstd frame with every bound checked against the PayloadRef `ref`; raises ValueError
+    (MissingDependency when the zstandard package is not installed)."""
+    zstandard = _zstandard()
     raw_bytes = ref["rawBytes"]
     if raw_bytes > limits.max_payload_bytes:
         raise ValueError(f"rawBytes {raw_bytes} exceeds the payload limit of {limits.max_payload_bytes}")
@@ -763,6 +789,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             _print_text(args.trace, limits, sys.stdout)
     except TraceFormatError as exc:
         print(f"ranklens_trace: {exc}", file=sys.stderr)
+        return 2
+    except MissingDependency as exc:
+        print(exc, file=sys.stderr)
         return 2
     return 0
 

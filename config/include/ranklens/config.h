@@ -19,6 +19,17 @@ enum class Fidelity { kStructure, kTiming, kValue };
 enum class Fill { kClone, kKeep, kZero, kPoison };
 // Which implementation carries stream-side effects: the GPU, or host memory (tests, machines without a GPU).
 enum class DeviceKind { kAuto, kCuda, kHost };
+// Record mode: which received buffers are captured.
+enum class Payloads { kNone, kSmall, kAll };
+// Record mode: what happens to a payload when pinned staging memory is full.
+enum class StagingFull { kSkip, kWait };
+
+// An inclusive range of non-negative integers; `hi` < 0 means unbounded.
+struct Range {
+  long long lo = 0, hi = -1;
+  bool contains(long long v) const { return v >= lo && (hi < 0 || v <= hi); }
+  bool all() const { return lo == 0 && hi < 0; }
+};
 
 // One entry of the split table: the communicator that a ncclCommSplit produces for the ranks listed.
 struct GroupSpec {
@@ -37,6 +48,16 @@ struct Settings {
   int nccl_version = 22809;     // what ncclGetVersion reports in replay
   int ranks_per_node = 8;       // virtual topology: ranks sharing a node (LSA team, locality)
   std::vector<GroupSpec> groups;
+  // Record mode.
+  std::string real_nccl;                    // path of the real libnccl.so.2; empty: discover it
+  Payloads payloads = Payloads::kSmall;
+  unsigned long long payload_max_bytes = 65536;  // 'small': messages up to this many received bytes
+  std::vector<std::string> payload_ops;     // op names (AllReduce, Recv, ...); empty: all
+  std::vector<std::string> payload_comms;   // communicator ids (creation order) or commName values; empty: all
+  Range payload_steps;                      // step numbers (ranklensMarkStage); all by default
+  Range payload_seqs;                       // per-communicator sequence numbers; all by default
+  unsigned long long staging_bytes = 256ull << 20;  // pinned host memory for payloads in flight
+  StagingFull staging_full = StagingFull::kSkip;
   // key -> where its value came from: "default", "<file>:<line>:<col>" or "env RANKLENS_<KEY>".
   std::map<std::string, std::string> set_by;
 };
@@ -67,6 +88,8 @@ const char* toString(Mode);
 const char* toString(Fidelity);
 const char* toString(Fill);
 const char* toString(DeviceKind);
+const char* toString(Payloads);
+const char* toString(StagingFull);
 
 }  // namespace config
 }  // namespace ranklens

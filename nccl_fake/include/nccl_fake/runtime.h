@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,8 @@ class Runtime {
   ncclResult_t ready(const char* opName);
 
   const ranklens::config::Settings& settings() const { return settings_; }
+  bool recordMode() const { return status_ == ncclSuccess && settings_.mode == ranklens::config::Mode::kRecord; }
+  // The replay device (not created in record mode: record mode touches CUDA only through its own recorder).
   ranklens::device::StreamDevice& device() { return *device_; }
   uint64_t nextCommId() { return nextCommId_.fetch_add(1); }
   uint64_t nextGroupId() { return nextGroupId_.fetch_add(1); }
@@ -34,9 +37,20 @@ class Runtime {
   void emit(ranklens::trace::RecordType type, const Record& record, int rankHint = -1) {
     if (auto* writer = eventWriter(rankHint)) writer->append(type, record);
   }
+  // Queues a payload (record mode's background thread; may wait for queue space, never on the job's threads).
+  bool emitPayload(const ranklens::trace::PayloadRef& ref, const void* data, size_t bytes) {
+    auto* writer = eventWriter(-1);
+    return writer && writer->appendPayload(ref, data, bytes, ranklens::trace::BackPressure::kWait);
+  }
+  ranklens::trace::TraceWriter* writer() { return eventWriter(-1); }
   void flushEvents();
   void closeEvents();  // at exit
   std::string eventLogPath();  // the rank directory of this process's trace, "" when none
+  // Record mode adjusts the trace's manifest and writer options before the first record is written.
+  using WriterSetup = std::function<void(ranklens::trace::Manifest*, ranklens::trace::WriterOptions*)>;
+  void setWriterSetup(WriterSetup setup);
+  // Runs before the trace is closed at exit (record mode: wait for timings still measured on the GPU).
+  void setBeforeClose(std::function<void()> hook);
 
   // For tests: replace the device (e.g. force the host device) before any call; not exported.
   void setDeviceForTesting(std::unique_ptr<ranklens::device::StreamDevice> device);
@@ -57,6 +71,8 @@ class Runtime {
   std::once_flag writerOnce_;
   std::unique_ptr<ranklens::trace::TraceWriter> writer_;
   std::atomic<bool> writerReady_{false};
+  WriterSetup writerSetup_;
+  std::function<void()> beforeClose_;
 };
 
 int64_t monotonicNs();

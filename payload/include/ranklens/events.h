@@ -27,6 +27,9 @@ bool isP2p(Op op);
 // ncclDataType_t values as stored in records: bytes per element (0 for invalid values) and NCCL-style names.
 size_t datatypeBytes(int datatype);
 const char* datatypeName(int datatype);  // "float32", "bfloat16", ...; "invalid" otherwise
+// The message size of one call for this rank: its receive buffer's size (0 for Reduce/Gather off the root; for Send
+// the bytes sent). Call.bytes.
+uint64_t receivedBytes(Op op, uint64_t count, int datatype, int nranks, int rank, int root);
 
 // Communicator identity: what lets a replayed communicator be matched to a recorded one without the unique id.
 struct CommInit {

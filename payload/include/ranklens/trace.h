@@ -25,7 +25,7 @@ namespace ranklens {
 namespace trace {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 0;
+constexpr int kFormatMinor = 1;  // 1.1: manifest counters
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
@@ -85,7 +85,7 @@ struct Edit {
 
 struct Manifest {
   std::string format = kFormatName;
-  int version_major = kFormatMajor, version_minor = kFormatMinor;
+  int version_major = kFormatMajor, version_minor = 0;  // a missing key reads as 0; writers write kFormatMinor
   int rank = -1, world_size = -1, local_rank = -1;
   std::string host;
   int64_t pid = 0;
@@ -99,10 +99,11 @@ struct Manifest {
   uint64_t payloads_written = 0, payloads_dropped = 0;
   uint64_t payload_raw_bytes = 0, payload_compressed_bytes = 0;
   uint32_t segments = 0, payload_files = 0;
+  std::map<std::string, uint64_t> counters;  // 1.1: the writing library's own counters (docs/trace-format.md)
   MSGPACK_DEFINE_MAP(format, version_major, version_minor, rank, world_size, local_rank, host, pid, gpu_name,
                      gpu_uuid, nccl_version, mode, writer, start_time_ns, end_time_ns, env, closed, records_written,
                      records_dropped, payloads_written, payloads_dropped, payload_raw_bytes, payload_compressed_bytes,
-                     segments, payload_files)
+                     segments, payload_files, counters)
 };
 
 // The launch variables worth keeping (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*, TORCH_*, NCCL_*, framework layout...).
@@ -126,6 +127,7 @@ enum class BackPressure { kDrop, kWait };
 
 struct WriterOptions {
   size_t queueBytes = 64u << 20;   // accepted but not yet written (payloads count their raw size)
+  size_t recordReserveBytes = 0;   // part of queueBytes payloads may not use: records still fit when payloads stall
   BackPressure policy = BackPressure::kDrop;
   int compressionThreads = 2;
   int zstdLevel = 3;
@@ -161,12 +163,16 @@ class TraceWriter {
   // Queue a payload: `data` is copied; compression and the PayloadRef record follow on other threads.
   // `ref` supplies commId/seq/op/datatype/count/peer; the storage fields are filled in by the writer.
   bool appendPayload(const PayloadRef& ref, const void* data, size_t bytes);
+  // Same, with its own back-pressure policy (record mode: records never wait, its payload thread may).
+  bool appendPayload(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy);
   // Waits until everything accepted before the call is written to the files (write(2) done): a SIGKILL after
   // flush() returns loses none of it. Returns false if a write failed (the error is in lastError()).
   bool flush();
   // flush(), then the index and the final manifest. Idempotent; the destructor calls it.
   bool close();
   WriterStats stats() const;
+  // Sets a named counter of the manifest (the final manifest, written by close(), carries it).
+  void setCounter(const std::string& name, uint64_t value);
   std::string lastError() const;
   const std::string& directory() const;
 

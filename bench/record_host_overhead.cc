@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host time the recorder adds to one NCCL call, measured side by side in one process on one GPU.
+//
+// The real libnccl.so.2 and RankLens's (in record mode, forwarding to that same real library) are both loaded.
+// A 1-rank communicator is created through RankLens, so it is registered and recorded; since record mode hands the
+// job the real NCCL's own handle, the same communicator can also be used through the real library directly. Calls
+// then alternate, A B A B ..., between ncclAllReduce through RankLens and through the real NCCL, each timed on the
+// host with steady_clock (no GPU synchronisation inside a batch; the stream is synchronised between batches, outside
+// the timed region). The difference of the medians is the recorder's added host time per call.
+//
+//   record_host_overhead --real /path/libnccl.so.2 --ranklens build/release/nccl_fake/libnccl.so.2
+//       [--calls 20000] [--batch 200] [--count 1] [--payloads none|small|all] [--trace-dir DIR] [--json]
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace {
+
+using AllReduceFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                     cudaStream_t);
+using InitAllFn = ncclResult_t (*)(ncclComm_t*, int, const int*);
+using DestroyFn = ncclResult_t (*)(ncclComm_t);
+using FlushFn = ncclResult_t (*)();
+
+void* open(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    fprintf(stderr, "record_host_overhead: cannot open %s: %s\n", path.c_str(), dlerror());
+    exit(2);
+  }
+  return h;
+}
+
+template <typename Fn>
+Fn symbol(void* handle, const char* name, const std::string& path) {
+  auto fn = reinterpret_cast<Fn>(dlsym(handle, name));
+  if (fn == nullptr) {
+    fprintf(stderr, "record_host_overhead: %s has no %s\n", path.c_str(), name);
+    exit(2);
+  }
+  return fn;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    fprintf(stderr, "record_host_overhead: %s: %s\n", what, cudaGetErrorString(err));
+    exit(2);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Host time RankLens's recorder adds to one NCCL call (one GPU, real NCCL side by side)."};
+  std::string realPath, ranklensPath, payloads = "none", traceDir = "/tmp/ranklens-host-overhead";
+  int calls = 20000, batch = 200;
+  size_t count = 1;
+  bool json = false;
+  app.add_option("--real", realPath, "the real libnccl.so.2")->required();
+  app.add_option("--ranklens", ranklensPath, "RankLens's libnccl.so.2")->required();
+  app.add_option("--calls", calls, "calls per side")->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "calls per side between stream synchronisations")->check(CLI::PositiveNumber);
+  app.add_option("--count", count, "float32 elements per all-reduce")->check(CLI::PositiveNumber);
+  app.add_option("--payloads", payloads, "RANKLENS_PAYLOADS for the recorder")
+      ->check(CLI::IsMember({"none", "small", "all"}));
+  app.add_option("--trace-dir", traceDir, "where the recorder writes its trace (must not exist)");
+  app.add_flag("--json", json, "print one JSON object instead of text");
+  CLI11_PARSE(app, argc, argv);
+
+  setenv("RANKLENS_MODE", "record", 1);
+  setenv("RANKLENS_REAL_NCCL", realPath.c_str(), 1);
+  setenv("RANKLENS_PAYLOADS", payloads.c_str(), 1);
+  setenv("RANKLENS_TRACE_DIR", traceDir.c_str(), 1);
+
+  void* real = open(realPath);
+  void* ours = open(ranklensPath);
+  auto realAllReduce = symbol<AllReduceFn>(real, "ncclAllReduce", realPath);
+  auto oursAllReduce = symbol<AllReduceFn>(ours, "ncclAllReduce", ranklensPath);
+  auto oursInitAll = symbol<InitAllFn>(ours, "ncclCommInitAll", ranklensPath);
+  auto oursDestroy = symbol<DestroyFn>(ours, "ncclCommDestroy", ranklensPath);
+  auto oursFlush = symbol<FlushFn>(ours, "ranklensFlush", ranklensPath);
+
+  check(cudaSetDevice(0), "cudaSetDevice");
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  float* buffer = nullptr;
+  check(cudaMalloc(&buffer, count * sizeof(float)), "cudaMalloc");
+  check(cudaMemset(buffer, 0, count * sizeof(float)), "cudaMemset");
+  ncclComm_t comm = nullptr;
+  int dev = 0;
+  if (oursInitAll(&comm, 1, &dev) != ncclSuccess) {
+    fprintf(stderr, "record_host_overhead: ncclCommInitAll through RankLens failed\n");
+    return 2;
+  }
+
+  std::vector<double> tReal, tOurs;
+  tReal.reserve(calls);
+  tOurs.reserve(calls);
+  // Warm-up: event pools, lazy module loading, the trace writer.
+  for (int i = 0; i < 2 * batch; ++i) {
+    realAllReduce(buffer, buffer, count, ncclFloat32, ncclSum, comm, stream);
+    oursAllReduce(buffer, buffer, count, ncclFloat32, ncclSum, comm, stream);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  using Clock = std::chrono::steady_clock;
+  for (int done = 0; done < calls; done += batch) {
+    for (int i = 0; i < batch; ++i) {
+      const bool oursFirst = (i & 1) != 0;  // alternate which side goes first
+      for (int side = 0; side < 2; ++side) {
+        const bool useOurs = (side == 0) == oursFirst;
+        auto t0 = Clock::now();
+        ncclResult_t r = (useOurs ? oursAllReduce : realAllReduce)(buffer, buffer, count, ncclFloat32, ncclSum, comm,
+                                                                   stream);
+        auto t1 = Clock::now();
+        if (r != ncclSuccess) {
+          fprintf(stderr, "record_host_overhead: ncclAllReduce failed (%d)\n", r);
+          return 2;
+        }
+        (useOurs ? tOurs : tReal).push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+      }
+    }
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+  oursFlush();
+  oursDestroy(comm);
+
+  const double medReal = percentile(tReal, 0.5), medOurs = percentile(tOurs, 0.5);
+  const double p90Real = percentile(tReal, 0.9), p90Ours = percentile(tOurs, 0.9);
+  if (json) {
+    printf("{\"payloads\": \"%s\", \"calls_per_side\": %zu, \"count\": %zu, \"median_ns_real\": %.1f, "
+           "\"median_ns_ranklens\": %.1f, \"added_median_ns\": %.1f, \"p90_ns_real\": %.1f, \"p90_ns_ranklens\": %.1f, "
+           "\"added_p90_ns\": %.1f}\n",
+           payloads.c_str(), tReal.size(), count, medReal, medOurs, medOurs - medReal, p90Real, p90Ours,
+           p90Ours - p90Real);
+  } else {
+    printf("payloads %s, %zu calls per side, %zu float32 per all-reduce\n", payloads.c_str(), tReal.size(), count);
+    printf("  real NCCL          median %8.1f ns   p90 %8.1f ns\n", medReal, p90Real);
+    printf("  through RankLens   median %8.1f ns   p90 %8.1f ns\n", medOurs, p90Ours);
+    printf("  added by recorder  median %8.1f ns   p90 %8.1f ns\n", medOurs - medReal, p90Ours - p90Real);
+  }
+  return 0;
+}

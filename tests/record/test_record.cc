@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: Apache-2.0
+// Record mode without a GPU: record_scenario (linked against RankLens's libnccl.so.2) runs in a child process per
+// configuration, forwarding to the fake "real NCCL" of tests/support on the host record device; this test checks
+// the child's own verdict and then the trace it wrote, read back with ranklens::trace::TraceReader.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ranklens/events.h"
+#include "ranklens/trace.h"
+
+namespace {
+
+using ranklens::events::Call;
+using ranklens::events::Op;
+using ranklens::trace::RecordType;
+
+struct Trace {
+  ranklens::trace::Manifest manifest;
+  std::vector<ranklens::events::CommInit> comms;
+  std::vector<ranklens::events::CommEnd> ends;
+  std::vector<Call> calls;
+  std::vector<ranklens::trace::Timing> timings;
+  std::vector<ranklens::trace::PayloadRef> payloads;
+  std::vector<ranklens::events::GroupEnd> groups;
+  std::vector<ranklens::trace::GroupBegin> groupBegins;
+  std::vector<ranklens::events::Stage> stages;
+  std::unique_ptr<ranklens::trace::TraceReader> reader;
+};
+
+struct ScenarioRun {
+  int status = -1;
+  std::string output;
+  std::string traceDir;  // <dir>/rank0
+};
+
+std::string freshDir(const std::string& name) {
+  const std::string dir = std::string(TEST_TMP_DIR) + "/" + name;
+  EXPECT_EQ(system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()), 0);
+  return dir;
+}
+
+// Runs a scenario with the record-mode environment plus `extra`; returns its exit status and output.
+ScenarioRun runScenario(const std::string& scenario, const std::map<std::string, std::string>& extra) {
+  ScenarioRun run;
+  const std::string dir = freshDir(scenario + "-" + std::to_string(getpid()));
+  std::map<std::string, std::string> env = {{"RANKLENS_MODE", "record"},   {"RANKLENS_DEVICE", "host"},
+                                            {"RANKLENS_REAL_NCCL", FAKE_REAL_NCCL}, {"RANKLENS_TRACE_DIR", dir},
+                                            {"RANK", "0"},                {"FAKE_REAL_NCCL_SPIN_US", "300"}};
+  for (const auto& [k, v] : extra) env[k] = v;
+  std::string command = "env";  // unsets first: env takes its options before the assignments
+  for (const auto& [k, v] : env)
+    if (v == "<unset>") command += " -u " + k;
+  for (const auto& [k, v] : env)
+    if (v != "<unset>") command += " '" + k + "=" + v + "'";
+  command += " '" RECORD_SCENARIO "' " + scenario + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.output.append(buffer, n);
+  int status = pclose(pipe);
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.traceDir = dir + "/rank0";
+  return run;
+}
+
+Trace readTrace(const std::string& dir) {
+  Trace t;
+  std::string error;
+  t.reader = ranklens::trace::TraceReader::open(dir, ranklens::trace::Limits{}, &error);
+  EXPECT_NE(t.reader, nullptr) << error;
+  if (!t.reader) return t;
+  t.manifest = t.reader->manifest();
+  bool ok = t.reader->scan([&](RecordType type, const msgpack::object& body, const ranklens::trace::Location&) {
+    switch (type) {
+      case RecordType::kCommInit: t.comms.push_back(body.as<ranklens::events::CommInit>()); break;
+      case RecordType::kCommEnd: t.ends.push_back(body.as<ranklens::events::CommEnd>()); break;
+      case RecordType::kCall: t.calls.push_back(body.as<Call>()); break;
+      case RecordType::kTiming: t.timings.push_back(body.as<ranklens::trace::Timing>()); break;
+      case RecordType::kPayloadRef: t.payloads.push_back(body.as<ranklens::trace::PayloadRef>()); break;
+      case RecordType::kGroupEnd: t.groups.push_back(body.as<ranklens::events::GroupEnd>()); break;
+      case RecordType::kGroupBegin: t.groupBegins.push_back(body.as<ranklens::trace::GroupBegin>()); break;
+      case RecordType::kStage: t.stages.push_back(body.as<ranklens::events::Stage>()); break;
+      default: ADD_FAILURE() << "unexpected record type " << static_cast<int>(type);
+    }
+    return true;
+  });
+  EXPECT_TRUE(ok);
+  EXPECT_TRUE(t.reader->problems().empty()) << t.reader->problems().front().describe();
+  return t;
+}
+
+TEST(RecordForward, SameResultsErrorsAndVersionAsTheRealLibrary) {
+  ScenarioRun run = runScenario("forward", {});
+  EXPECT_EQ(run.status, 0) << run.output;
+  Trace t = readTrace(run.traceDir);
+  EXPECT_EQ(t.manifest.mode, "record");
+  EXPECT_EQ(t.manifest.nccl_version, 22707);  // the real library's, not RankLens's header version
+  EXPECT_NE(t.manifest.writer.find(FAKE_REAL_NCCL), std::string::npos) << t.manifest.writer;
+  // InitAll's internal ncclCommInitRank calls stay inside the real library: two communicators, not four.
+  ASSERT_EQ(t.comms.size(), 2u);
+  EXPECT_EQ(t.comms[0].how, "initAll");
+  EXPECT_EQ(t.comms[1].rank, 1);
+  // Bcast is recorded once, as an in-place Broadcast (its internal ncclBroadcast call is not a second call).
+  int broadcasts = 0;
+  for (const Call& c : t.calls) broadcasts += c.op == static_cast<int>(Op::kBroadcast);
+  EXPECT_EQ(broadcasts, 1);
+  // The failed AllReduce (NULL communicator) is not in the trace.
+  int allReduces = 0;
+  for (const Call& c : t.calls) allReduces += c.op == static_cast<int>(Op::kAllReduce);
+  EXPECT_EQ(allReduces, 2);  // one alone, one in the simulated group
+  ASSERT_EQ(t.ends.size(), 3u);  // finalize, destroy, abort
+  EXPECT_EQ(t.ends[0].how, "finalize");
+  EXPECT_EQ(t.ends[2].how, "abort");
+}
+
+TEST(RecordCapture, CallsTimingsPayloadsGroupsAndLineage) {
+  ScenarioRun run = runScenario("capture", {});
+  ASSERT_EQ(run.status, 0) << run.output;
+  Trace t = readTrace(run.traceDir);
+  ASSERT_EQ(t.comms.size(), 3u);  // two from InitAll, one split child (the NOCOLOR split creates none)
+  const auto& child = t.comms[2];
+  EXPECT_EQ(child.how, "split");
+  EXPECT_EQ(child.parentId, 0);
+  EXPECT_EQ(child.color, 3);
+  EXPECT_EQ(child.key, 9);
+  EXPECT_EQ(child.nranks, 1);  // asked from the real library after the split (the fake halves the parent)
+  EXPECT_EQ(child.rank, 0);
+  EXPECT_TRUE(child.worldRanks.empty());
+  EXPECT_EQ(t.comms[0].worldRanks, (std::vector<int>{0, 1}));
+
+  // Calls: comm 0: AllReduce seq 0, Send/Recv seq 0 to peer 1, big AllReduce seq 1 (the failed call consumed none);
+  // comm 1: AllGather seq 0, AllReduce seq 1; child: AllReduce seq 0.
+  ASSERT_EQ(t.calls.size(), 7u);
+  EXPECT_EQ(t.calls[0].op, static_cast<int>(Op::kAllReduce));
+  EXPECT_EQ(t.calls[0].bytes, 16u);
+  EXPECT_EQ(t.calls[1].op, static_cast<int>(Op::kAllGather));
+  EXPECT_EQ(t.calls[1].bytes, 32u);  // received: count x nranks
+  EXPECT_EQ(t.calls[2].op, static_cast<int>(Op::kSend));
+  EXPECT_EQ(t.calls[2].groupId, t.calls[3].groupId);
+  EXPECT_NE(t.calls[2].groupId, 0u);
+  EXPECT_EQ(t.calls[5].op, static_cast<int>(Op::kAllReduce));
+  EXPECT_EQ(t.calls[5].seq, 1u);
+  EXPECT_EQ(t.calls[5].commId, 0u);
+  EXPECT_EQ(t.calls[6].commId, 2u);
+  ASSERT_EQ(t.groupBegins.size(), 1u);
+  ASSERT_EQ(t.groups.size(), 1u);
+  EXPECT_EQ(t.groups[0].calls, 3u);
+
+  // Timings: one per call outside groups (4), one per stream of the group (2); the fake spins 300 us per call.
+  ASSERT_EQ(t.timings.size(), 6u);
+  for (const auto& timing : t.timings) {
+    EXPECT_FALSE(timing.captured);
+    EXPECT_GE(timing.durationNs, 250'000) << "comm " << timing.commId << " seq " << timing.seq;
+    EXPECT_LT(timing.durationNs, 2'000'000'000);
+  }
+  int groupTimings = 0;
+  for (const auto& timing : t.timings) {
+    if (timing.groupId == 0) continue;
+    ++groupTimings;
+    // A group's stream is timed from its first call: the Send on stream B (2 calls, 2 x 300 us), the AllReduce on A.
+    if (timing.stream == 0xb) {
+      EXPECT_EQ(timing.op, static_cast<int>(Op::kSend));
+      EXPECT_GE(timing.durationNs, 500'000);
+    }
+  }
+  EXPECT_EQ(groupTimings, 2);
+
+  // Payloads: every received message up to 64 KiB (not the 128 KiB AllReduce, not the Send).
+  ASSERT_EQ(t.payloads.size(), 5u);
+  std::map<std::pair<uint64_t, int>, ranklens::trace::PayloadRef> byCall;
+  for (const auto& p : t.payloads) byCall[{p.commId, p.op}] = p;
+  ASSERT_TRUE(byCall.count({0, static_cast<int>(Op::kRecv)}));
+  const auto recv = byCall[{0, static_cast<int>(Op::kRecv)}];
+  EXPECT_EQ(recv.peer, 1);
+  EXPECT_EQ(recv.count, 256u);
+  std::vector<uint8_t> bytes;
+  ranklens::trace::Problem problem;
+  ASSERT_TRUE(t.reader->readPayload(recv, &bytes, &problem)) << problem.describe();
+  EXPECT_EQ(bytes, std::vector<uint8_t>(256, 2));  // what the real library wrote: peer + 1
+  const auto gather = byCall[{1, static_cast<int>(Op::kAllGather)}];
+  ASSERT_TRUE(t.reader->readPayload(gather, &bytes, &problem)) << problem.describe();
+  ASSERT_EQ(bytes.size(), 32u);
+  float values[8];
+  memcpy(values, bytes.data(), 32);
+  EXPECT_EQ(values[0], 1.0f);
+  EXPECT_EQ(values[7], 4.0f);
+  EXPECT_EQ(t.stages.size(), 2u);
+}
+
+TEST(RecordCapture, PayloadPolicyNoneAllAndFilters) {
+  ScenarioRun none = runScenario("capture", {{"RANKLENS_PAYLOADS", "none"}});
+  ASSERT_EQ(none.status, 0) << none.output;
+  Trace t = readTrace(none.traceDir);
+  EXPECT_TRUE(t.payloads.empty());
+  EXPECT_EQ(t.timings.size(), 6u);
+
+  ScenarioRun all = runScenario("capture", {{"RANKLENS_PAYLOADS", "all"}});
+  ASSERT_EQ(all.status, 0) << all.output;
+  t = readTrace(all.traceDir);
+  EXPECT_EQ(t.payloads.size(), 6u);  // the 128 KiB AllReduce too
+
+  // Only Recv payloads, only in step 0 (the big AllReduce is in step 1 anyway).
+  ScenarioRun filtered = runScenario("capture", {{"RANKLENS_PAYLOADS", "all"}, {"RANKLENS_PAYLOAD_OPS", "Recv,AllReduce"},
+                                         {"RANKLENS_PAYLOAD_STEPS", "0"}, {"RANKLENS_PAYLOAD_COMMS", "0"}});
+  ASSERT_EQ(filtered.status, 0) << filtered.output;
+  t = readTrace(filtered.traceDir);
+  ASSERT_EQ(t.payloads.size(), 2u);  // comm 0, step 0: the first AllReduce and the Recv
+  for (const auto& p : t.payloads) EXPECT_EQ(p.commId, 0u);
+
+  // Staging memory too small for the 128 KiB message: skipped and counted, everything else kept.
+  ScenarioRun small = runScenario("capture", {{"RANKLENS_PAYLOADS", "all"}, {"RANKLENS_STAGING_BYTES", "64KiB"}});
+  ASSERT_EQ(small.status, 0) << small.output;
+  t = readTrace(small.traceDir);
+  EXPECT_EQ(t.payloads.size(), 5u);
+  EXPECT_EQ(t.manifest.counters["payloads_skipped_too_large"], 1u);
+}
+
+TEST(RecordNonBlocking, CommunicatorsAnnouncedAndTimedWhenReady) {
+  ScenarioRun run = runScenario("nonblocking", {});
+  ASSERT_EQ(run.status, 0) << run.output;
+  Trace t = readTrace(run.traceDir);
+  ASSERT_EQ(t.comms.size(), 2u);
+  EXPECT_EQ(t.comms[0].name, "nb-world");
+  EXPECT_FALSE(t.comms[0].blocking);
+  EXPECT_EQ(t.comms[0].nranks, 4);
+  EXPECT_EQ(t.comms[0].rank, 2);
+  EXPECT_EQ(t.comms[1].how, "split");
+  EXPECT_EQ(t.comms[1].nranks, 2);  // learnt from the real library once the split completed
+  EXPECT_FALSE(t.comms[1].blocking);
+  ASSERT_EQ(t.timings.size(), 1u);
+  EXPECT_GE(t.timings[0].durationNs, 250'000);
+}
+
+TEST(RecordErrors, MissingFunctionNamesPathAndVersion) {
+  ScenarioRun run = runScenario("missing-symbol", {{"RANKLENS_REAL_NCCL", FAKE_REAL_NCCL_OLD}});
+  EXPECT_EQ(run.status, 0) << run.output;
+}
+
+TEST(RecordErrors, NoRealNcclNamesTheFix) {
+  ScenarioRun run = runScenario("no-real-nccl", {{"RANKLENS_REAL_NCCL", "/nonexistent/libnccl.so.2"}});
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("/nonexistent/libnccl.so.2 does not exist"), std::string::npos) << run.output;
+}
+
+// Discovery: LD_LIBRARY_PATH lists (1) a link to RankLens itself, (2) a copy of RankLens, (3) the fake real NCCL.
+TEST(RecordDiscovery, SkipsItselfByInodeAndCopiesByContent) {
+  const std::string dir = freshDir("discovery");
+  ASSERT_EQ(system(("mkdir -p " + dir + "/self " + dir + "/copy && ln -s '" RANKLENS_LIB "' " + dir +
+                    "/self/libnccl.so.2 && cp '" RANKLENS_LIB "' " + dir + "/copy/libnccl.so.2")
+                       .c_str()),
+            0);
+  const std::string fakeDir = std::string(FAKE_REAL_NCCL).substr(0, std::string(FAKE_REAL_NCCL).rfind('/'));
+  ScenarioRun run = runScenario("discover", {{"RANKLENS_REAL_NCCL", "<unset>"}, {"NCCL_DEBUG", "INFO"},
+                                     {"LD_LIBRARY_PATH", dir + "/self:" + dir + "/copy:" + fakeDir}});
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("version 22707"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("is this RankLens library itself"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("is a RankLens library, not the real NCCL"), std::string::npos) << run.output;
+}
+
+TEST(RecordDiscovery, FindsTheWheelOfTheActiveVirtualEnvironment) {
+  const std::string venv = freshDir("venv");
+  const std::string lib = venv + "/lib/python3.11/site-packages/nvidia/nccl/lib";
+  ASSERT_EQ(system(("mkdir -p " + lib + " && cp '" FAKE_REAL_NCCL "' " + lib + "/").c_str()), 0);
+  ScenarioRun run = runScenario("discover", {{"RANKLENS_REAL_NCCL", "<unset>"}, {"VIRTUAL_ENV", venv}, {"NCCL_DEBUG", "INFO"},
+                                     {"LD_LIBRARY_PATH", "<unset>"}});
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("version 22707"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("nvidia-nccl wheel in $VIRTUAL_ENV"), std::string::npos) << run.output;
+}
+
+}  // namespace

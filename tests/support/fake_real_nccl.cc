@@ -1,0 +1,487 @@
+// SPDX-License-Identifier: Apache-2.0
+// A stand-in for the REAL libnccl.so.2, for testing record mode without a GPU: it exports what libnccl exports (weak
+// `ncclX` + `pncclX` alias for every function of nccl_api.def) and implements them on host memory with simple,
+// recognisable effects. Built twice: as is (reports NCCL 2.27.7) and with -DFAKE_OLD (reports 2.23.4, and its
+// version script leaves ncclCommShrink/ncclCommRevoke and their aliases out of the dynamic symbol table).
+//
+// Two functions call the library's own exported API through its public name, as real NCCL does: ncclCommInitAll
+// (-> ncclCommInitRank) and ncclBcast (-> ncclBroadcast). Such calls go through the PLT, so a recorder that loads this
+// library without RTLD_DEEPBIND (or without a reentry guard) sees them as calls of the application.
+//
+// Test-only exports: fakeRealNcclCalls(name), fakeRealNcclReset(), fakeRealNcclIsFake().
+#include <nccl.h>
+#include <nccl_device/core.h>
+#include <nccl_device/gin_barrier.h>
+#include <nccl_device/impl/comm__types.h>  // the complete out-parameter types of the device-API host helpers
+#include <nccl_device/impl/gin_barrier__types.h>
+#include <nccl_device/impl/ll_a2a__types.h>
+#include <nccl_device/impl/lsa_barrier__types.h>
+#include <nccl_device/ll_a2a.h>
+#include <nccl_device/lsa_barrier.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace fake {
+namespace {
+
+#ifdef FAKE_OLD
+constexpr int kVersion = 22304;
+#else
+constexpr int kVersion = 22707;
+#endif
+constexpr uint64_t kCommMagic = 0xfa4e4ea1c0331ull;
+
+// ---- call counters, one per function of the API list -------------------------------------------------------------
+enum Fn : int {
+#define NCCL_FAKE_API(ret, name, params, args, prof) k_##name,
+#include "nccl_api.def"
+#undef NCCL_FAKE_API
+  kFnCount
+};
+constexpr const char* kFnNames[] = {
+#define NCCL_FAKE_API(ret, name, params, args, prof) #name,
+#include "nccl_api.def"
+#undef NCCL_FAKE_API
+};
+std::atomic<int> gCalls[kFnCount];
+
+// ---- last error: process-wide; messages are interned so that returned pointers stay valid ------------------------
+std::mutex gErrorMutex;
+std::atomic<const char*> gLastError{""};
+
+ncclResult_t fail(ncclResult_t code, const std::string& message) {
+  static std::set<std::string> interned;
+  std::lock_guard<std::mutex> lock(gErrorMutex);
+  gLastError = interned.insert(message).first->c_str();
+  return code;
+}
+ncclResult_t invalid(const char* fn, const std::string& what) {
+  return fail(ncclInvalidArgument, std::string("fake-real: ") + fn + ": " + what);
+}
+
+// ---- communicators: never freed, so that stale handles stay readable (tombstones) --------------------------------
+struct FakeComm {
+  uint64_t magic;
+  int nranks, rank, cudaDev;
+  bool blocking;
+  int asyncPolls;  // ncclCommGetAsyncError answers ncclInProgress while this is > 0
+  bool destroyed;
+};
+std::mutex gCommsMutex;
+std::deque<FakeComm> gComms;  // stable addresses
+
+FakeComm* get(ncclComm_t comm) { return reinterpret_cast<FakeComm*>(comm); }
+
+ncclResult_t checkComm(const char* fn, ncclComm_t comm) {
+  if (comm == nullptr) return invalid(fn, "comm is NULL");
+  if (get(comm)->magic != kCommMagic) return invalid(fn, "comm is not a communicator of this library");
+  return ncclSuccess;
+}
+
+bool blockingOf(const ncclConfig_t* config, bool inherited) {
+  if (config == nullptr || config->blocking == NCCL_CONFIG_UNDEF_INT) return inherited;
+  return config->blocking != 0;
+}
+
+int envDevice() {
+  const char* value = getenv("FAKE_REAL_NCCL_DEVICE");
+  return value ? atoi(value) : 0;
+}
+
+// Creates a communicator; a non-blocking one returns ncclInProgress and completes on the first async-error poll.
+ncclResult_t newComm(const char* fn, ncclComm_t* out, int nranks, int rank, int cudaDev, bool blocking) {
+  if (out == nullptr) return invalid(fn, "comm out-pointer is NULL");
+  if (nranks < 1) return invalid(fn, "nranks " + std::to_string(nranks) + " < 1");
+  if (rank < 0 || rank >= nranks)
+    return invalid(fn, "rank " + std::to_string(rank) + " out of range [0, " + std::to_string(nranks) + ")");
+  std::lock_guard<std::mutex> lock(gCommsMutex);
+  gComms.push_back(FakeComm{kCommMagic, nranks, rank, cudaDev, blocking, blocking ? 0 : 1, false});
+  *out = reinterpret_cast<ncclComm_t>(&gComms.back());
+  return blocking ? ncclSuccess : ncclInProgress;
+}
+
+// ---- groups: per thread; calls inside a group run at the outermost ncclGroupEnd ----------------------------------
+struct Group {
+  int depth = 0;
+  bool nonBlocking = false;
+  std::vector<std::function<ncclResult_t()>> queued;
+};
+thread_local Group tGroup;
+
+// Runs `op` now or, inside a group, at the outermost ncclGroupEnd.
+ncclResult_t run(ncclComm_t comm, std::function<ncclResult_t()> op) {
+  if (tGroup.depth == 0) return op();
+  tGroup.nonBlocking |= !get(comm)->blocking;
+  tGroup.queued.push_back(std::move(op));
+  return ncclSuccess;
+}
+
+// ---- data movement on host memory ---------------------------------------------------------------------------------
+size_t typeSize(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+// FAKE_REAL_NCCL_SPIN_US: how long each data-moving call busy-waits (read once), so that durations look plausible.
+void spin() {
+  static const long us = [] {
+    const char* value = getenv("FAKE_REAL_NCCL_SPIN_US");
+    return value ? atol(value) : 0L;
+  }();
+  if (us <= 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+void copy(void* dst, const void* src, size_t bytes) {
+  if (dst != src && src != nullptr) memmove(dst, src, bytes);
+}
+
+// A buffer argument, and whether this rank uses it (recvbuff of Reduce and Gather: only at the root).
+struct Buf {
+  const void* ptr;
+  const char* what;
+  bool used = true;
+};
+
+// The checks and the (possibly deferred) effect shared by every collective and P2P call: `effect(bytes, comm)` with
+// bytes = count * element size; a count of 0 does nothing.
+template <typename Effect>
+ncclResult_t dataCall(const char* fn, ncclComm_t comm, size_t count, ncclDataType_t type,
+                      std::initializer_list<Buf> buffers, Effect effect) {
+  if (ncclResult_t res = checkComm(fn, comm)) return res;
+  const size_t size = typeSize(type);
+  if (size == 0) return invalid(fn, "invalid datatype " + std::to_string(static_cast<int>(type)));
+  if (count == 0) return ncclSuccess;
+  for (const Buf& buffer : buffers)
+    if (buffer.used && buffer.ptr == nullptr) return invalid(fn, std::string(buffer.what) + " is NULL");
+  const FakeComm c = *get(comm);
+  return run(comm, [=] {
+    spin();
+    effect(count * size, c);
+    return ncclSuccess;
+  });
+}
+
+}  // namespace
+
+// ---- the implementation of every function of the API list, in its order ------------------------------------------
+namespace impl {
+
+ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return invalid("ncclMemAlloc", "ptr is NULL");
+  *ptr = malloc(std::max<size_t>(size, 1));
+  return ncclSuccess;
+}
+ncclResult_t ncclMemFree(void* ptr) {
+  free(ptr);
+  return ncclSuccess;
+}
+ncclResult_t ncclGetVersion(int* version) {
+  if (version == nullptr) return invalid("ncclGetVersion", "version is NULL");
+  *version = kVersion;
+  return ncclSuccess;
+}
+ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  static std::atomic<uint64_t> next{1};
+  if (uniqueId == nullptr) return invalid("ncclGetUniqueId", "uniqueId is NULL");
+  *uniqueId = ncclUniqueId{};
+  const uint64_t id = next++;
+  memcpy(uniqueId->internal, &id, sizeof(id));
+  return ncclSuccess;
+}
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId, int rank, ncclConfig_t* config) {
+  return newComm("ncclCommInitRankConfig", comm, nranks, rank, envDevice(), blockingOf(config, true));
+}
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId, int rank) {
+  return newComm("ncclCommInitRank", comm, nranks, rank, envDevice(), true);
+}
+ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  if (comm == nullptr) return invalid("ncclCommInitAll", "comm is NULL");
+  if (ndev < 1) return invalid("ncclCommInitAll", "ndev " + std::to_string(ndev) + " < 1");
+  const ncclUniqueId id{};
+  for (int i = 0; i < ndev; ++i) {
+    // Through the exported name, like a library calling its own API: goes through the PLT.
+    if (ncclResult_t res = ::ncclCommInitRank(&comm[i], ndev, id, i)) return res;
+    if (comm[i] != nullptr) get(comm[i])->cudaDev = devlist ? devlist[i] : i;  // NULL: an interposer answered
+  }
+  return ncclSuccess;
+}
+ncclResult_t ncclCommFinalize(ncclComm_t comm) { return checkComm("ncclCommFinalize", comm); }
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm != nullptr) get(comm)->destroyed = true;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return impl::ncclCommDestroy(comm); }
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int) { return checkComm("ncclCommRevoke", comm); }
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int, ncclComm_t* newcomm, ncclConfig_t* config) {
+  if (ncclResult_t res = checkComm("ncclCommSplit", comm)) return res;
+  if (newcomm == nullptr) return invalid("ncclCommSplit", "newcomm is NULL");
+  if (color == NCCL_SPLIT_NOCOLOR) {
+    *newcomm = nullptr;
+    return ncclSuccess;
+  }
+  const FakeComm& parent = *get(comm);
+  const int nranks = std::max(1, parent.nranks / 2);
+  return newComm("ncclCommSplit", newcomm, nranks, parent.rank % nranks, parent.cudaDev,
+                 blockingOf(config, parent.blocking));
+}
+// The child's rank is this rank's position among the ranks kept (the parent rank when the excluded ones are above).
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                            ncclConfig_t* config, int) {
+  if (ncclResult_t res = checkComm("ncclCommShrink", comm)) return res;
+  if (excludeRanksCount > 0 && excludeRanksList == nullptr)
+    return invalid("ncclCommShrink", "excludeRanksList is NULL");
+  const FakeComm& parent = *get(comm);
+  int rank = parent.rank;
+  for (int i = 0; i < excludeRanksCount; ++i) {
+    if (excludeRanksList[i] == parent.rank) return invalid("ncclCommShrink", "this rank is excluded");
+    if (excludeRanksList[i] < parent.rank) --rank;
+  }
+  return newComm("ncclCommShrink", newcomm, parent.nranks - std::max(0, excludeRanksCount), rank, parent.cudaDev,
+                 blockingOf(config, parent.blocking));
+}
+ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int, ncclUniqueId*,
+                                      ncclConfig_t* config) {
+  return newComm("ncclCommInitRankScalable", newcomm, nranks, myrank, envDevice(), blockingOf(config, true));
+}
+const char* ncclGetErrorString(ncclResult_t result) {
+  static std::mutex mutex;
+  static std::map<int, std::string> strings;  // node-based: returned pointers stay valid
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string& text = strings[static_cast<int>(result)];
+  if (text.empty()) text = "fake-real: error " + std::to_string(static_cast<int>(result));
+  return text.c_str();
+}
+const char* ncclGetLastError(ncclComm_t) { return gLastError.load(); }
+void ncclResetDebugInit() {}
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  if (ncclResult_t res = checkComm("ncclCommGetAsyncError", comm)) return res;
+  if (asyncError == nullptr) return invalid("ncclCommGetAsyncError", "asyncError is NULL");
+  FakeComm& c = *get(comm);
+  *asyncError = ncclSuccess;
+  if (c.asyncPolls > 0) {
+    --c.asyncPolls;
+    *asyncError = ncclInProgress;
+  }
+  return ncclSuccess;
+}
+// Count, CuDevice, UserRank: one field of the communicator.
+ncclResult_t query(const char* fn, ncclComm_t comm, int* out, int FakeComm::*field) {
+  if (ncclResult_t res = checkComm(fn, comm)) return res;
+  if (out == nullptr) return invalid(fn, "output pointer is NULL");
+  *out = get(comm)->*field;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return query("ncclCommCount", comm, count, &FakeComm::nranks);
+}
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return query("ncclCommCuDevice", comm, device, &FakeComm::cudaDev);
+}
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return query("ncclCommUserRank", comm, rank, &FakeComm::rank);
+}
+ncclResult_t ncclCommRegister(const ncclComm_t, void*, size_t, void** handle) {
+  static int dummyHandle;
+  if (handle != nullptr) *handle = &dummyHandle;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommDeregister(const ncclComm_t, void*) { return ncclSuccess; }
+ncclResult_t ncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t* win, int) {
+  static int dummyWindow;
+  if (win != nullptr) *win = reinterpret_cast<ncclWindow_t>(&dummyWindow);
+  return ncclSuccess;
+}
+ncclResult_t ncclCommWindowDeregister(ncclComm_t, ncclWindow_t) { return ncclSuccess; }
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t) {
+  if (op != nullptr) *op = ncclNumOps;  // the first dynamic operator
+  return ncclSuccess;
+}
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t, ncclComm_t) { return ncclSuccess; }
+
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t,
+                        int root, ncclComm_t comm, cudaStream_t) {
+  const bool isRoot = comm != nullptr && get(comm)->rank == root;
+  return dataCall("ncclReduce", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff", isRoot}},
+                  [=](size_t bytes, const FakeComm&) {
+                    if (isRoot) copy(recvbuff, sendbuff, bytes);
+                  });
+}
+ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream) {
+  return ::ncclBroadcast(buff, buff, count, datatype, root, comm, stream);  // through the exported name, as NCCL does
+}
+// Every rank copies sendbuff (when it has one: it is only significant at the root) to recvbuff.
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int,
+                           ncclComm_t comm, cudaStream_t) {
+  return dataCall("ncclBroadcast", comm, count, datatype, {{recvbuff, "recvbuff"}},
+                  [=](size_t bytes, const FakeComm&) { copy(recvbuff, sendbuff, bytes); });
+}
+// Float sums come back multiplied by nranks (as if every rank had sent the same data); anything else is a copy.
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  return dataCall("ncclAllReduce", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
+                  [=](size_t bytes, const FakeComm& c) {
+                    if (datatype != ncclFloat32 || op != ncclSum) return copy(recvbuff, sendbuff, bytes);
+                    for (size_t i = 0; i < count; ++i)
+                      static_cast<float*>(recvbuff)[i] = static_cast<const float*>(sendbuff)[i] * c.nranks;
+                  });
+}
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+  return dataCall("ncclReduceScatter", comm, recvcount, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
+                  [=](size_t bytes, const FakeComm&) { copy(recvbuff, sendbuff, bytes); });
+}
+// nranks copies of sendbuff; in place (sendbuff inside recvbuff) only the rank's own slot overlaps, and copies onto
+// itself.
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t) {
+  return dataCall("ncclAllGather", comm, sendcount, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
+                  [=](size_t bytes, const FakeComm& c) {
+                    for (int r = 0; r < c.nranks; ++r) copy(static_cast<char*>(recvbuff) + r * bytes, sendbuff, bytes);
+                  });
+}
+ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                          ncclComm_t comm, cudaStream_t) {
+  return dataCall("ncclAlltoAll", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
+                  [=](size_t bytes, const FakeComm& c) { copy(recvbuff, sendbuff, bytes * c.nranks); });
+}
+ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                        ncclComm_t comm, cudaStream_t) {
+  const bool isRoot = comm != nullptr && get(comm)->rank == root;
+  return dataCall("ncclGather", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff", isRoot}},
+                  [=](size_t bytes, const FakeComm& c) {
+                    if (!isRoot) return;
+                    for (int r = 0; r < c.nranks; ++r) copy(static_cast<char*>(recvbuff) + r * bytes, sendbuff, bytes);
+                  });
+}
+ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int,
+                         ncclComm_t comm, cudaStream_t) {
+  return dataCall("ncclScatter", comm, count, datatype, {{recvbuff, "recvbuff"}},
+                  [=](size_t bytes, const FakeComm&) { copy(recvbuff, sendbuff, bytes); });
+}
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int, ncclComm_t comm,
+                      cudaStream_t) {
+  return dataCall("ncclSend", comm, count, datatype, {{sendbuff, "sendbuff"}}, [](size_t, const FakeComm&) {});
+}
+// Fills the buffer with the byte (peer + 1) & 0xff.
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t) {
+  return dataCall("ncclRecv", comm, count, datatype, {{recvbuff, "recvbuff"}},
+                  [=](size_t bytes, const FakeComm&) { memset(recvbuff, (peer + 1) & 0xff, bytes); });
+}
+ncclResult_t ncclGroupStart() {
+  ++tGroup.depth;
+  return ncclSuccess;
+}
+// Runs the queued calls in order at the outermost end; the first failure wins; ncclInProgress if any queued call's
+// communicator is non-blocking.
+ncclResult_t ncclGroupEnd() {
+  if (tGroup.depth == 0) return fail(ncclInvalidUsage, "fake-real: ncclGroupEnd: no matching ncclGroupStart");
+  if (--tGroup.depth > 0) return ncclSuccess;
+  Group group = std::move(tGroup);
+  tGroup = Group{};
+  ncclResult_t result = ncclSuccess;
+  for (auto& op : group.queued) {
+    const ncclResult_t res = op();
+    if (result == ncclSuccess) result = res;
+  }
+  return result == ncclSuccess && group.nonBlocking ? ncclInProgress : result;
+}
+// Ends the group like ncclGroupEnd, without running what it queued (as NCCL: a simulation launches nothing).
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  if (tGroup.depth == 0) return fail(ncclInvalidUsage, "fake-real: ncclGroupSimulateEnd: no matching ncclGroupStart");
+  if (simInfo != nullptr) simInfo->estimatedTime = 0.0f;
+  if (--tGroup.depth == 0) tGroup = Group{};
+  return ncclSuccess;
+}
+
+// ---- device-API host helpers: valid, inert answers ----------------------------------------------------------------
+ncclResult_t ncclDevCommCreate(ncclComm_t, ncclDevCommRequirements_t const*, ncclDevComm_t* outDevComm) {
+  if (outDevComm != nullptr) *outDevComm = ncclDevComm_t{};
+  return ncclSuccess;
+}
+ncclResult_t ncclDevCommDestroy(ncclComm_t, ncclDevComm_t const*) { return ncclSuccess; }
+ncclTeam_t team(ncclComm_t comm) {
+  if (comm == nullptr) return ncclTeam_t{};
+  return ncclTeam_t{get(comm)->nranks, get(comm)->rank, 1};
+}
+ncclTeam_t ncclTeamWorld(ncclComm_t comm) { return team(comm); }
+ncclTeam_t ncclTeamLsa(ncclComm_t comm) { return team(comm); }
+ncclTeam_t ncclTeamRail(ncclComm_t comm) { return ncclTeam_t{1, 0, comm ? get(comm)->nranks : 1}; }
+int ncclTeamRankToWorld(ncclComm_t, ncclTeam_t, int rank) { return rank; }
+int ncclTeamRankToLsa(ncclComm_t, ncclTeam_t, int rank) { return rank; }
+template <typename Handle>
+ncclResult_t requirement(Handle* outHandle, ncclDevResourceRequirements_t* outReq) {
+  if (outHandle != nullptr) *outHandle = Handle{};
+  if (outReq != nullptr) *outReq = ncclDevResourceRequirements_t{};
+  return ncclSuccess;
+}
+ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t* outHandle,
+                                             ncclDevResourceRequirements_t* outReq) {
+  return requirement(outHandle, outReq);
+}
+ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t* outHandle,
+                                             ncclDevResourceRequirements_t* outReq) {
+  return requirement(outHandle, outReq);
+}
+int ncclLLA2ACalcSlots(int maxElts, int) { return maxElts; }
+ncclResult_t ncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle_t* outHandle, ncclDevResourceRequirements_t* outReq) {
+  return requirement(outHandle, outReq);
+}
+void ncclResetDebugInitInternal() {}
+
+}  // namespace impl
+}  // namespace fake
+
+// ---- the exports: count, then run the implementation ---------------------------------------------------------------
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // ncclResetDebugInit is deprecated but exported
+
+#define FAKE_ALIAS_1(ret, name, params) \
+  extern "C" __attribute__((visibility("default"), alias(#name))) ret p##name params;
+#define FAKE_ALIAS_0(ret, name, params)
+#define NCCL_FAKE_API(ret, name, params, args, prof)                         \
+  extern "C" __attribute__((visibility("default"), weak)) ret name params {  \
+    ++fake::gCalls[fake::k_##name];                                          \
+    return fake::impl::name args;                                            \
+  }                                                                          \
+  FAKE_ALIAS_##prof(ret, name, params)
+#include "nccl_api.def"
+#undef NCCL_FAKE_API
+
+#pragma GCC diagnostic pop
+
+extern "C" __attribute__((visibility("default"))) int fakeRealNcclCalls(const char* name) {
+  if (name == nullptr) return -1;
+  if (name[0] == 'p' && strncmp(name + 1, "nccl", 4) == 0) ++name;
+  for (int i = 0; i < fake::kFnCount; ++i)
+    if (strcmp(name, fake::kFnNames[i]) == 0) return fake::gCalls[i].load();
+  return -1;
+}
+extern "C" __attribute__((visibility("default"))) void fakeRealNcclReset(void) {
+  for (auto& calls : fake::gCalls) calls = 0;
+  fake::gLastError = "";
+  fake::tGroup = fake::Group{};
+}
+extern "C" __attribute__((visibility("default"))) int fakeRealNcclIsFake(void) { return 1; }

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// Record mode's GPU side: the duration of every call and a copy of what it received, measured without
+// synchronising the caller (DESIGN.md, principle 1).
+//
+// The training thread brackets each real call (or each stream of a group) with two events from a pool: begin()
+// before the real call, end() after it. Payload copies are enqueued by end() on a side stream that waits for the
+// call, into pinned staging memory; the job's stream then waits for the copy, because its next kernel may overwrite
+// the buffer. A background thread queries the events, turns them into Timing records and hands staged payloads to
+// the trace writer, which compresses them on its own threads. Staging memory is bounded: when it is full a payload
+// is skipped (counted) or, if configured, the caller waits for space. Under CUDA graph capture nothing is enqueued:
+// the call is reported as captured, with no duration.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ranklens/record_device.h"
+#include "ranklens/trace.h"
+
+namespace ranklens {
+namespace timing {
+
+// One received buffer to store: `ref` names the call (commId, seq, op, datatype, count, peer).
+struct PayloadRequest {
+  trace::PayloadRef ref;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
+struct RecorderStats {
+  uint64_t timed = 0;               // Timing records with a measured duration
+  uint64_t captured = 0;            // spans inside a CUDA graph capture (no duration)
+  uint64_t timingErrors = 0;        // event failures: the Timing record carries duration -1
+  uint64_t payloadsStaged = 0, payloadBytesStaged = 0;
+  uint64_t payloadsSkippedFull = 0;      // staging memory full (staging_full: skip)
+  uint64_t payloadsSkippedTooLarge = 0;  // larger than all of staging memory
+  uint64_t payloadsSkippedCaptured = 0;  // inside a CUDA graph capture
+  uint64_t payloadsFailed = 0;           // a copy could not be enqueued
+  uint64_t waitsForStaging = 0;          // staging_full: wait, times the caller waited
+  uint64_t pending = 0;                  // spans not yet completed
+};
+
+class CallRecorder {
+ public:
+  struct Options {
+    bool payloads = false;
+    size_t stagingBytes = 256u << 20;
+    bool waitWhenFull = false;
+    size_t eventBatch = 128;    // events created at a time when a device's pool runs dry
+    int pollMicros = 100;       // background polling interval while spans are pending
+  };
+  using TimingSink = std::function<void(const trace::Timing&)>;
+  using PayloadSink = std::function<void(const trace::PayloadRef&, const void*, size_t)>;
+
+  CallRecorder(device::RecordDevice& device, const Options& options, TimingSink timingSink,
+               PayloadSink payloadSink);
+  ~CallRecorder();
+  CallRecorder(const CallRecorder&) = delete;
+  CallRecorder& operator=(const CallRecorder&) = delete;
+
+  // Allocates pinned staging memory now (call it where a delay is harmless: communicator creation).
+  bool prepareStaging(std::string* error);
+  // Creates `device`'s events ahead of use.
+  void prepareDevice(int device);
+
+  struct Span;
+  // Before the real call: a span for `stream`, or nullptr when the stream is capturing a CUDA graph (the captured
+  // Timing record has then already been written) or events are unavailable (counted as an error).
+  Span* begin(int device, cudaStream_t stream, const trace::Timing& identity);
+  // After the real call was accepted: records the end, enqueues the payload copies, hands the span on.
+  void end(Span* span, const std::vector<PayloadRequest>& payloads);
+  // The real call failed: nothing is recorded.
+  void abandon(Span* span);
+  // Counts payloads that could not be staged because the call was captured into a CUDA graph.
+  void countCapturedPayloads(size_t n);
+
+  // Waits until every span handed on so far is written; false after `timeoutNs`.
+  bool drain(int64_t timeoutNs);
+  RecorderStats stats() const;
+
+ private:
+  struct DevicePool;
+  struct Staged {
+    trace::PayloadRef ref;
+    size_t offset = 0, bytes = 0;
+  };
+  DevicePool& pool(int device);
+  bool takeEvents(int device, size_t n, device::RecordDevice::Event* out);
+  void giveEvents(int device, const device::RecordDevice::Event* events, size_t n);
+  bool stage(const PayloadRequest& request, bool mayWait, Staged* out);
+  void releaseStaging(size_t offset, size_t bytes);
+  void run();
+  bool complete(Span* span);  // background thread: false while the span's work is pending
+  void recycle(Span* span);
+
+  device::RecordDevice& device_;
+  const Options options_;
+  TimingSink timingSink_;
+  PayloadSink payloadSink_;
+
+  std::mutex poolsMu_;
+  std::map<int, std::unique_ptr<DevicePool>> pools_;
+  std::mutex spansMu_;
+  std::vector<Span*> freeSpans_;
+
+  std::mutex stagingMu_;
+  std::condition_variable stagingFreed_;
+  char* staging_ = nullptr;
+  size_t stagingSize_ = 0;
+  std::map<size_t, size_t> stagingFree_;  // offset -> size of free blocks, coalesced
+  bool stagingFailed_ = false;
+
+  std::mutex pendingMu_;
+  std::condition_variable pendingCv_, drainedCv_;
+  std::vector<Span*> incoming_;
+  uint64_t handedOn_ = 0, finished_ = 0;
+  bool stop_ = false;
+
+  struct Counters {
+    std::atomic<uint64_t> timed{0}, captured{0}, timingErrors{0}, payloadsStaged{0}, payloadBytesStaged{0},
+        payloadsSkippedFull{0}, payloadsSkippedTooLarge{0}, payloadsSkippedCaptured{0}, payloadsFailed{0},
+        waitsForStaging{0};
+  } counters_;
+  std::thread thread_;
+};
+
+}  // namespace timing
+}  // namespace ranklens

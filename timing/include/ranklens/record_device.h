@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GPU primitives record mode needs to time a call and copy what it received, without synchronising the caller:
+// events from a pool recorded around the real call, a side stream that copies the received buffer into pinned
+// memory, and queries made by a background thread. The CUDA implementation uses the CUDA runtime; the host one keeps
+// timestamps and copies at once, so CI (no GPU) runs the whole recorder against a fake NCCL on host memory.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ranklens {
+namespace device {
+
+class RecordDevice {
+ public:
+  using Event = void*;
+  static constexpr int kPending = -1;  // queryEvent: recorded work not finished yet
+
+  virtual ~RecordDevice() = default;
+  virtual const char* name() const = 0;  // "cuda" or "host"
+
+  // All int results: 0 on success, else nonzero with device::lastError() set.
+  virtual int currentDevice(int* device) = 0;
+  virtual void describe(std::string* name, std::string* uuid) = 0;  // current device, for the manifest
+  // Timing-enabled events of `device` (created with that device current; the caller's device is restored).
+  virtual int createEvents(int device, size_t count, std::vector<Event>* out) = 0;
+  virtual void destroyEvent(Event event) = 0;
+  virtual int recordEvent(Event event, cudaStream_t stream) = 0;
+  virtual int queryEvent(Event event) = 0;  // 0 complete, kPending, else an error
+  virtual int elapsedNs(Event start, Event end, int64_t* nanoseconds) = 0;
+  // True while `stream` is being captured into a CUDA graph (also when the query itself fails: then nothing may be
+  // enqueued on it that the capture would not allow).
+  virtual bool capturing(cudaStream_t stream) = 0;
+  virtual int allocPinned(void** ptr, size_t bytes) = 0;
+  virtual void freePinned(void* ptr) = 0;
+  // One non-blocking stream per device for payload copies, created on first use.
+  virtual int sideStream(int device, cudaStream_t* stream) = 0;
+  virtual int streamWaitEvent(cudaStream_t stream, Event event) = 0;
+  virtual int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream) = 0;
+  // Called once on the background thread that queries events: lets it query while another thread captures a graph.
+  virtual void prepareBackgroundThread() = 0;
+};
+
+struct HostRecordStats {
+  uint64_t eventsRecorded = 0, copies = 0, bytesCopied = 0;
+};
+
+std::unique_ptr<RecordDevice> makeHostRecordDevice();
+HostRecordStats hostRecordStats(const RecordDevice& hostDevice);
+// nullptr (and `why` set) when no usable CUDA device is present. Touches no CUDA context until first used.
+std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why);
+
+}  // namespace device
+}  // namespace ranklens

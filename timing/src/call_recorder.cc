@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "ranklens/call_recorder.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "ranklens/device.h"
+
+namespace ranklens {
+namespace timing {
+
+using device::RecordDevice;
+using Event = RecordDevice::Event;
+
+namespace {
+constexpr size_t kStagingAlign = 256;
+size_t alignUp(size_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kStagingAlign; }
+}  // namespace
+
+struct CallRecorder::DevicePool {
+  std::mutex mu;
+  std::vector<Event> free;
+};
+
+struct CallRecorder::Span {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  Event events[3] = {nullptr, nullptr, nullptr};  // start, end, copies done
+  bool copies = false;
+  trace::Timing identity;
+  std::vector<Staged> staged;
+};
+
+CallRecorder::CallRecorder(RecordDevice& device, const Options& options, TimingSink timingSink,
+                           PayloadSink payloadSink)
+    : device_(device), options_(options), timingSink_(std::move(timingSink)),
+      payloadSink_(std::move(payloadSink)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+CallRecorder::~CallRecorder() {
+  drain(2'000'000'000);
+  {
+    std::lock_guard<std::mutex> lock(pendingMu_);
+    stop_ = true;
+  }
+  pendingCv_.notify_all();
+  thread_.join();
+  for (Span* span : freeSpans_) delete span;
+  for (auto& [dev, pool] : pools_)
+    for (Event e : pool->free) device_.destroyEvent(e);
+  if (staging_) device_.freePinned(staging_);
+}
+
+bool CallRecorder::prepareStaging(std::string* error) {
+  if (!options_.payloads) return true;
+  std::lock_guard<std::mutex> lock(stagingMu_);
+  if (staging_ || stagingFailed_) return staging_ != nullptr;
+  void* memory = nullptr;
+  if (device_.allocPinned(&memory, options_.stagingBytes) != 0) {
+    stagingFailed_ = true;
+    if (error) *error = device::lastError();
+    return false;
+  }
+  staging_ = static_cast<char*>(memory);
+  stagingSize_ = options_.stagingBytes;
+  stagingFree_[0] = stagingSize_;
+  return true;
+}
+
+CallRecorder::DevicePool& CallRecorder::pool(int device) {
+  std::lock_guard<std::mutex> lock(poolsMu_);
+  auto& slot = pools_[device];
+  if (!slot) slot = std::make_unique<DevicePool>();
+  return *slot;
+}
+
+void CallRecorder::prepareDevice(int device) {
+  Event events[3];
+  if (takeEvents(device, 3, events)) giveEvents(device, events, 3);
+}
+
+bool CallRecorder::takeEvents(int device, size_t n, Event* out) {
+  DevicePool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (p.free.size() < n) {
+    // Rare (warm-up, or more calls in flight than ever before): create a batch on this thread.
+    if (device_.createEvents(device, std::max(options_.eventBatch, n), &p.free) != 0 && p.free.size() < n)
+      return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = p.free.back();
+    p.free.pop_back();
+  }
+  return true;
+}
+
+void CallRecorder::giveEvents(int device, const Event* events, size_t n) {
+  DevicePool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mu);
+  for (size_t i = 0; i < n; ++i)
+    if (events[i]) p.free.push_back(events[i]);
+}
+
+CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const trace::Timing& identity) {
+  if (device_.capturing(stream)) {
+    trace::Timing timing = identity;
+    timing.captured = true;
+    timing.durationNs = 0;
+    counters_.captured++;
+    timingSink_(timing);
+    return nullptr;
+  }
+  Span* span = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(spansMu_);
+    if (!freeSpans_.empty()) {
+      span = freeSpans_.back();
+      freeSpans_.pop_back();
+    }
+  }
+  if (span == nullptr) span = new Span();
+  span->device = device;
+  span->stream = stream;
+  span->identity = identity;
+  span->copies = false;
+  span->staged.clear();
+  if (!takeEvents(device, 2, span->events) || device_.recordEvent(span->events[0], stream) != 0) {
+    counters_.timingErrors++;
+    trace::Timing timing = identity;
+    timing.durationNs = -1;
+    timingSink_(timing);
+    giveEvents(device, span->events, 2);
+    span->events[0] = span->events[1] = nullptr;
+    recycle(span);
+    return nullptr;
+  }
+  return span;
+}
+
+void CallRecorder::abandon(Span* span) {
+  if (span == nullptr) return;
+  giveEvents(span->device, span->events, 2);
+  span->events[0] = span->events[1] = nullptr;
+  recycle(span);
+}
+
+void CallRecorder::recycle(Span* span) {
+  std::lock_guard<std::mutex> lock(spansMu_);
+  freeSpans_.push_back(span);
+}
+
+void CallRecorder::countCapturedPayloads(size_t n) { counters_.payloadsSkippedCaptured += n; }
+
+bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* out) {
+  const size_t need = alignUp(std::max<size_t>(request.bytes, 1));
+  std::unique_lock<std::mutex> lock(stagingMu_);
+  if (staging_ == nullptr || need > stagingSize_) {
+    counters_.payloadsSkippedTooLarge++;
+    return false;
+  }
+  for (bool waited = false;; waited = true) {
+    for (auto it = stagingFree_.begin(); it != stagingFree_.end(); ++it) {
+      if (it->second < need) continue;
+      out->offset = it->first;
+      out->bytes = request.bytes;
+      const size_t rest = it->second - need;
+      const size_t restAt = it->first + need;
+      stagingFree_.erase(it);
+      if (rest > 0) stagingFree_[restAt] = rest;
+      if (waited) counters_.waitsForStaging++;
+      return true;
+    }
+    if (!options_.waitWhenFull || !mayWait) {
+      counters_.payloadsSkippedFull++;
+      return false;
+    }
+    stagingFreed_.wait(lock);
+  }
+}
+
+void CallRecorder::releaseStaging(size_t offset, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(stagingMu_);
+    size_t size = alignUp(std::max<size_t>(bytes, 1));
+    auto next = stagingFree_.lower_bound(offset);
+    if (next != stagingFree_.end() && offset + size == next->first) {
+      size += next->second;
+      next = stagingFree_.erase(next);
+    }
+    if (next != stagingFree_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        prev->second += size;
+        size = 0;
+      }
+    }
+    if (size > 0) stagingFree_[offset] = size;
+  }
+  stagingFreed_.notify_all();
+}
+
+void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) {
+  if (span == nullptr) return;
+  if (device_.recordEvent(span->events[1], span->stream) != 0) {
+    counters_.timingErrors++;
+    trace::Timing timing = span->identity;
+    timing.durationNs = -1;
+    timingSink_(timing);
+    abandon(span);
+    return;
+  }
+  if (!payloads.empty()) {
+    cudaStream_t side = nullptr;
+    bool ordered = device_.sideStream(span->device, &side) == 0 && device_.streamWaitEvent(side, span->events[1]) == 0;
+    for (const PayloadRequest& request : payloads) {
+      Staged staged;
+      staged.ref = request.ref;
+      if (!ordered) {
+        counters_.payloadsFailed++;
+        continue;
+      }
+      // Waiting for space is only safe while this span holds none: its own copies are freed after it is handed on.
+      if (!stage(request, span->staged.empty(), &staged)) continue;
+      if (device_.copyToHost(staging_ + staged.offset, request.src, request.bytes, side) != 0) {
+        counters_.payloadsFailed++;
+        releaseStaging(staged.offset, staged.bytes);
+        continue;
+      }
+      counters_.payloadsStaged++;
+      counters_.payloadBytesStaged += request.bytes;
+      span->staged.push_back(staged);
+    }
+    if (!span->staged.empty()) {
+      // The job's stream must not run ahead of the copy: its next kernel may overwrite the received buffer.
+      if (takeEvents(span->device, 1, &span->events[2]) && device_.recordEvent(span->events[2], side) == 0 &&
+          device_.streamWaitEvent(span->stream, span->events[2]) == 0) {
+        span->copies = true;
+      } else {
+        // Without the ordering the copies may race with the job: wait for them here rather than store garbage.
+        counters_.payloadsFailed += span->staged.size();
+        for (const Staged& s : span->staged) releaseStaging(s.offset, s.bytes);
+        span->staged.clear();
+        giveEvents(span->device, &span->events[2], 1);
+        span->events[2] = nullptr;
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(pendingMu_);
+    incoming_.push_back(span);
+    handedOn_++;
+  }
+  pendingCv_.notify_one();
+}
+
+bool CallRecorder::complete(Span* span) {
+  for (int i = span->copies ? 2 : 1; i >= 1; --i) {
+    int state = device_.queryEvent(span->events[i]);
+    if (state == RecordDevice::kPending) return false;
+    if (state != 0) break;  // an error: report below rather than wait forever
+  }
+  trace::Timing timing = span->identity;
+  int64_t ns = -1;
+  if (device_.elapsedNs(span->events[0], span->events[1], &ns) != 0) {
+    counters_.timingErrors++;
+    ns = -1;
+  } else {
+    counters_.timed++;
+  }
+  timing.durationNs = ns;
+  timingSink_(timing);
+  for (const Staged& s : span->staged) {
+    payloadSink_(s.ref, staging_ + s.offset, s.bytes);
+    releaseStaging(s.offset, s.bytes);
+  }
+  giveEvents(span->device, span->events, span->copies ? 3 : 2);
+  span->events[0] = span->events[1] = span->events[2] = nullptr;
+  span->staged.clear();
+  recycle(span);
+  return true;
+}
+
+void CallRecorder::run() {
+  device_.prepareBackgroundThread();
+  std::vector<Span*> pending;           // in submission order
+  std::vector<cudaStream_t> blocked;    // streams whose oldest span is still running, this pass
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(pendingMu_);
+      if (pending.empty()) {
+        pendingCv_.wait(lock, [this] { return stop_ || !incoming_.empty(); });
+      } else {
+        pendingCv_.wait_for(lock, std::chrono::microseconds(options_.pollMicros),
+                            [this] { return stop_; });
+      }
+      if (stop_ && incoming_.empty() && pending.empty()) return;
+      pending.insert(pending.end(), incoming_.begin(), incoming_.end());
+      incoming_.clear();
+    }
+    blocked.clear();
+    size_t done = 0;
+    auto keep = pending.begin();
+    for (auto it = pending.begin(); it != pending.end(); ++it) {
+      Span* span = *it;
+      // Work on one stream completes in order: once one span is pending, later ones on its stream are too.
+      bool finished = false;
+      if (std::find(blocked.begin(), blocked.end(), span->stream) == blocked.end()) {
+        try {
+          finished = complete(span);
+        } catch (...) {
+          finished = true;  // a sink failed (out of memory): the span is dropped, never retried forever
+          counters_.timingErrors++;
+        }
+        if (!finished) blocked.push_back(span->stream);
+      }
+      if (finished) ++done;
+      else *keep++ = span;
+    }
+    pending.erase(keep, pending.end());
+    if (done > 0) {
+      std::lock_guard<std::mutex> lock(pendingMu_);
+      finished_ += done;
+      drainedCv_.notify_all();
+    }
+  }
+}
+
+bool CallRecorder::drain(int64_t timeoutNs) {
+  std::unique_lock<std::mutex> lock(pendingMu_);
+  const uint64_t target = handedOn_;
+  return drainedCv_.wait_for(lock, std::chrono::nanoseconds(timeoutNs), [&] { return finished_ >= target; });
+}
+
+RecorderStats CallRecorder::stats() const {
+  RecorderStats s;
+  s.timed = counters_.timed;
+  s.captured = counters_.captured;
+  s.timingErrors = counters_.timingErrors;
+  s.payloadsStaged = counters_.payloadsStaged;
+  s.payloadBytesStaged = counters_.payloadBytesStaged;
+  s.payloadsSkippedFull = counters_.payloadsSkippedFull;
+  s.payloadsSkippedTooLarge = counters_.payloadsSkippedTooLarge;
+  s.payloadsSkippedCaptured = counters_.payloadsSkippedCaptured;
+  s.payloadsFailed = counters_.payloadsFailed;
+  s.waitsForStaging = counters_.waitsForStaging;
+  {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(pendingMu_));
+    s.pending = handedOn_ - finished_;
+  }
+  return s;
+}
+
+}  // namespace timing
+}  // namespace ranklens

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// Record-mode primitives on the CUDA runtime. Nothing here synchronises the calling thread: events are recorded,
+// copies are enqueued, and only the background thread queries.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "cuda_util.h"
+#include "ranklens/device.h"
+#include "ranklens/record_device.h"
+
+namespace ranklens {
+namespace device {
+
+void describeCurrentCudaDevice(std::string* name, std::string* uuid) {
+  int device = 0;
+  cudaDeviceProp prop;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  *name = prop.name;
+  char text[64];
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  snprintf(text, sizeof(text), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  *uuid = text;
+}
+
+namespace {
+
+void setError(const std::string& text) { const_cast<std::string&>(lastError()) = text; }
+
+int check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return 0;
+  setError(std::string("cuda record device: ") + what + ": " + cudaGetErrorString(err));
+  return static_cast<int>(err);
+}
+
+// Runs `body` with `device` current on this thread, then restores the caller's device.
+template <typename Body>
+int onDevice(int device, Body body) {
+  int previous = -1;
+  if (int err = check(cudaGetDevice(&previous), "cudaGetDevice")) return err;
+  if (previous != device)
+    if (int err = check(cudaSetDevice(device), "cudaSetDevice")) return err;
+  int result = body();
+  if (previous != device) cudaSetDevice(previous);
+  return result;
+}
+
+class CudaRecordDevice final : public RecordDevice {
+ public:
+  const char* name() const override { return "cuda"; }
+  int currentDevice(int* device) override { return check(cudaGetDevice(device), "cudaGetDevice"); }
+  void describe(std::string* name, std::string* uuid) override { describeCurrentCudaDevice(name, uuid); }
+
+  int createEvents(int device, size_t count, std::vector<Event>* out) override {
+    return onDevice(device, [&] {
+      for (size_t i = 0; i < count; ++i) {
+        cudaEvent_t event;
+        // Timing must stay enabled (these events measure); blocking sync is never used on them.
+        if (int err = check(cudaEventCreateWithFlags(&event, cudaEventDefault), "cudaEventCreate")) return err;
+        out->push_back(event);
+      }
+      return 0;
+    });
+  }
+  void destroyEvent(Event event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+  int recordEvent(Event event, cudaStream_t stream) override {
+    return check(cudaEventRecord(static_cast<cudaEvent_t>(event), stream), "cudaEventRecord");
+  }
+  int queryEvent(Event event) override {
+    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (err == cudaErrorNotReady) return kPending;
+    return check(err, "cudaEventQuery");
+  }
+  int elapsedNs(Event start, Event end, int64_t* nanoseconds) override {
+    float ms = 0;
+    if (int err = check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)),
+                        "cudaEventElapsedTime"))
+      return err;
+    *nanoseconds = static_cast<int64_t>(static_cast<double>(ms) * 1e6 + 0.5);
+    return 0;
+  }
+  bool capturing(cudaStream_t stream) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaError_t err = cudaStreamIsCapturing(stream, &status);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return true;
+    }
+    return status != cudaStreamCaptureStatusNone;
+  }
+  int allocPinned(void** ptr, size_t bytes) override {
+    return check(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable), "cudaHostAlloc (pinned staging)");
+  }
+  void freePinned(void* ptr) override { cudaFreeHost(ptr); }
+  int sideStream(int device, cudaStream_t* stream) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sideStreams_.find(device);
+    if (it != sideStreams_.end()) {
+      *stream = it->second;
+      return 0;
+    }
+    return onDevice(device, [&] {
+      // Highest priority: the job's stream waits for this copy (the buffer may be overwritten by its next kernel).
+      int lowest = 0, greatest = 0;
+      cudaDeviceGetStreamPriorityRange(&lowest, &greatest);
+      if (int err = check(cudaStreamCreateWithPriority(stream, cudaStreamNonBlocking, greatest), "cudaStreamCreate"))
+        return err;
+      sideStreams_[device] = *stream;
+      return 0;
+    });
+  }
+  int streamWaitEvent(cudaStream_t stream, Event event) override {
+    return check(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+  }
+  int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream) override {
+    if (bytes == 0) return 0;
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync (payload)");
+  }
+  void prepareBackgroundThread() override {
+    // Relaxed: this thread's event queries stay legal while a training thread captures a CUDA graph in the default
+    // (global) capture mode, and they do not invalidate that capture.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, cudaStream_t> sideStreams_;
+};
+
+}  // namespace
+
+std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    if (why) *why = err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device visible";
+    cudaGetLastError();
+    return nullptr;
+  }
+  return std::make_unique<CudaRecordDevice>();
+}
+
+}  // namespace device
+}  // namespace ranklens

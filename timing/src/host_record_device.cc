@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// Record-mode primitives on the host: an event is a CLOCK_MONOTONIC timestamp taken when it is recorded, a copy
+// happens at once (a host "stream" is the calling thread, so the received data is final when the call returns).
+#include <time.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "ranklens/device.h"
+#include "ranklens/record_device.h"
+
+namespace ranklens {
+namespace device {
+namespace {
+
+void setError(const std::string& text) { const_cast<std::string&>(lastError()) = text; }
+
+struct HostEvent {
+  int64_t ns = 0;
+  bool recorded = false;
+};
+
+int64_t nowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+class HostRecordDevice final : public RecordDevice {
+ public:
+  const char* name() const override { return "host"; }
+  int currentDevice(int* device) override {
+    *device = 0;
+    return 0;
+  }
+  void describe(std::string*, std::string*) override {}
+
+  int createEvents(int, size_t count, std::vector<Event>* out) override {
+    for (size_t i = 0; i < count; ++i) out->push_back(new HostEvent());
+    return 0;
+  }
+  void destroyEvent(Event event) override { delete static_cast<HostEvent*>(event); }
+  int recordEvent(Event event, cudaStream_t) override {
+    auto* e = static_cast<HostEvent*>(event);
+    e->ns = nowNs();
+    e->recorded = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.eventsRecorded++;
+    return 0;
+  }
+  int queryEvent(Event) override { return 0; }
+  int elapsedNs(Event start, Event end, int64_t* nanoseconds) override {
+    auto* s = static_cast<HostEvent*>(start);
+    auto* e = static_cast<HostEvent*>(end);
+    if (!s->recorded || !e->recorded) {
+      setError("host record device: elapsed time of an event that was never recorded");
+      return 1;
+    }
+    *nanoseconds = e->ns - s->ns;
+    return 0;
+  }
+  bool capturing(cudaStream_t) override { return false; }
+  int allocPinned(void** ptr, size_t bytes) override {
+    *ptr = malloc(bytes);
+    if (*ptr == nullptr) {
+      setError("host record device: out of memory");
+      return 1;
+    }
+    return 0;
+  }
+  void freePinned(void* ptr) override { free(ptr); }
+  int sideStream(int, cudaStream_t* stream) override {
+    *stream = reinterpret_cast<cudaStream_t>(uintptr_t{0x51de});
+    return 0;
+  }
+  int streamWaitEvent(cudaStream_t, Event) override { return 0; }
+  int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t) override {
+    if (bytes == 0) return 0;
+    if (dst == nullptr || src == nullptr) {
+      setError("host record device: copy with a null pointer");
+      return 1;
+    }
+    memcpy(dst, src, bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.copies++;
+    stats_.bytesCopied += bytes;
+    return 0;
+  }
+  void prepareBackgroundThread() override {}
+
+  HostRecordStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  HostRecordStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<RecordDevice> makeHostRecordDevice() { return std::make_unique<HostRecordDevice>(); }
+
+HostRecordStats hostRecordStats(const RecordDevice& hostDevice) {
+  return static_cast<const HostRecordDevice&>(hostDevice).stats();
+}
+
+}  // namespace device
+}  // namespace ranklens
