@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -153,8 +154,15 @@ struct TraceWriter::Impl {
   void run() {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      wake.wait(lock, [&] { return stopWriter || !queue.empty(); });
-      if (queue.empty() && stopWriter) return;
+      // Producers do not wake this thread for every record (a futex wake per NCCL call would cost the caller
+      // microseconds): it lingers, and is woken early only by flush(), close() or a queue past hurryBytes().
+      wake.wait_for(lock, kLinger, [&] {
+        return stopWriter || (!queue.empty() && (flushWaiters > 0 || queuedBytes >= hurryBytes()));
+      });
+      if (queue.empty()) {
+        if (stopWriter) return;
+        continue;
+      }
       std::deque<Item> batch;
       batch.swap(queue);
       lock.unlock();
@@ -211,6 +219,14 @@ struct TraceWriter::Impl {
       if (!ok && error.empty()) error = err;
       progress.notify_all();
     }
+  }
+
+  static constexpr std::chrono::milliseconds kLinger{2};  // longest a record waits in memory unflushed
+  int flushWaiters = 0;  // flush()/close() calls waiting for the writer
+  size_t hurryBytes() const { return std::max<size_t>(options.queueBytes / 8, 1); }
+  // Wakes the writer only when the queue is filling up; otherwise it comes by within kLinger.
+  void nudge() {
+    if (queuedBytes >= hurryBytes()) wake.notify_one();
   }
 
   bool admit(size_t bytes, std::unique_lock<std::mutex>& lock) {
@@ -270,7 +286,7 @@ bool TraceWriter::enqueueRecord(std::string&& body) {
   impl_->queue.push_back(std::move(item));
   impl_->accepted++;
   impl_->stats.recordsAccepted++;
-  impl_->wake.notify_one();
+  impl_->nudge();
   return true;
 }
 
@@ -301,7 +317,7 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
   impl_->accepted++;
   impl_->stats.payloadsAccepted++;
   impl_->inFlight--;
-  impl_->wake.notify_one();
+  impl_->nudge();
   impl_->progress.notify_all();
   return true;
 }
@@ -309,8 +325,10 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
 bool TraceWriter::flush() {
   std::unique_lock<std::mutex> lock(impl_->mu);
   const uint64_t target = impl_->accepted;
+  impl_->flushWaiters++;
   impl_->wake.notify_one();
   impl_->progress.wait(lock, [&] { return impl_->written >= target || impl_->closed; });
+  impl_->flushWaiters--;
   return impl_->error.empty();
 }
 
@@ -330,8 +348,10 @@ bool TraceWriter::close() {
   {
     std::unique_lock<std::mutex> lock(impl_->mu);
     const uint64_t target = impl_->accepted;
+    impl_->flushWaiters++;
     impl_->wake.notify_one();
     impl_->progress.wait(lock, [&] { return impl_->written >= target; });
+    impl_->flushWaiters--;
     impl_->stopWriter = true;
   }
   impl_->wake.notify_all();

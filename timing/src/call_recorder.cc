@@ -16,6 +16,7 @@ using Event = RecordDevice::Event;
 
 namespace {
 constexpr size_t kStagingAlign = 256;
+constexpr int kIdleMicros = 1000;  // background polling interval while nothing is pending
 size_t alignUp(size_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kStagingAlign; }
 }  // namespace
 
@@ -248,12 +249,9 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
       }
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(pendingMu_);
-    incoming_.push_back(span);
-    handedOn_++;
-  }
-  pendingCv_.notify_one();
+  std::lock_guard<std::mutex> lock(pendingMu_);
+  incoming_.push_back(span);
+  handedOn_++;
 }
 
 bool CallRecorder::complete(Span* span) {
@@ -289,13 +287,11 @@ void CallRecorder::run() {
   std::vector<cudaStream_t> blocked;    // streams whose oldest span is still running, this pass
   for (;;) {
     {
+      // Polling, not woken per span: a futex wake on the job's thread for every call would cost it microseconds.
       std::unique_lock<std::mutex> lock(pendingMu_);
-      if (pending.empty()) {
-        pendingCv_.wait(lock, [this] { return stop_ || !incoming_.empty(); });
-      } else {
-        pendingCv_.wait_for(lock, std::chrono::microseconds(options_.pollMicros),
-                            [this] { return stop_; });
-      }
+      const auto interval = pending.empty() && incoming_.empty() ? std::chrono::microseconds(kIdleMicros)
+                                                                  : std::chrono::microseconds(options_.pollMicros);
+      pendingCv_.wait_for(lock, interval, [this] { return stop_; });
       if (stop_ && incoming_.empty() && pending.empty()) return;
       pending.insert(pending.end(), incoming_.begin(), incoming_.end());
       incoming_.clear();
