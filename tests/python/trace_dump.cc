@@ -178,7 +178,8 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
     case tr::RecordType::kTiming: {
       auto r = as<tr::Timing>(record);
       j = {{"commId", r.commId}, {"seq", r.seq}, {"op", r.op}, {"stream", r.stream}, {"groupId", r.groupId},
-           {"startNs", r.startNs}, {"durationNs", r.durationNs}, {"captured", r.captured}, {"peer", r.peer}};
+           {"startNs", r.startNs}, {"durationNs", r.durationNs}, {"captured", r.captured}, {"peer", r.peer},
+           {"eventNs", r.eventNs}};
       return true;
     }
     case tr::RecordType::kPayloadRef: {

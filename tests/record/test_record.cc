@@ -159,6 +159,7 @@ TEST(RecordCapture, CallsTimingsPayloadsGroupsAndLineage) {
   for (const auto& timing : t.timings) {
     EXPECT_FALSE(timing.captured);
     EXPECT_GE(timing.durationNs, 250'000) << "comm " << timing.commId << " seq " << timing.seq;
+    EXPECT_EQ(timing.eventNs, timing.durationNs);  // host device: the work was done inside the call
     EXPECT_LT(timing.durationNs, 2'000'000'000);
   }
   int groupTimings = 0;

@@ -99,22 +99,11 @@ class CudaRecordDevice final : public RecordDevice {
   }
   void freePinned(void* ptr) override { cudaFreeHost(ptr); }
   int sideStream(int device, cudaStream_t* stream) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sideStreams_.find(device);
-    if (it != sideStreams_.end()) {
-      *stream = it->second;
-      return 0;
-    }
-    return onDevice(device, [&] {
-      // Highest priority: the job's stream waits for this copy (the buffer may be overwritten by its next kernel).
-      int lowest = 0, greatest = 0;
-      cudaDeviceGetStreamPriorityRange(&lowest, &greatest);
-      if (int err = check(cudaStreamCreateWithPriority(stream, cudaStreamNonBlocking, greatest), "cudaStreamCreate"))
-        return err;
-      sideStreams_[device] = *stream;
-      return 0;
-    });
+    // Highest priority: the job's stream waits for this copy (the buffer may be overwritten by its next kernel).
+    return ownStream(sideStreams_, device, stream);
   }
+  int clockStream(int device, cudaStream_t* stream) override { return ownStream(clockStreams_, device, stream); }
+  bool asynchronous() const override { return true; }
   int streamWaitEvent(cudaStream_t stream, Event event) override {
     return check(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
   }
@@ -130,8 +119,25 @@ class CudaRecordDevice final : public RecordDevice {
   }
 
  private:
+  int ownStream(std::map<int, cudaStream_t>& streams, int device, cudaStream_t* stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams.find(device);
+    if (it != streams.end()) {
+      *stream = it->second;
+      return 0;
+    }
+    return onDevice(device, [&] {
+      int lowest = 0, greatest = 0;
+      cudaDeviceGetStreamPriorityRange(&lowest, &greatest);
+      if (int err = check(cudaStreamCreateWithPriority(stream, cudaStreamNonBlocking, greatest), "cudaStreamCreate"))
+        return err;
+      streams[device] = *stream;
+      return 0;
+    });
+  }
+
   std::mutex mu_;
-  std::map<int, cudaStream_t> sideStreams_;
+  std::map<int, cudaStream_t> sideStreams_, clockStreams_;
 };
 
 }  // namespace

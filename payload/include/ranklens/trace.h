@@ -51,10 +51,12 @@ struct Timing {
   uint64_t commId = 0, seq = 0;
   int op = 0;
   uint64_t stream = 0, groupId = 0;
-  int64_t startNs = 0, durationNs = 0;  // start: CLOCK_MONOTONIC of the submitting host thread; duration: GPU events
-  bool captured = false;                // recorded inside a CUDA graph capture
-  int peer = -1;                        // Send/Recv: the peer (their sequences are per peer)
-  MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer)
+  int64_t startNs = 0;      // CLOCK_MONOTONIC of the submitting host thread
+  int64_t durationNs = 0;   // how long the call held its stream (GPU time; see docs/trace-format.md)
+  bool captured = false;    // recorded inside a CUDA graph capture
+  int peer = -1;            // Send/Recv: the peer (their sequences are per peer)
+  int64_t eventNs = -1;     // 1.1: the raw CUDA-event interval around the call (launch time included); -1 unknown
+  MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs)
 };
 
 // Where a call's received bytes are stored. A later reference to the same call (commId, kind, peer, seq; see

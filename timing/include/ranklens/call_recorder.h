@@ -76,8 +76,9 @@ class CallRecorder {
   // Before the real call: a span for `stream`, or nullptr when the stream is capturing a CUDA graph (the captured
   // Timing record has then already been written) or events are unavailable (counted as an error).
   Span* begin(int device, cudaStream_t stream, const trace::Timing& identity);
-  // After the real call was accepted: records the end, enqueues the payload copies, hands the span on.
-  void end(Span* span, const std::vector<PayloadRequest>& payloads);
+  // After the real call was accepted (it returned at `returnedNs`, CLOCK_MONOTONIC): records the end, enqueues the
+  // payload copies, hands the span on.
+  void end(Span* span, const std::vector<PayloadRequest>& payloads, int64_t returnedNs);
   // The real call failed: nothing is recorded.
   void abandon(Span* span);
   // Counts payloads that could not be staged because the call was captured into a CUDA graph.
@@ -100,6 +101,20 @@ class CallRecorder {
   void releaseStaging(size_t offset, size_t bytes);
   void run();
   bool complete(Span* span);  // background thread: false while the span's work is pending
+  void calibrate();           // background thread: keeps a recent host <-> GPU clock pair per device
+  int64_t heldNs(const Span& span, int64_t eventNs);
+
+  // Host <-> GPU clock pairs (background thread only): an event recorded on an idle stream at host time hostNs.
+  struct ClockPair {
+    device::RecordDevice::Event event = nullptr;
+    int64_t hostNs = 0;
+  };
+  struct DeviceClock {
+    ClockPair inFlight;
+    std::vector<ClockPair> pairs;  // completed, oldest first
+    int64_t lastNs = 0;
+  };
+  std::map<int, DeviceClock> clocks_;
   void recycle(Span* span);
 
   device::RecordDevice& device_;
