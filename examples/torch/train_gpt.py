@@ -22,11 +22,26 @@ Output: one `step <i> loss <float> time_ms <float>` line per step (rank 0 only, 
 with --log-all-ranks, then prefixed `[rank r/N]`), and at the end one line per process
 `RESULT {json}` with rank, world_size, parallel, steps, final_loss, all_finite and
 median_step_ms (steps after the first 3). Exit code 0 only if every loss was finite.
+
+Options for measurements (none changes the output above; all are off by default):
+  --deterministic      torch.use_deterministic_algorithms(True), cuDNN deterministic (sets
+                       CUBLAS_WORKSPACE_CONFIG=:4096:8 unless already set), for bit-identical reruns
+  --save-params PATH   at the end, this rank's parameters (state_dict on the CPU; FSDP2: the local shards) to
+                       PATH, `{rank}` replaced by the rank (torch.save of {"rank", "world_size", "parallel",
+                       "steps", "params": {name: tensor}})
+  --mark-steps         call ranklensMarkStage("step", i) (C ABI, exported by RankLens's libnccl.so.2) at the start
+                       of every step i and ranklensMarkStage("step", steps) after the last one, when the symbol is
+                       loaded; otherwise nothing
+  --profile-nccl PATH  profile steps --profile-steps START:STOP (default 5:15, STOP excluded) with torch.profiler
+                       (CUDA activity) and write to PATH (`{rank}` replaced) a JSON document with the total and count
+                       of the kernels whose name starts with "nccl", the profiled step range and their step times;
+                       implies --mark-steps
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -185,12 +200,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu is for smoke tests only (use --backend gloo with it)")
     p.add_argument("--backend", default="nccl", help="torch.distributed backend")
+    m = p.add_argument_group("measurement options (off by default; they do not change the output above)")
+    m.add_argument("--deterministic", action="store_true",
+                   help="deterministic algorithms (torch.use_deterministic_algorithms, cuDNN deterministic; sets "
+                        "CUBLAS_WORKSPACE_CONFIG=:4096:8 if unset)")
+    m.add_argument("--save-params", metavar="PATH", default=None,
+                   help="write this rank's final parameters (CPU state_dict; FSDP2: local shards) to PATH, "
+                        "'{rank}' replaced by the rank")
+    m.add_argument("--mark-steps", action="store_true",
+                   help="call ranklensMarkStage(\"step\", i) at the start of each step when RankLens's library "
+                        "is loaded")
+    m.add_argument("--profile-nccl", metavar="PATH", default=None,
+                   help="profile --profile-steps with torch.profiler and write the NCCL kernel time to PATH "
+                        "(JSON, '{rank}' replaced by the rank); implies --mark-steps")
+    m.add_argument("--profile-steps", metavar="START:STOP", default="5:15",
+                   help="steps profiled by --profile-nccl, STOP excluded")
     args = p.parse_args(argv)
     for name in ("steps", "vocab", "d_model", "layers", "heads", "seq_len", "micro_batch"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if args.d_model % args.heads != 0:
         p.error(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
+    try:
+        start, stop = (int(v) for v in args.profile_steps.split(":"))
+    except ValueError:
+        p.error(f"--profile-steps {args.profile_steps!r}: want START:STOP (integers)")
+    if not 0 <= start < stop:
+        p.error(f"--profile-steps {args.profile_steps!r}: want 0 <= START < STOP")
+    args.profile_window = (start, stop)
+    if args.profile_nccl:
+        args.mark_steps = True
+        if stop > args.steps:
+            p.error(f"--profile-steps {args.profile_steps} needs --steps >= {stop} (got {args.steps})")
+    for name in ("save_params", "profile_nccl"):
+        path = getattr(args, name)
+        if path is not None:
+            try:
+                path.format(rank=0)
+            except (KeyError, IndexError, ValueError) as e:
+                p.error(f"--{name.replace('_', '-')} {path!r}: only '{{rank}}' may appear in braces ({e})")
     return args
 
 
@@ -207,8 +255,81 @@ def env_int(name: str) -> int:
         raise SystemExit(f"error: environment variable {name}={value!r} is not an integer") from None
 
 
+def find_mark_stage():
+    """RankLens's `int ranklensMarkStage(const char* name, int64_t step)`, if its library is loaded (LD_PRELOAD puts
+    it in the global scope; otherwise look in every mapped libnccl*). Returns (function or None, where found)."""
+    candidates: list[str | None] = [None]
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                path = line.split(None, 5)[-1].strip() if len(line.split(None, 5)) == 6 else ""
+                if "libnccl" in os.path.basename(path) and path not in candidates:
+                    candidates.append(path)
+    except OSError:
+        pass
+    for where in candidates:
+        try:
+            lib = ctypes.CDLL(where)
+        except OSError:
+            continue
+        fn = getattr(lib, "ranklensMarkStage", None)
+        if fn is not None:
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_int64]
+            fn.restype = ctypes.c_int
+            return fn, where or "global scope"
+    return None, None
+
+
+def save_params(model: nn.Module, path: str, meta: dict) -> None:
+    """This rank's parameters and buffers as CPU tensors (DTensors: the local shard)."""
+    params = {}
+    for name, value in model.state_dict().items():
+        if hasattr(value, "to_local"):
+            value = value.to_local()
+        params[name] = value.detach().to("cpu", copy=True)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    torch.save({**meta, "params": params}, path)
+
+
+def nccl_kernel_summary(prof, scratch_path: str) -> dict:
+    """Kernel totals from the profiler's Chrome trace (its format is stable across torch versions)."""
+    prof.export_chrome_trace(scratch_path)
+    try:
+        with open(scratch_path, encoding="utf-8") as f:
+            events = json.load(f).get("traceEvents", [])
+    finally:
+        try:
+            os.remove(scratch_path)
+        except OSError:
+            pass
+    total = count = all_total = all_count = 0.0
+    by_name: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") != "kernel":
+            continue
+        dur = float(e.get("dur", 0.0))
+        all_total += dur
+        all_count += 1
+        name = str(e.get("name", ""))
+        if name.startswith("nccl"):
+            total += dur
+            count += 1
+            entry = by_name.setdefault(name.split("(")[0], [0, 0.0])
+            entry[0] += 1
+            entry[1] += dur
+    return {"nccl_kernel_total_us": total, "nccl_kernel_count": int(count), "all_kernel_total_us": all_total,
+            "all_kernel_count": int(all_count),
+            "nccl_kernels_by_name": {k: {"count": v[0], "total_us": v[1]}
+                                     for k, v in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:30]}}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS is first used
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
     distributed = args.parallel != "none"
 
     if distributed:
@@ -263,9 +384,32 @@ def main(argv: list[str] | None = None) -> int:
     log(f"model {n_params / 1e6:.2f}M params, parallel={args.parallel}, world_size={world_size}, "
         f"device={device}, torch {torch.__version__}")
 
+    mark_stage, mark_where = find_mark_stage() if args.mark_steps else (None, None)
+    if args.mark_steps and mark_stage is None:
+        print(f"{prefix}warning: --mark-steps: ranklensMarkStage is not loaded (RankLens's library not in use); "
+              "no step marks", file=sys.stderr, flush=True)
+    mark_failures = 0
+
+    def mark(step_index: int) -> None:
+        nonlocal mark_failures
+        if mark_stage is not None and mark_stage(b"step", step_index) != 0:
+            mark_failures += 1
+
+    prof = None
+    prof_range: tuple[int, int] | None = None
+    p_start, p_stop = args.profile_window
+
     losses: list[float] = []
     step_ms: list[float] = []
     for step in range(args.steps):
+        if args.profile_nccl and step == p_start:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            activity = torch.profiler.ProfilerActivity.CUDA if device.type == "cuda" else \
+                torch.profiler.ProfilerActivity.CPU
+            prof = torch.profiler.profile(activities=[activity])
+            prof.start()
+        mark(step)
         t0 = time.perf_counter()
         tokens = synthetic_batch(args, rank, step).to(device, non_blocking=True)
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -283,7 +427,11 @@ def main(argv: list[str] | None = None) -> int:
         dt_ms = (time.perf_counter() - t0) * 1e3
         losses.append(loss_value)
         step_ms.append(dt_ms)
+        if prof is not None and prof_range is None and step == p_stop - 1:
+            prof.stop()
+            prof_range = (p_start, p_stop)
         log(f"step {step} loss {loss_value:.6f} time_ms {dt_ms:.3f}")
+    mark(args.steps)
 
     all_finite = all(math.isfinite(v) for v in losses)
     timed = step_ms[WARMUP_STEPS:] if len(step_ms) > WARMUP_STEPS else step_ms
@@ -304,6 +452,30 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }
     print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
+
+    if args.save_params:
+        path = args.save_params.format(rank=rank)
+        save_params(model, path, {"rank": rank, "world_size": world_size, "parallel": args.parallel,
+                                  "steps": len(losses), "deterministic": args.deterministic})
+        print(f"{prefix}saved parameters to {path}", file=sys.stderr, flush=True)
+    if args.profile_nccl:
+        path = args.profile_nccl.format(rank=rank)
+        report = {"rank": rank, "world_size": world_size, "parallel": args.parallel,
+                  "profile_steps_requested": list(args.profile_window),
+                  "profile_steps": list(prof_range) if prof_range else None,
+                  "activity": "cuda" if device.type == "cuda" else "cpu",
+                  "mark_stage": mark_where, "mark_failures": mark_failures,
+                  "torch": torch.__version__}
+        if prof is not None and prof_range is not None:
+            report.update(nccl_kernel_summary(prof, path + ".chrome.tmp.json"))
+            report["step_ms"] = [round(v, 3) for v in step_ms[p_start:p_stop]]
+            report["profiled_wall_ms"] = round(sum(step_ms[p_start:p_stop]), 3)
+        else:
+            report["error"] = f"steps {p_start}..{p_stop - 1} were not all run"
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+        print(f"{prefix}wrote NCCL kernel profile to {path}", file=sys.stderr, flush=True)
 
     if distributed:
         dist.destroy_process_group()
