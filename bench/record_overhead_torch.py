@@ -64,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", default=os.path.join(REPO, "bench", "results", "record_overhead_torch.json"),
                    help="result JSON (default: %(default)s)")
     p.add_argument("--log", default=None, help="combined log (default: the --json path with .log)")
+    p.add_argument("--recorder-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra variable for the recorder arms, e.g. RANKLENS_STAGING_FULL=wait (repeatable; the "
+                        "caller's own RANKLENS_* variables are removed from every run)")
     p.add_argument("--work", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ranklens-record-overhead"),
                    help="per-run logs and traces (default: %(default)s)")
     p.add_argument("--trace-root", default=None, help="where recorded traces go (default: WORK/traces)")
@@ -125,6 +128,9 @@ def arm_env(args, arm: str, trace_dir: str | None) -> tuple[dict[str, str], list
     env["RANKLENS_PAYLOADS"] = ARMS[arm]
     if args.real_nccl:
         env["RANKLENS_REAL_NCCL"] = os.path.abspath(args.real_nccl)
+    for item in args.recorder_env:
+        key, _, value = item.partition("=")
+        env[key] = value
     return env, [k for k in unset if k not in env]
 
 

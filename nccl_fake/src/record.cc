@@ -179,6 +179,12 @@ CallRecorder* recorder() {
       WARN("record: cannot allocate %llu bytes of pinned staging memory (%s); payloads are skipped and counted. "
            "Lower RANKLENS_STAGING_BYTES", static_cast<unsigned long long>(s.staging_bytes), error.c_str());
     rt.setBeforeClose([] { flush(); });
+    // Registered now, after this library's CUDA runtime initialised (makeCudaRecordDevice), so it runs before that
+    // runtime's own exit handler: the background thread must not query events of a torn-down runtime.
+    atexit([] {
+      flush();
+      if (CallRecorder* r = state().recorder.get()) r->stop();
+    });
     INFO(kSubInit | kSubRanklens, "record: recorder ready on the %s device, payloads %s, staging %llu bytes",
          st.device->name(), ranklens::config::toString(s.payloads), static_cast<unsigned long long>(s.staging_bytes));
   });

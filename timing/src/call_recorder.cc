@@ -50,14 +50,20 @@ CallRecorder::CallRecorder(RecordDevice& device, const Options& options, TimingS
   thread_ = std::thread([this] { run(); });
 }
 
-CallRecorder::~CallRecorder() {
-  drain(2'000'000'000);
+void CallRecorder::stop() {
   {
     std::lock_guard<std::mutex> lock(pendingMu_);
+    if (stop_) return;
     stop_ = true;
   }
+  stopped_ = true;
   pendingCv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+CallRecorder::~CallRecorder() {
+  drain(2'000'000'000);
+  stop();
   for (Span* span : freeSpans_) delete span;
   for (auto& [dev, pool] : pools_)
     for (Event e : pool->free) device_.destroyEvent(e);
@@ -115,6 +121,7 @@ void CallRecorder::giveEvents(int device, const Event* events, size_t n) {
 }
 
 CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const trace::Timing& identity) {
+  if (stopped_.load(std::memory_order_relaxed)) return nullptr;
   if (device_.capturing(stream)) {
     trace::Timing timing = identity;
     timing.captured = true;
@@ -214,6 +221,10 @@ void CallRecorder::releaseStaging(size_t offset, size_t bytes) {
 
 void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads, int64_t returnedNs) {
   if (span == nullptr) return;
+  if (stopped_.load(std::memory_order_relaxed)) {  // at exit: no GPU work any more
+    abandon(span);
+    return;
+  }
   span->returnedNs = returnedNs;
   if (device_.recordEvent(span->events[1], span->stream) != 0) {
     counters_.timingErrors++;
@@ -357,7 +368,7 @@ void CallRecorder::run() {
       const auto interval = pending.empty() && incoming_.empty() ? std::chrono::microseconds(kIdleMicros)
                                                                   : std::chrono::microseconds(options_.pollMicros);
       pendingCv_.wait_for(lock, interval, [this] { return stop_; });
-      if (stop_ && incoming_.empty() && pending.empty()) return;
+      if (stop_) return;  // stop() comes after drain(); whatever is still pending is abandoned, not waited for
       pending.insert(pending.end(), incoming_.begin(), incoming_.end());
       incoming_.clear();
     }
@@ -391,6 +402,7 @@ void CallRecorder::run() {
 }
 
 bool CallRecorder::drain(int64_t timeoutNs) {
+  if (stopped_) return false;
   std::unique_lock<std::mutex> lock(pendingMu_);
   const uint64_t target = handedOn_;
   return drainedCv_.wait_for(lock, std::chrono::nanoseconds(timeoutNs), [&] { return finished_ >= target; });

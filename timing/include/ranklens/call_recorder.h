@@ -84,8 +84,11 @@ class CallRecorder {
   // Counts payloads that could not be staged because the call was captured into a CUDA graph.
   void countCapturedPayloads(size_t n);
 
-  // Waits until every span handed on so far is written; false after `timeoutNs`.
+  // Waits until every span handed on so far is written; false after `timeoutNs` (at once once stopped).
   bool drain(int64_t timeoutNs);
+  // Ends the background thread; afterwards nothing touches the GPU (begin() returns nullptr). For process exit:
+  // call it before the CUDA runtime is torn down.
+  void stop();
   RecorderStats stats() const;
 
  private:
@@ -139,6 +142,7 @@ class CallRecorder {
   std::vector<Span*> incoming_;
   uint64_t handedOn_ = 0, finished_ = 0;
   bool stop_ = false;
+  std::atomic<bool> stopped_{false};
 
   struct Counters {
     std::atomic<uint64_t> timed{0}, captured{0}, timingErrors{0}, payloadsStaged{0}, payloadBytesStaged{0},
