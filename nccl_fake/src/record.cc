@@ -179,12 +179,6 @@ CallRecorder* recorder() {
       WARN("record: cannot allocate %llu bytes of pinned staging memory (%s); payloads are skipped and counted. "
            "Lower RANKLENS_STAGING_BYTES", static_cast<unsigned long long>(s.staging_bytes), error.c_str());
     rt.setBeforeClose([] { flush(); });
-    // Registered now, after this library's CUDA runtime initialised (makeCudaRecordDevice), so it runs before that
-    // runtime's own exit handler: the background thread must not query events of a torn-down runtime.
-    atexit([] {
-      flush();
-      if (CallRecorder* r = state().recorder.get()) r->stop();
-    });
     INFO(kSubInit | kSubRanklens, "record: recorder ready on the %s device, payloads %s, staging %llu bytes",
          st.device->name(), ranklens::config::toString(s.payloads), static_cast<unsigned long long>(s.staging_bytes));
   });
@@ -261,6 +255,15 @@ void registerComm(ncclComm_t handle, int nranks, int rank, int cudaDev, const ch
     comm->name = parsed.name;
   }
   rec->prepareDevice(cudaDev);
+  // Registered after this library's CUDA runtime created its first events (prepareDevice), so that it runs before
+  // that runtime's own exit handler: the background thread must not touch a torn-down runtime.
+  static std::once_flag exitHandler;
+  std::call_once(exitHandler, [] {
+    atexit([] {
+      flush();
+      if (CallRecorder* r = state().recorder.get()) r->stop();
+    });
+  });
   {
     std::lock_guard<std::mutex> lock(comm->mu);
     if (result == ncclSuccess || nranks >= 0) announceLocked(*comm);

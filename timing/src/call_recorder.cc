@@ -361,6 +361,7 @@ void CallRecorder::run() {
   device_.prepareBackgroundThread();
   std::vector<Span*> pending;           // in submission order
   std::vector<cudaStream_t> blocked;    // streams whose oldest span is still running, this pass
+  int64_t lastBusyNs = 0;
   for (;;) {
     {
       // Polling, not woken per span: a futex wake on the job's thread for every call would cost it microseconds.
@@ -372,7 +373,10 @@ void CallRecorder::run() {
       pending.insert(pending.end(), incoming_.begin(), incoming_.end());
       incoming_.clear();
     }
-    if (device_.asynchronous()) calibrate();
+    // Clock pairs only while calls are being timed: an idle recorder makes no CUDA call at all (at process exit the
+    // CUDA runtime may already be gone).
+    if (!pending.empty()) lastBusyNs = nowNs();
+    if (device_.asynchronous() && nowNs() - lastBusyNs < 2 * kCalibrationNs) calibrate();
     blocked.clear();
     size_t done = 0;
     auto keep = pending.begin();
