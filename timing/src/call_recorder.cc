@@ -17,14 +17,7 @@ using Event = RecordDevice::Event;
 namespace {
 constexpr size_t kStagingAlign = 256;
 constexpr int kIdleMicros = 1000;  // background polling interval while nothing is pending
-constexpr int64_t kCalibrationNs = 200'000'000;  // a fresh host <-> GPU clock pair this often (drift stays < 1 us)
-constexpr size_t kClockPairsKept = 32;             // spans pending longer than ~6 s fall back to the raw interval
 
-int64_t nowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 size_t alignUp(size_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kStagingAlign; }
 }  // namespace
 
@@ -288,8 +281,7 @@ bool CallRecorder::complete(Span* span) {
     timing.durationNs = timing.eventNs = -1;
   } else {
     counters_.timed++;
-    timing.eventNs = ns;
-    timing.durationNs = heldNs(*span, ns);
+    timing.eventNs = timing.durationNs = ns;
   }
   timingSink_(timing);
   for (const Staged& s : span->staged) {
@@ -303,65 +295,10 @@ bool CallRecorder::complete(Span* span) {
   return true;
 }
 
-// The start event completes when the stream reaches the call. If the stream was idle then, the real NCCL was still
-// launching on the host: its kernels could not start before the call returned. The stream was held by the call from
-// max(start event, return) to the end event; that is what replay must hold. A host <-> GPU clock pair (an event on
-// an idle stream at a known host time) places the events on the host clock.
-int64_t CallRecorder::heldNs(const Span& span, int64_t eventNs) {
-  if (!device_.asynchronous()) return eventNs;  // host device: the work was done inside the call
-  auto it = clocks_.find(span.device);
-  if (it == clocks_.end()) return eventNs;
-  const ClockPair* pair = nullptr;
-  for (const ClockPair& p : it->second.pairs)
-    if (p.hostNs <= span.identity.startNs) pair = &p;  // the newest taken before the call was submitted
-  int64_t toStart = 0, toEnd = 0;
-  if (pair == nullptr || device_.elapsedNs(pair->event, span.events[0], &toStart) != 0 ||
-      device_.elapsedNs(pair->event, span.events[1], &toEnd) != 0)
-    return eventNs;
-  const int64_t start = std::max(pair->hostNs + toStart, span.returnedNs);
-  const int64_t end = pair->hostNs + toEnd;
-  return end > start ? std::min(end - start, eventNs) : eventNs;
-}
-
-void CallRecorder::calibrate() {
-  std::vector<int> devices;
-  {
-    std::lock_guard<std::mutex> lock(poolsMu_);
-    for (const auto& [dev, p] : pools_) devices.push_back(dev);
-  }
-  const int64_t now = nowNs();
-  for (int dev : devices) {
-    DeviceClock& clock = clocks_[dev];
-    if (clock.inFlight.event != nullptr) {
-      const int state = device_.queryEvent(clock.inFlight.event);
-      if (state == RecordDevice::kPending) continue;
-      if (state == 0) clock.pairs.push_back(clock.inFlight);
-      else giveEvents(dev, &clock.inFlight.event, 1);
-      clock.inFlight = ClockPair();
-      while (clock.pairs.size() > kClockPairsKept) {
-        giveEvents(dev, &clock.pairs.front().event, 1);
-        clock.pairs.erase(clock.pairs.begin());
-      }
-    }
-    if (now - clock.lastNs < kCalibrationNs) continue;
-    cudaStream_t stream = nullptr;
-    ClockPair pair;
-    if (device_.clockStream(dev, &stream) != 0 || !takeEvents(dev, 1, &pair.event)) continue;
-    pair.hostNs = nowNs();
-    if (device_.recordEvent(pair.event, stream) != 0) {
-      giveEvents(dev, &pair.event, 1);
-      continue;
-    }
-    clock.inFlight = pair;
-    clock.lastNs = now;
-  }
-}
-
 void CallRecorder::run() {
   device_.prepareBackgroundThread();
   std::vector<Span*> pending;           // in submission order
   std::vector<cudaStream_t> blocked;    // streams whose oldest span is still running, this pass
-  int64_t lastBusyNs = 0;
   for (;;) {
     {
       // Polling, not woken per span: a futex wake on the job's thread for every call would cost it microseconds.
@@ -373,10 +310,6 @@ void CallRecorder::run() {
       pending.insert(pending.end(), incoming_.begin(), incoming_.end());
       incoming_.clear();
     }
-    // Clock pairs only while calls are being timed: an idle recorder makes no CUDA call at all (at process exit the
-    // CUDA runtime may already be gone).
-    if (!pending.empty()) lastBusyNs = nowNs();
-    if (device_.asynchronous() && nowNs() - lastBusyNs < 2 * kCalibrationNs) calibrate();
     blocked.clear();
     size_t done = 0;
     auto keep = pending.begin();

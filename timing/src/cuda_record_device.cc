@@ -102,8 +102,6 @@ class CudaRecordDevice final : public RecordDevice {
     // Highest priority: the job's stream waits for this copy (the buffer may be overwritten by its next kernel).
     return ownStream(sideStreams_, device, stream);
   }
-  int clockStream(int device, cudaStream_t* stream) override { return ownStream(clockStreams_, device, stream); }
-  bool asynchronous() const override { return true; }
   int streamWaitEvent(cudaStream_t stream, Event event) override {
     return check(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
   }
@@ -137,7 +135,7 @@ class CudaRecordDevice final : public RecordDevice {
   }
 
   std::mutex mu_;
-  std::map<int, cudaStream_t> sideStreams_, clockStreams_;
+  std::map<int, cudaStream_t> sideStreams_;
 };
 
 }  // namespace

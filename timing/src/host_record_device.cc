@@ -74,11 +74,6 @@ class HostRecordDevice final : public RecordDevice {
     *stream = reinterpret_cast<cudaStream_t>(uintptr_t{0x51de});
     return 0;
   }
-  int clockStream(int, cudaStream_t* stream) override {
-    *stream = reinterpret_cast<cudaStream_t>(uintptr_t{0xc10c});
-    return 0;
-  }
-  bool asynchronous() const override { return false; }
   int streamWaitEvent(cudaStream_t, Event) override { return 0; }
   int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t) override {
     if (bytes == 0) return 0;

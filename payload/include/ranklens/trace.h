@@ -55,7 +55,7 @@ struct Timing {
   int64_t durationNs = 0;   // how long the call held its stream (GPU time; see docs/trace-format.md)
   bool captured = false;    // recorded inside a CUDA graph capture
   int peer = -1;            // Send/Recv: the peer (their sequences are per peer)
-  int64_t eventNs = -1;     // 1.1: the raw CUDA-event interval around the call (launch time included); -1 unknown
+  int64_t eventNs = -1;     // 1.1: the CUDA-event interval around the call (= durationNs today); -1 unknown
   MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs)
 };
 

@@ -104,20 +104,6 @@ class CallRecorder {
   void releaseStaging(size_t offset, size_t bytes);
   void run();
   bool complete(Span* span);  // background thread: false while the span's work is pending
-  void calibrate();           // background thread: keeps a recent host <-> GPU clock pair per device
-  int64_t heldNs(const Span& span, int64_t eventNs);
-
-  // Host <-> GPU clock pairs (background thread only): an event recorded on an idle stream at host time hostNs.
-  struct ClockPair {
-    device::RecordDevice::Event event = nullptr;
-    int64_t hostNs = 0;
-  };
-  struct DeviceClock {
-    ClockPair inFlight;
-    std::vector<ClockPair> pairs;  // completed, oldest first
-    int64_t lastNs = 0;
-  };
-  std::map<int, DeviceClock> clocks_;
   void recycle(Span* span);
 
   device::RecordDevice& device_;

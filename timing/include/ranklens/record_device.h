@@ -40,10 +40,6 @@ class RecordDevice {
   virtual void freePinned(void* ptr) = 0;
   // One non-blocking stream per device for payload copies, created on first use.
   virtual int sideStream(int device, cudaStream_t* stream) = 0;
-  // Another one that stays idle, for clock calibration events (they complete as soon as the GPU sees them).
-  virtual int clockStream(int device, cudaStream_t* stream) = 0;
-  // True when work runs asynchronously to the caller (a GPU); false when a call's work is done when it returns.
-  virtual bool asynchronous() const = 0;
   virtual int streamWaitEvent(cudaStream_t stream, Event event) = 0;
   virtual int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream) = 0;
   // Called once on the background thread that queries events: lets it query while another thread captures a graph.
