@@ -487,8 +487,12 @@ void noteStage(int64_t step) { state().step.store(step, std::memory_order_relaxe
 
 void flush() {
   CallRecorder* rec = state().recorder.get();
-  if (rec == nullptr) return;
-  if (!rec->drain(2'000'000'000)) WARN("record: GPU durations still pending after 2 s; they are not in the trace");
+  if (rec == nullptr) {  // no communicator yet: stage markers may still be queued
+    Runtime::get().flushEvents();
+    return;
+  }
+  if (!rec->drain(2'000'000'000) && rec->stats().pending > 0)
+    WARN("record: GPU durations still pending after 2 s; they are not in the trace");
   if (auto* writer = Runtime::get().writer()) {
     const ranklens::timing::RecorderStats s = rec->stats();
     writer->setCounter("timings_measured", s.timed);
