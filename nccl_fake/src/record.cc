@@ -351,11 +351,11 @@ void finish(CallRecorder* rec, ncclResult_t result, const std::shared_ptr<RecCom
   }
   if (result == ncclInProgress && comm) {
     std::lock_guard<std::mutex> lock(comm->mu);
-    // Its kernels are enqueued once the communicator reports success: that is when the call "returned".
-    comm->whenComplete.push_back([rec, span, payloads = std::move(payloads)] { rec->end(span, payloads, monotonicNs()); });
+    // Its kernels are enqueued once the communicator reports success.
+    comm->whenComplete.push_back([rec, span, payloads = std::move(payloads)] { rec->end(span, payloads); });
     return;
   }
-  rec->end(span, payloads, monotonicNs());
+  rec->end(span, payloads);
 }
 
 template <typename RealCall>

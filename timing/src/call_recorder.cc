@@ -28,7 +28,6 @@ struct CallRecorder::DevicePool {
 
 struct CallRecorder::Span {
   int device = 0;
-  int64_t returnedNs = 0;  // host time the real call returned (its kernels were enqueued by then)
   cudaStream_t stream = nullptr;
   Event events[3] = {nullptr, nullptr, nullptr};  // start, end, copies done
   bool copies = false;
@@ -212,13 +211,12 @@ void CallRecorder::releaseStaging(size_t offset, size_t bytes) {
   stagingFreed_.notify_all();
 }
 
-void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads, int64_t returnedNs) {
+void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) {
   if (span == nullptr) return;
   if (stopped_.load(std::memory_order_relaxed)) {  // at exit: no GPU work any more
     abandon(span);
     return;
   }
-  span->returnedNs = returnedNs;
   if (device_.recordEvent(span->events[1], span->stream) != 0) {
     counters_.timingErrors++;
     trace::Timing timing = span->identity;

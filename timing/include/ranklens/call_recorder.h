@@ -76,9 +76,8 @@ class CallRecorder {
   // Before the real call: a span for `stream`, or nullptr when the stream is capturing a CUDA graph (the captured
   // Timing record has then already been written) or events are unavailable (counted as an error).
   Span* begin(int device, cudaStream_t stream, const trace::Timing& identity);
-  // After the real call was accepted (it returned at `returnedNs`, CLOCK_MONOTONIC): records the end, enqueues the
-  // payload copies, hands the span on.
-  void end(Span* span, const std::vector<PayloadRequest>& payloads, int64_t returnedNs);
+  // After the real call was accepted: records the end, enqueues the payload copies, hands the span on.
+  void end(Span* span, const std::vector<PayloadRequest>& payloads);
   // The real call failed: nothing is recorded.
   void abandon(Span* span);
   // Counts payloads that could not be staged because the call was captured into a CUDA graph.
