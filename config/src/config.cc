@@ -26,6 +26,8 @@ constexpr const char* kFillNames[] = {"clone", "keep", "zero", "poison"};
 constexpr const char* kDeviceNames[] = {"auto", "cuda", "host"};
 constexpr const char* kPayloadsNames[] = {"none", "small", "all"};
 constexpr const char* kStagingFullNames[] = {"skip", "wait"};
+constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
+constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 
 constexpr const char* kConfigVar = "RANKLENS_CONFIG";
 // Read by other modules (record mode, launcher); listed so they are not reported as typos.
@@ -137,6 +139,24 @@ std::string parseString(const Input& in, std::string& out) {
 }
 
 std::string yamlString(const std::string& s);
+
+// "<comm>:<seq>" (both non-negative integers) or empty.
+std::string parseBreakAt(const Input& in, Settings& s) {
+  const std::string expected = "<comm>:<seq>, e.g. 0:120 (communicator creation order, sequence number)";
+  std::string text, err;
+  if (!scalarText(in, expected, text, err)) return err;
+  s.break_at = text;
+  s.break_comm = s.break_seq = -1;
+  if (text.empty()) return "";
+  const size_t colon = text.find(':');
+  long long comm = 0, seq = 0;
+  if (colon == std::string::npos || !parseInteger(text.substr(0, colon), 0, LLONG_MAX, comm) ||
+      !parseInteger(text.substr(colon + 1), 0, LLONG_MAX, seq))
+    return badValue(in.where, "'" + text + "'", in.key, expected);
+  s.break_comm = comm;
+  s.break_seq = seq;
+  return "";
+}
 
 // Byte counts: an integer with an optional binary suffix (KiB, MiB, GiB).
 std::string parseBytes(const Input& in, unsigned long long lo, unsigned long long& out) {
@@ -459,6 +479,37 @@ const KeyDesc kKeys[] = {
      "wait for space (complete payloads, may slow the job)",
      [](const Input& in, Settings& s) { return parseEnum(in, kStagingFullNames, s.staging_full); },
      [](const Settings& s) { return std::string(toString(s.staging_full)); }},
+    {"replay_trace", "RANKLENS_REPLAY_TRACE", "",
+     "replay: the recorded trace to replay, a rank directory or a trace root holding rank<RANK>; needed for "
+     "fidelity timing and value, optional for structure (calls are then checked against it)",
+     [](const Input& in, Settings& s) { return parseString(in, s.replay_trace); },
+     [](const Settings& s) { return s.replay_trace; }},
+    {"on_mismatch", "RANKLENS_ON_MISMATCH", "error",
+     "replay: a call that does not match the recording fails with ncclInvalidUsage (error), is logged and "
+     "replayed without a hold or payload (warn), or gets an estimated duration and no payload (estimate)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kOnMismatchNames, s.on_mismatch); },
+     [](const Settings& s) { return std::string(toString(s.on_mismatch)); }},
+    {"completion", "RANKLENS_COMPLETION", "kernel",
+     "replay: how a stream is held for a call's duration: kernel (a 1-thread kernel waiting on the GPU timer, "
+     "named ranklens_<Op> in profilers) or host_callback (cudaLaunchHostFunc; serialises streams)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kCompletionNames, s.completion); },
+     [](const Settings& s) { return std::string(toString(s.completion)); }},
+    {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
+     "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
+     "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",
+     [](const Input& in, Settings& s) {
+       return parseInt(in, 0, 1 << 20, "an integer in 0..1048576", s.resync_window);
+     },
+     [](const Settings& s) { return std::to_string(s.resync_window); }},
+    {"prefetch_bytes", "RANKLENS_PREFETCH_BYTES", "512MiB",
+     "replay (value): pinned host memory holding payloads decoded ahead of their calls by worker threads",
+     [](const Input& in, Settings& s) { return parseBytes(in, 1 << 20, s.prefetch_bytes); },
+     [](const Settings& s) { return showBytes(s.prefetch_bytes); }},
+    {"break_at", "RANKLENS_BREAK_AT", "",
+     "replay: raise SIGTRAP (stops under a debugger) when the call <comm>:<seq> is made, comm = creation order "
+     "as in `ranklens trace summary`, e.g. 0:120",
+     [](const Input& in, Settings& s) { return parseBreakAt(in, s); },
+     [](const Settings& s) { return s.break_at; }},
 };
 
 const KeyDesc* findKey(const std::string& key) {
@@ -658,6 +709,8 @@ const char* toString(Fill v) { return enumName(v, kFillNames); }
 const char* toString(DeviceKind v) { return enumName(v, kDeviceNames); }
 const char* toString(Payloads v) { return enumName(v, kPayloadsNames); }
 const char* toString(StagingFull v) { return enumName(v, kStagingFullNames); }
+const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
+const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 
 }  // namespace config
 }  // namespace ranklens

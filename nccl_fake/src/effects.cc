@@ -11,6 +11,7 @@
 // (no peers at all) gets NCCL's exact result. Non-root ranks never read a Broadcast/Scatter sendbuff (NCCL ignores
 // it; it may dangle). Effects go through the stream device.
 #include "nccl_fake/enqueue.h"
+#include "nccl_fake/replay.h"
 #include "nccl_fake/runtime.h"
 
 namespace nccl_fake {
@@ -125,7 +126,11 @@ class Effects {
 
 }  // namespace
 
-ncclResult_t applyEffects(const CallInfo& info) { return Effects(info).apply(); }
+ncclResult_t applyEffects(const CallInfo& info) {
+  ncclResult_t restored = ncclSuccess;
+  if (info.recorded != nullptr && replay::restorePayload(info, &restored)) return restored;
+  return Effects(info).apply();
+}
 
 float estimateMicroseconds(const CallInfo& info) {
   // Placeholder model until the estimator lands: 15 us latency + bus bytes at 250 GB/s (nccl-tests bus factors).

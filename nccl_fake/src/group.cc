@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "nccl_fake/enqueue.h"
+#include "nccl_fake/replay.h"
 #include "nccl_fake/runtime.h"
 
 namespace nccl_fake {
@@ -78,6 +79,7 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
       ret = applyEffects(call);
       if (ret != ncclSuccess) break;
     }
+    if (ret == ncclSuccess) ret = replay::holdGroup(g.pending);
   }
   emitGroupEnd(g, ret);  // every GroupBegin gets its GroupEnd, empty or failed groups too
   resetGroup(g);

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "nccl_fake/comm_config.h"
+#include "nccl_fake/replay.h"
 #include "nccl_fake/enqueue.h"
 #include "nccl_fake/runtime.h"
 
@@ -127,6 +128,11 @@ ncclResult_t createComm(ncclComm_t* out, int nranks, int rank, const CommConfig&
   comm->color = color;
   comm->key = key;
   comm->worldRanks = std::move(worldRanks);
+  if (ncclResult_t matched = replay::onCommCreated(comm); matched != ncclSuccess) {
+    comm->destroyed = true;  // stays a tombstone, like every communicator
+    *out = nullptr;
+    return matched;
+  }
   *out = comm;
 
   ranklens::events::CommInit event;
@@ -285,6 +291,15 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   NCCLCHECK(parseCommConfig(config, &parsed));
   applyBlockingEnv(&parsed);
 
+  // A recording knows the child's size and this rank's place in it.
+  int recordedSize = 0, recordedRank = 0;
+  std::vector<int> recordedMembers;
+  if (replay::recordedSplitChild(comm, color, key, &recordedSize, &recordedRank, &recordedMembers)) {
+    INFO(kSubInit, "ncclCommSplit: comm %p color %d key %d -> rank %d of %d, as recorded", static_cast<void*>(comm),
+         color, key, recordedRank, recordedSize);
+    return createComm(newcomm, recordedSize, recordedRank, parsed, "split", comm, color, key,
+                      std::move(recordedMembers), comm->cudaDev);
+  }
   // A virtual rank cannot see its peers' colors: the child's members come from the group table.
   const int me = comm->worldRanks[comm->rank];
   std::set<int> parentMembers(comm->worldRanks.begin(), comm->worldRanks.end());

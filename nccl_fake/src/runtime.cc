@@ -61,15 +61,19 @@ void Runtime::load() {
          ranklens::config::toString(settings_.payloads));
     return;
   }
-  if (settings_.fidelity != Fidelity::kStructure) {
+  if (settings_.fidelity != Fidelity::kStructure && settings_.replay_trace.empty()) {
     status_ = ncclInvalidUsage;
     statusMessage_ = std::string("fidelity '") + ranklens::config::toString(settings_.fidelity) +
-                     "' needs a recorded trace, which this build cannot replay yet; set RANKLENS_FIDELITY=structure";
+                     "' replays a recording: set RANKLENS_REPLAY_TRACE to the recorded trace (ranklens replay "
+                     "--trace DIR), or RANKLENS_FIDELITY=structure";
     return;
   }
   if (device_ == nullptr) {
     std::string why;
-    if (settings_.device != DeviceKind::kHost) device_ = ranklens::device::makeCudaDevice(&why);
+    const auto completion = settings_.completion == ranklens::config::Completion::kHostCallback
+                                ? ranklens::device::Completion::kHostCallback
+                                : ranklens::device::Completion::kKernel;
+    if (settings_.device != DeviceKind::kHost) device_ = ranklens::device::makeCudaDevice(&why, completion);
     if (device_ == nullptr && settings_.device == DeviceKind::kCuda) {
       status_ = ncclUnhandledCudaError;
       statusMessage_ = "device 'cuda' requested but no usable GPU: " + why + "; set RANKLENS_DEVICE=host or auto";

@@ -15,6 +15,7 @@
 
 #include "ranklens/events.h"
 #include "ranklens/trace.h"
+#include "trace_test_support.h"
 
 namespace {
 
@@ -22,18 +23,8 @@ using ranklens::events::Call;
 using ranklens::events::Op;
 using ranklens::trace::RecordType;
 
-struct Trace {
-  ranklens::trace::Manifest manifest;
-  std::vector<ranklens::events::CommInit> comms;
-  std::vector<ranklens::events::CommEnd> ends;
-  std::vector<Call> calls;
-  std::vector<ranklens::trace::Timing> timings;
-  std::vector<ranklens::trace::PayloadRef> payloads;
-  std::vector<ranklens::events::GroupEnd> groups;
-  std::vector<ranklens::trace::GroupBegin> groupBegins;
-  std::vector<ranklens::events::Stage> stages;
-  std::unique_ptr<ranklens::trace::TraceReader> reader;
-};
+using Trace = trace_test::Trace;
+using trace_test::readTrace;
 
 struct ScenarioRun {
   int status = -1;
@@ -41,60 +32,15 @@ struct ScenarioRun {
   std::string traceDir;  // <dir>/rank0
 };
 
-std::string freshDir(const std::string& name) {
-  const std::string dir = std::string(TEST_TMP_DIR) + "/" + name;
-  EXPECT_EQ(system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()), 0);
-  return dir;
-}
-
 // Runs a scenario with the record-mode environment plus `extra`; returns its exit status and output.
 ScenarioRun runScenario(const std::string& scenario, const std::map<std::string, std::string>& extra) {
-  ScenarioRun run;
-  const std::string dir = freshDir(scenario + "-" + std::to_string(getpid()));
+  const std::string dir = trace_test::freshDir(TEST_TMP_DIR, scenario + "-" + std::to_string(getpid()));
   std::map<std::string, std::string> env = {{"RANKLENS_MODE", "record"},   {"RANKLENS_DEVICE", "host"},
                                             {"RANKLENS_REAL_NCCL", FAKE_REAL_NCCL}, {"RANKLENS_TRACE_DIR", dir},
                                             {"RANK", "0"},                {"FAKE_REAL_NCCL_SPIN_US", "300"}};
   for (const auto& [k, v] : extra) env[k] = v;
-  std::string command = "env";  // unsets first: env takes its options before the assignments
-  for (const auto& [k, v] : env)
-    if (v == "<unset>") command += " -u " + k;
-  for (const auto& [k, v] : env)
-    if (v != "<unset>") command += " '" + k + "=" + v + "'";
-  command += " '" RECORD_SCENARIO "' " + scenario + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.output.append(buffer, n);
-  int status = pclose(pipe);
-  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.traceDir = dir + "/rank0";
-  return run;
-}
-
-Trace readTrace(const std::string& dir) {
-  Trace t;
-  std::string error;
-  t.reader = ranklens::trace::TraceReader::open(dir, ranklens::trace::Limits{}, &error);
-  EXPECT_NE(t.reader, nullptr) << error;
-  if (!t.reader) return t;
-  t.manifest = t.reader->manifest();
-  bool ok = t.reader->scan([&](RecordType type, const msgpack::object& body, const ranklens::trace::Location&) {
-    switch (type) {
-      case RecordType::kCommInit: t.comms.push_back(body.as<ranklens::events::CommInit>()); break;
-      case RecordType::kCommEnd: t.ends.push_back(body.as<ranklens::events::CommEnd>()); break;
-      case RecordType::kCall: t.calls.push_back(body.as<Call>()); break;
-      case RecordType::kTiming: t.timings.push_back(body.as<ranklens::trace::Timing>()); break;
-      case RecordType::kPayloadRef: t.payloads.push_back(body.as<ranklens::trace::PayloadRef>()); break;
-      case RecordType::kGroupEnd: t.groups.push_back(body.as<ranklens::events::GroupEnd>()); break;
-      case RecordType::kGroupBegin: t.groupBegins.push_back(body.as<ranklens::trace::GroupBegin>()); break;
-      case RecordType::kStage: t.stages.push_back(body.as<ranklens::events::Stage>()); break;
-      default: ADD_FAILURE() << "unexpected record type " << static_cast<int>(type);
-    }
-    return true;
-  });
-  EXPECT_TRUE(ok);
-  EXPECT_TRUE(t.reader->problems().empty()) << t.reader->problems().front().describe();
-  return t;
+  trace_test::ChildRun child = trace_test::runWithEnv(env, "'" RECORD_SCENARIO "' " + scenario);
+  return ScenarioRun{child.status, child.output, dir + "/rank0"};
 }
 
 TEST(RecordForward, SameResultsErrorsAndVersionAsTheRealLibrary) {
@@ -253,7 +199,7 @@ TEST(RecordErrors, NoRealNcclNamesTheFix) {
 
 // Discovery: LD_LIBRARY_PATH lists (1) a link to RankLens itself, (2) a copy of RankLens, (3) the fake real NCCL.
 TEST(RecordDiscovery, SkipsItselfByInodeAndCopiesByContent) {
-  const std::string dir = freshDir("discovery");
+  const std::string dir = trace_test::freshDir(TEST_TMP_DIR, "discovery");
   ASSERT_EQ(system(("mkdir -p " + dir + "/self " + dir + "/copy && ln -s '" RANKLENS_LIB "' " + dir +
                     "/self/libnccl.so.2 && cp '" RANKLENS_LIB "' " + dir + "/copy/libnccl.so.2")
                        .c_str()),
@@ -268,7 +214,7 @@ TEST(RecordDiscovery, SkipsItselfByInodeAndCopiesByContent) {
 }
 
 TEST(RecordDiscovery, FindsTheWheelOfTheActiveVirtualEnvironment) {
-  const std::string venv = freshDir("venv");
+  const std::string venv = trace_test::freshDir(TEST_TMP_DIR, "venv");
   const std::string lib = venv + "/lib/python3.11/site-packages/nvidia/nccl/lib";
   ASSERT_EQ(system(("mkdir -p " + lib + " && cp '" FAKE_REAL_NCCL "' " + lib + "/").c_str()), 0);
   ScenarioRun run = runScenario("discover", {{"RANKLENS_REAL_NCCL", "<unset>"}, {"VIRTUAL_ENV", venv}, {"NCCL_DEBUG", "INFO"},

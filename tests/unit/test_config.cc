@@ -45,7 +45,8 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "trace_dir", "nccl_version", "ranks_per_node", "groups",
                                            "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
                                            "payload_comms", "payload_steps", "payload_seqs", "staging_bytes",
-                                           "staging_full"};
+                                           "staging_full", "replay_trace", "on_mismatch", "completion",
+                                           "resync_window", "prefetch_bytes", "break_at"};
 
 void expectDefaults(const Settings& s) {
   EXPECT_EQ(s.mode, Mode::kReplay);
@@ -271,7 +272,8 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
   EXPECT_EQ(r.error,
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
-            "payload_seqs, staging_bytes, staging_full)");
+            "payload_seqs, staging_bytes, staging_full, replay_trace, on_mismatch, completion, resync_window, "
+            "prefetch_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
 
   r = fromYaml("{mode: replay,  bogus: 2}");
@@ -557,9 +559,12 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_RANKS_PER_NODE", "RANKLENS_GROUPS",
                                          "RANKLENS_REAL_NCCL", "RANKLENS_PAYLOADS", "RANKLENS_PAYLOAD_MAX_BYTES",
                                          "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
-                                         "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL"};
+                                         "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL",
+                                         "RANKLENS_REPLAY_TRACE", "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
+                                         "RANKLENS_RESYNC_WINDOW", "RANKLENS_PREFETCH_BYTES", "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
-                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip"};
+                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip",
+                                             "", "error", "kernel", "64", "512MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
     EXPECT_EQ(rows[i].env, envs[i]);
@@ -606,6 +611,35 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
   EXPECT_EQ(s.staging_bytes, 2ull << 30);
   EXPECT_EQ(s.staging_full, StagingFull::kWait);
   EXPECT_EQ(s.real_nccl, "/opt/nccl/libnccl.so.2");
+}
+
+TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {
+  LoadResult r = fromYaml(
+      "fidelity: value\nreplay_trace: /traces/run42\non_mismatch: estimate\ncompletion: host_callback\n"
+      "resync_window: 8\nprefetch_bytes: 2GiB\nbreak_at: '3:120'\n",
+      {{"RANKLENS_ON_MISMATCH", "warn"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  const Settings& s = r.settings;
+  EXPECT_EQ(s.replay_trace, "/traces/run42");
+  EXPECT_EQ(s.on_mismatch, OnMismatch::kWarn);  // env beats YAML
+  EXPECT_EQ(s.set_by.at("on_mismatch"), "env RANKLENS_ON_MISMATCH");
+  EXPECT_EQ(s.completion, Completion::kHostCallback);
+  EXPECT_EQ(s.resync_window, 8);
+  EXPECT_EQ(s.prefetch_bytes, 2ull << 30);
+  EXPECT_EQ(s.break_comm, 3);
+  EXPECT_EQ(s.break_seq, 120);
+}
+
+TEST(ConfigReplay, BadReplayValuesNameTheExpectedForm) {
+  LoadResult r = fromYaml("", {{"RANKLENS_BREAK_AT", "120"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("RANKLENS_BREAK_AT"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("<comm>:<seq>"), std::string::npos) << r.error;
+  r = fromYaml("on_mismatch: ignore\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("one of error|warn|estimate"), std::string::npos) << r.error;
+  r = fromYaml("prefetch_bytes: 1KiB\n");
+  ASSERT_FALSE(r.ok) << "prefetch_bytes below 1 MiB is refused";
 }
 
 TEST(ConfigRecord, PayloadKnobsFromEnvironment) {

@@ -3,8 +3,13 @@
 // CUDA graphs); nothing synchronises the calling thread.
 #include <cuda_runtime.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "cuda_util.h"
 #include "ranklens/device.h"
@@ -66,6 +71,23 @@ HoldKernel holdKernelFor(const char* label) {
   return ranklens_Hold;
 }
 
+// completion: host_callback. The duration travels in the user-data pointer (no allocation per hold). Spinning, not
+// sleeping: a sleep overshoots by tens of microseconds; the cost is the driver's callback thread, which this holds.
+void CUDART_CB holdOnHost(void* nanosecondsAsPointer) {
+  const auto ns = static_cast<int64_t>(reinterpret_cast<uintptr_t>(nanosecondsAsPointer));
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  const int64_t until = t.tv_sec * 1000000000LL + t.tv_nsec + ns;
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while (t.tv_sec * 1000000000LL + t.tv_nsec < until);
+}
+
+int64_t median(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 template <typename T>
 int launchFill(void* dst, size_t count, uint64_t pattern, cudaStream_t stream) {
   const int threads = 256;
@@ -78,7 +100,7 @@ int launchFill(void* dst, size_t count, uint64_t pattern, cudaStream_t stream) {
 
 class CudaDevice final : public StreamDevice {
  public:
-  CudaDevice() {
+  explicit CudaDevice(Completion completion) : completion_(completion) {
     // Load every kernel now: with CUDA's lazy module loading, the first launch of a kernel loads it and can
     // synchronise the device, which would serialise concurrent streams in the middle of a training step.
     cudaFuncAttributes attributes;
@@ -109,8 +131,84 @@ class CudaDevice final : public StreamDevice {
 
   int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream) override {
     if (nanoseconds == 0) return 0;
+    if (completion_ == Completion::kHostCallback)
+      return check(cudaLaunchHostFunc(stream, holdOnHost, reinterpret_cast<void*>(static_cast<uintptr_t>(nanoseconds))),
+                   "cudaLaunchHostFunc");
     holdKernelFor(label)<<<1, 32, 0, stream>>>(nanoseconds);
     return check(cudaGetLastError(), "hold kernel launch");
+  }
+
+  int allocHost(void** ptr, size_t bytes) override { return check(cudaMallocHost(ptr, bytes), "cudaMallocHost"); }
+  int freeHost(void* ptr) override { return check(cudaFreeHost(ptr), "cudaFreeHost"); }
+
+  // Fences are events from a pool; the token is the event handle.
+  int fence(cudaStream_t stream, uint64_t* token) override {
+    cudaEvent_t event = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!freeEvents_.empty()) {
+        event = freeEvents_.back();
+        freeEvents_.pop_back();
+      }
+    }
+    if (event == nullptr) {
+      if (int err = check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate")) return err;
+    }
+    if (int err = check(cudaEventRecord(event, stream), "cudaEventRecord")) {
+      release(event);
+      return err;
+    }
+    *token = reinterpret_cast<uint64_t>(event);
+    return 0;
+  }
+
+  bool passed(uint64_t token) override {
+    auto event = reinterpret_cast<cudaEvent_t>(token);
+    const cudaError_t state = cudaEventQuery(event);
+    if (state == cudaErrorNotReady) return false;
+    if (state != cudaSuccess) cudaGetLastError();  // a failed fence is treated as passed: memory must not leak
+    release(event);
+    return true;
+  }
+
+  Calibration calibrate() override {
+    Calibration c;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t begin = nullptr, end = nullptr;
+    void* pinned = nullptr;
+    void* onDevice = nullptr;
+    constexpr size_t kLarge = 16u << 20;
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreate(&begin) != cudaSuccess || cudaEventCreate(&end) != cudaSuccess ||
+        cudaMallocHost(&pinned, kLarge) != cudaSuccess || cudaMalloc(&onDevice, kLarge) != cudaSuccess) {
+      cudaGetLastError();
+    } else {
+      // Median of the event interval around an operation, minus what was asked for.
+      auto measure = [&](auto&& enqueue) {
+        std::vector<int64_t> samples;
+        for (int i = 0; i < 25; ++i) {
+          cudaEventRecord(begin, stream);
+          enqueue();
+          cudaEventRecord(end, stream);
+          float ms = 0;
+          if (cudaEventSynchronize(end) != cudaSuccess || cudaEventElapsedTime(&ms, begin, end) != cudaSuccess) break;
+          if (i >= 5) samples.push_back(static_cast<int64_t>(ms * 1e6));  // the first ones warm up
+        }
+        return median(samples);
+      };
+      constexpr uint64_t kHoldNs = 50'000;
+      c.holdFixedNs = std::max<int64_t>(0, measure([&] { hold(kHoldNs, "Hold", stream); }) - kHoldNs);
+      c.copyFixedNs = measure([&] { cudaMemcpyAsync(onDevice, pinned, 4096, cudaMemcpyHostToDevice, stream); });
+      const int64_t large = measure([&] { cudaMemcpyAsync(onDevice, pinned, kLarge, cudaMemcpyHostToDevice, stream); });
+      c.copyNsPerByte = std::max<double>(0, static_cast<double>(large - c.copyFixedNs) / kLarge);
+      cudaGetLastError();
+    }
+    if (onDevice) cudaFree(onDevice);
+    if (pinned) cudaFreeHost(pinned);
+    if (begin) cudaEventDestroy(begin);
+    if (end) cudaEventDestroy(end);
+    if (stream) cudaStreamDestroy(stream);
+    return c;
   }
 
   int alloc(void** ptr, size_t bytes) override { return check(cudaMalloc(ptr, bytes), "cudaMalloc"); }
@@ -118,11 +216,21 @@ class CudaDevice final : public StreamDevice {
   int currentDevice(int* device) override { return check(cudaGetDevice(device), "cudaGetDevice"); }
 
   void describe(std::string* name, std::string* uuid) override { describeCurrentCudaDevice(name, uuid); }
+
+ private:
+  void release(cudaEvent_t event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    freeEvents_.push_back(event);
+  }
+
+  const Completion completion_;
+  std::mutex mu_;
+  std::vector<cudaEvent_t> freeEvents_;
 };
 
 }  // namespace
 
-std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why) {
+std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion completion) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -130,7 +238,7 @@ std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why) {
     cudaGetLastError();  // clear the sticky-free error so the application's own CUDA calls are not confused
     return nullptr;
   }
-  return std::make_unique<CudaDevice>();
+  return std::make_unique<CudaDevice>(completion);
 }
 
 }  // namespace device

@@ -75,6 +75,15 @@ class HostDevice final : public StreamDevice {
     uuid->clear();
   }
 
+  int allocHost(void** ptr, size_t bytes) override { return alloc(ptr, bytes); }
+  int freeHost(void* ptr) override { return free(ptr); }
+  int fence(cudaStream_t, uint64_t* token) override {
+    *token = 0;
+    return 0;
+  }
+  bool passed(uint64_t) override { return true; }
+  Calibration calibrate() override { return {}; }  // holds are accounted exactly; copies take no stream time
+
   HostStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;

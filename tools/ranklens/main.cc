@@ -20,8 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "compare.h"
 #include "ranklens/config.h"
 #include "summary.h"
+#include "timeline.h"
 
 extern char** environ;
 
@@ -182,9 +184,12 @@ int main(int argc, char** argv) {
       "  ranklens replay --rank 3 --world-size 8 -- ./my_nccl_program\n"
       "  ranklens replay --rank 37 --world-size 64 --fill poison -- python3 train.py\n"
       "  ranklens trace summary /tmp/ranklens-1700000000-1234\n"
+      "  ranklens compare /scratch/run42/rank3 /tmp/ranklens-1700000000-1234/rank3 --json compare.json\n"
+      "  ranklens timeline /scratch/run42/rank3 /tmp/ranklens-1700000000-1234/rank3 -o rank3.json\n"
       "  ranklens dump-config --config ranklens.yaml\n"
       "Exit codes: replay returns the program's exit code (128+N if killed by signal N; 127 if it cannot start;\n"
-      "  2 for bad usage before it starts); other commands 0 ok, 1 failure, 2 bad usage.\n"
+      "  2 for bad usage before it starts); compare 0 match, 1 differ; other commands 0 ok, 1 failure; all 2 for\n"
+      "  bad usage (compare and timeline: also for an unreadable trace).\n"
       "Settings: docs/config.md (RANKLENS_* variables > YAML file > defaults).");
 
   ReplayOptions replay;
@@ -219,6 +224,11 @@ int main(int argc, char** argv) {
   summary->add_option("dir", summaryDir, "Trace directory (or one rank<R> directory)")->required();
   summary->add_flag("--json", summaryJson, "Machine-readable output");
 
+  ranklens::tools::CompareOptions compareOptions;
+  auto* compare = ranklens::tools::addCompareCommand(app, &compareOptions);
+  ranklens::tools::TimelineOptions timelineOptions;
+  auto* timeline = ranklens::tools::addTimelineCommand(app, &timelineOptions);
+
   std::string configPath;
   auto* dump = app.add_subcommand("dump-config", "Show every setting: value, where it came from, default");
   dump->add_option("-c,--config", configPath, "YAML settings file (else RANKLENS_CONFIG)");
@@ -231,6 +241,8 @@ int main(int argc, char** argv) {
   }
   if (rp->parsed()) return runReplay(replay);
   if (summary->parsed()) return ranklens::tools::printTraceSummary(summaryDir, summaryJson, std::cout, std::cerr);
+  if (compare->parsed()) return ranklens::tools::runCompare(compareOptions, std::cout, std::cerr);
+  if (timeline->parsed()) return ranklens::tools::runTimeline(timelineOptions, std::cerr);
   if (dump->parsed()) return runDumpConfig(configPath);
   return 2;
 }

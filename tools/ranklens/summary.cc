@@ -13,6 +13,7 @@
 
 #include "ranklens/events.h"
 #include "ranklens/trace.h"
+#include "trace_log.h"
 
 namespace ranklens {
 namespace tools {
@@ -23,60 +24,14 @@ using events::Call;
 using events::Op;
 namespace trace = ranklens::trace;
 
-// What one rank directory holds, read through the trace store.
-struct EventLog {
-  trace::Manifest manifest;
-  std::vector<events::CommInit> comms;
-  std::vector<Call> calls;
-  size_t groups = 0, stages = 0;
-};
-
 bool loadRank(const std::string& dir, EventLog* log, std::ostream& err) {
   std::string error;
-  auto reader = trace::TraceReader::open(dir, trace::Limits{}, &error);
-  if (!reader) {
+  if (!readEventLog(dir, log, &error)) {
     err << "error: " << error << "\n";
     return false;
   }
-  log->manifest = reader->manifest();
-  reader->scan([&](trace::RecordType type, const msgpack::object& body, const trace::Location&) {
-    try {
-      switch (type) {
-        case trace::RecordType::kCommInit: log->comms.push_back(body.as<events::CommInit>()); break;
-        case trace::RecordType::kCall: log->calls.push_back(body.as<Call>()); break;
-        case trace::RecordType::kGroupEnd: log->groups++; break;
-        case trace::RecordType::kStage: log->stages++; break;
-        default: break;
-      }
-    } catch (const std::exception&) {
-      // a record of the wrong shape is reported by the reader's problems()
-    }
-    return true;
-  });
-  for (const auto& problem : reader->problems())
-    err << "warning: " << problem.describe() << (problem.truncated ? " (truncated: a crash?)" : "")
-        << "; summarising the complete records before it\n";
-  if (!log->manifest.closed) err << "warning: " << dir << ": trace not closed (the process may have crashed)\n";
-  return reader->problems().empty();
-}
-
-const char* redopName(int redop) {
-  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
-  if (redop < 0) return "-";
-  return redop < 5 ? names[redop] : "premulsum";
-}
-
-std::string bytesText(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 4) {
-    value /= 1024;
-    ++unit;
-  }
-  std::ostringstream text;
-  text << std::fixed << std::setprecision(unit == 0 ? 0 : 1) << value << " " << units[unit];
-  return text.str();
+  warnAboutDamage(*log, "summarising the complete records before it", err);
+  return log->problems.empty();
 }
 
 // A call signature: what must match between a recording and a replay.
@@ -89,7 +44,7 @@ struct SignatureStats {
 nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, SignatureStats>& sigs) {
   nlohmann::json rank = {{"rank", log.manifest.rank}, {"host", log.manifest.host}, {"pid", log.manifest.pid},
                          {"mode", log.manifest.mode}, {"writer", log.manifest.writer}, {"closed", log.manifest.closed},
-                         {"calls", log.calls.size()}, {"groups", log.groups}, {"stages", log.stages}};
+                         {"calls", log.calls.size()}, {"groups", log.groups}, {"stages", log.stages.size()}};
   for (const auto& comm : log.comms)
     rank["communicators"].push_back({{"id", comm.commId}, {"nranks", comm.nranks}, {"rank", comm.rank},
                                      {"how", comm.how}, {"name", comm.name}, {"parent", comm.parentId},
@@ -106,7 +61,7 @@ nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, Sign
 void summariseText(const EventLog& log, const std::map<Signature, SignatureStats>& sigs, std::ostream& out) {
   out << "rank " << log.manifest.rank << " (host " << log.manifest.host << ", pid " << log.manifest.pid << ", "
       << log.manifest.mode << ": " << log.manifest.writer << "): " << log.calls.size() << " calls, "
-      << log.comms.size() << " communicators, " << log.groups << " groups, " << log.stages << " stage markers\n";
+      << log.comms.size() << " communicators, " << log.groups << " groups, " << log.stages.size() << " stage markers\n";
   out << "  communicators:\n";
   for (const auto& comm : log.comms) {
     uint64_t calls = std::count_if(log.calls.begin(), log.calls.end(), [&](const Call& c) { return c.commId == comm.commId; });

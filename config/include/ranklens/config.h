@@ -23,6 +23,10 @@ enum class DeviceKind { kAuto, kCuda, kHost };
 enum class Payloads { kNone, kSmall, kAll };
 // Record mode: what happens to a payload when pinned staging memory is full.
 enum class StagingFull { kSkip, kWait };
+// Replay: what happens to a call that does not match the recording.
+enum class OnMismatch { kError, kWarn, kEstimate };
+// Replay: how a stream is held for a call's duration.
+enum class Completion { kKernel, kHostCallback };
 
 // An inclusive range of non-negative integers; `hi` < 0 means unbounded.
 struct Range {
@@ -58,6 +62,14 @@ struct Settings {
   Range payload_seqs;                       // per-communicator sequence numbers; all by default
   unsigned long long staging_bytes = 256ull << 20;  // pinned host memory for payloads in flight
   StagingFull staging_full = StagingFull::kSkip;
+  // Replay of a recorded trace.
+  std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
+  OnMismatch on_mismatch = OnMismatch::kError;
+  Completion completion = Completion::kKernel;
+  int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
+  unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
+  std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made
+  long long break_comm = -1, break_seq = -1;  // break_at parsed; -1 when unset
   // key -> where its value came from: "default", "<file>:<line>:<col>" or "env RANKLENS_<KEY>".
   std::map<std::string, std::string> set_by;
 };
@@ -90,6 +102,8 @@ const char* toString(Fill);
 const char* toString(DeviceKind);
 const char* toString(Payloads);
 const char* toString(StagingFull);
+const char* toString(OnMismatch);
+const char* toString(Completion);
 
 }  // namespace config
 }  // namespace ranklens

@@ -9,6 +9,8 @@
 #include "nccl_fake/comm.h"
 #include "ranklens/events.h"
 
+namespace ranklens::trace { struct RecordedCall; }
+
 namespace nccl_fake {
 
 struct CallInfo {
@@ -23,6 +25,11 @@ struct CallInfo {
   ncclComm* comm;
   cudaStream_t stream;
   const void* selfSendbuff = nullptr;  // Recv from self: the matching Send's buffer (paired at ncclGroupEnd)
+  // Replay of a recording (replay.h): the matched recorded call and the planned hold.
+  const ranklens::trace::RecordedCall* recorded = nullptr;
+  uint64_t seq = 0;
+  int64_t durationNs = -1;  // recorded or estimated duration of the call, -1 none
+  bool estimated = false;
 };
 
 // NCCL pairs a Send to self with a Recv from self in the same group, in call order; an unpaired one fails the group.

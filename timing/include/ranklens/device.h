@@ -34,7 +34,30 @@ class StreamDevice {
   virtual int currentDevice(int* device) = 0;
   // Name and UUID of the current device, for trace manifests ("" for the host device).
   virtual void describe(std::string* name, std::string* uuid) = 0;
+
+  // Replay of recorded durations and payloads.
+  // Pinned (page-locked) host memory: copies from it run asynchronously on the stream.
+  virtual int allocHost(void** ptr, size_t bytes) = 0;
+  virtual int freeHost(void* ptr) = 0;
+  // A fence after everything enqueued on `stream` so far; passed() says whether the stream got there. Fences are
+  // single-use: passed() returning true releases it. The host device's fences have always passed.
+  virtual int fence(cudaStream_t stream, uint64_t* token) = 0;
+  virtual bool passed(uint64_t token) = 0;
+  // Measures (synchronously, on a private stream: call at set-up, never mid-step) the fixed cost a hold adds to
+  // the time it holds its stream, and the cost of a copy from pinned memory (fixed + per byte), so that replay
+  // subtracts them from recorded durations instead of counting the launch twice.
+  struct Calibration {
+    int64_t holdFixedNs = 0;
+    int64_t copyFixedNs = 0;
+    double copyNsPerByte = 0;
+  };
+  virtual Calibration calibrate() = 0;
 };
+
+// How holds complete on the CUDA device: a kernel spinning on the GPU's global timer (streams overlap; a constant
+// ~7 us added, DESIGN.md) or a host function enqueued with cudaLaunchHostFunc (the driver runs them on one thread:
+// concurrent streams serialise and each adds 20-60 us).
+enum class Completion { kKernel, kHostCallback };
 
 struct HostStats {
   uint64_t copies = 0, fills = 0, holds = 0, bytesCopied = 0, bytesFilled = 0, heldNanoseconds = 0;
@@ -46,7 +69,7 @@ std::unique_ptr<StreamDevice> makeHostDevice();
 HostStats hostStats(const StreamDevice& hostDevice);
 
 // nullptr (and `why` set) when no usable CUDA device is present.
-std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why);
+std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion completion = Completion::kKernel);
 
 }  // namespace device
 }  // namespace ranklens

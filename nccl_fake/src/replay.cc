@@ -1,0 +1,533 @@
+// SPDX-License-Identifier: Apache-2.0
+// Replay of a recorded trace: communicator and call matching with resynchronisation, recorded durations as stream
+// holds, recorded payloads restored into receive buffers, and the counters that say how faithful the replay was.
+#include "nccl_fake/replay.h"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "nccl_fake/runtime.h"
+#include "ranklens/duration_fit.h"
+#include "ranklens/payload_prefetcher.h"
+#include "ranklens/recording.h"
+
+namespace nccl_fake {
+namespace replay {
+
+using ranklens::config::Fidelity;
+using ranklens::config::OnMismatch;
+using ranklens::events::Op;
+using ranklens::trace::CallKey;
+using ranklens::trace::RecordedCall;
+using ranklens::trace::SeqKind;
+
+namespace {
+
+struct Counters {
+  uint64_t calls = 0, matched = 0, mismatches = 0, resyncs = 0, recordedSkipped = 0, extra = 0, estimated = 0;
+  uint64_t untimed = 0;  // matched, but the recording has no duration for it (captured in a graph, lost)
+  uint64_t payloadsRestored = 0, payloadBytesRestored = 0, payloadFailures = 0, filledWithoutPayload = 0;
+  uint64_t holds = 0, heldNs = 0;
+  uint64_t commsMatched = 0, commsUnmatched = 0;
+};
+
+struct Session {
+  std::mutex mu;
+  std::unique_ptr<ranklens::trace::Recording> recording;
+  std::unique_ptr<ranklens::trace::PayloadPrefetcher> prefetcher;
+  ranklens::timing::LatencyBandwidthFit fit;
+  ranklens::device::StreamDevice::Calibration calibration;
+  Fidelity fidelity = Fidelity::kStructure;
+  OnMismatch policy = OnMismatch::kError;
+  int window = 64;
+  std::map<uint64_t, int64_t> recordedIdOf;  // replayed comm id -> recorded comm id
+  std::vector<bool> recordedTaken;           // per recorded comm (creation order)
+  std::map<std::tuple<uint64_t, int, int>, int64_t> offsets;  // (replayed comm, kind, peer) -> recorded seq - replayed
+  Counters counters;
+  bool reportedFirst = false;
+  uint64_t warned = 0;
+};
+
+std::once_flag loadOnce;
+Session* session = nullptr;  // set once, never freed (calls may come from threads still running at exit)
+std::string loadError;
+
+int envInt(const char* name) {
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  long x = strtol(v, &end, 10);
+  return *end == '\0' && x >= 0 ? static_cast<int>(x) : -1;
+}
+
+std::string describeComm(const ranklens::events::CommInit& c) {
+  std::string text = "comm " + std::to_string(c.commId) + " (" + c.how + ", rank " + std::to_string(c.rank) + " of " +
+                     std::to_string(c.nranks);
+  if (c.parentId >= 0) text += ", parent " + std::to_string(c.parentId) + ", color " + std::to_string(c.color);
+  if (!c.name.empty()) text += ", name " + c.name;
+  return text + ")";
+}
+
+std::string describeCall(const char* side, uint64_t comm, uint64_t seq, int op, int datatype, uint64_t count,
+                         int rootOrPeer, int redop) {
+  char text[256];
+  snprintf(text, sizeof text, "%s: comm %lu seq %lu %s %s count %lu root/peer %d redop %d", side,
+           static_cast<unsigned long>(comm), static_cast<unsigned long>(seq),
+           ranklens::events::opName(static_cast<Op>(op)), ranklens::events::datatypeName(datatype),
+           static_cast<unsigned long>(count), rootOrPeer, redop);
+  return text;
+}
+
+// The application frames that made the call (outside this library), for mismatch reports.
+std::string callSite() {
+  void* frames[24];
+  const int n = backtrace(frames, 24);
+  Dl_info self{};
+  dladdr(reinterpret_cast<void*>(&callSite), &self);
+  std::string text;
+  int shown = 0;
+  for (int i = 1; i < n && shown < 6; ++i) {
+    Dl_info info{};
+    if (!dladdr(frames[i], &info) || info.dli_fbase == self.dli_fbase) continue;
+    char line[512];
+    snprintf(line, sizeof line, "\n    #%d %s (%s+0x%lx)", shown, info.dli_sname ? info.dli_sname : "??",
+             info.dli_fname ? info.dli_fname : "??",
+             static_cast<unsigned long>(static_cast<const char*>(frames[i]) -
+                                        static_cast<const char*>(info.dli_fbase)));
+    text += line;
+    ++shown;
+  }
+  return text.empty() ? " (no frames)" : text;
+}
+
+Session* load() {
+  std::call_once(loadOnce, [] {
+    Runtime& rt = Runtime::get();
+    const auto& st = rt.settings();
+    if (st.mode != ranklens::config::Mode::kReplay || st.replay_trace.empty()) return;
+    auto s = std::make_unique<Session>();
+    s->fidelity = st.fidelity;
+    s->policy = st.on_mismatch;
+    s->window = st.resync_window;
+    std::string error;
+    s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
+    if (!s->recording) {
+      loadError = "replay_trace: " + error;
+      return;
+    }
+    const auto& m = s->recording->manifest();
+    const int worldSize = envInt("WORLD_SIZE");
+    if (m.world_size > 0 && worldSize > 0 && m.world_size != worldSize) {
+      loadError = "replay_trace " + s->recording->directory() + " was recorded with WORLD_SIZE " +
+                  std::to_string(m.world_size) + " but this process has WORLD_SIZE " + std::to_string(worldSize) +
+                  "; replay with --world-size " + std::to_string(m.world_size) + " or pick the matching trace";
+      return;
+    }
+    if (m.mode != "record")
+      WARN("replay_trace %s was written in %s mode, not record mode: it has no recorded durations or payloads",
+           s->recording->directory().c_str(), m.mode.c_str());
+    for (const auto& p : s->recording->problems())
+      WARN("replay_trace: %s (records before it are replayed)", p.describe().c_str());
+    s->recordedTaken.assign(s->recording->comms().size(), false);
+    std::vector<ranklens::timing::DurationSample> samples;
+    for (const RecordedCall& rc : s->recording->calls())
+      if (rc.durationNs >= 0 && rc.call.groupId == 0)
+        samples.push_back({rc.call.op, rc.call.nranks, rc.call.bytes, rc.durationNs});
+    s->fit.fit(samples);
+    auto& device = rt.device();
+    if (s->fidelity != Fidelity::kStructure) s->calibration = device.calibrate();
+    if (s->fidelity == Fidelity::kValue && !s->recording->payloadOrder().empty()) {
+      ranklens::trace::PayloadPrefetcher::Options options;
+      options.arenaBytes = st.prefetch_bytes;
+      options.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
+      s->prefetcher = std::make_unique<ranklens::trace::PayloadPrefetcher>(
+          *s->recording, options,
+          [&device](size_t bytes) -> void* {
+            void* p = nullptr;
+            return device.allocHost(&p, bytes) == 0 ? p : nullptr;
+          },
+          [&device](void* p) { device.freeHost(p); });
+      if (!s->prefetcher->arenaReady())
+        WARN("replay: cannot allocate %llu bytes of pinned memory (prefetch_bytes); payloads are decoded when needed",
+             static_cast<unsigned long long>(st.prefetch_bytes));
+    }
+    INFO(kSubInit | kSubRanklens,
+         "replaying %s (rank %d of %d, %zu calls, %zu timed, %zu payloads, %zu communicators) at %s fidelity, "
+         "on_mismatch %s; hold fixed cost %ld ns, copy %ld ns + %.4f ns/byte",
+         s->recording->directory().c_str(), m.rank, m.world_size, s->recording->callCount(),
+         s->recording->timedCount(), s->recording->payloadOrder().size(), s->recording->comms().size(),
+         ranklens::config::toString(s->fidelity), ranklens::config::toString(s->policy),
+         static_cast<long>(s->calibration.holdFixedNs), static_cast<long>(s->calibration.copyFixedNs),
+         s->calibration.copyNsPerByte);
+    session = s.release();
+    rt.setBeforeClose([] { finish(); });
+  });
+  return session;
+}
+
+bool sameSignature(const ranklens::events::Call& r, const CallInfo& info) {
+  const bool rooted = info.op == Op::kBroadcast || info.op == Op::kReduce || info.op == Op::kGather ||
+                      info.op == Op::kScatter || ranklens::events::isP2p(info.op);
+  const bool reduction = info.op == Op::kAllReduce || info.op == Op::kReduce || info.op == Op::kReduceScatter;
+  if (r.op != static_cast<int>(info.op) || r.datatype != static_cast<int>(info.datatype) || r.count != info.count)
+    return false;
+  if (rooted && r.rootOrPeer != info.root) return false;
+  if (reduction) {
+    // User (PreMulSum) operators are handles that differ between runs: only "a user operator" is compared.
+    const bool userRecorded = r.redop >= ncclNumOps, userReplayed = info.redop >= ncclNumOps;
+    if (userRecorded != userReplayed || (!userReplayed && r.redop != static_cast<int>(info.redop))) return false;
+  }
+  return true;
+}
+
+int64_t holdFor(const Session& s, int64_t durationNs, uint64_t restoredBytes) {
+  if (durationNs <= 0) return 0;
+  int64_t cost = s.calibration.holdFixedNs;
+  if (restoredBytes > 0)
+    cost += s.calibration.copyFixedNs + static_cast<int64_t>(s.calibration.copyNsPerByte * restoredBytes);
+  return std::max<int64_t>(0, durationNs - cost);
+}
+
+}  // namespace
+
+bool active() {
+  static const bool on = load() != nullptr;
+  return on;
+}
+
+ncclResult_t onCommCreated(ncclComm* comm) {
+  Session* s = load();
+  if (s == nullptr) {
+    if (!loadError.empty()) {
+      WARN("%s", loadError.c_str());
+      return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+  }
+  std::lock_guard<std::mutex> lock(s->mu);
+  const auto& comms = s->recording->comms();
+  const bool split = comm->how == "split" || comm->how == "shrink";
+  int64_t recordedParent = -1;
+  if (comm->parentId >= 0) {
+    auto it = s->recordedIdOf.find(static_cast<uint64_t>(comm->parentId));
+    recordedParent = it == s->recordedIdOf.end() ? -2 : it->second;  // -2: the parent itself is unmatched
+  }
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const auto& r = comms[i];
+    if (s->recordedTaken[i] || r.nranks != comm->nRanks || r.rank != comm->rank) continue;
+    if ((r.how == "split" || r.how == "shrink") != split || r.parentId != recordedParent) continue;
+    if (split && comm->how == "split" && r.color != comm->color) continue;
+    s->recordedTaken[i] = true;
+    s->recordedIdOf[comm->id] = static_cast<int64_t>(r.commId);
+    s->counters.commsMatched++;
+    INFO(kSubInit | kSubRanklens, "replay: comm %lu (rank %d of %d) matches recorded %s",
+         static_cast<unsigned long>(comm->id), comm->rank, comm->nRanks, describeComm(r).c_str());
+    return ncclSuccess;
+  }
+  s->counters.commsUnmatched++;
+  std::string recorded;
+  for (size_t i = 0; i < comms.size() && i < 8; ++i)
+    if (!s->recordedTaken[i]) recorded += "\n    " + describeComm(comms[i]);
+  WARN("replay: communicator %lu (%s, rank %d of %d%s) has no counterpart in the recording %s; unmatched recorded "
+       "communicators:%s%s",
+       static_cast<unsigned long>(comm->id), comm->how.c_str(), comm->rank, comm->nRanks,
+       comm->parentId >= 0 ? (", parent " + std::to_string(comm->parentId)).c_str() : "",
+       s->recording->directory().c_str(), recorded.empty() ? " none" : recorded.c_str(),
+       s->policy == OnMismatch::kError
+           ? "\n  Replay the rank this trace was recorded for (RANK, ranklens replay --rank), or set "
+             "RANKLENS_ON_MISMATCH=warn|estimate to replay this communicator's calls without the recording"
+           : "");
+  return s->policy == OnMismatch::kError ? ncclInvalidUsage : ncclSuccess;
+}
+
+bool recordedSplitChild(const ncclComm* parent, int color, int key, int* nranks, int* rank,
+                        std::vector<int>* worldRanks) {
+  Session* s = load();
+  if (s == nullptr) return false;
+  std::lock_guard<std::mutex> lock(s->mu);
+  auto it = s->recordedIdOf.find(parent->id);
+  if (it == s->recordedIdOf.end()) return false;
+  const auto& comms = s->recording->comms();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const auto& r = comms[i];
+    if (s->recordedTaken[i] || r.how != "split" || r.parentId != it->second || r.color != color || r.key != key)
+      continue;
+    *nranks = r.nranks;
+    *rank = r.rank;
+    *worldRanks = r.worldRanks;
+    if (worldRanks->size() != static_cast<size_t>(r.nranks)) {
+      // Recorded children carry no member list (the recorder sees only its own rank): map the ranks of the
+      // parent's members it cannot name to -1, keeping this rank's own world rank in place.
+      worldRanks->assign(r.nranks, -1);
+      (*worldRanks)[r.rank] = parent->worldRanks[parent->rank];
+    }
+    return true;
+  }
+  return false;
+}
+
+ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
+  Session* s = load();
+  info->seq = event.seq;
+  if (s == nullptr) return ncclSuccess;
+  std::unique_lock<std::mutex> lock(s->mu);
+  Counters& c = s->counters;
+  c.calls++;
+  auto commIt = s->recordedIdOf.find(info->comm->id);
+  const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info->op));
+  const int peer = kind == SeqKind::kCollective ? -1 : info->root;
+  const RecordedCall* match = nullptr;
+  const RecordedCall* expected = nullptr;
+  int64_t* offset = nullptr;
+  if (commIt != s->recordedIdOf.end()) {
+    offset = &s->offsets[{info->comm->id, static_cast<int>(kind), peer}];
+    const int64_t at = static_cast<int64_t>(event.seq) + *offset;
+    CallKey key{static_cast<uint64_t>(commIt->second), kind, peer, static_cast<uint64_t>(std::max<int64_t>(at, 0))};
+    expected = at >= 0 ? s->recording->find(key) : nullptr;
+    if (expected && sameSignature(expected->call, *info)) {
+      match = expected;
+    } else {
+      // Resynchronise: the program may have skipped recorded calls; else this call is one the recording lacks.
+      for (int k = 1; k <= s->window && at >= 0; ++k) {
+        key.seq = static_cast<uint64_t>(at + k);
+        const RecordedCall* ahead = s->recording->find(key);
+        if (ahead == nullptr) break;
+        if (sameSignature(ahead->call, *info)) {
+          match = ahead;
+          *offset += k;
+          c.resyncs++;
+          c.recordedSkipped += static_cast<uint64_t>(k);
+          break;
+        }
+      }
+    }
+  }
+  if (match == expected && match != nullptr) {
+    c.matched++;
+  } else {
+    if (match != nullptr) c.matched++;
+    c.mismatches++;
+    if (match == nullptr) {
+      c.extra++;
+      if (offset) *offset -= 1;  // the next replayed call is compared with the same recorded one
+    }
+    const bool first = !s->reportedFirst;
+    s->reportedFirst = true;
+    std::string replayed = describeCall("replayed", info->comm->id, event.seq, static_cast<int>(info->op),
+                                        info->datatype, info->count, event.rootOrPeer, event.redop);
+    std::string recorded = commIt == s->recordedIdOf.end()
+                               ? std::string("recorded: (communicator not matched)")
+                               : expected ? describeCall("recorded", expected->call.commId, expected->call.seq,
+                                                         expected->call.op, expected->call.datatype,
+                                                         expected->call.count, expected->call.rootOrPeer,
+                                                         expected->call.redop)
+                                          : std::string("recorded: (no call at this sequence: the recording ends)");
+    if (s->policy == OnMismatch::kError) {
+      lock.unlock();
+      WARN("replay: %s call differs from the recording %s\n  %s\n  %s%s\n  call site:%s\n  Set "
+           "RANKLENS_ON_MISMATCH=warn (replay it without recording) or estimate (estimated duration) to continue",
+           first ? "first" : "a", s->recording->directory().c_str(), replayed.c_str(), recorded.c_str(),
+           match ? "\n  (found later in the recording: the program skipped recorded calls)" : "",
+           callSite().c_str());
+      return ncclInvalidUsage;
+    }
+    if (first || ++s->warned % 1000 == 0) {
+      lock.unlock();
+      WARN("replay: %s call differs from the recording%s (%lu so far)\n  %s\n  %s\n  call site:%s",
+           first ? "first" : "a", match ? " (resynchronised: the program skipped recorded calls)" : "",
+           static_cast<unsigned long>(c.mismatches), replayed.c_str(), recorded.c_str(), callSite().c_str());
+      lock.lock();
+    }
+  }
+  info->recorded = match;
+  if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
+  if (match != nullptr) {
+    info->durationNs = match->durationNs;
+    if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;
+  } else if (s->policy == OnMismatch::kEstimate) {
+    info->durationNs = s->fit.estimateNs(static_cast<int>(info->op), info->comm->nRanks, event.bytes);
+    info->estimated = true;
+    c.estimated++;
+  }
+  return ncclSuccess;
+}
+
+// The breakpoint target of docs/debugging.md: called with the call and the bytes about to be restored.
+extern "C" __attribute__((noinline, used)) void ranklens_restore_payload(
+    uint64_t comm, uint64_t seq, const char* op, void* recvbuff, const void* data, size_t bytes) {
+  asm volatile("" : : "r"(comm), "r"(seq), "r"(op), "r"(recvbuff), "r"(data), "r"(bytes) : "memory");
+}
+
+bool restorePayload(const CallInfo& info, ncclResult_t* result) {
+  *result = ncclSuccess;
+  Session* s = session;
+  if (s == nullptr || s->fidelity != Fidelity::kValue) return false;
+  const RecordedCall* rc = info.recorded;
+  const uint64_t bytes = ranklens::events::receivedBytes(info.op, info.count, info.datatype, info.comm->nRanks,
+                                                         info.comm->rank, info.root);
+  if (bytes == 0 || info.op == Op::kSend) return false;
+  if (rc == nullptr || !rc->payload || !s->prefetcher) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->counters.filledWithoutPayload++;
+    return false;
+  }
+  ranklens::trace::PayloadPrefetcher::Staged staged;
+  std::string error;
+  if (!s->prefetcher->acquire(rc, &staged, &error) || staged.bytes != bytes) {
+    WARN("replay: %s comm %lu seq %lu: recorded payload unusable (%s); the receive buffer gets the fill semantics",
+         info.opName, static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq),
+         error.empty() ? ("recorded " + std::to_string(staged.bytes) + " bytes, the call receives " +
+                          std::to_string(bytes)).c_str()
+                       : error.c_str());
+    if (staged.data) s->prefetcher->release(rc, nullptr);
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->counters.payloadFailures++;
+    s->counters.filledWithoutPayload++;
+    return false;
+  }
+  ranklens_restore_payload(info.comm->id, info.seq, info.opName, info.recvbuff, staged.data, staged.bytes);
+  auto& device = Runtime::get().device();
+  uint64_t fence = 0;
+  const int copyErr = device.copy(info.recvbuff, staged.data, staged.bytes, info.stream);
+  const int fenceErr = copyErr == 0 ? device.fence(info.stream, &fence) : 0;
+  if (copyErr != 0 || fenceErr != 0) {
+    WARN("replay: %s comm %lu seq %lu: restoring the recorded payload failed: %s", info.opName,
+         static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq),
+         ranklens::device::lastError().c_str());
+    // Without a fence the copy's completion is unknown: wait for the stream's work to settle by never reusing it.
+    s->prefetcher->release(rc, copyErr == 0 ? std::function<bool()>([] { return false; }) : nullptr);
+    *result = ncclUnhandledCudaError;
+    return true;
+  }
+  s->prefetcher->release(rc, [&device, fence] { return device.passed(fence); });
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->counters.payloadsRestored++;
+  s->counters.payloadBytesRestored += staged.bytes;
+  return true;
+}
+
+namespace {
+
+ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, uint64_t restoredBytes,
+                        uint64_t groupId) {
+  if (durationNs < 0) return ncclSuccess;
+  const int64_t ns = holdFor(*s, durationNs, restoredBytes);
+  ranklens::trace::Timing t;
+  t.commId = info.comm->id;
+  t.seq = info.seq;
+  t.op = static_cast<int>(info.op);
+  t.stream = reinterpret_cast<uint64_t>(info.stream);
+  t.groupId = groupId;
+  t.startNs = monotonicNs();
+  t.durationNs = durationNs;
+  t.peer = ranklens::events::isP2p(info.op) ? info.root : -1;
+  Runtime::get().emit(ranklens::trace::RecordType::kTiming, t);
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->counters.holds++;
+    s->counters.heldNs += static_cast<uint64_t>(ns);
+  }
+  if (ns == 0) return ncclSuccess;
+  if (Runtime::get().device().hold(static_cast<uint64_t>(ns), groupId ? "Group" : info.opName, info.stream) != 0) {
+    WARN("replay: %s: holding the stream for %ld ns failed: %s", info.opName, static_cast<long>(ns),
+         ranklens::device::lastError().c_str());
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+uint64_t restoredBytesOf(const Session& s, const CallInfo& info) {
+  if (s.fidelity != Fidelity::kValue || info.recorded == nullptr || !info.recorded->payload) return 0;
+  return info.recorded->payload->rawBytes;
+}
+
+}  // namespace
+
+ncclResult_t holdCall(const CallInfo& info) {
+  Session* s = session;
+  if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
+  return holdStream(s, info, info.durationNs, restoredBytesOf(*s, info), 0);
+}
+
+ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
+  Session* s = session;
+  if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
+  // The recording timed each stream of a group once, on the stream's first call; unmatched first calls fall back to
+  // the longest estimate on that stream.
+  std::vector<cudaStream_t> done;
+  for (const CallInfo& first : calls) {
+    if (std::find(done.begin(), done.end(), first.stream) != done.end()) continue;
+    done.push_back(first.stream);
+    int64_t duration = first.recorded ? first.durationNs : -1;
+    uint64_t restored = 0;
+    for (const CallInfo& c : calls) {
+      if (c.stream != first.stream) continue;
+      restored += restoredBytesOf(*s, c);
+      if (!first.recorded && c.estimated) duration = std::max(duration, c.durationNs);
+    }
+    NCCLCHECK(holdStream(s, first, duration, restored, first.recorded ? first.recorded->call.groupId : 1));
+  }
+  return ncclSuccess;
+}
+
+void finish() {
+  Session* s = session;
+  if (s == nullptr) return;
+  Counters c;
+  ranklens::trace::PrefetchStats p;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    c = s->counters;
+  }
+  if (s->prefetcher) p = s->prefetcher->stats();
+  if (auto* writer = Runtime::get().writer()) {
+    const std::pair<const char*, uint64_t> values[] = {
+        {"replay_calls", c.calls},
+        {"replay_calls_matched", c.matched},
+        {"replay_mismatches", c.mismatches},
+        {"replay_resyncs", c.resyncs},
+        {"replay_recorded_calls_skipped", c.recordedSkipped},
+        {"replay_extra_calls", c.extra},
+        {"replay_estimated", c.estimated},
+        {"replay_untimed", c.untimed},
+        {"replay_holds", c.holds},
+        {"replay_held_ns", c.heldNs},
+        {"replay_payloads_restored", c.payloadsRestored},
+        {"replay_payload_bytes_restored", c.payloadBytesRestored},
+        {"replay_payload_failures", c.payloadFailures},
+        {"replay_filled_without_payload", c.filledWithoutPayload},
+        {"replay_comms_matched", c.commsMatched},
+        {"replay_comms_unmatched", c.commsUnmatched},
+        {"replay_prefetch_waits", p.waits},
+        {"replay_prefetch_evicted", p.evicted},
+        {"replay_prefetch_oversized", p.oversized},
+        {"replay_recorded_calls", s->recording->callCount()},
+        {"replay_hold_fixed_ns", static_cast<uint64_t>(s->calibration.holdFixedNs)},
+    };
+    for (const auto& [name, value] : values) writer->setCounter(name, value);
+  }
+  const bool faithful = c.mismatches == 0 && c.commsUnmatched == 0 && c.payloadFailures == 0;
+  char line[512];
+  snprintf(line, sizeof line,
+           "replay summary: %lu calls, %lu matched, %lu mismatched (%lu resynchronised, %lu recorded calls skipped, "
+           "%lu extra, %lu estimated), %lu payloads restored (%lu bytes), %lu filled without payload, %lu holds",
+           static_cast<unsigned long>(c.calls), static_cast<unsigned long>(c.matched),
+           static_cast<unsigned long>(c.mismatches), static_cast<unsigned long>(c.resyncs),
+           static_cast<unsigned long>(c.recordedSkipped), static_cast<unsigned long>(c.extra),
+           static_cast<unsigned long>(c.estimated), static_cast<unsigned long>(c.payloadsRestored),
+           static_cast<unsigned long>(c.payloadBytesRestored), static_cast<unsigned long>(c.filledWithoutPayload),
+           static_cast<unsigned long>(c.holds));
+  if (faithful) INFO(kSubRanklens, "%s", line);
+  else WARN("%s", line);
+}
+
+}  // namespace replay
+}  // namespace nccl_fake

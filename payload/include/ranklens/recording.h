@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// A recorded rank, loaded for replay: its communicators in creation order and every call indexed by its sequence
+// key, with the call's recorded GPU duration and payload reference attached. Payload bytes stay on disk until asked
+// for (readPayload is thread-safe: each read opens the file itself).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ranklens/events.h"
+#include "ranklens/trace.h"
+
+namespace ranklens {
+namespace trace {
+
+// Collectives share one sequence per communicator; Send and Recv have one per peer each.
+enum class SeqKind : int { kCollective = 0, kSend = 1, kRecv = 2 };
+SeqKind seqKindOf(int op);
+
+struct CallKey {
+  uint64_t commId = 0;
+  SeqKind kind = SeqKind::kCollective;
+  int peer = -1;  // -1 for collectives
+  uint64_t seq = 0;
+  bool operator==(const CallKey& o) const {
+    return commId == o.commId && kind == o.kind && peer == o.peer && seq == o.seq;
+  }
+};
+struct CallKeyHash {
+  size_t operator()(const CallKey& k) const {
+    uint64_t h = k.commId * 0x9E3779B97F4A7C15ull ^ (k.seq + 0x632BE59BD9B4E019ull * (static_cast<uint64_t>(k.kind) + 1));
+    h ^= static_cast<uint64_t>(static_cast<int64_t>(k.peer)) * 0xC2B2AE3D27D4EB4Full;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+CallKey callKeyOf(const events::Call& call);
+
+struct RecordedCall {
+  events::Call call;
+  // GPU duration from the call's Timing record; for a call in a group, the first call on each stream carries the
+  // duration of the whole group on that stream and the others carry -1. -1: not measured (captured, lost).
+  int64_t durationNs = -1;
+  std::optional<PayloadRef> payload;
+  uint64_t order = 0;  // submission order among all recorded calls of the rank
+};
+
+class Recording {
+ public:
+  // `path` is a rank directory or a trace root holding rank<rank> (rank < 0: the root must hold exactly one).
+  // Damage in the trace is reported by problems(); what precedes it is used.
+  static std::unique_ptr<Recording> open(const std::string& path, int rank, std::string* error);
+  ~Recording();
+
+  const Manifest& manifest() const;
+  const std::string& directory() const;
+  const std::vector<Problem>& problems() const;
+  const std::vector<events::CommInit>& comms() const;  // creation order
+  const RecordedCall* find(const CallKey& key) const;
+  size_t callCount() const;
+  size_t timedCount() const;
+  // Calls with a payload, in submission order: the order replay will most likely ask for them.
+  const std::vector<const RecordedCall*>& payloadOrder() const;
+  // All recorded calls in submission order.
+  const std::vector<RecordedCall>& calls() const;
+  bool readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem) const;
+
+ private:
+  Recording();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trace
+}  // namespace ranklens

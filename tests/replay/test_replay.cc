@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+// Replay of a recording without a GPU: replay_scenario is recorded once through RankLens forwarding to the fake "real
+// NCCL" (payloads: all), then replayed by RankLens alone on the host device. The scenario writes every buffer it
+// received; value replay must reproduce the recorded run's file byte for byte, and the replay trace's counters must
+// account for every call, hold and payload.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "trace_test_support.h"
+
+namespace {
+
+using trace_test::readTrace;
+using trace_test::Trace;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct Recorded {
+  std::string root;     // trace root (holds rank1)
+  std::string output;   // what the scenario received from the real library
+  int status = -1;
+  std::string log;
+};
+
+const std::string& tmpRoot() {
+  static const std::string root = trace_test::freshDir(TEST_TMP_DIR, "replay-" + std::to_string(getpid()));
+  return root;
+}
+
+// One recording shared by the tests (deterministic: the fake library's results depend only on the inputs).
+const Recorded& recording() {
+  static const Recorded rec = [] {
+    Recorded r;
+    r.root = tmpRoot() + "/recorded";
+    const std::string out = tmpRoot() + "/recorded.out";
+    auto run = trace_test::runWithEnv({{"RANKLENS_MODE", "record"},
+                                       {"RANKLENS_DEVICE", "host"},
+                                       {"RANKLENS_REAL_NCCL", FAKE_REAL_NCCL},
+                                       {"RANKLENS_TRACE_DIR", r.root},
+                                       {"RANKLENS_PAYLOADS", "all"},
+                                       {"RANK", "1"},
+                                       {"WORLD_SIZE", "4"},
+                                       {"FAKE_REAL_NCCL_SPIN_US", "200"},
+                                       {"SCENARIO_OUT", out}},
+                                      "'" REPLAY_SCENARIO "'");
+    r.status = run.status;
+    r.log = run.output;
+    r.output = slurp(out);
+    return r;
+  }();
+  return rec;
+}
+
+struct Replayed {
+  trace_test::ChildRun run;
+  std::string output;
+  std::string traceDir;
+};
+
+Replayed replay(const std::string& name, std::map<std::string, std::string> extra) {
+  Replayed r;
+  const std::string dir = tmpRoot() + "/" + name;
+  const std::string out = tmpRoot() + "/" + name + ".out";
+  std::map<std::string, std::string> env = {{"RANKLENS_MODE", "replay"},
+                                            {"RANKLENS_DEVICE", "host"},
+                                            {"RANKLENS_REPLAY_TRACE", recording().root},
+                                            {"RANKLENS_FIDELITY", "value"},
+                                            {"RANKLENS_FILL", "poison"},
+                                            {"RANKLENS_TRACE_DIR", dir},
+                                            {"RANK", "1"},
+                                            {"WORLD_SIZE", "4"},
+                                            {"NCCL_DEBUG", "WARN"},
+                                            {"SCENARIO_OUT", out}};
+  for (const auto& [k, v] : extra) env[k] = v;
+  r.run = trace_test::runWithEnv(env, "'" REPLAY_SCENARIO "'");
+  r.output = slurp(out);
+  r.traceDir = dir + "/rank1";
+  return r;
+}
+
+// What the recorded durations add up to: one per call outside groups, one per stream of each group.
+uint64_t recordedHoldNs(const Trace& t) {
+  uint64_t total = 0;
+  for (const auto& timing : t.timings) total += static_cast<uint64_t>(std::max<int64_t>(timing.durationNs, 0));
+  return total;
+}
+
+TEST(ReplayRecording, ValueReplayRestoresEveryReceivedBufferBitForBit) {
+  const Recorded& rec = recording();
+  ASSERT_EQ(rec.status, 0) << rec.log;
+  Trace recorded = readTrace(rec.root + "/rank1");
+  ASSERT_FALSE(recorded.payloads.empty());
+
+  Replayed r = replay("value", {});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  // Under fill: poison every unrestored byte would show as NaN/0xff; the files are identical instead.
+  EXPECT_EQ(r.output, rec.output);
+  Trace t = readTrace(r.traceDir);
+  EXPECT_EQ(t.calls.size(), recorded.calls.size());
+  EXPECT_EQ(t.counter("replay_calls"), recorded.calls.size());
+  EXPECT_EQ(t.counter("replay_calls_matched"), recorded.calls.size());
+  EXPECT_EQ(t.counter("replay_mismatches"), 0u);
+  EXPECT_EQ(t.counter("replay_comms_matched"), 2u);
+  EXPECT_EQ(t.counter("replay_payloads_restored"), recorded.payloads.size());
+  EXPECT_EQ(t.counter("replay_filled_without_payload"), 0u);
+  // The host device's holds take no calibration off: the held time is exactly the recorded time.
+  EXPECT_EQ(t.counter("replay_held_ns"), recordedHoldNs(recorded));
+  EXPECT_EQ(t.counter("replay_holds"), recorded.timings.size());
+  EXPECT_GT(t.counter("replay_held_ns"), 0u);
+  // The split child was sized from the recording (no split table configured).
+  ASSERT_EQ(t.comms.size(), 2u);
+  EXPECT_EQ(t.comms[1].nranks, recorded.comms[1].nranks);
+  EXPECT_EQ(t.comms[1].rank, recorded.comms[1].rank);
+}
+
+TEST(ReplayRecording, TimingReplayHoldsWithoutRestoringPayloads) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Trace recorded = readTrace(recording().root + "/rank1");
+  Replayed r = replay("timing", {{"RANKLENS_FIDELITY", "timing"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  EXPECT_NE(r.output, recording().output);  // poison, not the recorded values
+  Trace t = readTrace(r.traceDir);
+  EXPECT_EQ(t.counter("replay_payloads_restored"), 0u);
+  EXPECT_EQ(t.counter("replay_held_ns"), recordedHoldNs(recorded));
+}
+
+TEST(ReplayRecording, StructureReplayWithATraceChecksCallsButHoldsNothing) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Replayed r = replay("structure", {{"RANKLENS_FIDELITY", "structure"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  Trace t = readTrace(r.traceDir);
+  EXPECT_EQ(t.counter("replay_mismatches"), 0u);
+  EXPECT_EQ(t.counter("replay_holds"), 0u);
+}
+
+TEST(ReplayMismatch, ErrorPolicyFailsTheCallAndNamesBothSides) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Replayed r = replay("count-error", {{"SCENARIO_VARIANT", "count"}});
+  EXPECT_EQ(r.run.status, 3) << r.run.output;  // the scenario's exit code for a failed call
+  EXPECT_NE(r.run.output.find("AllReduce at step 1 failed: invalid usage"), std::string::npos) << r.run.output;
+  EXPECT_NE(r.run.output.find("replayed: comm 0 seq 2 AllReduce float32 count 255"), std::string::npos)
+      << r.run.output;
+  EXPECT_NE(r.run.output.find("recorded: comm 0 seq 2 AllReduce float32 count 256"), std::string::npos)
+      << r.run.output;
+  EXPECT_NE(r.run.output.find("RANKLENS_ON_MISMATCH"), std::string::npos) << r.run.output;
+  EXPECT_NE(r.run.output.find("call site"), std::string::npos) << r.run.output;
+}
+
+TEST(ReplayMismatch, SkippedCallsAreResynchronised) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Replayed r = replay("skip-warn", {{"SCENARIO_VARIANT", "skip"}, {"RANKLENS_ON_MISMATCH", "warn"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  Trace t = readTrace(r.traceDir);
+  // Step 3 skipped its Broadcast: the AllReduce of step 4 is found one recorded call ahead, then all match again.
+  EXPECT_EQ(t.counter("replay_mismatches"), 1u);
+  EXPECT_EQ(t.counter("replay_resyncs"), 1u);
+  EXPECT_EQ(t.counter("replay_recorded_calls_skipped"), 1u);
+  EXPECT_EQ(t.counter("replay_extra_calls"), 0u);
+  EXPECT_EQ(t.counter("replay_calls_matched"), t.counter("replay_calls"));
+  // Every buffer of step 4 still gets the recorded values.
+  const std::string step4 = "allreduce step 4:";
+  const auto recordedAt = recording().output.find(step4), replayedAt = r.output.find(step4);
+  ASSERT_NE(recordedAt, std::string::npos);
+  ASSERT_NE(replayedAt, std::string::npos);
+  EXPECT_EQ(r.output.substr(replayedAt), recording().output.substr(recordedAt));
+  EXPECT_NE(r.run.output.find("resynchronised"), std::string::npos) << r.run.output;
+}
+
+TEST(ReplayMismatch, ExtraCallsGetAnEstimatedDurationAndTheRestStillMatches) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Replayed r = replay("extra-estimate", {{"SCENARIO_VARIANT", "extra"}, {"RANKLENS_ON_MISMATCH", "estimate"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  Trace t = readTrace(r.traceDir);
+  EXPECT_EQ(t.counter("replay_extra_calls"), 1u);
+  EXPECT_EQ(t.counter("replay_estimated"), 1u);
+  EXPECT_EQ(t.counter("replay_calls_matched") + 1, t.counter("replay_calls"));
+  // The extra call is held for an estimate fitted to the recorded AllReduces (~200 us each): plausible, not zero.
+  Trace recorded = readTrace(recording().root + "/rank1");
+  const uint64_t extraNs = t.counter("replay_held_ns") - recordedHoldNs(recorded);
+  EXPECT_GT(extraNs, 50'000u);
+  EXPECT_LT(extraNs, 5'000'000u);
+  EXPECT_EQ(r.output, recording().output);  // the extra call is in place and not dumped
+}
+
+TEST(ReplayMismatch, WrongRankIsRefusedWithTheRecordedRanks) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Replayed r = replay("wrong-rank", {{"RANK", "2"}});
+  EXPECT_EQ(r.run.status, 3) << r.run.output;
+  EXPECT_NE(r.run.output.find("no recording of rank 2 (recorded: rank1)"), std::string::npos) << r.run.output;
+}
+
+TEST(ReplayMismatch, WrongWorldSizeIsRefusedWithTheFix) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Replayed r = replay("wrong-world", {{"WORLD_SIZE", "8"}});
+  EXPECT_EQ(r.run.status, 3) << r.run.output;
+  EXPECT_NE(r.run.output.find("recorded with WORLD_SIZE 4"), std::string::npos) << r.run.output;
+}
+
+TEST(ReplayMismatch, FidelityTimingWithoutATraceNamesTheSetting) {
+  Replayed r = replay("no-trace", {{"RANKLENS_REPLAY_TRACE", "<unset>"}, {"RANKLENS_FIDELITY", "timing"}});
+  EXPECT_EQ(r.run.status, 3) << r.run.output;
+  EXPECT_NE(r.run.output.find("RANKLENS_REPLAY_TRACE"), std::string::npos) << r.run.output;
+}
+
+TEST(ReplayDebugging, BreakAtRaisesSigtrapAtThatCall) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Replayed r = replay("break", {{"RANKLENS_BREAK_AT", "0:3"}});
+  EXPECT_EQ(r.run.status, 128 + SIGTRAP) << r.run.output;
+  EXPECT_NE(r.run.output.find("comm 0 seq 3 reached (break_at)"), std::string::npos) << r.run.output;
+}
+
+}  // namespace

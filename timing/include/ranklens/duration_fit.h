@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// A latency-bandwidth model of collective durations fitted to recorded calls: duration = latency + bytes / bandwidth
+// per (op, communicator size), by least squares. Replay uses it for calls the recording does not cover
+// (on_mismatch: estimate) until the history-based estimator replaces it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace ranklens {
+namespace timing {
+
+struct DurationSample {
+  int op = 0;
+  int nranks = 0;
+  uint64_t bytes = 0;
+  int64_t durationNs = 0;
+};
+
+class LatencyBandwidthFit {
+ public:
+  void fit(const std::vector<DurationSample>& samples);
+  // Falls back from (op, nranks) to op to all samples to a fixed 20 us + 100 GB/s when nothing was fitted.
+  int64_t estimateNs(int op, int nranks, uint64_t bytes) const;
+  size_t models() const { return models_.size(); }
+
+ private:
+  struct Line {
+    double latencyNs = 0, nsPerByte = 0;
+  };
+  static bool solve(const std::vector<const DurationSample*>& samples, Line* out);
+  std::map<std::pair<int, int>, Line> models_;  // (op, nranks); nranks -1: any size; op -1: any op
+};
+
+}  // namespace timing
+}  // namespace ranklens

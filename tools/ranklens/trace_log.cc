@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "trace_log.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+namespace ranklens {
+namespace tools {
+
+namespace fs = std::filesystem;
+
+bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error) {
+  auto reader = trace::TraceReader::open(rankDir, trace::Limits{}, error);
+  if (!reader) return false;
+  log->directory = rankDir;
+  log->manifest = reader->manifest();
+  reader->scan([&](trace::RecordType type, const msgpack::object& body, const trace::Location&) {
+    try {
+      switch (type) {
+        case trace::RecordType::kCommInit: log->comms.push_back(body.as<events::CommInit>()); break;
+        case trace::RecordType::kCall: log->calls.push_back(body.as<events::Call>()); break;
+        case trace::RecordType::kGroupEnd: log->groups++; break;
+        case trace::RecordType::kStage: log->stages.push_back(body.as<events::Stage>()); break;
+        case trace::RecordType::kTiming: log->timings.push_back(body.as<trace::Timing>()); break;
+        default: break;
+      }
+    } catch (const std::exception&) {
+      // a record of the wrong shape is reported by the reader's problems()
+    }
+    return true;
+  });
+  log->problems = reader->problems();
+  return true;
+}
+
+void warnAboutDamage(const EventLog& log, const std::string& consequence, std::ostream& err) {
+  for (const auto& problem : log.problems)
+    err << "warning: " << problem.describe() << (problem.truncated ? " (truncated: a crash?)" : "") << "; "
+        << consequence << "\n";
+  if (!log.manifest.closed)
+    err << "warning: " << log.directory << ": trace not closed (the process may have crashed)\n";
+}
+
+bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* error) {
+  if (!fs::is_directory(path)) {
+    *error = path + ": not a directory";
+    return false;
+  }
+  if (fs::exists(fs::path(path) / "manifest.msgpack")) {
+    *rankDir = path;
+    return true;
+  }
+  if (rank >= 0) {
+    const std::string candidate = (fs::path(path) / ("rank" + std::to_string(rank))).lexically_normal().string();
+    if (!fs::exists(fs::path(candidate) / "manifest.msgpack")) {
+      *error = candidate + ": no manifest.msgpack (is rank " + std::to_string(rank) + " in this trace?)";
+      return false;
+    }
+    *rankDir = candidate;
+    return true;
+  }
+  const std::vector<std::string> dirs = trace::rankDirectories(path);
+  if (dirs.size() != 1) {
+    *error = path + (dirs.empty() ? ": no rank directory with a manifest.msgpack (is this a RankLens trace?)"
+                                  : ": holds " + std::to_string(dirs.size()) + " rank directories; pick one with --rank R");
+    return false;
+  }
+  *rankDir = fs::path(dirs[0]).lexically_normal().string();
+  return true;
+}
+
+int64_t firstRecordTimeNs(const EventLog& log) {
+  int64_t first = INT64_MAX;
+  for (const auto& comm : log.comms) first = std::min(first, comm.timeNs);
+  for (const auto& call : log.calls) first = std::min(first, call.timeNs);
+  for (const auto& stage : log.stages) first = std::min(first, stage.timeNs);
+  for (const auto& timing : log.timings) first = std::min(first, timing.startNs);
+  return first == INT64_MAX ? 0 : first;
+}
+
+CallKind callKind(int op) {
+  if (op == static_cast<int>(events::Op::kSend)) return CallKind::kSend;
+  if (op == static_cast<int>(events::Op::kRecv)) return CallKind::kRecv;
+  return CallKind::kCollective;
+}
+
+const char* callKindName(CallKind kind) {
+  switch (kind) {
+    case CallKind::kSend: return "send";
+    case CallKind::kRecv: return "recv";
+    default: return "collective";
+  }
+}
+
+CallKey callKey(uint64_t commId, int op, int peer, uint64_t seq) {
+  const CallKind kind = callKind(op);
+  return {commId, static_cast<int>(kind), kind == CallKind::kCollective ? -1 : peer, seq};
+}
+
+std::string opText(int op) {
+  if (op < static_cast<int>(events::Op::kAllReduce) || op > static_cast<int>(events::Op::kRecv))
+    return "op" + std::to_string(op);
+  return events::opName(static_cast<events::Op>(op));
+}
+
+const char* redopName(int redop) {
+  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
+  if (redop < 0) return "-";
+  return redop < 5 ? names[redop] : "premulsum";
+}
+
+std::string bytesText(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(unit == 0 ? 0 : 1) << value << " " << units[unit];
+  return text.str();
+}
+
+}  // namespace tools
+}  // namespace ranklens

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the `ranklens` trace commands (summary, compare, timeline) share: one rank directory read into memory, and
+// the names they print.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ranklens/events.h"
+#include "ranklens/trace.h"
+
+namespace ranklens {
+namespace tools {
+
+// Every record of one rank directory that the tools use, in segment order.
+struct EventLog {
+  std::string directory;
+  trace::Manifest manifest;
+  std::vector<events::CommInit> comms;
+  std::vector<events::Call> calls;
+  std::vector<events::Stage> stages;
+  std::vector<trace::Timing> timings;
+  size_t groups = 0;
+  std::vector<trace::Problem> problems;  // damage found while reading; the intact records before it are loaded
+};
+
+// Reads `rankDir`. False with `error` ("<path>: <reason>") when it cannot be opened at all.
+bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error);
+// Prints a warning per problem (ending in "; <consequence>") and one if the writer did not close the trace.
+void warnAboutDamage(const EventLog& log, const std::string& consequence, std::ostream& err);
+
+// A trace argument made into one rank directory: a rank directory itself, or a trace root holding rank<R>/ (`rank`
+// picks it; without one, the root must hold exactly one rank). False with `error` otherwise.
+bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* error);
+
+// Earliest time of any record (CLOCK_MONOTONIC ns), 0 for an empty log: where a trace's timeline starts.
+int64_t firstRecordTimeNs(const EventLog& log);
+
+// A call's identity within its communicator (docs/trace-format.md, index.msgpack): collectives share one sequence,
+// Send and Recv have one per peer.
+enum class CallKind : int { kCollective = 0, kSend = 1, kRecv = 2 };
+CallKind callKind(int op);
+const char* callKindName(CallKind kind);  // "collective", "send", "recv"
+using CallKey = std::tuple<uint64_t, int, int, uint64_t>;  // commId, CallKind, peer (-1 for collectives), seq
+CallKey callKey(uint64_t commId, int op, int peer, uint64_t seq);
+
+std::string opText(int op);         // "AllReduce", ..., "op<N>" for values outside the format's table
+const char* redopName(int redop);   // "sum", ..., "premulsum"; "-" for none
+std::string bytesText(uint64_t bytes);  // "64.0 KiB"
+
+}  // namespace tools
+}  // namespace ranklens
