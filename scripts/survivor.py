@@ -16,7 +16,8 @@ training script, unmodified, in a child that hosts its own non-waiting TCPStore:
     nobody waits for the N-1 absent peers;
   * TORCH_NCCL_BCAST_UNIQUEID=0 (no ncclUniqueId exchange through the store), and
     TORCH_NCCL_RANKS_PER_ROOT=N when N > 128 (no scalable-init multi_get);
-  * RANKLENS_MODE=replay, RANKLENS_FIDELITY=structure, RANKLENS_FILL=<--fill> if given.
+  * RANKLENS_MODE=replay, RANKLENS_FIDELITY=<--fidelity> (structure), RANKLENS_REPLAY_TRACE=<--trace>,
+    RANKLENS_FILL=<--fill> if given.
 
 Then it execs `python3 scripts/_survivor_boot.py script.py args...` (same interpreter).
 """
@@ -81,6 +82,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--fill", choices=FILLS, default=None,
                    help="what collectives write into receive buffers without a recorded payload "
                         "(sets RANKLENS_FILL; default: the library's, clone)")
+    p.add_argument("--trace", default=None, metavar="DIR",
+                   help="replay this recorded trace (a rank directory or the trace root; sets RANKLENS_REPLAY_TRACE)")
+    p.add_argument("--fidelity", choices=("structure", "timing", "value"), default="structure",
+                   help="structure (default), timing (hold recorded durations; needs --trace) or value "
+                        "(also restore recorded payloads)")
     p.add_argument("--port", type=int, default=0,
                    help="MASTER_PORT for the in-process store (default: pick a free one)")
     p.add_argument("--check-preload", action="store_true",
@@ -118,6 +124,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                 f"are numbered 0..{args.world_size - 1}")
     if not 0 <= args.port < 65536:
         p.error(f"--port must be in [0, 65535], got {args.port}")
+    if args.fidelity != "structure" and not args.trace:
+        p.error(f"--fidelity {args.fidelity} replays a recording: give --trace DIR")
     return args, child
 
 
@@ -201,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     port = args.port or free_port()
     env, changes, warnings = build_env(dict(os.environ), lib, args.rank, args.world_size, port, args.fill,
                                        args.check_preload)
+    changes["RANKLENS_FIDELITY"] = env["RANKLENS_FIDELITY"] = args.fidelity
+    if args.trace:
+        changes["RANKLENS_REPLAY_TRACE"] = env["RANKLENS_REPLAY_TRACE"] = os.path.abspath(args.trace)
     cmd = [sys.executable, BOOT, *child]
 
     for w in warnings:

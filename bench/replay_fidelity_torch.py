@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Replay fidelity on the GPU machines: record a 2-GPU torch job, replay every rank alone on one GPU, compare.
+
+For each parallel mode (DDP, FSDP2; examples/torch/train_gpt.py):
+(a) timing  Record GPT-2-small (124M, bf16) on --nproc GPUs with the recorder (payloads: small), --steps steps,
+            every step marked. Replay each rank with scripts/survivor.py --fidelity timing --trace <recording> on
+            one GPU (rank r on GPU r % visible GPUs, all ranks at once; each replay sees one GPU). Reported per rank:
+            the raw signature match (the replay's counters: every call matched, no mismatch, as many calls as
+            recorded) and the median step time over steps --warmup..end, replay vs the recorded run's same rank.
+(b) value   Record the smaller default model with --deterministic, payloads: all (staging_full: wait) and
+            --save-params; replay each rank with --fidelity value --deterministic --save-params; every parameter
+            tensor of the replayed rank must be torch.equal to that rank's in the real run.
+
+Outputs --json (default bench/results/replay/replay_fidelity_torch.json) and a combined log next to it; per-run
+logs, traces and parameters under --work.
+
+Example (2-GPU machine, repository root; about 6 minutes):
+    RANKLENS_COMMIT=<sha> /opt/torch/.venv/bin/python bench/replay_fidelity_torch.py \\
+        --lib .carry/lib/libnccl.so.2 --json $OUT/replay_fidelity_torch.json
+Exit status: 0 when every check passed, 1 otherwise, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record_bench_lib as lib  # noqa: E402
+import record_fidelity_torch as rft  # noqa: E402  (parameter comparison)
+
+REPO = lib.REPO
+TRAIN = "examples/torch/train_gpt.py"
+SURVIVOR = os.path.join(REPO, "scripts", "survivor.py")
+GPT2_SMALL = ["--d-model", "768", "--layers", "12", "--heads", "12", "--vocab", "50304", "--seq-len", "1024"]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lib", required=True, help="RankLens libnccl.so.2")
+    p.add_argument("--python", default=sys.executable, help="interpreter with torch (default: %(default)s)")
+    p.add_argument("--nproc", type=int, default=2, help="GPUs of the recorded job (default: %(default)s)")
+    p.add_argument("--modes", default="ddp,fsdp2", help="comma list of ddp, fsdp2 (default: %(default)s)")
+    p.add_argument("--checks", default="timing,value", help="comma list of timing, value (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=25, help="steps of the timing runs (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=5, help="steps left out of the medians (default: %(default)s)")
+    p.add_argument("--value-steps", type=int, default=20, help="steps of the value runs (default: %(default)s)")
+    p.add_argument("--micro-batch", type=int, default=8, help="sequences per rank per step (default: %(default)s)")
+    p.add_argument("--tolerance", type=float, default=0.01, help="median step-time error allowed (default: 1%%)")
+    p.add_argument("--json", default=os.path.join(REPO, "bench", "results", "replay", "replay_fidelity_torch.json"))
+    p.add_argument("--work", default="/tmp/ranklens-replay-fidelity", help="logs, traces, parameters")
+    p.add_argument("--timeout", type=float, default=300, help="seconds per run (default: %(default)s)")
+    p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment of the replays, e.g. RANKLENS_COMPLETION=host_callback")
+    args = p.parse_args(argv)
+    args.lib = os.path.abspath(args.lib)
+    args.json = os.path.abspath(args.json)
+    return args
+
+
+def clean_env(extra: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    unset = [k for k in os.environ if k.startswith("RANKLENS_")]
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", **extra}
+    return env, [k for k in unset if k not in env]
+
+
+def results_of(log_path: str) -> dict:
+    results, _ = lib.parse_result_lines(lib.read_text(log_path))
+    return {r.get("rank"): r for r in results}
+
+
+def median_after(step_ms: list[float] | None, warmup: int) -> float | None:
+    if not step_ms or len(step_ms) <= warmup:
+        return None
+    return statistics.median(step_ms[warmup:])
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.log = lib.CombinedLog(os.path.splitext(args.json)[0] + ".log")
+        self.doc = {**lib.provenance(), "runs": [], "checks": [], "tolerance": args.tolerance}
+        os.makedirs(args.work, exist_ok=True)
+
+    def record(self, name: str, mode: str, payloads: str, train: list[str]) -> tuple[dict, str]:
+        a = self.args
+        trace = os.path.join(a.work, "traces", name)
+        shutil.rmtree(trace, ignore_errors=True)
+        os.makedirs(trace)
+        env, unset = clean_env({"LD_PRELOAD": a.lib, "RANKLENS_MODE": "record", "RANKLENS_TRACE_DIR": trace,
+                                "RANKLENS_PAYLOADS": payloads, "RANKLENS_STAGING_FULL": "wait"})
+        argv = [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.nproc), TRAIN,
+                "--parallel", mode, "--log-all-ranks", "--mark-steps", *train]
+        log_path = os.path.join(a.work, "logs", name + ".log")
+        self.log.say(f"record {name} ...")
+        res = lib.run_logged(argv, env, log_path, a.timeout, unset)
+        run = {"name": name, "kind": "record", "mode": mode, "command": res["command_line"], "rc": res["rc"],
+               "wall_s": res["wall_s"], "results": results_of(log_path), "trace": trace}
+        self.log.say(f"record {name}: rc {res['rc']}, {res['wall_s']:.0f} s")
+        self.log.append_file(name, log_path, max_lines=120)
+        self.doc["runs"].append(run)
+        return run, trace
+
+    def replay_all(self, name: str, mode: str, fidelity: str, trace: str, train_for_rank) -> dict:
+        """Replays every rank at once, rank r on GPU r % (visible GPUs), each seeing only its GPU."""
+        a = self.args
+        gpus = int(subprocess.run([a.python, "-c", "import torch; print(torch.cuda.device_count())"],
+                                  capture_output=True, text=True).stdout.strip() or "1")
+        procs = []
+        for rank in range(a.nproc):
+            out_trace = os.path.join(a.work, "traces", f"{name}-replay")
+            extra = dict(kv.split("=", 1) for kv in a.replay_env)
+            env, unset = clean_env({"CUDA_VISIBLE_DEVICES": str(rank % max(gpus, 1)),
+                                    "RANKLENS_TRACE_DIR": out_trace, **extra})
+            argv = [a.python, SURVIVOR, "--lib", a.lib, "--rank", str(rank), "--world-size", str(a.nproc),
+                    "--fidelity", fidelity, "--trace", trace, "--quiet", "--", TRAIN, "--parallel", mode,
+                    "--log-all-ranks", "--mark-steps", *train_for_rank(rank)]
+            log_path = os.path.join(a.work, "logs", f"{name}-replay-rank{rank}.log")
+            procs.append((rank, log_path, out_trace, argv, env, unset))
+        shutil.rmtree(os.path.join(a.work, "traces", f"{name}-replay"), ignore_errors=True)
+        self.log.say(f"replay {name} ({fidelity}), {a.nproc} ranks at once ...")
+        import concurrent.futures as cf
+        with cf.ThreadPoolExecutor(len(procs)) as pool:
+            futures = {rank: pool.submit(lib.run_logged, argv, env, log_path, a.timeout, unset)
+                       for rank, log_path, _, argv, env, unset in procs}
+        runs = {}
+        for rank, log_path, out_trace, *_ in procs:
+            res = futures[rank].result()
+            stats = lib.trace_stats_any(out_trace, python=a.python)
+            counters = {}
+            for r in stats.get("ranks", []):
+                if (r.get("manifest") or {}).get("rank") == rank or r.get("dir", "").endswith(f"rank{rank}"):
+                    counters = r.get("counters") or {}
+            runs[rank] = {"rc": res["rc"], "wall_s": res["wall_s"], "command": res["command_line"],
+                          "result": results_of(log_path).get(rank), "counters": counters, "log": log_path,
+                          "stats_errors": stats.get("errors")}
+            self.log.say(f"replay {name} rank {rank}: rc {res['rc']}, {res['wall_s']:.0f} s")
+            self.log.append_file(f"{name}-replay-rank{rank}", log_path, max_lines=80)
+        run = {"name": name + "-replay", "kind": "replay", "fidelity": fidelity, "mode": mode, "ranks": runs}
+        self.doc["runs"].append(run)
+        return run
+
+    def signature_ok(self, replay_rank: dict, recorded_calls: int | None) -> tuple[bool, str]:
+        c = replay_rank.get("counters") or {}
+        calls, matched, mism = c.get("replay_calls"), c.get("replay_calls_matched"), c.get("replay_mismatches")
+        ok = calls is not None and calls == matched and mism == 0 and c.get("replay_comms_unmatched", 0) == 0 and \
+            (recorded_calls is None or calls == recorded_calls)
+        return ok, f"calls {calls} (recorded {recorded_calls}), matched {matched}, mismatches {mism}"
+
+    def recorded_calls(self, trace: str) -> dict[int, int]:
+        stats = lib.trace_stats_any(trace, python=self.args.python)
+        out = {}
+        for r in stats.get("ranks", []):
+            rank = (r.get("manifest") or {}).get("rank")
+            if rank is not None:
+                out[rank] = (r.get("records") or {}).get("Call")
+        return out
+
+    def timing(self, mode: str):
+        a = self.args
+        train = [*GPT2_SMALL, "--steps", str(a.steps), "--micro-batch", str(a.micro_batch)]
+        rec, trace = self.record(f"{mode}-timing", mode, "small", train)
+        rep = self.replay_all(f"{mode}-timing", mode, "timing", trace, lambda r: train)
+        calls = self.recorded_calls(trace)
+        for rank in range(a.nproc):
+            real = (rec["results"].get(rank) or {}).get("step_ms")
+            replay = ((rep["ranks"][rank].get("result")) or {}).get("step_ms")
+            m_real, m_rep = median_after(real, a.warmup), median_after(replay, a.warmup)
+            err = (m_rep - m_real) / m_real if m_real and m_rep else None
+            per_step = [(y - x) / x for x, y in zip(real[a.warmup:], replay[a.warmup:])] if real and replay else []
+            sig_ok, sig = self.signature_ok(rep["ranks"][rank], calls.get(rank))
+            check = {"check": "timing", "mode": mode, "rank": rank, "median_step_ms_real": m_real,
+                     "median_step_ms_replay": m_rep, "median_step_error": err,
+                     "median_abs_per_step_error": statistics.median([abs(e) for e in per_step]) if per_step else None,
+                     "signature_match": sig_ok, "signature": sig, "counters": rep["ranks"][rank].get("counters"),
+                     "pass": bool(sig_ok and err is not None and abs(err) <= a.tolerance)}
+            self.doc["checks"].append(check)
+            self.log.say(f"CHECK timing {mode} rank {rank}: real {m_real} ms, replay {m_rep} ms, error "
+                         f"{err if err is None else f'{err * 100:+.2f}%'}; signatures: {sig} -> "
+                         f"{'PASS' if check['pass'] else 'FAIL'}")
+
+    def value(self, mode: str):
+        a = self.args
+        params = os.path.join(a.work, "params")
+        os.makedirs(params, exist_ok=True)
+        real_pat = os.path.join(params, f"{mode}-real-rank{{rank}}.pt")
+        rep_pat = os.path.join(params, f"{mode}-replay-rank{{rank}}.pt")
+        base = ["--steps", str(a.value_steps), "--deterministic", "--micro-batch", str(a.micro_batch)]
+        rec, trace = self.record(f"{mode}-value", mode, "all", [*base, "--save-params", real_pat])
+        rep = self.replay_all(f"{mode}-value", mode, "value", trace,
+                              lambda r: [*base, "--save-params", rep_pat])
+        cmp_args = argparse.Namespace(python=a.python, nproc=a.nproc)
+        per_rank = rft.compare_params(cmp_args, real_pat, rep_pat)
+        calls = self.recorded_calls(trace)
+        for rank in range(a.nproc):
+            r = per_rank[rank] if rank < len(per_rank) else {"error": "no comparison"}
+            sig_ok, sig = self.signature_ok(rep["ranks"][rank], calls.get(rank))
+            real_losses = (rec["results"].get(rank) or {}).get("losses")
+            rep_losses = ((rep["ranks"][rank].get("result")) or {}).get("losses")
+            check = {"check": "value", "mode": mode, "rank": rank, "identical": r.get("identical"),
+                     "max_abs_diff": r.get("max_abs_diff"), "tensors": r.get("tensors"), "error": r.get("error"),
+                     "losses_equal": real_losses == rep_losses if real_losses and rep_losses else None,
+                     "signature_match": sig_ok, "signature": sig, "counters": rep["ranks"][rank].get("counters"),
+                     "different": r.get("different", [])[:5]}
+            check["pass"] = bool(r.get("identical") and sig_ok)
+            self.doc["checks"].append(check)
+            self.log.say(f"CHECK value {mode} rank {rank}: identical {r.get('identical')} (max abs diff "
+                         f"{r.get('max_abs_diff')}), losses equal {check['losses_equal']}; signatures: {sig} -> "
+                         f"{'PASS' if check['pass'] else 'FAIL'}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    bench = Bench(args)
+    t0 = time.monotonic()
+    for mode in args.modes.split(","):
+        for check in args.checks.split(","):
+            try:
+                getattr(bench, check)(mode)
+            except Exception as e:  # keep what was measured
+                bench.doc["checks"].append({"check": check, "mode": mode, "pass": False,
+                                            "error": f"{type(e).__name__}: {e}"})
+                bench.log.say(f"CHECK {check} {mode}: error {type(e).__name__}: {e}")
+            lib.write_json(args.json, bench.doc)
+    bench.doc["wall_s"] = round(time.monotonic() - t0, 1)
+    bench.doc["all_pass"] = all(c.get("pass") for c in bench.doc["checks"])
+    lib.write_json(args.json, bench.doc)
+    bench.log.say(f"done in {bench.doc['wall_s']} s: {'ALL PASS' if bench.doc['all_pass'] else 'SOME FAILED'}")
+    return 0 if bench.doc["all_pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
