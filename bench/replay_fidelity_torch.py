@@ -162,10 +162,32 @@ class Bench:
                 out[rank] = (r.get("records") or {}).get("Call")
         return out
 
+    def sequence_problems(self, trace: str) -> dict:
+        """Per recorded rank: collective sequence numbers that repeat or are missing, per communicator."""
+        out = {}
+        try:
+            stats = lib.trace_stats(trace, keep_records=True)
+        except Exception as e:  # msgpack missing here, or anything else: say so, do not fail the run
+            return {"error": f"{type(e).__name__}: {e}"}
+        for r in stats.get("ranks", []):
+            seqs: dict[int, list[int]] = {}
+            for c in r.get("_calls", []):
+                if c["op"] not in (8, 9):  # Send, Recv have per-peer sequences
+                    seqs.setdefault(c["commId"], []).append(c["seq"])
+            found = {}
+            for comm, s in seqs.items():
+                dup = sorted({x for x in s if s.count(x) > 1})[:10]
+                missing = sorted(set(range(max(s) + 1)) - set(s))[:10] if s else []
+                if dup or missing:
+                    found[comm] = {"repeated": dup, "missing": missing}
+            out[r.get("dir")] = found
+        return out
+
     def timing(self, mode: str):
         a = self.args
         train = [*GPT2_SMALL, "--steps", str(a.steps), "--micro-batch", str(a.micro_batch)]
         rec, trace = self.record(f"{mode}-timing", mode, "small", train)
+        self.doc.setdefault("sequence_problems", {})[f"{mode}-timing"] = self.sequence_problems(trace)
         rep = self.replay_all(f"{mode}-timing", mode, "timing", trace, lambda r: train)
         calls = self.recorded_calls(trace)
         for rank in range(a.nproc):
@@ -195,6 +217,7 @@ class Bench:
         rec, trace = self.record(f"{mode}-value", mode, "all", [*base, "--save-params", real_pat])
         rep = self.replay_all(f"{mode}-value", mode, "value", trace,
                               lambda r: [*base, "--save-params", rep_pat])
+        self.doc.setdefault("sequence_problems", {})[f"{mode}-value"] = self.sequence_problems(trace)
         cmp_args = argparse.Namespace(python=a.python, nproc=a.nproc)
         per_rank = rft.compare_params(cmp_args, real_pat, rep_pat)
         calls = self.recorded_calls(trace)

@@ -28,6 +28,7 @@ constexpr const char* kPayloadsNames[] = {"none", "small", "all"};
 constexpr const char* kStagingFullNames[] = {"skip", "wait"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
+constexpr const char* kHostTimeNames[] = {"replay", "ignore"};
 
 constexpr const char* kConfigVar = "RANKLENS_CONFIG";
 // Read by other modules (record mode, launcher); listed so they are not reported as typos.
@@ -494,6 +495,12 @@ const KeyDesc kKeys[] = {
      "named ranklens_<Op> in profilers) or host_callback (cudaLaunchHostFunc; serialises streams)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCompletionNames, s.completion); },
      [](const Settings& s) { return std::string(toString(s.completion)); }},
+    {"host_time", "RANKLENS_HOST_TIME", "replay",
+     "replay (timing, value): a call keeps the calling thread at least as long as the recorded call did (replay: "
+     "host-bound ranks keep their pace, e.g. when NCCL's flow control held the thread for peers), or returns at once "
+     "(ignore)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kHostTimeNames, s.host_time); },
+     [](const Settings& s) { return std::string(toString(s.host_time)); }},
     {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
      "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
      "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",
@@ -711,6 +718,7 @@ const char* toString(Payloads v) { return enumName(v, kPayloadsNames); }
 const char* toString(StagingFull v) { return enumName(v, kStagingFullNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
+const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }
 
 }  // namespace config
 }  // namespace ranklens

@@ -138,6 +138,7 @@ ncclResult_t enqueueCheck(CallInfo info) {
   nvtxRangePushA(range);
   ret = applyEffects(info);
   if (ret == ncclSuccess) ret = replay::holdCall(info);
+  if (ret == ncclSuccess) replay::holdHost(event.timeNs, info);
   nvtxRangePop();
   return ret;
 }

@@ -51,6 +51,7 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
     return ncclInvalidUsage;
   }
   if (--g.depth > 0) return ncclSuccess;
+  const int64_t startNs = monotonicNs();
 
   ncclResult_t ret = g.error;
   if (ret == ncclSuccess && simInfo != nullptr) {
@@ -80,6 +81,7 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
       if (ret != ncclSuccess) break;
     }
     if (ret == ncclSuccess) ret = replay::holdGroup(g.pending);
+    if (ret == ncclSuccess) replay::holdHostGroup(startNs, g.pending);
   }
   emitGroupEnd(g, ret);  // every GroupBegin gets its GroupEnd, empty or failed groups too
   resetGroup(g);

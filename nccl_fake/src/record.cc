@@ -103,6 +103,9 @@ struct RecComm {
   int64_t parentId = -1, color = -1, key = -1;
   std::string how, name;
   bool blocking = true;
+  // Held from reading a call's sequence number to committing it, across the real call: two threads issuing on one
+  // communicator (NCCL leaves their order to the caller) must not record the same number twice.
+  std::mutex issueMu;
   std::mutex mu;  // guards everything below
   bool announced = false;
   uint64_t collSeq = 0;
@@ -373,6 +376,7 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   CallRecorder* rec = recorder();
   const bool p2p = a.op == Op::kSend || a.op == Op::kRecv;
   ranklens::events::Call event;
+  std::unique_lock<std::mutex> issue(comm->issueMu);
   {
     std::lock_guard<std::mutex> lock(comm->mu);
     announceLocked(*comm);
@@ -408,12 +412,14 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
     rec->abandon(span);
     return result;
   }
+  event.hostNs = monotonicNs() - event.timeNs;
   {
     std::lock_guard<std::mutex> lock(comm->mu);
     if (a.op == Op::kSend) comm->sendSeq[a.root]++;
     else if (a.op == Op::kRecv) comm->recvSeq[a.root]++;
     else comm->collSeq++;
   }
+  issue.unlock();
   Runtime::get().emit(RecordType::kCall, event);
 
   std::vector<PayloadRequest> payloads;
@@ -447,17 +453,18 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   return result;
 }
 
-void emitGroupEnd(const GroupState& g, ncclResult_t result) {
+void emitGroupEnd(const GroupState& g, ncclResult_t result, int64_t hostNs) {
   ranklens::events::GroupEnd event;
   event.groupId = g.id;
   event.calls = g.calls;
   event.result = result;
   event.timeNs = monotonicNs();
+  event.hostNs = hostNs;
   Runtime::get().emit(RecordType::kGroupEnd, event);
 }
 
 // The outermost group end (or simulation) returned `result`: finish or drop every stream's span.
-void closeGroup(ncclResult_t result, bool launched) {
+void closeGroup(ncclResult_t result, bool launched, int64_t hostNs) {
   GroupState& g = group();
   CallRecorder* rec = state().recorder.get();
   for (StreamSpan& s : g.streams) {
@@ -468,7 +475,7 @@ void closeGroup(ncclResult_t result, bool launched) {
       rec->abandon(s.span);
     }
   }
-  emitGroupEnd(g, result);
+  emitGroupEnd(g, result, hostNs);
   g.streams.clear();
   g.calls = 0;
   g.id = 0;
@@ -696,16 +703,18 @@ ncclResult_t ncclGroupStart() {
 }
 
 ncclResult_t ncclGroupEnd() {
+  const int64_t start = monotonicNs();
   ncclResult_t ret = REAL(ncclGroupEnd)();
   GroupState& g = group();
-  if (g.depth > 0 && --g.depth == 0) closeGroup(ret, true);
+  if (g.depth > 0 && --g.depth == 0) closeGroup(ret, true, monotonicNs() - start);
   return ret;
 }
 
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  const int64_t start = monotonicNs();
   ncclResult_t ret = REAL(ncclGroupSimulateEnd)(simInfo);
   GroupState& g = group();
-  if (g.depth > 0 && --g.depth == 0) closeGroup(ret, false);
+  if (g.depth > 0 && --g.depth == 0) closeGroup(ret, false, monotonicNs() - start);
   return ret;
 }
 

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ struct Counters {
   uint64_t calls = 0, matched = 0, mismatches = 0, resyncs = 0, recordedSkipped = 0, extra = 0, estimated = 0;
   uint64_t untimed = 0;  // matched, but the recording has no duration for it (captured in a graph, lost)
   uint64_t payloadsRestored = 0, payloadBytesRestored = 0, payloadFailures = 0, filledWithoutPayload = 0;
-  uint64_t holds = 0, heldNs = 0;
+  uint64_t holds = 0, heldNs = 0, hostHeldNs = 0;
   uint64_t commsMatched = 0, commsUnmatched = 0;
 };
 
@@ -47,6 +48,7 @@ struct Session {
   ranklens::device::StreamDevice::Calibration calibration;
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
+  bool hostTime = true;
   int window = 64;
   std::map<uint64_t, int64_t> recordedIdOf;  // replayed comm id -> recorded comm id
   std::vector<bool> recordedTaken;           // per recorded comm (creation order)
@@ -117,6 +119,7 @@ Session* load() {
     s->fidelity = st.fidelity;
     s->policy = st.on_mismatch;
     s->window = st.resync_window;
+    s->hostTime = st.host_time == ranklens::config::HostTime::kReplay;
     std::string error;
     s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
     if (!s->recording) {
@@ -451,6 +454,41 @@ uint64_t restoredBytesOf(const Session& s, const CallInfo& info) {
 
 }  // namespace
 
+namespace {
+void waitUntil(Session* s, int64_t deadlineNs) {
+  int64_t now = monotonicNs();
+  if (now >= deadlineNs) return;
+  const int64_t waited = deadlineNs - now;
+  // Sleep the long part (the kernel wakes us ~50 us late at worst), spin the rest for precision.
+  if (waited > 200'000) {
+    const int64_t sleepNs = waited - 100'000;
+    timespec t{static_cast<time_t>(sleepNs / 1'000'000'000), static_cast<long>(sleepNs % 1'000'000'000)};
+    nanosleep(&t, nullptr);
+  }
+  while (monotonicNs() < deadlineNs) {
+  }
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->counters.hostHeldNs += static_cast<uint64_t>(waited);
+}
+}  // namespace
+
+void holdHost(int64_t startNs, const CallInfo& info) {
+  Session* s = session;
+  if (s == nullptr || !s->hostTime || s->fidelity == Fidelity::kStructure || info.recorded == nullptr) return;
+  if (info.recorded->call.hostNs > 0) waitUntil(s, startNs + info.recorded->call.hostNs);
+}
+
+void holdHostGroup(int64_t startNs, const std::vector<CallInfo>& calls) {
+  Session* s = session;
+  if (s == nullptr || !s->hostTime || s->fidelity == Fidelity::kStructure) return;
+  for (const CallInfo& c : calls) {
+    if (c.recorded == nullptr || c.recorded->call.groupId == 0) continue;
+    const int64_t ns = s->recording->groupHostNs(c.recorded->call.groupId);
+    if (ns > 0) waitUntil(s, startNs + ns);
+    return;
+  }
+}
+
 ncclResult_t holdCall(const CallInfo& info) {
   Session* s = session;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
@@ -500,6 +538,7 @@ void finish() {
         {"replay_untimed", c.untimed},
         {"replay_holds", c.holds},
         {"replay_held_ns", c.heldNs},
+        {"replay_host_held_ns", c.hostHeldNs},
         {"replay_payloads_restored", c.payloadsRestored},
         {"replay_payload_bytes_restored", c.payloadBytesRestored},
         {"replay_payload_failures", c.payloadFailures},

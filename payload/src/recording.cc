@@ -81,6 +81,7 @@ struct Recording::Impl {
   std::unordered_map<CallKey, size_t, CallKeyHash> index;
   std::vector<const RecordedCall*> payloadOrder;
   std::vector<Problem> problems;
+  std::unordered_map<uint64_t, int64_t> groupHostNs;
   size_t timed = 0;
 };
 
@@ -117,6 +118,11 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
         case RecordType::kPayloadRef: {
           const auto ref = body.as<PayloadRef>();
           payloads[keyOf(ref.commId, ref.op, ref.peer, ref.seq)] = ref;  // a later reference supersedes (edits)
+          break;
+        }
+        case RecordType::kGroupEnd: {
+          const auto g = body.as<events::GroupEnd>();
+          im.groupHostNs[g.groupId] = g.hostNs;
           break;
         }
         default: break;
@@ -158,6 +164,11 @@ size_t Recording::callCount() const { return impl_->calls.size(); }
 size_t Recording::timedCount() const { return impl_->timed; }
 const std::vector<const RecordedCall*>& Recording::payloadOrder() const { return impl_->payloadOrder; }
 const std::vector<RecordedCall>& Recording::calls() const { return impl_->calls; }
+
+int64_t Recording::groupHostNs(uint64_t groupId) const {
+  auto it = impl_->groupHostNs.find(groupId);
+  return it == impl_->groupHostNs.end() ? -1 : it->second;
+}
 
 const RecordedCall* Recording::find(const CallKey& key) const {
   auto it = impl_->index.find(key);

@@ -157,12 +157,14 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
       auto r = as<ev::Call>(record);
       j = {{"commId", r.commId}, {"seq", r.seq}, {"op", r.op}, {"datatype", r.datatype}, {"count", r.count},
            {"rootOrPeer", r.rootOrPeer}, {"redop", r.redop}, {"stream", r.stream}, {"groupId", r.groupId},
-           {"nranks", r.nranks}, {"rank", r.rank}, {"bytes", r.bytes}, {"timeNs", r.timeNs}};
+           {"nranks", r.nranks}, {"rank", r.rank}, {"bytes", r.bytes}, {"timeNs", r.timeNs},
+           {"hostNs", r.hostNs}};
       return true;
     }
     case tr::RecordType::kGroupEnd: {
       auto r = as<ev::GroupEnd>(record);
-      j = {{"groupId", r.groupId}, {"calls", r.calls}, {"result", r.result}, {"timeNs", r.timeNs}};
+      j = {{"groupId", r.groupId}, {"calls", r.calls}, {"result", r.result}, {"timeNs", r.timeNs},
+           {"hostNs", r.hostNs}};
       return true;
     }
     case tr::RecordType::kStage: {

@@ -186,7 +186,7 @@ void writeRank(const std::string& dir, int rank) {
     r.record(tr::RecordType::kCall, std::make_tuple(uint64_t{1}, uint64_t{1}, 0));
     r.record(tr::RecordType::kCall, std::make_tuple(uint64_t{1}, uint64_t{2}, 0, 7, uint64_t{8}, -1, 0,
                                                     uint64_t{5}, uint64_t{0}, 2, 1, uint64_t{32}, int64_t{77},
-                                                    std::string("future"), 42));
+                                                    int64_t{-1}, std::string("future"), 42));
     r.record(tr::RecordType::kStage, std::make_tuple(std::string("optimizer")));
     // A Timing and an Edit as 1.0 writers wrote them before `peer` / `op` were appended: those take -1.
     r.record(tr::RecordType::kTiming, std::make_tuple(uint64_t{1}, uint64_t{0}, 1, uint64_t{5}, uint64_t{0},

@@ -40,8 +40,8 @@ def manifest(rank=0, world_size=1, **overrides):
     return m
 
 
-def call(comm, seq, op, datatype=7, count=4, peer=-1, nbytes=16, t=0):
-    return [comm, seq, op, datatype, count, peer, 0 if op in (0, 2, 4) else -1, 7, 0, 2, 0, nbytes, t]
+def call(comm, seq, op, datatype=7, count=4, peer=-1, nbytes=16, t=0, host_ns=-1):
+    return [comm, seq, op, datatype, count, peer, 0 if op in (0, 2, 4) else -1, 7, 0, 2, 0, nbytes, t, host_ns]
 
 
 class RankWriter:

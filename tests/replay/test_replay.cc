@@ -124,6 +124,34 @@ TEST(ReplayRecording, ValueReplayRestoresEveryReceivedBufferBitForBit) {
   EXPECT_EQ(t.comms[1].rank, recorded.comms[1].rank);
 }
 
+TEST(ReplayRecording, HostTimeOfEveryCallIsRecordedAndReplayed) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Trace recorded = readTrace(recording().root + "/rank1");
+  // The fake real NCCL spins 200 us per data-moving call (in a group: at ncclGroupEnd).
+  int64_t expectedNs = 0;
+  for (const auto& c : recorded.calls) {
+    if (c.groupId != 0) continue;
+    EXPECT_GE(c.hostNs, 200'000) << "seq " << c.seq;
+    expectedNs += c.hostNs;
+  }
+  ASSERT_FALSE(recorded.groups.empty());
+  for (const auto& g : recorded.groups) {
+    EXPECT_GE(g.hostNs, 2 * 200'000) << "group " << g.groupId;  // a Send and a Recv
+    expectedNs += g.hostNs;
+  }
+  Replayed r = replay("host-time", {{"RANKLENS_FIDELITY", "timing"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  Trace t = readTrace(r.traceDir);
+  // The replay's own work per call is far below 200 us: nearly all of the recorded host time is waited.
+  EXPECT_GT(t.counter("replay_host_held_ns"), static_cast<uint64_t>(expectedNs) * 8 / 10);
+  EXPECT_LE(t.counter("replay_host_held_ns"), static_cast<uint64_t>(expectedNs));
+  for (const auto& c : t.calls) EXPECT_EQ(c.hostNs, -1);  // replay traces do not claim host times
+
+  Replayed ignored = replay("host-time-ignore", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_HOST_TIME", "ignore"}});
+  ASSERT_EQ(ignored.run.status, 0) << ignored.run.output;
+  EXPECT_EQ(readTrace(ignored.traceDir).counter("replay_host_held_ns"), 0u);
+}
+
 TEST(ReplayRecording, TimingReplayHoldsWithoutRestoringPayloads) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   Trace recorded = readTrace(recording().root + "/rank1");

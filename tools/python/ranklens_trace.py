@@ -76,7 +76,7 @@ def _zstandard():
 
 FORMAT_NAME = "ranklens-trace"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 SEGMENT_MAGIC = 0x47534C52  # "RLSG"
 PAYLOAD_MAGIC = 0x59504C52  # "RLPY"
 FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserved
@@ -137,8 +137,10 @@ RECORD_TYPES: Dict[int, Tuple[str, List[Tuple[str, str, Any]]]] = {
     2: ("CommEnd", [("commId", _U64, 0), ("how", _S, ""), ("timeNs", _I64, 0)]),
     3: ("Call", [("commId", _U64, 0), ("seq", _U64, 0), ("op", _I32, 0), ("datatype", _I32, 0), ("count", _U64, 0),
                  ("rootOrPeer", _I32, -1), ("redop", _I32, -1), ("stream", _U64, 0), ("groupId", _U64, 0),
-                 ("nranks", _I32, 0), ("rank", _I32, 0), ("bytes", _U64, 0), ("timeNs", _I64, 0)]),
-    4: ("GroupEnd", [("groupId", _U64, 0), ("calls", _U32, 0), ("result", _I32, 0), ("timeNs", _I64, 0)]),
+                 ("nranks", _I32, 0), ("rank", _I32, 0), ("bytes", _U64, 0), ("timeNs", _I64, 0),
+                 ("hostNs", _I64, -1)]),
+    4: ("GroupEnd", [("groupId", _U64, 0), ("calls", _U32, 0), ("result", _I32, 0), ("timeNs", _I64, 0),
+                     ("hostNs", _I64, -1)]),
     5: ("Stage", [("name", _S, ""), ("step", _I64, -1), ("timeNs", _I64, 0)]),
     6: ("GroupBegin", [("groupId", _U64, 0), ("timeNs", _I64, 0)]),
     7: ("Timing", [("commId", _U64, 0), ("seq", _U64, 0), ("op", _I32, 0), ("stream", _U64, 0), ("groupId", _U64, 0),

@@ -27,6 +27,8 @@ enum class StagingFull { kSkip, kWait };
 enum class OnMismatch { kError, kWarn, kEstimate };
 // Replay: how a stream is held for a call's duration.
 enum class Completion { kKernel, kHostCallback };
+// Replay: whether a call keeps the calling thread as long as the recorded call did.
+enum class HostTime { kReplay, kIgnore };
 
 // An inclusive range of non-negative integers; `hi` < 0 means unbounded.
 struct Range {
@@ -66,6 +68,7 @@ struct Settings {
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
   OnMismatch on_mismatch = OnMismatch::kError;
   Completion completion = Completion::kKernel;
+  HostTime host_time = HostTime::kReplay;
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
   std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made
@@ -104,6 +107,7 @@ const char* toString(Payloads);
 const char* toString(StagingFull);
 const char* toString(OnMismatch);
 const char* toString(Completion);
+const char* toString(HostTime);
 
 }  // namespace config
 }  // namespace ranklens

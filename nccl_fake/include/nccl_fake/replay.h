@@ -32,6 +32,9 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result);
 // recorded duration on that stream.
 ncclResult_t holdCall(const CallInfo& info);
 ncclResult_t holdGroup(const std::vector<CallInfo>& calls);
+// host_time: replay. Keeps the calling thread until `startNs` + the recorded call's (or group's) host time.
+void holdHost(int64_t startNs, const CallInfo& info);
+void holdHostGroup(int64_t startNs, const std::vector<CallInfo>& calls);
 // Counters into the trace's manifest and a summary line; runs before the trace is closed at exit.
 void finish();
 

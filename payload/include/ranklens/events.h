@@ -66,8 +66,9 @@ struct Call {
   int nranks = 0, rank = 0;
   uint64_t bytes = 0;    // bytes this rank receives (recvbuff size), the usual message size in reports
   int64_t timeNs = 0;    // CLOCK_MONOTONIC at submission
+  int64_t hostNs = -1;   // 1.2: how long the call kept the calling thread (record mode), -1 unknown
   MSGPACK_DEFINE_ARRAY(commId, seq, op, datatype, count, rootOrPeer, redop, stream, groupId, nranks, rank, bytes,
-                       timeNs)
+                       timeNs, hostNs)
 };
 
 struct GroupEnd {
@@ -75,7 +76,8 @@ struct GroupEnd {
   uint32_t calls = 0;
   int result = 0;  // ncclResult_t of ncclGroupEnd
   int64_t timeNs = 0;
-  MSGPACK_DEFINE_ARRAY(groupId, calls, result, timeNs)
+  int64_t hostNs = -1;  // 1.2: how long ncclGroupEnd kept the calling thread (record mode), -1 unknown
+  MSGPACK_DEFINE_ARRAY(groupId, calls, result, timeNs, hostNs)
 };
 
 struct Stage {

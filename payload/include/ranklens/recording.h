@@ -67,6 +67,8 @@ class Recording {
   // All recorded calls in submission order.
   const std::vector<RecordedCall>& calls() const;
   bool readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem) const;
+  // GroupEnd.hostNs of a recorded group; -1 when unknown.
+  int64_t groupHostNs(uint64_t groupId) const;
 
  private:
   Recording();

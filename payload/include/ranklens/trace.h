@@ -25,7 +25,7 @@ namespace ranklens {
 namespace trace {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 1;  // 1.1: manifest counters
+constexpr int kFormatMinor = 2;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
