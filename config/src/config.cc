@@ -501,6 +501,11 @@ const KeyDesc kKeys[] = {
      "(ignore)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHostTimeNames, s.host_time); },
      [](const Settings& s) { return std::string(toString(s.host_time)); }},
+    {"hold_blocks", "RANKLENS_HOLD_BLOCKS", "1",
+     "replay (completion: kernel): SMs each hold kernel occupies; 1 leaves the rest to compute, more (e.g. NCCL's "
+     "channel count) reproduce the slowdown of compute that overlaps communication",
+     [](const Input& in, Settings& s) { return parseInt(in, 1, 1024, "an integer in 1..1024", s.hold_blocks); },
+     [](const Settings& s) { return std::to_string(s.hold_blocks); }},
     {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
      "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
      "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",

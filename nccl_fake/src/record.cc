@@ -156,22 +156,15 @@ CallRecorder* recorder() {
     options.payloads = s.payloads != ranklens::config::Payloads::kNone;
     options.stagingBytes = s.staging_bytes;
     options.waitWhenFull = s.staging_full == ranklens::config::StagingFull::kWait;
-    auto* device = st.device.get();
-    const real::Library& lib = library();
-    rt.setWriterSetup([device, &s, &lib](ranklens::trace::Manifest* manifest,
-                                         ranklens::trace::WriterOptions* writer) {
-      manifest->nccl_version = lib.version;
-      device->describe(&manifest->gpu_name, &manifest->gpu_uuid);
-      manifest->writer = describeWriter(s, lib);
-      if (s.payloads != ranklens::config::Payloads::kNone) {
-        // Full capture is bounded by compression (measured: ~1.5 GB/s of gradients per rank for DDP on 2x H200):
-        // a quarter of the cores, 2..8, and zstd's fastest level.
-        writer->compressionThreads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
-        writer->zstdLevel = 1;
-        writer->queueBytes = std::max<size_t>(writer->queueBytes, 256u << 20);
-        writer->recordReserveBytes = 16u << 20;  // a stalled payload stream never crowds out call records
-      }
-    });
+    // The trace may have been opened before this first communicator (a stage marker came first): name the GPU now.
+    if (auto* writer = rt.existingWriter()) {
+      std::string gpuName, gpuUuid;
+      st.device->describe(&gpuName, &gpuUuid);
+      writer->updateManifest([&](ranklens::trace::Manifest* m) {
+        m->gpu_name = gpuName;
+        m->gpu_uuid = gpuUuid;
+      });
+    }
     st.recorder = std::make_unique<CallRecorder>(
         *st.device, options, [](const ranklens::trace::Timing& t) { Runtime::get().emit(RecordType::kTiming, t); },
         [](const ranklens::trace::PayloadRef& ref, const void* data, size_t bytes) {
@@ -485,8 +478,35 @@ void closeGroup(ncclResult_t result, bool launched, int64_t hostNs) {
 
 // ------------------------------------------------------------------------------------------------ entry points
 
+namespace {
+// Set before any record can be written: a stage marker may open the trace before the first communicator exists,
+// and a writer opened without these options would drop call records behind a stalled payload stream.
+void installWriterSetup() {
+  Runtime& rt = Runtime::get();
+  const auto& s = rt.settings();
+  rt.setWriterSetup([&s](ranklens::trace::Manifest* manifest, ranklens::trace::WriterOptions* writer) {
+    const real::Library& lib = library();
+    manifest->nccl_version = lib.version;
+    if (auto* device = state().device.get()) device->describe(&manifest->gpu_name, &manifest->gpu_uuid);
+    manifest->writer = describeWriter(s, lib);
+    if (s.payloads != ranklens::config::Payloads::kNone) {
+      // Full capture is bounded by compression (measured: ~1.5 GB/s of gradients per rank for DDP on 2x H200):
+      // a quarter of the cores, 2..8, and zstd's fastest level.
+      writer->compressionThreads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
+      writer->zstdLevel = 1;
+      writer->queueBytes = std::max<size_t>(writer->queueBytes, 256u << 20);
+      writer->recordReserveBytes = 16u << 20;  // a stalled payload stream never crowds out call records
+    }
+  });
+}
+}  // namespace
+
 bool active() {
-  static const bool on = Runtime::get().recordMode();
+  static const bool on = [] {
+    const bool record = Runtime::get().recordMode();
+    if (record) installWriterSetup();
+    return record;
+  }();
   return on;
 }
 

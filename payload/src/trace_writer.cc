@@ -384,6 +384,11 @@ void TraceWriter::setCounter(const std::string& name, uint64_t value) {
   impl_->manifest.counters[name] = value;
 }
 
+void TraceWriter::updateManifest(const std::function<void(Manifest*)>& edit) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  edit(&impl_->manifest);
+}
+
 WriterStats TraceWriter::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->stats;

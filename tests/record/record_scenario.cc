@@ -182,6 +182,19 @@ void discover() {
 
 }  // namespace
 
+// A stage marker opens the trace before any communicator exists (FSDP2 creates its communicator lazily, inside the
+// first step); the trace must still get record mode's writer settings and the real library's identity.
+void stageFirst() {
+  EXPECT(ranklensMarkStage("step", 0) == ncclSuccess, "MarkStage");
+  ncclComm_t comms[2] = {};
+  EXPECT(ncclCommInitAll(comms, 2, nullptr) == ncclSuccess, "InitAll");
+  std::vector<float> big(1 << 20, 1.0f);
+  for (int i = 0; i < 24; ++i)
+    EXPECT(ncclAllReduce(big.data(), big.data(), big.size(), ncclFloat32, ncclSum, comms[0], streamA()) == ncclSuccess,
+           "AllReduce %d", i);
+  EXPECT(ranklensFlush() == ncclSuccess, "flush");
+}
+
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   if (scenario == "forward") forward();
@@ -190,6 +203,7 @@ int main(int argc, char** argv) {
   else if (scenario == "missing-symbol") missingSymbol();
   else if (scenario == "no-real-nccl") noRealNccl();
   else if (scenario == "discover") discover();
+  else if (scenario == "stage-first") stageFirst();
   else {
     fprintf(stderr, "usage: record_scenario forward|capture|nonblocking|missing-symbol|no-real-nccl|discover\n");
     return 2;

@@ -224,4 +224,16 @@ TEST(RecordDiscovery, FindsTheWheelOfTheActiveVirtualEnvironment) {
   EXPECT_NE(run.output.find("nvidia-nccl wheel in $VIRTUAL_ENV"), std::string::npos) << run.output;
 }
 
+TEST(RecordWriter, AStageBeforeTheFirstCommunicatorGetsRecordModesTrace) {
+  ScenarioRun run = runScenario("stage-first", {{"RANKLENS_PAYLOADS", "all"}, {"FAKE_REAL_NCCL_SPIN_US", "0"}});
+  ASSERT_EQ(run.status, 0) << run.output;
+  Trace t = readTrace(run.traceDir);
+  EXPECT_EQ(t.manifest.nccl_version, 22707);  // the real library's, set up before the stage record opened the trace
+  EXPECT_NE(t.manifest.writer.find(FAKE_REAL_NCCL), std::string::npos) << t.manifest.writer;
+  EXPECT_EQ(t.manifest.records_dropped, 0u);
+  EXPECT_EQ(t.calls.size(), 24u);
+  EXPECT_EQ(t.payloads.size(), 24u);
+  ASSERT_EQ(t.stages.size(), 1u);
+}
+
 }  // namespace

@@ -100,7 +100,7 @@ int launchFill(void* dst, size_t count, uint64_t pattern, cudaStream_t stream) {
 
 class CudaDevice final : public StreamDevice {
  public:
-  explicit CudaDevice(Completion completion) : completion_(completion) {
+  CudaDevice(Completion completion, int holdBlocks) : completion_(completion), holdBlocks_(holdBlocks) {
     // Load every kernel now: with CUDA's lazy module loading, the first launch of a kernel loads it and can
     // synchronise the device, which would serialise concurrent streams in the middle of a training step.
     cudaFuncAttributes attributes;
@@ -134,7 +134,7 @@ class CudaDevice final : public StreamDevice {
     if (completion_ == Completion::kHostCallback)
       return check(cudaLaunchHostFunc(stream, holdOnHost, reinterpret_cast<void*>(static_cast<uintptr_t>(nanoseconds))),
                    "cudaLaunchHostFunc");
-    holdKernelFor(label)<<<1, 32, 0, stream>>>(nanoseconds);
+    holdKernelFor(label)<<<holdBlocks_, 32, 0, stream>>>(nanoseconds);
     return check(cudaGetLastError(), "hold kernel launch");
   }
 
@@ -224,13 +224,14 @@ class CudaDevice final : public StreamDevice {
   }
 
   const Completion completion_;
+  const unsigned holdBlocks_;
   std::mutex mu_;
   std::vector<cudaEvent_t> freeEvents_;
 };
 
 }  // namespace
 
-std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion completion) {
+std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion completion, int holdBlocks) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -238,7 +239,7 @@ std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion comple
     cudaGetLastError();  // clear the sticky-free error so the application's own CUDA calls are not confused
     return nullptr;
   }
-  return std::make_unique<CudaDevice>(completion);
+  return std::make_unique<CudaDevice>(completion, std::max(1, holdBlocks));
 }
 
 }  // namespace device

@@ -66,15 +66,15 @@ std::string defaultTraceDir() {
 
 struct ReplayOptions {
   int rank = -1, worldSize = -1;
-  std::string lib, config, fill, device, groups, traceDir, trace, override = "both";
+  std::string lib, config, fill, device, groups, traceDir, trace, fidelity, onMismatch, override = "both";
   bool noEvents = false, quiet = false;
   std::vector<std::string> command;
 };
 
 int runReplay(const ReplayOptions& o) {
-  if (!o.trace.empty()) {
-    std::cerr << "error: --trace: replaying a recorded trace is not available in this build yet; run structure "
-                 "replay without --trace (any virtual world: --rank R --world-size N)\n";
+  if (!o.fidelity.empty() && o.fidelity != "structure" && o.trace.empty()) {
+    std::cerr << "error: --fidelity " << o.fidelity << " replays a recording: give --trace DIR (the directory "
+              << "`RANKLENS_MODE=record` wrote, or one rank<R> inside it)\n";
     return 2;
   }
   if (o.worldSize < 1 || o.rank < 0 || o.rank >= o.worldSize) {
@@ -102,6 +102,13 @@ int runReplay(const ReplayOptions& o) {
   if (!o.device.empty()) env["RANKLENS_DEVICE"] = o.device;
   if (!o.groups.empty()) env["RANKLENS_GROUPS"] = o.groups;
   if (!o.traceDir.empty()) env["RANKLENS_TRACE_DIR"] = o.traceDir;
+  if (!o.trace.empty()) {
+    env["RANKLENS_REPLAY_TRACE"] = fs::absolute(o.trace).string();
+    env["RANKLENS_FIDELITY"] = o.fidelity.empty() ? "timing" : o.fidelity;
+  } else if (!o.fidelity.empty()) {
+    env["RANKLENS_FIDELITY"] = o.fidelity;
+  }
+  if (!o.onMismatch.empty()) env["RANKLENS_ON_MISMATCH"] = o.onMismatch;
   const std::string libDir = fs::path(lib).parent_path().string();
   if (o.override != "library-path") env["LD_PRELOAD"] = prepend("LD_PRELOAD", lib, ':');
   if (o.override != "preload") env["LD_LIBRARY_PATH"] = prepend("LD_LIBRARY_PATH", libDir, ':');
@@ -126,8 +133,10 @@ int runReplay(const ReplayOptions& o) {
 
   for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
   if (!o.quiet)
-    std::cerr << "ranklens: replaying rank " << o.rank << " of " << o.worldSize << " (structure, fill "
-              << ranklens::config::toString(loaded.settings.fill) << ") with " << lib << "\n"
+    std::cerr << "ranklens: replaying rank " << o.rank << " of " << o.worldSize << " ("
+              << ranklens::config::toString(loaded.settings.fidelity)
+              << (loaded.settings.replay_trace.empty() ? std::string() : " of " + loaded.settings.replay_trace)
+              << ", fill " << ranklens::config::toString(loaded.settings.fill) << ") with " << lib << "\n"
               << "ranklens: events -> " << (traceDir.empty() ? "(disabled)" : traceDir) << "\n";
 
   std::vector<char*> argv;
@@ -183,6 +192,7 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  ranklens replay --rank 3 --world-size 8 -- ./my_nccl_program\n"
       "  ranklens replay --rank 37 --world-size 64 --fill poison -- python3 train.py\n"
+      "  ranklens replay --rank 1 --world-size 2 --trace /scratch/run42 --fidelity value -- python3 train.py\n"
       "  ranklens trace summary /tmp/ranklens-1700000000-1234\n"
       "  ranklens compare /scratch/run42/rank3 /tmp/ranklens-1700000000-1234/rank3 --json compare.json\n"
       "  ranklens timeline /scratch/run42/rank3 /tmp/ranklens-1700000000-1234/rank3 -o rank3.json\n"
@@ -207,7 +217,17 @@ int main(int argc, char** argv) {
   rp->add_flag("--no-events", replay.noEvents,
                "Do not create the default event-log directory (a trace_dir from the config or environment still "
                "applies)");
-  rp->add_option("--trace", replay.trace, "Recorded trace to replay (not available in this build yet)");
+  rp->add_option("--trace", replay.trace,
+                 "Recorded trace to replay (RANKLENS_REPLAY_TRACE): the record run's trace directory, rank<R> is "
+                 "picked by --rank; or a rank directory")
+      ->check(CLI::ExistingDirectory);
+  rp->add_option("--fidelity", replay.fidelity,
+                 "structure (calls only), timing (+ recorded durations; default with --trace), value (+ recorded "
+                 "payloads)")
+      ->check(CLI::IsMember({"structure", "timing", "value"}));
+  rp->add_option("--on-mismatch", replay.onMismatch,
+                 "A call the recording lacks: error (default), warn, estimate (RANKLENS_ON_MISMATCH)")
+      ->check(CLI::IsMember({"error", "warn", "estimate"}));
   rp->add_option("--lib", replay.lib, "RankLens libnccl.so.2 to use (default: the one installed beside ranklens)");
   rp->add_option("--override", replay.override,
                  "How the program is made to load RankLens: LD_PRELOAD (pip-wheel PyTorch needs it), "

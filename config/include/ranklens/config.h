@@ -69,6 +69,7 @@ struct Settings {
   OnMismatch on_mismatch = OnMismatch::kError;
   Completion completion = Completion::kKernel;
   HostTime host_time = HostTime::kReplay;
+  int hold_blocks = 1;                      // thread blocks (SMs) each hold kernel occupies
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
   std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made

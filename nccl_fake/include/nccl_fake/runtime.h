@@ -43,6 +43,10 @@ class Runtime {
     return writer && writer->appendPayload(ref, data, bytes, ranklens::trace::BackPressure::kWait);
   }
   ranklens::trace::TraceWriter* writer() { return eventWriter(-1); }
+  // The writer if it exists already (never creates it).
+  ranklens::trace::TraceWriter* existingWriter() {
+    return writerReady_.load(std::memory_order_acquire) ? writer_.get() : nullptr;
+  }
   void flushEvents();
   void closeEvents();  // at exit
   std::string eventLogPath();  // the rank directory of this process's trace, "" when none

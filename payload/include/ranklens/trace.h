@@ -175,6 +175,8 @@ class TraceWriter {
   WriterStats stats() const;
   // Sets a named counter of the manifest (the final manifest, written by close(), carries it).
   void setCounter(const std::string& name, uint64_t value);
+  // Edits the manifest that close() writes (e.g. fields learnt after the first record).
+  void updateManifest(const std::function<void(Manifest*)>& edit);
   std::string lastError() const;
   const std::string& directory() const;
 

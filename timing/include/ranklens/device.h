@@ -69,7 +69,10 @@ std::unique_ptr<StreamDevice> makeHostDevice();
 HostStats hostStats(const StreamDevice& hostDevice);
 
 // nullptr (and `why` set) when no usable CUDA device is present.
-std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion completion = Completion::kKernel);
+// `holdBlocks`: thread blocks of each hold kernel, each spinning on one SM (1 lets compute use every other SM; more
+// occupy SMs the way NCCL's kernels do, for compute slowed by the communication it overlaps).
+std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion completion = Completion::kKernel,
+                                             int holdBlocks = 1);
 
 }  // namespace device
 }  // namespace ranklens
