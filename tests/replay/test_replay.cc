@@ -241,6 +241,25 @@ TEST(ReplayMismatch, FidelityTimingWithoutATraceNamesTheSetting) {
   EXPECT_NE(r.run.output.find("RANKLENS_REPLAY_TRACE"), std::string::npos) << r.run.output;
 }
 
+TEST(ReplayDebugging, GdbStopsInThePayloadRestoreWithTheCallAndTheBytes) {
+  if (system("gdb --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "gdb is not installed (scripts/setup.sh installs it)";
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const std::string dir = tmpRoot() + "/gdb";
+  auto run = trace_test::runWithEnv(
+      {{"RANKLENS_MODE", "replay"}, {"RANKLENS_DEVICE", "host"}, {"RANKLENS_REPLAY_TRACE", recording().root},
+       {"RANKLENS_FIDELITY", "value"}, {"RANK", "1"}, {"WORLD_SIZE", "4"}, {"RANKLENS_TRACE_DIR", dir}},
+      "gdb -batch -nx -ex 'set breakpoint pending on' -ex 'break ranklens_restore_payload' -ex run -ex 'info args' "
+      "-ex 'x/4fw data' -ex kill --args '" REPLAY_SCENARIO "'");
+  // docs/debugging.md: the first restore is step 0's AllReduce: the recorded sum (the fake real NCCL returns 4x the
+  // gradient, as if all 4 ranks had sent the same) about to enter the receive buffer.
+  EXPECT_NE(run.output.find("hit Breakpoint 1"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("comm = 0"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("seq = 0"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("\"AllReduce\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("bytes = 1024"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("0\t2\t4\t6"), std::string::npos) << run.output;  // grad[i] = i * 0.5, times 4 ranks
+}
+
 TEST(ReplayDebugging, BreakAtRaisesSigtrapAtThatCall) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   Replayed r = replay("break", {{"RANKLENS_BREAK_AT", "0:3"}});
