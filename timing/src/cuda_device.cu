@@ -105,6 +105,16 @@ class CudaDevice final : public StreamDevice {
     // synchronise the device, which would serialise concurrent streams in the middle of a training step.
     cudaFuncAttributes attributes;
     for (const auto& h : kHolds) cudaFuncGetAttributes(&attributes, h.kernel);
+    // More than one block: each takes all of an SM's shared memory, so that no other kernel's block fits beside it,
+    // as an NCCL channel's block keeps its SM (a persistent GEMM then waits for those SMs, as it does for NCCL).
+    int device = 0, optin = 0;
+    if (holdBlocks_ > 1 && cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess) {
+      bool ok = true;
+      for (const auto& h : kHolds)
+        ok = ok && cudaFuncSetAttribute(h.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) == cudaSuccess;
+      if (ok) holdSharedBytes_ = static_cast<size_t>(optin);
+    }
     cudaFuncGetAttributes(&attributes, ranklensFill<uint16_t>);
     cudaFuncGetAttributes(&attributes, ranklensFill<uint32_t>);
     cudaFuncGetAttributes(&attributes, ranklensFill<unsigned long long>);
@@ -134,7 +144,7 @@ class CudaDevice final : public StreamDevice {
     if (completion_ == Completion::kHostCallback)
       return check(cudaLaunchHostFunc(stream, holdOnHost, reinterpret_cast<void*>(static_cast<uintptr_t>(nanoseconds))),
                    "cudaLaunchHostFunc");
-    holdKernelFor(label)<<<holdBlocks_, 32, 0, stream>>>(nanoseconds);
+    holdKernelFor(label)<<<holdBlocks_, 32, holdSharedBytes_, stream>>>(nanoseconds);
     return check(cudaGetLastError(), "hold kernel launch");
   }
 
@@ -225,6 +235,7 @@ class CudaDevice final : public StreamDevice {
 
   const Completion completion_;
   const unsigned holdBlocks_;
+  size_t holdSharedBytes_ = 0;
   std::mutex mu_;
   std::vector<cudaEvent_t> freeEvents_;
 };
