@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "compare.h"
+#include "launch.h"
+#include "record_command.h"
 #include "ranklens/config.h"
 #include "summary.h"
 #include "timeline.h"
@@ -32,36 +34,9 @@ namespace {
 namespace fs = std::filesystem;
 constexpr const char* kVersion = "0.1.0";
 
-fs::path selfDir() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return fs::current_path();
-  buf[n] = '\0';
-  return fs::path(buf).parent_path();
-}
-
-// The library next to this tool: build tree (tools/ beside nccl_fake/) or install tree (bin/ beside lib/).
-std::string findLibrary(const std::string& given) {
-  if (!given.empty()) return fs::absolute(given).string();
-  for (const char* rel : {"../nccl_fake/libnccl.so.2", "../lib/libnccl.so.2"}) {
-    fs::path candidate = selfDir() / rel;
-    if (fs::exists(candidate)) return candidate.lexically_normal().string();
-  }
-  return "";
-}
-
-std::string prepend(const char* var, const std::string& value, char sep) {
-  const char* old = getenv(var);
-  return (old && *old) ? value + sep + old : value;
-}
-
 std::string defaultTraceDir() {
   const char* tmp = getenv("TMPDIR");
-  auto now = std::chrono::system_clock::now().time_since_epoch();
-  return (fs::path(tmp && *tmp ? tmp : "/tmp") /
-          ("ranklens-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "-" +
-           std::to_string(getpid())))
-      .string();
+  return ranklens::tools::freshDirectoryName(tmp && *tmp ? tmp : "/tmp", "ranklens");
 }
 
 struct ReplayOptions {
@@ -82,10 +57,9 @@ int runReplay(const ReplayOptions& o) {
               << ": need 0 <= rank < world size (e.g. --rank 3 --world-size 8)\n";
     return 2;
   }
-  std::string lib = findLibrary(o.lib);
-  if (lib.empty() || !fs::exists(lib)) {
-    std::cerr << "error: cannot find RankLens's libnccl.so.2 next to " << selfDir().string()
-              << " (looked in ../nccl_fake and ../lib); build it or pass --lib PATH\n";
+  const std::string lib = ranklens::tools::findLibrary(o.lib);
+  if (lib.empty()) {
+    std::cerr << "error: " << ranklens::tools::libraryNotFound() << "\n";
     return 2;
   }
   std::map<std::string, std::string> env = {
@@ -109,29 +83,14 @@ int runReplay(const ReplayOptions& o) {
     env["RANKLENS_FIDELITY"] = o.fidelity;
   }
   if (!o.onMismatch.empty()) env["RANKLENS_ON_MISMATCH"] = o.onMismatch;
-  const std::string libDir = fs::path(lib).parent_path().string();
-  if (o.override != "library-path") env["LD_PRELOAD"] = prepend("LD_PRELOAD", lib, ':');
-  if (o.override != "preload") env["LD_LIBRARY_PATH"] = prepend("LD_LIBRARY_PATH", libDir, ':');
+  ranklens::tools::pointAtLibrary(lib, o.override, &env);
 
   // Check the configuration the child will see before starting it: a typo fails here, with its position.
-  auto lookup = [&](const char* name) -> const char* {
-    auto it = env.find(name);
-    return it != env.end() ? it->second.c_str() : getenv(name);
-  };
-  std::vector<std::string> names;
-  for (char** e = environ; *e; ++e) names.emplace_back(std::string(*e).substr(0, std::string(*e).find('=')));
-  for (const auto& [k, v] : env) names.push_back(k);
-  auto loaded = ranklens::config::loadFromEnvironment(lookup, &names);
-  if (!loaded.ok) {
-    std::cerr << "error: " << loaded.error << "\n";
-    return 2;
-  }
+  ranklens::config::LoadResult loaded;
+  if (!ranklens::tools::checkSettings(env, &loaded)) return 2;
   // A trace_dir from the config file or the caller's environment wins; otherwise events go to a fresh directory.
   std::string traceDir = loaded.settings.trace_dir;
   if (traceDir.empty() && !o.noEvents) env["RANKLENS_TRACE_DIR"] = traceDir = defaultTraceDir();
-  for (const auto& w : loaded.warnings) std::cerr << "warning: " << w << "\n";
-
-  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
   if (!o.quiet)
     std::cerr << "ranklens: replaying rank " << o.rank << " of " << o.worldSize << " ("
               << ranklens::config::toString(loaded.settings.fidelity)
@@ -139,22 +98,7 @@ int runReplay(const ReplayOptions& o) {
               << ", fill " << ranklens::config::toString(loaded.settings.fill) << ") with " << lib << "\n"
               << "ranklens: events -> " << (traceDir.empty() ? "(disabled)" : traceDir) << "\n";
 
-  std::vector<char*> argv;
-  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t child = 0;
-  int rc = posix_spawnp(&child, argv[0], nullptr, nullptr, argv.data(), environ);
-  if (rc != 0) {
-    std::cerr << "error: cannot start " << o.command[0] << ": " << strerror(rc) << "\n";
-    return 127;
-  }
-  // Ctrl-C reaches the child (same process group); we only wait for it.
-  signal(SIGINT, SIG_IGN);
-  signal(SIGTERM, SIG_IGN);
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  int exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const int exitCode = ranklens::tools::runCommand(env, o.command);
   if (!o.quiet) {
     std::cerr << "ranklens: " << o.command[0] << " exited with status " << exitCode << "\n";
     if (!traceDir.empty() && fs::exists(traceDir)) {
@@ -190,6 +134,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Examples:\n"
+      "  ranklens record --trace /scratch/run42 -- torchrun --nproc-per-node 2 train.py\n"
       "  ranklens replay --rank 3 --world-size 8 -- ./my_nccl_program\n"
       "  ranklens replay --rank 37 --world-size 64 --fill poison -- python3 train.py\n"
       "  ranklens replay --rank 1 --world-size 2 --trace /scratch/run42 --fidelity value -- python3 train.py\n"
@@ -197,7 +142,7 @@ int main(int argc, char** argv) {
       "  ranklens compare /scratch/run42/rank3 /tmp/ranklens-1700000000-1234/rank3 --json compare.json\n"
       "  ranklens timeline /scratch/run42/rank3 /tmp/ranklens-1700000000-1234/rank3 -o rank3.json\n"
       "  ranklens dump-config --config ranklens.yaml\n"
-      "Exit codes: replay returns the program's exit code (128+N if killed by signal N; 127 if it cannot start;\n"
+      "Exit codes: record and replay return the program's exit code (128+N if killed by signal N; 127 if it cannot start;\n"
       "  2 for bad usage before it starts); compare 0 match, 1 differ; other commands 0 ok, 1 failure; all 2 for\n"
       "  bad usage (compare and timeline: also for an unreadable trace).\n"
       "Settings: docs/config.md (RANKLENS_* variables > YAML file > defaults).");
@@ -236,6 +181,9 @@ int main(int argc, char** argv) {
   rp->add_flag("-q,--quiet", replay.quiet, "No launcher messages and no summary");
   rp->add_option("command", replay.command, "The program and its arguments (after --)")->required();
 
+  ranklens::tools::RecordOptions recordOptions;
+  auto* record = ranklens::tools::addRecordCommand(app, &recordOptions);
+
   auto* trace = app.add_subcommand("trace", "Inspect event logs");
   trace->require_subcommand(1);
   std::string summaryDir;
@@ -260,6 +208,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   if (rp->parsed()) return runReplay(replay);
+  if (record->parsed()) return ranklens::tools::runRecord(recordOptions);
   if (summary->parsed()) return ranklens::tools::printTraceSummary(summaryDir, summaryJson, std::cout, std::cerr);
   if (compare->parsed()) return ranklens::tools::runCompare(compareOptions, std::cout, std::cerr);
   if (timeline->parsed()) return ranklens::tools::runTimeline(timelineOptions, std::cerr);

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "record_command.h"
+
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "launch.h"
+#include "ranklens/trace.h"
+
+namespace ranklens {
+namespace tools {
+
+namespace fs = std::filesystem;
+
+CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
+  auto* cmd = app.add_subcommand(
+      "record", "Run a job with every rank recording its NCCL calls, GPU durations and payloads to --trace");
+  cmd->add_option("-t,--trace", o->trace,
+                  "Trace directory; each rank writes <trace>/rank<RANK>/ (default: ./ranklens-trace-<time>-<pid>)");
+  cmd->add_option("-p,--payloads", o->payloads,
+                  "Received buffers to store: none (timing only), small (<= payload_max_bytes, default), all")
+      ->check(CLI::IsMember({"none", "small", "all"}));
+  cmd->add_option("-c,--config", o->config, "YAML settings file (RANKLENS_CONFIG)")->check(CLI::ExistingFile);
+  cmd->add_option("--real-nccl", o->realNccl,
+                  "The real libnccl.so.2 to forward to (RANKLENS_REAL_NCCL; default: discovered, docs/config.md)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--lib", o->lib, "RankLens libnccl.so.2 to use (default: the one installed beside ranklens)");
+  cmd->add_option("--override", o->override,
+                  "How the job is made to load RankLens: LD_PRELOAD (pip-wheel PyTorch needs it), LD_LIBRARY_PATH "
+                  "(programs linked without RPATH), or both")
+      ->check(CLI::IsMember({"preload", "library-path", "both"}));
+  cmd->add_flag("-q,--quiet", o->quiet, "No launcher messages and no per-rank report");
+  cmd->add_option("command", o->command, "The launcher or program and its arguments (after --)")->required();
+  cmd->footer(
+      "The environment reaches every process the command starts on this machine (torchrun, mpirun on one node,\n"
+      "a plain program). mpirun across nodes: export the variables (-x LD_PRELOAD -x RANKLENS_MODE\n"
+      "-x RANKLENS_TRACE_DIR ...); Slurm's srun passes the environment by default.\n"
+      "Examples:\n"
+      "  ranklens record --trace /scratch/run42 -- torchrun --nproc-per-node 8 train.py\n"
+      "  ranklens record --trace /scratch/run42 --payloads all -- torchrun --nproc-per-node 2 train.py\n"
+      "  ranklens record --trace /scratch/nt --real-nccl /usr/lib/x86_64-linux-gnu/libnccl.so.2 -- "
+      "./all_reduce_perf -g 2 -c 1\n"
+      "Then: ranklens replay --trace /scratch/run42 --rank R --world-size N -- <the same script>");
+  return cmd;
+}
+
+namespace {
+
+// One line per rank directory: what the manifest says was written, and whether the writer closed it.
+void reportRanks(const std::string& traceDir) {
+  std::vector<fs::path> ranks;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(traceDir, ec))
+    if (entry.is_directory() && fs::exists(entry.path() / "manifest.msgpack")) ranks.push_back(entry.path());
+  std::sort(ranks.begin(), ranks.end());
+  if (ranks.empty()) {
+    std::cerr << "ranklens: no rank wrote a trace under " << traceDir
+              << ": did the job call NCCL? Was RankLens loaded (ranklens doctor; LD_PRELOAD for pip-wheel PyTorch)?\n";
+    return;
+  }
+  std::cout << "\nRecorded " << ranks.size() << " rank(s) under " << traceDir << ":\n";
+  for (const auto& dir : ranks) {
+    std::string error;
+    auto reader = trace::TraceReader::open(dir.string(), trace::Limits{}, &error);
+    if (!reader) {
+      std::cout << "  " << dir.filename().string() << ": unreadable: " << error << "\n";
+      continue;
+    }
+    const trace::Manifest& m = reader->manifest();
+    std::cout << "  " << std::left << std::setw(8) << dir.filename().string() << " " << m.records_written
+              << " records, " << m.payloads_written << " payloads (" << m.payload_compressed_bytes / (1 << 20)
+              << " MiB on disk)";
+    if (m.records_dropped || m.payloads_dropped)
+      std::cout << ", DROPPED " << m.records_dropped << " records / " << m.payloads_dropped << " payloads";
+    for (const char* counter : {"payloads_skipped_staging_full", "payloads_skipped_too_large", "timing_errors"}) {
+      auto it = m.counters.find(counter);
+      if (it != m.counters.end() && it->second > 0) std::cout << ", " << counter << " " << it->second;
+    }
+    if (!m.closed) std::cout << ", NOT CLOSED (the process died: complete records are kept, counters may be stale)";
+    std::cout << "\n";
+  }
+}
+
+}  // namespace
+
+int runRecord(const RecordOptions& o) {
+  const std::string lib = findLibrary(o.lib);
+  if (lib.empty()) {
+    std::cerr << "error: " << libraryNotFound() << "\n";
+    return 2;
+  }
+  const std::string traceDir =
+      fs::absolute(o.trace.empty() ? freshDirectoryName(".", "ranklens-trace") : o.trace).lexically_normal();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(traceDir, ec)) {
+    if (entry.is_directory() && fs::exists(entry.path() / "manifest.msgpack")) {
+      std::cerr << "error: --trace " << traceDir << " already holds a recording (" << entry.path().filename().string()
+                << "); choose a new directory\n";
+      return 2;
+    }
+  }
+  std::map<std::string, std::string> env = {{"RANKLENS_MODE", "record"}, {"RANKLENS_TRACE_DIR", traceDir}};
+  if (!o.payloads.empty()) env["RANKLENS_PAYLOADS"] = o.payloads;
+  if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();
+  if (!o.realNccl.empty()) env["RANKLENS_REAL_NCCL"] = fs::absolute(o.realNccl).string();
+  pointAtLibrary(lib, o.override, &env);
+  config::LoadResult loaded;
+  if (!checkSettings(env, &loaded)) return 2;
+  if (!o.quiet)
+    std::cerr << "ranklens: recording (payloads " << config::toString(loaded.settings.payloads) << ") to " << traceDir
+              << " with " << lib << "\n";
+  const int exitCode = runCommand(env, o.command);
+  if (!o.quiet) {
+    std::cerr << "ranklens: " << o.command[0] << " exited with status " << exitCode << "\n";
+    reportRanks(traceDir);
+  }
+  return exitCode;
+}
+
+}  // namespace tools
+}  // namespace ranklens

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// `ranklens record`: run a job (torchrun, mpirun, srun, a plain program) with RankLens's library in record mode, so
+// that every rank the launcher starts writes <trace>/rank<R>/, then say what each rank wrote.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace ranklens {
+namespace tools {
+
+struct RecordOptions {
+  std::string trace, payloads, config, realNccl, lib, override = "both";
+  bool quiet = false;
+  std::vector<std::string> command;
+};
+
+CLI::App* addRecordCommand(CLI::App& app, RecordOptions* options);
+int runRecord(const RecordOptions& options);
+
+}  // namespace tools
+}  // namespace ranklens
