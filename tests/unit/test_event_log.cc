@@ -21,6 +21,7 @@
 
 #include "ranklens/events.h"
 #include "ranklens/trace.h"
+#include "trace_test_support.h"
 #include "ranklens_api.h"
 
 namespace {
@@ -34,36 +35,8 @@ std::string env(const char* name) {
   return value ? value : "";
 }
 
-// Everything one rank directory holds, in file order.
-struct EventLog {
-  ranklens::trace::Manifest manifest;
-  std::vector<ranklens::events::CommInit> comms;
-  std::vector<ranklens::events::CommEnd> ends;
-  std::vector<Call> calls;
-  std::vector<ranklens::trace::GroupBegin> groupBegins;
-  std::vector<ranklens::events::GroupEnd> groups;
-  std::vector<ranklens::events::Stage> stages;
-};
-
-bool readEventLog(const std::string& dir, EventLog* log, std::string* error) {
-  auto reader = ranklens::trace::TraceReader::open(dir, ranklens::trace::Limits{}, error);
-  if (!reader) return false;
-  log->manifest = reader->manifest();
-  bool ok = reader->scan([&](RecordType type, const msgpack::object& body, const ranklens::trace::Location&) {
-    switch (type) {
-      case RecordType::kCommInit: log->comms.push_back(body.as<ranklens::events::CommInit>()); break;
-      case RecordType::kCommEnd: log->ends.push_back(body.as<ranklens::events::CommEnd>()); break;
-      case RecordType::kCall: log->calls.push_back(body.as<Call>()); break;
-      case RecordType::kGroupBegin: log->groupBegins.push_back(body.as<ranklens::trace::GroupBegin>()); break;
-      case RecordType::kGroupEnd: log->groups.push_back(body.as<ranklens::events::GroupEnd>()); break;
-      case RecordType::kStage: log->stages.push_back(body.as<ranklens::events::Stage>()); break;
-      default: ADD_FAILURE() << "unexpected record type " << static_cast<int>(type);
-    }
-    return true;
-  });
-  if (!ok) *error = reader->problems().front().describe();
-  return ok;
-}
+// Everything one rank directory holds, in file order (tests/support/trace_test_support.h).
+using EventLog = trace_test::Trace;
 
 // The trace directory of a previous run would make the library refuse to write (it never overwrites a trace).
 class FreshTraceDir : public ::testing::Environment {
@@ -167,9 +140,7 @@ class EventLogTest : public ::testing::Test {
 TEST_F(EventLogTest, PathIsUnderTraceDirByRank) { EXPECT_EQ(scenario().path, expectedLogPath()); }
 
 TEST_F(EventLogTest, Header) {
-  EventLog log;
-  std::string error;
-  ASSERT_TRUE(readEventLog(scenario().path, &log, &error)) << error;
+  EventLog log = trace_test::readTrace(scenario().path);
   EXPECT_EQ(log.manifest.format, "ranklens-trace");
   EXPECT_EQ(log.manifest.version_major, ranklens::trace::kFormatMajor);
   EXPECT_EQ(log.manifest.rank, 5);
@@ -185,9 +156,7 @@ TEST_F(EventLogTest, Header) {
 }
 
 TEST_F(EventLogTest, CommInitAndCommEnd) {
-  EventLog log;
-  std::string error;
-  ASSERT_TRUE(readEventLog(scenario().path, &log, &error)) << error;
+  EventLog log = trace_test::readTrace(scenario().path);
   ASSERT_EQ(log.comms.size(), 2u);
   const auto& a = log.comms[0];
   EXPECT_EQ(a.commId, 0u);
@@ -220,9 +189,7 @@ TEST_F(EventLogTest, CommInitAndCommEnd) {
 }
 
 TEST_F(EventLogTest, CallsInOrderWithSequencesAndGroups) {
-  EventLog log;
-  std::string error;
-  ASSERT_TRUE(readEventLog(scenario().path, &log, &error)) << error;
+  EventLog log = trace_test::readTrace(scenario().path);
   const auto& expected = expectedCalls();
   ASSERT_EQ(log.calls.size(), expected.size());
 
@@ -286,9 +253,7 @@ TEST_F(EventLogTest, CallsInOrderWithSequencesAndGroups) {
 }
 
 TEST_F(EventLogTest, Stage) {
-  EventLog log;
-  std::string error;
-  ASSERT_TRUE(readEventLog(scenario().path, &log, &error)) << error;
+  EventLog log = trace_test::readTrace(scenario().path);
   ASSERT_EQ(log.stages.size(), 1u);
   EXPECT_EQ(log.stages[0].name, "step");
   EXPECT_EQ(log.stages[0].step, 3);
