@@ -29,6 +29,7 @@ constexpr const char* kStagingFullNames[] = {"skip", "wait"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "ignore"};
+constexpr const char* kTimingSourceNames[] = {"recorded", "estimated"};
 
 constexpr const char* kConfigVar = "RANKLENS_CONFIG";
 // Read by other modules (record mode, launcher); listed so they are not reported as typos.
@@ -501,6 +502,16 @@ const KeyDesc kKeys[] = {
      "(ignore)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHostTimeNames, s.host_time); },
      [](const Settings& s) { return std::string(toString(s.host_time)); }},
+    {"timing", "RANKLENS_TIMING", "recorded",
+     "replay (fidelity timing, value): each call is held for its recorded duration, or for the estimate from "
+     "`history` (estimated: what-if runs, calls the recording never saw at this scale)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kTimingSourceNames, s.timing); },
+     [](const Settings& s) { return std::string(toString(s.timing)); }},
+    {"history", "RANKLENS_HISTORY", "",
+     "replay: duration history of recorded runs (ranklens history build) used by timing: estimated and "
+     "on_mismatch: estimate; empty: a latency-bandwidth fit of the replayed recording",
+     [](const Input& in, Settings& s) { return parseString(in, s.history); },
+     [](const Settings& s) { return s.history; }},
     {"hold_blocks", "RANKLENS_HOLD_BLOCKS", "1",
      "replay (completion: kernel): SMs each hold kernel occupies; 1 leaves the rest to compute, more (e.g. NCCL's "
      "channel count) reproduce the slowdown of compute that overlaps communication",
@@ -724,6 +735,7 @@ const char* toString(StagingFull v) { return enumName(v, kStagingFullNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }
+const char* toString(TimingSource v) { return enumName(v, kTimingSourceNames); }
 
 }  // namespace config
 }  // namespace ranklens

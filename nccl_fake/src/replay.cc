@@ -17,6 +17,7 @@
 
 #include "nccl_fake/runtime.h"
 #include "ranklens/duration_fit.h"
+#include "ranklens/estimator.h"
 #include "ranklens/payload_prefetcher.h"
 #include "ranklens/recording.h"
 
@@ -34,6 +35,7 @@ namespace {
 
 struct Counters {
   uint64_t calls = 0, matched = 0, mismatches = 0, resyncs = 0, recordedSkipped = 0, extra = 0, estimated = 0;
+  uint64_t estimatesExtrapolated = 0;
   uint64_t untimed = 0;  // matched, but the recording has no duration for it (captured in a graph, lost)
   uint64_t payloadsRestored = 0, payloadBytesRestored = 0, payloadFailures = 0, filledWithoutPayload = 0;
   uint64_t holds = 0, heldNs = 0, hostHeldNs = 0;
@@ -45,6 +47,11 @@ struct Session {
   std::unique_ptr<ranklens::trace::Recording> recording;
   std::unique_ptr<ranklens::trace::PayloadPrefetcher> prefetcher;
   ranklens::timing::LatencyBandwidthFit fit;
+  ranklens::timing::History history;                     // timing: estimated / on_mismatch: estimate
+  std::unique_ptr<ranklens::timing::Estimator> estimator;  // null without a history: `fit` estimates
+  bool estimateAll = false;                                // timing: estimated
+  bool crossesNodesBeyond(int nranks) const { return localWorldSize > 0 && nranks > localWorldSize; }
+  int localWorldSize = -1;                                 // of the recorded job
   ranklens::device::StreamDevice::Calibration calibration;
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
@@ -120,6 +127,7 @@ Session* load() {
     s->policy = st.on_mismatch;
     s->window = st.resync_window;
     s->hostTime = st.host_time == ranklens::config::HostTime::kReplay;
+    s->estimateAll = st.timing == ranklens::config::TimingSource::kEstimated;
     std::string error;
     s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
     if (!s->recording) {
@@ -145,6 +153,19 @@ Session* load() {
       if (rc.durationNs >= 0 && rc.call.groupId == 0)
         samples.push_back({rc.call.op, rc.call.nranks, rc.call.bytes, rc.durationNs});
     s->fit.fit(samples);
+    if (auto it = m.env.find("LOCAL_WORLD_SIZE"); it != m.env.end()) s->localWorldSize = atoi(it->second.c_str());
+    if (!st.history.empty()) {
+      std::string historyError;
+      if (!ranklens::timing::loadHistory(st.history, &s->history, &historyError)) {
+        loadError = "history: " + historyError;
+        return;
+      }
+      s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, ranklens::timing::Estimator::Options{});
+    } else if (s->estimateAll) {
+      loadError = "timing: estimated needs a duration history: set RANKLENS_HISTORY to a file built with `ranklens "
+                  "history build <recorded traces> -o FILE`";
+      return;
+    }
     auto& device = rt.device();
     if (s->fidelity != Fidelity::kStructure) s->calibration = device.calibrate();
     if (s->fidelity == Fidelity::kValue && !s->recording->payloadOrder().empty()) {
@@ -189,6 +210,16 @@ bool sameSignature(const ranklens::events::Call& r, const CallInfo& info) {
     if (userRecorded != userReplayed || (!userReplayed && r.redop != static_cast<int>(info.redop))) return false;
   }
   return true;
+}
+
+// A duration for a call the recording does not time (or for every call under timing: estimated).
+// Grouped calls are estimated one by one; holdGroup holds each stream for the longest of them.
+int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
+  if (!s->estimator) return s->fit.estimateNs(static_cast<int>(info.op), info.comm->nRanks, bytes);
+  const ranklens::timing::Estimate e = s->estimator->estimate(static_cast<int>(info.op), info.comm->nRanks, s->crossesNodesBeyond(info.comm->nRanks),
+                             bytes, info.comm->name);
+  if (e.extrapolated) s->counters.estimatesExtrapolated++;
+  return e.durationNs;
 }
 
 int64_t holdFor(const Session& s, int64_t durationNs, uint64_t restoredBytes) {
@@ -352,11 +383,11 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   }
   info->recorded = match;
   if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
-  if (match != nullptr) {
+  if (match != nullptr && !s->estimateAll) {
     info->durationNs = match->durationNs;
     if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;
-  } else if (s->policy == OnMismatch::kEstimate) {
-    info->durationNs = s->fit.estimateNs(static_cast<int>(info->op), info->comm->nRanks, event.bytes);
+  } else if (match != nullptr || s->policy == OnMismatch::kEstimate) {
+    info->durationNs = estimateNs(s, *info, event.bytes);
     info->estimated = true;
     c.estimated++;
   }
@@ -504,12 +535,13 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
   for (const CallInfo& first : calls) {
     if (std::find(done.begin(), done.end(), first.stream) != done.end()) continue;
     done.push_back(first.stream);
-    int64_t duration = first.recorded ? first.durationNs : -1;
+    int64_t duration = first.recorded && !first.estimated ? first.durationNs : -1;
     uint64_t restored = 0;
     for (const CallInfo& c : calls) {
       if (c.stream != first.stream) continue;
       restored += restoredBytesOf(*s, c);
-      if (!first.recorded && c.estimated) duration = std::max(duration, c.durationNs);
+      // Estimated calls of a group run together on the stream: the longest stands for the group.
+      if ((!first.recorded || first.estimated) && c.estimated) duration = std::max(duration, c.durationNs);
     }
     NCCLCHECK(holdStream(s, first, duration, restored, first.recorded ? first.recorded->call.groupId : 1));
   }
@@ -535,6 +567,7 @@ void finish() {
         {"replay_recorded_calls_skipped", c.recordedSkipped},
         {"replay_extra_calls", c.extra},
         {"replay_estimated", c.estimated},
+        {"replay_estimates_extrapolated", c.estimatesExtrapolated},
         {"replay_untimed", c.untimed},
         {"replay_holds", c.holds},
         {"replay_held_ns", c.heldNs},

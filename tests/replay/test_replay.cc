@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "ranklens/estimator.h"
 #include "trace_test_support.h"
 
 namespace {
@@ -219,6 +220,30 @@ TEST(ReplayMismatch, ExtraCallsGetAnEstimatedDurationAndTheRestStillMatches) {
   EXPECT_GT(extraNs, 50'000u);
   EXPECT_LT(extraNs, 5'000'000u);
   EXPECT_EQ(r.output, recording().output);  // the extra call is in place and not dumped
+}
+
+TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const std::string history = tmpRoot() + "/own.hist";
+  ranklens::timing::History h;
+  std::string error;
+  ASSERT_TRUE(ranklens::timing::addRecordedRun(recording().root + "/rank1", &h, &error)) << error;
+  ASSERT_TRUE(ranklens::timing::saveHistory(history, h, &error)) << error;
+  Replayed r = replay("estimated", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
+                                    {"RANKLENS_HISTORY", history}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  Trace t = readTrace(r.traceDir);
+  Trace recorded = readTrace(recording().root + "/rank1");
+  EXPECT_EQ(t.counter("replay_mismatches"), 0u);
+  EXPECT_EQ(t.counter("replay_estimated"), t.counter("replay_calls"));  // matched, but every duration estimated
+  // Estimated from this very recording (200 us per call on the fake): the total is close to the recorded one.
+  const double ratio = static_cast<double>(t.counter("replay_held_ns")) / static_cast<double>(recordedHoldNs(recorded));
+  EXPECT_GT(ratio, 0.7);
+  EXPECT_LT(ratio, 1.3);
+
+  Replayed missing = replay("estimated-no-history", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"}});
+  EXPECT_EQ(missing.run.status, 3) << missing.run.output;
+  EXPECT_NE(missing.run.output.find("RANKLENS_HISTORY"), std::string::npos) << missing.run.output;
 }
 
 TEST(ReplayMismatch, WrongRankIsRefusedWithTheRecordedRanks) {

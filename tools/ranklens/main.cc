@@ -23,6 +23,7 @@
 #include "compare.h"
 #include "launch.h"
 #include "doctor_command.h"
+#include "estimate_command.h"
 #include "record_command.h"
 #include "ranklens/config.h"
 #include "summary.h"
@@ -144,6 +145,8 @@ int main(int argc, char** argv) {
       "  ranklens timeline /scratch/run42/rank3 /tmp/ranklens-1700000000-1234/rank3 -o rank3.json\n"
       "  ranklens dump-config --config ranklens.yaml\n"
       "  ranklens doctor --python /opt/venv/bin/python --trace /scratch/run42\n"
+      "  ranklens history build /scratch/run42 /scratch/run43 -o cluster.hist\n"
+      "  ranklens estimate eval --history cluster.hist\n"
       "Exit codes: record and replay return the program's exit code (128+N if killed by signal N; 127 if it cannot start;\n"
       "  2 for bad usage before it starts); compare 0 match, 1 differ; other commands 0 ok, 1 failure; all 2 for\n"
       "  bad usage (compare and timeline: also for an unreadable trace).\n"
@@ -189,6 +192,9 @@ int main(int argc, char** argv) {
   ranklens::tools::DoctorOptions doctorOptions;
   auto* doctor = ranklens::tools::addDoctorCommand(app, &doctorOptions);
 
+  ranklens::tools::EstimateOptions estimateOptions;
+  const auto estimateCommands = ranklens::tools::addEstimateCommands(app, &estimateOptions);
+
   auto* trace = app.add_subcommand("trace", "Inspect event logs");
   trace->require_subcommand(1);
   std::string summaryDir;
@@ -215,6 +221,9 @@ int main(int argc, char** argv) {
   if (rp->parsed()) return runReplay(replay);
   if (record->parsed()) return ranklens::tools::runRecord(recordOptions);
   if (doctor->parsed()) return ranklens::tools::runDoctor(doctorOptions);
+  if (estimateCommands.build->parsed()) return ranklens::tools::runHistoryBuild(estimateOptions);
+  if (estimateCommands.eval->parsed()) return ranklens::tools::runEstimateEval(estimateOptions);
+  if (estimateCommands.query->parsed()) return ranklens::tools::runEstimateQuery(estimateOptions);
   if (summary->parsed()) return ranklens::tools::printTraceSummary(summaryDir, summaryJson, std::cout, std::cerr);
   if (compare->parsed()) return ranklens::tools::runCompare(compareOptions, std::cout, std::cerr);
   if (timeline->parsed()) return ranklens::tools::runTimeline(timelineOptions, std::cerr);

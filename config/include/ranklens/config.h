@@ -27,6 +27,8 @@ enum class StagingFull { kSkip, kWait };
 enum class OnMismatch { kError, kWarn, kEstimate };
 // Replay: how a stream is held for a call's duration.
 enum class Completion { kKernel, kHostCallback };
+// Replay: where a call's duration comes from.
+enum class TimingSource { kRecorded, kEstimated };
 // Replay: whether a call keeps the calling thread as long as the recorded call did.
 enum class HostTime { kReplay, kIgnore };
 
@@ -69,6 +71,8 @@ struct Settings {
   OnMismatch on_mismatch = OnMismatch::kError;
   Completion completion = Completion::kKernel;
   HostTime host_time = HostTime::kReplay;
+  TimingSource timing = TimingSource::kRecorded;
+  std::string history;                      // duration history (ranklens history build) for estimates
   int hold_blocks = 1;                      // thread blocks (SMs) each hold kernel occupies
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
@@ -109,6 +113,7 @@ const char* toString(StagingFull);
 const char* toString(OnMismatch);
 const char* toString(Completion);
 const char* toString(HostTime);
+const char* toString(TimingSource);
 
 }  // namespace config
 }  // namespace ranklens

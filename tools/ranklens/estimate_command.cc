@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "estimate_command.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+
+#include "ranklens/estimator.h"
+#include "ranklens/events.h"
+
+namespace ranklens {
+namespace tools {
+
+namespace fs = std::filesystem;
+
+EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
+  EstimateCommands c;
+  auto* history = app.add_subcommand("history", "Duration history of recorded runs, for the estimator");
+  history->require_subcommand(1);
+  c.build = history->add_subcommand("build", "Collect every timed call of recorded runs into a history file");
+  c.build->add_option("traces", o->traces, "Recorded trace directories (their rank<R> directories) or rank "
+                                           "directories")->required();
+  c.build->add_option("-o,--output", o->output, "History file to write")->required();
+  c.build->add_flag("-a,--append", o->append, "Add to an existing history file (a run already in it is refused)");
+  c.build->footer("Example: ranklens history build /scratch/run42 /scratch/run43 -o cluster.hist\n"
+                  "         ranklens history build /scratch/run44 -o cluster.hist --append");
+
+  auto* estimate = app.add_subcommand("estimate", "Estimated durations from a history");
+  estimate->require_subcommand(1);
+  c.eval = estimate->add_subcommand(
+      "eval", "Leave-one-out over calls and leave-one-run-out over runs: median and p90 relative error per op and "
+              "size class");
+  c.query = estimate->add_subcommand("query", "One estimate, with its neighbourhood distance and method");
+  for (CLI::App* cmd : {c.eval, c.query}) {
+    cmd->add_option("--history", o->history, "History file (ranklens history build)")->required();
+    cmd->add_option("-k,--neighbours", o->neighbours, "Nearest samples used (default 8)")->check(CLI::Range(1, 1024));
+    cmd->add_option("--max-distance", o->maxDistance,
+                    "Beyond this distance (log2 of the byte ratio; 1 = 2x) the latency-bandwidth fit is used "
+                    "(default 1)");
+    cmd->add_option("--json", o->json, "Also write the result as JSON to this file ('-': stdout)");
+  }
+  c.eval->footer("Example: ranklens estimate eval --history cluster.hist --json eval.json");
+  c.query->add_option("--op", o->op, "Operation (AllReduce, AllGather, ...)")
+      ->check(CLI::IsMember({"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AlltoAll", "Gather",
+                             "Scatter", "Send", "Recv"}));
+  c.query->add_option("--bytes", o->bytes, "Bytes this rank receives (Call.bytes)")->required();
+  c.query->add_option("--nranks", o->nranks, "Communicator size (default 2)");
+  c.query->add_flag("--crosses-nodes", o->crossesNodes, "The communicator spans nodes");
+  c.query->add_option("--role", o->role, "Communicator name (commName), preferred neighbourhood");
+  c.query->footer("Example: ranklens estimate query --history cluster.hist --op AllReduce --bytes 26214400");
+  return c;
+}
+
+namespace {
+
+bool writeJson(const std::string& path, const nlohmann::json& doc) {
+  if (path.empty()) return true;
+  if (path == "-") {
+    std::cout << doc.dump(2) << "\n";
+    return true;
+  }
+  std::ofstream out(path);
+  out << doc.dump(2) << "\n";
+  if (!out) std::cerr << "error: cannot write " << path << "\n";
+  return static_cast<bool>(out);
+}
+
+// Rank directories under each argument (itself when it is one).
+std::vector<std::string> rankDirectories(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const auto& a : args) {
+    if (fs::exists(fs::path(a) / "manifest.msgpack")) {
+      out.push_back(a);
+      continue;
+    }
+    std::vector<std::string> ranks;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(a, ec))
+      if (e.is_directory() && fs::exists(e.path() / "manifest.msgpack")) ranks.push_back(e.path().string());
+    std::sort(ranks.begin(), ranks.end());
+    if (ranks.empty()) out.push_back(a);  // let the reader say what is wrong with it
+    out.insert(out.end(), ranks.begin(), ranks.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+int runHistoryBuild(const EstimateOptions& o) {
+  timing::History history;
+  std::string error;
+  if (o.append && fs::exists(o.output) && !timing::loadHistory(o.output, &history, &error)) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  if (!o.append && fs::exists(o.output)) {
+    std::cerr << "error: " << o.output << " exists; pass --append to add runs to it, or choose another file\n";
+    return 2;
+  }
+  int failures = 0;
+  for (const auto& dir : rankDirectories(o.traces)) {
+    const size_t before = history.samples.size();
+    if (!timing::addRecordedRun(dir, &history, &error)) {
+      std::cerr << "error: " << error << "\n";
+      ++failures;
+      continue;
+    }
+    std::cerr << "ranklens: " << dir << ": " << history.samples.size() - before << " samples\n";
+  }
+  if (!timing::saveHistory(o.output, history, &error)) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  std::cout << o.output << ": " << history.runs.size() << " runs, " << history.samples.size() << " samples\n";
+  return failures ? 1 : 0;
+}
+
+int runEstimateEval(const EstimateOptions& o) {
+  timing::History history;
+  std::string error;
+  if (!timing::loadHistory(o.history, &history, &error)) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  timing::Estimator::Options options;
+  options.neighbours = o.neighbours;
+  options.maxDistance = o.maxDistance;
+  const timing::Evaluation ev = timing::evaluate(history, options);
+  nlohmann::json doc = {{"history", o.history}, {"runs", history.runs.size()}, {"samples", history.samples.size()},
+                        {"neighbours", o.neighbours}, {"max_distance", o.maxDistance},
+                        {"extrapolated_leave_one_out", ev.extrapolatedLoo},
+                        {"extrapolated_leave_one_run_out", ev.extrapolatedLoro}};
+  std::cout << o.history << ": " << history.runs.size() << " runs, " << history.samples.size() << " samples\n\n"
+            << std::left << std::setw(28) << "op / size class" << std::right << std::setw(9) << "calls"
+            << std::setw(10) << "median" << std::setw(10) << "p90" << "   | " << std::setw(9) << "calls"
+            << std::setw(10) << "median" << std::setw(10) << "p90" << "\n"
+            << std::left << std::setw(28) << "" << std::right << std::setw(29) << "leave one call out"
+            << "   | " << std::setw(29) << "leave one run out" << "\n";
+  auto pct = [](double v) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(2) << v * 100 << "%";
+    return s.str();
+  };
+  for (const auto& [key, loo] : ev.leaveOneOut) {
+    auto it = ev.leaveOneRunOut.find(key);
+    std::cout << std::left << std::setw(28) << key << std::right << std::setw(9) << loo.count << std::setw(10)
+              << pct(loo.median) << std::setw(10) << pct(loo.p90) << "   | ";
+    if (it != ev.leaveOneRunOut.end())
+      std::cout << std::setw(9) << it->second.count << std::setw(10) << pct(it->second.median) << std::setw(10)
+                << pct(it->second.p90);
+    else
+      std::cout << std::setw(29) << "(one run)";
+    std::cout << "\n";
+    doc["leave_one_out"][key] = {{"count", loo.count}, {"median", loo.median}, {"p90", loo.p90}};
+    if (it != ev.leaveOneRunOut.end())
+      doc["leave_one_run_out"][key] = {{"count", it->second.count}, {"median", it->second.median},
+                                       {"p90", it->second.p90}};
+  }
+  std::cout << "\nrelative error |estimate - recorded| / recorded; extrapolated estimates: " << ev.extrapolatedLoo
+            << " (leave one call out), " << ev.extrapolatedLoro << " (leave one run out)\n";
+  return writeJson(o.json, doc) ? 0 : 1;
+}
+
+int runEstimateQuery(const EstimateOptions& o) {
+  timing::History history;
+  std::string error;
+  if (!timing::loadHistory(o.history, &history, &error)) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  int op = 0;
+  for (int i = 0; i <= static_cast<int>(events::Op::kRecv); ++i)
+    if (o.op == events::opName(static_cast<events::Op>(i))) op = i;
+  timing::Estimator::Options options;
+  options.neighbours = o.neighbours;
+  options.maxDistance = o.maxDistance;
+  const timing::Estimator estimator(history, options);
+  const timing::Estimate e = estimator.estimate(op, o.nranks, o.crossesNodes, o.bytes, o.role);
+  std::cout << o.op << " " << o.bytes << " bytes, " << o.nranks << " ranks: " << std::fixed << std::setprecision(1)
+            << e.durationNs / 1000.0 << " us (" << e.method << ", " << e.neighbours << " neighbours, distance "
+            << std::setprecision(2) << e.distance << (e.extrapolated ? ", extrapolated" : "") << ")\n";
+  return writeJson(o.json, {{"op", o.op}, {"bytes", o.bytes}, {"nranks", o.nranks}, {"duration_ns", e.durationNs},
+                            {"method", e.method}, {"neighbours", e.neighbours}, {"distance", e.distance},
+                            {"extrapolated", e.extrapolated}})
+             ? 0
+             : 1;
+}
+
+}  // namespace tools
+}  // namespace ranklens
