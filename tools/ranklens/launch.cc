@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "launch.h"
 
+#include <arpa/inet.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -90,6 +93,62 @@ int runCommand(const std::map<std::string, std::string>& env, const std::vector<
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string findPythonAdapter() {
+  for (const fs::path& dir : {selfDir() / "../share/ranklens/python", fs::path(RANKLENS_SOURCE_PYTHON_DIR)})
+    if (fs::exists(dir / "site" / "sitecustomize.py") && fs::exists(dir / "ranklens" / "adapter.py"))
+      return dir.lexically_normal().string();
+  return "";
+}
+
+namespace {
+int freePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 29500;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+}  // namespace
+
+void enablePythonAdapter(const std::string& dir, bool store, std::map<std::string, std::string>* env) {
+  (*env)["PYTHONPATH"] = prepend("PYTHONPATH", dir + "/site:" + dir, ':');
+  (*env)["RANKLENS_ADAPTER"] = "1";
+  if (!store) return;
+  (*env)["RANKLENS_ADAPTER_STORE"] = "1";
+  (*env)["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  (*env)["TORCHELASTIC_RESTART_COUNT"] = "0";
+  (*env)["MASTER_ADDR"] = "127.0.0.1";
+  const char* port = getenv("MASTER_PORT");
+  (*env)["MASTER_PORT"] = port && *port ? port : std::to_string(freePort());
+  // Settings under which a lone rank waits for peers that never come (torch-survivor.md).
+  struct Hanging {
+    const char* name;
+    const char* value;
+    const char* why;
+  };
+  for (const Hanging& h : {Hanging{"TORCH_DIST_INIT_BARRIER", "0", "the barrier after init waits for all ranks"},
+                           Hanging{"TORCH_NCCL_DESYNC_DEBUG", "0", "desync debugging reads every peer's keys"}}) {
+    const char* v = getenv(h.name);
+    if (v && *v && std::string(v) != "0") {
+      std::cerr << "warning: " << h.name << "=" << v << " set to " << h.value << ": " << h.why << "\n";
+      (*env)[h.name] = h.value;
+    }
+  }
+  const char* detail = getenv("TORCH_DISTRIBUTED_DEBUG");
+  if (detail && std::string(detail) == "DETAIL") {
+    std::cerr << "warning: TORCH_DISTRIBUTED_DEBUG=DETAIL set to INFO: DETAIL wraps every group in a Gloo helper "
+                 "that connects to all peers\n";
+    (*env)["TORCH_DISTRIBUTED_DEBUG"] = "INFO";
+  }
 }
 
 std::string freshDirectoryName(const std::string& base, const std::string& prefix) {

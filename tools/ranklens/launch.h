@@ -25,6 +25,13 @@ bool checkSettings(const std::map<std::string, std::string>& env, config::LoadRe
 // Sets `env` in this process and runs `command` (PATH lookup) with it; returns its exit code, 128 + N when killed by
 // signal N, 127 when it cannot be started. Ctrl-C goes to the child; this process only waits.
 int runCommand(const std::map<std::string, std::string>& env, const std::vector<std::string>& command);
+// The Python adapter (tools/python: site/sitecustomize.py + the ranklens package) beside the tool (install tree:
+// ../share/ranklens/python) or in the source tree this tool was built from; "" when not found.
+std::string findPythonAdapter();
+// Puts the adapter on PYTHONPATH and turns it on (RANKLENS_ADAPTER=1); `store`: it also hosts the lone rank's
+// TCPStore (replay): MASTER_ADDR/MASTER_PORT (a free port unless MASTER_PORT is set), TORCHELASTIC_USE_AGENT_STORE,
+// and the torch settings that would wait for absent peers are turned off, each with a warning.
+void enablePythonAdapter(const std::string& dir, bool store, std::map<std::string, std::string>* env);
 // A new, unused directory name: <base>/<prefix>-<seconds>-<pid>.
 std::string freshDirectoryName(const std::string& base, const std::string& prefix);
 

@@ -44,7 +44,7 @@ std::string defaultTraceDir() {
 struct ReplayOptions {
   int rank = -1, worldSize = -1;
   std::string lib, config, fill, device, groups, traceDir, trace, fidelity, onMismatch, override = "both";
-  bool noEvents = false, quiet = false;
+  bool noEvents = false, quiet = false, noPythonAdapter = false;
   std::vector<std::string> command;
 };
 
@@ -86,6 +86,14 @@ int runReplay(const ReplayOptions& o) {
   }
   if (!o.onMismatch.empty()) env["RANKLENS_ON_MISMATCH"] = o.onMismatch;
   ranklens::tools::pointAtLibrary(lib, o.override, &env);
+  if (!o.noPythonAdapter) {
+    const std::string adapter = ranklens::tools::findPythonAdapter();
+    if (adapter.empty())
+      std::cerr << "warning: the Python adapter (tools/python) was not found next to ranklens: a PyTorch job will "
+                   "wait for its absent peers in init_process_group (use scripts/survivor.py)\n";
+    else
+      ranklens::tools::enablePythonAdapter(adapter, true, &env);
+  }
 
   // Check the configuration the child will see before starting it: a typo fails here, with its position.
   ranklens::config::LoadResult loaded;
@@ -183,6 +191,9 @@ int main(int argc, char** argv) {
                  "How the program is made to load RankLens: LD_PRELOAD (pip-wheel PyTorch needs it), "
                  "LD_LIBRARY_PATH (programs linked without RPATH), or both")
       ->check(CLI::IsMember({"preload", "library-path", "both"}));
+  rp->add_flag("--no-python-adapter", replay.noPythonAdapter,
+               "Do not load the Python adapter (a store for the lone rank, optimizer-step markers; PYTHONPATH, "
+               "MASTER_ADDR/PORT, TORCHELASTIC_USE_AGENT_STORE)");
   rp->add_flag("-q,--quiet", replay.quiet, "No launcher messages and no summary");
   rp->add_option("command", replay.command, "The program and its arguments (after --)")->required();
 

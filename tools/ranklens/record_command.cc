@@ -107,6 +107,8 @@ int runRecord(const RecordOptions& o) {
   if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();
   if (!o.realNccl.empty()) env["RANKLENS_REAL_NCCL"] = fs::absolute(o.realNccl).string();
   pointAtLibrary(lib, o.override, &env);
+  if (const std::string adapter = findPythonAdapter(); !adapter.empty())
+    enablePythonAdapter(adapter, false, &env);  // optimizer-step markers in every rank's trace
   config::LoadResult loaded;
   if (!checkSettings(env, &loaded)) return 2;
   if (!o.quiet)

@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Python adapter (tools/python/ranklens/adapter.py, installed by tools/python/site/sitecustomize.py): it must
+not import torch by itself, must host a store that does not wait for peers once torch.distributed is imported,
+must count optimizer steps, and must keep the environment's own sitecustomize working."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools", "python")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(code, extra_path=(), **env):
+    e = dict(os.environ)
+    e.update({"PYTHONPATH": os.pathsep.join([os.path.join(PY_DIR, "site"), PY_DIR, *extra_path]),
+              "RANKLENS_ADAPTER": "1", **env})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_adapter_is_installed_without_importing_torch():
+    r = run("""
+        import sys
+        from ranklens import adapter
+        print("INSTALLED", adapter.state()["installed"], "TORCH", "torch" in sys.modules)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "INSTALLED True TORCH False" in r.stdout
+
+
+def test_the_shadowed_sitecustomize_still_runs(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("print('SHADOWED SITECUSTOMIZE RAN')\n")
+    r = run("print('MAIN')", extra_path=[str(tmp_path)])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["SHADOWED SITECUSTOMIZE RAN", "MAIN"]
+
+
+def test_store_for_a_lone_rank_and_optimizer_step_marks():
+    pytest.importorskip("torch")
+    port = free_port()
+    r = run("""
+        import datetime, os
+        import torch, torch.distributed as dist
+        from ranklens import adapter
+        # A second client: it would time out if the adapter's server waited for the world's other rank.
+        s = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=datetime.timedelta(seconds=10))
+        s.set("k", "v")
+        print("STORE", s.get("k").decode())
+        p = torch.nn.Parameter(torch.zeros(2))
+        opt = torch.optim.SGD([p], lr=0.1)
+        for _ in range(3):
+            p.grad = torch.ones(2)
+            opt.step()
+        print("STEPS", adapter.state()["optimizer_steps"], "ERRORS", adapter.state()["errors"])
+    """, RANKLENS_ADAPTER_STORE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    assert r.returncode == 0, r.stderr
+    assert "STORE v" in r.stdout
+    assert "STEPS 3 ERRORS []" in r.stdout
+
+
+def test_a_taken_port_is_a_warning_not_a_crash():
+    pytest.importorskip("torch")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = run("""
+            import torch.distributed as dist
+            from ranklens import adapter
+            print("ERRORS", len(adapter.state()["errors"]))
+        """, RANKLENS_ADAPTER_STORE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    assert r.returncode == 0, r.stderr
+    assert "ERRORS 1" in r.stdout
+    assert "cannot start the rank's store" in r.stderr

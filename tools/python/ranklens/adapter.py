@@ -1,0 +1,130 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The framework adapter, installed at interpreter start by tools/python/site/sitecustomize.py when the launcher set
+RANKLENS_ADAPTER=1. It never imports torch itself: its work is attached to the moment the program imports a module.
+
+* torch.distributed imported, RANKLENS_ADAPTER_STORE=1 (replay): an in-process TCPStore server on MASTER_ADDR:
+  MASTER_PORT that does not wait for the absent peers (wait_for_workers=False). init_process_group, a store client
+  because the launcher sets TORCHELASTIC_USE_AGENT_STORE=True, connects to it instead of waiting for rank 0.
+* torch.optim imported: a global optimizer step hook marks every optimizer step in the trace
+  (ranklensMarkStage("optimizer", n) in RankLens's library, when it is loaded), so traces and reports are per step.
+
+Everything here is best effort with a clear message: a failure never stops the user's program from starting.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.abc
+import os
+import sys
+
+_state = {"store": None, "optimizer_steps": 0, "marks_failed": 0, "installed": False, "errors": []}
+
+
+def state() -> dict:
+    """What the adapter did (for tests and diagnostics)."""
+    return dict(_state)
+
+
+def _say(msg: str) -> None:
+    print(f"[ranklens] {msg}", file=sys.stderr, flush=True)
+
+
+_mark_fn = None
+
+
+def _mark_stage(name: str, step: int) -> None:
+    global _mark_fn
+    if _mark_fn is None:
+        try:
+            fn = ctypes.CDLL(None).ranklensMarkStage  # RankLens's export, visible when it is preloaded
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_int64]
+            fn.restype = ctypes.c_int
+            _mark_fn = fn
+        except (AttributeError, OSError):
+            _mark_fn = False
+    if _mark_fn and _mark_fn(name.encode(), step) != 0:
+        _state["marks_failed"] += 1
+
+
+def _start_store(dist) -> None:
+    try:
+        port = int(os.environ["MASTER_PORT"])
+        world = int(os.environ["WORLD_SIZE"])
+        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    except (KeyError, ValueError) as e:
+        _state["errors"].append(f"store: MASTER_PORT/WORLD_SIZE missing or not integers ({e})")
+        _say(f"warning: no store started: {_state['errors'][-1]}")
+        return
+    try:
+        _state["store"] = dist.TCPStore(host, port, world_size=world, is_master=True, wait_for_workers=False)
+    except Exception as e:  # DistNetworkError, RuntimeError: say what to do, let the program go on
+        _state["errors"].append(f"store: {type(e).__name__}: {e}")
+        _say(f"warning: cannot start the rank's store on {host}:{port} ({type(e).__name__}: {e}); "
+             "init_process_group will wait for peers that do not exist. Is the port taken? ranklens replay picks "
+             "a free one unless MASTER_PORT is set")
+
+
+def _after_distributed(module) -> None:
+    if os.environ.get("RANKLENS_ADAPTER_STORE") == "1" and getattr(module, "is_available", lambda: False)():
+        _start_store(module)
+
+
+def _after_optimizer(module) -> None:
+    register = getattr(module, "register_optimizer_step_post_hook", None)
+    if register is None:
+        return
+
+    def hook(optimizer, args, kwargs):  # noqa: ARG001 (torch's hook signature)
+        _state["optimizer_steps"] += 1
+        _mark_stage("optimizer", _state["optimizer_steps"])
+
+    register(hook)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback right after a given module has been executed (loaded by the finders that follow)."""
+
+    def __init__(self, hooks):
+        self.hooks = dict(hooks)
+
+    def find_spec(self, fullname, path, target=None):
+        callback = self.hooks.get(fullname)
+        if callback is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            if self.hooks.pop(fullname, None) is not None:
+                try:
+                    callback(module)
+                except Exception as e:  # never break the user's import
+                    _state["errors"].append(f"{fullname}: {type(e).__name__}: {e}")
+                    _say(f"warning: adapter hook for {fullname} failed: {type(e).__name__}: {e}")
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def install() -> None:
+    if _state["installed"]:
+        return
+    _state["installed"] = True
+    hooks = {"torch.distributed": _after_distributed, "torch.optim.optimizer": _after_optimizer}
+    for name, callback in list(hooks.items()):
+        if name in sys.modules:  # imported before us (unusual): act now
+            callback(sys.modules[name])
+            del hooks[name]
+    sys.meta_path.insert(0, _AfterImport(hooks))
