@@ -37,6 +37,11 @@ import record_fidelity_torch as rft  # noqa: E402  (parameter comparison)
 
 REPO = lib.REPO
 TRAIN = "examples/torch/train_gpt.py"
+TRAIN_PARALLEL = "examples/torch/train_parallel.py"  # tp, tp-dp, pp
+
+
+def script_for(mode: str) -> str:
+    return TRAIN_PARALLEL if mode in ("tp", "tp-dp", "pp") else TRAIN
 SURVIVOR = os.path.join(REPO, "scripts", "survivor.py")
 GPT2_SMALL = ["--d-model", "768", "--layers", "12", "--heads", "12", "--vocab", "50304", "--seq-len", "1024"]
 
@@ -46,7 +51,8 @@ def parse_args(argv=None):
     p.add_argument("--lib", required=True, help="RankLens libnccl.so.2")
     p.add_argument("--python", default=sys.executable, help="interpreter with torch (default: %(default)s)")
     p.add_argument("--nproc", type=int, default=2, help="GPUs of the recorded job (default: %(default)s)")
-    p.add_argument("--modes", default="ddp,fsdp2", help="comma list of ddp, fsdp2 (default: %(default)s)")
+    p.add_argument("--modes", default="ddp,fsdp2",
+                   help="comma list of ddp, fsdp2 (train_gpt.py), tp, tp-dp, pp (train_parallel.py) (default: %(default)s)")
     p.add_argument("--checks", default="timing,value", help="comma list of timing, value (default: %(default)s)")
     p.add_argument("--steps", type=int, default=25, help="steps of the timing runs (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the medians (default: %(default)s)")
@@ -95,8 +101,8 @@ class Bench:
         os.makedirs(trace)
         env, unset = clean_env({"LD_PRELOAD": a.lib, "RANKLENS_MODE": "record", "RANKLENS_TRACE_DIR": trace,
                                 "RANKLENS_PAYLOADS": payloads, "RANKLENS_STAGING_FULL": "wait"})
-        argv = [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.nproc), TRAIN,
-                "--parallel", mode, "--log-all-ranks", "--mark-steps", *train]
+        argv = [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.nproc),
+                script_for(mode), "--parallel", mode, "--log-all-ranks", "--mark-steps", *train]
         log_path = os.path.join(a.work, "logs", name + ".log")
         self.log.say(f"record {name} ...")
         res = lib.run_logged(argv, env, log_path, a.timeout, unset)
@@ -119,7 +125,7 @@ class Bench:
             env, unset = clean_env({"CUDA_VISIBLE_DEVICES": str(rank % max(gpus, 1)),
                                     "RANKLENS_TRACE_DIR": out_trace, **extra})
             argv = [a.python, SURVIVOR, "--lib", a.lib, "--rank", str(rank), "--world-size", str(a.nproc),
-                    "--fidelity", fidelity, "--trace", trace, "--quiet", "--", TRAIN, "--parallel", mode,
+                    "--fidelity", fidelity, "--trace", trace, "--quiet", "--", script_for(mode), "--parallel", mode,
                     "--log-all-ranks", "--mark-steps", *train_for_rank(rank)]
             log_path = os.path.join(a.work, "logs", f"{name}-replay-rank{rank}.log")
             procs.append((rank, log_path, out_trace, argv, env, unset))

@@ -66,16 +66,21 @@ class CausalSelfAttention(nn.Module):
         if d_model % n_heads != 0:
             raise ValueError(f"--d-model {d_model} is not divisible by --heads {n_heads}")
         self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
+        b, t, _ = x.shape
+        qkv = self.qkv(x)
+        # Under tensor parallelism qkv holds this rank's heads only (a column shard): sizes come from the tensor.
+        c = qkv.shape[-1] // 3
+        heads = c // self.head_dim
+        q, k, v = qkv.split(c, dim=2)
         # (B, T, C) -> (B, H, T, C/H)
-        q = q.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
-        k = k.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
-        v = v.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
+        q = q.view(b, t, heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, heads, self.head_dim).transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).contiguous().view(b, t, c)
         return self.proj(y)
