@@ -229,15 +229,20 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
-  if (rp->parsed()) return runReplay(replay);
-  if (record->parsed()) return ranklens::tools::runRecord(recordOptions);
-  if (doctor->parsed()) return ranklens::tools::runDoctor(doctorOptions);
-  if (estimateCommands.build->parsed()) return ranklens::tools::runHistoryBuild(estimateOptions);
-  if (estimateCommands.eval->parsed()) return ranklens::tools::runEstimateEval(estimateOptions);
-  if (estimateCommands.query->parsed()) return ranklens::tools::runEstimateQuery(estimateOptions);
-  if (summary->parsed()) return ranklens::tools::printTraceSummary(summaryDir, summaryJson, std::cout, std::cerr);
-  if (compare->parsed()) return ranklens::tools::runCompare(compareOptions, std::cout, std::cerr);
-  if (timeline->parsed()) return ranklens::tools::runTimeline(timelineOptions, std::cerr);
-  if (dump->parsed()) return runDumpConfig(configPath);
+  try {
+    if (rp->parsed()) return runReplay(replay);
+    if (record->parsed()) return ranklens::tools::runRecord(recordOptions);
+    if (doctor->parsed()) return ranklens::tools::runDoctor(doctorOptions);
+    if (estimateCommands.build->parsed()) return ranklens::tools::runHistoryBuild(estimateOptions);
+    if (estimateCommands.eval->parsed()) return ranklens::tools::runEstimateEval(estimateOptions);
+    if (estimateCommands.query->parsed()) return ranklens::tools::runEstimateQuery(estimateOptions);
+    if (summary->parsed()) return ranklens::tools::printTraceSummary(summaryDir, summaryJson, std::cout, std::cerr);
+    if (compare->parsed()) return ranklens::tools::runCompare(compareOptions, std::cout, std::cerr);
+    if (timeline->parsed()) return ranklens::tools::runTimeline(timelineOptions, std::cerr);
+    if (dump->parsed()) return runDumpConfig(configPath);
+  } catch (const std::exception& e) {  // a bug, or a record that decodes into nonsense: say so, do not abort
+    std::cerr << "error: internal error: " << e.what() << " (please report it with the command line)\n";
+    return 1;
+  }
   return 2;
 }
