@@ -84,3 +84,18 @@ def test_a_taken_port_is_a_warning_not_a_crash():
     assert r.returncode == 0, r.stderr
     assert "ERRORS 1" in r.stdout
     assert "cannot start the rank's store" in r.stderr
+
+
+def test_a_gloo_group_in_replay_fails_at_once_with_the_reason():
+    pytest.importorskip("torch")
+    r = run("""
+        import torch.distributed as dist
+        from ranklens import adapter
+        try:
+            dist.init_process_group("gloo")
+        except adapter.GlooInReplayError as e:
+            print("REFUSED", e)
+    """, RANKLENS_ADAPTER_STORE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2", RANK="1",
+        TORCHELASTIC_USE_AGENT_STORE="True")
+    assert r.returncode == 0, r.stderr
+    assert "REFUSED RankLens replay: backend 'gloo' needs Gloo" in r.stdout

@@ -5,6 +5,11 @@ RANKLENS_ADAPTER=1. It never imports torch itself: its work is attached to the m
 * torch.distributed imported, RANKLENS_ADAPTER_STORE=1 (replay): an in-process TCPStore server on MASTER_ADDR:
   MASTER_PORT that does not wait for the absent peers (wait_for_workers=False). init_process_group, a store client
   because the launcher sets TORCHELASTIC_USE_AGENT_STORE=True, connects to it instead of waiting for rank 0.
+* torch.distributed imported, in replay: a Gloo group would connect to every absent peer and wait forever. The
+  default backend (init_process_group without one: Gloo for CPU tensors, NCCL for CUDA) becomes "cuda:nccl" (a
+  note says so; a CPU collective then fails with torch's "no backend for cpu" error); an explicit Gloo backend
+  fails at once with an error that says why and what to do. Replacing Gloo by a backend that needs no peers is
+  not supported yet (torch's "fake" backend changes between versions).
 * torch.optim imported: a global optimizer step hook marks every optimizer step in the trace
   (ranklensMarkStage("optimizer", n) in RankLens's library, when it is loaded), so traces and reports are per step.
 
@@ -65,9 +70,39 @@ def _start_store(dist) -> None:
              "a free one unless MASTER_PORT is set")
 
 
+class GlooInReplayError(RuntimeError):
+    pass
+
+
+def _guard_gloo(dist) -> None:
+    def check(backend):
+        if backend is None:
+            _say("replay: init_process_group without a backend uses 'cuda:nccl' here (torch's default adds Gloo "
+                 "for CPU tensors, which would wait for the absent peers); CPU collectives are not available")
+            return "cuda:nccl"
+        if "gloo" in str(backend):
+            raise GlooInReplayError(
+                f"RankLens replay: backend {backend!r} needs Gloo, which connects to every peer and would wait "
+                "forever for the ranks that are not here. Use NCCL for this group (CUDA tensors), or run the "
+                "script with RankLens only where it uses NCCL; replaying Gloo groups is not supported yet "
+                "(docs/frameworks.md)")
+        return backend
+
+    original_init, original_new_group = dist.init_process_group, dist.new_group
+
+    def init_process_group(backend=None, *args, **kwargs):
+        return original_init(check(backend), *args, **kwargs)
+
+    def new_group(ranks=None, timeout=None, backend=None, *args, **kwargs):
+        return original_new_group(ranks, timeout, check(backend) if backend is not None else None, *args, **kwargs)
+
+    dist.init_process_group, dist.new_group = init_process_group, new_group
+
+
 def _after_distributed(module) -> None:
     if os.environ.get("RANKLENS_ADAPTER_STORE") == "1" and getattr(module, "is_available", lambda: False)():
         _start_store(module)
+        _guard_gloo(module)
 
 
 def _after_optimizer(module) -> None:
