@@ -26,6 +26,7 @@
 #include "estimate_command.h"
 #include "record_command.h"
 #include "ranklens/config.h"
+#include "ranklens/trace.h"
 #include "summary.h"
 #include "timeline.h"
 
@@ -39,6 +40,29 @@ constexpr const char* kVersion = "0.1.0";
 std::string defaultTraceDir() {
   const char* tmp = getenv("TMPDIR");
   return ranklens::tools::freshDirectoryName(tmp && *tmp ? tmp : "/tmp", "ranklens");
+}
+
+// How faithful the replay of a recording was, from the counters the library left in the replay trace's manifest.
+void printReplayCounters(const std::string& rankDir) {
+  std::string error;
+  auto reader = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &error);
+  if (!reader) return;
+  const auto& c = reader->manifest().counters;
+  auto get = [&](const char* name) -> unsigned long long {
+    auto it = c.find(name);
+    return it == c.end() ? 0 : it->second;
+  };
+  if (c.find("replay_calls") == c.end()) {
+    std::cout << "\nReplay: no counters in " << rankDir << " (the program did not exit normally?)\n";
+    return;
+  }
+  std::cout << "\nReplay of the recording: " << get("replay_calls") << " calls, " << get("replay_calls_matched")
+            << " matched, " << get("replay_mismatches") << " mismatched (" << get("replay_resyncs")
+            << " resynchronised, " << get("replay_extra_calls") << " extra), " << get("replay_estimated")
+            << " estimated (" << get("replay_estimates_extrapolated") << " extrapolated), "
+            << get("replay_payloads_restored") << " payloads restored, " << get("replay_filled_without_payload")
+            << " filled without payload; communicators " << get("replay_comms_matched") << " matched, "
+            << get("replay_comms_unmatched") << " unmatched\n";
 }
 
 struct ReplayOptions {
@@ -114,6 +138,7 @@ int runReplay(const ReplayOptions& o) {
     if (!traceDir.empty() && fs::exists(traceDir)) {
       std::cout << "\nSignature summary (" << traceDir << "):\n";
       ranklens::tools::printTraceSummary(traceDir, false, std::cout, std::cerr);
+      if (!o.trace.empty()) printReplayCounters(traceDir + "/rank" + std::to_string(o.rank));
     }
   }
   return exitCode;
