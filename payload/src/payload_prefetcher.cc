@@ -11,13 +11,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ranklens/free_list.h"
+
 namespace ranklens {
 namespace trace {
-
-namespace {
-constexpr size_t kAlign = 256;
-size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-}  // namespace
 
 struct PayloadPrefetcher::Impl {
   enum class State { kDecoding, kReady, kFailed, kAcquired, kReleased };
@@ -36,7 +33,7 @@ struct PayloadPrefetcher::Impl {
   Alloc alloc;
   Free freeFn;
   uint8_t* arena = nullptr;
-  std::map<size_t, size_t> freeBlocks;  // offset -> length, coalesced
+  FreeList freeBlocks;  // of the arena
   std::unordered_map<const RecordedCall*, size_t> positions;
   std::map<size_t, Entry> entries;  // by position in recording.payloadOrder()
   size_t nextToSchedule = 0;
@@ -50,41 +47,17 @@ struct PayloadPrefetcher::Impl {
       : recording(r), options(o), alloc(std::move(a)), freeFn(std::move(f)) {}
 
   bool reserve(size_t bytes, uint8_t** out, size_t* reserved) {
-    if (arena == nullptr) return false;
-    const size_t need = alignUp(std::max<size_t>(bytes, 1));
-    for (auto it = freeBlocks.begin(); it != freeBlocks.end(); ++it) {
-      if (it->second < need) continue;
-      const size_t offset = it->first, length = it->second;
-      freeBlocks.erase(it);
-      if (length > need) freeBlocks[offset + need] = length - need;
-      *out = arena + offset;
-      *reserved = need;
-      return true;
-    }
-    return false;
-  }
-
-  void unreserve(uint8_t* data, size_t reserved) {
-    size_t offset = static_cast<size_t>(data - arena), length = reserved;
-    auto next = freeBlocks.lower_bound(offset);
-    if (next != freeBlocks.end() && offset + length == next->first) {
-      length += next->second;
-      next = freeBlocks.erase(next);
-    }
-    if (next != freeBlocks.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == offset) {
-        prev->second += length;
-        return;
-      }
-    }
-    freeBlocks[offset] = length;
+    size_t offset = 0;
+    if (arena == nullptr || !freeBlocks.take(bytes, &offset)) return false;
+    *out = arena + offset;
+    *reserved = FreeList::rounded(bytes);
+    return true;
   }
 
   void drop(std::map<size_t, Entry>::iterator it) {
     Entry& e = it->second;
     if (e.own) freeFn(e.data);
-    else if (e.reserved) unreserve(e.data, e.reserved);
+    else if (e.reserved) freeBlocks.give(static_cast<size_t>(e.data - arena), e.reserved);
     entries.erase(it);
   }
 
@@ -142,7 +115,7 @@ struct PayloadPrefetcher::Impl {
         const size_t bytes = order[nextToSchedule]->payload->rawBytes;
         Entry e;
         e.bytes = bytes;
-        if (alignUp(bytes) > options.arenaBytes) {
+        if (FreeList::rounded(bytes) > options.arenaBytes) {
           ++nextToSchedule;  // too large for the arena: acquire() decodes it into its own allocation
           continue;
         }
@@ -165,7 +138,7 @@ PayloadPrefetcher::PayloadPrefetcher(const Recording& recording, const Options& 
   for (size_t i = 0; i < order.size(); ++i) im.positions[order[i]] = i;
   if (order.empty()) return;
   im.arena = static_cast<uint8_t*>(im.alloc(options.arenaBytes));
-  if (im.arena) im.freeBlocks[0] = options.arenaBytes / kAlign * kAlign;
+  if (im.arena) im.freeBlocks.reset(options.arenaBytes);
   const int threads = std::max(1, options.threads);
   for (int i = 0; i < threads && im.arena; ++i) im.workers.emplace_back([&im] { im.work(); });
 }
@@ -225,7 +198,7 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
     e.bytes = call->payload->rawBytes;
     // Room: evict what was decoded furthest ahead, then wait for copies in flight; else an own allocation.
     while (!im.reserve(e.bytes, &e.data, &e.reserved)) {
-      if (alignUp(e.bytes) > im.options.arenaBytes || im.arena == nullptr) break;
+      if (FreeList::rounded(e.bytes) > im.options.arenaBytes || im.arena == nullptr) break;
       auto victim = std::find_if(im.entries.rbegin(), im.entries.rend(), [&](const auto& kv) {
         return kv.first > position && (kv.second.state == Impl::State::kReady || kv.second.state == Impl::State::kFailed);
       });

@@ -15,10 +15,7 @@ using device::RecordDevice;
 using Event = RecordDevice::Event;
 
 namespace {
-constexpr size_t kStagingAlign = 256;
 constexpr int kIdleMicros = 1000;  // background polling interval while nothing is pending
-
-size_t alignUp(size_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kStagingAlign; }
 }  // namespace
 
 struct CallRecorder::DevicePool {
@@ -74,7 +71,7 @@ bool CallRecorder::prepareStaging(std::string* error) {
   }
   staging_ = static_cast<char*>(memory);
   stagingSize_ = options_.stagingBytes;
-  stagingFree_[0] = stagingSize_;
+  stagingFree_.reset(stagingSize_);
   return true;
 }
 
@@ -164,21 +161,14 @@ void CallRecorder::recycle(Span* span) {
 void CallRecorder::countCapturedPayloads(size_t n) { counters_.payloadsSkippedCaptured += n; }
 
 bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* out) {
-  const size_t need = alignUp(std::max<size_t>(request.bytes, 1));
   std::unique_lock<std::mutex> lock(stagingMu_);
-  if (staging_ == nullptr || need > stagingSize_) {
+  if (staging_ == nullptr || FreeList::rounded(request.bytes) > stagingSize_) {
     counters_.payloadsSkippedTooLarge++;
     return false;
   }
   for (bool waited = false;; waited = true) {
-    for (auto it = stagingFree_.begin(); it != stagingFree_.end(); ++it) {
-      if (it->second < need) continue;
-      out->offset = it->first;
+    if (stagingFree_.take(request.bytes, &out->offset)) {
       out->bytes = request.bytes;
-      const size_t rest = it->second - need;
-      const size_t restAt = it->first + need;
-      stagingFree_.erase(it);
-      if (rest > 0) stagingFree_[restAt] = rest;
       if (waited) counters_.waitsForStaging++;
       return true;
     }
@@ -193,20 +183,7 @@ bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* ou
 void CallRecorder::releaseStaging(size_t offset, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(stagingMu_);
-    size_t size = alignUp(std::max<size_t>(bytes, 1));
-    auto next = stagingFree_.lower_bound(offset);
-    if (next != stagingFree_.end() && offset + size == next->first) {
-      size += next->second;
-      next = stagingFree_.erase(next);
-    }
-    if (next != stagingFree_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == offset) {
-        prev->second += size;
-        size = 0;
-      }
-    }
-    if (size > 0) stagingFree_[offset] = size;
+    stagingFree_.give(offset, bytes);
   }
   stagingFreed_.notify_all();
 }

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "ranklens/free_list.h"
 #include "ranklens/record_device.h"
 #include "ranklens/trace.h"
 
@@ -119,7 +120,7 @@ class CallRecorder {
   std::condition_variable stagingFreed_;
   char* staging_ = nullptr;
   size_t stagingSize_ = 0;
-  std::map<size_t, size_t> stagingFree_;  // offset -> size of free blocks, coalesced
+  FreeList stagingFree_;
   bool stagingFailed_ = false;
 
   std::mutex pendingMu_;
