@@ -510,7 +510,7 @@ const KeyDesc kKeys[] = {
      [](const Settings& s) { return std::string(toString(s.timing)); }},
     {"history", "RANKLENS_HISTORY", "",
      "replay: duration history of recorded runs (ranklens history build) used by timing: estimated and "
-     "on_mismatch: estimate; empty: a latency-bandwidth fit of the replayed recording",
+     "on_mismatch: estimate; empty: the replayed recording's own timed calls",
      [](const Input& in, Settings& s) { return parseString(in, s.history); },
      [](const Settings& s) { return s.history; }},
     {"hold_blocks", "RANKLENS_HOLD_BLOCKS", "1",

@@ -16,7 +16,6 @@
 #include <thread>
 
 #include "nccl_fake/runtime.h"
-#include "ranklens/duration_fit.h"
 #include "ranklens/estimator.h"
 #include "ranklens/payload_prefetcher.h"
 #include "ranklens/recording.h"
@@ -46,12 +45,10 @@ struct Session {
   std::mutex mu;
   std::unique_ptr<ranklens::trace::Recording> recording;
   std::unique_ptr<ranklens::trace::PayloadPrefetcher> prefetcher;
-  ranklens::timing::LatencyBandwidthFit fit;
-  ranklens::timing::History history;                     // timing: estimated / on_mismatch: estimate
-  std::unique_ptr<ranklens::timing::Estimator> estimator;  // null without a history: `fit` estimates
-  bool estimateAll = false;                                // timing: estimated
-  bool crossesNodesBeyond(int nranks) const { return localWorldSize > 0 && nranks > localWorldSize; }
-  int localWorldSize = -1;                                 // of the recorded job
+  // Durations for calls without a recorded one: from `history`, or, without it, from the replayed recording.
+  ranklens::timing::History history;
+  std::unique_ptr<ranklens::timing::Estimator> estimator;
+  bool estimateAll = false;  // timing: estimated
   ranklens::device::StreamDevice::Calibration calibration;
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
@@ -148,24 +145,20 @@ Session* load() {
     for (const auto& p : s->recording->problems())
       WARN("replay_trace: %s (records before it are replayed)", p.describe().c_str());
     s->recordedTaken.assign(s->recording->comms().size(), false);
-    std::vector<ranklens::timing::DurationSample> samples;
-    for (const RecordedCall& rc : s->recording->calls())
-      if (rc.durationNs >= 0 && rc.call.groupId == 0)
-        samples.push_back({rc.call.op, rc.call.nranks, rc.call.bytes, rc.durationNs});
-    s->fit.fit(samples);
-    if (auto it = m.env.find("LOCAL_WORLD_SIZE"); it != m.env.end()) s->localWorldSize = atoi(it->second.c_str());
+    std::string historyError;
     if (!st.history.empty()) {
-      std::string historyError;
       if (!ranklens::timing::loadHistory(st.history, &s->history, &historyError)) {
         loadError = "history: " + historyError;
         return;
       }
-      s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, ranklens::timing::Estimator::Options{});
     } else if (s->estimateAll) {
       loadError = "timing: estimated needs a duration history: set RANKLENS_HISTORY to a file built with `ranklens "
                   "history build <recorded traces> -o FILE`";
       return;
+    } else if (m.mode == "record" && !ranklens::timing::addRecordedRun(*s->recording, &s->history, &historyError)) {
+      WARN("replay: estimates use a fixed model: %s", historyError.c_str());
     }
+    s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, ranklens::timing::Estimator::Options{});
     auto& device = rt.device();
     if (s->fidelity != Fidelity::kStructure) s->calibration = device.calibrate();
     if (s->fidelity == Fidelity::kValue && !s->recording->payloadOrder().empty()) {
@@ -215,9 +208,10 @@ bool sameSignature(const ranklens::events::Call& r, const CallInfo& info) {
 // A duration for a call the recording does not time (or for every call under timing: estimated).
 // Grouped calls are estimated one by one; holdGroup holds each stream for the longest of them.
 int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
-  if (!s->estimator) return s->fit.estimateNs(static_cast<int>(info.op), info.comm->nRanks, bytes);
-  const ranklens::timing::Estimate e = s->estimator->estimate(static_cast<int>(info.op), info.comm->nRanks, s->crossesNodesBeyond(info.comm->nRanks),
-                             bytes, info.comm->name);
+  const int nranks = info.comm->nRanks;
+  const ranklens::timing::Estimate e =
+      s->estimator->estimate(static_cast<int>(info.op), nranks,
+                             ranklens::timing::crossesNodes(s->recording->manifest(), nranks), bytes, info.comm->name);
   if (e.extrapolated) s->counters.estimatesExtrapolated++;
   return e.durationNs;
 }

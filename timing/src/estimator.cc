@@ -20,37 +20,43 @@ namespace timing {
 
 // ------------------------------------------------------------------------------------------------------- history
 
+bool crossesNodes(const trace::Manifest& manifest, int nranks) {
+  auto it = manifest.env.find("LOCAL_WORLD_SIZE");
+  const int localWorld = it == manifest.env.end() ? -1 : atoi(it->second.c_str());
+  return localWorld > 0 && nranks > localWorld;
+}
+
 bool addRecordedRun(const std::string& rankDir, History* history, std::string* error) {
   auto rec = trace::Recording::open(rankDir, -1, error);
-  if (!rec) return false;
-  const std::string dir = rec->directory();
+  return rec && addRecordedRun(*rec, history, error);
+}
+
+bool addRecordedRun(const trace::Recording& recording, History* history, std::string* error) {
+  const std::string dir = recording.directory();
   if (std::find(history->runs.begin(), history->runs.end(), dir) != history->runs.end()) {
     *error = dir + ": already in the history";
     return false;
   }
-  if (rec->manifest().mode != "record") {
-    *error = dir + ": a " + rec->manifest().mode + " trace; only recorded runs carry measured durations";
+  if (recording.manifest().mode != "record") {
+    *error = dir + ": a " + recording.manifest().mode + " trace; only recorded runs carry measured durations";
     return false;
   }
-  int localWorld = -1;
-  if (auto it = rec->manifest().env.find("LOCAL_WORLD_SIZE"); it != rec->manifest().env.end())
-    localWorld = atoi(it->second.c_str());
   std::map<uint64_t, std::string> roles;
-  for (const auto& c : rec->comms()) roles[c.commId] = c.name;
+  for (const auto& c : recording.comms()) roles[c.commId] = c.name;
   const uint32_t run = static_cast<uint32_t>(history->runs.size());
   history->runs.push_back(dir);
 
   // A group's duration on a stream belongs to all of its calls on that stream: their bytes add up.
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> groupBytes;  // (groupId, stream) -> bytes
-  for (const auto& rc : rec->calls())
+  for (const auto& rc : recording.calls())
     if (rc.call.groupId != 0) groupBytes[{rc.call.groupId, rc.call.stream}] += rc.call.bytes;
-  for (const auto& rc : rec->calls()) {
+  for (const auto& rc : recording.calls()) {
     if (rc.durationNs < 0) continue;
     HistorySample s;
     s.op = rc.call.op;
     s.datatype = rc.call.datatype;
     s.nranks = rc.call.nranks;
-    s.crossesNodes = localWorld > 0 && rc.call.nranks > localWorld;
+    s.crossesNodes = crossesNodes(recording.manifest(), rc.call.nranks);
     s.role = roles[rc.call.commId];
     s.grouped = rc.call.groupId != 0;
     s.bytes = s.grouped ? groupBytes[{rc.call.groupId, rc.call.stream}] : rc.call.bytes;

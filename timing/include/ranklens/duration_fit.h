@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // A latency-bandwidth model of collective durations fitted to recorded calls: duration = latency + bytes / bandwidth
-// per (op, communicator size), by least squares. Replay uses it for calls the recording does not cover
-// (on_mismatch: estimate) until the history-based estimator replaces it.
+// per (op, communicator size), by least squares: the estimator's fallback when no sample is near (estimator.h).
 #pragma once
 
 #include <cstddef>

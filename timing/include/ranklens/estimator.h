@@ -15,6 +15,10 @@
 #include <vector>
 
 namespace ranklens {
+namespace trace {
+class Recording;
+struct Manifest;
+}  // namespace trace
 namespace timing {
 
 struct HistorySample {
@@ -42,6 +46,10 @@ struct History {
 // stream with the group's duration, marked grouped). False with `error` when the trace cannot be read; a rank
 // directory already in the history is refused (appending twice would double its weight).
 bool addRecordedRun(const std::string& rankDir, History* history, std::string* error);
+// The same for a recording already open (replay: the replayed recording is its own history).
+bool addRecordedRun(const trace::Recording& recording, History* history, std::string* error);
+// Whether a communicator of `nranks` spans nodes in the recorded job (more ranks than its LOCAL_WORLD_SIZE).
+bool crossesNodes(const trace::Manifest& manifest, int nranks);
 bool saveHistory(const std::string& path, const History& history, std::string* error);
 bool loadHistory(const std::string& path, History* history, std::string* error);
 
