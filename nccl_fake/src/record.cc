@@ -104,12 +104,13 @@ struct RecComm {
   std::string how, name;
   bool blocking = true;
   // Held from reading a call's sequence number to committing it, across the real call: two threads issuing on one
-  // communicator (NCCL leaves their order to the caller) must not record the same number twice.
+  // communicator (NCCL leaves their order to the caller) must not record the same number twice. Guards the
+  // sequences (only recordCall touches them).
   std::mutex issueMu;
-  std::mutex mu;  // guards everything below
-  bool announced = false;
   uint64_t collSeq = 0;
   std::map<int, uint64_t> sendSeq, recvSeq;
+  std::mutex mu;  // guards everything below
+  bool announced = false;
   std::vector<std::function<void()>> whenComplete;  // non-blocking: finish once the communicator reports success
 };
 
@@ -373,10 +374,10 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   {
     std::lock_guard<std::mutex> lock(comm->mu);
     announceLocked(*comm);
-    event.seq = a.op == Op::kSend ? comm->sendSeq[a.root] : a.op == Op::kRecv ? comm->recvSeq[a.root] : comm->collSeq;
     event.nranks = comm->nranks;
     event.rank = comm->rank;
   }
+  event.seq = a.op == Op::kSend ? comm->sendSeq[a.root] : a.op == Op::kRecv ? comm->recvSeq[a.root] : comm->collSeq;
   GroupState& g = group();
   event.commId = comm->id;
   event.op = static_cast<int>(a.op);
@@ -406,12 +407,9 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
     return result;
   }
   event.hostNs = monotonicNs() - event.timeNs;
-  {
-    std::lock_guard<std::mutex> lock(comm->mu);
-    if (a.op == Op::kSend) comm->sendSeq[a.root]++;
-    else if (a.op == Op::kRecv) comm->recvSeq[a.root]++;
-    else comm->collSeq++;
-  }
+  if (a.op == Op::kSend) comm->sendSeq[a.root]++;  // under issueMu, held since the sequence was read
+  else if (a.op == Op::kRecv) comm->recvSeq[a.root]++;
+  else comm->collSeq++;
   issue.unlock();
   Runtime::get().emit(RecordType::kCall, event);
 
