@@ -30,12 +30,7 @@ GroupState& group() {
 }
 
 void emitGroupEnd(const GroupState& g, ncclResult_t result) {
-  ranklens::events::GroupEnd event;
-  event.groupId = g.id;
-  event.calls = static_cast<uint32_t>(g.pending.size());
-  event.result = result;
-  event.timeNs = monotonicNs();
-  Runtime::get().emit(ranklens::trace::RecordType::kGroupEnd, event);
+  Runtime::get().endGroup(g.id, static_cast<uint32_t>(g.pending.size()), result);
 }
 
 void resetGroup(GroupState& g) {
@@ -136,13 +131,7 @@ namespace impl {
 
 ncclResult_t ncclGroupStart() {
   GroupState& g = group();
-  if (g.depth++ == 0) {
-    g.id = Runtime::get().nextGroupId();
-    ranklens::trace::GroupBegin event;
-    event.groupId = g.id;
-    event.timeNs = monotonicNs();
-    Runtime::get().emit(ranklens::trace::RecordType::kGroupBegin, event);
-  }
+  if (g.depth++ == 0) g.id = Runtime::get().beginGroup();
   return ncclSuccess;
 }
 

@@ -444,16 +444,6 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   return result;
 }
 
-void emitGroupEnd(const GroupState& g, ncclResult_t result, int64_t hostNs) {
-  ranklens::events::GroupEnd event;
-  event.groupId = g.id;
-  event.calls = g.calls;
-  event.result = result;
-  event.timeNs = monotonicNs();
-  event.hostNs = hostNs;
-  Runtime::get().emit(RecordType::kGroupEnd, event);
-}
-
 // The outermost group end (or simulation) returned `result`: finish or drop every stream's span.
 void closeGroup(ncclResult_t result, bool launched, int64_t hostNs) {
   GroupState& g = group();
@@ -466,7 +456,7 @@ void closeGroup(ncclResult_t result, bool launched, int64_t hostNs) {
       rec->abandon(s.span);
     }
   }
-  emitGroupEnd(g, result, hostNs);
+  Runtime::get().endGroup(g.id, g.calls, result, hostNs);
   g.streams.clear();
   g.calls = 0;
   g.id = 0;
@@ -710,13 +700,7 @@ ncclResult_t ncclGroupStart() {
   ncclResult_t ret = REAL(ncclGroupStart)();
   if (ret != ncclSuccess) return ret;
   GroupState& g = group();
-  if (g.depth++ == 0) {
-    g.id = Runtime::get().nextGroupId();
-    ranklens::trace::GroupBegin event;
-    event.groupId = g.id;
-    event.timeNs = monotonicNs();
-    Runtime::get().emit(RecordType::kGroupBegin, event);
-  }
+  if (g.depth++ == 0) g.id = Runtime::get().beginGroup();
   return ret;
 }
 

@@ -182,6 +182,24 @@ void Runtime::closeEvents() {
   }
 }
 
+uint64_t Runtime::beginGroup() {
+  ranklens::trace::GroupBegin event;
+  event.groupId = nextGroupId_.fetch_add(1);
+  event.timeNs = monotonicNs();
+  emit(ranklens::trace::RecordType::kGroupBegin, event);
+  return event.groupId;
+}
+
+void Runtime::endGroup(uint64_t groupId, uint32_t calls, ncclResult_t result, int64_t hostNs) {
+  ranklens::events::GroupEnd event;
+  event.groupId = groupId;
+  event.calls = calls;
+  event.result = result;
+  event.timeNs = monotonicNs();
+  event.hostNs = hostNs;
+  emit(ranklens::trace::RecordType::kGroupEnd, event);
+}
+
 std::string Runtime::eventLogPath() {
   auto* writer = eventWriter(-1);
   return writer ? writer->directory() : std::string();

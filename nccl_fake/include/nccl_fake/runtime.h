@@ -29,7 +29,10 @@ class Runtime {
   // The replay device (not created in record mode: record mode touches CUDA only through its own recorder).
   ranklens::device::StreamDevice& device() { return *device_; }
   uint64_t nextCommId() { return nextCommId_.fetch_add(1); }
-  uint64_t nextGroupId() { return nextGroupId_.fetch_add(1); }
+  // The outermost ncclGroupStart: a new group id, announced by a GroupBegin record.
+  uint64_t beginGroup();
+  // Its ncclGroupEnd (or simulation): the GroupEnd record; hostNs -1 when not measured (replay).
+  void endGroup(uint64_t groupId, uint32_t calls, ncclResult_t result, int64_t hostNs = -1);
 
   // Queues a record for this process's trace (no I/O on the caller's thread). `rankHint` names the rank directory
   // when RANK is not set and this is the first record (a communicator's creation).
