@@ -41,7 +41,6 @@ gradients; not measured yet: the medians of exposed_wait_ms under --wait early a
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import os
@@ -51,6 +50,9 @@ import time
 
 import torch
 import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_gpt import env_int, find_mark_stage  # noqa: E402  (same environment and step-marker lookup)
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -88,43 +90,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.grad_cols <= 0:
         p.error(f"--grad-mib {args.grad_mib} is less than one column of {args.a_size} elements")
     return args
-
-
-def env_int(name: str) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        raise SystemExit(f"error: environment variable {name} is not set; launch with torchrun "
-                         f"(torchrun --nproc-per-node 2 {sys.argv[0]} ...)")
-    try:
-        return int(value)
-    except ValueError:
-        raise SystemExit(f"error: environment variable {name}={value!r} is not an integer") from None
-
-
-def find_mark_stage():
-    """RankLens's `int ranklensMarkStage(const char* name, int64_t step)`, if its library is loaded (LD_PRELOAD puts
-    it in the global scope; otherwise look in every mapped libnccl*). Returns (function or None, where found).
-    (Same lookup as examples/torch/train_gpt.py.)"""
-    candidates: list[str | None] = [None]
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                path = line.split(None, 5)[-1].strip() if len(line.split(None, 5)) == 6 else ""
-                if "libnccl" in os.path.basename(path) and path not in candidates:
-                    candidates.append(path)
-    except OSError:
-        pass
-    for where in candidates:
-        try:
-            lib = ctypes.CDLL(where)
-        except OSError:
-            continue
-        fn = getattr(lib, "ranklensMarkStage", None)
-        if fn is not None:
-            fn.argtypes = [ctypes.c_char_p, ctypes.c_int64]
-            fn.restype = ctypes.c_int
-            return fn, where or "global scope"
-    return None, None
 
 
 def randn(shape: tuple[int, ...], gen: torch.Generator, dtype: torch.dtype, device: torch.device,
