@@ -433,6 +433,26 @@ def trace_stats_any(trace_dir: str, python: str | None = None, window: tuple[int
                 "errors": [f"{shlex.join(argv)} failed: {e}; stderr: {stderr[-500:]}"]}
 
 
+def recorded_call_counts(trace_dir: str, python: str | None = None) -> dict[int, int]:
+    """Call records per rank of a recorded trace (rank -> count)."""
+    out = {}
+    for r in trace_stats_any(trace_dir, python=python).get("ranks", []):
+        rank = (r.get("manifest") or {}).get("rank")
+        if rank is not None:
+            out[rank] = (r.get("records") or {}).get("Call")
+    return out
+
+
+def replay_signature_ok(replay_rank: dict, recorded_calls: int | None) -> tuple[bool, str]:
+    """From a replay's manifest counters (replay_rank["counters"]): every call matched, no mismatch, no unmatched
+    communicator, as many calls as recorded. Returns (ok, a one-line description)."""
+    c = replay_rank.get("counters") or {}
+    calls, matched, mism = c.get("replay_calls"), c.get("replay_calls_matched"), c.get("replay_mismatches")
+    ok = calls is not None and calls == matched and mism == 0 and c.get("replay_comms_unmatched", 0) == 0 and \
+        (recorded_calls is None or calls == recorded_calls)
+    return ok, f"calls {calls} (recorded {recorded_calls}), matched {matched}, mismatches {mism}"
+
+
 def timing_window(rt, calls: list[dict], timings: list[dict], stages: list[dict], window: tuple[int, int],
                   stage_name: str) -> dict:
     start, stop = window

@@ -152,22 +152,6 @@ class Bench:
         self.doc["runs"].append(run)
         return run
 
-    def signature_ok(self, replay_rank: dict, recorded_calls: int | None) -> tuple[bool, str]:
-        c = replay_rank.get("counters") or {}
-        calls, matched, mism = c.get("replay_calls"), c.get("replay_calls_matched"), c.get("replay_mismatches")
-        ok = calls is not None and calls == matched and mism == 0 and c.get("replay_comms_unmatched", 0) == 0 and \
-            (recorded_calls is None or calls == recorded_calls)
-        return ok, f"calls {calls} (recorded {recorded_calls}), matched {matched}, mismatches {mism}"
-
-    def recorded_calls(self, trace: str) -> dict[int, int]:
-        stats = lib.trace_stats_any(trace, python=self.args.python)
-        out = {}
-        for r in stats.get("ranks", []):
-            rank = (r.get("manifest") or {}).get("rank")
-            if rank is not None:
-                out[rank] = (r.get("records") or {}).get("Call")
-        return out
-
     def sequence_problems(self, trace: str) -> dict:
         """Per recorded rank: collective sequence numbers that repeat or are missing, per communicator."""
         out = {}
@@ -195,14 +179,14 @@ class Bench:
         rec, trace = self.record(f"{mode}-timing", mode, "small", train)
         self.doc.setdefault("sequence_problems", {})[f"{mode}-timing"] = self.sequence_problems(trace)
         rep = self.replay_all(f"{mode}-timing", mode, "timing", trace, lambda r: train)
-        calls = self.recorded_calls(trace)
+        calls = lib.recorded_call_counts(trace, self.args.python)
         for rank in range(a.nproc):
             real = (rec["results"].get(rank) or {}).get("step_ms")
             replay = ((rep["ranks"][rank].get("result")) or {}).get("step_ms")
             m_real, m_rep = median_after(real, a.warmup), median_after(replay, a.warmup)
             err = (m_rep - m_real) / m_real if m_real and m_rep else None
             per_step = [(y - x) / x for x, y in zip(real[a.warmup:], replay[a.warmup:])] if real and replay else []
-            sig_ok, sig = self.signature_ok(rep["ranks"][rank], calls.get(rank))
+            sig_ok, sig = lib.replay_signature_ok(rep["ranks"][rank], calls.get(rank))
             check = {"check": "timing", "mode": mode, "rank": rank, "median_step_ms_real": m_real,
                      "median_step_ms_replay": m_rep, "median_step_error": err,
                      "median_abs_per_step_error": statistics.median([abs(e) for e in per_step]) if per_step else None,
@@ -226,10 +210,10 @@ class Bench:
         self.doc.setdefault("sequence_problems", {})[f"{mode}-value"] = self.sequence_problems(trace)
         cmp_args = argparse.Namespace(python=a.python, nproc=a.nproc)
         per_rank = rft.compare_params(cmp_args, real_pat, rep_pat)
-        calls = self.recorded_calls(trace)
+        calls = lib.recorded_call_counts(trace, self.args.python)
         for rank in range(a.nproc):
             r = per_rank[rank] if rank < len(per_rank) else {"error": "no comparison"}
-            sig_ok, sig = self.signature_ok(rep["ranks"][rank], calls.get(rank))
+            sig_ok, sig = lib.replay_signature_ok(rep["ranks"][rank], calls.get(rank))
             real_losses = (rec["results"].get(rank) or {}).get("losses")
             rep_losses = ((rep["ranks"][rank].get("result")) or {}).get("losses")
             check = {"check": "value", "mode": mode, "rank": rank, "identical": r.get("identical"),

@@ -51,7 +51,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import record_bench_lib as lib  # noqa: E402
-import replay_fidelity_torch as rf  # noqa: E402  (clean_env, results_of, median_after, signature check)
+import replay_fidelity_torch as rf  # noqa: E402  (clean_env, results_of, median_after)
 
 REPO = lib.REPO
 SCRIPT = "examples/torch/overlap_branches.py"
@@ -170,7 +170,7 @@ class Bench:
         out = {"name": name, "kind": "real", "wait": wait, "recorded": record, "trace": trace if record else None,
                "command": res["command_line"], "rc": res["rc"], "timed_out": res["timed_out"],
                "wall_s": res["wall_s"], "log": log_path, "ranks": {}}
-        calls = self.recorded_calls(trace) if record else {}
+        calls = lib.recorded_call_counts(trace, self.args.python) if record else {}
         for rank in range(a.nproc):
             r = results.get(rank) or {}
             out["ranks"][rank] = {"result": r, "median_step_ms": rf.median_after(r.get("step_ms"), a.warmup),
@@ -221,15 +221,6 @@ class Bench:
             self.log.append_file(f"{name}-rank{rank}", log_path, max_lines=60)
         return out
 
-    def recorded_calls(self, trace: str) -> dict[int, int]:
-        stats = lib.trace_stats_any(trace, python=self.args.python)
-        out = {}
-        for r in stats.get("ranks", []):
-            rank = (r.get("manifest") or {}).get("rank")
-            if rank is not None:
-                out[rank] = (r.get("records") or {}).get("Call")
-        return out
-
     def one_run(self, run: int) -> dict:
         a = self.args
         t0 = time.monotonic()
@@ -276,7 +267,7 @@ class Bench:
             recorded = run["arms"]["real_early"]["ranks"][rank]["recorded_calls"]
             for wait in WAITS:
                 rep = run["arms"][f"replay_{wait}"]["ranks"][rank]
-                ok, sig = rf.Bench.signature_ok(None, rep, recorded)  # a plain function of its arguments
+                ok, sig = lib.replay_signature_ok(rep, recorded)
                 rep["signature_match"], rep["signature"] = ok, sig
                 if not ok or rep["rc"] != 0:
                     sig_problems.append(f"run {run['run']} replay {wait}: rc {rep['rc']}, {sig}")
