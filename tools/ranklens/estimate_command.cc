@@ -87,6 +87,20 @@ std::vector<std::string> rankDirectories(const std::vector<std::string>& args) {
   return out;
 }
 
+bool loadHistoryOrSay(const std::string& path, timing::History* history) {
+  std::string error;
+  if (timing::loadHistory(path, history, &error)) return true;
+  std::cerr << "error: " << error << "\n";
+  return false;
+}
+
+timing::Estimator::Options estimatorOptions(const EstimateOptions& o) {
+  timing::Estimator::Options options;
+  options.neighbours = o.neighbours;
+  options.maxDistance = o.maxDistance;
+  return options;
+}
+
 }  // namespace
 
 int runHistoryBuild(const EstimateOptions& o) {
@@ -120,15 +134,8 @@ int runHistoryBuild(const EstimateOptions& o) {
 
 int runEstimateEval(const EstimateOptions& o) {
   timing::History history;
-  std::string error;
-  if (!timing::loadHistory(o.history, &history, &error)) {
-    std::cerr << "error: " << error << "\n";
-    return 1;
-  }
-  timing::Estimator::Options options;
-  options.neighbours = o.neighbours;
-  options.maxDistance = o.maxDistance;
-  const timing::Evaluation ev = timing::evaluate(history, options);
+  if (!loadHistoryOrSay(o.history, &history)) return 1;
+  const timing::Evaluation ev = timing::evaluate(history, estimatorOptions(o));
   nlohmann::json doc = {{"history", o.history}, {"runs", history.runs.size()}, {"samples", history.samples.size()},
                         {"neighbours", o.neighbours}, {"max_distance", o.maxDistance},
                         {"extrapolated_leave_one_out", ev.extrapolatedLoo},
@@ -166,18 +173,11 @@ int runEstimateEval(const EstimateOptions& o) {
 
 int runEstimateQuery(const EstimateOptions& o) {
   timing::History history;
-  std::string error;
-  if (!timing::loadHistory(o.history, &history, &error)) {
-    std::cerr << "error: " << error << "\n";
-    return 1;
-  }
+  if (!loadHistoryOrSay(o.history, &history)) return 1;
   int op = 0;
   for (int i = 0; i <= static_cast<int>(events::Op::kRecv); ++i)
     if (o.op == events::opName(static_cast<events::Op>(i))) op = i;
-  timing::Estimator::Options options;
-  options.neighbours = o.neighbours;
-  options.maxDistance = o.maxDistance;
-  const timing::Estimator estimator(history, options);
+  const timing::Estimator estimator(history, estimatorOptions(o));
   const timing::Estimate e = estimator.estimate(op, o.nranks, o.crossesNodes, o.bytes, o.role);
   std::cout << o.op << " " << o.bytes << " bytes, " << o.nranks << " ranks: " << std::fixed << std::setprecision(1)
             << e.durationNs / 1000.0 << " us (" << e.method << ", " << e.neighbours << " neighbours, distance "
