@@ -28,6 +28,7 @@
 #include "ranklens/config.h"
 #include "ranklens/trace.h"
 #include "summary.h"
+#include "trace_log.h"
 #include "timeline.h"
 
 extern char** environ;
@@ -62,7 +63,11 @@ void printReplayCounters(const std::string& rankDir) {
             << " estimated (" << get("replay_estimates_extrapolated") << " extrapolated), "
             << get("replay_payloads_restored") << " payloads restored, " << get("replay_filled_without_payload")
             << " filled without payload; communicators " << get("replay_comms_matched") << " matched, "
-            << get("replay_comms_unmatched") << " unmatched\n";
+            << get("replay_comms_unmatched") << " unmatched\n"
+            << "Held on the call streams: " << std::fixed << std::setprecision(2) << get("replay_held_ns") / 1e6
+            << " ms in " << get("replay_holds") << " holds; calling thread held " << get("replay_host_held_ns") / 1e6
+            << " ms" << (reader->manifest().gpu_name.empty() ? " (host device: GPU time accounted, not waited)" : "")
+            << "\n";
 }
 
 struct ReplayOptions {
@@ -72,15 +77,54 @@ struct ReplayOptions {
   std::vector<std::string> command;
 };
 
+// With --trace: the recording decides the world size, and a rank or world size that contradicts it is refused
+// here, before the job starts (the library would refuse it too, but only after the job's own start-up). The
+// recorded placement is reported: the replay runs as local rank 0 on this machine's GPU whatever it was.
+bool checkAgainstRecording(const ReplayOptions& o, int* worldSize) {
+  std::string rankDir, error;
+  if (!ranklens::tools::resolveRankDirectory(o.trace, o.rank, &rankDir, &error)) {
+    std::cerr << "error: --trace " << o.trace << ": " << error << "\n";
+    return false;
+  }
+  auto reader = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &error);
+  if (!reader) {
+    std::cerr << "error: --trace " << o.trace << ": " << error << "\n";
+    return false;
+  }
+  const auto& m = reader->manifest();
+  if (m.rank >= 0 && m.rank != o.rank) {
+    std::cerr << "error: --rank " << o.rank << ", but " << rankDir << " is the recording of rank " << m.rank
+              << ": pass --rank " << m.rank << ", or give the trace root (the directory holding rank<N>/)\n";
+    return false;
+  }
+  if (m.world_size > 0 && *worldSize > 0 && *worldSize != m.world_size) {
+    std::cerr << "error: --world-size " << *worldSize << " contradicts the recording (" << rankDir
+              << " was recorded in a world of " << m.world_size << "): drop --world-size or pass " << m.world_size
+              << "\n";
+    return false;
+  }
+  if (*worldSize < 1) *worldSize = m.world_size;
+  if (!o.quiet)
+    std::cerr << "ranklens: recording " << rankDir << ": rank " << m.rank << " of " << m.world_size
+              << (m.host.empty() ? std::string() : ", host " + m.host)
+              << (m.local_rank >= 0 ? ", local rank " + std::to_string(m.local_rank) : std::string())
+              << (m.gpu_name.empty() ? std::string() : ", " + m.gpu_name) << (m.closed ? "" : " (not closed: crashed?)")
+              << "\n";
+  return true;
+}
+
 int runReplay(const ReplayOptions& o) {
   if (!o.fidelity.empty() && o.fidelity != "structure" && o.trace.empty()) {
     std::cerr << "error: --fidelity " << o.fidelity << " replays a recording: give --trace DIR (the directory "
               << "`RANKLENS_MODE=record` wrote, or one rank<R> inside it)\n";
     return 2;
   }
-  if (o.worldSize < 1 || o.rank < 0 || o.rank >= o.worldSize) {
-    std::cerr << "error: --rank " << o.rank << " --world-size " << o.worldSize
-              << ": need 0 <= rank < world size (e.g. --rank 3 --world-size 8)\n";
+  int worldSize = o.worldSize;
+  if (!o.trace.empty() && !checkAgainstRecording(o, &worldSize)) return 2;
+  if (worldSize < 1 || o.rank < 0 || o.rank >= worldSize) {
+    std::cerr << "error: --rank " << o.rank << " --world-size " << worldSize
+              << ": need 0 <= rank < world size (e.g. --rank 3 --world-size 8; with --trace the world size is the "
+                 "recording's)\n";
     return 2;
   }
   const std::string lib = ranklens::tools::findLibrary(o.lib);
@@ -90,13 +134,13 @@ int runReplay(const ReplayOptions& o) {
   }
   std::map<std::string, std::string> env = {
       {"RANKLENS_MODE", "replay"}, {"RANKLENS_FIDELITY", "structure"},
-      {"RANK", std::to_string(o.rank)}, {"WORLD_SIZE", std::to_string(o.worldSize)},
+      {"RANK", std::to_string(o.rank)}, {"WORLD_SIZE", std::to_string(worldSize)},
       // One GPU here: the original local rank does not exist on this machine.
       {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
       // torch: no unique-id exchange through the store (there are no peers to send it).
       {"TORCH_NCCL_BCAST_UNIQUEID", "0"},
   };
-  if (o.worldSize > 128) env["TORCH_NCCL_RANKS_PER_ROOT"] = std::to_string(o.worldSize);
+  if (worldSize > 128) env["TORCH_NCCL_RANKS_PER_ROOT"] = std::to_string(worldSize);
   if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();
   if (!o.fill.empty()) env["RANKLENS_FILL"] = o.fill;
   if (!o.device.empty()) env["RANKLENS_DEVICE"] = o.device;
@@ -126,7 +170,7 @@ int runReplay(const ReplayOptions& o) {
   std::string traceDir = loaded.settings.trace_dir;
   if (traceDir.empty() && !o.noEvents) env["RANKLENS_TRACE_DIR"] = traceDir = defaultTraceDir();
   if (!o.quiet)
-    std::cerr << "ranklens: replaying rank " << o.rank << " of " << o.worldSize << " ("
+    std::cerr << "ranklens: replaying rank " << o.rank << " of " << worldSize << " ("
               << ranklens::config::toString(loaded.settings.fidelity)
               << (loaded.settings.replay_trace.empty() ? std::string() : " of " + loaded.settings.replay_trace)
               << ", fill " << ranklens::config::toString(loaded.settings.fill) << ") with " << lib << "\n"
@@ -136,9 +180,21 @@ int runReplay(const ReplayOptions& o) {
   if (!o.quiet) {
     std::cerr << "ranklens: " << o.command[0] << " exited with status " << exitCode << "\n";
     if (!traceDir.empty() && fs::exists(traceDir)) {
-      std::cout << "\nSignature summary (" << traceDir << "):\n";
-      ranklens::tools::printTraceSummary(traceDir, false, std::cout, std::cerr);
-      if (!o.trace.empty()) printReplayCounters(traceDir + "/rank" + std::to_string(o.rank));
+      if (o.trace.empty()) {
+        std::cout << "\nSignature summary (" << traceDir << "):\n";
+        ranklens::tools::printTraceSummary(traceDir, false, std::cout, std::cerr);
+      } else {
+        // A replayed recording: how faithful it was, call by call and step by step (ranklens compare).
+        const std::string rankDir = traceDir + "/rank" + std::to_string(o.rank);
+        printReplayCounters(rankDir);
+        std::cout << "\nRecorded vs replayed (ranklens compare " << o.trace << " " << traceDir << " --rank " << o.rank
+                  << "):\n";
+        ranklens::tools::CompareOptions compare;
+        compare.recorded = o.trace;
+        compare.replayed = traceDir;
+        compare.rank = o.rank;
+        ranklens::tools::runCompare(compare, std::cout, std::cerr);
+      }
     }
   }
   return exitCode;
@@ -188,7 +244,8 @@ int main(int argc, char** argv) {
   ReplayOptions replay;
   auto* rp = app.add_subcommand("replay", "Run a program as rank R of a virtual N-rank world (structure replay)");
   rp->add_option("-r,--rank", replay.rank, "Global rank to run")->required();
-  rp->add_option("-n,--world-size", replay.worldSize, "World size of the original job")->required();
+  rp->add_option("-n,--world-size", replay.worldSize,
+                 "World size of the original job (required without --trace; with it, the recording's)");
   rp->add_option("-c,--config", replay.config, "YAML settings file (RANKLENS_CONFIG)")->check(CLI::ExistingFile);
   rp->add_option("-f,--fill", replay.fill, "Receive-buffer semantics without a recording")
       ->check(CLI::IsMember({"clone", "keep", "zero", "poison"}));
