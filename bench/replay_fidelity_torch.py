@@ -3,8 +3,8 @@
 """Replay fidelity on the GPU machines: record a 2-GPU torch job, replay every rank alone on one GPU, compare.
 
 For each parallel mode (DDP, FSDP2; examples/torch/train_gpt.py):
-(a) timing  Record GPT-2-small (124M, bf16) on --nproc GPUs with the recorder (payloads: small), --steps steps,
-            every step marked. Replay each rank with scripts/survivor.py --fidelity timing --trace <recording> on
+(a) timing  Record GPT-2-small (124M, bf16) on --nproc GPUs with `ranklens record` (payloads: small), --steps steps,
+            every step marked. Replay each rank with `ranklens replay --fidelity timing --trace <recording>` on
             one GPU (rank r on GPU r % visible GPUs, all ranks at once; each replay sees one GPU). Reported per rank:
             the raw signature match (the replay's counters: every call matched, no mismatch, as many calls as
             recorded) and the median step time over steps --warmup..end, replay vs the recorded run's same rank.
@@ -64,8 +64,14 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=300, help="seconds per run (default: %(default)s)")
     p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of the replays, e.g. RANKLENS_COMPLETION=host_callback")
+    p.add_argument("--launcher", choices=("ranklens", "survivor"), default="ranklens",
+                   help="ranklens: `ranklens record` / `ranklens replay` with the Python adapter (the product "
+                        "path); survivor: environment set here and scripts/survivor.py (default: %(default)s)")
+    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens"),
+                   help="the ranklens launcher (--launcher ranklens; default: %(default)s)")
     args = p.parse_args(argv)
     args.lib = os.path.abspath(args.lib)
+    args.ranklens = os.path.abspath(args.ranklens)
     args.json = os.path.abspath(args.json)
     return args
 
@@ -99,10 +105,16 @@ class Bench:
         trace = os.path.join(a.work, "traces", name)
         shutil.rmtree(trace, ignore_errors=True)
         os.makedirs(trace)
-        env, unset = clean_env({"LD_PRELOAD": a.lib, "RANKLENS_MODE": "record", "RANKLENS_TRACE_DIR": trace,
-                                "RANKLENS_PAYLOADS": payloads, "RANKLENS_STAGING_FULL": "wait"})
-        argv = [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.nproc),
-                script_for(mode), "--parallel", mode, "--log-all-ranks", "--mark-steps", *train]
+        job = [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.nproc),
+               script_for(mode), "--parallel", mode, "--log-all-ranks", "--mark-steps", *train]
+        if a.launcher == "ranklens":
+            os.rmdir(trace)  # `ranklens record` refuses a directory that exists
+            env, unset = clean_env({"RANKLENS_STAGING_FULL": "wait"})
+            argv = [a.ranklens, "record", "--lib", a.lib, "--trace", trace, "--payloads", payloads, "--", *job]
+        else:
+            env, unset = clean_env({"LD_PRELOAD": a.lib, "RANKLENS_MODE": "record", "RANKLENS_TRACE_DIR": trace,
+                                    "RANKLENS_PAYLOADS": payloads, "RANKLENS_STAGING_FULL": "wait"})
+            argv = job
         log_path = os.path.join(a.work, "logs", name + ".log")
         self.log.say(f"record {name} ...")
         res = lib.run_logged(argv, env, log_path, a.timeout, unset)
@@ -124,9 +136,13 @@ class Bench:
             extra = dict(kv.split("=", 1) for kv in a.replay_env)
             env, unset = clean_env({"CUDA_VISIBLE_DEVICES": str(rank % max(gpus, 1)),
                                     "RANKLENS_TRACE_DIR": out_trace, **extra})
-            argv = [a.python, SURVIVOR, "--lib", a.lib, "--rank", str(rank), "--world-size", str(a.nproc),
-                    "--fidelity", fidelity, "--trace", trace, "--quiet", "--", script_for(mode), "--parallel", mode,
-                    "--log-all-ranks", "--mark-steps", *train_for_rank(rank)]
+            job = [script_for(mode), "--parallel", mode, "--log-all-ranks", "--mark-steps", *train_for_rank(rank)]
+            if a.launcher == "ranklens":
+                argv = [a.ranklens, "replay", "--lib", a.lib, "--rank", str(rank), "--fidelity", fidelity,
+                        "--trace", trace, "--", a.python, *job]
+            else:
+                argv = [a.python, SURVIVOR, "--lib", a.lib, "--rank", str(rank), "--world-size", str(a.nproc),
+                        "--fidelity", fidelity, "--trace", trace, "--quiet", "--", *job]
             log_path = os.path.join(a.work, "logs", f"{name}-replay-rank{rank}.log")
             procs.append((rank, log_path, out_trace, argv, env, unset))
         shutil.rmtree(os.path.join(a.work, "traces", f"{name}-replay"), ignore_errors=True)

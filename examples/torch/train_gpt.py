@@ -194,6 +194,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=8, help="attention heads")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
     p.add_argument("--micro-batch", type=int, default=8, help="sequences per rank per step")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="DDP gradient bucket size in MiB (DistributedDataParallel bucket_cap_mb)")
     p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
     p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
     p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm; 0 disables clipping")
@@ -374,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None, bucket_cap_mb=args.bucket_mb)
     elif args.parallel == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
