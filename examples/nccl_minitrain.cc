@@ -13,11 +13,18 @@
 // Buffers come from ncclMemAlloc and are never read or written from the host, so the program also runs on a machine
 // without a GPU under RankLens's host device (RANKLENS_DEVICE=host); it then passes a NULL stream.
 //
-// Usage:  RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K]
+// Usage:  RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH]
 //   RANK, WORLD_SIZE  this process's rank and the world size (defaults 0 and 1)
 //   --steps N         training steps (default 3)
 //   --tp K            tensor-parallel size; must divide WORLD_SIZE (default 2, or 1 when WORLD_SIZE is odd)
+//   --id-file PATH    exchange the world communicator's ncclUniqueId through PATH (rank 0 writes it, the others
+//                     wait for it): needed to run on real NCCL with several processes. Under torchrun
+//                     (TORCHELASTIC_RUN_ID set) it defaults to /tmp/nccl_minitrain.<run id>.uid.
 //   LOCAL_RANK        with GPUs, the device is LOCAL_RANK % (device count) (default 0)
+// Recording it on 2 GPUs (the trace shipped in examples/traces/minitrain-2xh200):
+//   ranklens record --trace T -- torchrun --standalone --nproc-per-node 2 --no-python nccl_minitrain --steps 10
+// Each step is marked with ranklensMarkStage("step", i) when the process has RankLens's library (found with dlsym;
+// nothing happens otherwise), so a trace and `ranklens compare` are per step; each step's wall time is printed.
 //
 // Communicators (world rank w, tensor-parallel size K, D = WORLD_SIZE / K data-parallel replicas):
 //   world  ncclCommInitRank over all ranks
@@ -33,8 +40,11 @@
 // Exit status: 0 success; 1 a NCCL or CUDA call failed; 2 ncclCommSplit returned ncclInvalidUsage (RankLens without
 // a groups table); 64 bad command line or environment.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -75,7 +85,7 @@ constexpr size_t kPipe = size_t{1} << 15;        // fp32 elements sent to the ne
 [[noreturn]] void usageError(const std::string& message) {
   fprintf(stderr,
           "minitrain: %s\n"
-          "usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K]\n"
+          "usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH]\n"
           "  RANK in 0..WORLD_SIZE-1 (default 0), WORLD_SIZE >= 1 (default 1), N >= 0 (default 3),\n"
           "  K >= 1 dividing WORLD_SIZE (default 2, or 1 when WORLD_SIZE is odd)\n",
           message.c_str());
@@ -140,6 +150,32 @@ void expectShape(ncclComm_t comm, const char* label, int size, int rank) {
   }
 }
 
+// Rank 0 writes the id to `path` (complete before it appears: a temporary file, then rename); the others wait for it
+// (60 s), then read it. The file stays behind: a later run must use another path, or its ranks > 0 could read this
+// stale id (torchrun gives every run its own TORCHELASTIC_RUN_ID, hence its own default path).
+void exchangeUniqueId(const std::string& path, int rank, ncclUniqueId* id) {
+  if (rank == 0) {
+    const std::string tmp = path + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "wb");
+    if (f == nullptr || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
+      fprintf(stderr, "minitrain: cannot write the unique id to %s: %s\n", path.c_str(), strerror(errno));
+      exit(1);
+    }
+    return;
+  }
+  for (int waited = 0; waited < 6000; ++waited) {
+    if (FILE* f = fopen(path.c_str(), "rb")) {
+      const bool ok = fread(id, sizeof *id, 1, f) == 1;
+      fclose(f);
+      if (ok) return;
+    }
+    usleep(10000);
+  }
+  fprintf(stderr, "minitrain: rank %d waited 60 s for rank 0's unique id in %s (is rank 0 running? replaying one "
+          "rank alone: leave --id-file out and unset TORCHELASTIC_RUN_ID)\n", rank, path.c_str());
+  exit(1);
+}
+
 void* alloc(size_t bytes) {
   void* ptr = nullptr;
   NCCL_CHECK(ncclMemAlloc(&ptr, bytes));
@@ -153,14 +189,19 @@ int main(int argc, char** argv) {
   const int rank = envInt("RANK", 0, 0, worldSize - 1);
   int steps = 3;
   int tp = worldSize % 2 == 0 ? 2 : 1;
+  const char* runId = getenv("TORCHELASTIC_RUN_ID");
+  std::string idFile = runId && *runId ? std::string("/tmp/nccl_minitrain.") + runId + ".uid" : std::string();
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      printf("usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K]\n");
+      printf("usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH]\n");
       return 0;
     }
-    if ((arg == "--steps" || arg == "--tp") && i + 1 >= argc) usageError(arg + ": missing value");
-    if (arg == "--steps") {
+    if ((arg == "--steps" || arg == "--tp" || arg == "--id-file") && i + 1 >= argc)
+      usageError(arg + ": missing value");
+    if (arg == "--id-file") {
+      idFile = argv[++i];
+    } else if (arg == "--steps") {
       const char* value = argv[++i];
       steps = parseInt(value, 0, INT_MAX, "--steps " + std::string(value));
     } else if (arg == "--tp") {
@@ -190,11 +231,12 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaStreamCreate(&stream));
   }
 
-  // World communicator. In a real multi-process job rank 0 calls ncclGetUniqueId and broadcasts the id to every rank
-  // (MPI, a TCP store, a shared file) before ncclCommInitRank. A virtual RankLens communicator has no bootstrap, so
-  // each rank may create its own id; that keeps this example free of any launcher dependency.
+  // World communicator. In a real multi-process job rank 0 calls ncclGetUniqueId and hands the id to every rank
+  // (here through a file) before ncclCommInitRank. A virtual RankLens communicator has no bootstrap, so a rank
+  // replayed alone creates its own id.
   ncclUniqueId id;
-  NCCL_CHECK(ncclGetUniqueId(&id));
+  if (idFile.empty() || rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  if (!idFile.empty() && worldSize > 1) exchangeUniqueId(idFile, rank, &id);
   ncclComm_t world = nullptr;
   NCCL_CHECK(ncclCommInitRank(&world, worldSize, id, rank));
   expectShape(world, "world", worldSize, rank);
@@ -225,7 +267,11 @@ int main(int argc, char** argv) {
   auto* pipeRecv = alloc(kPipe * 4);
   const int next = (rank + 1) % worldSize, prev = (rank - 1 + worldSize) % worldSize;
 
+  using MarkStage = int (*)(const char*, int64_t);
+  const auto markStage = reinterpret_cast<MarkStage>(dlsym(RTLD_DEFAULT, "ranklensMarkStage"));
   for (int step = 0; step < steps; ++step) {
+    if (markStage != nullptr) markStage("step", step);
+    const auto stepStart = std::chrono::steady_clock::now();
     // Forward: gather the full parameters of this TP group, reduce-scatter the activations.
     NCCL_CHECK(ncclAllGather(paramShard, paramFull, kParamShard, ncclBfloat16, tpComm, stream));
     NCCL_CHECK(ncclReduceScatter(actFull, actShard, kActShard, ncclFloat32, ncclSum, tpComm, stream));
@@ -240,7 +286,8 @@ int main(int argc, char** argv) {
     NCCL_CHECK(ncclRecv(pipeRecv, kPipe, ncclFloat32, prev, world, stream));
     NCCL_CHECK(ncclGroupEnd());
     if (stream != nullptr) CUDA_CHECK(cudaStreamSynchronize(stream));
-    printf("minitrain: rank %d step %d/%d done\n", rank, step + 1, steps);
+    printf("minitrain: rank %d step %d/%d done in %.3f ms\n", rank, step + 1, steps,
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - stepStart).count());
     fflush(stdout);
   }
 
