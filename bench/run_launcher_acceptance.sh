@@ -47,7 +47,7 @@ client=/tmp/c10d-build/c10d_train
 if [[ -x $client ]]; then
   rm -rf /tmp/c10d-trace /tmp/c10d && mkdir -p /tmp/c10d
   args=(--steps "$STEPS" --deterministic --mark-steps --log-all-ranks)
-  "$RL" record --trace /tmp/c10d-trace --payloads all --real-nccl "$REAL_NCCL" -- \
+  RANKLENS_STAGING_FULL=wait "$RL" record --trace /tmp/c10d-trace --payloads all --real-nccl "$REAL_NCCL" -- \
     "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 --no-python \
     "$client" "${args[@]}" --save-params /tmp/c10d/real-{rank}.bin > "$OUT/c10d_record.log" 2>&1
   check "C++ client record" $?
