@@ -24,7 +24,9 @@ Exit status: 0 when every check passed, 1 otherwise, 2 for bad usage.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -40,8 +42,32 @@ TRAIN = "examples/torch/train_gpt.py"
 TRAIN_PARALLEL = "examples/torch/train_parallel.py"  # tp, tp-dp, pp
 
 
+DEEPSPEED = "examples/deepspeed/train_zero.py"  # zero2, zero3
+MEGATRON = "examples/megatron/run_gpt.sh"       # megatron-tp2, megatron-pp2, megatron-dp2
+MEGATRON_LAYOUT = {"tp2": ["--tp", "2"], "pp2": ["--pp", "2"], "dp2": []}
+
+
 def script_for(mode: str) -> str:
     return TRAIN_PARALLEL if mode in ("tp", "tp-dp", "pp") else TRAIN
+
+
+def job_argv(a, mode: str, train: list[str], one_rank: bool) -> list[str]:
+    """The job's command: under torchrun for the recording, one process (`one_rank`) for `ranklens replay`."""
+    if mode.startswith("megatron-"):
+        return ["bash", MEGATRON, a.megatron, *MEGATRON_LAYOUT[mode.split("-", 1)[1]], "--nproc", str(a.nproc),
+                *train, *(["--one-rank"] if one_rank else [])]
+    if mode in ("zero2", "zero3"):
+        script, own = DEEPSPEED, ["--zero-stage", mode[-1]]
+    else:
+        script, own = script_for(mode), ["--parallel", mode]
+    cmd = [script, *own, "--log-all-ranks", "--mark-steps", *train]
+    return [a.python, *cmd] if one_rank else \
+        [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.nproc), *cmd]
+
+
+def megatron_losses(log_path: str) -> list[float]:
+    """Megatron prints `lm loss: X` per iteration on the last pipeline stage's last rank."""
+    return [float(m) for m in re.findall(r"lm loss: ([0-9.Ee+-]+)", lib.read_text(log_path))]
 SURVIVOR = os.path.join(REPO, "scripts", "survivor.py")
 GPT2_SMALL = ["--d-model", "768", "--layers", "12", "--heads", "12", "--vocab", "50304", "--seq-len", "1024"]
 
@@ -52,7 +78,10 @@ def parse_args(argv=None):
     p.add_argument("--python", default=sys.executable, help="interpreter with torch (default: %(default)s)")
     p.add_argument("--nproc", type=int, default=2, help="GPUs of the recorded job (default: %(default)s)")
     p.add_argument("--modes", default="ddp,fsdp2",
-                   help="comma list of ddp, fsdp2 (train_gpt.py), tp, tp-dp, pp (train_parallel.py) (default: %(default)s)")
+                   help="comma list of ddp, fsdp2 (train_gpt.py), tp, tp-dp, pp (train_parallel.py), zero2, zero3 "
+                        "(DeepSpeed, examples/deepspeed), megatron-tp2, megatron-pp2, megatron-dp2 (Megatron-LM, "
+                        "examples/megatron; --megatron) (default: %(default)s)")
+    p.add_argument("--megatron", default="/tmp/mlm", help="Megatron-LM checkout (default: %(default)s)")
     p.add_argument("--checks", default="timing,value", help="comma list of timing, value (default: %(default)s)")
     p.add_argument("--steps", type=int, default=25, help="steps of the timing runs (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the medians (default: %(default)s)")
@@ -105,8 +134,7 @@ class Bench:
         trace = os.path.join(a.work, "traces", name)
         shutil.rmtree(trace, ignore_errors=True)
         os.makedirs(trace)
-        job = [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.nproc),
-               script_for(mode), "--parallel", mode, "--log-all-ranks", "--mark-steps", *train]
+        job = job_argv(a, mode, train, one_rank=False)
         if a.launcher == "ranklens":
             os.rmdir(trace)  # `ranklens record` refuses a directory that exists
             env, unset = clean_env({"RANKLENS_STAGING_FULL": "wait"})
@@ -119,7 +147,7 @@ class Bench:
         self.log.say(f"record {name} ...")
         res = lib.run_logged(argv, env, log_path, a.timeout, unset)
         run = {"name": name, "kind": "record", "mode": mode, "command": res["command_line"], "rc": res["rc"],
-               "wall_s": res["wall_s"], "results": results_of(log_path), "trace": trace}
+               "wall_s": res["wall_s"], "results": results_of(log_path), "trace": trace, "log": log_path}
         self.log.say(f"record {name}: rc {res['rc']}, {res['wall_s']:.0f} s")
         self.log.append_file(name, log_path, max_lines=120)
         self.doc["runs"].append(run)
@@ -136,13 +164,15 @@ class Bench:
             extra = dict(kv.split("=", 1) for kv in a.replay_env)
             env, unset = clean_env({"CUDA_VISIBLE_DEVICES": str(rank % max(gpus, 1)),
                                     "RANKLENS_TRACE_DIR": out_trace, **extra})
-            job = [script_for(mode), "--parallel", mode, "--log-all-ranks", "--mark-steps", *train_for_rank(rank)]
+            job = job_argv(a, mode, train_for_rank(rank), one_rank=True)
             if a.launcher == "ranklens":
                 argv = [a.ranklens, "replay", "--lib", a.lib, "--rank", str(rank), "--fidelity", fidelity,
-                        "--trace", trace, "--", a.python, *job]
-            else:
+                        "--trace", trace, "--", *job]
+            elif job[0] == a.python:
                 argv = [a.python, SURVIVOR, "--lib", a.lib, "--rank", str(rank), "--world-size", str(a.nproc),
-                        "--fidelity", fidelity, "--trace", trace, "--quiet", "--", *job]
+                        "--fidelity", fidelity, "--trace", trace, "--quiet", "--", *job[1:]]
+            else:
+                raise SystemExit(f"--launcher survivor runs Python scripts only, not {mode}")
             log_path = os.path.join(a.work, "logs", f"{name}-replay-rank{rank}.log")
             procs.append((rank, log_path, out_trace, argv, env, unset))
         shutil.rmtree(os.path.join(a.work, "traces", f"{name}-replay"), ignore_errors=True)
@@ -159,7 +189,7 @@ class Bench:
             for r in stats.get("ranks", []):
                 if (r.get("manifest") or {}).get("rank") == rank or r.get("dir", "").endswith(f"rank{rank}"):
                     counters = r.get("counters") or {}
-            runs[rank] = {"rc": res["rc"], "wall_s": res["wall_s"], "command": res["command_line"],
+            runs[rank] = {"rc": res["rc"], "wall_s": res["wall_s"], "command": res["command_line"], "log": log_path,
                           "result": results_of(log_path).get(rank), "counters": counters, "log": log_path,
                           "stats_errors": stats.get("errors")}
             self.log.say(f"replay {name} rank {rank}: rc {res['rc']}, {res['wall_s']:.0f} s")
@@ -191,7 +221,8 @@ class Bench:
 
     def timing(self, mode: str):
         a = self.args
-        train = [*GPT2_SMALL, "--steps", str(a.steps), "--micro-batch", str(a.micro_batch)]
+        train = ["--steps", str(a.steps)] if mode.startswith("megatron-") else \
+            [*GPT2_SMALL, "--steps", str(a.steps), "--micro-batch", str(a.micro_batch)]
         rec, trace = self.record(f"{mode}-timing", mode, "small", train)
         self.doc.setdefault("sequence_problems", {})[f"{mode}-timing"] = self.sequence_problems(trace)
         rep = self.replay_all(f"{mode}-timing", mode, "timing", trace, lambda r: train)
@@ -217,31 +248,94 @@ class Bench:
         a = self.args
         params = os.path.join(a.work, "params")
         os.makedirs(params, exist_ok=True)
-        real_pat = os.path.join(params, f"{mode}-real-rank{{rank}}.pt")
-        rep_pat = os.path.join(params, f"{mode}-replay-rank{{rank}}.pt")
-        base = ["--steps", str(a.value_steps), "--deterministic", "--micro-batch", str(a.micro_batch)]
+        megatron = mode.startswith("megatron-")
+        real_pat = os.path.join(params, f"{mode}-real" + ("" if megatron else "-rank{rank}.pt"))
+        rep_pat = os.path.join(params, f"{mode}-replay-rank{{rank}}" + ("" if megatron else ".pt"))
+        for path in [real_pat.format(rank=0)] + [rep_pat.format(rank=r) for r in range(a.nproc)]:
+            shutil.rmtree(path, ignore_errors=True)  # Megatron's checkpoint directories
+        base = ["--steps", str(a.value_steps)] + ([] if megatron else ["--deterministic", "--micro-batch",
+                                                                       str(a.micro_batch)])
         rec, trace = self.record(f"{mode}-value", mode, "all", [*base, "--save-params", real_pat])
         rep = self.replay_all(f"{mode}-value", mode, "value", trace,
-                              lambda r: [*base, "--save-params", rep_pat])
+                              lambda r: [*base, "--save-params", rep_pat.format(rank=r) if megatron else rep_pat])
         self.doc.setdefault("sequence_problems", {})[f"{mode}-value"] = self.sequence_problems(trace)
         cmp_args = argparse.Namespace(python=a.python, nproc=a.nproc)
-        per_rank = rft.compare_params(cmp_args, real_pat, rep_pat)
+        per_rank = compare_megatron(a, real_pat, rep_pat) if megatron else \
+            rft.compare_params(cmp_args, real_pat, rep_pat)
         calls = lib.recorded_call_counts(trace, self.args.python)
         for rank in range(a.nproc):
             r = per_rank[rank] if rank < len(per_rank) else {"error": "no comparison"}
             sig_ok, sig = lib.replay_signature_ok(rep["ranks"][rank], calls.get(rank))
-            real_losses = (rec["results"].get(rank) or {}).get("losses")
-            rep_losses = ((rep["ranks"][rank].get("result")) or {}).get("losses")
+            if megatron:  # printed by the last rank only: the recorded job's vs the replayed rank's, if it prints
+                real_losses = megatron_losses(rec["log"]) or None
+                rep_losses = megatron_losses(rep["ranks"][rank]["log"]) or None
+            else:
+                real_losses = (rec["results"].get(rank) or {}).get("losses")
+                rep_losses = ((rep["ranks"][rank].get("result")) or {}).get("losses")
             check = {"check": "value", "mode": mode, "rank": rank, "identical": r.get("identical"),
                      "max_abs_diff": r.get("max_abs_diff"), "tensors": r.get("tensors"), "error": r.get("error"),
                      "losses_equal": real_losses == rep_losses if real_losses and rep_losses else None,
                      "signature_match": sig_ok, "signature": sig, "counters": rep["ranks"][rank].get("counters"),
                      "different": r.get("different", [])[:5]}
-            check["pass"] = bool(r.get("identical") and sig_ok)
+            # A Megatron rank that is not data-parallel rank 0 saves no checkpoint: its losses decide.
+            no_checkpoint = megatron and not r.get("files") and check["losses_equal"] is True
+            check["pass"] = bool((r.get("identical") or no_checkpoint) and sig_ok and check["losses_equal"] is not False)
             self.doc["checks"].append(check)
             self.log.say(f"CHECK value {mode} rank {rank}: identical {r.get('identical')} (max abs diff "
                          f"{r.get('max_abs_diff')}), losses equal {check['losses_equal']}; signatures: {sig} -> "
                          f"{'PASS' if check['pass'] else 'FAIL'}")
+
+
+COMPARE_MEGATRON = r"""
+import json, os, sys, torch
+real, rep_pat, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def tensors(obj, prefix=""):
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from tensors(v, f"{prefix}.{k}" if prefix else str(k))
+def checkpoints(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs if f.endswith(".pt"))
+out = []
+for rank in range(n):
+    rep = rep_pat.format(rank=rank)
+    r = {"rank": rank, "base": real, "other": rep, "tensors": 0, "equal": 0, "different": [], "missing": [],
+         "max_abs_diff": 0.0, "files": checkpoints(rep) if os.path.isdir(rep) else []}
+    if not r["files"]:
+        r["error"] = f"no checkpoint under {rep} (a rank that is not data-parallel rank 0 saves none)"
+    for rel in r["files"]:
+        try:
+            a = dict(tensors(torch.load(os.path.join(real, rel), map_location="cpu", weights_only=False)["model"]))
+            b = dict(tensors(torch.load(os.path.join(rep, rel), map_location="cpu", weights_only=False)["model"]))
+        except Exception as e:
+            r["error"] = f"{rel}: {type(e).__name__}: {e}"
+            break
+        r["missing"] += [f"{rel}:{k}" for k in sorted(set(a) ^ set(b))][:20]
+        for k in sorted(set(a) & set(b)):
+            r["tensors"] += 1
+            x, y = a[k], b[k]
+            if x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y):
+                r["equal"] += 1
+                continue
+            d = float((x.double() - y.double()).abs().max()) if x.shape == y.shape and x.numel() else float("inf")
+            r["max_abs_diff"] = max(r["max_abs_diff"], d)
+            r["different"].append({"name": f"{rel}:{k}", "max_abs_diff": d})
+    r["identical"] = bool(r["files"]) and "error" not in r and not r["missing"] and not r["different"]
+    r["different"] = r["different"][:20]
+    out.append(r)
+print("COMPARE " + json.dumps(out))
+"""
+
+
+def compare_megatron(a, real_dir: str, rep_pat: str) -> list[dict]:
+    """Megatron's per-rank checkpoint files (model tensors) of the real run vs each replayed rank's."""
+    r = subprocess.run([a.python, "-c", COMPARE_MEGATRON, real_dir, rep_pat, str(a.nproc)], capture_output=True,
+                       text=True, timeout=600)
+    for line in r.stdout.splitlines():
+        if line.startswith("COMPARE "):
+            return json.loads(line[len("COMPARE "):])
+    return [{"error": f"comparison failed (exit {r.returncode}): {(r.stderr or r.stdout)[-1500:]}"}] * a.nproc
 
 
 def main(argv=None) -> int:

@@ -291,6 +291,7 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
 
+  if (markStage != nullptr) markStage("step", steps);  // closes the last step
   NCCL_CHECK(ncclCommDestroy(dpComm));
   NCCL_CHECK(ncclCommDestroy(tpComm));
   NCCL_CHECK(ncclCommDestroy(world));

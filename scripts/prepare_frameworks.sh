@@ -4,7 +4,8 @@
 # enters the repository: everything goes to .carry/frameworks/ (keep .carry/ in .git/info/exclude).
 #   .carry/frameworks/whl/             deepspeed 0.19.x built here as a pure-Python wheel (DS_BUILD_OPS=0: ops are
 #                                      JIT-built where used) and the Python packages it needs that the GPU image
-#                                      lacks (hjson, pydantic, pydantic-core, annotated-types, typing-inspection)
+#                                      lacks (hjson, pydantic, pydantic-core, annotated-types, typing-inspection,
+#                                      and typing-extensions, which pydantic wants newer than the image may hold)
 #   .carry/frameworks/megatron-lm.tgz  Megatron-LM at tag core_v0.19.0: megatron/ (megatron.core included),
 #                                      pretrain_gpt.py, gpt_builders.py, model_provider.py
 # Needs network (pip, and git unless MEGATRON_LM_GIT names a clone or mirror of NVIDIA/Megatron-LM).
@@ -27,7 +28,7 @@ DS_BUILD_OPS=0 python3 -m pip wheel -q --no-deps --no-build-isolation -w "$OUT/w
 
 echo "prepare_frameworks: the packages deepspeed needs that the GPU image lacks"
 python3 -m pip download -q --no-deps "${PY_TARGET[@]}" -d "$OUT/whl" \
-  hjson "pydantic>=2,<3" pydantic-core annotated-types typing-inspection
+  hjson "pydantic>=2,<3" pydantic-core annotated-types typing-inspection typing-extensions
 # pydantic pins one pydantic-core version: keep the pair consistent.
 want="$(unzip -p "$OUT"/whl/pydantic-2*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([0-9.]*\).*/\1/p')"
 if [[ -n "$want" ]] && ! ls "$OUT"/whl/pydantic_core-"$want"-* >/dev/null 2>&1; then

@@ -161,7 +161,10 @@ def main(argv=None) -> int:
 
         schedule = ScheduleGPipe(stage, n_microbatches=args.microbatches, loss_fn=loss_fn)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    # foreach=False under TP: the tensor-parallel blocks' parameters are DTensors and the rest plain tensors, and
+    # torch 2.11's multi-tensor AdamW refuses the mix ("got mixed torch.Tensor and DTensor").
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
+                                  foreach=False if args.parallel == "tp" else None)
     log(f"model {n_params / 1e6:.2f}M params, parallel={args.parallel}, world_size={world}, device={device}, "
         f"torch {torch.__version__}")
     mark_stage, _ = find_mark_stage() if args.mark_steps else (None, None)
