@@ -330,8 +330,9 @@ print("COMPARE " + json.dumps(out))
 
 def compare_megatron(a, real_dir: str, rep_pat: str) -> list[dict]:
     """Megatron's per-rank checkpoint files (model tensors) of the real run vs each replayed rank's."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [a.megatron, os.environ.get("PYTHONPATH")]))}
     r = subprocess.run([a.python, "-c", COMPARE_MEGATRON, real_dir, rep_pat, str(a.nproc)], capture_output=True,
-                       text=True, timeout=600)
+                       text=True, timeout=600, env=env)  # the checkpoints pickle Megatron's own classes
     for line in r.stdout.splitlines():
         if line.startswith("COMPARE "):
             return json.loads(line[len("COMPARE "):])

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "nccl_fake/runtime.h"
@@ -38,7 +39,7 @@ struct Counters {
   uint64_t untimed = 0;  // matched, but the recording has no duration for it (captured in a graph, lost)
   uint64_t payloadsRestored = 0, payloadBytesRestored = 0, payloadFailures = 0, filledWithoutPayload = 0;
   uint64_t holds = 0, heldNs = 0, hostHeldNs = 0;
-  uint64_t commsMatched = 0, commsUnmatched = 0;
+  uint64_t commsMatched = 0, commsUnmatched = 0, commsRebound = 0;
 };
 
 struct Session {
@@ -56,6 +57,7 @@ struct Session {
   int window = 64;
   std::map<uint64_t, int64_t> recordedIdOf;  // replayed comm id -> recorded comm id
   std::vector<bool> recordedTaken;           // per recorded comm (creation order)
+  std::set<uint64_t> commsCalled;            // replayed comms that have issued a call (their binding is final)
   std::map<std::tuple<uint64_t, int, int>, int64_t> offsets;  // (replayed comm, kind, peer) -> recorded seq - replayed
   Counters counters;
   bool reportedFirst = false;
@@ -248,17 +250,25 @@ ncclResult_t onCommCreated(ncclComm* comm) {
     auto it = s->recordedIdOf.find(static_cast<uint64_t>(comm->parentId));
     recordedParent = it == s->recordedIdOf.end() ? -2 : it->second;  // -2: the parent itself is unmatched
   }
-  for (size_t i = 0; i < comms.size(); ++i) {
-    const auto& r = comms[i];
-    if (s->recordedTaken[i] || r.nranks != comm->nRanks || r.rank != comm->rank) continue;
-    if ((r.how == "split" || r.how == "shrink") != split || r.parentId != recordedParent) continue;
-    if (split && comm->how == "split" && r.color != comm->color) continue;
-    s->recordedTaken[i] = true;
-    s->recordedIdOf[comm->id] = static_cast<int64_t>(r.commId);
-    s->counters.commsMatched++;
-    INFO(kSubInit | kSubRanklens, "replay: comm %lu (rank %d of %d) matches recorded %s",
-         static_cast<unsigned long>(comm->id), comm->rank, comm->nRanks, describeComm(r).c_str());
-    return ncclSuccess;
+  // Same lineage first; then, as a framework may create a communicator differently alone than in the real job (torch
+  // splits a new group from the default one only when that one exists, e.g. DeepSpeed's eager init), any free
+  // recorded communicator of the same size and rank. The first call may still rebind it (rebindOnFirstCall).
+  for (const bool sameLineage : {true, false}) {
+    for (size_t i = 0; i < comms.size(); ++i) {
+      const auto& r = comms[i];
+      if (s->recordedTaken[i] || r.nranks != comm->nRanks || r.rank != comm->rank) continue;
+      if (sameLineage) {
+        if ((r.how == "split" || r.how == "shrink") != split || r.parentId != recordedParent) continue;
+        if (split && comm->how == "split" && r.color != comm->color) continue;
+      }
+      s->recordedTaken[i] = true;
+      s->recordedIdOf[comm->id] = static_cast<int64_t>(r.commId);
+      s->counters.commsMatched++;
+      INFO(kSubInit | kSubRanklens, "replay: comm %lu (%s, rank %d of %d) matches recorded %s%s",
+           static_cast<unsigned long>(comm->id), comm->how.c_str(), comm->rank, comm->nRanks, describeComm(r).c_str(),
+           sameLineage ? "" : " (by size and rank: created another way in the recording)");
+      return ncclSuccess;
+    }
   }
   s->counters.commsUnmatched++;
   std::string recorded;
@@ -302,6 +312,49 @@ bool recordedSplitChild(const ncclComm* parent, int color, int key, int* nranks,
   return false;
 }
 
+namespace {
+
+// A communicator's binding is tentative until its first call: when the recorded communicator it was matched to has
+// another first call, and a recorded communicator of the same size and rank that no calling communicator holds
+// starts with this call, the two bindings are exchanged. (DeepSpeed alone: torch creates the new group's
+// communicator by init, not by split, and the default group's recorded communicator carried no call at all.)
+void rebindOnFirstCall(Session* s, const CallInfo& info, const ranklens::events::Call& event) {
+  if (!s->commsCalled.insert(info.comm->id).second) return;
+  auto bound = s->recordedIdOf.find(info.comm->id);
+  if (bound == s->recordedIdOf.end()) return;
+  const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info.op));
+  const int peer = kind == SeqKind::kCollective ? -1 : info.root;
+  auto startsWith = [&](int64_t recordedId) {
+    const RecordedCall* first = s->recording->find(CallKey{static_cast<uint64_t>(recordedId), kind, peer, event.seq});
+    return first != nullptr && sameSignature(first->call, info);
+  };
+  if (startsWith(bound->second)) return;
+  const auto& comms = s->recording->comms();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const auto& r = comms[i];
+    if (r.nranks != info.comm->nRanks || r.rank != info.comm->rank || !startsWith(static_cast<int64_t>(r.commId)))
+      continue;
+    uint64_t holder = UINT64_MAX;  // the replayed communicator bound to it, if any
+    for (const auto& [replayed, recorded] : s->recordedIdOf)
+      if (recorded == static_cast<int64_t>(r.commId)) holder = replayed;
+    if (holder != UINT64_MAX && s->commsCalled.count(holder)) continue;
+    if (holder != UINT64_MAX) {
+      s->recordedIdOf[holder] = bound->second;
+    } else {
+      for (size_t j = 0; j < comms.size(); ++j)
+        if (static_cast<int64_t>(comms[j].commId) == bound->second) s->recordedTaken[j] = false;
+      s->recordedTaken[i] = true;
+    }
+    INFO(kSubInit | kSubRanklens, "replay: comm %lu rebound to recorded %s at its first call (was recorded comm %ld)",
+         static_cast<unsigned long>(info.comm->id), describeComm(r).c_str(), static_cast<long>(bound->second));
+    bound->second = static_cast<int64_t>(r.commId);
+    s->counters.commsRebound++;
+    return;
+  }
+}
+
+}  // namespace
+
 ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   Session* s = load();
   info->seq = event.seq;
@@ -309,6 +362,7 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   std::unique_lock<std::mutex> lock(s->mu);
   Counters& c = s->counters;
   c.calls++;
+  rebindOnFirstCall(s, *info, event);
   auto commIt = s->recordedIdOf.find(info->comm->id);
   const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info->op));
   const int peer = kind == SeqKind::kCollective ? -1 : info->root;
@@ -572,6 +626,7 @@ void finish() {
         {"replay_filled_without_payload", c.filledWithoutPayload},
         {"replay_comms_matched", c.commsMatched},
         {"replay_comms_unmatched", c.commsUnmatched},
+        {"replay_comms_rebound", c.commsRebound},
         {"replay_prefetch_waits", p.waits},
         {"replay_prefetch_evicted", p.evicted},
         {"replay_prefetch_oversized", p.oversized},

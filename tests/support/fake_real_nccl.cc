@@ -241,7 +241,9 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int, ncclComm_t* newcomm,
     return ncclSuccess;
   }
   const FakeComm& parent = *get(comm);
-  const int nranks = std::max(1, parent.nranks / 2);
+  // Colors from 1000: every rank of the parent chose this color, so the child is the whole parent (a framework's new
+  // group of all ranks); other colors: the ranks are halved.
+  const int nranks = color >= 1000 ? parent.nranks : std::max(1, parent.nranks / 2);
   return newComm("ncclCommSplit", newcomm, nranks, parent.rank % nranks, parent.cudaDev,
                  blockingOf(config, parent.blocking));
 }

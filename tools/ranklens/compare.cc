@@ -34,8 +34,23 @@ struct CommMatching {
   std::vector<const CommInit*> onlyRecorded, onlyReplayed;
 };
 
+bool sameSignature(const Call& a, const Call& b) {
+  return a.op == b.op && a.datatype == b.datatype && a.count == b.count && a.rootOrPeer == b.rootOrPeer &&
+         a.redop == b.redop;
+}
+
+// Each communicator's first call (submission order), if any.
+std::map<uint64_t, const Call*> firstCalls(const EventLog& log) {
+  std::map<uint64_t, const Call*> first;
+  for (const auto& call : log.calls) first.emplace(call.commId, &call);
+  return first;
+}
+
 // A replayed communicator stands for a recorded one when it has the same size, rank, creation call and (matched)
-// parent; among equals, creation order decides, which is what the replayed program repeats.
+// parent; among equals, creation order decides, which is what the replayed program repeats. A framework running one
+// rank alone may create a communicator another way (init instead of a split of a communicator that was never made):
+// as the replay library does, a replayed communicator whose first call starts a recorded communicator of the same
+// size and rank is matched to that one first.
 CommMatching matchCommunicators(const EventLog& recorded, const EventLog& replayed) {
   auto byCreation = [](const EventLog& log) {
     std::vector<const CommInit*> comms;
@@ -46,7 +61,25 @@ CommMatching matchCommunicators(const EventLog& recorded, const EventLog& replay
   };
   const auto recordedComms = byCreation(recorded), replayedComms = byCreation(replayed);
   CommMatching matching;
+  const auto recordedFirst = firstCalls(recorded), replayedFirst = firstCalls(replayed);
+  for (const CommInit* rep : replayedComms) {
+    auto mine = replayedFirst.find(rep->commId);
+    if (mine == replayedFirst.end()) continue;
+    auto starts = [&](const CommInit* rec) {
+      auto theirs = recordedFirst.find(rec->commId);
+      return !matching.replayedOf.count(rec->commId) && rec->nranks == rep->nranks && rec->rank == rep->rank &&
+             theirs != recordedFirst.end() && sameSignature(*theirs->second, *mine->second);
+    };
+    auto sameCreation = std::find_if(recordedComms.begin(), recordedComms.end(),
+                                     [&](const CommInit* rec) { return starts(rec) && rec->how == rep->how; });
+    auto any = sameCreation != recordedComms.end() ? sameCreation
+                                                   : std::find_if(recordedComms.begin(), recordedComms.end(), starts);
+    if (any == recordedComms.end()) continue;
+    matching.replayedOf[(*any)->commId] = rep->commId;
+    matching.recordedOf[rep->commId] = (*any)->commId;
+  }
   for (const CommInit* rec : recordedComms) {
+    if (matching.replayedOf.count(rec->commId)) continue;
     auto sameParent = [&](const CommInit* rep) {
       if (rec->parentId < 0) return rep->parentId < 0;
       auto parent = matching.replayedOf.find(static_cast<uint64_t>(rec->parentId));
@@ -57,7 +90,7 @@ CommMatching matchCommunicators(const EventLog& recorded, const EventLog& replay
       return !matching.recordedOf.count(rep->commId) && rep->nranks == rec->nranks && rep->rank == rec->rank &&
              rep->how == rec->how && sameParent(rep);
     });
-    if (match == replayedComms.end() || matching.replayedOf.count(rec->commId)) {
+    if (match == replayedComms.end()) {
       matching.onlyRecorded.push_back(rec);
       continue;
     }
@@ -139,11 +172,6 @@ std::map<uint64_t, Sequences> sequencesOf(const EventLog& log) {
     for (auto& [id, calls] : sequences)
       std::stable_sort(calls.begin(), calls.end(), [](const Call* a, const Call* b) { return a->seq < b->seq; });
   return byComm;
-}
-
-bool sameSignature(const Call& a, const Call& b) {
-  return a.op == b.op && a.datatype == b.datatype && a.count == b.count && a.rootOrPeer == b.rootOrPeer &&
-         a.redop == b.redop;
 }
 
 // Divergences of every matched communicator's sequences, the first first: ordered by the recorded program's call

@@ -63,7 +63,7 @@ void printReplayCounters(const std::string& rankDir) {
             << " estimated (" << get("replay_estimates_extrapolated") << " extrapolated), "
             << get("replay_payloads_restored") << " payloads restored, " << get("replay_filled_without_payload")
             << " filled without payload; communicators " << get("replay_comms_matched") << " matched, "
-            << get("replay_comms_unmatched") << " unmatched\n"
+            << get("replay_comms_unmatched") << " unmatched, " << get("replay_comms_rebound") << " rebound\n"
             << "Held on the call streams: " << std::fixed << std::setprecision(2) << get("replay_held_ns") / 1e6
             << " ms in " << get("replay_holds") << " holds; calling thread held " << get("replay_host_held_ns") / 1e6
             << " ms" << (reader->manifest().gpu_name.empty() ? " (host device: GPU time accounted, not waited)" : "")
@@ -101,6 +101,11 @@ bool checkAgainstRecording(const ReplayOptions& o, int* worldSize) {
     std::cerr << "error: --world-size " << *worldSize << " contradicts the recording (" << rankDir
               << " was recorded in a world of " << m.world_size << "): drop --world-size or pass " << m.world_size
               << "\n";
+    return false;
+  }
+  if (*worldSize < 1 && m.world_size < 1) {
+    std::cerr << "error: " << rankDir << " does not say its world size (WORLD_SIZE was not set when it was "
+              << "recorded): pass --world-size N\n";
     return false;
   }
   if (*worldSize < 1) *worldSize = m.world_size;
