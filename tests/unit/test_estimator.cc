@@ -6,7 +6,11 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <random>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "ranklens/estimator.h"
 #include "ranklens/events.h"
@@ -180,6 +184,139 @@ TEST(EstimatorHistory, BuiltFromARecordedTraceWithGroupsAndRoles) {
   EXPECT_EQ(h.samples[1].bytes, 4000u);  // the group's bytes on that stream
   EXPECT_FALSE(addRecordedRun(dir, &h, &error));
   EXPECT_NE(error.find("already in the history"), std::string::npos) << error;
+}
+
+// Waiting for a late peer makes some samples of one size much longer than the collective itself: the estimate of a
+// sampled size is its median, which they do not move.
+TEST(Estimator, ASampledSizeIsEstimatedByItsMedianWhichWaitsDoNotMove) {
+  History h;
+  h.runs = {"job/rank0"};
+  for (int i = 0; i < 100; ++i) {
+    HistorySample s;
+    s.op = kAllReduce;
+    s.nranks = 2;
+    s.bytes = 1 << 24;
+    s.durationNs = truth(s.bytes) * (i % 10 < 3 ? 10 : 1);  // 30% waited for a peer
+    h.samples.push_back(s);
+  }
+  Estimator e(h, {});
+  Estimate est = e.estimate(kAllReduce, 2, false, 1 << 24);
+  EXPECT_STREQ(est.method, "same-size median");
+  EXPECT_EQ(est.durationNs, truth(1 << 24));
+  EXPECT_EQ(e.estimateWithout(0).durationNs, truth(1 << 24));
+}
+
+// Two ranks of one job: rank 0 arrives first and waits, rank 1 arrives last; the transfer time of each collective is
+// the shorter of the two, on both ranks' samples. P2P calls are not paired.
+void writeRank(const std::string& dir, int rank, const std::vector<int64_t>& allReduceNs, int64_t sendNs) {
+  ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
+  trace::Manifest m;
+  m.mode = "record";
+  m.rank = rank;
+  m.world_size = 2;
+  std::string error;
+  auto w = trace::TraceWriter::create(dir, m, {}, &error);
+  ASSERT_NE(w, nullptr) << error;
+  events::CommInit comm;
+  comm.nranks = 2;
+  comm.rank = rank;
+  comm.how = "init";
+  w->append(trace::RecordType::kCommInit, comm);
+  for (size_t i = 0; i < allReduceNs.size(); ++i) {
+    events::Call c;
+    c.seq = i;
+    c.op = kAllReduce;
+    c.count = 1024;
+    c.datatype = 7;
+    c.bytes = 4096;
+    c.nranks = 2;
+    c.rootOrPeer = -1;
+    w->append(trace::RecordType::kCall, c);
+    trace::Timing t;
+    t.seq = i;
+    t.op = kAllReduce;
+    t.durationNs = allReduceNs[i];
+    t.peer = -1;
+    w->append(trace::RecordType::kTiming, t);
+  }
+  events::Call send;
+  send.op = static_cast<int>(events::Op::kSend);
+  send.count = 256;
+  send.datatype = 7;
+  send.bytes = 1024;
+  send.nranks = 2;
+  send.rootOrPeer = 1 - rank;
+  w->append(trace::RecordType::kCall, send);
+  trace::Timing t;
+  t.op = send.op;
+  t.durationNs = sendNs;
+  t.peer = 1 - rank;
+  w->append(trace::RecordType::kTiming, t);
+  ASSERT_TRUE(w->close());
+}
+
+TEST(EstimatorHistory, TransferTimeIsTheShortestOverTheJobsRanks) {
+  const std::string job = ::testing::TempDir() + "/est-job-" + std::to_string(getpid());
+  writeRank(job + "/rank0", 0, {50'000, 90'000, 20'000}, 7'000);
+  writeRank(job + "/rank1", 1, {10'000, 11'000, 60'000}, 8'000);
+  History h;
+  std::string error;
+  ASSERT_TRUE(addRecordedJob(std::vector<std::string>{job + "/rank0", job + "/rank1"}, &h, &error)) << error;
+  ASSERT_EQ(h.samples.size(), 8u);
+  EXPECT_EQ(jobOf(h.runs[0]), job);
+  const int64_t expected[] = {10'000, 11'000, 20'000, -1};  // per call, the same on both ranks; Send: not paired
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(h.samples[i].transferNs, expected[i % 4]) << i;
+  EXPECT_EQ(h.samples[0].durationNs, 50'000);  // what rank 0 measured is kept
+
+  // A rank alone knows no transfer time; a second copy of a rank is refused and adds nothing.
+  History alone;
+  ASSERT_TRUE(addRecordedRun(job + "/rank0", &alone, &error)) << error;
+  EXPECT_EQ(alone.samples[0].transferNs, -1);
+  EXPECT_FALSE(addRecordedJob(std::vector<std::string>{job + "/rank1", job + "/rank0"}, &alone, &error));
+  EXPECT_NE(error.find("already in the history"), std::string::npos) << error;
+  EXPECT_EQ(alone.samples.size(), 4u);
+
+  // Estimating transfer times: the median of the pairs' shortest, leave-one-job-out leaves both ranks out.
+  Estimator::Options transfer;
+  transfer.target = EstimateTarget::kTransfer;
+  Estimator e(h, transfer);
+  EXPECT_EQ(e.samples(), 6u);
+  EXPECT_EQ(e.estimate(kAllReduce, 2, false, 4096).durationNs, 11'000);
+  Evaluation ev = evaluate(h, transfer);
+  EXPECT_EQ(ev.jobs, 1u);
+  EXPECT_EQ(ev.leaveOneOut.at("all").count, 6u);
+  EXPECT_EQ(ev.leaveOneRunOut.count("all"), 0u);  // one job: nothing to leave out
+}
+
+TEST(EstimatorHistory, AVersion1HistoryLoadsWithoutTransferTimes) {
+  History h = synthetic(1);
+  h.version = 1;
+  const std::string path = ::testing::TempDir() + "/h1-" + std::to_string(getpid()) + ".hist";
+  // Version 1 samples had nine fields: write them so.
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_map(4);
+  pk.pack(std::string("format"));
+  pk.pack(h.format);
+  pk.pack(std::string("version"));
+  pk.pack(1);
+  pk.pack(std::string("runs"));
+  pk.pack(h.runs);
+  pk.pack(std::string("samples"));
+  pk.pack_array(static_cast<uint32_t>(h.samples.size()));
+  for (const auto& s : h.samples)
+    pk.pack(std::make_tuple(s.op, s.datatype, s.bytes, s.nranks, s.crossesNodes, s.role, s.grouped, s.durationNs,
+                            s.run));
+  FILE* f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(fwrite(buffer.data(), 1, buffer.size(), f), buffer.size());
+  fclose(f);
+  History back;
+  std::string error;
+  ASSERT_TRUE(loadHistory(path, &back, &error)) << error;
+  ASSERT_EQ(back.samples.size(), h.samples.size());
+  EXPECT_EQ(back.samples[4].durationNs, h.samples[4].durationNs);
+  EXPECT_EQ(back.samples[4].transferNs, -1);
 }
 
 }  // namespace

@@ -26,45 +26,112 @@ bool crossesNodes(const trace::Manifest& manifest, int nranks) {
   return localWorld > 0 && nranks > localWorld;
 }
 
+std::string jobOf(const std::string& rankDir) {
+  std::string dir = rankDir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.rfind('/');
+  const std::string base = slash == std::string::npos ? dir : dir.substr(slash + 1);
+  if (base.rfind("rank", 0) != 0) return dir;
+  return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : dir.substr(0, slash);
+}
+
+namespace {
+
+// One collective of the job as every rank can name it: its communicator by creation call, size, color and order
+// among such communicators on the rank (the commId is per process), and its sequence.
+using InstanceKey = std::tuple<std::string, uint64_t>;
+
+std::map<uint64_t, std::string> communicatorNames(const trace::Recording& recording) {
+  std::map<std::string, int> seen;
+  std::map<uint64_t, std::string> names;
+  for (const auto& c : recording.comms()) {
+    const std::string shape = c.how + "/" + std::to_string(c.nranks) + "/" + std::to_string(c.color);
+    names[c.commId] = shape + "/" + std::to_string(seen[shape]++);
+  }
+  return names;
+}
+
+}  // namespace
+
+bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* history, std::string* error) {
+  for (const trace::Recording* rec : ranks) {
+    if (std::find(history->runs.begin(), history->runs.end(), rec->directory()) != history->runs.end()) {
+      *error = rec->directory() + ": already in the history";
+      return false;
+    }
+    if (rec->manifest().mode != "record") {
+      *error = rec->directory() + ": a " + rec->manifest().mode + " trace; only recorded runs carry measured durations";
+      return false;
+    }
+  }
+  // The shortest duration of each collective over the ranks that timed it.
+  std::map<InstanceKey, int64_t> transfer;
+  std::vector<std::map<uint64_t, std::string>> names;
+  for (const trace::Recording* rec : ranks) {
+    names.push_back(communicatorNames(*rec));
+    for (const auto& rc : rec->calls()) {
+      if (rc.durationNs <= 0 || events::isP2p(static_cast<events::Op>(rc.call.op))) continue;
+      auto [it, fresh] = transfer.emplace(InstanceKey{names.back()[rc.call.commId], rc.call.seq}, rc.durationNs);
+      if (!fresh) it->second = std::min(it->second, rc.durationNs);
+    }
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const trace::Recording& recording = *ranks[r];
+    std::map<uint64_t, std::string> roles;
+    for (const auto& c : recording.comms()) roles[c.commId] = c.name;
+    const uint32_t run = static_cast<uint32_t>(history->runs.size());
+    history->runs.push_back(recording.directory());
+    // A group's duration on a stream belongs to all of its calls on that stream: their bytes add up.
+    std::map<std::pair<uint64_t, uint64_t>, uint64_t> groupBytes;  // (groupId, stream) -> bytes
+    std::set<std::pair<uint64_t, uint64_t>> groupsWithP2p;
+    for (const auto& rc : recording.calls()) {
+      if (rc.call.groupId == 0) continue;
+      groupBytes[{rc.call.groupId, rc.call.stream}] += rc.call.bytes;
+      if (events::isP2p(static_cast<events::Op>(rc.call.op))) groupsWithP2p.insert({rc.call.groupId, rc.call.stream});
+    }
+    for (const auto& rc : recording.calls()) {
+      if (rc.durationNs < 0) continue;
+      HistorySample s;
+      s.op = rc.call.op;
+      s.datatype = rc.call.datatype;
+      s.nranks = rc.call.nranks;
+      s.crossesNodes = crossesNodes(recording.manifest(), rc.call.nranks);
+      s.role = roles[rc.call.commId];
+      s.grouped = rc.call.groupId != 0;
+      s.bytes = s.grouped ? groupBytes[{rc.call.groupId, rc.call.stream}] : rc.call.bytes;
+      s.durationNs = rc.durationNs;
+      s.run = run;
+      const bool p2p = events::isP2p(static_cast<events::Op>(rc.call.op)) ||
+                       (s.grouped && groupsWithP2p.count({rc.call.groupId, rc.call.stream}));
+      if (s.nranks == 1) {
+        s.transferNs = s.durationNs;
+      } else if (!p2p && ranks.size() > 1) {
+        auto it = transfer.find(InstanceKey{names[r][rc.call.commId], rc.call.seq});
+        if (it != transfer.end()) s.transferNs = it->second;
+      }
+      history->samples.push_back(std::move(s));
+    }
+  }
+  return true;
+}
+
+bool addRecordedJob(const std::vector<std::string>& rankDirs, History* history, std::string* error) {
+  std::vector<std::unique_ptr<trace::Recording>> open;
+  std::vector<const trace::Recording*> ranks;
+  for (const auto& dir : rankDirs) {
+    open.push_back(trace::Recording::open(dir, -1, error));
+    if (!open.back()) return false;
+    ranks.push_back(open.back().get());
+  }
+  return addRecordedJob(ranks, history, error);
+}
+
 bool addRecordedRun(const std::string& rankDir, History* history, std::string* error) {
-  auto rec = trace::Recording::open(rankDir, -1, error);
-  return rec && addRecordedRun(*rec, history, error);
+  return addRecordedJob(std::vector<std::string>{rankDir}, history, error);
 }
 
 bool addRecordedRun(const trace::Recording& recording, History* history, std::string* error) {
-  const std::string dir = recording.directory();
-  if (std::find(history->runs.begin(), history->runs.end(), dir) != history->runs.end()) {
-    *error = dir + ": already in the history";
-    return false;
-  }
-  if (recording.manifest().mode != "record") {
-    *error = dir + ": a " + recording.manifest().mode + " trace; only recorded runs carry measured durations";
-    return false;
-  }
-  std::map<uint64_t, std::string> roles;
-  for (const auto& c : recording.comms()) roles[c.commId] = c.name;
-  const uint32_t run = static_cast<uint32_t>(history->runs.size());
-  history->runs.push_back(dir);
-
-  // A group's duration on a stream belongs to all of its calls on that stream: their bytes add up.
-  std::map<std::pair<uint64_t, uint64_t>, uint64_t> groupBytes;  // (groupId, stream) -> bytes
-  for (const auto& rc : recording.calls())
-    if (rc.call.groupId != 0) groupBytes[{rc.call.groupId, rc.call.stream}] += rc.call.bytes;
-  for (const auto& rc : recording.calls()) {
-    if (rc.durationNs < 0) continue;
-    HistorySample s;
-    s.op = rc.call.op;
-    s.datatype = rc.call.datatype;
-    s.nranks = rc.call.nranks;
-    s.crossesNodes = crossesNodes(recording.manifest(), rc.call.nranks);
-    s.role = roles[rc.call.commId];
-    s.grouped = rc.call.groupId != 0;
-    s.bytes = s.grouped ? groupBytes[{rc.call.groupId, rc.call.stream}] : rc.call.bytes;
-    s.durationNs = rc.durationNs;
-    s.run = run;
-    history->samples.push_back(std::move(s));
-  }
-  return true;
+  return addRecordedJob(std::vector<const trace::Recording*>{&recording}, history, error);
 }
 
 bool saveHistory(const std::string& path, const History& history, std::string* error) {
@@ -95,12 +162,12 @@ bool loadHistory(const std::string& path, History* history, std::string* error) 
     msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
     History h;
     handle.get().convert(h);
-    if (h.format != "ranklens-history" || h.version != 1) {
+    if (h.format != "ranklens-history" || h.version < 1 || h.version > 2) {
       *error = path + ": not a RankLens history (format '" + h.format + "' version " + std::to_string(h.version) + ")";
       return false;
     }
     for (const auto& s : h.samples) {
-      if (s.run >= h.runs.size() || s.durationNs < 0) {
+      if (s.run >= h.runs.size() || s.durationNs < 0) {  // (version 1 samples read transferNs as -1)
         *error = path + ": corrupt history (a sample names run " + std::to_string(s.run) + " of " +
                  std::to_string(h.runs.size()) + " or has a negative duration)";
         return false;
@@ -116,21 +183,49 @@ bool loadHistory(const std::string& path, History* history, std::string* error) 
 
 // ----------------------------------------------------------------------------------------------------- estimator
 
+const char* toString(EstimateTarget target) { return target == EstimateTarget::kTransfer ? "transfer" : "observed"; }
+
 namespace {
 
-struct Point {
-  double x = 0, y = 0;  // log2(bytes + 1), ln(duration in ns)
-  size_t index = 0;     // in History::samples
+int64_t valueOf(const HistorySample& s, EstimateTarget target) {
+  return target == EstimateTarget::kTransfer ? s.transferNs : s.durationNs;
+}
+
+// Every sample of one size: durations vary with how long the peers kept the rank waiting, so the median speaks for
+// the size, not any single sample.
+struct SizePoint {
+  double x = 0;  // log2(bytes + 1)
+  uint64_t bytes = 0;
+  std::vector<int64_t> values;  // sorted
 };
+
+// The median (upper, for an even count) of `values` without one occurrence of `excluded` (none when `exclude` is
+// false); -1 when nothing is left.
+int64_t medianWithout(const std::vector<int64_t>& values, bool exclude, int64_t excluded) {
+  if (!exclude) return values.empty() ? -1 : values[values.size() / 2];
+  if (values.size() <= 1) return -1;
+  const size_t at = static_cast<size_t>(std::lower_bound(values.begin(), values.end(), excluded) - values.begin());
+  const size_t mid = (values.size() - 1) / 2;  // in the remaining values
+  return mid < at ? values[mid] : values[mid + 1];
+}
 
 using Key = std::tuple<int, int, bool, bool>;  // op, nranks, crossesNodes, grouped
 
 struct Neighbourhood {
-  std::vector<Point> all;                            // by x
-  std::map<std::string, std::vector<Point>> byRole;  // by x
+  std::vector<SizePoint> all;                            // by x
+  std::map<std::string, std::vector<SizePoint>> byRole;  // by x
 };
 
 double log2Bytes(uint64_t bytes) { return std::log2(static_cast<double>(bytes) + 1.0); }
+
+std::vector<SizePoint> sizePoints(std::map<uint64_t, std::vector<int64_t>>&& bySize) {
+  std::vector<SizePoint> points;
+  for (auto& [bytes, values] : bySize) {
+    std::sort(values.begin(), values.end());
+    points.push_back({log2Bytes(bytes), bytes, std::move(values)});
+  }
+  return points;  // std::map iterates by bytes: sorted by x
+}
 
 }  // namespace
 
@@ -140,28 +235,43 @@ struct Estimator::Impl {
   LatencyBandwidthFit fit;
   std::set<int> ops;
   const History* history = nullptr;
+  size_t count = 0;
 
-  Estimate local(const std::vector<Point>& points, double xq, size_t exclude, const Key& key, uint64_t bytes) const {
+  // The sample left out (leave-one-out), by size and value.
+  struct Excluded {
+    bool any = false;
+    uint64_t bytes = 0;
+    int64_t value = 0;
+  };
+
+  Estimate local(const std::vector<SizePoint>& points, double xq, const Excluded& ex, const Key& key,
+                 uint64_t bytes) const {
     Estimate e;
-    // The k nearest in x, walking out from the query's position.
-    auto right = std::lower_bound(points.begin(), points.end(), xq, [](const Point& p, double x) { return p.x < x; });
+    struct Chosen {
+      double x;
+      uint64_t bytes;
+      int64_t median;
+    };
+    auto medianOf = [&](const SizePoint& p) { return medianWithout(p.values, ex.any && p.bytes == ex.bytes, ex.value); };
+    // The k nearest sizes in x, walking out from the query's position (a size left empty by the exclusion skipped).
+    auto right = std::lower_bound(points.begin(), points.end(), xq, [](const SizePoint& p, double x) { return p.x < x; });
     auto left = right;
-    std::vector<const Point*> chosen;
+    std::vector<Chosen> chosen;
+    double lo = INFINITY, hi = -INFINITY;
+    for (const SizePoint& p : points)
+      if (medianOf(p) > 0) lo = std::min(lo, p.x), hi = std::max(hi, p.x);
     while (static_cast<int>(chosen.size()) < options.neighbours && (left != points.begin() || right != points.end())) {
       const bool takeLeft = right == points.end() ||
                             (left != points.begin() && xq - std::prev(left)->x <= right->x - xq);
-      const Point* p = takeLeft ? &*--left : &*right++;
-      if (p->index != exclude) chosen.push_back(p);
+      const SizePoint& p = takeLeft ? *--left : *right++;
+      const int64_t m = medianOf(p);
+      if (m > 0) chosen.push_back({p.x, p.bytes, m});
     }
     if (chosen.empty()) return e;
-    // The sampled range (points are sorted; skip the excluded sample at either end).
     double nearest = INFINITY, farthest = 0;
-    const Point& first = points.front().index != exclude || points.size() == 1 ? points.front() : points[1];
-    const Point& last = points.back().index != exclude || points.size() == 1 ? points.back() : points[points.size() - 2];
-    const double lo = first.x, hi = last.x;
-    for (const Point* p : chosen) {
-      nearest = std::min(nearest, std::fabs(p->x - xq));
-      farthest = std::max(farthest, std::fabs(p->x - xq));
+    for (const Chosen& c : chosen) {
+      nearest = std::min(nearest, std::fabs(c.x - xq));
+      farthest = std::max(farthest, std::fabs(c.x - xq));
     }
     e.found = true;
     e.neighbours = static_cast<int>(chosen.size());
@@ -172,14 +282,21 @@ struct Estimator::Impl {
       e.durationNs = fit.estimateNs(std::get<0>(key), std::get<1>(key), bytes);
       return e;
     }
-    // Weighted least squares of duration on bytes (a latency-bandwidth line through the neighbourhood: exact where
-    // the protocol does not change), tricube weights over the neighbourhood's radius in log2(bytes).
+    for (const Chosen& c : chosen) {
+      if (c.bytes == bytes) {  // a sampled size: its median
+        e.method = "same-size median";
+        e.durationNs = c.median;
+        return e;
+      }
+    }
+    // Weighted least squares of the sizes' medians on bytes (a latency-bandwidth line through the neighbourhood:
+    // exact where the protocol does not change), tricube weights over the neighbourhood's radius in log2(bytes).
     const double radius = farthest * 1.0001 + 1e-9;
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, smallest = INFINITY;
-    for (const Point* p : chosen) {
-      const double u = std::fabs(p->x - xq) / radius;
+    for (const Chosen& c : chosen) {
+      const double u = std::fabs(c.x - xq) / radius;
       const double w = std::pow(1 - u * u * u, 3) + 1e-6;
-      const double bx = std::exp2(p->x) - 1.0, dy = std::exp(p->y);
+      const double bx = static_cast<double>(c.bytes), dy = static_cast<double>(c.median);
       sw += w;
       sx += w * bx;
       sy += w * dy;
@@ -197,7 +314,7 @@ struct Estimator::Impl {
   }
 
   Estimate query(int op, int nranks, bool crosses, bool grouped, uint64_t bytes, const std::string& role,
-                 size_t exclude) const {
+                 const Excluded& ex) const {
     const double xq = log2Bytes(bytes);
     Key key{op, nranks, crosses, grouped};
     auto it = groups.find(key);
@@ -208,11 +325,11 @@ struct Estimator::Impl {
       if (!role.empty()) {
         auto r = it->second.byRole.find(role);
         if (r != it->second.byRole.end()) {
-          Estimate e = local(r->second, xq, exclude, key, bytes);
+          Estimate e = local(r->second, xq, ex, key, bytes);
           if (e.found) return e;
         }
       }
-      Estimate e = local(it->second.all, xq, exclude, key, bytes);
+      Estimate e = local(it->second.all, xq, ex, key, bytes);
       if (e.found) return e;
     }
     Estimate e;
@@ -228,22 +345,29 @@ struct Estimator::Impl {
 Estimator::Estimator(const History& history, const Options& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   impl_->history = &history;
-  std::vector<DurationSample> fitSamples;
-  for (size_t i = 0; i < history.samples.size(); ++i) {
-    const HistorySample& s = history.samples[i];
-    if (options.excludeRun >= 0 && s.run == static_cast<uint64_t>(options.excludeRun)) continue;
-    if (s.durationNs <= 0) continue;
-    Point p{log2Bytes(s.bytes), std::log(static_cast<double>(s.durationNs)), i};
-    Neighbourhood& n = impl_->groups[Key{s.op, s.nranks, s.crossesNodes, s.grouped}];
-    n.all.push_back(p);
-    if (!s.role.empty()) n.byRole[s.role].push_back(p);
+  std::map<Key, std::map<uint64_t, std::vector<int64_t>>> all;
+  std::map<Key, std::map<std::string, std::map<uint64_t, std::vector<int64_t>>>> byRole;
+  std::map<std::tuple<int, int, uint64_t>, std::vector<int64_t>> forFit;  // ungrouped: (op, nranks, bytes)
+  for (const HistorySample& s : history.samples) {
+    const int64_t value = valueOf(s, options.target);
+    if (value <= 0) continue;
+    if (!options.excludeJob.empty() && jobOf(history.runs.at(s.run)) == options.excludeJob) continue;
+    const Key key{s.op, s.nranks, s.crossesNodes, s.grouped};
+    all[key][s.bytes].push_back(value);
+    if (!s.role.empty()) byRole[key][s.role][s.bytes].push_back(value);
+    if (!s.grouped) forFit[{s.op, s.nranks, s.bytes}].push_back(value);
     impl_->ops.insert(s.op);
-    if (!s.grouped) fitSamples.push_back({s.op, s.nranks, s.bytes, s.durationNs});
+    impl_->count++;
   }
-  auto byX = [](const Point& a, const Point& b) { return a.x < b.x; };
-  for (auto& [key, n] : impl_->groups) {
-    std::stable_sort(n.all.begin(), n.all.end(), byX);
-    for (auto& [role, points] : n.byRole) std::stable_sort(points.begin(), points.end(), byX);
+  for (auto& [key, sizes] : all) impl_->groups[key].all = sizePoints(std::move(sizes));
+  for (auto& [key, roles] : byRole)
+    for (auto& [role, sizes] : roles) impl_->groups[key].byRole[role] = sizePoints(std::move(sizes));
+  // The fallback line through the sizes' medians (one point per size: the many samples of one size do not outweigh
+  // the rest, and waits do not pull it).
+  std::vector<DurationSample> fitSamples;
+  for (auto& [k, values] : forFit) {
+    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
+    fitSamples.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), values[values.size() / 2]});
   }
   impl_->fit.fit(fitSamples);
 }
@@ -251,19 +375,20 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
 Estimator::~Estimator() = default;
 
 Estimate Estimator::estimate(int op, int nranks, bool crossesNodes, uint64_t bytes, const std::string& role) const {
-  return impl_->query(op, nranks, crossesNodes, false, bytes, role, SIZE_MAX);
+  return impl_->query(op, nranks, crossesNodes, false, bytes, role, {});
 }
 
 Estimate Estimator::estimateWithout(size_t index) const {
   const HistorySample& s = impl_->history->samples.at(index);
-  return impl_->query(s.op, s.nranks, s.crossesNodes, s.grouped, s.bytes, s.role, index);
+  const int64_t value = valueOf(s, impl_->options.target);
+  Impl::Excluded ex;
+  const bool inHere = impl_->options.excludeJob.empty() ||
+                      jobOf(impl_->history->runs.at(s.run)) != impl_->options.excludeJob;
+  if (value > 0 && inHere) ex = {true, s.bytes, value};
+  return impl_->query(s.op, s.nranks, s.crossesNodes, s.grouped, s.bytes, s.role, ex);
 }
 
-size_t Estimator::samples() const {
-  size_t n = 0;
-  for (const auto& [key, group] : impl_->groups) n += group.all.size();
-  return n;
-}
+size_t Estimator::samples() const { return impl_->count; }
 
 // ---------------------------------------------------------------------------------------------------- evaluation
 
@@ -286,8 +411,9 @@ ErrorStats stats(std::vector<double> errors) {
   return s;
 }
 
-void addError(std::map<std::string, std::vector<double>>* errors, const HistorySample& s, int64_t estimateNs) {
-  const double e = std::fabs(static_cast<double>(estimateNs - s.durationNs)) / static_cast<double>(s.durationNs);
+void addError(std::map<std::string, std::vector<double>>* errors, const HistorySample& s, int64_t value,
+              int64_t estimateNs) {
+  const double e = std::fabs(static_cast<double>(estimateNs - value)) / static_cast<double>(value);
   (*errors)[std::string(events::opName(static_cast<events::Op>(s.op))) + " " + sizeClass(s.bytes)].push_back(e);
   (*errors)["all"].push_back(e);
 }
@@ -298,23 +424,28 @@ Evaluation evaluate(const History& history, const Estimator::Options& options) {
   Evaluation out;
   std::map<std::string, std::vector<double>> loo, loro;
   Estimator all(history, options);
+  std::set<std::string> jobs;
+  for (const auto& run : history.runs) jobs.insert(jobOf(run));
+  out.jobs = jobs.size();
   for (size_t i = 0; i < history.samples.size(); ++i) {
-    if (history.samples[i].durationNs <= 0) continue;
+    const int64_t value = valueOf(history.samples[i], options.target);
+    if (value <= 0) continue;
     const Estimate e = all.estimateWithout(i);
     out.extrapolatedLoo += e.extrapolated;
-    addError(&loo, history.samples[i], e.durationNs);
+    addError(&loo, history.samples[i], value, e.durationNs);
   }
-  if (history.runs.size() > 1) {
-    for (size_t run = 0; run < history.runs.size(); ++run) {
+  if (jobs.size() > 1) {
+    for (const std::string& job : jobs) {
       Estimator::Options without = options;
-      without.excludeRun = static_cast<int64_t>(run);
+      without.excludeJob = job;
       Estimator others(history, without);
       for (size_t i = 0; i < history.samples.size(); ++i) {
         const HistorySample& s = history.samples[i];
-        if (s.run != run || s.durationNs <= 0) continue;
-        const Estimate e = others.estimateWithout(i);  // the run's own samples are not in `others` anyway
+        const int64_t value = valueOf(s, options.target);
+        if (value <= 0 || jobOf(history.runs[s.run]) != job) continue;
+        const Estimate e = others.estimateWithout(i);  // the job's own samples are not in `others` anyway
         out.extrapolatedLoro += e.extrapolated;
-        addError(&loro, s, e.durationNs);
+        addError(&loro, s, value, e.durationNs);
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 
 #include "ranklens/estimator.h"
 #include "ranklens/events.h"
@@ -20,7 +21,9 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
   EstimateCommands c;
   auto* history = app.add_subcommand("history", "Duration history of recorded runs, for the estimator");
   history->require_subcommand(1);
-  c.build = history->add_subcommand("build", "Collect every timed call of recorded runs into a history file");
+  c.build = history->add_subcommand(
+      "build", "Collect every timed call of recorded runs into a history file; the ranks of one job (a trace "
+               "directory holding rank<R>/) also give each collective's transfer time, the shortest over the ranks");
   c.build->add_option("traces", o->traces, "Recorded trace directories (their rank<R> directories) or rank "
                                            "directories")->required();
   c.build->add_option("-o,--output", o->output, "History file to write")->required();
@@ -31,8 +34,8 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
   auto* estimate = app.add_subcommand("estimate", "Estimated durations from a history");
   estimate->require_subcommand(1);
   c.eval = estimate->add_subcommand(
-      "eval", "Leave-one-out over calls and leave-one-run-out over runs: median and p90 relative error per op and "
-              "size class");
+      "eval", "Leave-one-out over calls and leave-one-run-out over recorded jobs: median and p90 relative error "
+              "per op and size class");
   c.query = estimate->add_subcommand("query", "One estimate, with its neighbourhood distance and method");
   for (CLI::App* cmd : {c.eval, c.query}) {
     cmd->add_option("--history", o->history, "History file (ranklens history build)")->required();
@@ -41,6 +44,10 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
                     "Beyond this distance (log2 of the byte ratio; 1 = 2x) the latency-bandwidth fit is used "
                     "(default 1)");
     cmd->add_option("--json", o->json, "Also write the result as JSON to this file ('-': stdout)");
+    cmd->add_option("--target", o->target,
+                    "observed: the duration a rank measured, waiting for its peers included (what replay holds); "
+                    "transfer: the collective's own time, the shortest over the job's ranks (default observed)")
+        ->check(CLI::IsMember({"observed", "transfer"}));
   }
   c.eval->footer("Example: ranklens estimate eval --history cluster.hist --json eval.json");
   c.query->add_option("--op", o->op, "Operation (AllReduce, AllGather, ...)")
@@ -98,6 +105,7 @@ timing::Estimator::Options estimatorOptions(const EstimateOptions& o) {
   timing::Estimator::Options options;
   options.neighbours = o.neighbours;
   options.maxDistance = o.maxDistance;
+  options.target = o.target == "transfer" ? timing::EstimateTarget::kTransfer : timing::EstimateTarget::kObserved;
   return options;
 }
 
@@ -114,15 +122,27 @@ int runHistoryBuild(const EstimateOptions& o) {
     std::cerr << "error: " << o.output << " exists; pass --append to add runs to it, or choose another file\n";
     return 2;
   }
-  int failures = 0;
+  history.version = 2;  // an appended version-1 history gains transfer times for the new jobs
+  // The rank directories of each recorded job together: their calls are paired for the transfer times.
+  std::map<std::string, std::vector<std::string>> jobs;
+  std::vector<std::string> order;
   for (const auto& dir : rankDirectories(o.traces)) {
+    auto& ranks = jobs[timing::jobOf(dir)];
+    if (ranks.empty()) order.push_back(timing::jobOf(dir));
+    ranks.push_back(dir);
+  }
+  int failures = 0;
+  for (const auto& job : order) {
     const size_t before = history.samples.size();
-    if (!timing::addRecordedRun(dir, &history, &error)) {
+    if (!timing::addRecordedJob(jobs[job], &history, &error)) {
       std::cerr << "error: " << error << "\n";
       ++failures;
       continue;
     }
-    std::cerr << "ranklens: " << dir << ": " << history.samples.size() - before << " samples\n";
+    size_t transfer = 0;
+    for (size_t i = before; i < history.samples.size(); ++i) transfer += history.samples[i].transferNs > 0;
+    std::cerr << "ranklens: " << job << ": " << jobs[job].size() << " rank(s), " << history.samples.size() - before
+              << " samples, " << transfer << " with a transfer time\n";
   }
   if (!timing::saveHistory(o.output, history, &error)) {
     std::cerr << "error: " << error << "\n";
@@ -136,16 +156,18 @@ int runEstimateEval(const EstimateOptions& o) {
   timing::History history;
   if (!loadHistoryOrSay(o.history, &history)) return 1;
   const timing::Evaluation ev = timing::evaluate(history, estimatorOptions(o));
-  nlohmann::json doc = {{"history", o.history}, {"runs", history.runs.size()}, {"samples", history.samples.size()},
+  nlohmann::json doc = {{"history", o.history}, {"runs", history.runs.size()}, {"jobs", ev.jobs},
+                        {"samples", history.samples.size()}, {"target", o.target},
                         {"neighbours", o.neighbours}, {"max_distance", o.maxDistance},
                         {"extrapolated_leave_one_out", ev.extrapolatedLoo},
                         {"extrapolated_leave_one_run_out", ev.extrapolatedLoro}};
-  std::cout << o.history << ": " << history.runs.size() << " runs, " << history.samples.size() << " samples\n\n"
+  std::cout << o.history << ": " << ev.jobs << " recorded jobs (" << history.runs.size() << " ranks), "
+            << history.samples.size() << " samples; target: " << o.target << "\n\n"
             << std::left << std::setw(28) << "op / size class" << std::right << std::setw(9) << "calls"
             << std::setw(10) << "median" << std::setw(10) << "p90" << "   | " << std::setw(9) << "calls"
             << std::setw(10) << "median" << std::setw(10) << "p90" << "\n"
             << std::left << std::setw(28) << "" << std::right << std::setw(29) << "leave one call out"
-            << "   | " << std::setw(29) << "leave one run out" << "\n";
+            << "   | " << std::setw(29) << "leave one job out" << "\n";
   auto pct = [](double v) {
     std::ostringstream s;
     s << std::fixed << std::setprecision(2) << v * 100 << "%";
@@ -159,15 +181,16 @@ int runEstimateEval(const EstimateOptions& o) {
       std::cout << std::setw(9) << it->second.count << std::setw(10) << pct(it->second.median) << std::setw(10)
                 << pct(it->second.p90);
     else
-      std::cout << std::setw(29) << "(one run)";
+      std::cout << std::setw(29) << "(one job)";
     std::cout << "\n";
     doc["leave_one_out"][key] = {{"count", loo.count}, {"median", loo.median}, {"p90", loo.p90}};
     if (it != ev.leaveOneRunOut.end())
       doc["leave_one_run_out"][key] = {{"count", it->second.count}, {"median", it->second.median},
                                        {"p90", it->second.p90}};
   }
-  std::cout << "\nrelative error |estimate - recorded| / recorded; extrapolated estimates: " << ev.extrapolatedLoo
-            << " (leave one call out), " << ev.extrapolatedLoro << " (leave one run out)\n";
+  std::cout << "\nrelative error |estimate - recorded| / recorded (" << o.target
+            << "); extrapolated estimates: " << ev.extrapolatedLoo
+            << " (leave one call out), " << ev.extrapolatedLoro << " (leave one job out)\n";
   return writeJson(o.json, doc) ? 0 : 1;
 }
 

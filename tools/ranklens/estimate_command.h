@@ -21,6 +21,7 @@ struct EstimateOptions {
   int nranks = 2;
   bool crossesNodes = false;
   std::string role;
+  std::string target = "observed";  // observed | transfer
 };
 
 struct EstimateCommands {

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Collective durations estimated from recorded history: samples (op, bytes, communicator size, locality, role,
-// duration) collected from any number of recorded runs; an estimate is a local weighted linear regression of duration
-// on bytes (latency + bytes / bandwidth, locally) over the nearest samples in log2(bytes) of the same (op, size, locality) -- the same role preferred -- and falls back
-// to a latency-bandwidth fit when the nearest sample is too far away. Every estimate says how far its neighbours
-// were and whether it extrapolates.
+// duration) collected from any number of recorded jobs. A rank's recorded duration includes the time its collective
+// waited for the slowest peer; the history also keeps each call's transfer time, the shortest duration any rank of
+// the job measured for that same collective (the last rank to arrive waits for nobody). An estimate, for either
+// quantity, is the median of the samples of the same (op, communicator size, locality, size) -- the same role
+// preferred -- or, between sampled sizes, a local weighted regression of those medians on bytes (latency + bytes /
+// bandwidth, locally) over the nearest sizes in log2(bytes), falling back to a latency-bandwidth fit when the
+// nearest size is too far away. Every estimate says how far its neighbours were and whether it extrapolates.
 #pragma once
 
 #include <msgpack.hpp>
@@ -29,24 +32,34 @@ struct HistorySample {
   bool crossesNodes = false;  // the communicator spans more ranks than one node holds (LOCAL_WORLD_SIZE)
   std::string role;           // the communicator's name (commName) when the framework sets one, e.g. "tp", "dp"
   bool grouped = false;       // the duration is a group's on one stream (several calls)
-  int64_t durationNs = 0;
+  int64_t durationNs = 0;     // what this rank measured (including the wait for its peers)
   uint32_t run = 0;           // index into History::runs
-  MSGPACK_DEFINE_ARRAY(op, datatype, bytes, nranks, crossesNodes, role, grouped, durationNs, run)
+  // Version 2: the shortest duration of this collective over the job's recorded ranks (-1: not known, e.g. P2P or
+  // only one rank of the job recorded); a 1-rank communicator's own duration.
+  int64_t transferNs = -1;
+  MSGPACK_DEFINE_ARRAY(op, datatype, bytes, nranks, crossesNodes, role, grouped, durationNs, run, transferNs)
 };
 
 struct History {
   std::string format = "ranklens-history";
-  int version = 1;
+  int version = 2;                // 1: no transferNs (read as -1)
   std::vector<std::string> runs;  // the recorded rank directories the samples came from
   std::vector<HistorySample> samples;
   MSGPACK_DEFINE_MAP(format, version, runs, samples)
 };
 
-// Adds every timed call of a recorded rank directory (calls outside groups; for groups, the first call on each
-// stream with the group's duration, marked grouped). False with `error` when the trace cannot be read; a rank
-// directory already in the history is refused (appending twice would double its weight).
+// The recorded job a rank directory belongs to: its parent directory when it is named rank<N>, else itself.
+std::string jobOf(const std::string& rankDir);
+
+// Adds every timed call of the recorded ranks of one job (calls outside groups; for groups, the first call on each
+// stream with the group's duration, marked grouped), with the transfer time of each collective found on several of
+// them (calls are paired by communicator -- creation call, size, color and order -- and sequence). False with
+// `error` when a trace cannot be read; a rank directory already in the history is refused (appending twice would
+// double its weight), and nothing is added then.
+bool addRecordedJob(const std::vector<std::string>& rankDirs, History* history, std::string* error);
+bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* history, std::string* error);
+// One rank alone (replay: the replayed recording is its own history).
 bool addRecordedRun(const std::string& rankDir, History* history, std::string* error);
-// The same for a recording already open (replay: the replayed recording is its own history).
 bool addRecordedRun(const trace::Recording& recording, History* history, std::string* error);
 // Whether a communicator of `nranks` spans nodes in the recorded job (more ranks than its LOCAL_WORLD_SIZE).
 bool crossesNodes(const trace::Manifest& manifest, int nranks);
@@ -59,15 +72,22 @@ struct Estimate {
   int neighbours = 0;      // samples used
   bool extrapolated = false;  // outside the sampled size range of its neighbourhood, or too far from any sample
   bool found = false;      // false: no sample of this op at all (a fixed 20 us + 100 GB/s guess)
-  const char* method = "";  // "local-regression" | "latency-bandwidth" | "default"
+  const char* method = "";  // "same-size median" | "local-regression" | "latency-bandwidth" | "default"
 };
+
+enum class EstimateTarget {
+  kObserved,  // the duration a rank measured, waiting for its peers included (what replay holds a stream for)
+  kTransfer,  // the collective's own time: the shortest over the job's ranks
+};
+const char* toString(EstimateTarget target);
 
 class Estimator {
  public:
   struct Options {
-    int neighbours = 8;          // k nearest samples in log2(bytes)
+    int neighbours = 8;          // k nearest sampled sizes in log2(bytes)
     double maxDistance = 1.0;    // beyond this (log2 units) the latency-bandwidth fit is used, marked extrapolated
-    int64_t excludeRun = -1;     // leave-one-run-out: ignore this run's samples
+    std::string excludeJob;      // leave-one-job-out: ignore the samples of this job's ranks (jobOf)
+    EstimateTarget target = EstimateTarget::kObserved;
   };
   Estimator(const History& history, const Options& options);
   ~Estimator();
@@ -81,7 +101,8 @@ class Estimator {
   std::unique_ptr<Impl> impl_;
 };
 
-// Leave-one-out over calls and leave-one-run-out over runs: relative errors |estimate - duration| / duration.
+// Leave-one-out over calls and leave-one-run-out over recorded jobs (all ranks of a job left out together: they
+// share transfer times): relative errors |estimate - value| / value for options.target.
 struct ErrorStats {
   size_t count = 0;
   double median = 0, p90 = 0;
@@ -90,6 +111,7 @@ struct Evaluation {
   // key: "<op> <size class>", plus "all"
   std::map<std::string, ErrorStats> leaveOneOut, leaveOneRunOut;
   size_t extrapolatedLoo = 0, extrapolatedLoro = 0;
+  size_t jobs = 0;  // recorded jobs in the history
 };
 Evaluation evaluate(const History& history, const Estimator::Options& options);
 const char* sizeClass(uint64_t bytes);  // "<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB"
