@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import sys
 import time
 
@@ -145,25 +143,12 @@ def local_params(engine, zero_stage: int) -> tuple[dict, dict | None]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS is first used
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
+        train_gpt.set_deterministic()
 
     for name in ("RANK", "WORLD_SIZE"):
         train_gpt.env_int(name)  # a clear error when not launched by torchrun
     local_rank = train_gpt.env_int("LOCAL_RANK")
-    if args.device == "cuda":
-        if not torch.cuda.is_available():
-            raise SystemExit("error: CUDA is not available; run on a GPU machine (or --device cpu with "
-                             "DS_ACCELERATOR=cpu --backend gloo for a smoke test)")
-        if local_rank >= torch.cuda.device_count():
-            raise SystemExit(f"error: LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} GPU(s) are "
-                             "visible; launch fewer processes per node")
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
+    device = train_gpt.pick_device(args.device, local_rank, "--device cpu with DS_ACCELERATOR=cpu --backend gloo")
 
     import deepspeed  # after argument parsing: --help works without DeepSpeed installed
 
@@ -173,12 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world_size = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
     parallel = f"zero{args.zero_stage}"
 
-    log_here = rank == 0 or args.log_all_ranks
-    prefix = f"[rank {rank}/{world_size}] " if args.log_all_ranks else ""
-
-    def log(msg: str) -> None:
-        if log_here:
-            print(prefix + msg, flush=True)
+    log, prefix = train_gpt.rank_logger(rank, world_size, args.log_all_ranks)
 
     # Same initial weights on every rank, as in train_gpt.py.
     torch.manual_seed(args.seed)
@@ -193,14 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, deepspeed {deepspeed.__version__}, optimizer "
         f"{type(engine.optimizer).__name__}({type(engine.basic_optimizer).__name__})")
 
-    mark_stage, _ = train_gpt.find_mark_stage() if args.mark_steps else (None, None)
-    if args.mark_steps and mark_stage is None:
-        print(f"{prefix}warning: --mark-steps: ranklensMarkStage is not loaded (RankLens's library not in use); "
-              "no step marks", file=sys.stderr, flush=True)
-
-    def mark(step_index: int) -> None:
-        if mark_stage is not None:
-            mark_stage(b"step", step_index)
+    mark = train_gpt.step_marker(args.mark_steps, prefix)
 
     losses: list[float] = []
     step_ms: list[float] = []
@@ -222,25 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"step {step} loss {loss_value:.6f} time_ms {dt_ms:.3f}")
     mark(args.steps)
 
-    all_finite = all(math.isfinite(v) for v in losses)
-    timed = step_ms[WARMUP_STEPS:] if len(step_ms) > WARMUP_STEPS else step_ms
-    result = {
-        "rank": rank,
-        "world_size": world_size,
-        "parallel": parallel,
-        "steps": len(losses),
-        "steps_requested": args.steps,
-        "final_loss": losses[-1] if losses and math.isfinite(losses[-1]) else None,
-        "all_finite": all_finite,
-        "median_step_ms": statistics.median(timed) if timed else None,
-        "nonfinite_steps": [i for i, v in enumerate(losses) if not math.isfinite(v)],
-        "losses": [v if math.isfinite(v) else None for v in losses],
-        "step_ms": [round(v, 3) for v in step_ms],
-        "params": n_params,
-        "torch": torch.__version__,
-        "deepspeed": deepspeed.__version__,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-    }
+    result = train_gpt.result_record(rank, world_size, parallel, losses, step_ms, n_params, device, args.steps)
+    result["deepspeed"] = deepspeed.__version__
+    all_finite = result["all_finite"]
     print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
 
     if args.save_params:

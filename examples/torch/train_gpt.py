@@ -330,13 +330,82 @@ def nccl_kernel_summary(prof, scratch_path: str) -> dict:
                                      for k, v in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:30]}}
 
 
+# ---- pieces shared with the other launch scripts (examples/deepspeed/train_zero.py)
+
+def set_deterministic() -> None:
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS is first used
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def pick_device(kind: str, local_rank: int, cpu_hint: str) -> torch.device:
+    """cuda:LOCAL_RANK with clear errors, or the CPU (smoke tests; `cpu_hint` says how)."""
+    if kind != "cuda":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit(f"error: CUDA is not available; run on a GPU machine (or {cpu_hint} for a smoke test)")
+    if local_rank >= torch.cuda.device_count():
+        raise SystemExit(f"error: LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} GPU(s) are "
+                         "visible; launch fewer processes per node")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def rank_logger(rank: int, world_size: int, all_ranks: bool):
+    """(log, prefix): log prints on rank 0, or on every rank prefixed '[rank r/N]'."""
+    prefix = f"[rank {rank}/{world_size}] " if all_ranks else ""
+
+    def log(msg: str) -> None:
+        if rank == 0 or all_ranks:
+            print(prefix + msg, flush=True)
+
+    return log, prefix
+
+
+def step_marker(enabled: bool, prefix: str):
+    """mark(step): ranklensMarkStage("step", step) when asked for and RankLens's library is loaded; mark.failures
+    counts failed marks, mark.where says where the function was found."""
+    mark_stage, where = find_mark_stage() if enabled else (None, None)
+    if enabled and mark_stage is None:
+        print(f"{prefix}warning: --mark-steps: ranklensMarkStage is not loaded (RankLens's library not in use); "
+              "no step marks", file=sys.stderr, flush=True)
+
+    def mark(step_index: int) -> None:
+        if mark_stage is not None and mark_stage(b"step", step_index) != 0:
+            mark.failures += 1
+
+    mark.failures = 0
+    mark.where = where
+    return mark
+
+
+def result_record(rank: int, world_size: int, parallel: str, losses: list[float], step_ms: list[float],
+                  n_params: int, device: torch.device, steps_requested: int) -> dict:
+    """The RESULT line's fields (the benchmarks parse them)."""
+    timed = step_ms[WARMUP_STEPS:] if len(step_ms) > WARMUP_STEPS else step_ms
+    return {
+        "rank": rank,
+        "world_size": world_size,
+        "parallel": parallel,
+        "steps": len(losses),
+        "steps_requested": steps_requested,
+        "final_loss": losses[-1] if losses and math.isfinite(losses[-1]) else None,
+        "all_finite": all(math.isfinite(v) for v in losses),
+        "median_step_ms": statistics.median(timed) if timed else None,
+        "nonfinite_steps": [i for i, v in enumerate(losses) if not math.isfinite(v)],
+        "losses": [v if math.isfinite(v) else None for v in losses],
+        "step_ms": [round(v, 3) for v in step_ms],
+        "params": n_params,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS is first used
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
+        set_deterministic()
     distributed = args.parallel != "none"
 
     if distributed:
@@ -344,29 +413,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rank, world_size, local_rank = 0, 1, 0
 
-    if args.device == "cuda":
-        if not torch.cuda.is_available():
-            raise SystemExit("error: CUDA is not available; run on a GPU machine (or --device cpu --backend gloo "
-                             "for a smoke test)")
-        if local_rank >= torch.cuda.device_count():
-            raise SystemExit(f"error: LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} GPU(s) are "
-                             "visible; launch fewer processes per node")
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
+    device = pick_device(args.device, local_rank, "--device cpu --backend gloo")
 
     if distributed:
         # No device_id: communicators are created lazily at the first collective.
         dist.init_process_group(args.backend)
         rank, world_size = dist.get_rank(), dist.get_world_size()
 
-    log_here = rank == 0 or args.log_all_ranks
-    prefix = f"[rank {rank}/{world_size}] " if args.log_all_ranks else ""
-
-    def log(msg: str) -> None:
-        if log_here:
-            print(prefix + msg, flush=True)
+    log, prefix = rank_logger(rank, world_size, args.log_all_ranks)
 
     # Same initial weights on every rank (DDP would broadcast rank 0's anyway; FSDP2 shards them).
     torch.manual_seed(args.seed)
@@ -391,16 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"model {n_params / 1e6:.2f}M params, parallel={args.parallel}, world_size={world_size}, "
         f"device={device}, torch {torch.__version__}")
 
-    mark_stage, mark_where = find_mark_stage() if args.mark_steps else (None, None)
-    if args.mark_steps and mark_stage is None:
-        print(f"{prefix}warning: --mark-steps: ranklensMarkStage is not loaded (RankLens's library not in use); "
-              "no step marks", file=sys.stderr, flush=True)
-    mark_failures = 0
-
-    def mark(step_index: int) -> None:
-        nonlocal mark_failures
-        if mark_stage is not None and mark_stage(b"step", step_index) != 0:
-            mark_failures += 1
+    mark = step_marker(args.mark_steps, prefix)
 
     prof = None
     prof_range: tuple[int, int] | None = None
@@ -440,24 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"step {step} loss {loss_value:.6f} time_ms {dt_ms:.3f}")
     mark(args.steps)
 
-    all_finite = all(math.isfinite(v) for v in losses)
-    timed = step_ms[WARMUP_STEPS:] if len(step_ms) > WARMUP_STEPS else step_ms
-    result = {
-        "rank": rank,
-        "world_size": world_size,
-        "parallel": args.parallel,
-        "steps": len(losses),
-        "steps_requested": args.steps,
-        "final_loss": losses[-1] if losses and math.isfinite(losses[-1]) else None,
-        "all_finite": all_finite,
-        "median_step_ms": statistics.median(timed) if timed else None,
-        "nonfinite_steps": [i for i, v in enumerate(losses) if not math.isfinite(v)],
-        "losses": [v if math.isfinite(v) else None for v in losses],
-        "step_ms": [round(v, 3) for v in step_ms],
-        "params": n_params,
-        "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-    }
+    result = result_record(rank, world_size, args.parallel, losses, step_ms, n_params, device, args.steps)
+    all_finite = result["all_finite"]
     print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
 
     if args.save_params:
@@ -471,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
                   "profile_steps_requested": list(args.profile_window),
                   "profile_steps": list(prof_range) if prof_range else None,
                   "activity": "cuda" if device.type == "cuda" else "cpu",
-                  "mark_stage": mark_where, "mark_failures": mark_failures,
+                  "mark_stage": mark.where, "mark_failures": mark.failures,
                   "torch": torch.__version__}
         if prof is not None and prof_range is not None:
             report.update(nccl_kernel_summary(prof, path + ".chrome.tmp.json"))
