@@ -58,44 +58,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--zero-stage", type=int, choices=(2, 3), default=2, help="ZeRO stage")
     p.add_argument("--steps", type=int, default=10, help="optimizer steps")
-    p.add_argument("--vocab", type=int, default=8192, help="vocabulary size (GPT-2 small: 50304)")
-    p.add_argument("--d-model", type=int, default=512, help="model width (GPT-2 small: 768)")
-    p.add_argument("--layers", type=int, default=6, help="transformer blocks (GPT-2 small: 12)")
-    p.add_argument("--heads", type=int, default=8, help="attention heads (GPT-2 small: 12)")
-    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (GPT-2 small: 1024)")
-    p.add_argument("--micro-batch", type=int, default=8, help="sequences per rank per step")
-    p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
-    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
-    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm; 0 disables clipping")
-    p.add_argument("--seed", type=int, default=1234, help="seed for the initial weights and the data")
-    p.add_argument("--data", choices=("pattern", "random"), default="pattern", help="synthetic data kind")
+    train_gpt.add_model_arguments(p)
     p.add_argument("--log-all-ranks", action="store_true",
                    help="print step lines on every rank, prefixed '[rank r/N]' (default: rank 0 only)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu is for smoke tests only (with DS_ACCELERATOR=cpu and --backend gloo)")
     p.add_argument("--backend", default=None,
                    help="torch.distributed backend (default: DeepSpeed's for the accelerator, nccl on CUDA)")
-    m = p.add_argument_group("measurement options (off by default; they do not change the output above)")
-    m.add_argument("--deterministic", action="store_true",
-                   help="deterministic algorithms (torch.use_deterministic_algorithms, cuDNN deterministic; sets "
-                        "CUBLAS_WORKSPACE_CONFIG=:4096:8 if unset)")
-    m.add_argument("--save-params", metavar="PATH", default=None,
-                   help="write this rank's final bf16 parameters (zero2: whole; zero3: this rank's partitions) to "
-                        "PATH, '{rank}' replaced by the rank")
-    m.add_argument("--mark-steps", action="store_true",
-                   help="call ranklensMarkStage(\"step\", i) at the start of each step when RankLens's library "
-                        "is loaded")
+    train_gpt.add_measurement_arguments(p, "write this rank's final bf16 parameters (zero2: whole; zero3: this rank's "
+                                           "partitions) to PATH, '{rank}' replaced by the rank")
     args = p.parse_args(argv)
-    for name in ("steps", "vocab", "d_model", "layers", "heads", "seq_len", "micro_batch"):
-        if getattr(args, name) <= 0:
-            p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    if args.d_model % args.heads != 0:
-        p.error(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
-    if args.save_params is not None:
-        try:
-            args.save_params.format(rank=0)
-        except (KeyError, IndexError, ValueError) as e:
-            p.error(f"--save-params {args.save_params!r}: only '{{rank}}' may appear in braces ({e})")
+    train_gpt.check_arguments(p, args)
     return args
 
 

@@ -188,46 +188,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parallel", choices=("ddp", "fsdp2", "none"), default="ddp",
                    help="data-parallel wrapper; 'none' runs one process without torch.distributed")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps")
-    p.add_argument("--vocab", type=int, default=8192, help="vocabulary size")
-    p.add_argument("--d-model", type=int, default=512, help="model width")
-    p.add_argument("--layers", type=int, default=6, help="transformer blocks")
-    p.add_argument("--heads", type=int, default=8, help="attention heads")
-    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
-    p.add_argument("--micro-batch", type=int, default=8, help="sequences per rank per step")
+    add_model_arguments(p)
     p.add_argument("--bucket-mb", type=float, default=25.0,
                    help="DDP gradient bucket size in MiB (DistributedDataParallel bucket_cap_mb)")
-    p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
-    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
-    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm; 0 disables clipping")
-    p.add_argument("--seed", type=int, default=1234, help="seed for the initial weights and the data")
-    p.add_argument("--data", choices=("pattern", "random"), default="pattern", help="synthetic data kind")
     p.add_argument("--no-autocast", action="store_true", help="train in fp32 instead of bf16 autocast")
     p.add_argument("--log-all-ranks", action="store_true",
                    help="print step lines on every rank, prefixed '[rank r/N]' (default: rank 0 only)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu is for smoke tests only (use --backend gloo with it)")
     p.add_argument("--backend", default="nccl", help="torch.distributed backend")
-    m = p.add_argument_group("measurement options (off by default; they do not change the output above)")
-    m.add_argument("--deterministic", action="store_true",
-                   help="deterministic algorithms (torch.use_deterministic_algorithms, cuDNN deterministic; sets "
-                        "CUBLAS_WORKSPACE_CONFIG=:4096:8 if unset)")
-    m.add_argument("--save-params", metavar="PATH", default=None,
-                   help="write this rank's final parameters (CPU state_dict; FSDP2: local shards) to PATH, "
-                        "'{rank}' replaced by the rank")
-    m.add_argument("--mark-steps", action="store_true",
-                   help="call ranklensMarkStage(\"step\", i) at the start of each step when RankLens's library "
-                        "is loaded")
+    m = add_measurement_arguments(p, "write this rank's final parameters (CPU state_dict; FSDP2: local shards) to "
+                                     "PATH, '{rank}' replaced by the rank")
     m.add_argument("--profile-nccl", metavar="PATH", default=None,
                    help="profile --profile-steps with torch.profiler and write the NCCL kernel time to PATH "
                         "(JSON, '{rank}' replaced by the rank); implies --mark-steps")
     m.add_argument("--profile-steps", metavar="START:STOP", default="5:15",
                    help="steps profiled by --profile-nccl, STOP excluded")
     args = p.parse_args(argv)
-    for name in ("steps", "vocab", "d_model", "layers", "heads", "seq_len", "micro_batch"):
-        if getattr(args, name) <= 0:
-            p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    if args.d_model % args.heads != 0:
-        p.error(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
+    check_arguments(p, args, ("save_params", "profile_nccl"))
     try:
         start, stop = (int(v) for v in args.profile_steps.split(":"))
     except ValueError:
@@ -239,14 +217,52 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.mark_steps = True
         if stop > args.steps:
             p.error(f"--profile-steps {args.profile_steps} needs --steps >= {stop} (got {args.steps})")
-    for name in ("save_params", "profile_nccl"):
+    return args
+
+
+# ---- command-line pieces shared with the other launch scripts (examples/deepspeed/train_zero.py)
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Model size, data and optimizer (GPT-2 small: --d-model 768 --layers 12 --heads 12 --vocab 50304
+    --seq-len 1024)."""
+    p.add_argument("--vocab", type=int, default=8192, help="vocabulary size")
+    p.add_argument("--d-model", type=int, default=512, help="model width")
+    p.add_argument("--layers", type=int, default=6, help="transformer blocks")
+    p.add_argument("--heads", type=int, default=8, help="attention heads")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
+    p.add_argument("--micro-batch", type=int, default=8, help="sequences per rank per step")
+    p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
+    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
+    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm; 0 disables clipping")
+    p.add_argument("--seed", type=int, default=1234, help="seed for the initial weights and the data")
+    p.add_argument("--data", choices=("pattern", "random"), default="pattern", help="synthetic data kind")
+
+
+def add_measurement_arguments(p: argparse.ArgumentParser, save_help: str):
+    m = p.add_argument_group("measurement options (off by default; they do not change the output above)")
+    m.add_argument("--deterministic", action="store_true",
+                   help="deterministic algorithms (torch.use_deterministic_algorithms, cuDNN deterministic; sets "
+                        "CUBLAS_WORKSPACE_CONFIG=:4096:8 if unset)")
+    m.add_argument("--save-params", metavar="PATH", default=None, help=save_help)
+    m.add_argument("--mark-steps", action="store_true",
+                   help="call ranklensMarkStage(\"step\", i) at the start of each step when RankLens's library "
+                        "is loaded")
+    return m
+
+
+def check_arguments(p: argparse.ArgumentParser, args, path_options=("save_params",)) -> None:
+    for name in ("steps", "vocab", "d_model", "layers", "heads", "seq_len", "micro_batch"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.d_model % args.heads != 0:
+        p.error(f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
+    for name in path_options:
         path = getattr(args, name)
         if path is not None:
             try:
                 path.format(rank=0)
             except (KeyError, IndexError, ValueError) as e:
                 p.error(f"--{name.replace('_', '-')} {path!r}: only '{{rank}}' may appear in braces ({e})")
-    return args
 
 
 def env_int(name: str) -> int:
