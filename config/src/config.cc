@@ -34,7 +34,8 @@ constexpr const char* kTimingSourceNames[] = {"recorded", "estimated"};
 constexpr const char* kConfigVar = "RANKLENS_CONFIG";
 // Read by other modules (record mode, launcher); listed so they are not reported as typos.
 constexpr const char* kAllowedVars[] = {"RANKLENS_RANK", "RANKLENS_WORLD_SIZE", "RANKLENS_PROGRESS",
-                                         "RANKLENS_ADAPTER", "RANKLENS_ADAPTER_STORE", "RANKLENS_COMMIT",
+                                         "RANKLENS_ADAPTER", "RANKLENS_ADAPTER_STORE", "RANKLENS_ADAPTER_MARKS",
+                                         "RANKLENS_COMMIT",
                                          "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS", "RANKLENS_KEEP_TEST_DIRS"};
 
 template <typename E, size_t N>

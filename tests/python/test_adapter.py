@@ -99,3 +99,24 @@ def test_a_gloo_group_in_replay_fails_at_once_with_the_reason():
         TORCHELASTIC_USE_AGENT_STORE="True")
     assert r.returncode == 0, r.stderr
     assert "REFUSED RankLens replay: backend 'gloo' needs Gloo" in r.stdout
+
+
+def test_forward_and_backward_marks_once_per_step_when_asked():
+    pytest.importorskip("torch")
+    code = """
+        import torch
+        from ranklens import adapter
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+        st = adapter.state()
+        print("MARKS", st["forward_marks"], st["backward_marks"], st["optimizer_steps"], st["errors"])
+    """
+    r = run(code, RANKLENS_ADAPTER_MARKS="all")
+    assert r.returncode == 0, r.stderr
+    assert "MARKS 3 3 3 []" in r.stdout  # three modules per forward, still one mark per step
+    r = run(code)
+    assert r.returncode == 0, r.stderr
+    assert "MARKS 0 0 3 []" in r.stdout  # off by default

@@ -12,6 +12,10 @@ RANKLENS_ADAPTER=1. It never imports torch itself: its work is attached to the m
   not supported yet (torch's "fake" backend changes between versions).
 * torch.optim imported: a global optimizer step hook marks every optimizer step in the trace
   (ranklensMarkStage("optimizer", n) in RankLens's library, when it is loaded), so traces and reports are per step.
+* RANKLENS_ADAPTER_MARKS=all: also the first forward and the first backward of each step ("forward" / "backward"
+  with the number of optimizer steps so far), from a global module forward pre-hook and a wrapper of
+  torch.autograd.backward. Off by default: a global module hook takes every module call off torch's fast path, a
+  host cost that can show in launch-bound steps.
 
 Everything here is best effort with a clear message: a failure never stops the user's program from starting.
 """
@@ -23,7 +27,9 @@ import importlib.abc
 import os
 import sys
 
-_state = {"store": None, "optimizer_steps": 0, "marks_failed": 0, "installed": False, "errors": []}
+_state = {"store": None, "optimizer_steps": 0, "forward_marks": 0, "backward_marks": 0, "marks_failed": 0,
+          "installed": False, "errors": []}
+_marked_in_step = {"forward": -1, "backward": -1}  # the optimizer step whose phase was last marked
 
 
 def state() -> dict:
@@ -105,6 +111,33 @@ def _after_distributed(module) -> None:
         _guard_gloo(module)
 
 
+def _mark_phase_once(phase: str) -> None:
+    step = _state["optimizer_steps"]
+    if _marked_in_step[phase] != step:
+        _marked_in_step[phase] = step
+        _state[phase + "_marks"] += 1
+        _mark_stage(phase, step)
+
+
+def _after_module(module) -> None:  # torch.nn.modules.module
+    def pre_hook(mod, args):  # noqa: ARG001 (torch's hook signature)
+        _mark_phase_once("forward")
+
+    module.register_module_forward_pre_hook(pre_hook)
+
+
+def _after_autograd(module) -> None:  # torch.autograd
+    original = module.backward
+
+    def backward(*args, **kwargs):
+        _mark_phase_once("backward")
+        return original(*args, **kwargs)
+
+    backward.__wrapped__ = original
+    backward.__doc__ = original.__doc__
+    module.backward = backward
+
+
 def _after_optimizer(module) -> None:
     register = getattr(module, "register_optimizer_step_post_hook", None)
     if register is None:
@@ -158,6 +191,8 @@ def install() -> None:
         return
     _state["installed"] = True
     hooks = {"torch.distributed": _after_distributed, "torch.optim.optimizer": _after_optimizer}
+    if os.environ.get("RANKLENS_ADAPTER_MARKS") == "all":
+        hooks.update({"torch.nn.modules.module": _after_module, "torch.autograd": _after_autograd})
     for name, callback in list(hooks.items()):
         if name in sys.modules:  # imported before us (unusual): act now
             callback(sys.modules[name])
