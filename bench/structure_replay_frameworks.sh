@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Issue #8's scale check, on ONE GPU without any recording: structure replay of
+#   megatron  Megatron-LM GPT, TP=4 x PP=4 x DP=4 (64 virtual ranks), as rank 21: pipeline stage 1 of 4 (a middle
+#             stage), data-parallel rank 1, tensor-parallel rank 1 (Megatron's rank order: tp fastest, then dp, then
+#             pp: rank = tp + 4*dp + 16*pp)
+#   zero3     DeepSpeed ZeRO-3 (GPT-2 small sizes) as rank 37 of 64
+# each for STEPS (5) steps, passing when the job exits 0 with finite losses (a middle pipeline stage computes no loss:
+# it passes by finishing every iteration without a NaN report). fill zero: a lone rank's broadcast
+# token ids (Megatron's batch, sent by tensor-parallel rank 0) must be valid indices; zero is one.
+# Run from the repository root after scripts/prepare_frameworks.sh, with the carried build (carry [".carry"]):
+#   OUT=/tmp/out bench/structure_replay_frameworks.sh [megatron] [zero3]
+set -u
+PY=${PY:-/opt/torch/.venv/bin/python}
+OUT=${OUT:-/tmp/structure-replay-frameworks}
+CARRY=${CARRY:-$PWD/.carry}
+STEPS=${STEPS:-5}
+RL="$CARRY/bin/ranklens"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHON="$PY" PYTHONPATH=/tmp/site
+mkdir -p "$CARRY/share/ranklens" && rm -rf "$CARRY/share/ranklens/python" && cp -r tools/python "$CARRY/share/ranklens/python"
+[[ -d /tmp/site/deepspeed ]] || "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/frameworks/whl/*.whl
+[[ -f /tmp/mlm/pretrain_gpt.py ]] || { mkdir -p /tmp/mlm && tar xzf .carry/frameworks/megatron-lm.tgz -C /tmp/mlm; }
+failures=0
+run() {  # name, rank, command...
+  local name=$1 rank=$2; shift 2
+  local start=$SECONDS
+  timeout 300 "$RL" replay --rank "$rank" --world-size 64 --fill zero -- "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  local finite=no
+  if [[ $name == megatron* ]]; then
+    # Only the last pipeline stage computes and prints the loss: a middle stage passes by finishing every
+    # iteration (exit 0) without Megatron reporting a NaN.
+    grep -qiE "nan iterations: *[1-9]|loss: nan" "$OUT/$name.log" || finite=yes
+  else
+    grep -q '"all_finite": true' "$OUT/$name.log" && finite=yes
+  fi
+  echo "CHECK $name rank $rank of 64: rc $rc, finite $finite, $((SECONDS - start)) s -> $([[ $rc == 0 && $finite == yes ]] && echo PASS || echo FAIL)" | tee -a "$OUT/checks.txt"
+  [[ $rc == 0 && $finite == yes ]] || failures=$((failures + 1))
+}
+for what in "${@:-megatron zero3}"; do
+  for w in $what; do
+    case $w in
+      megatron) run megatron-tp4pp4dp4 21 bash examples/megatron/run_gpt.sh /tmp/mlm --tp 4 --pp 4 --nproc 64 \
+                  --steps "$STEPS" --one-rank ;;
+      zero3) run zero3-64 37 "$PY" examples/deepspeed/train_zero.py --zero-stage 3 --steps "$STEPS" --d-model 768 \
+               --layers 12 --heads 12 --vocab 50304 --seq-len 1024 --micro-batch 4 --log-all-ranks ;;
+      *) echo "unknown case $w (megatron, zero3)" >&2; exit 2 ;;
+    esac
+  done
+done
+exit $((failures > 0))
