@@ -157,7 +157,8 @@ void exchangeUniqueId(const std::string& path, int rank, ncclUniqueId* id) {
   if (rank == 0) {
     const std::string tmp = path + ".tmp";
     FILE* f = fopen(tmp.c_str(), "wb");
-    if (f == nullptr || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
+    if (f == nullptr || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 ||
+        rename(tmp.c_str(), path.c_str()) != 0) {
       fprintf(stderr, "minitrain: cannot write the unique id to %s: %s\n", path.c_str(), strerror(errno));
       exit(1);
     }

@@ -9,7 +9,6 @@
 #include <set>
 #include <sstream>
 #include <tuple>
-#include <unordered_map>
 
 #include "ranklens/duration_fit.h"
 #include "ranklens/events.h"
@@ -252,9 +251,12 @@ struct Estimator::Impl {
       uint64_t bytes;
       int64_t median;
     };
-    auto medianOf = [&](const SizePoint& p) { return medianWithout(p.values, ex.any && p.bytes == ex.bytes, ex.value); };
+    auto medianOf = [&](const SizePoint& p) {
+      return medianWithout(p.values, ex.any && p.bytes == ex.bytes, ex.value);
+    };
     // The k nearest sizes in x, walking out from the query's position (a size left empty by the exclusion skipped).
-    auto right = std::lower_bound(points.begin(), points.end(), xq, [](const SizePoint& p, double x) { return p.x < x; });
+    auto right = std::lower_bound(points.begin(), points.end(), xq,
+                                  [](const SizePoint& p, double x) { return p.x < x; });
     auto left = right;
     std::vector<Chosen> chosen;
     double lo = INFINITY, hi = -INFINITY;
