@@ -39,21 +39,49 @@ using Signature = std::tuple<uint64_t, int, int, uint64_t, int, int>;  // comm, 
 
 struct SignatureStats {
   uint64_t calls = 0, bytes = 0;
+  int64_t gpuNs = 0;  // recorded GPU time (Timing.durationNs) of the timed calls; a group's on its first call
+  uint64_t timed = 0;
 };
+
+// Per communicator: the same totals over all its calls.
+std::map<uint64_t, SignatureStats> perCommunicator(const std::map<Signature, SignatureStats>& sigs) {
+  std::map<uint64_t, SignatureStats> comms;
+  for (const auto& [sig, stats] : sigs) {
+    SignatureStats& c = comms[std::get<0>(sig)];
+    c.calls += stats.calls;
+    c.bytes += stats.bytes;
+    c.gpuNs += stats.gpuNs;
+    c.timed += stats.timed;
+  }
+  return comms;
+}
+
+std::string timeText(const SignatureStats& s) {
+  if (s.timed == 0) return "";
+  std::ostringstream t;
+  t << ", " << std::fixed << std::setprecision(3) << static_cast<double>(s.gpuNs) / 1e6 << " ms GPU time";
+  if (s.timed != s.calls) t << " (" << s.timed << " timed)";
+  return t.str();
+}
 
 nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, SignatureStats>& sigs) {
   nlohmann::json rank = {{"rank", log.manifest.rank}, {"host", log.manifest.host}, {"pid", log.manifest.pid},
                          {"mode", log.manifest.mode}, {"writer", log.manifest.writer}, {"closed", log.manifest.closed},
                          {"calls", log.calls.size()}, {"groups", log.groups}, {"stages", log.stages.size()}};
-  for (const auto& comm : log.comms)
+  auto comms = perCommunicator(sigs);
+  for (const auto& comm : log.comms) {
+    const SignatureStats& c = comms[comm.commId];
     rank["communicators"].push_back({{"id", comm.commId}, {"nranks", comm.nranks}, {"rank", comm.rank},
                                      {"how", comm.how}, {"name", comm.name}, {"parent", comm.parentId},
-                                     {"color", comm.color}, {"key", comm.key}});
+                                     {"color", comm.color}, {"key", comm.key}, {"calls", c.calls},
+                                     {"bytes", c.bytes}, {"gpu_ns", c.gpuNs}, {"timed_calls", c.timed}});
+  }
   for (const auto& [sig, stats] : sigs) {
     auto [comm, op, dtype, count, root, redop] = sig;
     rank["signatures"].push_back({{"comm", comm}, {"op", events::opName(static_cast<Op>(op))},
                                   {"datatype", events::datatypeName(dtype)}, {"count", count}, {"root_or_peer", root},
-                                  {"redop", redopName(redop)}, {"calls", stats.calls}, {"bytes", stats.bytes}});
+                                  {"redop", redopName(redop)}, {"calls", stats.calls}, {"bytes", stats.bytes},
+                                  {"gpu_ns", stats.gpuNs}, {"timed_calls", stats.timed}});
   }
   return rank;
 }
@@ -62,21 +90,23 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
   out << "rank " << log.manifest.rank << " (host " << log.manifest.host << ", pid " << log.manifest.pid << ", "
       << log.manifest.mode << ": " << log.manifest.writer << "): " << log.calls.size() << " calls, "
       << log.comms.size() << " communicators, " << log.groups << " groups, " << log.stages.size() << " stage markers\n";
-  out << "  communicators:\n";
+  out << "  communicators (calls, bytes, recorded GPU time):\n";
+  auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
-    uint64_t calls = std::count_if(log.calls.begin(), log.calls.end(), [&](const Call& c) { return c.commId == comm.commId; });
+    const SignatureStats& c = comms[comm.commId];
     out << "    #" << comm.commId << "  rank " << comm.rank << " of " << comm.nranks << "  " << comm.how;
     if (comm.parentId >= 0) out << " of #" << comm.parentId << " (color " << comm.color << ", key " << comm.key << ")";
     if (!comm.name.empty()) out << "  \"" << comm.name << "\"";
-    out << "  " << calls << " calls\n";
+    out << "  " << c.calls << " calls, " << bytesText(c.bytes) << timeText(c) << "\n";
   }
-  out << "  signatures (comm, op, datatype, count, root/peer, reduction: calls, bytes received; Send: sent):\n";
+  out << "  signatures (comm, op, datatype, count, root/peer, reduction: calls, bytes received (Send: sent), "
+         "recorded GPU time):\n";
   for (const auto& [sig, stats] : sigs) {
     auto [comm, op, dtype, count, root, redop] = sig;
     out << "    #" << std::left << std::setw(3) << comm << " " << std::setw(13) << events::opName(static_cast<Op>(op))
         << " " << std::setw(9) << events::datatypeName(dtype) << " count " << std::setw(10) << count;
     out << (root >= 0 ? " root/peer " + std::to_string(root) : std::string(" ")) << "  " << redopName(redop) << ":  "
-        << stats.calls << " calls, " << bytesText(stats.bytes) << "\n" << std::right;
+        << stats.calls << " calls, " << bytesText(stats.bytes) << timeText(stats) << "\n" << std::right;
   }
 }
 
@@ -93,11 +123,22 @@ int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out,
   for (const auto& dir : dirs) {
     EventLog log;
     if (!loadRank(dir, &log, err)) status = 1;
+    // A call's Timing: same communicator, op and sequence (and peer for Send/Recv, whose sequences are per peer).
+    std::map<std::tuple<uint64_t, int, int, uint64_t>, int64_t> durations;
+    for (const auto& t : log.timings)
+      if (t.durationNs >= 0)
+        durations[{t.commId, t.op, events::isP2p(static_cast<Op>(t.op)) ? t.peer : -1, t.seq}] = t.durationNs;
     std::map<Signature, SignatureStats> sigs;
     for (const auto& call : log.calls) {
       auto& stats = sigs[{call.commId, call.op, call.datatype, call.count, call.rootOrPeer, call.redop}];
       stats.calls++;
       stats.bytes += call.bytes;
+      auto it = durations.find({call.commId, call.op, events::isP2p(static_cast<Op>(call.op)) ? call.rootOrPeer : -1,
+                                call.seq});
+      if (it != durations.end()) {
+        stats.gpuNs += it->second;
+        stats.timed++;
+      }
     }
     if (json) all.push_back(summariseJson(log, sigs));
     else summariseText(log, sigs, out);
