@@ -92,7 +92,7 @@ TEST_F(CudaDevice, HoldsLastAndOverlap) {
   cudaStreamDestroy(other);
 }
 
-// Through the public API on device memory (CTest sets RANKLENS_DEVICE=cuda, RANKLENS_FILL=clone).
+// Through the public API on device memory (CTest sets RANKLENS_DEVICE=cuda; fill is clone by default).
 TEST(CudaEffects, AllGatherClonesIntoEverySlot) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU";
   ncclUniqueId id;
