@@ -577,19 +577,28 @@ ncclResult_t holdCall(const CallInfo& info) {
 ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
   Session* s = session;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
-  // The recording timed each stream of a group once, on the stream's first call; unmatched first calls fall back to
-  // the longest estimate on that stream.
+  // The recording timed each stream of a group once, on the stream's first call. An unmatched (or estimated) first
+  // call: the history's groups of the same first op and bytes on a stream when it has them, else the longest
+  // estimate of the stream's calls (they run together).
   std::vector<cudaStream_t> done;
   for (const CallInfo& first : calls) {
     if (std::find(done.begin(), done.end(), first.stream) != done.end()) continue;
     done.push_back(first.stream);
     int64_t duration = first.recorded && !first.estimated ? first.durationNs : -1;
-    uint64_t restored = 0;
+    uint64_t restored = 0, bytes = 0;
     for (const CallInfo& c : calls) {
       if (c.stream != first.stream) continue;
       restored += restoredBytesOf(*s, c);
-      // Estimated calls of a group run together on the stream: the longest stands for the group.
+      bytes += ranklens::events::receivedBytes(c.op, c.count, c.datatype, c.comm->nRanks, c.comm->rank, c.root);
       if ((!first.recorded || first.estimated) && c.estimated) duration = std::max(duration, c.durationNs);
+    }
+    if (first.estimated) {
+      const int nranks = first.comm->nRanks;
+      const ranklens::timing::Estimate group = s->estimator->estimate(
+          static_cast<int>(first.op), nranks, ranklens::timing::crossesNodes(s->recording->manifest(), nranks), bytes,
+          first.comm->name, true);
+      const std::string method = group.method;
+      if (method != "latency-bandwidth" && method != "default") duration = group.durationNs;
     }
     NCCLCHECK(holdStream(s, first, duration, restored, first.recorded ? first.recorded->call.groupId : 1));
   }

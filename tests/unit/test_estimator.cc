@@ -186,9 +186,10 @@ TEST(EstimatorHistory, BuiltFromARecordedTraceWithGroupsAndRoles) {
   EXPECT_NE(error.find("already in the history"), std::string::npos) << error;
 }
 
-// Waiting for a late peer makes some samples of one size much longer than the collective itself: the estimate of a
-// sampled size is its median, which they do not move.
-TEST(Estimator, ASampledSizeIsEstimatedByItsMedianWhichWaitsDoNotMove) {
+// Waiting for a late peer makes some samples of one size much longer than the collective itself. A transfer time is
+// estimated by the median, which they do not move; an observed duration by the 10%-trimmed mean, what a replayed
+// stream must be held for on average.
+TEST(Estimator, ASampledSizeIsItsMedianTransferOrItsTrimmedMeanObservedDuration) {
   History h;
   h.runs = {"job/rank0"};
   for (int i = 0; i < 100; ++i) {
@@ -196,14 +197,22 @@ TEST(Estimator, ASampledSizeIsEstimatedByItsMedianWhichWaitsDoNotMove) {
     s.op = kAllReduce;
     s.nranks = 2;
     s.bytes = 1 << 24;
-    s.durationNs = truth(s.bytes) * (i % 10 < 3 ? 10 : 1);  // 30% waited for a peer
+    s.durationNs = s.transferNs = truth(s.bytes) * (i % 10 < 3 ? 10 : 1);  // 30% waited for a peer
     h.samples.push_back(s);
   }
-  Estimator e(h, {});
-  Estimate est = e.estimate(kAllReduce, 2, false, 1 << 24);
+  Estimator::Options transfer;
+  transfer.target = EstimateTarget::kTransfer;
+  Estimate est = Estimator(h, transfer).estimate(kAllReduce, 2, false, 1 << 24);
   EXPECT_STREQ(est.method, "same-size median");
   EXPECT_EQ(est.durationNs, truth(1 << 24));
-  EXPECT_EQ(e.estimateWithout(0).durationNs, truth(1 << 24));
+  EXPECT_EQ(Estimator(h, transfer).estimateWithout(0).durationNs, truth(1 << 24));
+  Estimator observed(h, {});
+  est = observed.estimate(kAllReduce, 2, false, 1 << 24);
+  EXPECT_STREQ(est.method, "same-size trimmed mean");
+  // 10 trimmed at each end: 60 at 1x and 20 at 10x remain.
+  EXPECT_NEAR(static_cast<double>(est.durationNs), truth(1 << 24) * (60.0 + 200.0) / 80.0, 1.0);
+  // Leaving out one slow sample: 99 left, 9 trimmed at each end, 61 at 1x and 20 at 10x.
+  EXPECT_NEAR(static_cast<double>(observed.estimateWithout(0).durationNs), truth(1 << 24) * (61.0 + 200.0) / 81.0, 1.0);
 }
 
 // Two ranks of one job: rank 0 arrives first and waits, rank 1 arrives last; the transfer time of each collective is
@@ -281,7 +290,7 @@ TEST(EstimatorHistory, TransferTimeIsTheShortestOverTheJobsRanks) {
   transfer.target = EstimateTarget::kTransfer;
   Estimator e(h, transfer);
   EXPECT_EQ(e.samples(), 6u);
-  EXPECT_EQ(e.estimate(kAllReduce, 2, false, 4096).durationNs, 11'000);
+  EXPECT_EQ(e.estimate(kAllReduce, 2, false, 4096).durationNs, 11'000);  // the median of 10, 11, 20 us
   Evaluation ev = evaluate(h, transfer);
   EXPECT_EQ(ev.jobs, 1u);
   EXPECT_EQ(ev.leaveOneOut.at("all").count, 6u);

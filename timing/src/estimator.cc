@@ -190,22 +190,30 @@ int64_t valueOf(const HistorySample& s, EstimateTarget target) {
   return target == EstimateTarget::kTransfer ? s.transferNs : s.durationNs;
 }
 
-// Every sample of one size: durations vary with how long the peers kept the rank waiting, so the median speaks for
-// the size, not any single sample.
+// Every sample of one size, sorted. What the size stands for: a transfer time is the collective's own time, and its
+// median is the typical one; an observed duration includes waits for peers, and replay sums them over a step, so
+// their mean, with the top and bottom 10% trimmed (warm-up, stragglers), is what a held stream should average.
 struct SizePoint {
   double x = 0;  // log2(bytes + 1)
   uint64_t bytes = 0;
   std::vector<int64_t> values;  // sorted
+  int64_t typical = -1;         // typicalValue() of all values, computed once
 };
 
-// The median (upper, for an even count) of `values` without one occurrence of `excluded` (none when `exclude` is
-// false); -1 when nothing is left.
-int64_t medianWithout(const std::vector<int64_t>& values, bool exclude, int64_t excluded) {
-  if (!exclude) return values.empty() ? -1 : values[values.size() / 2];
-  if (values.size() <= 1) return -1;
-  const size_t at = static_cast<size_t>(std::lower_bound(values.begin(), values.end(), excluded) - values.begin());
-  const size_t mid = (values.size() - 1) / 2;  // in the remaining values
-  return mid < at ? values[mid] : values[mid + 1];
+// typicalValue of `values` without one occurrence of `excluded` (none when `exclude` is false); -1 when nothing is
+// left. The median is the upper one for an even count.
+int64_t typicalValue(const std::vector<int64_t>& values, EstimateTarget target, bool exclude, int64_t excluded) {
+  const size_t n = values.size() - (exclude ? 1 : 0);
+  if (values.empty() || n == 0) return -1;
+  const size_t at = exclude ? static_cast<size_t>(std::lower_bound(values.begin(), values.end(), excluded) -
+                                                  values.begin())
+                            : values.size();
+  auto remaining = [&](size_t i) { return i < at ? values[i] : values[i + 1]; };  // i-th value left
+  if (target == EstimateTarget::kTransfer) return remaining(n / 2);
+  const size_t trim = n / 10;
+  double sum = 0;
+  for (size_t i = trim; i < n - trim; ++i) sum += static_cast<double>(remaining(i));
+  return static_cast<int64_t>(std::llround(sum / static_cast<double>(n - 2 * trim)));
 }
 
 using Key = std::tuple<int, int, bool, bool>;  // op, nranks, crossesNodes, grouped
@@ -217,11 +225,12 @@ struct Neighbourhood {
 
 double log2Bytes(uint64_t bytes) { return std::log2(static_cast<double>(bytes) + 1.0); }
 
-std::vector<SizePoint> sizePoints(std::map<uint64_t, std::vector<int64_t>>&& bySize) {
+std::vector<SizePoint> sizePoints(std::map<uint64_t, std::vector<int64_t>>&& bySize, EstimateTarget target) {
   std::vector<SizePoint> points;
   for (auto& [bytes, values] : bySize) {
     std::sort(values.begin(), values.end());
-    points.push_back({log2Bytes(bytes), bytes, std::move(values)});
+    const int64_t typical = typicalValue(values, target, false, 0);
+    points.push_back({log2Bytes(bytes), bytes, std::move(values), typical});
   }
   return points;  // std::map iterates by bytes: sorted by x
 }
@@ -249,10 +258,10 @@ struct Estimator::Impl {
     struct Chosen {
       double x;
       uint64_t bytes;
-      int64_t median;
+      int64_t typical;
     };
-    auto medianOf = [&](const SizePoint& p) {
-      return medianWithout(p.values, ex.any && p.bytes == ex.bytes, ex.value);
+    auto typicalOf = [&](const SizePoint& p) {
+      return ex.any && p.bytes == ex.bytes ? typicalValue(p.values, options.target, true, ex.value) : p.typical;
     };
     // The k nearest sizes in x, walking out from the query's position (a size left empty by the exclusion skipped).
     auto right = std::lower_bound(points.begin(), points.end(), xq,
@@ -261,12 +270,12 @@ struct Estimator::Impl {
     std::vector<Chosen> chosen;
     double lo = INFINITY, hi = -INFINITY;
     for (const SizePoint& p : points)
-      if (medianOf(p) > 0) lo = std::min(lo, p.x), hi = std::max(hi, p.x);
+      if (typicalOf(p) > 0) lo = std::min(lo, p.x), hi = std::max(hi, p.x);
     while (static_cast<int>(chosen.size()) < options.neighbours && (left != points.begin() || right != points.end())) {
       const bool takeLeft = right == points.end() ||
                             (left != points.begin() && xq - std::prev(left)->x <= right->x - xq);
       const SizePoint& p = takeLeft ? *--left : *right++;
-      const int64_t m = medianOf(p);
+      const int64_t m = typicalOf(p);
       if (m > 0) chosen.push_back({p.x, p.bytes, m});
     }
     if (chosen.empty()) return e;
@@ -285,20 +294,20 @@ struct Estimator::Impl {
       return e;
     }
     for (const Chosen& c : chosen) {
-      if (c.bytes == bytes) {  // a sampled size: its median
-        e.method = "same-size median";
-        e.durationNs = c.median;
+      if (c.bytes == bytes) {  // a sampled size: its typical value
+        e.method = options.target == EstimateTarget::kTransfer ? "same-size median" : "same-size trimmed mean";
+        e.durationNs = c.typical;
         return e;
       }
     }
-    // Weighted least squares of the sizes' medians on bytes (a latency-bandwidth line through the neighbourhood:
-    // exact where the protocol does not change), tricube weights over the neighbourhood's radius in log2(bytes).
+    // Weighted least squares of the sizes' typical values on bytes (a latency-bandwidth line through the
+    // neighbourhood: exact where the protocol does not change), tricube weights over its radius in log2(bytes).
     const double radius = farthest * 1.0001 + 1e-9;
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, smallest = INFINITY;
     for (const Chosen& c : chosen) {
       const double u = std::fabs(c.x - xq) / radius;
       const double w = std::pow(1 - u * u * u, 3) + 1e-6;
-      const double bx = static_cast<double>(c.bytes), dy = static_cast<double>(c.median);
+      const double bx = static_cast<double>(c.bytes), dy = static_cast<double>(c.typical);
       sw += w;
       sx += w * bx;
       sy += w * dy;
@@ -361,23 +370,25 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
     impl_->ops.insert(s.op);
     impl_->count++;
   }
-  for (auto& [key, sizes] : all) impl_->groups[key].all = sizePoints(std::move(sizes));
+  for (auto& [key, sizes] : all) impl_->groups[key].all = sizePoints(std::move(sizes), options.target);
   for (auto& [key, roles] : byRole)
-    for (auto& [role, sizes] : roles) impl_->groups[key].byRole[role] = sizePoints(std::move(sizes));
-  // The fallback line through the sizes' medians (one point per size: the many samples of one size do not outweigh
-  // the rest, and waits do not pull it).
+    for (auto& [role, sizes] : roles) impl_->groups[key].byRole[role] = sizePoints(std::move(sizes), options.target);
+  // The fallback line through each size's typical value (one point per size: the many samples of one size do not
+  // outweigh the rest).
   std::vector<DurationSample> fitSamples;
   for (auto& [k, values] : forFit) {
-    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
-    fitSamples.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), values[values.size() / 2]});
+    std::sort(values.begin(), values.end());
+    fitSamples.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k),
+                          typicalValue(values, options.target, false, 0)});
   }
   impl_->fit.fit(fitSamples);
 }
 
 Estimator::~Estimator() = default;
 
-Estimate Estimator::estimate(int op, int nranks, bool crossesNodes, uint64_t bytes, const std::string& role) const {
-  return impl_->query(op, nranks, crossesNodes, false, bytes, role, {});
+Estimate Estimator::estimate(int op, int nranks, bool crossesNodes, uint64_t bytes, const std::string& role,
+                             bool grouped) const {
+  return impl_->query(op, nranks, crossesNodes, grouped, bytes, role, {});
 }
 
 Estimate Estimator::estimateWithout(size_t index) const {

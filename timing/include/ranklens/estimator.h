@@ -2,11 +2,12 @@
 // Collective durations estimated from recorded history: samples (op, bytes, communicator size, locality, role,
 // duration) collected from any number of recorded jobs. A rank's recorded duration includes the time its collective
 // waited for the slowest peer; the history also keeps each call's transfer time, the shortest duration any rank of
-// the job measured for that same collective (the last rank to arrive waits for nobody). An estimate, for either
-// quantity, is the median of the samples of the same (op, communicator size, locality, size) -- the same role
-// preferred -- or, between sampled sizes, a local weighted regression of those medians on bytes (latency + bytes /
-// bandwidth, locally) over the nearest sizes in log2(bytes), falling back to a latency-bandwidth fit when the
-// nearest size is too far away. Every estimate says how far its neighbours were and whether it extrapolates.
+// the job measured for that same collective (the last rank to arrive waits for nobody). An estimate of a sampled size
+// is the typical value of its samples of the same (op, communicator size, locality) -- the same role preferred: the
+// median of transfer times, the 10%-trimmed mean of observed durations (replay sums those over a step) -- and,
+// between sampled sizes, a local weighted regression of those values on bytes (latency + bytes / bandwidth, locally)
+// over the nearest sizes in log2(bytes), falling back to a latency-bandwidth fit when the nearest size is too far
+// away. Every estimate says how far its neighbours were and whether it extrapolates.
 #pragma once
 
 #include <msgpack.hpp>
@@ -72,7 +73,8 @@ struct Estimate {
   int neighbours = 0;      // samples used
   bool extrapolated = false;  // outside the sampled size range of its neighbourhood, or too far from any sample
   bool found = false;      // false: no sample of this op at all (a fixed 20 us + 100 GB/s guess)
-  const char* method = "";  // "same-size median" | "local-regression" | "latency-bandwidth" | "default"
+  // "same-size median" | "same-size trimmed mean" | "local-regression" | "latency-bandwidth" | "default"
+  const char* method = "";
 };
 
 enum class EstimateTarget {
@@ -91,7 +93,10 @@ class Estimator {
   };
   Estimator(const History& history, const Options& options);
   ~Estimator();
-  Estimate estimate(int op, int nranks, bool crossesNodes, uint64_t bytes, const std::string& role = "") const;
+  // grouped: a group's time on one stream, `op` its first call's and `bytes` all its calls' on that stream (what
+  // the history samples of groups hold).
+  Estimate estimate(int op, int nranks, bool crossesNodes, uint64_t bytes, const std::string& role = "",
+                    bool grouped = false) const;
   // Leave-one-out: the estimate of sample `index` of the history without that sample.
   Estimate estimateWithout(size_t index) const;
   size_t samples() const;
