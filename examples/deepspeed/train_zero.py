@@ -170,7 +170,6 @@ def main(argv: list[str] | None = None) -> int:
 
     result = train_gpt.result_record(rank, world_size, parallel, losses, step_ms, n_params, device, args.steps)
     result["deepspeed"] = deepspeed.__version__
-    all_finite = result["all_finite"]
     print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
 
     if args.save_params:
@@ -182,10 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prefix}saved parameters to {path}", file=sys.stderr, flush=True)
 
     deepspeed.comm.destroy_process_group()
-    if not all_finite:
-        print(f"{prefix}error: non-finite loss at step(s) {result['nonfinite_steps']}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return train_gpt.exit_status(result, prefix)
 
 
 if __name__ == "__main__":

@@ -418,6 +418,14 @@ def result_record(rank: int, world_size: int, parallel: str, losses: list[float]
     }
 
 
+def exit_status(result: dict, prefix: str) -> int:
+    """0 when every loss was finite; else 1, with the steps that were not."""
+    if result["all_finite"]:
+        return 0
+    print(f"{prefix}error: non-finite loss at step(s) {result['nonfinite_steps']}", file=sys.stderr, flush=True)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.deterministic:
@@ -502,7 +510,6 @@ def main(argv: list[str] | None = None) -> int:
     mark(args.steps)
 
     result = result_record(rank, world_size, args.parallel, losses, step_ms, n_params, device, args.steps)
-    all_finite = result["all_finite"]
     print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
 
     if args.save_params:
@@ -531,10 +538,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if distributed:
         dist.destroy_process_group()
-    if not all_finite:
-        print(f"{prefix}error: non-finite loss at step(s) {result['nonfinite_steps']}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return exit_status(result, prefix)
 
 
 if __name__ == "__main__":
