@@ -314,11 +314,12 @@ bool recordedSplitChild(const ncclComm* parent, int color, int key, int* nranks,
 
 namespace {
 
-// A communicator's binding is tentative until its first call: when the recorded communicator it was matched to has
-// another first call, and a recorded communicator of the same size and rank that no calling communicator holds
-// starts with this call, the two bindings are exchanged. (DeepSpeed alone: torch creates the new group's
-// communicator by init, not by split, and the default group's recorded communicator carried no call at all.)
-void rebindOnFirstCall(Session* s, const CallInfo& info, const ranklens::events::Call& event) {
+// A communicator's binding is tentative until its first call. The program repeats the recorded call order, so the
+// recorded call at the same position in it, when it opens a communicator of the same size and rank with this very
+// call, names the communicator; failing that, one that starts with this call is taken if the bound one does not.
+// The two bindings are exchanged. (DeepSpeed alone: torch creates the new group's communicator by init, not by
+// split, and before the default group's; both begin with the same calls, so only their order tells them apart.)
+void rebindOnFirstCall(Session* s, const CallInfo& info, const ranklens::events::Call& event, uint64_t position) {
   if (!s->commsCalled.insert(info.comm->id).second) return;
   auto bound = s->recordedIdOf.find(info.comm->id);
   if (bound == s->recordedIdOf.end()) return;
@@ -328,12 +329,21 @@ void rebindOnFirstCall(Session* s, const CallInfo& info, const ranklens::events:
     const RecordedCall* first = s->recording->find(CallKey{static_cast<uint64_t>(recordedId), kind, peer, event.seq});
     return first != nullptr && sameSignature(first->call, info);
   };
-  if (startsWith(bound->second)) return;
+  const auto& recordedCalls = s->recording->calls();
+  int64_t byOrder = -1;  // the recorded communicator the call at this position opened, if it is this call
+  if (position < recordedCalls.size()) {
+    const RecordedCall& same = recordedCalls[position];
+    if (ranklens::trace::callKeyOf(same.call) == CallKey{same.call.commId, kind, peer, event.seq} &&
+        sameSignature(same.call, info))
+      byOrder = static_cast<int64_t>(same.call.commId);
+  }
+  if (byOrder == bound->second || (byOrder < 0 && startsWith(bound->second))) return;
   const auto& comms = s->recording->comms();
   for (size_t i = 0; i < comms.size(); ++i) {
     const auto& r = comms[i];
     if (r.nranks != info.comm->nRanks || r.rank != info.comm->rank || !startsWith(static_cast<int64_t>(r.commId)))
       continue;
+    if (byOrder >= 0 && static_cast<int64_t>(r.commId) != byOrder) continue;
     uint64_t holder = UINT64_MAX;  // the replayed communicator bound to it, if any
     for (const auto& [replayed, recorded] : s->recordedIdOf)
       if (recorded == static_cast<int64_t>(r.commId)) holder = replayed;
@@ -362,7 +372,7 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   std::unique_lock<std::mutex> lock(s->mu);
   Counters& c = s->counters;
   c.calls++;
-  rebindOnFirstCall(s, *info, event);
+  rebindOnFirstCall(s, *info, event, c.calls - 1);
   auto commIt = s->recordedIdOf.find(info->comm->id);
   const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info->op));
   const int peer = kind == SeqKind::kCollective ? -1 : info->root;

@@ -4,6 +4,9 @@
 //   A_CALLS=0|1  the first communicator (init) makes AllReduce calls (1) or none (0)
 //   SPLIT=1      the second communicator is ncclCommSplit of the first; SPLIT=0: ncclCommInitRank of its own
 //   SECOND=0     there is no second communicator: its calls go to the first one
+//   SAME=1       both communicators' calls are alike (16 floats), the second's issued first in each iteration, and the
+//                first ends with one more AllReduce (1 float): only the call order tells the two apart
+//   SECOND_FIRST=1  (with SPLIT=0) the second communicator is created before the first
 // Each communicator's calls are three AllReduce of a size of its own (first: 8 floats, second: 16 floats).
 #include <nccl.h>
 
@@ -27,8 +30,14 @@ int main() {
   ncclUniqueId id;
   check(ncclGetUniqueId(&id), "GetUniqueId");
   ncclComm_t first = nullptr, second = nullptr;
+  if (flag("SECOND_FIRST", 0) == 1) {
+    check(ncclCommInitRank(&second, 4, id, 1), "CommInitRank (second)");
+    check(ncclGetUniqueId(&id), "GetUniqueId");
+  }
   check(ncclCommInitRank(&first, 4, id, 1), "CommInitRank");
-  if (flag("SECOND", 1) == 0) {
+  if (second != nullptr) {
+    // created above, before the first
+  } else if (flag("SECOND", 1) == 0) {
     second = first;
   } else if (flag("SPLIT", 1) == 1) {
     check(ncclCommSplit(first, 1000, 1, &second, nullptr), "CommSplit");  // the fake: the whole parent
@@ -36,11 +45,14 @@ int main() {
     check(ncclGetUniqueId(&id), "GetUniqueId");
     check(ncclCommInitRank(&second, 4, id, 1), "CommInitRank (second)");
   }
+  const bool same = flag("SAME", 0) == 1;
   for (int i = 0; i < 3; ++i) {
+    if (same) check(ncclAllReduce(buffer, buffer, 16, ncclFloat32, ncclSum, second, stream), "AllReduce (second)");
     if (flag("A_CALLS", 1) == 1 && second != first)
-      check(ncclAllReduce(buffer, buffer, 8, ncclFloat32, ncclSum, first, stream), "AllReduce (first)");
-    check(ncclAllReduce(buffer, buffer, 16, ncclFloat32, ncclSum, second, stream), "AllReduce (second)");
+      check(ncclAllReduce(buffer, buffer, same ? 16 : 8, ncclFloat32, ncclSum, first, stream), "AllReduce (first)");
+    if (!same) check(ncclAllReduce(buffer, buffer, 16, ncclFloat32, ncclSum, second, stream), "AllReduce (second)");
   }
+  if (same) check(ncclAllReduce(buffer, buffer, 1, ncclFloat32, ncclSum, first, stream), "AllReduce (first, last)");
   if (second != first) check(ncclCommDestroy(second), "CommDestroy");
   check(ncclCommDestroy(first), "CommDestroy");
   printf("rebind_scenario: done\n");

@@ -39,10 +39,10 @@ bool sameSignature(const Call& a, const Call& b) {
          a.redop == b.redop;
 }
 
-// Each communicator's first call (submission order), if any.
-std::map<uint64_t, const Call*> firstCalls(const EventLog& log) {
-  std::map<uint64_t, const Call*> first;
-  for (const auto& call : log.calls) first.emplace(call.commId, &call);
+// Each communicator's first call (submission order), if any, with its position among all calls.
+std::map<uint64_t, std::pair<const Call*, size_t>> firstCalls(const EventLog& log) {
+  std::map<uint64_t, std::pair<const Call*, size_t>> first;
+  for (size_t i = 0; i < log.calls.size(); ++i) first.emplace(log.calls[i].commId, std::make_pair(&log.calls[i], i));
   return first;
 }
 
@@ -50,7 +50,8 @@ std::map<uint64_t, const Call*> firstCalls(const EventLog& log) {
 // parent; among equals, creation order decides, which is what the replayed program repeats. A framework running one
 // rank alone may create a communicator another way (init instead of a split of a communicator that was never made):
 // as the replay library does, a replayed communicator whose first call starts a recorded communicator of the same
-// size and rank is matched to that one first.
+// size and rank is matched to that one first: the one whose first call was at the same position in the program's
+// call order, else the first such (the same creation call preferred).
 CommMatching matchCommunicators(const EventLog& recorded, const EventLog& replayed) {
   auto byCreation = [](const EventLog& log) {
     std::vector<const CommInit*> comms;
@@ -68,12 +69,16 @@ CommMatching matchCommunicators(const EventLog& recorded, const EventLog& replay
     auto starts = [&](const CommInit* rec) {
       auto theirs = recordedFirst.find(rec->commId);
       return !matching.replayedOf.count(rec->commId) && rec->nranks == rep->nranks && rec->rank == rep->rank &&
-             theirs != recordedFirst.end() && sameSignature(*theirs->second, *mine->second);
+             theirs != recordedFirst.end() && sameSignature(*theirs->second.first, *mine->second.first);
     };
+    auto samePosition = std::find_if(recordedComms.begin(), recordedComms.end(), [&](const CommInit* rec) {
+      return starts(rec) && recordedFirst.at(rec->commId).second == mine->second.second;
+    });
     auto sameCreation = std::find_if(recordedComms.begin(), recordedComms.end(),
                                      [&](const CommInit* rec) { return starts(rec) && rec->how == rep->how; });
-    auto any = sameCreation != recordedComms.end() ? sameCreation
-                                                   : std::find_if(recordedComms.begin(), recordedComms.end(), starts);
+    auto any = samePosition != recordedComms.end()   ? samePosition
+               : sameCreation != recordedComms.end() ? sameCreation
+                                                     : std::find_if(recordedComms.begin(), recordedComms.end(), starts);
     if (any == recordedComms.end()) continue;
     matching.replayedOf[(*any)->commId] = rep->commId;
     matching.recordedOf[rep->commId] = (*any)->commId;
