@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "nccl_fake/runtime.h"
@@ -55,9 +54,12 @@ struct Session {
   OnMismatch policy = OnMismatch::kError;
   bool hostTime = true;
   int window = 64;
-  std::map<uint64_t, int64_t> recordedIdOf;  // replayed comm id -> recorded comm id
-  std::vector<bool> recordedTaken;           // per recorded comm (creation order)
-  std::set<uint64_t> commsCalled;            // replayed comms that have issued a call (their binding is final)
+  struct Binding {
+    int64_t recordedId = -1;
+    bool called = false;  // it has issued a call: the binding is final (rebindOnFirstCall)
+  };
+  std::map<uint64_t, Binding> bindingOf;  // replayed comm id -> its recorded communicator
+  std::vector<bool> recordedTaken;        // per recorded comm (creation order)
   std::map<std::tuple<uint64_t, int, int>, int64_t> offsets;  // (replayed comm, kind, peer) -> recorded seq - replayed
   Counters counters;
   bool reportedFirst = false;
@@ -247,8 +249,8 @@ ncclResult_t onCommCreated(ncclComm* comm) {
   const bool split = comm->how == "split" || comm->how == "shrink";
   int64_t recordedParent = -1;
   if (comm->parentId >= 0) {
-    auto it = s->recordedIdOf.find(static_cast<uint64_t>(comm->parentId));
-    recordedParent = it == s->recordedIdOf.end() ? -2 : it->second;  // -2: the parent itself is unmatched
+    auto it = s->bindingOf.find(static_cast<uint64_t>(comm->parentId));
+    recordedParent = it == s->bindingOf.end() ? -2 : it->second.recordedId;  // -2: the parent itself is unmatched
   }
   // Same lineage first; then, as a framework may create a communicator differently alone than in the real job (torch
   // splits a new group from the default one only when that one exists, e.g. DeepSpeed's eager init), any free
@@ -262,7 +264,7 @@ ncclResult_t onCommCreated(ncclComm* comm) {
         if (split && comm->how == "split" && r.color != comm->color) continue;
       }
       s->recordedTaken[i] = true;
-      s->recordedIdOf[comm->id] = static_cast<int64_t>(r.commId);
+      s->bindingOf[comm->id].recordedId = static_cast<int64_t>(r.commId);
       s->counters.commsMatched++;
       INFO(kSubInit | kSubRanklens, "replay: comm %lu (%s, rank %d of %d) matches recorded %s%s",
            static_cast<unsigned long>(comm->id), comm->how.c_str(), comm->rank, comm->nRanks, describeComm(r).c_str(),
@@ -291,12 +293,13 @@ bool recordedSplitChild(const ncclComm* parent, int color, int key, int* nranks,
   Session* s = load();
   if (s == nullptr) return false;
   std::lock_guard<std::mutex> lock(s->mu);
-  auto it = s->recordedIdOf.find(parent->id);
-  if (it == s->recordedIdOf.end()) return false;
+  auto it = s->bindingOf.find(parent->id);
+  if (it == s->bindingOf.end()) return false;
   const auto& comms = s->recording->comms();
   for (size_t i = 0; i < comms.size(); ++i) {
     const auto& r = comms[i];
-    if (s->recordedTaken[i] || r.how != "split" || r.parentId != it->second || r.color != color || r.key != key)
+    if (s->recordedTaken[i] || r.how != "split" || r.parentId != it->second.recordedId || r.color != color ||
+        r.key != key)
       continue;
     *nranks = r.nranks;
     *rank = r.rank;
@@ -319,10 +322,9 @@ namespace {
 // call, names the communicator; failing that, one that starts with this call is taken if the bound one does not.
 // The two bindings are exchanged. (DeepSpeed alone: torch creates the new group's communicator by init, not by
 // split, and before the default group's; both begin with the same calls, so only their order tells them apart.)
-void rebindOnFirstCall(Session* s, const CallInfo& info, const ranklens::events::Call& event, uint64_t position) {
-  if (!s->commsCalled.insert(info.comm->id).second) return;
-  auto bound = s->recordedIdOf.find(info.comm->id);
-  if (bound == s->recordedIdOf.end()) return;
+void rebindOnFirstCall(Session* s, Session::Binding* binding, const CallInfo& info,
+                       const ranklens::events::Call& event, uint64_t position) {
+  binding->called = true;
   const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info.op));
   const int peer = kind == SeqKind::kCollective ? -1 : info.root;
   auto startsWith = [&](int64_t recordedId) {
@@ -337,27 +339,27 @@ void rebindOnFirstCall(Session* s, const CallInfo& info, const ranklens::events:
         sameSignature(same.call, info))
       byOrder = static_cast<int64_t>(same.call.commId);
   }
-  if (byOrder == bound->second || (byOrder < 0 && startsWith(bound->second))) return;
+  if (byOrder == binding->recordedId || (byOrder < 0 && startsWith(binding->recordedId))) return;
   const auto& comms = s->recording->comms();
   for (size_t i = 0; i < comms.size(); ++i) {
     const auto& r = comms[i];
-    if (r.nranks != info.comm->nRanks || r.rank != info.comm->rank || !startsWith(static_cast<int64_t>(r.commId)))
-      continue;
-    if (byOrder >= 0 && static_cast<int64_t>(r.commId) != byOrder) continue;
-    uint64_t holder = UINT64_MAX;  // the replayed communicator bound to it, if any
-    for (const auto& [replayed, recorded] : s->recordedIdOf)
-      if (recorded == static_cast<int64_t>(r.commId)) holder = replayed;
-    if (holder != UINT64_MAX && s->commsCalled.count(holder)) continue;
-    if (holder != UINT64_MAX) {
-      s->recordedIdOf[holder] = bound->second;
+    const int64_t candidate = static_cast<int64_t>(r.commId);
+    if (r.nranks != info.comm->nRanks || r.rank != info.comm->rank || !startsWith(candidate)) continue;
+    if (byOrder >= 0 && candidate != byOrder) continue;
+    Session::Binding* holder = nullptr;  // the replayed communicator bound to it, if any
+    for (auto& [replayed, b] : s->bindingOf)
+      if (b.recordedId == candidate) holder = &b;
+    if (holder != nullptr && holder->called) continue;
+    if (holder != nullptr) {
+      holder->recordedId = binding->recordedId;
     } else {
       for (size_t j = 0; j < comms.size(); ++j)
-        if (static_cast<int64_t>(comms[j].commId) == bound->second) s->recordedTaken[j] = false;
+        if (static_cast<int64_t>(comms[j].commId) == binding->recordedId) s->recordedTaken[j] = false;
       s->recordedTaken[i] = true;
     }
     INFO(kSubInit | kSubRanklens, "replay: comm %lu rebound to recorded %s at its first call (was recorded comm %ld)",
-         static_cast<unsigned long>(info.comm->id), describeComm(r).c_str(), static_cast<long>(bound->second));
-    bound->second = static_cast<int64_t>(r.commId);
+         static_cast<unsigned long>(info.comm->id), describeComm(r).c_str(), static_cast<long>(binding->recordedId));
+    binding->recordedId = candidate;
     s->counters.commsRebound++;
     return;
   }
@@ -372,17 +374,19 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   std::unique_lock<std::mutex> lock(s->mu);
   Counters& c = s->counters;
   c.calls++;
-  rebindOnFirstCall(s, *info, event, c.calls - 1);
-  auto commIt = s->recordedIdOf.find(info->comm->id);
+  auto bound = s->bindingOf.find(info->comm->id);
+  Session::Binding* binding = bound == s->bindingOf.end() ? nullptr : &bound->second;
+  if (binding != nullptr && !binding->called) rebindOnFirstCall(s, binding, *info, event, c.calls - 1);
   const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info->op));
   const int peer = kind == SeqKind::kCollective ? -1 : info->root;
   const RecordedCall* match = nullptr;
   const RecordedCall* expected = nullptr;
   int64_t* offset = nullptr;
-  if (commIt != s->recordedIdOf.end()) {
+  if (binding != nullptr) {
     offset = &s->offsets[{info->comm->id, static_cast<int>(kind), peer}];
     const int64_t at = static_cast<int64_t>(event.seq) + *offset;
-    CallKey key{static_cast<uint64_t>(commIt->second), kind, peer, static_cast<uint64_t>(std::max<int64_t>(at, 0))};
+    CallKey key{static_cast<uint64_t>(binding->recordedId), kind, peer,
+                static_cast<uint64_t>(std::max<int64_t>(at, 0))};
     expected = at >= 0 ? s->recording->find(key) : nullptr;
     if (expected && sameSignature(expected->call, *info)) {
       match = expected;
@@ -415,7 +419,7 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
     s->reportedFirst = true;
     std::string replayed = describeCall("replayed", info->comm->id, event.seq, static_cast<int>(info->op),
                                         info->datatype, info->count, event.rootOrPeer, event.redop);
-    std::string recorded = commIt == s->recordedIdOf.end()
+    std::string recorded = binding == nullptr
                                ? std::string("recorded: (communicator not matched)")
                                : expected ? describeCall("recorded", expected->call.commId, expected->call.seq,
                                                          expected->call.op, expected->call.datatype,
@@ -599,16 +603,16 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
     for (const CallInfo& c : calls) {
       if (c.stream != first.stream) continue;
       restored += restoredBytesOf(*s, c);
+      if (!first.estimated) continue;
       bytes += ranklens::events::receivedBytes(c.op, c.count, c.datatype, c.comm->nRanks, c.comm->rank, c.root);
-      if ((!first.recorded || first.estimated) && c.estimated) duration = std::max(duration, c.durationNs);
+      if (c.estimated) duration = std::max(duration, c.durationNs);
     }
     if (first.estimated) {
       const int nranks = first.comm->nRanks;
       const ranklens::timing::Estimate group = s->estimator->estimate(
           static_cast<int>(first.op), nranks, ranklens::timing::crossesNodes(s->recording->manifest(), nranks), bytes,
           first.comm->name, true);
-      const std::string method = group.method;
-      if (method != "latency-bandwidth" && method != "default") duration = group.durationNs;
+      if (group.neighbours > 0 && !group.extrapolated) duration = group.durationNs;  // from recorded groups
     }
     NCCLCHECK(holdStream(s, first, duration, restored, first.recorded ? first.recorded->call.groupId : 1));
   }

@@ -73,7 +73,8 @@ void Runtime::load() {
     const auto completion = settings_.completion == ranklens::config::Completion::kHostCallback
                                 ? ranklens::device::Completion::kHostCallback
                                 : ranklens::device::Completion::kKernel;
-    if (settings_.device != DeviceKind::kHost) device_ = ranklens::device::makeCudaDevice(&why, completion, settings_.hold_blocks);
+    if (settings_.device != DeviceKind::kHost)
+      device_ = ranklens::device::makeCudaDevice(&why, completion, settings_.hold_blocks);
     if (device_ == nullptr && settings_.device == DeviceKind::kCuda) {
       status_ = ncclUnhandledCudaError;
       statusMessage_ = "device 'cuda' requested but no usable GPU: " + why + "; set RANKLENS_DEVICE=host or auto";
