@@ -6,31 +6,34 @@
 namespace ranklens {
 namespace timing {
 
-// Ordinary least squares of duration on bytes. A negative slope or intercept (noise, one size only) degrades to the
-// mean duration as a constant, which is what the samples support.
-bool LatencyBandwidthFit::solve(const std::vector<const DurationSample*>& samples, Line* out) {
-  if (samples.empty()) return false;
-  const double n = static_cast<double>(samples.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const DurationSample* s : samples) {
-    const double x = static_cast<double>(s->bytes), y = static_cast<double>(s->durationNs);
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
+BytesLine fitBytesLine(const std::vector<WeightedPoint>& points) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const WeightedPoint& p : points) {
+    sw += p.weight;
+    sx += p.weight * p.bytes;
+    sy += p.weight * p.ns;
+    sxx += p.weight * p.bytes * p.bytes;
+    sxy += p.weight * p.bytes * p.ns;
   }
-  const double denominator = n * sxx - sx * sx;
-  Line line;
-  if (samples.size() >= 2 && denominator > 0) {
-    line.nsPerByte = (n * sxy - sx * sy) / denominator;
-    line.latencyNs = (sy - line.nsPerByte * sx) / n;
-  }
-  if (!(samples.size() >= 2 && denominator > 0) || line.nsPerByte < 0 || line.latencyNs < 0) {
-    line.nsPerByte = 0;
-    line.latencyNs = sy / n;
-  }
-  *out = line;
-  return true;
+  BytesLine line;
+  line.meanBytes = sx / sw;
+  line.meanNs = sy / sw;
+  const double variance = sxx / sw - line.meanBytes * line.meanBytes;
+  if (variance > 1e-9 * (line.meanBytes * line.meanBytes + 1))
+    line.nsPerByte = std::max(0.0, (sxy / sw - line.meanBytes * line.meanNs) / variance);
+  return line;
+}
+
+// Ordinary least squares of duration on bytes. A negative latency (noise, one size only) degrades to the mean
+// duration as a constant, which is what the samples support.
+LatencyBandwidthFit::Line LatencyBandwidthFit::solve(const std::vector<const DurationSample*>& samples) {
+  std::vector<WeightedPoint> points;
+  for (const DurationSample* s : samples)
+    points.push_back({static_cast<double>(s->bytes), static_cast<double>(s->durationNs), 1.0});
+  const BytesLine fitted = fitBytesLine(points);
+  Line line{fitted.at(0), fitted.nsPerByte};
+  if (line.latencyNs < 0) line = {fitted.meanNs, 0};
+  return line;
 }
 
 void LatencyBandwidthFit::fit(const std::vector<DurationSample>& samples) {
@@ -42,10 +45,7 @@ void LatencyBandwidthFit::fit(const std::vector<DurationSample>& samples) {
     groups[{s.op, -1}].push_back(&s);
     groups[{-1, -1}].push_back(&s);
   }
-  for (const auto& [key, group] : groups) {
-    Line line;
-    if (solve(group, &line)) models_[key] = line;
-  }
+  for (const auto& [key, group] : groups) models_[key] = solve(group);
 }
 
 int64_t LatencyBandwidthFit::estimateNs(int op, int nranks, uint64_t bytes) const {

@@ -303,23 +303,18 @@ struct Estimator::Impl {
     // Weighted least squares of the sizes' typical values on bytes (a latency-bandwidth line through the
     // neighbourhood: exact where the protocol does not change), tricube weights over its radius in log2(bytes).
     const double radius = farthest * 1.0001 + 1e-9;
-    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, smallest = INFINITY;
+    std::vector<WeightedPoint> weighted;
+    double smallest = INFINITY;
     for (const Chosen& c : chosen) {
       const double u = std::fabs(c.x - xq) / radius;
-      const double w = std::pow(1 - u * u * u, 3) + 1e-6;
-      const double bx = static_cast<double>(c.bytes), dy = static_cast<double>(c.typical);
-      sw += w;
-      sx += w * bx;
-      sy += w * dy;
-      sxx += w * bx * bx;
-      sxy += w * bx * dy;
-      smallest = std::min(smallest, dy);
+      const double typical = static_cast<double>(c.typical);
+      weighted.push_back({static_cast<double>(c.bytes), typical, std::pow(1 - u * u * u, 3) + 1e-6});
+      smallest = std::min(smallest, typical);
     }
-    const double mx = sx / sw, my = sy / sw, vx = sxx / sw - mx * mx;
-    const double slope = vx > 1e-9 * (mx * mx + 1) ? std::max(0.0, (sxy / sw - mx * my) / vx) : 0.0;
+    const BytesLine line = fitBytesLine(weighted);
     e.method = "local-regression";
     // Never below half the smallest neighbour: a steep local slope must not take a small message to zero.
-    const double estimate = std::max(my + slope * (static_cast<double>(bytes) - mx), 0.5 * smallest);
+    const double estimate = std::max(line.at(static_cast<double>(bytes)), 0.5 * smallest);
     e.durationNs = static_cast<int64_t>(std::llround(estimate));
     return e;
   }

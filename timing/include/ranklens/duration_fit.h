@@ -12,6 +12,17 @@
 namespace ranklens {
 namespace timing {
 
+// Weighted least squares of duration on bytes, as the line through the weighted means; the slope is never negative
+// (a duration does not shrink with size: a negative fitted slope is noise), and one distinct size gives slope 0.
+struct BytesLine {
+  double meanBytes = 0, meanNs = 0, nsPerByte = 0;
+  double at(double bytes) const { return meanNs + nsPerByte * (bytes - meanBytes); }
+};
+struct WeightedPoint {
+  double bytes = 0, ns = 0, weight = 1;
+};
+BytesLine fitBytesLine(const std::vector<WeightedPoint>& points);  // points not empty, weights > 0
+
 struct DurationSample {
   int op = 0;
   int nranks = 0;
@@ -30,7 +41,7 @@ class LatencyBandwidthFit {
   struct Line {
     double latencyNs = 0, nsPerByte = 0;
   };
-  static bool solve(const std::vector<const DurationSample*>& samples, Line* out);
+  static Line solve(const std::vector<const DurationSample*>& samples);
   std::map<std::pair<int, int>, Line> models_;  // (op, nranks); nranks -1: any size; op -1: any op
 };
 
