@@ -136,23 +136,16 @@ void checkPython(const DoctorOptions& o, const std::string& lib, Report* r) {
 }
 
 void checkTrace(const std::string& path, Report* r) {
-  std::vector<fs::path> dirs;
-  if (fs::exists(fs::path(path) / "manifest.msgpack")) {
-    dirs.push_back(path);
-  } else {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(path, ec))
-      if (e.is_directory() && fs::exists(e.path() / "manifest.msgpack")) dirs.push_back(e.path());
-    if (ec) {
-      r->fail("trace", path + ": " + ec.message());
-      return;
-    }
+  if (!fs::is_directory(path)) {
+    r->fail("trace", path + ": not a directory");
+    return;
   }
-  std::sort(dirs.begin(), dirs.end());
+  const std::vector<std::string> dirs = trace::rankDirectories(path);
   if (dirs.empty()) r->fail("trace", path + ": no rank directory with a manifest.msgpack");
-  for (const auto& d : dirs) {
+  for (const auto& dir : dirs) {
+    const fs::path d(dir);
     std::string error;
-    auto reader = trace::TraceReader::open(d.string(), trace::Limits{}, &error);
+    auto reader = trace::TraceReader::open(dir, trace::Limits{}, &error);
     if (!reader) {
       r->fail("trace " + d.filename().string(), error);
       continue;

@@ -11,6 +11,7 @@
 
 #include "ranklens/estimator.h"
 #include "ranklens/events.h"
+#include "ranklens/trace.h"
 
 namespace ranklens {
 namespace tools {
@@ -79,16 +80,8 @@ bool writeJson(const std::string& path, const nlohmann::json& doc) {
 std::vector<std::string> rankDirectories(const std::vector<std::string>& args) {
   std::vector<std::string> out;
   for (const auto& a : args) {
-    if (fs::exists(fs::path(a) / "manifest.msgpack")) {
-      out.push_back(a);
-      continue;
-    }
-    std::vector<std::string> ranks;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(a, ec))
-      if (e.is_directory() && fs::exists(e.path() / "manifest.msgpack")) ranks.push_back(e.path().string());
-    std::sort(ranks.begin(), ranks.end());
-    if (ranks.empty()) out.push_back(a);  // let the reader say what is wrong with it
+    std::vector<std::string> ranks = trace::rankDirectories(a);
+    if (ranks.empty()) ranks.push_back(a);  // let the reader say what is wrong with it
     out.insert(out.end(), ranks.begin(), ranks.end());
   }
   return out;

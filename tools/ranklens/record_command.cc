@@ -43,7 +43,7 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
       "  ranklens record --trace /scratch/run42 --payloads all -- torchrun --nproc-per-node 2 train.py\n"
       "  ranklens record --trace /scratch/nt --real-nccl /usr/lib/x86_64-linux-gnu/libnccl.so.2 -- "
       "./all_reduce_perf -g 2 -c 1\n"
-      "Then: ranklens replay --trace /scratch/run42 --rank R --world-size N -- <the same script>");
+      "Then: ranklens replay --trace /scratch/run42 --rank R -- <the same script>");
   return cmd;
 }
 
@@ -51,20 +51,17 @@ namespace {
 
 // One line per rank directory: what the manifest says was written, and whether the writer closed it.
 void reportRanks(const std::string& traceDir) {
-  std::vector<fs::path> ranks;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(traceDir, ec))
-    if (entry.is_directory() && fs::exists(entry.path() / "manifest.msgpack")) ranks.push_back(entry.path());
-  std::sort(ranks.begin(), ranks.end());
+  const std::vector<std::string> ranks = trace::rankDirectories(traceDir);
   if (ranks.empty()) {
     std::cerr << "ranklens: no rank wrote a trace under " << traceDir
               << ": did the job call NCCL? Was RankLens loaded (ranklens doctor; LD_PRELOAD for pip-wheel PyTorch)?\n";
     return;
   }
   std::cout << "\nRecorded " << ranks.size() << " rank(s) under " << traceDir << ":\n";
-  for (const auto& dir : ranks) {
+  for (const auto& rankDir : ranks) {
+    const fs::path dir(rankDir);
     std::string error;
-    auto reader = trace::TraceReader::open(dir.string(), trace::Limits{}, &error);
+    auto reader = trace::TraceReader::open(rankDir, trace::Limits{}, &error);
     if (!reader) {
       std::cout << "  " << dir.filename().string() << ": unreadable: " << error << "\n";
       continue;
@@ -94,13 +91,10 @@ int runRecord(const RecordOptions& o) {
   }
   const std::string traceDir =
       fs::absolute(o.trace.empty() ? freshDirectoryName(".", "ranklens-trace") : o.trace).lexically_normal();
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(traceDir, ec)) {
-    if (entry.is_directory() && fs::exists(entry.path() / "manifest.msgpack")) {
-      std::cerr << "error: --trace " << traceDir << " already holds a recording (" << entry.path().filename().string()
-                << "); choose a new directory\n";
-      return 2;
-    }
+  if (const std::vector<std::string> held = trace::rankDirectories(traceDir); !held.empty()) {
+    std::cerr << "error: --trace " << traceDir << " already holds a recording ("
+              << fs::path(held[0]).filename().string() << "); choose a new directory\n";
+    return 2;
   }
   std::map<std::string, std::string> env = {{"RANKLENS_MODE", "record"}, {"RANKLENS_TRACE_DIR", traceDir}};
   if (!o.payloads.empty()) env["RANKLENS_PAYLOADS"] = o.payloads;
