@@ -43,19 +43,45 @@ TRAIN = "examples/torch/train_gpt.py"
 MODEL_ARGS = "--d-model 768 --layers 12 --heads 12 --vocab 50304 --seq-len 1024"
 
 # Runs in a subprocess with --python (torch may live only there). argv: base_pattern other_pattern nranks.
+# A path is a --save-params file ({"params": {name: tensor}}) or a directory of checkpoints (Megatron's legacy
+# per-rank files, {"model": nested state dict}; its package must be importable): then the other side's files are
+# compared with the same files of the base, tensor by tensor, and "files" counts them.
 COMPARE = r"""
-import json, sys, torch
+import json, os, sys, torch
 base, other, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def load(path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except TypeError:
         return torch.load(path, map_location="cpu")
+def tensors(obj, prefix=""):
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from tensors(v, f"{prefix}.{k}" if prefix else str(k))
+def checkpoint_files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
+                  if f.endswith(".pt"))
+def params(root, files):
+    out = {}
+    for rel in files:
+        model = torch.load(os.path.join(root, rel), map_location="cpu", weights_only=False)["model"]
+        out.update({f"{rel}:{k}": v for k, v in tensors(model)})
+    return out
 out = []
 for rank in range(n):
     r = {"rank": rank, "base": base.format(rank=rank), "other": other.format(rank=rank)}
     try:
-        a, b = load(r["base"])["params"], load(r["other"])["params"]
+        if os.path.isdir(r["base"]):
+            files = checkpoint_files(r["other"]) if os.path.isdir(r["other"]) else []
+            r["files"] = len(files)
+            if not files:
+                raise FileNotFoundError(f"no checkpoint under {r['other']} (a rank that is not data-parallel rank 0 "
+                                        "saves none)")
+            a, b = params(r["base"], files), params(r["other"], files)
+        else:
+            a, b = load(r["base"])["params"], load(r["other"])["params"]
     except Exception as e:
         r["error"] = f"{type(e).__name__}: {e}"
         out.append(r)
@@ -237,9 +263,9 @@ class Runner:
         return run
 
 
-def compare_params(args, base_pattern: str, other_pattern: str) -> list[dict]:
+def compare_params(args, base_pattern: str, other_pattern: str, env: dict | None = None) -> list[dict]:
     r = subprocess.run([args.python, "-c", COMPARE, base_pattern, other_pattern, str(args.nproc)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=env)
     for line in r.stdout.splitlines():
         if line.startswith("COMPARE "):
             return json.loads(line[len("COMPARE "):])

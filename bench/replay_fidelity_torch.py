@@ -24,7 +24,6 @@ Exit status: 0 when every check passed, 1 otherwise, 2 for bad usage.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -132,11 +131,10 @@ class Bench:
     def record(self, name: str, mode: str, payloads: str, train: list[str]) -> tuple[dict, str]:
         a = self.args
         trace = os.path.join(a.work, "traces", name)
-        shutil.rmtree(trace, ignore_errors=True)
+        shutil.rmtree(trace, ignore_errors=True)  # `ranklens record` refuses a directory holding a recording
         os.makedirs(trace)
         job = job_argv(a, mode, train, one_rank=False)
         if a.launcher == "ranklens":
-            os.rmdir(trace)  # `ranklens record` refuses a directory that exists
             env, unset = clean_env({"RANKLENS_STAGING_FULL": "wait"})
             argv = [a.ranklens, "record", "--lib", a.lib, "--trace", trace, "--payloads", payloads, "--", *job]
         else:
@@ -260,8 +258,9 @@ class Bench:
                               lambda r: [*base, "--save-params", rep_pat.format(rank=r) if megatron else rep_pat])
         self.doc.setdefault("sequence_problems", {})[f"{mode}-value"] = self.sequence_problems(trace)
         cmp_args = argparse.Namespace(python=a.python, nproc=a.nproc)
-        per_rank = compare_megatron(a, real_pat, rep_pat) if megatron else \
-            rft.compare_params(cmp_args, real_pat, rep_pat)
+        # Megatron's checkpoints pickle its own classes: its directory goes on the comparison's PYTHONPATH.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [a.megatron, os.environ.get("PYTHONPATH")]))}
+        per_rank = rft.compare_params(cmp_args, real_pat, rep_pat, env=env if megatron else None)
         calls = lib.recorded_call_counts(trace, self.args.python)
         for rank in range(a.nproc):
             r = per_rank[rank] if rank < len(per_rank) else {"error": "no comparison"}
@@ -284,59 +283,6 @@ class Bench:
             self.log.say(f"CHECK value {mode} rank {rank}: identical {r.get('identical')} (max abs diff "
                          f"{r.get('max_abs_diff')}), losses equal {check['losses_equal']}; signatures: {sig} -> "
                          f"{'PASS' if check['pass'] else 'FAIL'}")
-
-
-COMPARE_MEGATRON = r"""
-import json, os, sys, torch
-real, rep_pat, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def tensors(obj, prefix=""):
-    if isinstance(obj, torch.Tensor):
-        yield prefix, obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from tensors(v, f"{prefix}.{k}" if prefix else str(k))
-def checkpoints(root):
-    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs if f.endswith(".pt"))
-out = []
-for rank in range(n):
-    rep = rep_pat.format(rank=rank)
-    r = {"rank": rank, "base": real, "other": rep, "tensors": 0, "equal": 0, "different": [], "missing": [],
-         "max_abs_diff": 0.0, "files": checkpoints(rep) if os.path.isdir(rep) else []}
-    if not r["files"]:
-        r["error"] = f"no checkpoint under {rep} (a rank that is not data-parallel rank 0 saves none)"
-    for rel in r["files"]:
-        try:
-            a = dict(tensors(torch.load(os.path.join(real, rel), map_location="cpu", weights_only=False)["model"]))
-            b = dict(tensors(torch.load(os.path.join(rep, rel), map_location="cpu", weights_only=False)["model"]))
-        except Exception as e:
-            r["error"] = f"{rel}: {type(e).__name__}: {e}"
-            break
-        r["missing"] += [f"{rel}:{k}" for k in sorted(set(a) ^ set(b))][:20]
-        for k in sorted(set(a) & set(b)):
-            r["tensors"] += 1
-            x, y = a[k], b[k]
-            if x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y):
-                r["equal"] += 1
-                continue
-            d = float((x.double() - y.double()).abs().max()) if x.shape == y.shape and x.numel() else float("inf")
-            r["max_abs_diff"] = max(r["max_abs_diff"], d)
-            r["different"].append({"name": f"{rel}:{k}", "max_abs_diff": d})
-    r["identical"] = bool(r["files"]) and "error" not in r and not r["missing"] and not r["different"]
-    r["different"] = r["different"][:20]
-    out.append(r)
-print("COMPARE " + json.dumps(out))
-"""
-
-
-def compare_megatron(a, real_dir: str, rep_pat: str) -> list[dict]:
-    """Megatron's per-rank checkpoint files (model tensors) of the real run vs each replayed rank's."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [a.megatron, os.environ.get("PYTHONPATH")]))}
-    r = subprocess.run([a.python, "-c", COMPARE_MEGATRON, real_dir, rep_pat, str(a.nproc)], capture_output=True,
-                       text=True, timeout=600, env=env)  # the checkpoints pickle Megatron's own classes
-    for line in r.stdout.splitlines():
-        if line.startswith("COMPARE "):
-            return json.loads(line[len("COMPARE "):])
-    return [{"error": f"comparison failed (exit {r.returncode}): {(r.stderr or r.stdout)[-1500:]}"}] * a.nproc
 
 
 def main(argv=None) -> int:
