@@ -49,6 +49,7 @@ struct Session {
   ranklens::timing::History history;
   std::unique_ptr<ranklens::timing::Estimator> estimator;
   bool estimateAll = false;  // timing: estimated
+  int localWorldSize = -1;   // the recorded job's, for the estimator's locality (read once)
   ranklens::device::StreamDevice::Calibration calibration;
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
@@ -163,6 +164,7 @@ Session* load() {
       WARN("replay: estimates use a fixed model: %s", historyError.c_str());
     }
     s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, ranklens::timing::Estimator::Options{});
+    s->localWorldSize = ranklens::timing::localWorldSize(m);
     auto& device = rt.device();
     if (s->fidelity != Fidelity::kStructure) s->calibration = device.calibrate();
     if (s->fidelity == Fidelity::kValue && !s->recording->payloadOrder().empty()) {
@@ -215,7 +217,7 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
   const int nranks = info.comm->nRanks;
   const ranklens::timing::Estimate e =
       s->estimator->estimate(static_cast<int>(info.op), nranks,
-                             ranklens::timing::crossesNodes(s->recording->manifest(), nranks), bytes, info.comm->name);
+                             ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes, info.comm->name);
   if (e.extrapolated) s->counters.estimatesExtrapolated++;
   return e.durationNs;
 }
@@ -610,7 +612,7 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
     if (first.estimated) {
       const int nranks = first.comm->nRanks;
       const ranklens::timing::Estimate group = s->estimator->estimate(
-          static_cast<int>(first.op), nranks, ranklens::timing::crossesNodes(s->recording->manifest(), nranks), bytes,
+          static_cast<int>(first.op), nranks, ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes,
           first.comm->name, true);
       if (group.neighbours > 0 && !group.extrapolated) duration = group.durationNs;  // from recorded groups
     }

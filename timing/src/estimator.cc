@@ -19,10 +19,15 @@ namespace timing {
 
 // ------------------------------------------------------------------------------------------------------- history
 
-bool crossesNodes(const trace::Manifest& manifest, int nranks) {
+int localWorldSize(const trace::Manifest& manifest) {
   auto it = manifest.env.find("LOCAL_WORLD_SIZE");
-  const int localWorld = it == manifest.env.end() ? -1 : atoi(it->second.c_str());
-  return localWorld > 0 && nranks > localWorld;
+  return it == manifest.env.end() ? -1 : atoi(it->second.c_str());
+}
+
+bool crossesNodes(int localWorldSize, int nranks) { return localWorldSize > 0 && nranks > localWorldSize; }
+
+bool crossesNodes(const trace::Manifest& manifest, int nranks) {
+  return crossesNodes(localWorldSize(manifest), nranks);
 }
 
 std::string jobOf(const std::string& rankDir) {

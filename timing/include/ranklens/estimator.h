@@ -62,7 +62,10 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
 // One rank alone (replay: the replayed recording is its own history).
 bool addRecordedRun(const std::string& rankDir, History* history, std::string* error);
 bool addRecordedRun(const trace::Recording& recording, History* history, std::string* error);
-// Whether a communicator of `nranks` spans nodes in the recorded job (more ranks than its LOCAL_WORLD_SIZE).
+// Whether a communicator of `nranks` spans nodes in the recorded job (more ranks than its LOCAL_WORLD_SIZE, -1 when
+// the manifest does not say).
+int localWorldSize(const trace::Manifest& manifest);
+bool crossesNodes(int localWorldSize, int nranks);
 bool crossesNodes(const trace::Manifest& manifest, int nranks);
 bool saveHistory(const std::string& path, const History& history, std::string* error);
 bool loadHistory(const std::string& path, History* history, std::string* error);
