@@ -24,6 +24,7 @@ Exit status: 0 when every check passed, 1 otherwise, 2 for bad usage.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -192,7 +193,8 @@ class Bench:
                           "stats_errors": stats.get("errors")}
             self.log.say(f"replay {name} rank {rank}: rc {res['rc']}, {res['wall_s']:.0f} s")
             self.log.append_file(f"{name}-replay-rank{rank}", log_path, max_lines=80)
-        run = {"name": name + "-replay", "kind": "replay", "fidelity": fidelity, "mode": mode, "ranks": runs}
+        run = {"name": name + "-replay", "kind": "replay", "fidelity": fidelity, "mode": mode, "ranks": runs,
+               "trace": os.path.join(a.work, "traces", f"{name}-replay")}
         self.doc["runs"].append(run)
         return run
 
@@ -217,6 +219,17 @@ class Bench:
             out[r.get("dir")] = found
         return out
 
+    def compare_steps(self, recorded: str, replayed: str, rank: int) -> dict:
+        """`ranklens compare`'s step section (step k = marker k to k+1, warm-up left out); {} when unavailable."""
+        a = self.args
+        res = subprocess.run([a.ranklens, "compare", recorded, replayed, "--rank", str(rank), "--warmup-steps",
+                              str(a.warmup), "--json", "-"], capture_output=True, text=True)
+        try:
+            return json.loads(res.stdout).get("steps") or {}
+        except json.JSONDecodeError:
+            self.log.say(f"ranklens compare rank {rank}: rc {res.returncode}, {res.stderr.strip()[:300]}")
+            return {}
+
     def timing(self, mode: str):
         a = self.args
         train = ["--steps", str(a.steps)] if mode.startswith("megatron-") else \
@@ -228,12 +241,24 @@ class Bench:
         for rank in range(a.nproc):
             real = (rec["results"].get(rank) or {}).get("step_ms")
             replay = ((rep["ranks"][rank].get("result")) or {}).get("step_ms")
-            m_real, m_rep = median_after(real, a.warmup), median_after(replay, a.warmup)
+            # The script's own step times where it prints them (RESULT); else (Megatron prints one rank's
+            # iteration time) the adapter's step markers in both traces, through `ranklens compare`.
+            markers = self.compare_steps(trace, rep["trace"], rank)
+            source = "script"
+            if not (real and replay) and markers.get("median_recorded_ns") and markers.get("median_replayed_ns"):
+                source = "step markers"
+                real = [s["recorded_ns"] / 1e6 for s in markers["per_step"]]
+                replay = [s["replayed_ns"] / 1e6 for s in markers["per_step"]]
+                m_real, m_rep = statistics.median(real), statistics.median(replay)
+            else:
+                m_real, m_rep = median_after(real, a.warmup), median_after(replay, a.warmup)
+                real, replay = (real or [])[a.warmup:], (replay or [])[a.warmup:]
             err = (m_rep - m_real) / m_real if m_real and m_rep else None
-            per_step = [(y - x) / x for x, y in zip(real[a.warmup:], replay[a.warmup:])] if real and replay else []
+            per_step = [(y - x) / x for x, y in zip(real, replay)]
             sig_ok, sig = lib.replay_signature_ok(rep["ranks"][rank], calls.get(rank))
-            check = {"check": "timing", "mode": mode, "rank": rank, "median_step_ms_real": m_real,
-                     "median_step_ms_replay": m_rep, "median_step_error": err,
+            check = {"check": "timing", "mode": mode, "rank": rank, "step_times": source,
+                     "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "median_step_error": err,
+                     "marker_median_step_error": markers.get("median_relative_error"),
                      "median_abs_per_step_error": statistics.median([abs(e) for e in per_step]) if per_step else None,
                      "signature_match": sig_ok, "signature": sig, "counters": rep["ranks"][rank].get("counters"),
                      "pass": bool(sig_ok and err is not None and abs(err) <= a.tolerance)}

@@ -6,8 +6,10 @@
 #             pp: rank = tp + 4*dp + 16*pp)
 #   zero3     DeepSpeed ZeRO-3 (GPT-2 small sizes) as rank 37 of 64
 # each for STEPS (5) steps, passing when the job exits 0 with finite losses (a middle pipeline stage computes no loss:
-# it passes by finishing every iteration without a NaN report). fill zero: a lone rank's broadcast
-# token ids (Megatron's batch, sent by tensor-parallel rank 0) must be valid indices; zero is one.
+# it passes by finishing every iteration without a NaN report). The receive buffers get the default fill, clone
+# (FILL=... to change it): object collectives (Megatron's all_gather_object of parameter-group sizes, DeepSpeed's
+# checks that every rank holds the same counts) need peers that look like this rank; zero-filled sizes fail to
+# unpickle. A middle pipeline stage receives activations by Recv (zeros under clone) and no token ids.
 # Run from the repository root after scripts/prepare_frameworks.sh, with the carried build (carry [".carry"]):
 #   OUT=/tmp/out bench/structure_replay_frameworks.sh [megatron] [zero3]
 set -u
@@ -15,17 +17,20 @@ PY=${PY:-/opt/torch/.venv/bin/python}
 OUT=${OUT:-/tmp/structure-replay-frameworks}
 CARRY=${CARRY:-$PWD/.carry}
 STEPS=${STEPS:-5}
+FILL=${FILL:-clone}
 RL="$CARRY/bin/ranklens"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHON="$PY" PYTHONPATH=/tmp/site
-mkdir -p "$CARRY/share/ranklens" && rm -rf "$CARRY/share/ranklens/python" && cp -r tools/python "$CARRY/share/ranklens/python"
+# The adapter where the carried launcher looks for it; left alone when current (two cases may run at once).
+diff -rq tools/python "$CARRY/share/ranklens/python" > /dev/null 2>&1 || {
+  mkdir -p "$CARRY/share/ranklens" && rm -rf "$CARRY/share/ranklens/python" && cp -r tools/python "$CARRY/share/ranklens/python"; }
 [[ -d /tmp/site/deepspeed ]] || "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/frameworks/whl/*.whl
 [[ -f /tmp/mlm/pretrain_gpt.py ]] || { mkdir -p /tmp/mlm && tar xzf .carry/frameworks/megatron-lm.tgz -C /tmp/mlm; }
 failures=0
 run() {  # name, rank, command...
   local name=$1 rank=$2; shift 2
   local start=$SECONDS
-  timeout 300 "$RL" replay --rank "$rank" --world-size 64 --fill zero -- "$@" > "$OUT/$name.log" 2>&1
+  timeout 300 "$RL" replay --rank "$rank" --world-size 64 --fill "$FILL" -- "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   local finite=no
   if [[ $name == megatron* ]]; then
