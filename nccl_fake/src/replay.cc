@@ -55,6 +55,9 @@ struct Session {
   OnMismatch policy = OnMismatch::kError;
   bool hostTime = true;
   int window = 64;
+  // timing fidelity restores the recorded payloads up to this size (the control values: sizes, flags, objects) so
+  // that the rank takes the recorded path; value fidelity restores every recorded payload.
+  uint64_t controlPayloadBytes = 0;
   struct Binding {
     int64_t recordedId = -1;
     bool called = false;  // it has issued a call: the binding is final (rebindOnFirstCall)
@@ -167,9 +170,14 @@ Session* load() {
     s->localWorldSize = ranklens::timing::localWorldSize(m);
     auto& device = rt.device();
     if (s->fidelity != Fidelity::kStructure) s->calibration = device.calibrate();
-    if (s->fidelity == Fidelity::kValue && !s->recording->payloadOrder().empty()) {
+    s->controlPayloadBytes = st.payload_max_bytes;
+    if (s->fidelity != Fidelity::kStructure && !s->recording->payloadOrder().empty()) {
       ranklens::trace::PayloadPrefetcher::Options options;
       options.arenaBytes = st.prefetch_bytes;
+      if (s->fidelity == Fidelity::kTiming) {
+        options.maxPayloadBytes = s->controlPayloadBytes;
+        options.arenaBytes = std::min<uint64_t>(st.prefetch_bytes, std::max<uint64_t>(16ull << 20, 4 * s->controlPayloadBytes));
+      }
       options.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
       s->prefetcher = std::make_unique<ranklens::trace::PayloadPrefetcher>(
           *s->recording, options,
@@ -464,15 +472,25 @@ extern "C" __attribute__((noinline, used)) void ranklens_restore_payload(
   asm volatile("" : : "r"(comm), "r"(seq), "r"(op), "r"(recvbuff), "r"(data), "r"(bytes) : "memory");
 }
 
+namespace {
+// Whether this fidelity restores the call's recorded payload (see Session::controlPayloadBytes).
+bool restores(const Session& s, const RecordedCall* rc) {
+  if (rc == nullptr || !rc->payload) return false;
+  return s.fidelity == Fidelity::kValue ||
+         (s.fidelity == Fidelity::kTiming && rc->payload->rawBytes <= s.controlPayloadBytes);
+}
+}  // namespace
+
 bool restorePayload(const CallInfo& info, ncclResult_t* result) {
   *result = ncclSuccess;
   Session* s = session;
-  if (s == nullptr || s->fidelity != Fidelity::kValue) return false;
+  if (s == nullptr || s->fidelity == Fidelity::kStructure) return false;
   const RecordedCall* rc = info.recorded;
   const uint64_t bytes = ranklens::events::receivedBytes(info.op, info.count, info.datatype, info.comm->nRanks,
                                                          info.comm->rank, info.root);
   if (bytes == 0 || info.op == Op::kSend) return false;
-  if (rc == nullptr || !rc->payload || !s->prefetcher) {
+  if (s->fidelity == Fidelity::kTiming && !(restores(*s, rc) && s->prefetcher)) return false;  // fill, not counted
+  if (!restores(*s, rc) || !s->prefetcher) {
     std::lock_guard<std::mutex> lock(s->mu);
     s->counters.filledWithoutPayload++;
     return false;
@@ -543,8 +561,7 @@ ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, ui
 }
 
 uint64_t restoredBytesOf(const Session& s, const CallInfo& info) {
-  if (s.fidelity != Fidelity::kValue || info.recorded == nullptr || !info.recorded->payload) return 0;
-  return info.recorded->payload->rawBytes;
+  return restores(s, info.recorded) ? info.recorded->payload->rawBytes : 0;
 }
 
 }  // namespace

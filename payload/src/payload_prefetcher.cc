@@ -34,8 +34,9 @@ struct PayloadPrefetcher::Impl {
   Free freeFn;
   uint8_t* arena = nullptr;
   FreeList freeBlocks;  // of the arena
+  std::vector<const RecordedCall*> order;  // recording.payloadOrder(), less those over options.maxPayloadBytes
   std::unordered_map<const RecordedCall*, size_t> positions;
-  std::map<size_t, Entry> entries;  // by position in recording.payloadOrder()
+  std::map<size_t, Entry> entries;  // by position in `order`
   size_t nextToSchedule = 0;
   PrefetchStats stats;
   mutable std::mutex mu;
@@ -81,7 +82,7 @@ struct PayloadPrefetcher::Impl {
 
   // Decodes the payload of entry `position` (already inserted with memory reserved) without holding the lock.
   void decode(std::unique_lock<std::mutex>& lock, size_t position) {
-    const RecordedCall* call = recording.payloadOrder()[position];
+    const RecordedCall* call = order[position];
     lock.unlock();
     static thread_local std::vector<uint8_t> scratch;
     Problem problem;
@@ -108,7 +109,6 @@ struct PayloadPrefetcher::Impl {
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
       const bool inFlight = reclaim();
-      const auto& order = recording.payloadOrder();
       while (nextToSchedule < order.size() && entries.count(nextToSchedule)) ++nextToSchedule;
       bool started = false;
       if (nextToSchedule < order.size()) {
@@ -134,9 +134,10 @@ struct PayloadPrefetcher::Impl {
 PayloadPrefetcher::PayloadPrefetcher(const Recording& recording, const Options& options, Alloc alloc, Free free)
     : impl_(std::make_unique<Impl>(recording, options, std::move(alloc), std::move(free))) {
   Impl& im = *impl_;
-  const auto& order = recording.payloadOrder();
-  for (size_t i = 0; i < order.size(); ++i) im.positions[order[i]] = i;
-  if (order.empty()) return;
+  for (const RecordedCall* call : recording.payloadOrder())
+    if (options.maxPayloadBytes == 0 || call->payload->rawBytes <= options.maxPayloadBytes) im.order.push_back(call);
+  for (size_t i = 0; i < im.order.size(); ++i) im.positions[im.order[i]] = i;
+  if (im.order.empty()) return;
   im.arena = static_cast<uint8_t*>(im.alloc(options.arenaBytes));
   if (im.arena) im.freeBlocks.reset(options.arenaBytes);
   const int threads = std::max(1, options.threads);

@@ -153,15 +153,39 @@ TEST(ReplayRecording, HostTimeOfEveryCallIsRecordedAndReplayed) {
   EXPECT_EQ(readTrace(ignored.traceDir).counter("replay_host_held_ns"), 0u);
 }
 
-TEST(ReplayRecording, TimingReplayHoldsWithoutRestoringPayloads) {
+// The scenario's dump lines of one kind ("broadcast", "allreduce", ...), in order.
+std::vector<std::string> linesOf(const std::string& output, const std::string& what) {
+  std::vector<std::string> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(what + " ", 0) == 0) out.push_back(line);
+  return out;
+}
+
+TEST(ReplayRecording, TimingReplayRestoresOnlyTheControlPayloads) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   Trace recorded = readTrace(recording().root + "/rank1");
-  Replayed r = replay("timing", {{"RANKLENS_FIDELITY", "timing"}});
+  // 100 bytes: the 16-byte Broadcast flags and the 64-byte Recv are control-sized; AllGather (128 B) and AllReduce
+  // (1 KiB) are not and get the fill (poison).
+  Replayed r = replay("timing", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_PAYLOAD_MAX_BYTES", "100"}});
   ASSERT_EQ(r.run.status, 0) << r.run.output;
-  EXPECT_NE(r.output, recording().output);  // poison, not the recorded values
+  size_t small = 0;
+  for (const auto& p : recorded.payloads) small += p.rawBytes <= 100;
+  ASSERT_GT(small, 0u);
+  ASSERT_LT(small, recorded.payloads.size());
   Trace t = readTrace(r.traceDir);
-  EXPECT_EQ(t.counter("replay_payloads_restored"), 0u);
+  EXPECT_EQ(t.counter("replay_payloads_restored"), small);
+  EXPECT_EQ(t.counter("replay_filled_without_payload"), 0u);  // counted at value fidelity only
+  EXPECT_EQ(linesOf(r.output, "broadcast"), linesOf(recording().output, "broadcast"));
+  EXPECT_EQ(linesOf(r.output, "recv"), linesOf(recording().output, "recv"));
+  EXPECT_NE(linesOf(r.output, "allreduce"), linesOf(recording().output, "allreduce"));
+  EXPECT_NE(linesOf(r.output, "allgather"), linesOf(recording().output, "allgather"));
   EXPECT_EQ(t.counter("replay_held_ns"), recordedHoldNs(recorded));
+
+  Replayed none = replay("timing-no-control", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_PAYLOAD_MAX_BYTES", "0"}});
+  ASSERT_EQ(none.run.status, 0) << none.run.output;
+  EXPECT_EQ(readTrace(none.traceDir).counter("replay_payloads_restored"), 0u);
+  EXPECT_NE(linesOf(none.output, "broadcast"), linesOf(recording().output, "broadcast"));
 }
 
 TEST(ReplayRecording, StructureReplayWithATraceChecksCallsButHoldsNothing) {

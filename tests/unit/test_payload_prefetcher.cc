@@ -129,6 +129,35 @@ TEST(PayloadPrefetcher, SkippedAndOutOfOrderCalls) {
   EXPECT_EQ(f.allocations.load(), f.frees.load());
 }
 
+TEST(PayloadPrefetcher, MaxPayloadBytesKeepsOnlyTheSmallOnes) {
+  Fixture f;
+  std::string error;
+  f.recording = Recording::open(writeRecording(), -1, &error);
+  ASSERT_NE(f.recording, nullptr) << error;
+  const auto& order = f.recording->payloadOrder();
+  PayloadPrefetcher::Options options;
+  options.arenaBytes = 1 << 20;
+  options.maxPayloadBytes = 2000;  // payloads i % 7 == 0 (1000 bytes, #13 aside) and nothing larger
+  {
+    PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release());
+    int small = 0;
+    for (int i = 0; i < kPayloads; ++i) {
+      if (bytesOf(i).size() <= options.maxPayloadBytes) {
+        expectPayload(p, order[i], i);
+        ++small;
+        continue;
+      }
+      PayloadPrefetcher::Staged staged;
+      std::string why;
+      EXPECT_FALSE(p.acquire(order[i], &staged, &why)) << i;
+      EXPECT_NE(why.find("no recorded payload"), std::string::npos) << why;
+    }
+    EXPECT_GT(small, 0);
+    EXPECT_EQ(p.stats().decoded, static_cast<uint64_t>(small));  // the large ones were never decoded
+  }
+  EXPECT_EQ(f.allocations.load(), f.frees.load());
+}
+
 TEST(PayloadPrefetcher, ADamagedBlobIsAnErrorNamingTheFileNotACrash) {
   Fixture f;
   std::string error;

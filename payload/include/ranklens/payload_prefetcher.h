@@ -32,6 +32,7 @@ class PayloadPrefetcher {
   struct Options {
     size_t arenaBytes = 512u << 20;
     int threads = 2;
+    uint64_t maxPayloadBytes = 0;  // only payloads of at most this many bytes (timing replay's control values); 0: all
   };
   PayloadPrefetcher(const Recording& recording, const Options& options, Alloc alloc, Free free);
   ~PayloadPrefetcher();
@@ -42,7 +43,7 @@ class PayloadPrefetcher {
     const uint8_t* data = nullptr;
     size_t bytes = 0;
   };
-  // The decoded payload of `call` (which must carry one). False with `error` (file, offset, reason) when it cannot
+  // The decoded payload of `call` (which must carry one within maxPayloadBytes). False with `error` (file, offset, reason) when it cannot
   // be read. Every successful acquire must be followed by release().
   bool acquire(const RecordedCall* call, Staged* out, std::string* error);
   // The copy out of the staged bytes is enqueued; `copied()` turns true once the memory may be reused (polled by
