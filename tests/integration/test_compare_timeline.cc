@@ -48,6 +48,7 @@ struct TraceSpec {
   std::optional<uint64_t> changedAllReduceSeq;  // that AllReduce on the world communicator gets half the count
   bool extraCall = false;                       // one more AllReduce after the last step
   int steps = kSteps;
+  const char* stepMarker = "step";              // "optimizer": as the Python adapter marks steps
   bool unrelatedCommFirst = false;              // communicator ids shift by one
   int64_t allReduceNs = 1'000'000;              // Timing.durationNs of every AllReduce
 };
@@ -112,7 +113,9 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
     ASSERT_TRUE(writer->append(RecordType::kTiming, t));
   };
   auto stage = [&](int64_t step, int64_t at) {
-    ASSERT_TRUE(writer->append(RecordType::kStage, Stage{"step", step, at}));
+    ASSERT_TRUE(writer->append(RecordType::kStage, Stage{spec.stepMarker, step, at}));
+    if (std::string(spec.stepMarker) == "optimizer")  // the adapter's RANKLENS_ADAPTER_MARKS=all: never a step
+      ASSERT_TRUE(writer->append(RecordType::kStage, Stage{"forward", step, at + 10}));
   };
 
   int64_t stepStart = now + 1000;
@@ -218,6 +221,12 @@ class CompareTimeline : public ::testing::Test {
     TraceSpec shifted = replay;
     shifted.unrelatedCommFirst = true;
     writeTrace(path("shifted/rank1"), shifted);
+    TraceSpec optimizerMarks;
+    optimizerMarks.stepMarker = "optimizer";
+    writeTrace(path("optimizer-recorded/rank1"), optimizerMarks);
+    optimizerMarks = replay;
+    optimizerMarks.stepMarker = "optimizer";
+    writeTrace(path("optimizer-replayed/rank1"), optimizerMarks);
     writeTrace(path("two/rank0"), TraceSpec{});
     writeTrace(path("two/rank1"), TraceSpec{});
   }
@@ -280,6 +289,23 @@ TEST_F(CompareTimeline, WarmupStepsOption) {
   EXPECT_EQ(doc["steps"]["compared"], kSteps);
   EXPECT_EQ(doc["steps"]["per_step"][0]["step"], 0);
   EXPECT_NEAR(doc["steps"]["per_step"][0]["relative_error"].get<double>(), 1.0, 1e-9);
+}
+
+TEST_F(CompareTimeline, AdapterOptimizerMarkersTimeStepsWhenNoStepMarkers) {
+  const Result r = ranklens({"compare", path("optimizer-recorded/rank1"), path("optimizer-replayed/rank1"), "--json",
+                             "-"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json steps = parseJson(r.out)["steps"];
+  EXPECT_EQ(steps["marker"], "optimizer");
+  EXPECT_EQ(steps["compared"], 5);
+  EXPECT_NEAR(steps["median_relative_error"].get<double>(), 0.05, 1e-9);
+  // "step" markers on one side, "optimizer" on the other: two programs' marks, not compared.
+  const json mixed = compareJson("optimizer-replayed/rank1", 0)["steps"];
+  EXPECT_EQ(mixed["compared"], 0);
+  EXPECT_EQ(mixed["replayed_marker"], "optimizer");
+  const Result text = ranklens({"compare", path("recorded/rank1"), path("optimizer-replayed/rank1")});
+  EXPECT_NE(text.out.find("not compared: the recorded trace marks steps with \"step\""), std::string::npos)
+      << text.out;
 }
 
 TEST_F(CompareTimeline, ChangedCountIsTheFirstDivergence) {

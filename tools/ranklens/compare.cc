@@ -226,22 +226,14 @@ std::vector<Divergence> findDivergences(const EventLog& recorded, const EventLog
 
 // ------------------------------------------------------------------------------------------------ steps
 
-// Step k lasts from the "step" marker k to marker k+1 (train_gpt.py --mark-steps marks the start of every step and
-// the end of the last one).
-std::map<int64_t, int64_t> stepDurations(const EventLog& log) {
-  std::map<int64_t, int64_t> starts;
-  for (const auto& stage : log.stages)
-    if (stage.name == "step" && stage.step >= 0) starts.emplace(stage.step, stage.timeNs);  // first mark wins
+// Step k lasts from its marker to the next one (stepMarks: "step" markers, else the adapter's "optimizer" ones).
+std::map<int64_t, int64_t> stepDurations(const StepMarks& marks) {
   std::map<int64_t, int64_t> durations;
-  for (const auto& [step, start] : starts) {
-    auto next = starts.find(step + 1);
-    if (next != starts.end()) durations[step] = next->second - start;
+  for (const auto& [step, start] : marks.starts) {
+    auto next = marks.starts.find(step + 1);
+    if (next != marks.starts.end()) durations[step] = next->second - start;
   }
   return durations;
-}
-
-size_t stepMarkers(const EventLog& log) {
-  return std::count_if(log.stages.begin(), log.stages.end(), [](const events::Stage& s) { return s.name == "step"; });
 }
 
 double median(std::vector<double> values) {
@@ -256,6 +248,8 @@ struct StepComparison {
     int64_t step, recordedNs, replayedNs;
     double relativeError;
   };
+  const char* markerKind = "step";  // the markers steps were taken from (recorded; replayed)
+  const char* replayedMarkerKind = "step";
   size_t recordedMarkers = 0, replayedMarkers = 0;
   int64_t firstCompared = -1;  // first step after the warm-up
   std::vector<Step> steps;
@@ -264,9 +258,13 @@ struct StepComparison {
 
 StepComparison compareSteps(const EventLog& recorded, const EventLog& replayed, int64_t warmupSteps) {
   StepComparison result;
-  result.recordedMarkers = stepMarkers(recorded);
-  result.replayedMarkers = stepMarkers(replayed);
-  const auto rec = stepDurations(recorded), rep = stepDurations(replayed);
+  const StepMarks recordedMarks = stepMarks(recorded), replayedMarks = stepMarks(replayed);
+  result.markerKind = recordedMarks.kind;
+  result.replayedMarkerKind = replayedMarks.kind;
+  result.recordedMarkers = recordedMarks.starts.size();
+  result.replayedMarkers = replayedMarks.starts.size();
+  if (std::string(recordedMarks.kind) != replayedMarks.kind) return result;  // not the same program's marks
+  const auto rec = stepDurations(recordedMarks), rep = stepDurations(replayedMarks);
   if (rec.empty() || rep.empty()) return result;
   // Warm-up counts from the first step either trace marked, so both skip the same step numbers.
   result.firstCompared = std::min(rec.begin()->first, rep.begin()->first) + warmupSteps;
@@ -368,7 +366,8 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
   for (const auto& s : c.steps.steps)
     perStep.push_back({{"step", s.step}, {"recorded_ns", s.recordedNs}, {"replayed_ns", s.replayedNs},
                        {"relative_error", s.relativeError}});
-  json steps = {{"recorded_markers", c.steps.recordedMarkers}, {"replayed_markers", c.steps.replayedMarkers},
+  json steps = {{"marker", c.steps.markerKind}, {"replayed_marker", c.steps.replayedMarkerKind},
+                {"recorded_markers", c.steps.recordedMarkers}, {"replayed_markers", c.steps.replayedMarkers},
                 {"warmup_steps", options.warmupSteps}, {"first_compared_step", c.steps.firstCompared},
                 {"compared", c.steps.steps.size()}, {"median_abs_relative_error", numberOrNull(c.steps.medianAbsError)},
                 {"median_relative_error", numberOrNull(c.steps.medianError)},
@@ -467,14 +466,18 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
   out << "\nsteps: ";
   const StepComparison& s = c.steps;
   if (s.recordedMarkers == 0 || s.replayedMarkers == 0) {
-    out << "no \"step\" markers in the " << (s.recordedMarkers == 0 ? "recorded" : "replayed")
-        << " trace (ranklensMarkStage(\"step\", i); train_gpt.py --mark-steps)\n";
+    out << "no \"step\" or \"optimizer\" markers in the " << (s.recordedMarkers == 0 ? "recorded" : "replayed")
+        << " trace (ranklensMarkStage(\"step\", i), e.g. train_gpt.py --mark-steps; the Python adapter marks "
+           "optimizer steps)\n";
+  } else if (std::string(s.markerKind) != s.replayedMarkerKind) {
+    out << "not compared: the recorded trace marks steps with \"" << s.markerKind << "\", the replayed one with \""
+        << s.replayedMarkerKind << "\"\n";
   } else if (s.steps.empty()) {
     out << "none to compare after " << options.warmupSteps << " warm-up steps (" << s.recordedMarkers << " / "
         << s.replayedMarkers << " markers)\n";
   } else {
     out << s.steps.size() << " compared (from step " << s.firstCompared << ", " << options.warmupSteps
-        << " warm-up skipped)\n"
+        << " warm-up skipped; \"" << s.markerKind << "\" markers)\n"
         << "  median step  recorded " << msText(s.medianRecordedNs) << ", replayed " << msText(s.medianReplayedNs)
         << "\n  median error |" << percentText(s.medianAbsError, false) << "|, signed "
         << percentText(s.medianError, true) << "  ((replayed - recorded) / recorded per step)\n";
@@ -535,7 +538,8 @@ CLI::App* addCompareCommand(CLI::App& app, CompareOptions* options) {
       "A call's signature is (communicator, op, datatype, count, root/peer, reduction); 'match' counts each\n"
       "signature min(recorded, replayed) times, over max(recorded calls, replayed calls). The first divergence\n"
       "walks each communicator's collectives and each peer's Send/Recv in sequence order. Step k lasts from the\n"
-      "\"step\" marker k to marker k+1 (ranklensMarkStage); errors are (replayed - recorded) / recorded.\n"
+      "\"step\" marker k to marker k+1 (ranklensMarkStage; without \"step\" markers the Python adapter's\n"
+      "\"optimizer\" markers); errors are (replayed - recorded) / recorded.\n"
       "Exit codes: 0 all signatures match and nothing diverges, 1 they differ, 2 bad usage, unreadable trace or\n"
       "  --json FILE not writable.");
   return cmd;

@@ -29,17 +29,17 @@ struct Window {
   bool contains(int64_t ns) const { return ns >= beginNs && ns <= endNs; }
 };
 
-// From the start of step A (marker A) to the end of step B (marker B+1; the trace's end when B is the last marked
-// step). Without --from-step the trace starts at its first record, so that every trace starts at ts 0.
+// From the start of step A (marker A; stepMarks) to the end of step B (marker B+1; the trace's end when B is the
+// last marked step). Without --from-step the trace starts at its first record, so that every trace starts at ts 0.
 bool windowOf(const EventLog& log, const TimelineOptions& options, Window* window, std::string* error) {
-  std::map<int64_t, int64_t> marks;
-  for (const auto& stage : log.stages)
-    if (stage.name == "step" && stage.step >= 0) marks.emplace(stage.step, stage.timeNs);  // first mark wins
+  const StepMarks stepMarkers = stepMarks(log);
+  const std::map<int64_t, int64_t>& marks = stepMarkers.starts;
+  const std::string kind = stepMarkers.kind;
   window->originNs = firstRecordTimeNs(log);
   if (options.fromStep >= 0) {
     auto from = marks.find(options.fromStep);
     if (from == marks.end()) {
-      *error = log.directory + ": no \"step\" marker for step " + std::to_string(options.fromStep) + " (" +
+      *error = log.directory + ": no \"" + kind + "\" marker for step " + std::to_string(options.fromStep) + " (" +
                std::to_string(marks.size()) + " marked" +
                (marks.empty() ? "" : ": " + std::to_string(marks.begin()->first) + ".." +
                                          std::to_string(marks.rbegin()->first)) + ")";
@@ -49,7 +49,7 @@ bool windowOf(const EventLog& log, const TimelineOptions& options, Window* windo
   }
   if (options.toStep >= 0) {
     if (!marks.count(options.toStep)) {
-      *error = log.directory + ": no \"step\" marker for step " + std::to_string(options.toStep);
+      *error = log.directory + ": no \"" + kind + "\" marker for step " + std::to_string(options.toStep);
       return false;
     }
     auto end = marks.find(options.toStep + 1);

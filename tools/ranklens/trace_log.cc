@@ -71,6 +71,18 @@ bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDi
   return true;
 }
 
+StepMarks stepMarks(const EventLog& log) {
+  StepMarks marks;
+  for (const char* kind : {"step", "optimizer"}) {
+    marks.kind = kind;
+    for (const auto& stage : log.stages)
+      if (stage.name == kind && stage.step >= 0) marks.starts.emplace(stage.step, stage.timeNs);
+    if (!marks.starts.empty()) break;
+  }
+  if (marks.starts.empty()) marks.kind = "step";
+  return marks;
+}
+
 int64_t firstRecordTimeNs(const EventLog& log) {
   int64_t first = INT64_MAX;
   for (const auto& comm : log.comms) first = std::min(first, comm.timeNs);

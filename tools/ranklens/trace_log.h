@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -38,6 +39,15 @@ bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDi
 
 // Earliest time of any record (CLOCK_MONOTONIC ns), 0 for an empty log: where a trace's timeline starts.
 int64_t firstRecordTimeNs(const EventLog& log);
+
+// The steps of a trace: where step k starts (CLOCK_MONOTONIC ns), from the "step" markers
+// (ranklensMarkStage("step", k); train_gpt.py --mark-steps), else from the Python adapter's "optimizer" markers (one
+// after each optimizer step: the next step starts there). The first marker of a number wins.
+struct StepMarks {
+  const char* kind = "step";  // the marker name used: "step" or "optimizer"
+  std::map<int64_t, int64_t> starts;
+};
+StepMarks stepMarks(const EventLog& log);
 
 // A call's identity within its communicator (docs/trace-format.md, index.msgpack): collectives share one sequence,
 // Send and Recv have one per peer.
