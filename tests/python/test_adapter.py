@@ -120,3 +120,47 @@ def test_forward_and_backward_marks_once_per_step_when_asked():
     r = run(code)
     assert r.returncode == 0, r.stderr
     assert "MARKS 0 0 3 []" in r.stdout  # off by default
+
+
+def _fake_deepspeed(root):
+    """deepspeed.runtime.zero.{utils,partition_parameters} as far as the adapter's ZeRO-3 hook sees them."""
+    zero = root / "deepspeed" / "runtime" / "zero"
+    zero.mkdir(parents=True)
+    for d in (root / "deepspeed", root / "deepspeed" / "runtime", zero):
+        (d / "__init__.py").write_text("")
+    (zero / "utils.py").write_text(textwrap.dedent("""
+        BROADCASTS = []
+        def assert_lst_len_same_as_other_ranks(lst):
+            BROADCASTS.append("len")  # rank 0's length; this rank sent -1
+            raise RuntimeError("Detected a disagreement on list length between rank0 and rank37")
+        def assert_ints_same_as_other_ranks(ints):
+            if ints == "other":
+                raise RuntimeError("some other failure")
+            assert_lst_len_same_as_other_ranks(ints)
+            BROADCASTS.append("ints")
+            raise RuntimeError("Detected a disagreement on list contents between rank0 and rank37")
+    """))
+    (zero / "partition_parameters.py").write_text(
+        "from deepspeed.runtime.zero.utils import assert_ints_same_as_other_ranks\n")
+
+
+def test_deepspeed_rank0_checks_are_waived_in_structure_replay_only(tmp_path):
+    _fake_deepspeed(tmp_path)
+    code = """
+        from deepspeed.runtime.zero import partition_parameters, utils
+        from ranklens import adapter
+        partition_parameters.assert_ints_same_as_other_ranks([1, 2, 3])
+        print("BROADCASTS", utils.BROADCASTS, "WAIVED", adapter.state()["deepspeed_checks_waived"])
+        try:
+            partition_parameters.assert_ints_same_as_other_ranks("other")
+        except RuntimeError as e:
+            print("PASSED ON", e)
+    """
+    r = run(code, extra_path=[str(tmp_path)], RANKLENS_MODE="replay", RANKLENS_FIDELITY="structure")
+    assert r.returncode == 0, r.stderr
+    assert "BROADCASTS ['len', 'ints'] WAIVED 2" in r.stdout  # both broadcasts still issued
+    assert "PASSED ON some other failure" in r.stdout
+    assert r.stderr.count("check against rank 0's values is waived") == 1
+    for fidelity in ("timing", "value"):  # the recorded values arrive: the check stays real
+        r = run(code, extra_path=[str(tmp_path)], RANKLENS_MODE="replay", RANKLENS_FIDELITY=fidelity)
+        assert r.returncode != 0 and "Detected a disagreement on list length" in r.stderr, r.stderr

@@ -12,6 +12,11 @@ RANKLENS_ADAPTER=1. It never imports torch itself: its work is attached to the m
   not supported yet (torch's "fake" backend changes between versions).
 * torch.optim imported: a global optimizer step hook marks every optimizer step in the trace
   (ranklensMarkStage("optimizer", n) in RankLens's library, when it is loaded), so traces and reports are per step.
+* deepspeed.runtime.zero.utils imported, in structure replay (RANKLENS_FIDELITY=structure: no recorded payloads):
+  ZeRO-3 checks that its parameter lists equal rank 0's by broadcasting rank 0's values (rank != 0 sends -1
+  sentinels). Alone, nothing brings rank 0's values, so the check would stop every rank != 0. The broadcasts still
+  run (the communication structure is kept); only the disagreement error is waived, with one note. At timing and
+  value fidelity the recorded values arrive and the check is real.
 * RANKLENS_ADAPTER_MARKS=all: also the first forward and the first backward of each step ("forward" / "backward"
   with the number of optimizer steps so far), from a global module forward pre-hook and a wrapper of
   torch.autograd.backward. Off by default: a global module hook takes every module call off torch's fast path, a
@@ -28,7 +33,7 @@ import os
 import sys
 
 _state = {"store": None, "optimizer_steps": 0, "forward_marks": 0, "backward_marks": 0, "marks_failed": 0,
-          "installed": False, "errors": []}
+          "deepspeed_checks_waived": 0, "installed": False, "errors": []}
 _marked_in_step = {"forward": -1, "backward": -1}  # the optimizer step whose phase was last marked
 
 
@@ -111,6 +116,31 @@ def _after_distributed(module) -> None:
         _guard_gloo(module)
 
 
+def _after_deepspeed_zero_utils(module) -> None:
+    """Structure replay only: waive ZeRO-3's "same as rank 0" checks, keeping their broadcasts (see the top)."""
+    def tolerant(original):
+        def check(*args, **kwargs):
+            try:
+                return original(*args, **kwargs)
+            except RuntimeError as e:
+                if "Detected a disagreement" not in str(e):
+                    raise
+                _state["deepspeed_checks_waived"] += 1
+                if _state["deepspeed_checks_waived"] == 1:
+                    _say("structure replay: DeepSpeed's check against rank 0's values is waived (rank 0's values "
+                         "are not recorded in a structure replay; its broadcasts still run). Replay a recording at "
+                         "timing or value fidelity for the real check (docs/frameworks.md)")
+        check.__wrapped__ = original
+        check.__doc__ = original.__doc__
+        return check
+
+    # assert_ints_same_as_other_ranks calls assert_lst_len_same_as_other_ranks through the module: both are wrapped
+    # before the ZeRO modules import them by name.
+    for name in ("assert_lst_len_same_as_other_ranks", "assert_ints_same_as_other_ranks"):
+        if callable(getattr(module, name, None)):
+            setattr(module, name, tolerant(getattr(module, name)))
+
+
 def _mark_phase_once(phase: str) -> None:
     step = _state["optimizer_steps"]
     if _marked_in_step[phase] != step:
@@ -191,6 +221,8 @@ def install() -> None:
         return
     _state["installed"] = True
     hooks = {"torch.distributed": _after_distributed, "torch.optim.optimizer": _after_optimizer}
+    if os.environ.get("RANKLENS_MODE") == "replay" and os.environ.get("RANKLENS_FIDELITY", "structure") == "structure":
+        hooks["deepspeed.runtime.zero.utils"] = _after_deepspeed_zero_utils
     if os.environ.get("RANKLENS_ADAPTER_MARKS") == "all":
         hooks.update({"torch.nn.modules.module": _after_module, "torch.autograd": _after_autograd})
     for name, callback in list(hooks.items()):
