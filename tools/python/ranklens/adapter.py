@@ -5,11 +5,16 @@ RANKLENS_ADAPTER=1. It never imports torch itself: its work is attached to the m
 * torch.distributed imported, RANKLENS_ADAPTER_STORE=1 (replay): an in-process TCPStore server on MASTER_ADDR:
   MASTER_PORT that does not wait for the absent peers (wait_for_workers=False). init_process_group, a store client
   because the launcher sets TORCHELASTIC_USE_AGENT_STORE=True, connects to it instead of waiting for rank 0.
-* torch.distributed imported, in replay: a Gloo group would connect to every absent peer and wait forever. The
-  default backend (init_process_group without one: Gloo for CPU tensors, NCCL for CUDA) becomes "cuda:nccl" (a
-  note says so; a CPU collective then fails with torch's "no backend for cpu" error); an explicit Gloo backend
-  fails at once with an error that says why and what to do. Replacing Gloo by a backend that needs no peers is
-  not supported yet (torch's "fake" backend changes between versions).
+* torch.distributed imported, in replay: a Gloo group would connect to every absent peer and wait forever. A group
+  that asks for Gloo alone (init_process_group("gloo"), new_group(..., backend="gloo"), "cpu:gloo") is created on
+  RankLens's stand-in backend "ranklens_gloo_standin" instead: it needs no peer and does not use the store, reports
+  the group's size and this rank, and every collective, point-to-point call and barrier on it raises
+  GlooInReplayError (the operation, the group, the fixes): Gloo traffic is neither recorded nor replayed, and no
+  fake result is returned. A Gloo group of one rank is left to Gloo (it has no peer to wait for). The default
+  backend (init_process_group without one: Gloo for CPU tensors, NCCL for CUDA) and a "device:backend" list that
+  gives CPU tensors to Gloo keep only their non-Gloo part ("cuda:nccl"; a note says so; a CPU collective then fails
+  with torch's "no backend for cpu" error): torch 2.11 cannot dispatch to a per-device backend written in Python.
+  If the stand-in cannot be registered, a Gloo group fails at once with the reason instead.
 * torch.optim imported: a global optimizer step hook marks every optimizer step in the trace
   (ranklensMarkStage("optimizer", n) in RankLens's library, when it is loaded), so traces and reports are per step.
 * deepspeed.runtime.zero.utils imported, in structure replay (RANKLENS_FIDELITY=structure: no recorded payloads):
@@ -28,12 +33,13 @@ Everything here is best effort with a clear message: a failure never stops the u
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.abc
 import os
 import sys
 
 _state = {"store": None, "optimizer_steps": 0, "forward_marks": 0, "backward_marks": 0, "marks_failed": 0,
-          "deepspeed_checks_waived": 0, "installed": False, "errors": []}
+          "deepspeed_checks_waived": 0, "gloo_standins": 0, "installed": False, "errors": []}
 _marked_in_step = {"forward": -1, "backward": -1}  # the optimizer step whose phase was last marked
 
 
@@ -85,29 +91,132 @@ class GlooInReplayError(RuntimeError):
     pass
 
 
-def _guard_gloo(dist) -> None:
-    def check(backend):
-        if backend is None:
-            _say("replay: init_process_group without a backend uses 'cuda:nccl' here (torch's default adds Gloo "
-                 "for CPU tensors, which would wait for the absent peers); CPU collectives are not available")
-            return "cuda:nccl"
-        if "gloo" in str(backend):
-            raise GlooInReplayError(
-                f"RankLens replay: backend {backend!r} needs Gloo, which connects to every peer and would wait "
-                "forever for the ranks that are not here. Use NCCL for this group (CUDA tensors), or run the "
-                "script with RankLens only where it uses NCCL; replaying Gloo groups is not supported yet "
-                "(docs/frameworks.md)")
+GLOO_STANDIN = "ranklens_gloo_standin"
+
+# Every collective, point-to-point and barrier entry of a Python ProcessGroup, under the names torch 2.11 and 2.15
+# call it by from Python (dist.all_reduce -> group.allreduce) and from C++ (the PyProcessGroup trampoline).
+_GLOO_STANDIN_OPS = (
+    "allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather", "_allgather_base", "all_gather_single",
+    "allgather_coalesced", "allgather_into_tensor_coalesced", "all_gather_single_coalesced", "gather", "scatter",
+    "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single", "reduce_scatter_tensor_coalesced",
+    "reduce_scatter_single_coalesced", "alltoall", "alltoall_base", "all_to_all_single", "barrier",
+    "monitored_barrier", "send", "recv", "recv_anysource", "recvAnysource", "_start_coalescing", "start_coalescing",
+    "_end_coalescing", "end_coalescing")
+
+
+def _gloo_standin_refusal(op: str, size: int, rank: int) -> GlooInReplayError:
+    return GlooInReplayError(
+        f"RankLens replay: {op} on a Gloo group of {size} ranks (this rank is {rank} in it) cannot run here: the "
+        "other ranks are absent, and Gloo traffic is neither recorded nor replayed (only NCCL's is), so the group "
+        "is a stand-in that knows its size and rank only. Fixes: Megatron-LM: --disable-gloo-process-groups; "
+        "otherwise use NCCL and CUDA tensors for this group, or keep this code path (e.g. checkpointing) out of "
+        "the replayed steps (docs/frameworks.md, 'Gloo groups in replay')")
+
+
+def _register_gloo_standin(dist) -> bool:
+    """Registers GLOO_STANDIN, a Python ProcessGroup (the one kind of Python backend torch 2.11 dispatches to)."""
+    def refusing(op):
+        def method(self, *args, **kwargs):  # noqa: ARG001 (any of torch's signatures)
+            raise _gloo_standin_refusal(op, self.size(), self.rank())
+        method.__name__ = op
+        return method
+
+    try:
+        members = {op: refusing(op) for op in _GLOO_STANDIN_OPS}
+        members["getBackendName"] = lambda self: GLOO_STANDIN
+
+        # torch reads a group's name from its backends, and a Python group has none: keep it here (functional
+        # collectives find the group by name).
+        def _set_group_name(self, name):
+            self._standin_group_name = name
+            dist.ProcessGroup._set_group_name(self, name)
+
+        members["_set_group_name"] = _set_group_name
+        members["group_name"] = property(lambda self: self._standin_group_name)
+        standin = type("GlooStandinProcessGroup", (dist.ProcessGroup,), members)
+
+        def create(store, rank, size, timeout):  # noqa: ARG001 (the store is not used: nothing waits for peers)
+            return standin(rank, size)
+
+        # Gloo's devices, so that the group's CUDA tensors reach the refusal too; torch keeps "gloo" and "nccl" as
+        # the defaults of these devices.
+        dist.Backend.register_backend(GLOO_STANDIN, create, devices=["cpu", "cuda"])
+    except Exception as e:  # an unknown torch: refuse Gloo groups at once rather than let them wait
+        _state["errors"].append(f"gloo stand-in: {type(e).__name__}: {e}")
+        _say(f"warning: cannot register the Gloo stand-in ({type(e).__name__}: {e}); a Gloo group fails at once")
+        return False
+    return True
+
+
+def _without_gloo(backend: str):
+    """The non-Gloo part of a "device:backend,..." list: "" when none, None when it is not such a list."""
+    if ":" not in backend:
+        return None
+    pairs = [p.strip() for p in backend.split(",") if p.strip()]
+    return ",".join(p for p in pairs if p.split(":", 1)[-1].strip().lower() != "gloo")
+
+
+def _replay_backend(backend, group_size, standin_registered=True):
+    """The backend a group gets in replay instead of the one asked for (see the top)."""
+    if backend is None:  # init_process_group only: new_group without one takes the default group's
+        _say("replay: init_process_group without a backend uses 'cuda:nccl' here (torch's default adds Gloo for "
+             "CPU tensors, which would wait for the absent peers); CPU collectives are not available")
+        return "cuda:nccl"
+    if "gloo" not in str(backend).lower() or group_size == 1:  # one rank: Gloo has no peer to wait for
         return backend
+    rest = _without_gloo(str(backend))
+    if rest:
+        _say(f"replay: backend {str(backend)!r} becomes {rest!r} here (Gloo would wait for the absent peers); CPU "
+             "collectives on this group are not available")
+        return rest
+    if not standin_registered:
+        raise GlooInReplayError(
+            f"RankLens replay: backend {str(backend)!r} needs Gloo, which connects to every peer and would wait "
+            "forever for the ranks that are not here, and RankLens's stand-in could not be registered (see the "
+            "warning above). Use NCCL for this group (CUDA tensors), or --disable-gloo-process-groups for "
+            "Megatron-LM (docs/frameworks.md)")
+    _state["gloo_standins"] += 1
+    if _state["gloo_standins"] == 1:
+        _say("replay: Gloo groups are RankLens stand-ins: size and rank work, any collective on them raises "
+             "GlooInReplayError (Gloo traffic is neither recorded nor replayed; docs/frameworks.md)")
+    return GLOO_STANDIN
 
-    original_init, original_new_group = dist.init_process_group, dist.new_group
 
+def _guard_gloo(dist) -> None:
+    standin = _register_gloo_standin(dist)
+
+    def new_group_size(ranks):
+        if ranks is not None:
+            return len(set(ranks))
+        try:
+            return dist.get_world_size()
+        except Exception:  # no default group: torch's new_group says so
+            return None
+
+    def world_size(kwargs):
+        size = kwargs.get("world_size", -1)
+        try:
+            return int(size if size != -1 else os.environ["WORLD_SIZE"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    c10d = dist.distributed_c10d
+    original_init, original_new_group = c10d.init_process_group, c10d.new_group
+
+    @functools.wraps(original_init)  # keeps the signature that frameworks inspect
     def init_process_group(backend=None, *args, **kwargs):
-        return original_init(check(backend), *args, **kwargs)
+        return original_init(_replay_backend(backend, world_size(kwargs), standin), *args, **kwargs)
 
+    @functools.wraps(original_new_group)
     def new_group(ranks=None, timeout=None, backend=None, *args, **kwargs):
-        return original_new_group(ranks, timeout, check(backend) if backend is not None else None, *args, **kwargs)
+        if backend is not None:
+            ranks = None if ranks is None else list(ranks)  # counted here, read again by torch
+            backend = _replay_backend(backend, new_group_size(ranks), standin)
+        return original_new_group(ranks, timeout, backend, *args, **kwargs)
 
-    dist.init_process_group, dist.new_group = init_process_group, new_group
+    # torch.distributed's names for Megatron, DeepSpeed and scripts; distributed_c10d's for new_subgroups and others.
+    for module in (dist, c10d):
+        module.init_process_group, module.new_group = init_process_group, new_group
 
 
 def _after_distributed(module) -> None:
