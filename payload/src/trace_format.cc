@@ -54,7 +54,8 @@ std::string payloadName(uint32_t index) { return indexed("pay", index, "rlp"); }
 
 std::map<std::string, std::string> captureEnvironment() {
   static const char* kExact[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-                                 "CUDA_VISIBLE_DEVICES"};
+                                 "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                 "CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG"};
   static const char* kPrefixes[] = {"MASTER_", "TORCH_", "NCCL_", "RANKLENS_", "TORCHELASTIC_", "SLURM_",
                                     "OMPI_COMM_WORLD_", "PMI_", "DEEPSPEED_", "DS_", "MEGATRON_", "TP_", "PP_",
                                     "DP_", "CP_", "EP_"};

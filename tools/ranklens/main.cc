@@ -80,7 +80,12 @@ struct ReplayOptions {
 // With --trace: the recording decides the world size, and a rank or world size that contradicts it is refused
 // here, before the job starts (the library would refuse it too, but only after the job's own start-up). The
 // recorded placement is reported: the replay runs as local rank 0 on this machine's GPU whatever it was.
-bool checkAgainstRecording(const ReplayOptions& o, int* worldSize) {
+// `restored` gets the recorded process's threading and CUDA variables (kRestoredVariables) that the caller's
+// environment does not set: a rank started alone, not by torchrun, would otherwise run, e.g., with every core as
+// OpenMP threads where torchrun gave it one.
+constexpr const char* kRestoredVariables[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_DEVICE_MAX_CONNECTIONS",
+                                              "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG"};
+bool checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std::string, std::string>* restored) {
   std::string rankDir, error;
   if (!ranklens::tools::resolveRankDirectory(o.trace, o.rank, &rankDir, &error)) {
     std::cerr << "error: --trace " << o.trace << ": " << error << "\n";
@@ -109,6 +114,15 @@ bool checkAgainstRecording(const ReplayOptions& o, int* worldSize) {
     return false;
   }
   if (*worldSize < 1) *worldSize = m.world_size;
+  for (const char* name : kRestoredVariables) {
+    auto recorded = m.env.find(name);
+    if (recorded != m.env.end() && getenv(name) == nullptr) (*restored)[name] = recorded->second;
+  }
+  if (!o.quiet && !restored->empty()) {
+    std::cerr << "ranklens: as recorded:";
+    for (const auto& [name, value] : *restored) std::cerr << " " << name << "=" << value;
+    std::cerr << " (set a variable to override it)\n";
+  }
   if (!o.quiet)
     std::cerr << "ranklens: recording " << rankDir << ": rank " << m.rank << " of " << m.world_size
               << (m.host.empty() ? std::string() : ", host " + m.host)
@@ -125,7 +139,8 @@ int runReplay(const ReplayOptions& o) {
     return 2;
   }
   int worldSize = o.worldSize;
-  if (!o.trace.empty() && !checkAgainstRecording(o, &worldSize)) return 2;
+  std::map<std::string, std::string> recordedEnv;
+  if (!o.trace.empty() && !checkAgainstRecording(o, &worldSize, &recordedEnv)) return 2;
   if (worldSize < 1 || o.rank < 0 || o.rank >= worldSize) {
     std::cerr << "error: --rank " << o.rank << " --world-size " << worldSize
               << ": need 0 <= rank < world size (e.g. --rank 3 --world-size 8; with --trace the world size is the "
@@ -145,6 +160,7 @@ int runReplay(const ReplayOptions& o) {
       // torch: no unique-id exchange through the store (there are no peers to send it).
       {"TORCH_NCCL_BCAST_UNIQUEID", "0"},
   };
+  env.insert(recordedEnv.begin(), recordedEnv.end());
   if (worldSize > 128) env["TORCH_NCCL_RANKS_PER_ROOT"] = std::to_string(worldSize);
   if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();
   if (!o.fill.empty()) env["RANKLENS_FILL"] = o.fill;
