@@ -58,6 +58,8 @@ def parse_args(argv=None):
     p.add_argument("--parts", default="history,heldout,whatif", help="comma list (default: %(default)s)")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "results", "estimator", "estimator_torch.json"))
     p.add_argument("--work", default="/tmp/ranklens-estimator", help="logs, traces, history")
+    p.add_argument("--history", help="an existing history file for the heldout and whatif parts (then leave out "
+                                     "the history part); default: the one the history part builds under --work")
     p.add_argument("--timeout", type=float, default=200, help="seconds per run (default: %(default)s)")
     args = p.parse_args(argv)
     args.lib, args.ranklens, args.json = map(os.path.abspath, (args.lib, args.ranklens, args.json))
@@ -80,7 +82,7 @@ class EstimatorBench:
         self.doc = self.rf.doc
         self.doc.update({"checks": [], "targets": {"leave_one_run_out_median": 0.05, "estimated_step_time": 0.025,
                                                    "what_if_step_time": 0.03}})
-        self.history = os.path.join(args.work, "cluster.hist")
+        self.history = os.path.abspath(args.history) if args.history else os.path.join(args.work, "cluster.hist")
         self.traces: dict[str, str] = {}
         self.real: dict[str, list[dict]] = {}  # name -> per run {rank: median step ms}
 
@@ -104,6 +106,8 @@ class EstimatorBench:
         return res
 
     def part_history(self):
+        if self.args.history:
+            raise RuntimeError("--history names an existing history: leave the history part out (--parts)")
         for name, cfg in HISTORY.items():
             self.record(name, cfg)
         if os.path.exists(self.history):
