@@ -40,8 +40,14 @@ run() {  # name, rank, command...
   else
     grep -q '"all_finite": true' "$OUT/$name.log" && finite=yes
   fi
-  echo "CHECK $name rank $rank of 64: rc $rc, finite $finite, $((SECONDS - start)) s -> $([[ $rc == 0 && $finite == yes ]] && echo PASS || echo FAIL)" | tee -a "$OUT/checks.txt"
-  [[ $rc == 0 && $finite == yes ]] || failures=$((failures + 1))
+  # Steps actually taken: the adapter marks every optimizer step in the replay trace ("N stage markers" in the
+  # launcher's summary). Exit 0 alone is not enough: a Megatron rank that skips training exits 0 too.
+  local steps
+  steps=$(grep -oE "[0-9]+ stage markers" "$OUT/$name.log" | tail -1 | grep -oE "^[0-9]+")
+  local ok=no
+  [[ $rc == 0 && $finite == yes && ${steps:-0} -ge $STEPS ]] && ok=yes
+  echo "CHECK $name rank $rank of 64: rc $rc, finite $finite, optimizer steps ${steps:-0} of $STEPS, $((SECONDS - start)) s -> $([[ $ok == yes ]] && echo PASS || echo FAIL)" | tee -a "$OUT/checks.txt"
+  [[ $ok == yes ]] || failures=$((failures + 1))
 }
 for what in "${@:-megatron zero3}"; do
   for w in $what; do

@@ -303,3 +303,38 @@ def test_deepspeed_rank0_checks_are_waived_in_structure_replay_only(tmp_path):
     for fidelity in ("timing", "value"):  # the recorded values arrive: the check stays real
         r = run(code, extra_path=[str(tmp_path)], RANKLENS_MODE="replay", RANKLENS_FIDELITY=fidelity)
         assert r.returncode != 0 and "Detected a disagreement on list length" in r.stderr, r.stderr
+
+
+def test_megatron_data_flags_as_rank0_decides_in_structure_replay_only(tmp_path):
+    training = tmp_path / "megatron" / "training"
+    training.mkdir(parents=True)
+    for d in (tmp_path / "megatron", training):
+        (d / "__init__.py").write_text("")
+    (training / "training.py").write_text(textwrap.dedent("""
+        import argparse
+        ARGS = argparse.Namespace(train_iters=5, skip_train=False, eval_iters=0, full_validation=False)
+        BROADCASTS = []
+        def get_args():
+            return ARGS
+        def build_train_valid_test_data_iterators(provider):
+            BROADCASTS.append("flags")  # tensor-parallel rank 1: its own zeros come back
+            ARGS.do_train, ARGS.do_valid, ARGS.do_test = 0, 0, 0
+            return "train", "valid", "test"
+        def pretrain():
+            return build_train_valid_test_data_iterators(None)
+    """))
+    code = """
+        from megatron.training import training
+        from ranklens import adapter
+        print("ITERATORS", training.pretrain(), "BROADCASTS", training.BROADCASTS)
+        a = training.ARGS
+        print("FLAGS", bool(a.do_train), bool(a.do_valid), bool(a.do_test), adapter.state()["megatron_flags_set"])
+    """
+    r = run(code, extra_path=[str(tmp_path)], RANKLENS_MODE="replay", RANKLENS_FIDELITY="structure")
+    assert r.returncode == 0, r.stderr
+    assert "ITERATORS ('train', 'valid', 'test') BROADCASTS ['flags']" in r.stdout
+    assert "FLAGS True False False 1" in r.stdout  # eval_iters 0: rank 0 would not validate either
+    assert "do_train set as rank 0 would broadcast them" in r.stderr
+    r = run(code, extra_path=[str(tmp_path)], RANKLENS_MODE="replay", RANKLENS_FIDELITY="value")
+    assert r.returncode == 0, r.stderr
+    assert "FLAGS False False False 0" in r.stdout  # recorded flags arrive at value fidelity: left alone

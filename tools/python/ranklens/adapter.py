@@ -22,6 +22,11 @@ RANKLENS_ADAPTER=1. It never imports torch itself: its work is attached to the m
   sentinels). Alone, nothing brings rank 0's values, so the check would stop every rank != 0. The broadcasts still
   run (the communication structure is kept); only the disagreement error is waived, with one note. At timing and
   value fidelity the recorded values arrive and the check is real.
+* megatron.training.training imported, in structure replay: Megatron broadcasts its do_train/do_valid/do_test flags
+  from rank 0, and only tensor-parallel rank 0 builds the data loaders. Alone, a rank != 0 receives its own zeros
+  and skips training. The broadcast still runs; afterwards a flag still off is set to what rank 0 decides from the
+  arguments (do_train: train_iters > 0 and not skip_train; do_valid/do_test: full_validation or eval_iters > 0).
+  At timing and value fidelity the recorded flags arrive.
 * RANKLENS_ADAPTER_MARKS=all: also the first forward and the first backward of each step ("forward" / "backward"
   with the number of optimizer steps so far), from a global module forward pre-hook and a wrapper of
   torch.autograd.backward. Off by default: a global module hook takes every module call off torch's fast path, a
@@ -39,7 +44,7 @@ import os
 import sys
 
 _state = {"store": None, "optimizer_steps": 0, "forward_marks": 0, "backward_marks": 0, "marks_failed": 0,
-          "deepspeed_checks_waived": 0, "gloo_standins": 0, "installed": False, "errors": []}
+          "deepspeed_checks_waived": 0, "megatron_flags_set": 0, "gloo_standins": 0, "installed": False, "errors": []}
 _marked_in_step = {"forward": -1, "backward": -1}  # the optimizer step whose phase was last marked
 
 
@@ -250,6 +255,34 @@ def _after_deepspeed_zero_utils(module) -> None:
             setattr(module, name, tolerant(getattr(module, name)))
 
 
+def _after_megatron_training(module) -> None:
+    """Structure replay only: the data flags rank 0 would broadcast (see the top)."""
+    original = getattr(module, "build_train_valid_test_data_iterators", None)
+    get_args = getattr(module, "get_args", None)
+    if not callable(original) or not callable(get_args):
+        _say("warning: megatron.training.training has no build_train_valid_test_data_iterators/get_args: a rank "
+             "that is not tensor-parallel rank 0 may skip training in this structure replay")
+        return
+
+    @functools.wraps(original)
+    def build_train_valid_test_data_iterators(*args, **kwargs):
+        result = original(*args, **kwargs)  # Megatron's own broadcast of rank 0's flags runs here
+        a = get_args()
+        wanted = {"do_train": bool((getattr(a, "train_iters", 0) or 0) > 0 and not getattr(a, "skip_train", False)),
+                  "do_valid": bool(getattr(a, "full_validation", False) or (getattr(a, "eval_iters", 0) or 0) > 0)}
+        wanted["do_test"] = wanted["do_valid"]
+        changed = [name for name, value in wanted.items() if value and not getattr(a, name, False)]
+        for name in changed:
+            setattr(a, name, True)
+        if changed:
+            _state["megatron_flags_set"] += 1
+            _say(f"structure replay: Megatron's {', '.join(changed)} set as rank 0 would broadcast them (its "
+                 "flags are not recorded in a structure replay; docs/frameworks.md)")
+        return result
+
+    module.build_train_valid_test_data_iterators = build_train_valid_test_data_iterators
+
+
 def _mark_phase_once(phase: str) -> None:
     step = _state["optimizer_steps"]
     if _marked_in_step[phase] != step:
@@ -332,6 +365,7 @@ def install() -> None:
     hooks = {"torch.distributed": _after_distributed, "torch.optim.optimizer": _after_optimizer}
     if os.environ.get("RANKLENS_MODE") == "replay" and os.environ.get("RANKLENS_FIDELITY", "structure") == "structure":
         hooks["deepspeed.runtime.zero.utils"] = _after_deepspeed_zero_utils
+        hooks["megatron.training.training"] = _after_megatron_training
     if os.environ.get("RANKLENS_ADAPTER_MARKS") == "all":
         hooks.update({"torch.nn.modules.module": _after_module, "torch.autograd": _after_autograd})
     for name, callback in list(hooks.items()):
