@@ -68,6 +68,12 @@ void printReplayCounters(const std::string& rankDir) {
             << " ms in " << get("replay_holds") << " holds; calling thread held " << get("replay_host_held_ns") / 1e6
             << " ms" << (reader->manifest().gpu_name.empty() ? " (host device: GPU time accounted, not waited)" : "")
             << "\n";
+  // A program that stops early (e.g. a rank that skipped training on a flag it did not receive) still exits 0.
+  const unsigned long long recorded = get("replay_recorded_calls"), matched = get("replay_calls_matched");
+  if (recorded > 0 && matched < recorded)
+    std::cout << "warning: " << recorded - matched << " of the " << recorded
+              << " recorded calls were not replayed: the program ended early or took another path (the first "
+                 "divergence is in the comparison below)\n";
 }
 
 struct ReplayOptions {
