@@ -57,6 +57,11 @@ std::string writeRecording() {
 
 struct Fixture {
   std::unique_ptr<Recording> recording;
+  void open() {
+    std::string error;
+    recording = Recording::open(writeRecording(), -1, &error);
+    ASSERT_NE(recording, nullptr) << error;
+  }
   std::atomic<int> allocations{0}, frees{0};
   PayloadPrefetcher::Alloc alloc() {
     return [this](size_t bytes) {
@@ -84,9 +89,7 @@ void expectPayload(PayloadPrefetcher& p, const RecordedCall* call, int i, std::f
 
 TEST(PayloadPrefetcher, InOrderWithASmallArenaEvictionAndAnOversizedPayload) {
   Fixture f;
-  std::string error;
-  f.recording = Recording::open(writeRecording(), -1, &error);
-  ASSERT_NE(f.recording, nullptr) << error;
+  ASSERT_NO_FATAL_FAILURE(f.open());
   const auto& order = f.recording->payloadOrder();
   ASSERT_EQ(order.size(), static_cast<size_t>(kPayloads));
   PayloadPrefetcher::Options options;
@@ -109,9 +112,7 @@ TEST(PayloadPrefetcher, InOrderWithASmallArenaEvictionAndAnOversizedPayload) {
 
 TEST(PayloadPrefetcher, SkippedAndOutOfOrderCalls) {
   Fixture f;
-  std::string error;
-  f.recording = Recording::open(writeRecording(), -1, &error);
-  ASSERT_NE(f.recording, nullptr) << error;
+  ASSERT_NO_FATAL_FAILURE(f.open());
   const auto& order = f.recording->payloadOrder();
   PayloadPrefetcher::Options options;
   options.arenaBytes = 1 << 20;
@@ -131,9 +132,7 @@ TEST(PayloadPrefetcher, SkippedAndOutOfOrderCalls) {
 
 TEST(PayloadPrefetcher, MaxPayloadBytesKeepsOnlyTheSmallOnes) {
   Fixture f;
-  std::string error;
-  f.recording = Recording::open(writeRecording(), -1, &error);
-  ASSERT_NE(f.recording, nullptr) << error;
+  ASSERT_NO_FATAL_FAILURE(f.open());
   const auto& order = f.recording->payloadOrder();
   PayloadPrefetcher::Options options;
   options.arenaBytes = 1 << 20;
