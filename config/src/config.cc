@@ -30,6 +30,7 @@ constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "ignore"};
 constexpr const char* kTimingSourceNames[] = {"recorded", "estimated"};
+constexpr const char* kEstimateTargetNames[] = {"observed", "transfer"};
 
 constexpr const char* kConfigVar = "RANKLENS_CONFIG";
 // Read by other modules (record mode, launcher); listed so they are not reported as typos.
@@ -514,6 +515,12 @@ const KeyDesc kKeys[] = {
      "on_mismatch: estimate; empty: the replayed recording's own timed calls",
      [](const Input& in, Settings& s) { return parseString(in, s.history); },
      [](const Settings& s) { return s.history; }},
+    {"estimate_target", "RANKLENS_ESTIMATE_TARGET", "observed",
+     "replay: what an estimated duration stands for: observed (what a rank measured, its waits for peers "
+     "included) or transfer (the collective's own time, the shortest over the job's ranks; from a history built "
+     "by this version)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kEstimateTargetNames, s.estimate_target); },
+     [](const Settings& s) { return std::string(toString(s.estimate_target)); }},
     {"hold_blocks", "RANKLENS_HOLD_BLOCKS", "1",
      "replay (completion: kernel): SMs each hold kernel occupies; 1 leaves the rest to compute, more (e.g. NCCL's "
      "channel count) reproduce the slowdown of compute that overlaps communication",
@@ -738,6 +745,7 @@ const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }
 const char* toString(TimingSource v) { return enumName(v, kTimingSourceNames); }
+const char* toString(EstimateTarget v) { return enumName(v, kEstimateTargetNames); }
 
 }  // namespace config
 }  // namespace ranklens

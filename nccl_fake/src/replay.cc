@@ -166,7 +166,11 @@ Session* load() {
     } else if (m.mode == "record" && !ranklens::timing::addRecordedRun(*s->recording, &s->history, &historyError)) {
       WARN("replay: estimates use a fixed model: %s", historyError.c_str());
     }
-    s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, ranklens::timing::Estimator::Options{});
+    ranklens::timing::Estimator::Options estimates;
+    estimates.target = st.estimate_target == ranklens::config::EstimateTarget::kTransfer
+                           ? ranklens::timing::EstimateTarget::kTransfer
+                           : ranklens::timing::EstimateTarget::kObserved;
+    s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, estimates);
     s->localWorldSize = ranklens::timing::localWorldSize(m);
     auto& device = rt.device();
     if (s->fidelity != Fidelity::kStructure) s->calibration = device.calibrate();

@@ -46,7 +46,8 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
                                            "payload_comms", "payload_steps", "payload_seqs", "staging_bytes",
                                            "staging_full", "replay_trace", "on_mismatch", "completion",
-                                           "host_time", "timing", "history", "hold_blocks", "resync_window", "prefetch_bytes", "break_at"};
+                                           "host_time", "timing", "history", "estimate_target",
+                                           "hold_blocks", "resync_window", "prefetch_bytes", "break_at"};
 
 void expectDefaults(const Settings& s) {
   EXPECT_EQ(s.mode, Mode::kReplay);
@@ -69,6 +70,18 @@ TEST(ConfigDefaults, EmptyYamlGivesDefaults) {
   EXPECT_TRUE(r.error.empty());
   EXPECT_TRUE(r.warnings.empty());
   expectDefaults(r.settings);
+}
+
+TEST(ConfigEnums, EstimateTargetFromEnvAndYaml) {
+  LoadResult r = fromEnv({{"RANKLENS_ESTIMATE_TARGET", "transfer"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.estimate_target, EstimateTarget::kTransfer);
+  r = fromYaml("estimate_target: observed\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.estimate_target, EstimateTarget::kObserved);
+  r = fromYaml("estimate_target: shortest\n");
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("expected one of observed|transfer"), std::string::npos) << r.error;
 }
 
 TEST(ConfigDefaults, CommentOnlyYamlGivesDefaults) {
@@ -272,7 +285,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
   EXPECT_EQ(r.error,
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
-            "payload_seqs, staging_bytes, staging_full, replay_trace, on_mismatch, completion, host_time, timing, history, hold_blocks, "
+            "payload_seqs, staging_bytes, staging_full, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
             "resync_window, "
             "prefetch_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
@@ -562,10 +575,13 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
                                          "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL",
                                          "RANKLENS_REPLAY_TRACE", "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
-                                         "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY", "RANKLENS_HOLD_BLOCKS", "RANKLENS_RESYNC_WINDOW", "RANKLENS_PREFETCH_BYTES", "RANKLENS_BREAK_AT"};
+                                         "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
+                                         "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_RESYNC_WINDOW",
+                                         "RANKLENS_PREFETCH_BYTES", "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip",
-                                             "", "error", "kernel", "replay", "recorded", "", "1", "64", "512MiB", ""};
+                                             "", "error", "kernel", "replay", "recorded", "", "observed", "1", "64",
+                                             "512MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
     EXPECT_EQ(rows[i].env, envs[i]);

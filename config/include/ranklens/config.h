@@ -29,6 +29,8 @@ enum class OnMismatch { kError, kWarn, kEstimate };
 enum class Completion { kKernel, kHostCallback };
 // Replay: where a call's duration comes from.
 enum class TimingSource { kRecorded, kEstimated };
+// Replay: which duration an estimate stands for (timing::EstimateTarget).
+enum class EstimateTarget { kObserved, kTransfer };
 // Replay: whether a call keeps the calling thread as long as the recorded call did.
 enum class HostTime { kReplay, kIgnore };
 
@@ -73,6 +75,7 @@ struct Settings {
   HostTime host_time = HostTime::kReplay;
   TimingSource timing = TimingSource::kRecorded;
   std::string history;                      // duration history (ranklens history build) for estimates
+  EstimateTarget estimate_target = EstimateTarget::kObserved;
   int hold_blocks = 1;                      // thread blocks (SMs) each hold kernel occupies
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
@@ -114,6 +117,7 @@ const char* toString(OnMismatch);
 const char* toString(Completion);
 const char* toString(HostTime);
 const char* toString(TimingSource);
+const char* toString(EstimateTarget);
 
 }  // namespace config
 }  // namespace ranklens
