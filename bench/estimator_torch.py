@@ -8,7 +8,8 @@ and a bucket-size what-if.
              from them with `ranklens history build`. `ranklens estimate eval` gives leave-one-call-out and
              leave-one-run-out errors per op and size class (target: leave-one-run-out median <= 5%).
 2. Held out  Record --heldout (a configuration not in the history: DDP, bucket 40, micro-batch 6) and replay every
-             rank with `timing: estimated` and the history: no recorded duration is used. Median step time vs the
+             rank with `timing: estimated` and the history, once per --targets (estimate_target observed: durations
+             with waits; transfer: the collective's own time): no recorded duration is used. Median step time vs the
              real run's same rank (target 2.5%).
 3. What-if   Replay the history's DDP bucket-25 recording running the script with --bucket-mb 100 instead
              (on_mismatch: estimate, history above, payload_max_bytes 0: no recorded control values) and compare with a real bucket-100 run (recorded, not in the
@@ -58,6 +59,8 @@ def parse_args(argv=None):
     p.add_argument("--parts", default="history,heldout,whatif", help="comma list (default: %(default)s)")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "results", "estimator", "estimator_torch.json"))
     p.add_argument("--work", default="/tmp/ranklens-estimator", help="logs, traces, history")
+    p.add_argument("--targets", default="observed,transfer",
+                   help="estimate_target values the held-out part replays with, one replay each (default: %(default)s)")
     p.add_argument("--history", help="an existing history file for the heldout and whatif parts (then leave out "
                                      "the history part); default: the one the history part builds under --work")
     p.add_argument("--timeout", type=float, default=200, help="seconds per run (default: %(default)s)")
@@ -157,9 +160,12 @@ class EstimatorBench:
         trace = self.record(name, cfg)
         for i in range(1, self.args.real_repeats):
             self.record(name, cfg, run_name=f"{name}-again{i}")
-        rep = self.replay(f"{name}-estimated", trace, cfg,
-                          {"RANKLENS_TIMING": "estimated", "RANKLENS_HISTORY": self.history})
-        self.compare_steps("estimated_timing", name, rep, {"config": name}, 0.025)
+        for target in self.args.targets.split(","):
+            rep = self.replay(f"{name}-estimated-{target}", trace, cfg,
+                              {"RANKLENS_TIMING": "estimated", "RANKLENS_HISTORY": self.history,
+                               "RANKLENS_ESTIMATE_TARGET": target})
+            self.compare_steps(f"estimated_timing[{target}]", name, rep, {"config": name, "estimate_target": target},
+                               0.025)
 
     def part_whatif(self):
         recorded, (target, cfg) = WHAT_IF
