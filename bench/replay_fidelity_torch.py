@@ -3,11 +3,13 @@
 """Replay fidelity on the GPU machines: record a 2-GPU torch job, replay every rank alone on one GPU, compare.
 
 For each parallel mode (DDP, FSDP2; examples/torch/train_gpt.py):
-(a) timing  Record GPT-2-small (124M, bf16) on --nproc GPUs with `ranklens record` (payloads: small), --steps steps,
-            every step marked. Replay each rank with `ranklens replay --fidelity timing --trace <recording>` on
-            one GPU (rank r on GPU r % visible GPUs, all ranks at once; each replay sees one GPU). Reported per rank:
-            the raw signature match (the replay's counters: every call matched, no mismatch, as many calls as
-            recorded) and the median step time over steps --warmup..end, replay vs the recorded run's same rank.
+(a) timing  Record --model (GPT-2-small, 124M, bf16; or gpt2-medium) on --nproc GPUs with `ranklens record`
+            (payloads: small), --steps steps, every step marked. Replay each rank with `ranklens replay --fidelity
+            timing --trace <recording>` on one GPU (rank r on GPU r % visible GPUs, all ranks at once; each replay
+            sees one GPU). Reported per rank: the raw signature match (the replay's counters: every call matched, no
+            mismatch, as many calls as recorded) and the median step time over steps --warmup..end, replay vs the
+            recorded run's same rank; with --repeats N, N record/replay pairs interleaved and the medians over runs
+            compared (the real step time of one configuration moves between runs).
 (b) value   Record the smaller default model with --deterministic, payloads: all (staging_full: wait) and
             --save-params; replay each rank with --fidelity value --deterministic --save-params; every parameter
             tensor of the replayed rank must be torch.equal to that rank's in the real run.
@@ -18,6 +20,9 @@ logs, traces and parameters under --work.
 Example (2-GPU machine, repository root; about 6 minutes):
     RANKLENS_COMMIT=<sha> /opt/torch/.venv/bin/python bench/replay_fidelity_torch.py \\
         --lib .carry/lib/libnccl.so.2 --json $OUT/replay_fidelity_torch.json
+Beyond 2 GPUs (issue #9; the layout is a parameter), e.g. on 8 GPUs:
+    ... --nproc 8 --modes fsdp2,megatron-tp2pp2dp2 --model gpt2-medium --checks timing,value --repeats 3
+and on 4: --nproc 4 --modes fsdp2,megatron-tp2dp2.
 Exit status: 0 when every check passed, 1 otherwise, 2 for bad usage.
 """
 
@@ -44,7 +49,19 @@ TRAIN_PARALLEL = "examples/torch/train_parallel.py"  # tp, tp-dp, pp
 
 DEEPSPEED = "examples/deepspeed/train_zero.py"  # zero2, zero3
 MEGATRON = "examples/megatron/run_gpt.sh"       # megatron-tp2, megatron-pp2, megatron-dp2
-MEGATRON_LAYOUT = {"tp2": ["--tp", "2"], "pp2": ["--pp", "2"], "dp2": []}
+
+
+def megatron_layout(mode: str, nproc: int) -> list[str]:
+    """megatron-tp2, -pp2, -dp2, -tp2pp2, -tp2dp2, -tp2pp2dp2, ...: run_gpt.sh's --tp/--pp; DP is what is left of
+    --nproc (a dp given must agree with it)."""
+    m = re.fullmatch(r"megatron-(?:tp(\d+))?(?:pp(\d+))?(?:dp(\d+))?", mode)
+    if not m or not any(m.groups()):
+        raise SystemExit(f"bad Megatron mode {mode!r}: megatron-tp<T>pp<P>dp<D>, each part optional (e.g. tp2pp2)")
+    tp, pp = int(m.group(1) or 1), int(m.group(2) or 1)
+    if nproc % (tp * pp) or (m.group(3) and tp * pp * int(m.group(3)) != nproc):
+        raise SystemExit(f"{mode}: TP {tp} x PP {pp}{f' x DP {m.group(3)}' if m.group(3) else ''} does not fit "
+                         f"--nproc {nproc}")
+    return ["--tp", str(tp), "--pp", str(pp)]
 
 
 def script_for(mode: str) -> str:
@@ -54,7 +71,7 @@ def script_for(mode: str) -> str:
 def job_argv(a, mode: str, train: list[str], one_rank: bool) -> list[str]:
     """The job's command: under torchrun for the recording, one process (`one_rank`) for `ranklens replay`."""
     if mode.startswith("megatron-"):
-        return ["bash", MEGATRON, a.megatron, *MEGATRON_LAYOUT[mode.split("-", 1)[1]], "--nproc", str(a.nproc),
+        return ["bash", MEGATRON, a.megatron, *megatron_layout(mode, a.nproc), "--nproc", str(a.nproc),
                 *train, *(["--one-rank"] if one_rank else [])]
     if mode in ("zero2", "zero3"):
         script, own = DEEPSPEED, ["--zero-stage", mode[-1]]
@@ -70,6 +87,9 @@ def megatron_losses(log_path: str) -> list[float]:
     return [float(m) for m in re.findall(r"lm loss: ([0-9.Ee+-]+)", lib.read_text(log_path))]
 SURVIVOR = os.path.join(REPO, "scripts", "survivor.py")
 GPT2_SMALL = ["--d-model", "768", "--layers", "12", "--heads", "12", "--vocab", "50304", "--seq-len", "1024"]
+MODELS = {"gpt2-small": GPT2_SMALL,  # 124M
+          "gpt2-medium": ["--d-model", "1024", "--layers", "24", "--heads", "16", "--vocab", "50304",
+                          "--seq-len", "1024"]}  # 350M
 
 
 def parse_args(argv=None):
@@ -79,8 +99,14 @@ def parse_args(argv=None):
     p.add_argument("--nproc", type=int, default=2, help="GPUs of the recorded job (default: %(default)s)")
     p.add_argument("--modes", default="ddp,fsdp2",
                    help="comma list of ddp, fsdp2 (train_gpt.py), tp, tp-dp, pp (train_parallel.py), zero2, zero3 "
-                        "(DeepSpeed, examples/deepspeed), megatron-tp2, megatron-pp2, megatron-dp2 (Megatron-LM, "
-                        "examples/megatron; --megatron) (default: %(default)s)")
+                        "(DeepSpeed, examples/deepspeed), megatron-tp<T>pp<P>dp<D> with any parts, e.g. megatron-tp2, "
+                        "megatron-pp2, megatron-dp2, megatron-tp2pp2dp2 (Megatron-LM, examples/megatron; --megatron; "
+                        "DP is what --nproc leaves) (default: %(default)s)")
+    p.add_argument("--model", choices=sorted(MODELS), default="gpt2-small",
+                   help="model of the timing runs of the GPT examples, not Megatron's (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="timing: record and replay this many times, interleaved; the error is between the medians "
+                        "over runs of the real and the replayed median step times (default: %(default)s)")
     p.add_argument("--megatron", default="/tmp/mlm", help="Megatron-LM checkout (default: %(default)s)")
     p.add_argument("--checks", default="timing,value", help="comma list of timing, value (default: %(default)s)")
     p.add_argument("--steps", type=int, default=25, help="steps of the timing runs (default: %(default)s)")
@@ -230,41 +256,63 @@ class Bench:
             self.log.say(f"ranklens compare rank {rank}: rc {res.returncode}, {res.stderr.strip()[:300]}")
             return {}
 
+    def timing_of(self, rec: dict, rep: dict, trace: str, calls: dict, rank: int) -> dict:
+        """One recorded run and its replay, one rank: median step times (after --warmup) and signatures."""
+        a = self.args
+        real = (rec["results"].get(rank) or {}).get("step_ms")
+        replay = ((rep["ranks"][rank].get("result")) or {}).get("step_ms")
+        # The script's own step times where it prints them (RESULT); else (Megatron prints one rank's iteration
+        # time) the adapter's step markers in both traces, through `ranklens compare`.
+        markers = self.compare_steps(trace, rep["trace"], rank)
+        source = "script"
+        if not (real and replay) and markers.get("median_recorded_ns") and markers.get("median_replayed_ns"):
+            source = "step markers"
+            real = [s["recorded_ns"] / 1e6 for s in markers["per_step"]]
+            replay = [s["replayed_ns"] / 1e6 for s in markers["per_step"]]
+            m_real, m_rep = statistics.median(real), statistics.median(replay)
+        else:
+            m_real, m_rep = median_after(real, a.warmup), median_after(replay, a.warmup)
+            real, replay = (real or [])[a.warmup:], (replay or [])[a.warmup:]
+        per_step = [(y - x) / x for x, y in zip(real, replay)]
+        sig_ok, sig = lib.replay_signature_ok(rep["ranks"][rank], calls.get(rank))
+        return {"step_times": source, "median_step_ms_real": m_real, "median_step_ms_replay": m_rep,
+                "median_step_error": (m_rep - m_real) / m_real if m_real and m_rep else None,
+                "marker_median_step_error": markers.get("median_relative_error"),
+                "median_abs_per_step_error": statistics.median([abs(e) for e in per_step]) if per_step else None,
+                "signature_match": sig_ok, "signature": sig, "counters": rep["ranks"][rank].get("counters")}
+
     def timing(self, mode: str):
         a = self.args
         train = ["--steps", str(a.steps)] if mode.startswith("megatron-") else \
-            [*GPT2_SMALL, "--steps", str(a.steps), "--micro-batch", str(a.micro_batch)]
-        rec, trace = self.record(f"{mode}-timing", mode, "small", train)
-        self.doc.setdefault("sequence_problems", {})[f"{mode}-timing"] = self.sequence_problems(trace)
-        rep = self.replay_all(f"{mode}-timing", mode, "timing", trace, lambda r: train)
-        calls = lib.recorded_call_counts(trace, self.args.python)
-        for rank in range(a.nproc):
-            real = (rec["results"].get(rank) or {}).get("step_ms")
-            replay = ((rep["ranks"][rank].get("result")) or {}).get("step_ms")
-            # The script's own step times where it prints them (RESULT); else (Megatron prints one rank's
-            # iteration time) the adapter's step markers in both traces, through `ranklens compare`.
-            markers = self.compare_steps(trace, rep["trace"], rank)
-            source = "script"
-            if not (real and replay) and markers.get("median_recorded_ns") and markers.get("median_replayed_ns"):
-                source = "step markers"
-                real = [s["recorded_ns"] / 1e6 for s in markers["per_step"]]
-                replay = [s["replayed_ns"] / 1e6 for s in markers["per_step"]]
-                m_real, m_rep = statistics.median(real), statistics.median(replay)
-            else:
-                m_real, m_rep = median_after(real, a.warmup), median_after(replay, a.warmup)
-                real, replay = (real or [])[a.warmup:], (replay or [])[a.warmup:]
+            [*MODELS[a.model], "--steps", str(a.steps), "--micro-batch", str(a.micro_batch)]
+        per_rank: dict[int, list[dict]] = {rank: [] for rank in range(a.nproc)}
+        for i in range(a.repeats):  # record, replay, record, replay...: both see the machine's drift alike
+            name = f"{mode}-timing" + (f"-{i + 1}" if a.repeats > 1 else "")
+            rec, trace = self.record(name, mode, "small", train)
+            self.doc.setdefault("sequence_problems", {})[name] = self.sequence_problems(trace)
+            rep = self.replay_all(name, mode, "timing", trace, lambda r: train)
+            calls = lib.recorded_call_counts(trace, a.python)
+            for rank in range(a.nproc):
+                per_rank[rank].append(self.timing_of(rec, rep, trace, calls, rank))
+        for rank, runs in per_rank.items():
+            reals = [r["median_step_ms_real"] for r in runs if r["median_step_ms_real"]]
+            replays = [r["median_step_ms_replay"] for r in runs if r["median_step_ms_replay"]]
+            complete = len(reals) == len(replays) == len(runs)
+            m_real = statistics.median(reals) if complete else None
+            m_rep = statistics.median(replays) if complete else None
             err = (m_rep - m_real) / m_real if m_real and m_rep else None
-            per_step = [(y - x) / x for x, y in zip(real, replay)]
-            sig_ok, sig = lib.replay_signature_ok(rep["ranks"][rank], calls.get(rank))
-            check = {"check": "timing", "mode": mode, "rank": rank, "step_times": source,
+            sig_ok = all(r["signature_match"] for r in runs)
+            check = {"check": "timing", "mode": mode, "rank": rank, "model": a.model, "repeats": a.repeats,
+                     **(runs[0] if len(runs) == 1 else {"runs": runs}),
                      "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "median_step_error": err,
-                     "marker_median_step_error": markers.get("median_relative_error"),
-                     "median_abs_per_step_error": statistics.median([abs(e) for e in per_step]) if per_step else None,
-                     "signature_match": sig_ok, "signature": sig, "counters": rep["ranks"][rank].get("counters"),
+                     "signature_match": sig_ok,
                      "pass": bool(sig_ok and err is not None and abs(err) <= a.tolerance)}
             self.doc["checks"].append(check)
-            self.log.say(f"CHECK timing {mode} rank {rank}: real {m_real} ms, replay {m_rep} ms, error "
-                         f"{err if err is None else f'{err * 100:+.2f}%'}; signatures: {sig} -> "
+            errors = ", ".join("-" if r["median_step_error"] is None else f"{r['median_step_error'] * 100:+.2f}%"
+                               for r in runs)
+            self.log.say(f"CHECK timing {mode} rank {rank}: real {m_real} ms, replay {m_rep} ms (median over "
+                         f"{len(runs)} run(s); per run {errors}), error {err if err is None else f'{err * 100:+.2f}%'}"
+                         f"; signatures: {runs[-1]['signature']}{'' if sig_ok else ' (a run did not match)'} -> "
                          f"{'PASS' if check['pass'] else 'FAIL'}")
 
     def value(self, mode: str):
