@@ -1,12 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "ranklens/recording.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 namespace ranklens {
 namespace trace {
@@ -29,49 +25,6 @@ CallKey keyOf(uint64_t commId, int op, int peer, uint64_t seq) {
   return CallKey{commId, kind, kind == SeqKind::kCollective ? -1 : peer, seq};
 }
 
-bool isFile(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-// The rank directory named by `path`: itself when it holds a manifest, else its rank<rank> child, else its only
-// rank* child.
-bool resolveRankDir(const std::string& path, int rank, std::string* dir, std::string* error) {
-  if (isFile(path + "/manifest.msgpack")) {
-    *dir = path;
-    return true;
-  }
-  if (rank >= 0 && isFile(path + "/rank" + std::to_string(rank) + "/manifest.msgpack")) {
-    *dir = path + "/rank" + std::to_string(rank);
-    return true;
-  }
-  std::vector<std::string> ranks;
-  if (DIR* d = opendir(path.c_str())) {
-    while (dirent* e = readdir(d))
-      if (strncmp(e->d_name, "rank", 4) == 0 && isFile(path + "/" + e->d_name + "/manifest.msgpack"))
-        ranks.push_back(e->d_name);
-    closedir(d);
-  } else {
-    *error = path + ": cannot open the recorded trace (" + strerror(errno) + "); replay_trace must name a rank "
-             "directory or the trace root that holds rank<N> directories";
-    return false;
-  }
-  std::sort(ranks.begin(), ranks.end());
-  if (rank < 0 && ranks.size() == 1) {
-    *dir = path + "/" + ranks[0];
-    return true;
-  }
-  std::string list;
-  for (size_t i = 0; i < ranks.size() && i < 8; ++i) list += (i ? ", " : "") + ranks[i];
-  if (ranks.size() > 8) list += ", ...";
-  *error = path + ": " +
-           (rank >= 0 ? "no recording of rank " + std::to_string(rank) : std::string("no single rank directory")) +
-           (ranks.empty() ? std::string(" (and no rank<N> directory with a manifest)")
-                          : " (recorded: " + list + ")") +
-           "; replay a recorded rank (RANK / ranklens replay --rank) or name its directory in replay_trace";
-  return false;
-}
-
 }  // namespace
 
 struct Recording::Impl {
@@ -90,7 +43,10 @@ Recording::~Recording() = default;
 
 std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, std::string* error) {
   std::string dir;
-  if (!resolveRankDir(path, rank, &dir, error)) return nullptr;
+  if (!resolveRankDirectory(path, rank, &dir, error)) {
+    *error += "; replay a recorded rank (RANK / ranklens replay --rank) or name its directory in replay_trace";
+    return nullptr;
+  }
   std::unique_ptr<Recording> rec(new Recording());
   Impl& im = *rec->impl_;
   im.reader = TraceReader::open(dir, Limits{}, error);

@@ -432,5 +432,37 @@ std::vector<std::string> rankDirectories(const std::string& traceDir) {
   return out;
 }
 
+bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* reason) {
+  DIR* d = opendir(path.c_str());
+  if (d == nullptr) {
+    *reason = path + ": " + (errno == ENOTDIR ? std::string("not a directory") : strerror(errno));
+    return false;
+  }
+  closedir(d);
+  if (access((path + "/manifest.msgpack").c_str(), F_OK) == 0) {
+    *rankDir = path;
+    return true;
+  }
+  const std::string wanted = path + "/rank" + std::to_string(rank);
+  if (rank >= 0 && access((wanted + "/manifest.msgpack").c_str(), F_OK) == 0) {
+    *rankDir = wanted;
+    return true;
+  }
+  const std::vector<std::string> dirs = rankDirectories(path);
+  if (rank < 0 && dirs.size() == 1) {
+    *rankDir = dirs[0];
+    return true;
+  }
+  std::string list;
+  for (size_t i = 0; i < dirs.size() && i < 8; ++i) list += (i ? ", " : "") + dirs[i].substr(path.size() + 1);
+  if (dirs.size() > 8) list += ", ... (" + std::to_string(dirs.size()) + " in all)";
+  *reason = path + ": " +
+            (rank >= 0 ? "no recording of rank " + std::to_string(rank)
+                       : std::string(dirs.empty() ? "no rank directory" : "more than one rank directory")) +
+            (dirs.empty() ? std::string(" (and no rank<N> directory with a manifest.msgpack: is this a RankLens trace?)")
+                          : " (recorded: " + list + ")");
+  return false;
+}
+
 }  // namespace trace
 }  // namespace ranklens

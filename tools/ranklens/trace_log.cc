@@ -2,14 +2,12 @@
 #include "trace_log.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
 namespace ranklens {
 namespace tools {
 
-namespace fs = std::filesystem;
 
 bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error) {
   auto reader = trace::TraceReader::open(rankDir, trace::Limits{}, error);
@@ -44,31 +42,9 @@ void warnAboutDamage(const EventLog& log, const std::string& consequence, std::o
 }
 
 bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* error) {
-  if (!fs::is_directory(path)) {
-    *error = path + ": not a directory";
-    return false;
-  }
-  if (fs::exists(fs::path(path) / "manifest.msgpack")) {
-    *rankDir = path;
-    return true;
-  }
-  if (rank >= 0) {
-    const std::string candidate = (fs::path(path) / ("rank" + std::to_string(rank))).lexically_normal().string();
-    if (!fs::exists(fs::path(candidate) / "manifest.msgpack")) {
-      *error = candidate + ": no manifest.msgpack (is rank " + std::to_string(rank) + " in this trace?)";
-      return false;
-    }
-    *rankDir = candidate;
-    return true;
-  }
-  const std::vector<std::string> dirs = trace::rankDirectories(path);
-  if (dirs.size() != 1) {
-    *error = path + (dirs.empty() ? ": no rank directory with a manifest.msgpack (is this a RankLens trace?)"
-                                  : ": holds " + std::to_string(dirs.size()) + " rank directories; pick one with --rank R");
-    return false;
-  }
-  *rankDir = fs::path(dirs[0]).lexically_normal().string();
-  return true;
+  if (trace::resolveRankDirectory(path, rank, rankDir, error)) return true;
+  if (rank < 0 && trace::rankDirectories(path).size() > 1) *error += "; pick one with --rank R";
+  return false;
 }
 
 StepMarks stepMarks(const EventLog& log) {

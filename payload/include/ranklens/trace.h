@@ -265,6 +265,10 @@ bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original,
 
 // The rank directories of a trace (a rank directory itself, or a directory of rank<R>/ directories).
 std::vector<std::string> rankDirectories(const std::string& traceDir);
+// The one rank directory a trace argument names: `path` itself when it holds a manifest, else its rank<rank> child
+// (rank >= 0), else its only rank directory (rank < 0). False with `reason` ("<path>: ..." with the ranks recorded)
+// otherwise; callers add the fix in their own terms.
+bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* reason);
 
 }  // namespace trace
 }  // namespace ranklens
