@@ -180,7 +180,8 @@ Session* load() {
       options.arenaBytes = st.prefetch_bytes;
       if (s->fidelity == Fidelity::kTiming) {
         options.maxPayloadBytes = s->controlPayloadBytes;
-        options.arenaBytes = std::min<uint64_t>(st.prefetch_bytes, std::max<uint64_t>(16ull << 20, 4 * s->controlPayloadBytes));
+        options.arenaBytes =
+            std::min<uint64_t>(st.prefetch_bytes, std::max<uint64_t>(16ull << 20, 4 * s->controlPayloadBytes));
       }
       options.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
       s->prefetcher = std::make_unique<ranklens::trace::PayloadPrefetcher>(

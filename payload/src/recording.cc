@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "ranklens/recording.h"
 
-
 #include <algorithm>
 
 namespace ranklens {

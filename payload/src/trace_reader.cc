@@ -459,7 +459,7 @@ bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDi
   *reason = path + ": " +
             (rank >= 0 ? "no recording of rank " + std::to_string(rank)
                        : std::string(dirs.empty() ? "no rank directory" : "more than one rank directory")) +
-            (dirs.empty() ? std::string(" (and no rank<N> directory with a manifest.msgpack: is this a RankLens trace?)")
+            (dirs.empty() ? std::string(" (no rank<N> directory with a manifest.msgpack: is this a RankLens trace?)")
                           : " (recorded: " + list + ")");
   return false;
 }
