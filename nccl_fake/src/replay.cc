@@ -391,7 +391,15 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   c.calls++;
   auto bound = s->bindingOf.find(info->comm->id);
   Session::Binding* binding = bound == s->bindingOf.end() ? nullptr : &bound->second;
-  if (binding != nullptr && !binding->called) rebindOnFirstCall(s, binding, *info, event, c.calls - 1);
+  if (binding != nullptr && !binding->called) {
+    const int64_t atCreation = binding->recordedId;
+    rebindOnFirstCall(s, binding, *info, event, c.calls - 1);
+    // Final now: the replay trace says which recorded communicator this one stands for (ranklens compare uses it).
+    Runtime::get().emit(ranklens::trace::RecordType::kCommBinding,
+                        ranklens::trace::CommBinding{info->comm->id, binding->recordedId,
+                                                     binding->recordedId == atCreation ? "creation" : "first call",
+                                                     monotonicNs()});
+  }
   const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info->op));
   const int peer = kind == SeqKind::kCollective ? -1 : info->root;
   const RecordedCall* match = nullptr;

@@ -27,6 +27,7 @@ const char* recordTypeName(RecordType type) {
     case RecordType::kTiming: return "Timing";
     case RecordType::kPayloadRef: return "PayloadRef";
     case RecordType::kEdit: return "Edit";
+    case RecordType::kCommBinding: return "CommBinding";
   }
   return "Unknown";
 }

@@ -197,6 +197,11 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
            {"user", r.user}, {"timeNs", r.timeNs}, {"op", r.op}, {"peer", r.peer}};
       return true;
     }
+    case tr::RecordType::kCommBinding: {
+      auto r = as<tr::CommBinding>(record);
+      j = {{"commId", r.commId}, {"recordedCommId", r.recordedCommId}, {"rule", r.rule}, {"timeNs", r.timeNs}};
+      return true;
+    }
   }
   return false;
 }

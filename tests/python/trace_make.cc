@@ -179,6 +179,7 @@ void writeRank(const std::string& dir, int rank) {
                                           1700000000000000000, collectives[3].op, -1});
   r.record(tr::RecordType::kEdit, tr::Edit{0, 1, "trace_make", "inject", "recv seq 1 replaced", "tester",
                                           1700000000000000001, static_cast<int>(ev::Op::kRecv), other});
+  r.record(tr::RecordType::kCommBinding, tr::CommBinding{1, 0, "first call", r.now++});
 
   if (rank == 1) {
     // Minor-version compatibility as a 1.0 reader sees it: a Call with only its first three fields (the rest take

@@ -119,6 +119,12 @@ TEST(ReplayRecording, ValueReplayRestoresEveryReceivedBufferBitForBit) {
   EXPECT_EQ(t.counter("replay_held_ns"), recordedHoldNs(recorded));
   EXPECT_EQ(t.counter("replay_holds"), recorded.timings.size());
   EXPECT_GT(t.counter("replay_held_ns"), 0u);
+  // Each communicator's binding, final at its first call, is in the replay trace (both kept their creation binding).
+  ASSERT_EQ(t.bindings.size(), 2u);
+  for (const auto& b : t.bindings) {
+    EXPECT_EQ(b.recordedCommId, static_cast<int64_t>(b.commId));
+    EXPECT_EQ(b.rule, "creation");
+  }
   // The split child was sized from the recording (no split table configured).
   ASSERT_EQ(t.comms.size(), 2u);
   EXPECT_EQ(t.comms[1].nranks, recorded.comms[1].nranks);

@@ -58,6 +58,7 @@ struct Trace {
   std::vector<ranklens::events::GroupEnd> groups;
   std::vector<ranklens::trace::GroupBegin> groupBegins;
   std::vector<ranklens::events::Stage> stages;
+  std::vector<ranklens::trace::CommBinding> bindings;
   std::unique_ptr<ranklens::trace::TraceReader> reader;
   uint64_t counter(const std::string& name) const {
     auto it = manifest.counters.find(name);
@@ -83,6 +84,7 @@ inline Trace readTrace(const std::string& dir) {
       case RecordType::kGroupEnd: t.groups.push_back(body.as<ranklens::events::GroupEnd>()); break;
       case RecordType::kGroupBegin: t.groupBegins.push_back(body.as<ranklens::trace::GroupBegin>()); break;
       case RecordType::kStage: t.stages.push_back(body.as<ranklens::events::Stage>()); break;
+      case RecordType::kCommBinding: t.bindings.push_back(body.as<ranklens::trace::CommBinding>()); break;
       default: ADD_FAILURE() << "unexpected record type " << static_cast<int>(type);
     }
     return true;

@@ -254,6 +254,7 @@ TEST(TraceRoundTrip, EveryRecordTypeEveryField) {
     ASSERT_TRUE(writer->append(RecordType::kStage, r.stages[1]));
     ASSERT_TRUE(writer->append(RecordType::kTiming, r.timings[1]));
     ASSERT_TRUE(writer->append(RecordType::kEdit, r.edit));
+    ASSERT_TRUE(writer->append(RecordType::kCommBinding, CommBinding{1, 0, "first call", 99}));
     ASSERT_TRUE(writer->append(RecordType::kCommEnd, r.end));
     ASSERT_TRUE(writer->close()) << writer->lastError();
   }
@@ -267,7 +268,7 @@ TEST(TraceRoundTrip, EveryRecordTypeEveryField) {
       RecordType::kCommInit, RecordType::kCommInit, RecordType::kGroupBegin, RecordType::kCall,
       RecordType::kCall,     RecordType::kGroupEnd, RecordType::kPayloadRef, RecordType::kTiming,
       RecordType::kStage,    RecordType::kPayloadRef, RecordType::kStage,    RecordType::kTiming,
-      RecordType::kEdit,     RecordType::kCommEnd};
+      RecordType::kEdit,     RecordType::kCommBinding, RecordType::kCommEnd};
   ASSERT_EQ(recs.size(), expectedTypes.size());
   for (size_t i = 0; i < recs.size(); ++i) {
     SCOPED_TRACE("record " + std::to_string(i));
@@ -287,7 +288,12 @@ TEST(TraceRoundTrip, EveryRecordTypeEveryField) {
   EXPECT_EQ(recs[10].as<Stage>(), r.stages[1]);
   EXPECT_EQ(recs[11].as<Timing>(), r.timings[1]);
   EXPECT_EQ(recs[12].as<Edit>(), r.edit);
-  EXPECT_EQ(recs[13].as<CommEnd>(), r.end);
+  const CommBinding binding = recs[13].as<CommBinding>();
+  EXPECT_EQ(binding.commId, 1u);
+  EXPECT_EQ(binding.recordedCommId, 0);
+  EXPECT_EQ(binding.rule, "first call");
+  EXPECT_EQ(binding.timeNs, 99);
+  EXPECT_EQ(recs[14].as<CommEnd>(), r.end);
 
   // PayloadRefs: the caller's fields as given, the storage fields filled in by the writer and true of the file.
   const std::vector<std::pair<PayloadRef, std::string>> sent = {{refA, payloadA}, {refB, payloadB}};

@@ -76,7 +76,7 @@ def _zstandard():
 
 FORMAT_NAME = "ranklens-trace"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 2
+FORMAT_MINOR = 3
 SEGMENT_MAGIC = 0x47534C52  # "RLSG"
 PAYLOAD_MAGIC = 0x59504C52  # "RLPY"
 FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserved
@@ -152,6 +152,7 @@ RECORD_TYPES: Dict[int, Tuple[str, List[Tuple[str, str, Any]]]] = {
                        ("peer", _I32, -1)]),
     9: ("Edit", [("commId", _U64, 0), ("seq", _U64, 0), ("tool", _S, ""), ("action", _S, ""), ("detail", _S, ""),
                  ("user", _S, ""), ("timeNs", _I64, 0), ("op", _I32, -1), ("peer", _I32, -1)]),
+    10: ("CommBinding", [("commId", _U64, 0), ("recordedCommId", _I64, -1), ("rule", _S, ""), ("timeNs", _I64, 0)]),
 }
 RECORD_NAMES = {code: name for code, (name, _) in RECORD_TYPES.items()}
 CALL, PAYLOAD_REF = 3, 8

@@ -39,19 +39,10 @@ bool sameSignature(const Call& a, const Call& b) {
          a.redop == b.redop;
 }
 
-// Each communicator's first call (submission order), if any, with its position among all calls.
-std::map<uint64_t, std::pair<const Call*, size_t>> firstCalls(const EventLog& log) {
-  std::map<uint64_t, std::pair<const Call*, size_t>> first;
-  for (size_t i = 0; i < log.calls.size(); ++i) first.emplace(log.calls[i].commId, std::make_pair(&log.calls[i], i));
-  return first;
-}
-
-// A replayed communicator stands for a recorded one when it has the same size, rank, creation call and (matched)
-// parent; among equals, creation order decides, which is what the replayed program repeats. A framework running one
-// rank alone may create a communicator another way (init instead of a split of a communicator that was never made):
-// as the replay library does, a replayed communicator whose first call starts a recorded communicator of the same
-// size and rank is matched to that one first: the one whose first call was at the same position in the program's
-// call order, else the first such (the same creation call preferred).
+// A replayed communicator stands for the recorded one its replay bound it to (CommBinding records, written by the
+// replay library once a binding is final). The others, and every communicator of a trace without such records
+// (a recording, or a replay from before format 1.3), pair by identity: the same size, rank, creation call and
+// (matched) parent, in creation order, which is what the same program repeats.
 CommMatching matchCommunicators(const EventLog& recorded, const EventLog& replayed) {
   auto byCreation = [](const EventLog& log) {
     std::vector<const CommInit*> comms;
@@ -62,26 +53,17 @@ CommMatching matchCommunicators(const EventLog& recorded, const EventLog& replay
   };
   const auto recordedComms = byCreation(recorded), replayedComms = byCreation(replayed);
   CommMatching matching;
-  const auto recordedFirst = firstCalls(recorded), replayedFirst = firstCalls(replayed);
-  for (const CommInit* rep : replayedComms) {
-    auto mine = replayedFirst.find(rep->commId);
-    if (mine == replayedFirst.end()) continue;
-    auto starts = [&](const CommInit* rec) {
-      auto theirs = recordedFirst.find(rec->commId);
-      return !matching.replayedOf.count(rec->commId) && rec->nranks == rep->nranks && rec->rank == rep->rank &&
-             theirs != recordedFirst.end() && sameSignature(*theirs->second.first, *mine->second.first);
-    };
-    auto samePosition = std::find_if(recordedComms.begin(), recordedComms.end(), [&](const CommInit* rec) {
-      return starts(rec) && recordedFirst.at(rec->commId).second == mine->second.second;
-    });
-    auto sameCreation = std::find_if(recordedComms.begin(), recordedComms.end(),
-                                     [&](const CommInit* rec) { return starts(rec) && rec->how == rep->how; });
-    auto any = samePosition != recordedComms.end()   ? samePosition
-               : sameCreation != recordedComms.end() ? sameCreation
-                                                     : std::find_if(recordedComms.begin(), recordedComms.end(), starts);
-    if (any == recordedComms.end()) continue;
-    matching.replayedOf[(*any)->commId] = rep->commId;
-    matching.recordedOf[rep->commId] = (*any)->commId;
+  auto known = [](const std::vector<const CommInit*>& comms, uint64_t id) {
+    return std::any_of(comms.begin(), comms.end(), [id](const CommInit* c) { return c->commId == id; });
+  };
+  for (const auto& b : replayed.bindings) {
+    if (b.recordedCommId < 0) continue;
+    const auto rec = static_cast<uint64_t>(b.recordedCommId);
+    if (!known(recordedComms, rec) || !known(replayedComms, b.commId) || matching.replayedOf.count(rec) ||
+        matching.recordedOf.count(b.commId))
+      continue;
+    matching.replayedOf[rec] = b.commId;
+    matching.recordedOf[b.commId] = rec;
   }
   for (const CommInit* rec : recordedComms) {
     if (matching.replayedOf.count(rec->commId)) continue;
@@ -534,7 +516,8 @@ CLI::App* addCompareCommand(CLI::App& app, CompareOptions* options) {
       "  ranklens compare /scratch/run42/rank3 /tmp/ranklens-1700000000-1234/rank3\n"
       "  ranklens compare /scratch/run42 /tmp/replay --rank 3 --warmup-steps 10 --json compare.json\n"
       "  ranklens compare rec/rank1 rep/rank1 --small-bytes 1048576 --quiet && echo same calls\n"
-      "Communicators match by creation order among those with the same size, rank, creation call and parent.\n"
+      "Communicators match as the replay bound them (its CommBinding records), else by creation order among those\n"
+      "with the same size, rank, creation call and parent.\n"
       "A call's signature is (communicator, op, datatype, count, root/peer, reduction); 'match' counts each\n"
       "signature min(recorded, replayed) times, over max(recorded calls, replayed calls). The first divergence\n"
       "walks each communicator's collectives and each peer's Send/Recv in sequence order. Step k lasts from the\n"

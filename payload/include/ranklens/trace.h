@@ -25,7 +25,7 @@ namespace ranklens {
 namespace trace {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 2;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs
+constexpr int kFormatMinor = 3;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
@@ -36,7 +36,7 @@ constexpr uint32_t kMaxFileIndex = 999999;      // file names carry 6 decimal di
 // Record types; the values are on disk and never reused. 1..5 are the virtual communication events of events.h.
 enum class RecordType : int {
   kCommInit = 1, kCommEnd = 2, kCall = 3, kGroupEnd = 4, kStage = 5, kGroupBegin = 6, kTiming = 7, kPayloadRef = 8,
-  kEdit = 9,
+  kEdit = 9, kCommBinding = 10,
 };
 const char* recordTypeName(RecordType type);
 
@@ -83,6 +83,15 @@ struct Edit {
   int64_t timeNs = 0;  // CLOCK_REALTIME
   int op = -1, peer = -1;  // identify the edited call (P2P sequences are per peer)
   MSGPACK_DEFINE_ARRAY(commId, seq, tool, action, detail, user, timeNs, op, peer)
+};
+
+// Replay traces: the recorded communicator a replayed one stands for, once final (at its first call).
+struct CommBinding {
+  uint64_t commId = 0;          // the replayed communicator
+  int64_t recordedCommId = -1;  // its counterpart in the recording
+  std::string rule;             // "creation": bound when created, kept; "first call": rebound by its first call
+  int64_t timeNs = 0;
+  MSGPACK_DEFINE_ARRAY(commId, recordedCommId, rule, timeNs)
 };
 
 struct Manifest {
