@@ -159,13 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
         engine.backward(loss)
         engine.step()
-        loss_value = loss.item()  # waits for this step's kernels
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        dt_ms = (time.perf_counter() - t0) * 1e3
-        losses.append(loss_value)
-        step_ms.append(dt_ms)
-        log(f"step {step} loss {loss_value:.6f} time_ms {dt_ms:.3f}")
+        train_gpt.finish_step(step, loss, t0, device, losses, step_ms, log)
     mark(args.steps)
 
     result = train_gpt.result_record(rank, world_size, parallel, losses, step_ms, n_params, device, args.steps)

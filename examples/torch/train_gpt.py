@@ -396,6 +396,18 @@ def step_marker(enabled: bool, prefix: str):
     return mark
 
 
+def finish_step(step: int, loss, t0: float, device, losses: list, step_ms: list, log) -> float:
+    """Ends a timed step (shared with examples/deepspeed): waits for its kernels, keeps and logs its loss and time."""
+    loss_value = loss.item()  # waits for this step's kernels
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    dt_ms = (time.perf_counter() - t0) * 1e3
+    losses.append(loss_value)
+    step_ms.append(dt_ms)
+    log(f"step {step} loss {loss_value:.6f} time_ms {dt_ms:.3f}")
+    return loss_value
+
+
 def result_record(rank: int, world_size: int, parallel: str, losses: list[float], step_ms: list[float],
                   n_params: int, device: torch.device, steps_requested: int) -> dict:
     """The RESULT line's fields (the benchmarks parse them)."""
@@ -497,16 +509,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
-        loss_value = loss.item()  # waits for this step's kernels
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        dt_ms = (time.perf_counter() - t0) * 1e3
-        losses.append(loss_value)
-        step_ms.append(dt_ms)
+        finish_step(step, loss, t0, device, losses, step_ms, log)
         if prof is not None and prof_range is None and step == p_stop - 1:
             prof.stop()
             prof_range = (p_start, p_stop)
-        log(f"step {step} loss {loss_value:.6f} time_ms {dt_ms:.3f}")
     mark(args.steps)
 
     result = result_record(rank, world_size, args.parallel, losses, step_ms, n_params, device, args.steps)

@@ -63,7 +63,12 @@ struct Session {
     bool called = false;  // it has issued a call: the binding is final (rebindOnFirstCall)
   };
   std::map<uint64_t, Binding> bindingOf;  // replayed comm id -> its recorded communicator
-  std::vector<bool> recordedTaken;        // per recorded comm (creation order)
+  // Whether a replayed communicator is bound to recorded communicator `recordedId` (a few dozen at most).
+  bool taken(uint64_t recordedId) const {
+    for (const auto& [replayed, b] : bindingOf)
+      if (b.recordedId == static_cast<int64_t>(recordedId)) return true;
+    return false;
+  }
   std::map<std::tuple<uint64_t, int, int>, int64_t> offsets;  // (replayed comm, kind, peer) -> recorded seq - replayed
   Counters counters;
   bool reportedFirst = false;
@@ -152,7 +157,6 @@ Session* load() {
            s->recording->directory().c_str(), m.mode.c_str());
     for (const auto& p : s->recording->problems())
       WARN("replay_trace: %s (records before it are replayed)", p.describe().c_str());
-    s->recordedTaken.assign(s->recording->comms().size(), false);
     std::string historyError;
     if (!st.history.empty()) {
       if (!ranklens::timing::loadHistory(st.history, &s->history, &historyError)) {
@@ -271,14 +275,12 @@ ncclResult_t onCommCreated(ncclComm* comm) {
   // splits a new group from the default one only when that one exists, e.g. DeepSpeed's eager init), any free
   // recorded communicator of the same size and rank. The first call may still rebind it (rebindOnFirstCall).
   for (const bool sameLineage : {true, false}) {
-    for (size_t i = 0; i < comms.size(); ++i) {
-      const auto& r = comms[i];
-      if (s->recordedTaken[i] || r.nranks != comm->nRanks || r.rank != comm->rank) continue;
+    for (const auto& r : comms) {
+      if (s->taken(r.commId) || r.nranks != comm->nRanks || r.rank != comm->rank) continue;
       if (sameLineage) {
         if ((r.how == "split" || r.how == "shrink") != split || r.parentId != recordedParent) continue;
         if (split && comm->how == "split" && r.color != comm->color) continue;
       }
-      s->recordedTaken[i] = true;
       s->bindingOf[comm->id].recordedId = static_cast<int64_t>(r.commId);
       s->counters.commsMatched++;
       INFO(kSubInit | kSubRanklens, "replay: comm %lu (%s, rank %d of %d) matches recorded %s%s",
@@ -290,7 +292,7 @@ ncclResult_t onCommCreated(ncclComm* comm) {
   s->counters.commsUnmatched++;
   std::string recorded;
   for (size_t i = 0; i < comms.size() && i < 8; ++i)
-    if (!s->recordedTaken[i]) recorded += "\n    " + describeComm(comms[i]);
+    if (!s->taken(comms[i].commId)) recorded += "\n    " + describeComm(comms[i]);
   WARN("replay: communicator %lu (%s, rank %d of %d%s) has no counterpart in the recording %s; unmatched recorded "
        "communicators:%s%s",
        static_cast<unsigned long>(comm->id), comm->how.c_str(), comm->rank, comm->nRanks,
@@ -311,9 +313,8 @@ bool recordedSplitChild(const ncclComm* parent, int color, int key, int* nranks,
   auto it = s->bindingOf.find(parent->id);
   if (it == s->bindingOf.end()) return false;
   const auto& comms = s->recording->comms();
-  for (size_t i = 0; i < comms.size(); ++i) {
-    const auto& r = comms[i];
-    if (s->recordedTaken[i] || r.how != "split" || r.parentId != it->second.recordedId || r.color != color ||
+  for (const auto& r : comms) {
+    if (s->taken(r.commId) || r.how != "split" || r.parentId != it->second.recordedId || r.color != color ||
         r.key != key)
       continue;
     *nranks = r.nranks;
@@ -355,9 +356,7 @@ void rebindOnFirstCall(Session* s, Session::Binding* binding, const CallInfo& in
       byOrder = static_cast<int64_t>(same.call.commId);
   }
   if (byOrder == binding->recordedId || (byOrder < 0 && startsWith(binding->recordedId))) return;
-  const auto& comms = s->recording->comms();
-  for (size_t i = 0; i < comms.size(); ++i) {
-    const auto& r = comms[i];
+  for (const auto& r : s->recording->comms()) {
     const int64_t candidate = static_cast<int64_t>(r.commId);
     if (r.nranks != info.comm->nRanks || r.rank != info.comm->rank || !startsWith(candidate)) continue;
     if (byOrder >= 0 && candidate != byOrder) continue;
@@ -365,13 +364,7 @@ void rebindOnFirstCall(Session* s, Session::Binding* binding, const CallInfo& in
     for (auto& [replayed, b] : s->bindingOf)
       if (b.recordedId == candidate) holder = &b;
     if (holder != nullptr && holder->called) continue;
-    if (holder != nullptr) {
-      holder->recordedId = binding->recordedId;
-    } else {
-      for (size_t j = 0; j < comms.size(); ++j)
-        if (static_cast<int64_t>(comms[j].commId) == binding->recordedId) s->recordedTaken[j] = false;
-      s->recordedTaken[i] = true;
-    }
+    if (holder != nullptr) holder->recordedId = binding->recordedId;  // the two bindings are exchanged
     INFO(kSubInit | kSubRanklens, "replay: comm %lu rebound to recorded %s at its first call (was recorded comm %ld)",
          static_cast<unsigned long>(info.comm->id), describeComm(r).c_str(), static_cast<long>(binding->recordedId));
     binding->recordedId = candidate;
@@ -502,10 +495,11 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
   const uint64_t bytes = ranklens::events::receivedBytes(info.op, info.count, info.datatype, info.comm->nRanks,
                                                          info.comm->rank, info.root);
   if (bytes == 0 || info.op == Op::kSend) return false;
-  if (s->fidelity == Fidelity::kTiming && !(restores(*s, rc) && s->prefetcher)) return false;  // fill, not counted
   if (!restores(*s, rc) || !s->prefetcher) {
-    std::lock_guard<std::mutex> lock(s->mu);
-    s->counters.filledWithoutPayload++;
+    if (s->fidelity == Fidelity::kValue) {  // at timing only control payloads are restored: the rest is expected
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->counters.filledWithoutPayload++;
+    }
     return false;
   }
   ranklens::trace::PayloadPrefetcher::Staged staged;

@@ -26,10 +26,6 @@ int localWorldSize(const trace::Manifest& manifest) {
 
 bool crossesNodes(int localWorldSize, int nranks) { return localWorldSize > 0 && nranks > localWorldSize; }
 
-bool crossesNodes(const trace::Manifest& manifest, int nranks) {
-  return crossesNodes(localWorldSize(manifest), nranks);
-}
-
 std::string jobOf(const std::string& rankDir) {
   std::string dir = rankDir;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -84,6 +80,7 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
     std::map<uint64_t, std::string> roles;
     for (const auto& c : recording.comms()) roles[c.commId] = c.name;
     const uint32_t run = static_cast<uint32_t>(history->runs.size());
+    const int ranksPerNode = localWorldSize(recording.manifest());
     history->runs.push_back(recording.directory());
     // A group's duration on a stream belongs to all of its calls on that stream: their bytes add up.
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> groupBytes;  // (groupId, stream) -> bytes
@@ -99,7 +96,7 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       s.op = rc.call.op;
       s.datatype = rc.call.datatype;
       s.nranks = rc.call.nranks;
-      s.crossesNodes = crossesNodes(recording.manifest(), rc.call.nranks);
+      s.crossesNodes = crossesNodes(ranksPerNode, rc.call.nranks);
       s.role = roles[rc.call.commId];
       s.grouped = rc.call.groupId != 0;
       s.bytes = s.grouped ? groupBytes[{rc.call.groupId, rc.call.stream}] : rc.call.bytes;
@@ -273,9 +270,11 @@ struct Estimator::Impl {
                                   [](const SizePoint& p, double x) { return p.x < x; });
     auto left = right;
     std::vector<Chosen> chosen;
-    double lo = INFINITY, hi = -INFINITY;
-    for (const SizePoint& p : points)
-      if (typicalOf(p) > 0) lo = std::min(lo, p.x), hi = std::max(hi, p.x);
+    // The sampled range: the outermost sizes that still have a value (the exclusion can empty one).
+    const auto kept = [&](const SizePoint& p) { return typicalOf(p) > 0; };
+    const auto first = std::find_if(points.begin(), points.end(), kept);
+    if (first == points.end()) return e;
+    const double lo = first->x, hi = std::find_if(points.rbegin(), points.rend(), kept)->x;
     while (static_cast<int>(chosen.size()) < options.neighbours && (left != points.begin() || right != points.end())) {
       const bool takeLeft = right == points.end() ||
                             (left != points.begin() && xq - std::prev(left)->x <= right->x - xq);

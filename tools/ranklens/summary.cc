@@ -123,18 +123,16 @@ int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out,
   for (const auto& dir : dirs) {
     EventLog log;
     if (!loadRank(dir, &log, err)) status = 1;
-    // A call's Timing: same communicator, op and sequence (and peer for Send/Recv, whose sequences are per peer).
-    std::map<std::tuple<uint64_t, int, int, uint64_t>, int64_t> durations;
+    // A call's Timing: the same call identity (callKey: Send/Recv sequences are per peer).
+    std::map<CallKey, int64_t> durations;
     for (const auto& t : log.timings)
-      if (t.durationNs >= 0)
-        durations[{t.commId, t.op, events::isP2p(static_cast<Op>(t.op)) ? t.peer : -1, t.seq}] = t.durationNs;
+      if (t.durationNs >= 0) durations[callKey(t.commId, t.op, t.peer, t.seq)] = t.durationNs;
     std::map<Signature, SignatureStats> sigs;
     for (const auto& call : log.calls) {
       auto& stats = sigs[{call.commId, call.op, call.datatype, call.count, call.rootOrPeer, call.redop}];
       stats.calls++;
       stats.bytes += call.bytes;
-      auto it = durations.find({call.commId, call.op, events::isP2p(static_cast<Op>(call.op)) ? call.rootOrPeer : -1,
-                                call.seq});
+      auto it = durations.find(callKey(call.commId, call.op, call.rootOrPeer, call.seq));
       if (it != durations.end()) {
         stats.gpuNs += it->second;
         stats.timed++;

@@ -66,7 +66,6 @@ bool addRecordedRun(const trace::Recording& recording, History* history, std::st
 // the manifest does not say).
 int localWorldSize(const trace::Manifest& manifest);
 bool crossesNodes(int localWorldSize, int nranks);
-bool crossesNodes(const trace::Manifest& manifest, int nranks);
 bool saveHistory(const std::string& path, const History& history, std::string* error);
 bool loadHistory(const std::string& path, History* history, std::string* error);
 
