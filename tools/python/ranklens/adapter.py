@@ -233,6 +233,7 @@ def _after_distributed(module) -> None:
 def _after_deepspeed_zero_utils(module) -> None:
     """Structure replay only: waive ZeRO-3's "same as rank 0" checks, keeping their broadcasts (see the top)."""
     def tolerant(original):
+        @functools.wraps(original)
         def check(*args, **kwargs):
             try:
                 return original(*args, **kwargs)
@@ -244,8 +245,6 @@ def _after_deepspeed_zero_utils(module) -> None:
                     _say("structure replay: DeepSpeed's check against rank 0's values is waived (rank 0's values "
                          "are not recorded in a structure replay; its broadcasts still run). Replay a recording at "
                          "timing or value fidelity for the real check (docs/frameworks.md)")
-        check.__wrapped__ = original
-        check.__doc__ = original.__doc__
         return check
 
     # assert_ints_same_as_other_ranks calls assert_lst_len_same_as_other_ranks through the module: both are wrapped
