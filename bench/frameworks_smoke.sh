@@ -30,6 +30,7 @@ CONFIGS="${CONFIGS:-zero2 zero3 tp2 pp2 dp2}"
 STEPS="${STEPS:-10}"
 CONFIG_TIMEOUT_S="${CONFIG_TIMEOUT_S:-150}"
 BUDGET_S="${BUDGET_S:-560}"
+source "$(dirname "$0")/carry_setup.sh"
 SITE=/tmp/site
 MLM=/tmp/mlm
 PARAMS=/tmp/frameworks-smoke-params  # --save-params output: hundreds of MB, so not under $OUT
@@ -48,12 +49,9 @@ setup() {
   nvidia-smi -L 2>&1
   env | grep -E '^(NCCL_|TORCH_|NVSHMEM_|CUDA_)' | sort
   echo "== wheels -> $SITE"
-  rm -rf "$SITE"
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .carry/frameworks/whl/*.whl 2>&1 \
-    || echo "SETUP-FAIL: pip install of .carry/frameworks/whl"
   echo "== Megatron-LM -> $MLM"
-  rm -rf "$MLM" && mkdir -p "$MLM" && tar xzf .carry/frameworks/megatron-lm.tgz -C "$MLM" \
-    || echo "SETUP-FAIL: unpacking megatron-lm.tgz"
+  rm -rf "$SITE" "$MLM"  # fresh: what is checked is the carried wheels and sources
+  carry_frameworks "$PY" "$SITE" "$MLM" 2>&1 || echo "SETUP-FAIL: the carried frameworks (above)"
   echo "== versions"
   "$PY" -W ignore - <<'EOF' 2>&1
 import importlib, sys

@@ -22,8 +22,8 @@ LIB="$CARRY/lib/libnccl.so.2"
 STEPS=${STEPS:-10}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # ranklens's own libyaml-cpp
-# The launcher finds the Python adapter in ../share/ranklens/python beside its binary.
-mkdir -p "$CARRY/share/ranklens" && rm -rf "$CARRY/share/ranklens/python" && cp -r tools/python "$CARRY/share/ranklens/python"
+source "$(dirname "$0")/carry_setup.sh"
+carry_adapter "$CARRY" || exit 2
 REAL_NCCL=$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))')
 failures=0
 check() { # name, status

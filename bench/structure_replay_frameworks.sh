@@ -21,11 +21,8 @@ FILL=${FILL:-clone}
 RL="$CARRY/bin/ranklens"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHON="$PY" PYTHONPATH=/tmp/site
-# The adapter where the carried launcher looks for it; left alone when current (two cases may run at once).
-diff -rq tools/python "$CARRY/share/ranklens/python" > /dev/null 2>&1 || {
-  mkdir -p "$CARRY/share/ranklens" && rm -rf "$CARRY/share/ranklens/python" && cp -r tools/python "$CARRY/share/ranklens/python"; }
-[[ -d /tmp/site/deepspeed ]] || "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/frameworks/whl/*.whl
-[[ -f /tmp/mlm/pretrain_gpt.py ]] || { mkdir -p /tmp/mlm && tar xzf .carry/frameworks/megatron-lm.tgz -C /tmp/mlm; }
+source "$(dirname "$0")/carry_setup.sh"
+carry_adapter "$CARRY" && carry_frameworks "$PY" /tmp/site /tmp/mlm || exit 2
 failures=0
 run() {  # name, rank, command...
   local name=$1 rank=$2; shift 2
