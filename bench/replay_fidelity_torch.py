@@ -108,7 +108,9 @@ def parse_args(argv=None):
                    help="timing: record and replay this many times, interleaved; the error is between the medians "
                         "over runs of the real and the replayed median step times (default: %(default)s)")
     p.add_argument("--megatron", default="/tmp/mlm", help="Megatron-LM checkout (default: %(default)s)")
-    p.add_argument("--checks", default="timing,value", help="comma list of timing, value (default: %(default)s)")
+    p.add_argument("--checks", default="timing,value",
+                   help="comma list of timing, value, profile (diagnosis: GPU time of compute, communication and "
+                        "idle, real vs replay, from torch.profiler; ddp and fsdp2) (default: %(default)s)")
     p.add_argument("--steps", type=int, default=25, help="steps of the timing runs (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the medians (default: %(default)s)")
     p.add_argument("--value-steps", type=int, default=20, help="steps of the value runs (default: %(default)s)")
@@ -314,6 +316,44 @@ class Bench:
                          f"{len(runs)} run(s); per run {errors}), error {err if err is None else f'{err * 100:+.2f}%'}"
                          f"; signatures: {runs[-1]['signature']}{'' if sig_ok else ' (a run did not match)'} -> "
                          f"{'PASS' if check['pass'] else 'FAIL'}")
+
+    def profile(self, mode: str):
+        """Diagnosis, not a pass/fail figure: torch.profiler over steps --warmup..--warmup+5 in one recorded run and
+        in each rank's timing replay, GPU time split into compute, communication (NCCL kernels; the replay's
+        holds), copies and idle, side by side. Says whether a step-time error comes from the local compute (slower
+        next to real NCCL kernels, or on a busier machine) or from the holds and gaps."""
+        a = self.args
+        if script_for(mode) != TRAIN:
+            raise SystemExit(f"--checks profile runs the train_gpt.py modes (ddp, fsdp2), not {mode}")
+        window = f"{a.warmup}:{min(a.warmup + 5, a.steps)}"
+        prof_dir = os.path.join(a.work, "profiles")
+        os.makedirs(prof_dir, exist_ok=True)
+        base = [*MODELS[a.model], "--steps", str(a.steps), "--micro-batch", str(a.micro_batch), "--profile-steps",
+                window]
+        real_pat = os.path.join(prof_dir, f"{mode}-real-rank{{rank}}.json")
+        rep_pat = os.path.join(prof_dir, f"{mode}-replay-rank{{rank}}.json")
+        rec, trace = self.record(f"{mode}-profile", mode, "small", [*base, "--profile-nccl", real_pat])
+        self.replay_all(f"{mode}-profile", mode, "timing", trace, lambda r: [*base, "--profile-nccl", rep_pat])
+
+        def load(path: str) -> dict:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    return json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                return {"error": f"{path}: {e}"}
+
+        for rank in range(a.nproc):
+            real, rep = load(real_pat.format(rank=rank)), load(rep_pat.format(rank=rank))
+            split_real, split_rep = real.get("gpu_split_us") or {}, rep.get("gpu_split_us") or {}
+            check = {"check": "profile", "mode": mode, "rank": rank, "window": window, "diagnostic": True,
+                     "real": real, "replay": rep, "pass": bool(split_real and split_rep)}
+            self.doc["checks"].append(check)
+            steps = len((real.get("step_ms") or [])) or 1
+
+            def per_step(split: dict) -> str:
+                return ", ".join(f"{k} {v / steps / 1e3:.2f}" for k, v in split.items())
+            self.log.say(f"PROFILE {mode} rank {rank} (ms per step, steps {window}): real [{per_step(split_real)}] "
+                         f"step_ms {real.get('step_ms')}; replay [{per_step(split_rep)}] step_ms {rep.get('step_ms')}")
 
     def value(self, mode: str):
         a = self.args

@@ -314,8 +314,26 @@ def save_params(model: nn.Module, path: str, meta: dict) -> None:
     torch.save({**meta, "params": params}, path)
 
 
+def merged_length(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def is_communication_kernel(name: str) -> bool:
+    """NCCL's kernels in a real run, RankLens's holds (ranklens_AllReduce, ...) in a replay."""
+    return name.startswith("nccl") or name.startswith("ranklens_")
+
+
 def nccl_kernel_summary(prof, scratch_path: str) -> dict:
-    """Kernel totals from the profiler's Chrome trace (its format is stable across torch versions)."""
+    """Kernel totals from the profiler's Chrome trace (its format is stable across torch versions), and the split
+    that tells a replay's step time from the real one's: compute kernels (busy time, union over streams),
+    communication kernels (NCCL's, or the replay's holds), copies, and the time the GPU ran nothing."""
     prof.export_chrome_trace(scratch_path)
     try:
         with open(scratch_path, encoding="utf-8") as f:
@@ -327,23 +345,47 @@ def nccl_kernel_summary(prof, scratch_path: str) -> dict:
             pass
     total = count = all_total = all_count = 0.0
     by_name: dict[str, list[float]] = {}
+    compute_by_name: dict[str, list[float]] = {}
+    spans: dict[str, list[tuple[float, float]]] = {"compute": [], "communication": [], "copy": []}
     for e in events:
-        if e.get("ph") != "X" or e.get("cat") != "kernel":
+        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
             continue
         dur = float(e.get("dur", 0.0))
+        start = float(e.get("ts", 0.0))
+        name = str(e.get("name", ""))
+        if e.get("cat") != "kernel":
+            spans["copy"].append((start, start + dur))
+            continue
         all_total += dur
         all_count += 1
-        name = str(e.get("name", ""))
-        if name.startswith("nccl"):
-            total += dur
-            count += 1
+        if is_communication_kernel(name):
+            spans["communication"].append((start, start + dur))
+            if name.startswith("nccl"):
+                total += dur
+                count += 1
             entry = by_name.setdefault(name.split("(")[0], [0, 0.0])
-            entry[0] += 1
-            entry[1] += dur
+        else:
+            spans["compute"].append((start, start + dur))
+            entry = compute_by_name.setdefault(name.split("(")[0][:80], [0, 0.0])
+        entry[0] += 1
+        entry[1] += dur
+    every = [iv for v in spans.values() for iv in v]
+    wall = (max(b for _, b in every) - min(a for a, _ in every)) if every else 0.0
+
+    def top(table: dict[str, list[float]], n: int) -> dict:
+        return {k: {"count": v[0], "total_us": round(v[1], 1)}
+                for k, v in sorted(table.items(), key=lambda kv: -kv[1][1])[:n]}
+
     return {"nccl_kernel_total_us": total, "nccl_kernel_count": int(count), "all_kernel_total_us": all_total,
             "all_kernel_count": int(all_count),
-            "nccl_kernels_by_name": {k: {"count": v[0], "total_us": v[1]}
-                                     for k, v in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:30]}}
+            "nccl_kernels_by_name": top(by_name, 30),
+            "gpu_split_us": {"wall": round(wall, 1),
+                             "compute_busy": round(merged_length(spans["compute"]), 1),
+                             "compute_sum": round(sum(b - a for a, b in spans["compute"]), 1),
+                             "communication_busy": round(merged_length(spans["communication"]), 1),
+                             "copy_busy": round(merged_length(spans["copy"]), 1),
+                             "idle": round(wall - merged_length(every), 1)},
+            "compute_kernels_by_name": top(compute_by_name, 15)}
 
 
 # ---- pieces shared with the other launch scripts (examples/deepspeed/train_zero.py)

@@ -27,3 +27,35 @@ def test_train_parallel_on_cpu(mode):
     assert all(x["all_finite"] and x["steps"] == 2 for x in results)
     if mode == "tp":  # every rank of the tensor-parallel group computes the same loss
         assert results[0]["losses"] == results[1]["losses"]
+
+
+def test_gpu_split_of_a_profile():
+    """The profile diagnosis (train_gpt.py --profile-nccl): compute busy time is the union over streams, holds count
+    as communication, the GPU is idle where nothing runs."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(ROOT, "examples", "torch"))
+    import train_gpt
+
+    events = [{"ph": "X", "cat": "kernel", "name": "gemm_a", "ts": 0, "dur": 10},
+              {"ph": "X", "cat": "kernel", "name": "gemm_b", "ts": 5, "dur": 10},   # overlaps gemm_a on another stream
+              {"ph": "X", "cat": "kernel", "name": "ranklens_AllReduce", "ts": 12, "dur": 8},
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 30, "dur": 2},
+              {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32", "ts": 40, "dur": 10},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 100}]
+
+    class FakeProfile:
+        def export_chrome_trace(self, path):
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump({"traceEvents": events}, f)
+
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        summary = train_gpt.nccl_kernel_summary(FakeProfile(), os.path.join(d, "trace.json"))
+    split = summary["gpu_split_us"]
+    assert split["wall"] == 50
+    assert split["compute_busy"] == 15 and split["compute_sum"] == 20
+    assert split["communication_busy"] == 18
+    assert split["copy_busy"] == 2
+    assert split["idle"] == 50 - (20 + 2 + 10)  # union of everything: [0,20) [30,32) [40,50)
+    assert summary["nccl_kernel_count"] == 1 and summary["nccl_kernel_total_us"] == 10
+    assert list(summary["compute_kernels_by_name"]) == ["gemm_a", "gemm_b"]
