@@ -121,6 +121,10 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=300, help="seconds per run (default: %(default)s)")
     p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of the replays, e.g. RANKLENS_COMPLETION=host_callback")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
+                   help="timing and profile: replay every recording once more per variant, with this environment "
+                        "added, side by side with the plain replay (e.g. nccl-shape:RANKLENS_HOLD_BLOCKS=24,"
+                        "RANKLENS_HOLD_THREADS=640); checks are reported per variant")
     p.add_argument("--launcher", choices=("ranklens", "survivor"), default="ranklens",
                    help="ranklens: `ranklens record` / `ranklens replay` with the Python adapter (the product "
                         "path); survivor: environment set here and scripts/survivor.py (default: %(default)s)")
@@ -130,6 +134,13 @@ def parse_args(argv=None):
     args.lib = os.path.abspath(args.lib)
     args.ranklens = os.path.abspath(args.ranklens)
     args.json = os.path.abspath(args.json)
+    args.variants = {"plain": {}}
+    for v in args.variant:
+        name, _, env = v.partition(":")
+        pairs = [kv for kv in env.split(",") if kv]
+        if not name or name in args.variants or not pairs or any("=" not in kv for kv in pairs):
+            p.error(f"--variant {v!r}: expected a new NAME:KEY=VALUE[,KEY=VALUE...]")
+        args.variants[name] = dict(kv.split("=", 1) for kv in pairs)
     return args
 
 
@@ -180,7 +191,8 @@ class Bench:
         self.doc["runs"].append(run)
         return run, trace
 
-    def replay_all(self, name: str, mode: str, fidelity: str, trace: str, train_for_rank) -> dict:
+    def replay_all(self, name: str, mode: str, fidelity: str, trace: str, train_for_rank,
+                   variant_env: dict | None = None) -> dict:
         """Replays every rank at once, rank r on GPU r % (visible GPUs), each seeing only its GPU."""
         a = self.args
         gpus = int(subprocess.run([a.python, "-c", "import torch; print(torch.cuda.device_count())"],
@@ -188,7 +200,7 @@ class Bench:
         procs = []
         for rank in range(a.nproc):
             out_trace = os.path.join(a.work, "traces", f"{name}-replay")
-            extra = dict(kv.split("=", 1) for kv in a.replay_env)
+            extra = {**dict(kv.split("=", 1) for kv in a.replay_env), **(variant_env or {})}
             env, unset = clean_env({"CUDA_VISIBLE_DEVICES": str(rank % max(gpus, 1)),
                                     "RANKLENS_TRACE_DIR": out_trace, **extra})
             job = job_argv(a, mode, train_for_rank(rank), one_rank=True)
@@ -222,6 +234,7 @@ class Bench:
             self.log.say(f"replay {name} rank {rank}: rc {res['rc']}, {res['wall_s']:.0f} s")
             self.log.append_file(f"{name}-replay-rank{rank}", log_path, max_lines=80)
         run = {"name": name + "-replay", "kind": "replay", "fidelity": fidelity, "mode": mode, "ranks": runs,
+               "variant_env": variant_env or {},
                "trace": os.path.join(a.work, "traces", f"{name}-replay")}
         self.doc["runs"].append(run)
         return run
@@ -287,16 +300,18 @@ class Bench:
         a = self.args
         train = ["--steps", str(a.steps)] if mode.startswith("megatron-") else \
             [*MODELS[a.model], "--steps", str(a.steps), "--micro-batch", str(a.micro_batch)]
-        per_rank: dict[int, list[dict]] = {rank: [] for rank in range(a.nproc)}
+        per_rank: dict[tuple[str, int], list[dict]] = {(v, r): [] for v in a.variants for r in range(a.nproc)}
         for i in range(a.repeats):  # record, replay, record, replay...: both see the machine's drift alike
             name = f"{mode}-timing" + (f"-{i + 1}" if a.repeats > 1 else "")
             rec, trace = self.record(name, mode, "small", train)
             self.doc.setdefault("sequence_problems", {})[name] = self.sequence_problems(trace)
-            rep = self.replay_all(name, mode, "timing", trace, lambda r: train)
             calls = lib.recorded_call_counts(trace, a.python)
-            for rank in range(a.nproc):
-                per_rank[rank].append(self.timing_of(rec, rep, trace, calls, rank))
-        for rank, runs in per_rank.items():
+            for variant, env in a.variants.items():
+                rep = self.replay_all(name + ("" if variant == "plain" else f"-{variant}"), mode, "timing", trace,
+                                      lambda r: train, env)
+                for rank in range(a.nproc):
+                    per_rank[(variant, rank)].append(self.timing_of(rec, rep, trace, calls, rank))
+        for (variant, rank), runs in per_rank.items():
             reals = [r["median_step_ms_real"] for r in runs if r["median_step_ms_real"]]
             replays = [r["median_step_ms_replay"] for r in runs if r["median_step_ms_replay"]]
             complete = len(reals) == len(replays) == len(runs)
@@ -304,7 +319,8 @@ class Bench:
             m_rep = statistics.median(replays) if complete else None
             err = (m_rep - m_real) / m_real if m_real and m_rep else None
             sig_ok = all(r["signature_match"] for r in runs)
-            check = {"check": "timing", "mode": mode, "rank": rank, "model": a.model, "repeats": a.repeats,
+            check = {"check": "timing", "mode": mode, "rank": rank, "model": a.model, "micro_batch": a.micro_batch,
+                     "repeats": a.repeats, "variant": variant, "variant_env": a.variants[variant],
                      **(runs[0] if len(runs) == 1 else {"runs": runs}),
                      "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "median_step_error": err,
                      "signature_match": sig_ok,
@@ -312,7 +328,8 @@ class Bench:
             self.doc["checks"].append(check)
             errors = ", ".join("-" if r["median_step_error"] is None else f"{r['median_step_error'] * 100:+.2f}%"
                                for r in runs)
-            self.log.say(f"CHECK timing {mode} rank {rank}: real {m_real} ms, replay {m_rep} ms (median over "
+            label = "" if variant == "plain" else f" [{variant}]"
+            self.log.say(f"CHECK timing {mode}{label} rank {rank}: real {m_real} ms, replay {m_rep} ms (median over "
                          f"{len(runs)} run(s); per run {errors}), error {err if err is None else f'{err * 100:+.2f}%'}"
                          f"; signatures: {runs[-1]['signature']}{'' if sig_ok else ' (a run did not match)'} -> "
                          f"{'PASS' if check['pass'] else 'FAIL'}")
@@ -333,7 +350,10 @@ class Bench:
         real_pat = os.path.join(prof_dir, f"{mode}-real-rank{{rank}}.json")
         rep_pat = os.path.join(prof_dir, f"{mode}-replay-rank{{rank}}.json")
         rec, trace = self.record(f"{mode}-profile", mode, "small", [*base, "--profile-nccl", real_pat])
-        self.replay_all(f"{mode}-profile", mode, "timing", trace, lambda r: [*base, "--profile-nccl", rep_pat])
+        for variant, env in a.variants.items():
+            pattern = rep_pat.replace("-replay-", f"-replay-{variant}-")
+            self.replay_all(f"{mode}-profile-{variant}", mode, "timing", trace,
+                            lambda r, pattern=pattern: [*base, "--profile-nccl", pattern], env)
 
         def load(path: str) -> dict:
             try:
@@ -342,18 +362,23 @@ class Bench:
             except (OSError, json.JSONDecodeError) as e:
                 return {"error": f"{path}: {e}"}
 
-        for rank in range(a.nproc):
-            real, rep = load(real_pat.format(rank=rank)), load(rep_pat.format(rank=rank))
-            split_real, split_rep = real.get("gpu_split_us") or {}, rep.get("gpu_split_us") or {}
-            check = {"check": "profile", "mode": mode, "rank": rank, "window": window, "diagnostic": True,
-                     "real": real, "replay": rep, "pass": bool(split_real and split_rep)}
-            self.doc["checks"].append(check)
-            steps = len((real.get("step_ms") or [])) or 1
+        for variant in a.variants:
+            for rank in range(a.nproc):
+                real = load(real_pat.format(rank=rank))
+                rep = load(rep_pat.replace("-replay-", f"-replay-{variant}-").format(rank=rank))
+                split_real, split_rep = real.get("gpu_split_us") or {}, rep.get("gpu_split_us") or {}
+                check = {"check": "profile", "mode": mode, "rank": rank, "window": window, "diagnostic": True,
+                         "micro_batch": a.micro_batch, "variant": variant, "variant_env": a.variants[variant],
+                         "real": real, "replay": rep, "pass": bool(split_real and split_rep)}
+                self.doc["checks"].append(check)
+                steps = len((real.get("step_ms") or [])) or 1
 
-            def per_step(split: dict) -> str:
-                return ", ".join(f"{k} {v / steps / 1e3:.2f}" for k, v in split.items())
-            self.log.say(f"PROFILE {mode} rank {rank} (ms per step, steps {window}): real [{per_step(split_real)}] "
-                         f"step_ms {real.get('step_ms')}; replay [{per_step(split_rep)}] step_ms {rep.get('step_ms')}")
+                def per_step(split: dict) -> str:
+                    return ", ".join(f"{k} {v / steps / 1e3:.2f}" for k, v in split.items())
+                self.log.say(f"PROFILE {mode} [{variant}] rank {rank} (ms per step, steps {window}): real "
+                             f"[{per_step(split_real)}] step_ms {real.get('step_ms')}; replay [{per_step(split_rep)}] "
+                             f"step_ms {rep.get('step_ms')}; real communication kernels "
+                             f"{json.dumps(real.get('communication_kernel_shapes'))}")
 
     def value(self, mode: str):
         a = self.args

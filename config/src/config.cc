@@ -187,6 +187,21 @@ std::string parseBytes(const Input& in, unsigned long long lo, unsigned long lon
   return "";
 }
 
+// auto | sm | a byte count.
+std::string parseHoldShared(const Input& in, Settings& s) {
+  std::string text, err;
+  if (!scalarText(in, "auto, sm or a byte count", text, err)) return err;
+  if (text == "auto" || text == "sm") {
+    s.hold_shared_bytes = text == "auto" ? kHoldSharedAuto : kHoldSharedSm;
+    return "";
+  }
+  unsigned long long bytes = 0;
+  const std::string bad = parseBytes(in, 0, bytes);
+  if (!bad.empty()) return badValue(in.where, "'" + text + "'", in.key, "auto, sm or a byte count such as 49152");
+  s.hold_shared_bytes = static_cast<long long>(std::min<unsigned long long>(bytes, 1ull << 30));
+  return "";
+}
+
 // A list: a YAML sequence of scalars, or comma-separated text in the environment. Empty entries are refused.
 std::string parseList(const Input& in, const std::string& expected, std::vector<std::string>& out) {
   std::vector<std::string> items;
@@ -526,6 +541,27 @@ const KeyDesc kKeys[] = {
      "channel count) reproduce the slowdown of compute that overlaps communication",
      [](const Input& in, Settings& s) { return parseInt(in, 1, 1024, "an integer in 1..1024", s.hold_blocks); },
      [](const Settings& s) { return std::to_string(s.hold_blocks); }},
+    {"hold_threads", "RANKLENS_HOLD_THREADS", "32",
+     "replay (completion: kernel): threads of each hold block (NCCL's blocks have 512-640), so that a hold takes "
+     "the warp slots of an SM that an NCCL block takes",
+     [](const Input& in, Settings& s) {
+       const std::string expected = "a multiple of 32 in 32..1024";
+       std::string err = parseInt(in, 32, 1024, expected, s.hold_threads);
+       if (err.empty() && s.hold_threads % 32 != 0)
+         err = badValue(in.where, "'" + std::to_string(s.hold_threads) + "'", in.key, expected);
+       return err;
+     },
+     [](const Settings& s) { return std::to_string(s.hold_threads); }},
+    {"hold_shared_bytes", "RANKLENS_HOLD_SHARED_BYTES", "auto",
+     "replay (completion: kernel): dynamic shared memory of each hold block: auto (an SM's whole shared memory "
+     "when hold_blocks > 1, so that nothing else runs on a held SM; none for one block), sm (always an SM's "
+     "whole), or a byte count (e.g. NCCL's own, from a profile)",
+     parseHoldShared,
+     [](const Settings& s) {
+       return s.hold_shared_bytes == kHoldSharedAuto ? std::string("auto")
+              : s.hold_shared_bytes == kHoldSharedSm ? std::string("sm")
+                                                     : std::to_string(s.hold_shared_bytes);
+     }},
     {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
      "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
      "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",

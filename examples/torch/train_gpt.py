@@ -346,6 +346,7 @@ def nccl_kernel_summary(prof, scratch_path: str) -> dict:
     total = count = all_total = all_count = 0.0
     by_name: dict[str, list[float]] = {}
     compute_by_name: dict[str, list[float]] = {}
+    shapes: dict[str, list[float]] = {}  # launch shape of the communication kernels: grid x block, shared memory
     spans: dict[str, list[tuple[float, float]]] = {"compute": [], "communication": [], "copy": []}
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
@@ -363,6 +364,13 @@ def nccl_kernel_summary(prof, scratch_path: str) -> dict:
             if name.startswith("nccl"):
                 total += dur
                 count += 1
+            args = e.get("args") or {}
+            if "grid" in args:
+                shape = shapes.setdefault(f"grid {args.get('grid')} block {args.get('block')} shared "
+                                          f"{args.get('shared memory')} registers {args.get('registers per thread')}",
+                                          [0, 0.0])
+                shape[0] += 1
+                shape[1] += dur
             entry = by_name.setdefault(name.split("(")[0], [0, 0.0])
         else:
             spans["compute"].append((start, start + dur))
@@ -385,7 +393,8 @@ def nccl_kernel_summary(prof, scratch_path: str) -> dict:
                              "communication_busy": round(merged_length(spans["communication"]), 1),
                              "copy_busy": round(merged_length(spans["copy"]), 1),
                              "idle": round(wall - merged_length(every), 1)},
-            "compute_kernels_by_name": top(compute_by_name, 15)}
+            "compute_kernels_by_name": top(compute_by_name, 15),
+            "communication_kernel_shapes": top(shapes, 5)}
 
 
 # ---- pieces shared with the other launch scripts (examples/deepspeed/train_zero.py)

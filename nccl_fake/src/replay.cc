@@ -127,6 +127,13 @@ std::string callSite() {
   return text.empty() ? " (no frames)" : text;
 }
 
+// A setting as the configuration prints it (e.g. hold_shared_bytes: auto, sm or bytes).
+std::string settingText(const ranklens::config::Settings& settings, const std::string& key) {
+  for (const auto& row : ranklens::config::describe(settings))
+    if (row.key == key) return row.value;
+  return "?";
+}
+
 Session* load() {
   std::call_once(loadOnce, [] {
     Runtime& rt = Runtime::get();
@@ -201,10 +208,11 @@ Session* load() {
     }
     INFO(kSubInit | kSubRanklens,
          "replaying %s (rank %d of %d, %zu calls, %zu timed, %zu payloads, %zu communicators) at %s fidelity, "
-         "on_mismatch %s; hold fixed cost %ld ns, copy %ld ns + %.4f ns/byte",
+         "on_mismatch %s; holds %d x %d threads, shared %s; hold fixed cost %ld ns, copy %ld ns + %.4f ns/byte",
          s->recording->directory().c_str(), m.rank, m.world_size, s->recording->callCount(),
          s->recording->timedCount(), s->recording->payloadOrder().size(), s->recording->comms().size(),
-         ranklens::config::toString(s->fidelity), ranklens::config::toString(s->policy),
+         ranklens::config::toString(s->fidelity), ranklens::config::toString(s->policy), st.hold_blocks,
+         st.hold_threads, settingText(st, "hold_shared_bytes").c_str(),
          static_cast<long>(s->calibration.holdFixedNs), static_cast<long>(s->calibration.copyFixedNs),
          s->calibration.copyNsPerByte);
     session = s.release();

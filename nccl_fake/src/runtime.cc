@@ -70,11 +70,15 @@ void Runtime::load() {
   }
   if (device_ == nullptr) {
     std::string why;
+    static_assert(ranklens::config::kHoldSharedAuto == ranklens::device::HoldShape::kSharedAuto &&
+                      ranklens::config::kHoldSharedSm == ranklens::device::HoldShape::kSharedSm,
+                  "hold_shared_bytes's words mean the same in the settings and on the device");
     const auto completion = settings_.completion == ranklens::config::Completion::kHostCallback
                                 ? ranklens::device::Completion::kHostCallback
                                 : ranklens::device::Completion::kKernel;
     if (settings_.device != DeviceKind::kHost)
-      device_ = ranklens::device::makeCudaDevice(&why, completion, settings_.hold_blocks);
+      device_ = ranklens::device::makeCudaDevice(
+          &why, completion, {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes});
     if (device_ == nullptr && settings_.device == DeviceKind::kCuda) {
       status_ = ncclUnhandledCudaError;
       statusMessage_ = "device 'cuda' requested but no usable GPU: " + why + "; set RANKLENS_DEVICE=host or auto";

@@ -92,6 +92,43 @@ TEST_F(CudaDevice, HoldsLastAndOverlap) {
   cudaStreamDestroy(other);
 }
 
+// An NCCL-shaped hold (24 blocks of 640 threads, each with an SM's whole shared memory) launches and lasts as asked;
+// a second one on another stream cannot share those SMs' shared memory yet still runs beside it (132 SMs).
+TEST(CudaHoldShape, NcclShapedHoldsLaunchAndLast) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  std::string why;
+  ranklens::device::HoldShape shape;
+  shape.blocks = 24;
+  shape.threads = 640;
+  shape.sharedBytes = ranklens::device::HoldShape::kSharedSm;
+  auto device = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, shape);
+  ASSERT_NE(device, nullptr) << why;
+  cudaStream_t a, b;
+  ASSERT_EQ(cudaStreamCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&b), cudaSuccess);
+  cudaEvent_t start, end;
+  cudaEventCreate(&start);
+  cudaEventCreate(&end);
+  ASSERT_EQ(device->hold(1000, "AllReduce", a), 0) << ranklens::device::lastError();  // warm-up
+  ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
+  cudaEventRecord(start, a);
+  cudaStreamWaitEvent(b, start, 0);
+  ASSERT_EQ(device->hold(2'000'000, "AllReduce", a), 0);
+  ASSERT_EQ(device->hold(2'000'000, "AllGather", b), 0);
+  cudaEvent_t endB;
+  cudaEventCreate(&endB);
+  cudaEventRecord(endB, b);
+  cudaStreamWaitEvent(a, endB, 0);
+  cudaEventRecord(end, a);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, end);
+  EXPECT_GE(ms, 2.0f);
+  EXPECT_LT(ms, 3.5f) << "two 24-block holds fit side by side on an H200's 132 SMs";
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+}
+
 // Through the public API on device memory (CTest sets RANKLENS_DEVICE=cuda; fill is clone by default).
 TEST(CudaEffects, AllGatherClonesIntoEverySlot) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU";

@@ -40,7 +40,8 @@ def test_gpu_split_of_a_profile():
               {"ph": "X", "cat": "kernel", "name": "gemm_b", "ts": 5, "dur": 10},   # overlaps gemm_a on another stream
               {"ph": "X", "cat": "kernel", "name": "ranklens_AllReduce", "ts": 12, "dur": 8},
               {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 30, "dur": 2},
-              {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32", "ts": 40, "dur": 10},
+              {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32", "ts": 40, "dur": 10,
+               "args": {"grid": [24, 1, 1], "block": [640, 1, 1], "shared memory": 0, "registers per thread": 96}},
               {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 100}]
 
     class FakeProfile:
@@ -59,3 +60,5 @@ def test_gpu_split_of_a_profile():
     assert split["idle"] == 50 - (20 + 2 + 10)  # union of everything: [0,20) [30,32) [40,50)
     assert summary["nccl_kernel_count"] == 1 and summary["nccl_kernel_total_us"] == 10
     assert list(summary["compute_kernels_by_name"]) == ["gemm_a", "gemm_b"]
+    assert summary["communication_kernel_shapes"] == {
+        "grid [24, 1, 1] block [640, 1, 1] shared 0 registers 96": {"count": 1, "total_us": 10.0}}

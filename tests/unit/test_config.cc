@@ -47,7 +47,8 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "payload_comms", "payload_steps", "payload_seqs", "staging_bytes",
                                            "staging_full", "replay_trace", "on_mismatch", "completion",
                                            "host_time", "timing", "history", "estimate_target",
-                                           "hold_blocks", "resync_window", "prefetch_bytes", "break_at"};
+                                           "hold_blocks", "hold_threads", "hold_shared_bytes", "resync_window",
+                                           "prefetch_bytes", "break_at"};
 
 void expectDefaults(const Settings& s) {
   EXPECT_EQ(s.mode, Mode::kReplay);
@@ -286,7 +287,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
             "payload_seqs, staging_bytes, staging_full, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
-            "resync_window, "
+            "hold_threads, hold_shared_bytes, resync_window, "
             "prefetch_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
 
@@ -576,11 +577,12 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL",
                                          "RANKLENS_REPLAY_TRACE", "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
-                                         "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_RESYNC_WINDOW",
+                                         "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
+                                         "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_RESYNC_WINDOW",
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip",
-                                             "", "error", "kernel", "replay", "recorded", "", "observed", "1", "64",
+                                             "", "error", "kernel", "replay", "recorded", "", "observed", "1", "32", "auto", "64",
                                              "512MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
@@ -645,6 +647,27 @@ TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {
   EXPECT_EQ(s.prefetch_bytes, 2ull << 30);
   EXPECT_EQ(s.break_comm, 3);
   EXPECT_EQ(s.break_seq, 120);
+}
+
+TEST(ConfigReplay, HoldShape) {
+  LoadResult r = fromYaml("hold_blocks: 24\nhold_threads: 640\nhold_shared_bytes: 48KiB\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.hold_blocks, 24);
+  EXPECT_EQ(r.settings.hold_threads, 640);
+  EXPECT_EQ(r.settings.hold_shared_bytes, 48 * 1024);
+  r = fromYaml("", {{"RANKLENS_HOLD_SHARED_BYTES", "sm"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.hold_shared_bytes, ranklens::config::kHoldSharedSm);
+  r = fromYaml("hold_shared_bytes: 0\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.hold_shared_bytes, 0);
+  EXPECT_EQ(fromYaml("").settings.hold_shared_bytes, ranklens::config::kHoldSharedAuto);
+  r = fromYaml("hold_threads: 48\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("a multiple of 32 in 32..1024"), std::string::npos) << r.error;
+  r = fromYaml("", {{"RANKLENS_HOLD_SHARED_BYTES", "lots"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("auto, sm or a byte count"), std::string::npos) << r.error;
 }
 
 TEST(ConfigReplay, BadReplayValuesNameTheExpectedForm) {

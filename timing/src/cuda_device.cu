@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -23,8 +24,9 @@ __device__ __forceinline__ unsigned long long ranklensGlobalTimer() {
   return t;
 }
 
+// One lane per warp waits, so that every warp of a block stays resident as long as the hold, like NCCL's.
 __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns) {
-  if (threadIdx.x != 0) return;
+  if ((threadIdx.x & 31) != 0) return;
   unsigned long long start = ranklensGlobalTimer();
   while (ranklensGlobalTimer() - start < ns) __nanosleep(500);
 }
@@ -100,20 +102,26 @@ int launchFill(void* dst, size_t count, uint64_t pattern, cudaStream_t stream) {
 
 class CudaDevice final : public StreamDevice {
  public:
-  CudaDevice(Completion completion, int holdBlocks) : completion_(completion), holdBlocks_(holdBlocks) {
+  CudaDevice(Completion completion, HoldShape shape) : completion_(completion), shape_(shape) {
     // Load every kernel now: with CUDA's lazy module loading, the first launch of a kernel loads it and can
     // synchronise the device, which would serialise concurrent streams in the middle of a training step.
     cudaFuncAttributes attributes;
     for (const auto& h : kHolds) cudaFuncGetAttributes(&attributes, h.kernel);
-    // More than one block: each takes all of an SM's shared memory, so that no other kernel's block fits beside it,
-    // as an NCCL channel's block keeps its SM (a persistent GEMM then waits for those SMs, as it does for NCCL).
+    // Shared memory per hold block. An SM's whole (auto with more than one block, or sm): no other kernel's block
+    // fits beside it, as an NCCL channel's block keeps its SM (a persistent GEMM then waits for those SMs, as it
+    // does for NCCL). More than the device allows is clamped to its limit.
     int device = 0, optin = 0;
-    if (holdBlocks_ > 1 && cudaGetDevice(&device) == cudaSuccess &&
+    const bool wholeSm = shape_.sharedBytes == HoldShape::kSharedSm ||
+                         (shape_.sharedBytes == HoldShape::kSharedAuto && shape_.blocks > 1);
+    const long long wanted = wholeSm ? LLONG_MAX : std::max(0LL, shape_.sharedBytes);
+    if (wanted > 0 && cudaGetDevice(&device) == cudaSuccess &&
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess) {
+      const size_t bytes = static_cast<size_t>(std::min<long long>(wanted, optin));
       bool ok = true;
       for (const auto& h : kHolds)
-        ok = ok && cudaFuncSetAttribute(h.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) == cudaSuccess;
-      if (ok) holdSharedBytes_ = static_cast<size_t>(optin);
+        ok = ok && cudaFuncSetAttribute(h.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)) == cudaSuccess;
+      if (ok) holdSharedBytes_ = bytes;
     }
     cudaFuncGetAttributes(&attributes, ranklensFill<uint16_t>);
     cudaFuncGetAttributes(&attributes, ranklensFill<uint32_t>);
@@ -144,7 +152,8 @@ class CudaDevice final : public StreamDevice {
     if (completion_ == Completion::kHostCallback)
       return check(cudaLaunchHostFunc(stream, holdOnHost, reinterpret_cast<void*>(static_cast<uintptr_t>(nanoseconds))),
                    "cudaLaunchHostFunc");
-    holdKernelFor(label)<<<holdBlocks_, 32, holdSharedBytes_, stream>>>(nanoseconds);
+    holdKernelFor(label)<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
+                           holdSharedBytes_, stream>>>(nanoseconds);
     return check(cudaGetLastError(), "hold kernel launch");
   }
 
@@ -234,7 +243,7 @@ class CudaDevice final : public StreamDevice {
   }
 
   const Completion completion_;
-  const unsigned holdBlocks_;
+  const HoldShape shape_;
   size_t holdSharedBytes_ = 0;
   std::mutex mu_;
   std::vector<cudaEvent_t> freeEvents_;
@@ -242,7 +251,7 @@ class CudaDevice final : public StreamDevice {
 
 }  // namespace
 
-std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion completion, int holdBlocks) {
+std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion completion, HoldShape shape) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -250,7 +259,9 @@ std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion comple
     cudaGetLastError();  // clear the sticky-free error so the application's own CUDA calls are not confused
     return nullptr;
   }
-  return std::make_unique<CudaDevice>(completion, std::max(1, holdBlocks));
+  shape.blocks = std::max(1, shape.blocks);
+  shape.threads = std::clamp(shape.threads / 32 * 32, 32, 1024);
+  return std::make_unique<CudaDevice>(completion, shape);
 }
 
 }  // namespace device

@@ -77,6 +77,8 @@ struct Settings {
   std::string history;                      // duration history (ranklens history build) for estimates
   EstimateTarget estimate_target = EstimateTarget::kObserved;
   int hold_blocks = 1;                      // thread blocks (SMs) each hold kernel occupies
+  int hold_threads = 32;                    // threads per hold block
+  long long hold_shared_bytes = -1;         // dynamic shared memory per hold block; kHoldSharedAuto, kHoldSharedSm
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
   std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made
@@ -84,6 +86,10 @@ struct Settings {
   // key -> where its value came from: "default", "<file>:<line>:<col>" or "env RANKLENS_<KEY>".
   std::map<std::string, std::string> set_by;
 };
+
+// hold_shared_bytes's two words: auto (an SM's whole shared memory when hold_blocks > 1, none for one block) and
+// sm (an SM's whole shared memory).
+constexpr long long kHoldSharedAuto = -1, kHoldSharedSm = -2;
 
 struct LoadResult {
   bool ok = false;

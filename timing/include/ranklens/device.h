@@ -68,11 +68,20 @@ struct HostStats {
 std::unique_ptr<StreamDevice> makeHostDevice();
 HostStats hostStats(const StreamDevice& hostDevice);
 
+// The launch shape of a hold kernel. One block of one warp lets compute use every other SM; NCCL's kernels take one
+// block per channel (512-640 threads, their own shared memory), and compute that overlaps them is slowed by the
+// SMs they hold: a hold shaped like them slows it alike.
+struct HoldShape {
+  int blocks = 1;
+  int threads = 32;            // a multiple of 32
+  long long sharedBytes = -1;  // dynamic shared memory per block; kSharedAuto, kSharedSm, or bytes
+  static constexpr long long kSharedAuto = -1;  // an SM's whole shared memory when blocks > 1, none for one block
+  static constexpr long long kSharedSm = -2;    // an SM's whole shared memory (nothing else fits on a held SM)
+};
+
 // nullptr (and `why` set) when no usable CUDA device is present.
-// `holdBlocks`: thread blocks of each hold kernel, each spinning on one SM (1 lets compute use every other SM; more
-// occupy SMs the way NCCL's kernels do, for compute slowed by the communication it overlaps).
 std::unique_ptr<StreamDevice> makeCudaDevice(std::string* why, Completion completion = Completion::kKernel,
-                                             int holdBlocks = 1);
+                                             HoldShape shape = {});
 
 }  // namespace device
 }  // namespace ranklens
