@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "ranklens/device.h"
@@ -125,6 +127,48 @@ TEST(CudaHoldShape, NcclShapedHoldsLaunchAndLast) {
   cudaEventElapsedTime(&ms, start, end);
   EXPECT_GE(ms, 2.0f);
   EXPECT_LT(ms, 3.5f) << "two 24-block holds fit side by side on an H200's 132 SMs";
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+}
+
+// A many-block hold that has to wait for SMs still ends at its arrival plus its duration: the recorded duration
+// already contains such a wait (NCCL's kernels queue for SMs too), so it is not counted twice.
+TEST(CudaHoldShape, HoldQueuedBehindBusySmsEndsAtItsDeadline) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::string why;
+  ranklens::device::HoldShape everySm;  // every SM's shared memory: nothing else with shared memory fits
+  everySm.blocks = sms;
+  everySm.sharedBytes = ranklens::device::HoldShape::kSharedSm;
+  ranklens::device::HoldShape ncclLike;
+  ncclLike.blocks = 24;
+  ncclLike.threads = 544;
+  ncclLike.sharedBytes = ranklens::device::HoldShape::kSharedSm;
+  auto blocker = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, everySm);
+  auto held = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, ncclLike);
+  ASSERT_TRUE(blocker && held) << why;
+  cudaStream_t a, b;
+  ASSERT_EQ(cudaStreamCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&b), cudaSuccess);
+  ASSERT_EQ(held->hold(1000, "AllReduce", a), 0);  // warm-up (allocates the stamps)
+  ASSERT_EQ(blocker->hold(1000, "Hold", b), 0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaEvent_t before, after;
+  cudaEventCreate(&before);
+  cudaEventCreate(&after);
+  ASSERT_EQ(blocker->hold(3'000'000, "Hold", b), 0);
+  std::this_thread::sleep_for(std::chrono::microseconds(500));  // the blocker holds every SM by now
+  cudaEventRecord(before, a);
+  ASSERT_EQ(held->hold(1'000'000, "AllReduce", a), 0);
+  cudaEventRecord(after, a);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, before, after);
+  // Arrival at ~0.5 ms, deadline ~1.5 ms, SMs free at 3 ms: the hold ends when it gets them (about 2.5 ms after
+  // its arrival); counted from its own start it would end a millisecond later.
+  EXPECT_LT(ms, 3.2f);
+  EXPECT_GE(ms, 1.0f);
   cudaStreamDestroy(a);
   cudaStreamDestroy(b);
 }

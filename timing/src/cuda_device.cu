@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <mutex>
@@ -24,18 +25,26 @@ __device__ __forceinline__ unsigned long long ranklensGlobalTimer() {
   return t;
 }
 
+// Holds until `ns` after `arrival` (the time the stream reached the hold, stamped by ranklens_HoldArrival), or
+// after its own start when there is no stamp. A hold of many blocks may wait for SMs before it starts, as NCCL's
+// kernels do; the recorded duration already contains that wait, so it is counted from the arrival, not twice.
 // One lane per warp waits, so that every warp of a block stays resident as long as the hold, like NCCL's.
-__device__ __forceinline__ void ranklensHoldFor(unsigned long long ns) {
+__device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const unsigned long long* arrival) {
   if ((threadIdx.x & 31) != 0) return;
-  unsigned long long start = ranklensGlobalTimer();
+  const unsigned long long start = arrival != nullptr ? *arrival : ranklensGlobalTimer();
   while (ranklensGlobalTimer() - start < ns) __nanosleep(500);
 }
+
+// One thread: starts as soon as the stream reaches it (it fits beside any kernel) and stamps the time.
+extern "C" __global__ void ranklens_HoldArrival(unsigned long long* arrival) { *arrival = ranklensGlobalTimer(); }
 
 #define RANKLENS_HOLD_KERNELS(X) \
   X(AllReduce) X(Broadcast) X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) \
   X(Recv) X(Group) X(Hold)
-#define RANKLENS_DEFINE_HOLD(name) \
-  extern "C" __global__ void ranklens_##name(unsigned long long ns) { ranklensHoldFor(ns); }
+#define RANKLENS_DEFINE_HOLD(name)                                                                      \
+  extern "C" __global__ void ranklens_##name(unsigned long long ns, const unsigned long long* arrival) { \
+    ranklensHoldFor(ns, arrival);                                                                       \
+  }
 RANKLENS_HOLD_KERNELS(RANKLENS_DEFINE_HOLD)
 
 template <typename T>
@@ -57,7 +66,7 @@ int check(cudaError_t err, const char* what) {
   return static_cast<int>(err);
 }
 
-using HoldKernel = void (*)(unsigned long long);
+using HoldKernel = void (*)(unsigned long long, const unsigned long long*);
 
 struct NamedHold {
   const char* name;
@@ -107,6 +116,7 @@ class CudaDevice final : public StreamDevice {
     // synchronise the device, which would serialise concurrent streams in the middle of a training step.
     cudaFuncAttributes attributes;
     for (const auto& h : kHolds) cudaFuncGetAttributes(&attributes, h.kernel);
+    cudaFuncGetAttributes(&attributes, ranklens_HoldArrival);
     // Shared memory per hold block. An SM's whole (auto with more than one block, or sm): no other kernel's block
     // fits beside it, as an NCCL channel's block keeps its SM (a persistent GEMM then waits for those SMs, as it
     // does for NCCL). More than the device allows is clamped to its limit.
@@ -152,8 +162,19 @@ class CudaDevice final : public StreamDevice {
     if (completion_ == Completion::kHostCallback)
       return check(cudaLaunchHostFunc(stream, holdOnHost, reinterpret_cast<void*>(static_cast<uintptr_t>(nanoseconds))),
                    "cudaLaunchHostFunc");
+    // The default hold (one warp) starts when the stream reaches it. A larger one is stamped first (see
+    // ranklensHoldFor), in a ring of device slots: a slot is reused after kArrivalSlots holds, long after its hold.
+    const unsigned long long* arrival = nullptr;
+    if (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0) {
+      unsigned long long* slots = nullptr;
+      if (int err = arrivalSlots(&slots)) return err;
+      unsigned long long* slot = slots + nextArrival_.fetch_add(1, std::memory_order_relaxed) % kArrivalSlots;
+      ranklens_HoldArrival<<<1, 1, 0, stream>>>(slot);
+      if (int err = check(cudaGetLastError(), "hold stamp launch")) return err;
+      arrival = slot;
+    }
     holdKernelFor(label)<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
-                           holdSharedBytes_, stream>>>(nanoseconds);
+                           holdSharedBytes_, stream>>>(nanoseconds, arrival);
     return check(cudaGetLastError(), "hold kernel launch");
   }
 
@@ -237,6 +258,23 @@ class CudaDevice final : public StreamDevice {
   void describe(std::string* name, std::string* uuid) override { describeCurrentCudaDevice(name, uuid); }
 
  private:
+  // The current device's ring of arrival stamps, allocated at its first stamped hold (on the device of the
+  // caller's stream, which the constructor cannot know).
+  int arrivalSlots(unsigned long long** slots) {
+    int device = 0;
+    if (int err = check(cudaGetDevice(&device), "cudaGetDevice")) return err;
+    if (device < 0 || device >= kMaxDevices) {
+      setError("cuda device: device ordinal " + std::to_string(device) + " out of range for hold stamps");
+      return 1;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (arrivals_[device] == nullptr &&
+        check(cudaMalloc(&arrivals_[device], kArrivalSlots * sizeof(unsigned long long)), "cudaMalloc (hold stamps)"))
+      return 1;
+    *slots = arrivals_[device];
+    return 0;
+  }
+
   void release(cudaEvent_t event) {
     std::lock_guard<std::mutex> lock(mu_);
     freeEvents_.push_back(event);
@@ -245,6 +283,10 @@ class CudaDevice final : public StreamDevice {
   const Completion completion_;
   const HoldShape shape_;
   size_t holdSharedBytes_ = 0;
+  static constexpr size_t kArrivalSlots = 1u << 16;
+  static constexpr int kMaxDevices = 64;
+  unsigned long long* arrivals_[kMaxDevices] = {};  // per device, kept for the process's life
+  std::atomic<uint64_t> nextArrival_{0};
   std::mutex mu_;
   std::vector<cudaEvent_t> freeEvents_;
 };
