@@ -143,7 +143,8 @@ ncclResult_t enqueueCheck(CallInfo info) {
              static_cast<unsigned long>(event.bytes));
     nvtxRangePushA(range);
   }
-  ret = applyEffects(info);
+  ret = replay::markArrival(&info);
+  if (ret == ncclSuccess) ret = applyEffects(info);
   if (ret == ncclSuccess) ret = replay::holdCall(info);
   if (ret == ncclSuccess) replay::holdHost(event.timeNs, info);
   if (nvtxTool) nvtxRangePop();

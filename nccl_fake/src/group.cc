@@ -70,6 +70,7 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
     }
   }
   if (ret == ncclSuccess) ret = pairSelfP2p(&g.pending);
+  if (ret == ncclSuccess) ret = replay::markArrivals(&g.pending);
   if (ret == ncclSuccess) {
     for (const auto& call : g.pending) {
       ret = applyEffects(call);

@@ -247,10 +247,12 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
   return e.durationNs;
 }
 
-int64_t holdFor(const Session& s, int64_t durationNs, uint64_t restoredBytes) {
+// The time to hold the stream for a duration. From an arrival mark the restore's copy runs within it; without one
+// (host callbacks) its calibrated cost is subtracted.
+int64_t holdFor(const Session& s, int64_t durationNs, uint64_t restoredBytes, bool marked) {
   if (durationNs <= 0) return 0;
   int64_t cost = s.calibration.holdFixedNs;
-  if (restoredBytes > 0)
+  if (restoredBytes > 0 && !marked)
     cost += s.calibration.copyFixedNs + static_cast<int64_t>(s.calibration.copyNsPerByte * restoredBytes);
   return std::max<int64_t>(0, durationNs - cost);
 }
@@ -550,7 +552,7 @@ namespace {
 ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, uint64_t restoredBytes,
                         uint64_t groupId) {
   if (durationNs < 0) return ncclSuccess;
-  const int64_t ns = holdFor(*s, durationNs, restoredBytes);
+  const int64_t ns = holdFor(*s, durationNs, restoredBytes, info.arrival != 0);
   ranklens::trace::Timing t;
   t.commId = info.comm->id;
   t.seq = info.seq;
@@ -567,7 +569,8 @@ ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, ui
     s->counters.heldNs += static_cast<uint64_t>(ns);
   }
   if (ns == 0) return ncclSuccess;
-  if (Runtime::get().device().hold(static_cast<uint64_t>(ns), groupId ? "Group" : info.opName, info.stream) != 0) {
+  if (Runtime::get().device().hold(static_cast<uint64_t>(ns), groupId ? "Group" : info.opName, info.stream,
+                                   info.arrival) != 0) {
     WARN("replay: %s: holding the stream for %ld ns failed: %s", info.opName, static_cast<long>(ns),
          ranklens::device::lastError().c_str());
     return ncclUnhandledCudaError;
@@ -614,6 +617,31 @@ void holdHostGroup(int64_t startNs, const std::vector<CallInfo>& calls) {
     if (ns > 0) waitUntil(s, startNs + ns);
     return;
   }
+}
+
+ncclResult_t markArrival(CallInfo* info) {
+  Session* s = session;
+  if (s == nullptr || s->fidelity == Fidelity::kStructure || info->durationNs < 0) return ncclSuccess;
+  if (Runtime::get().device().arrive(info->stream, &info->arrival) != 0) {
+    WARN("replay: %s: marking the stream's arrival failed: %s", info->opName, ranklens::device::lastError().c_str());
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t markArrivals(std::vector<CallInfo>* calls) {
+  Session* s = session;
+  if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
+  for (CallInfo& first : *calls) {
+    if (first.arrival != 0) continue;
+    CallInfo probe = first;
+    probe.durationNs = 0;  // a group's stream is held even when its first call has no duration of its own
+    NCCLCHECK(markArrival(&probe));
+    for (CallInfo& c : *calls)
+      if (c.stream == first.stream) c.arrival = probe.arrival;
+    if (probe.arrival == 0) return ncclSuccess;  // no marks on this device
+  }
+  return ncclSuccess;
 }
 
 ncclResult_t holdCall(const CallInfo& info) {

@@ -138,9 +138,9 @@ TEST(CudaHoldShape, HoldQueuedBehindBusySmsEndsAtItsDeadline) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   std::string why;
-  ranklens::device::HoldShape everySm;  // every SM's shared memory: nothing else with shared memory fits
-  everySm.blocks = sms;
-  everySm.sharedBytes = ranklens::device::HoldShape::kSharedSm;
+  ranklens::device::HoldShape everySm;  // 64 KiB on every SM: a one-thread mark still fits beside it, an
+  everySm.blocks = sms;                 // NCCL-sized block does not
+  everySm.sharedBytes = 64 << 10;
   ranklens::device::HoldShape ncclLike;
   ncclLike.blocks = 24;
   ncclLike.threads = 544;
@@ -171,6 +171,46 @@ TEST(CudaHoldShape, HoldQueuedBehindBusySmsEndsAtItsDeadline) {
   EXPECT_GE(ms, 1.0f);
   cudaStreamDestroy(a);
   cudaStreamDestroy(b);
+}
+
+// A marked hold: the copy enqueued between the mark and the hold runs within the held duration, not before it.
+TEST_F(CudaDevice, MarkedHoldContainsTheCopyBeforeIt) {
+  const size_t bytes = 1ull << 30;
+  void *src = nullptr, *dst = nullptr;
+  ASSERT_EQ(device_->alloc(&src, bytes), 0);
+  ASSERT_EQ(device_->alloc(&dst, bytes), 0);
+  cudaEvent_t before, after;
+  cudaEventCreate(&before);
+  cudaEventCreate(&after);
+  auto timed = [&](bool marked) {
+    cudaEventRecord(before, stream_);
+    uint64_t arrival = 0;
+    if (marked) EXPECT_EQ(device_->arrive(stream_, &arrival), 0);
+    EXPECT_EQ(device_->copy(dst, src, bytes, stream_), 0);
+    EXPECT_EQ(device_->hold(2'000'000, "AllGather", stream_, arrival), 0);
+    cudaEventRecord(after, stream_);
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, before, after);
+    return ms;
+  };
+  timed(true);  // warm-up
+  const float copyMs = [&] {
+    cudaEventRecord(before, stream_);
+    device_->copy(dst, src, bytes, stream_);
+    cudaEventRecord(after, stream_);
+    cudaStreamSynchronize(stream_);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, before, after);
+    return ms;
+  }();
+  const float markedMs = timed(true), unmarkedMs = timed(false);
+  ASSERT_GT(copyMs, 0.1f) << "the copy must take long enough to tell the two apart";
+  EXPECT_LT(markedMs, 2.0f + 0.5f * copyMs) << "copy " << copyMs << " ms";
+  EXPECT_GE(markedMs, 2.0f);
+  EXPECT_GE(unmarkedMs, 2.0f + 0.9f * copyMs);
+  device_->free(src);
+  device_->free(dst);
 }
 
 // Through the public API on device memory (CTest sets RANKLENS_DEVICE=cuda; fill is clone by default).

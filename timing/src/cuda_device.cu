@@ -157,25 +157,35 @@ class CudaDevice final : public StreamDevice {
     }
   }
 
-  int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream) override {
-    if (nanoseconds == 0) return 0;
-    if (completion_ == Completion::kHostCallback)
+  using StreamDevice::hold;
+  int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream, uint64_t arrival) override {
+    if (completion_ == Completion::kHostCallback) {
+      if (nanoseconds == 0) return 0;
       return check(cudaLaunchHostFunc(stream, holdOnHost, reinterpret_cast<void*>(static_cast<uintptr_t>(nanoseconds))),
                    "cudaLaunchHostFunc");
-    // The default hold (one warp) starts when the stream reaches it. A larger one is stamped first (see
-    // ranklensHoldFor), in a ring of device slots: a slot is reused after kArrivalSlots holds, long after its hold.
-    const unsigned long long* arrival = nullptr;
-    if (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0) {
-      unsigned long long* slots = nullptr;
-      if (int err = arrivalSlots(&slots)) return err;
-      unsigned long long* slot = slots + nextArrival_.fetch_add(1, std::memory_order_relaxed) % kArrivalSlots;
-      ranklens_HoldArrival<<<1, 1, 0, stream>>>(slot);
-      if (int err = check(cudaGetLastError(), "hold stamp launch")) return err;
-      arrival = slot;
     }
+    // Unmarked, the default hold (one warp) starts when the stream reaches it; a larger one may wait for SMs, so it
+    // is marked here.
+    if (arrival == 0 && (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0))
+      if (int err = arrive(stream, &arrival)) return err;
+    if (nanoseconds == 0) return 0;
     holdKernelFor(label)<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
-                           holdSharedBytes_, stream>>>(nanoseconds, arrival);
+                           holdSharedBytes_, stream>>>(nanoseconds,
+                                                       reinterpret_cast<const unsigned long long*>(arrival));
     return check(cudaGetLastError(), "hold kernel launch");
+  }
+
+  // A ring of device slots: a slot is reused after kArrivalSlots marks, long after its hold ended.
+  int arrive(cudaStream_t stream, uint64_t* arrival) override {
+    *arrival = 0;
+    if (completion_ == Completion::kHostCallback) return 0;
+    unsigned long long* slots = nullptr;
+    if (int err = arrivalSlots(&slots)) return err;
+    unsigned long long* slot = slots + nextArrival_.fetch_add(1, std::memory_order_relaxed) % kArrivalSlots;
+    ranklens_HoldArrival<<<1, 1, 0, stream>>>(slot);
+    if (int err = check(cudaGetLastError(), "hold mark launch")) return err;
+    *arrival = reinterpret_cast<uint64_t>(slot);
+    return 0;
   }
 
   int allocHost(void** ptr, size_t bytes) override { return check(cudaMallocHost(ptr, bytes), "cudaMallocHost"); }
@@ -237,7 +247,12 @@ class CudaDevice final : public StreamDevice {
         return median(samples);
       };
       constexpr uint64_t kHoldNs = 50'000;
-      c.holdFixedNs = std::max<int64_t>(0, measure([&] { hold(kHoldNs, "Hold", stream); }) - kHoldNs);
+      // As replay holds: marked on arrival, then held.
+      c.holdFixedNs = std::max<int64_t>(0, measure([&] {
+                                             uint64_t arrival = 0;
+                                             arrive(stream, &arrival);
+                                             hold(kHoldNs, "Hold", stream, arrival);
+                                           }) - kHoldNs);
       c.copyFixedNs = measure([&] { cudaMemcpyAsync(onDevice, pinned, 4096, cudaMemcpyHostToDevice, stream); });
       const int64_t large = measure([&] { cudaMemcpyAsync(onDevice, pinned, kLarge, cudaMemcpyHostToDevice, stream); });
       c.copyNsPerByte = std::max<double>(0, static_cast<double>(large - c.copyFixedNs) / kLarge);

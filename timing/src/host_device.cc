@@ -47,7 +47,7 @@ class HostDevice final : public StreamDevice {
     return 0;
   }
 
-  int hold(uint64_t nanoseconds, const char*, cudaStream_t) override {
+  int hold(uint64_t nanoseconds, const char*, cudaStream_t, uint64_t) override {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.holds++;
     stats_.heldNanoseconds += nanoseconds;

@@ -30,6 +30,7 @@ struct CallInfo {
   uint64_t seq = 0;
   int64_t durationNs = -1;  // recorded or estimated duration of the call, -1 none
   bool estimated = false;
+  uint64_t arrival = 0;  // mark of the stream's arrival at the call, before its effects (replay::markArrival)
 };
 
 // NCCL pairs a Send to self with a Recv from self in the same group, in call order; an unpaired one fails the group.

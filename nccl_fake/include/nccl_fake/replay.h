@@ -28,6 +28,11 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event);
 // Value fidelity: copies the recorded payload into the receive buffer. False when there is none to restore (the
 // caller applies the fill semantics).
 bool restorePayload(const CallInfo& info, ncclResult_t* result);
+// Marks the stream's arrival at the call (each stream's first call in a group), before its effects: the hold then
+// ends the recorded duration after the mark, so the receive buffer's copy or fill runs within the duration rather
+// than before it. No mark (0) where nothing is held.
+ncclResult_t markArrival(CallInfo* info);
+ncclResult_t markArrivals(std::vector<CallInfo>* calls);
 // Holds the call's stream for its planned duration (outside a group), or each stream of a group for the group's
 // recorded duration on that stream.
 ncclResult_t holdCall(const CallInfo& info);

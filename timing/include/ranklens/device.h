@@ -27,8 +27,20 @@ class StreamDevice {
   virtual int copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) = 0;
   // Writes `count` elements of `elemSize` bytes (1, 2, 4 or 8), each equal to the low bytes of `pattern`.
   virtual int fill(void* dst, size_t count, size_t elemSize, uint64_t pattern, cudaStream_t stream) = 0;
-  // Keeps `stream` busy for `nanoseconds` from the moment the hold starts executing; `label` names it in profilers.
-  virtual int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream) = 0;
+  // Keeps `stream` busy for `nanoseconds` from `arrival` (a mark from arrive() enqueued earlier on `stream`), or
+  // from the moment the hold starts executing when `arrival` is 0; `label` names it in profilers.
+  virtual int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream, uint64_t arrival) = 0;
+  int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream) {
+    return hold(nanoseconds, label, stream, 0);
+  }
+  // Marks the moment `stream` reaches this point. A hold given the mark ends its duration after it, so that what
+  // is enqueued in between (a receive buffer's copy or fill) and the hold's own wait for SMs count within the
+  // recorded duration, as the real call's did. *arrival is 0 where marks do not exist (host device, host callbacks).
+  virtual int arrive(cudaStream_t stream, uint64_t* arrival) {
+    (void)stream;
+    *arrival = 0;
+    return 0;
+  }
   virtual int alloc(void** ptr, size_t bytes) = 0;
   virtual int free(void* ptr) = 0;
   virtual int currentDevice(int* device) = 0;
