@@ -119,6 +119,10 @@ def parse_args(argv=None):
     p.add_argument("--json", default=os.path.join(REPO, "bench", "results", "replay", "replay_fidelity_torch.json"))
     p.add_argument("--work", default="/tmp/ranklens-replay-fidelity", help="logs, traces, parameters")
     p.add_argument("--timeout", type=float, default=300, help="seconds per run (default: %(default)s)")
+    p.add_argument("--budget", type=float, default=0,
+                   help="seconds for the whole benchmark (0: none): no run starts unless the time spent plus the "
+                        "longest run so far fits; timing checks then use the repeats completed and say so, and the "
+                        "JSON and log are written as always (an outer timeout would lose the checks)")
     p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of the replays, e.g. RANKLENS_COMPLETION=host_callback")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
@@ -167,6 +171,26 @@ class Bench:
         self.log = lib.CombinedLog(os.path.splitext(args.json)[0] + ".log")
         self.doc = {**lib.provenance(), "runs": [], "checks": [], "tolerance": args.tolerance}
         os.makedirs(args.work, exist_ok=True)
+        self.t0 = time.monotonic()
+        self.longest = 0.0  # seconds, the longest record or replay step so far
+
+    def fits(self, what: str) -> bool:
+        """Whether another run fits in --budget; says so when it does not."""
+        a = self.args
+        spent = time.monotonic() - self.t0
+        if not a.budget or spent + self.longest <= a.budget:
+            return True
+        self.log.say(f"budget: {what} not started ({spent:.0f} s spent + {self.longest:.0f} s for the longest run "
+                     f"so far > --budget {a.budget:.0f} s)")
+        self.doc["budget_exhausted"] = True
+        return False
+
+    def timed(self, fn, *args, **kwargs):
+        start = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.longest = max(self.longest, time.monotonic() - start)
 
     def record(self, name: str, mode: str, payloads: str, train: list[str]) -> tuple[dict, str]:
         a = self.args
@@ -303,15 +327,23 @@ class Bench:
         per_rank: dict[tuple[str, int], list[dict]] = {(v, r): [] for v in a.variants for r in range(a.nproc)}
         for i in range(a.repeats):  # record, replay, record, replay...: both see the machine's drift alike
             name = f"{mode}-timing" + (f"-{i + 1}" if a.repeats > 1 else "")
-            rec, trace = self.record(name, mode, "small", train)
+            if not self.fits(name):
+                break
+            rec, trace = self.timed(self.record, name, mode, "small", train)
             self.doc.setdefault("sequence_problems", {})[name] = self.sequence_problems(trace)
             calls = lib.recorded_call_counts(trace, a.python)
             for variant, env in a.variants.items():
-                rep = self.replay_all(name + ("" if variant == "plain" else f"-{variant}"), mode, "timing", trace,
-                                      lambda r: train, env)
+                label = name + ("" if variant == "plain" else f"-{variant}")
+                if not self.fits(f"replay {label}"):
+                    break
+                rep = self.timed(self.replay_all, label, mode, "timing", trace, lambda r: train, env)
                 for rank in range(a.nproc):
                     per_rank[(variant, rank)].append(self.timing_of(rec, rep, trace, calls, rank))
         for (variant, rank), runs in per_rank.items():
+            if not runs:
+                self.doc["checks"].append({"check": "timing", "mode": mode, "rank": rank, "variant": variant,
+                                           "pass": False, "error": "no run completed within --budget"})
+                continue
             reals = [r["median_step_ms_real"] for r in runs if r["median_step_ms_real"]]
             replays = [r["median_step_ms_replay"] for r in runs if r["median_step_ms_replay"]]
             complete = len(reals) == len(replays) == len(runs)
@@ -320,7 +352,8 @@ class Bench:
             err = (m_rep - m_real) / m_real if m_real and m_rep else None
             sig_ok = all(r["signature_match"] for r in runs)
             check = {"check": "timing", "mode": mode, "rank": rank, "model": a.model, "micro_batch": a.micro_batch,
-                     "repeats": a.repeats, "variant": variant, "variant_env": a.variants[variant],
+                     "repeats": a.repeats, "repeats_done": len(runs), "variant": variant,
+                     "variant_env": a.variants[variant],
                      **(runs[0] if len(runs) == 1 else {"runs": runs}),
                      "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "median_step_error": err,
                      "signature_match": sig_ok,

@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: Apache-2.0
+"""bench/replay_fidelity_torch.py's timing bookkeeping without a GPU: every recording is replayed once per --variant,
+the error is between medians over the repeats, and --budget stops starting runs yet still reports what finished."""
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import replay_fidelity_torch as rft  # noqa: E402
+
+
+class FakeBench(rft.Bench):
+    """Runs nothing: a recording's rank r takes 100 ms per step; a replay takes `speed[variant]` times that."""
+
+    def __init__(self, args, speed, run_seconds=0.0):
+        super().__init__(args)
+        self.speed, self.run_seconds, self.started = speed, run_seconds, []
+
+    def record(self, name, mode, payloads, train):
+        self.started.append(name)
+        self._spend()
+        return {"results": {r: {"step_ms": [100.0] * self.args.steps} for r in range(self.args.nproc)}}, name
+
+    def replay_all(self, name, mode, fidelity, trace, train_for_rank, variant_env=None):
+        self.started.append(name)
+        self._spend()
+        factor = self.speed["nccl" if variant_env else "plain"]
+        return {"name": name, "ranks": {r: {"result": {"step_ms": [100.0 * factor] * self.args.steps}}
+                                        for r in range(self.args.nproc)}, "trace": name}
+
+    def _spend(self):
+        self.t0 -= self.run_seconds  # as if the run took that long
+
+    def timing_of(self, rec, rep, trace, calls, rank):
+        real = rft.median_after(rec["results"][rank]["step_ms"], self.args.warmup)
+        replay = rft.median_after(rep["ranks"][rank]["result"]["step_ms"], self.args.warmup)
+        return {"median_step_ms_real": real, "median_step_ms_replay": replay,
+                "median_step_error": (replay - real) / real, "signature_match": True, "signature": "all matched"}
+
+    def sequence_problems(self, trace):
+        return {}
+
+
+@pytest.fixture
+def no_trace_reading(monkeypatch):
+    monkeypatch.setattr(rft.lib, "recorded_call_counts", lambda trace, python: {})
+
+
+def args_for(tmp_path, *extra):
+    return rft.parse_args(["--lib", "x", "--steps", "10", "--warmup", "2", "--modes", "ddp",
+                           "--json", str(tmp_path / "out.json"), "--work", str(tmp_path / "work"), *extra])
+
+
+def test_each_recording_is_replayed_per_variant(tmp_path, no_trace_reading):
+    args = args_for(tmp_path, "--repeats", "2", "--variant", "nccl:RANKLENS_HOLD_BLOCKS=24")
+    bench = FakeBench(args, {"plain": 0.995, "nccl": 1.03})
+    bench.timing("ddp")
+    assert bench.started == ["ddp-timing-1", "ddp-timing-1", "ddp-timing-1-nccl",
+                             "ddp-timing-2", "ddp-timing-2", "ddp-timing-2-nccl"]
+    checks = {(c["variant"], c["rank"]): c for c in bench.doc["checks"]}
+    assert set(checks) == {("plain", 0), ("plain", 1), ("nccl", 0), ("nccl", 1)}
+    assert checks[("plain", 0)]["median_step_error"] == pytest.approx(-0.005)
+    assert checks[("plain", 0)]["pass"] and checks[("plain", 0)]["repeats_done"] == 2
+    assert checks[("nccl", 1)]["median_step_error"] == pytest.approx(0.03)
+    assert not checks[("nccl", 1)]["pass"]
+    assert checks[("nccl", 1)]["variant_env"] == {"RANKLENS_HOLD_BLOCKS": "24"}
+
+
+def test_budget_stops_starting_runs_and_keeps_what_finished(tmp_path, no_trace_reading):
+    # Each run "takes" 40 s: after record 1 and its replay (80 s) another 40 s run no longer fits in 100 s.
+    args = args_for(tmp_path, "--repeats", "3", "--budget", "100")
+    bench = FakeBench(args, {"plain": 1.0}, run_seconds=40)
+    bench.longest = 40
+    bench.timing("ddp")
+    assert bench.started == ["ddp-timing-1", "ddp-timing-1"]
+    assert bench.doc["budget_exhausted"] is True
+    for check in bench.doc["checks"]:
+        assert check["repeats_done"] == 1 and check["repeats"] == 3
+        assert check["median_step_error"] == 0 and check["pass"]
+
+
+def test_bad_variant_is_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        args_for(tmp_path, "--variant", "no-environment")
+    with pytest.raises(SystemExit):
+        args_for(tmp_path, "--variant", "plain:A=1")  # the name of the default replay
