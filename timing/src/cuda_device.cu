@@ -35,7 +35,8 @@ __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const uns
   while (ranklensGlobalTimer() - start < ns) __nanosleep(500);
 }
 
-// One thread: starts as soon as the stream reaches it (it fits beside any kernel) and stamps the time.
+// One thread, no shared memory: starts as soon as the stream reaches it wherever an SM has a thread and a block's
+// reserved shared memory to spare (beside nearly any kernel) and stamps the time.
 extern "C" __global__ void ranklens_HoldArrival(unsigned long long* arrival) { *arrival = ranklensGlobalTimer(); }
 
 #define RANKLENS_HOLD_KERNELS(X) \
