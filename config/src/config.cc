@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -184,6 +185,18 @@ std::string parseBytes(const Input& in, unsigned long long lo, unsigned long lon
     return badValue(in.where, "'" + text + "'", in.key, expected);
   }
   out = static_cast<unsigned long long>(value) * scale;
+  return "";
+}
+
+// A plain decimal (digits, at most one '.', no sign or exponent) in [lo, hi].
+std::string parseDecimal(const Input& in, double lo, double hi, const std::string& expected, double& out) {
+  std::string text, err;
+  if (!scalarText(in, expected, text, err)) return err;
+  const bool shape = !text.empty() && text.find_first_not_of("0123456789.") == std::string::npos &&
+                     std::count(text.begin(), text.end(), '.') <= 1 && text != ".";
+  const double value = shape ? std::strtod(text.c_str(), nullptr) : -1;
+  if (!shape || value < lo || value > hi) return badValue(in.where, "'" + text + "'", in.key, expected);
+  out = value;
   return "";
 }
 
@@ -561,6 +574,18 @@ const KeyDesc kKeys[] = {
        return s.hold_shared_bytes == kHoldSharedAuto ? std::string("auto")
               : s.hold_shared_bytes == kHoldSharedSm ? std::string("sm")
                                                      : std::to_string(s.hold_shared_bytes);
+     }},
+    {"hold_traffic", "RANKLENS_HOLD_TRAFFIC", "0",
+     "replay (completion: kernel), experiment: device memory each hold reads and writes per byte of its call, in "
+     "the hold's last part and never lengthening it, so that compute overlapping the call meets the memory load "
+     "and power draw of NCCL's data movement; 0: none. Use with an NCCL-shaped hold (hold_blocks, hold_threads)",
+     [](const Input& in, Settings& s) {
+       return parseDecimal(in, 0, 64, "a decimal in 0..64 such as 2 or 2.5", s.hold_traffic);
+     },
+     [](const Settings& s) {
+       char text[32];
+       snprintf(text, sizeof text, "%g", s.hold_traffic);
+       return std::string(text);
      }},
     {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
      "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "

@@ -208,11 +208,13 @@ Session* load() {
     }
     INFO(kSubInit | kSubRanklens,
          "replaying %s (rank %d of %d, %zu calls, %zu timed, %zu payloads, %zu communicators) at %s fidelity, "
-         "on_mismatch %s; holds %d x %d threads, shared %s; hold fixed cost %ld ns, copy %ld ns + %.4f ns/byte",
+         "on_mismatch %s; holds %d x %d threads, shared %s, traffic %g (%.0f GB/s); hold fixed cost %ld ns, copy %ld "
+         "ns + %.4f ns/byte",
          s->recording->directory().c_str(), m.rank, m.world_size, s->recording->callCount(),
          s->recording->timedCount(), s->recording->payloadOrder().size(), s->recording->comms().size(),
          ranklens::config::toString(s->fidelity), ranklens::config::toString(s->policy), st.hold_blocks,
-         st.hold_threads, settingText(st, "hold_shared_bytes").c_str(),
+         st.hold_threads, settingText(st, "hold_shared_bytes").c_str(), st.hold_traffic,
+         s->calibration.trafficNsPerByte > 0 ? 1.0 / s->calibration.trafficNsPerByte : 0.0,
          static_cast<long>(s->calibration.holdFixedNs), static_cast<long>(s->calibration.copyFixedNs),
          s->calibration.copyNsPerByte);
     session = s.release();
@@ -549,8 +551,13 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
 
 namespace {
 
+uint64_t bytesOf(const CallInfo& c) {
+  return ranklens::events::receivedBytes(c.op, c.count, c.datatype, c.comm->nRanks, c.comm->rank, c.root);
+}
+
+// `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory.
 ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, uint64_t restoredBytes,
-                        uint64_t groupId) {
+                        uint64_t groupId, uint64_t callBytes) {
   if (durationNs < 0) return ncclSuccess;
   const int64_t ns = holdFor(*s, durationNs, restoredBytes, info.arrival != 0);
   ranklens::trace::Timing t;
@@ -569,8 +576,12 @@ ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, ui
     s->counters.heldNs += static_cast<uint64_t>(ns);
   }
   if (ns == 0) return ncclSuccess;
-  if (Runtime::get().device().hold(static_cast<uint64_t>(ns), groupId ? "Group" : info.opName, info.stream,
-                                   info.arrival) != 0) {
+  ranklens::device::HoldRequest hold;
+  hold.nanoseconds = static_cast<uint64_t>(ns);
+  hold.label = groupId ? "Group" : info.opName;
+  hold.arrival = info.arrival;
+  hold.callBytes = callBytes;
+  if (Runtime::get().device().hold(hold, info.stream) != 0) {
     WARN("replay: %s: holding the stream for %ld ns failed: %s", info.opName, static_cast<long>(ns),
          ranklens::device::lastError().c_str());
     return ncclUnhandledCudaError;
@@ -647,7 +658,7 @@ ncclResult_t markArrivals(std::vector<CallInfo>* calls) {
 ncclResult_t holdCall(const CallInfo& info) {
   Session* s = session;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
-  return holdStream(s, info, info.durationNs, restoredBytesOf(*s, info), 0);
+  return holdStream(s, info, info.durationNs, restoredBytesOf(*s, info), 0, bytesOf(info));
 }
 
 ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
@@ -665,9 +676,8 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
     for (const CallInfo& c : calls) {
       if (c.stream != first.stream) continue;
       restored += restoredBytesOf(*s, c);
-      if (!first.estimated) continue;
-      bytes += ranklens::events::receivedBytes(c.op, c.count, c.datatype, c.comm->nRanks, c.comm->rank, c.root);
-      if (c.estimated) duration = std::max(duration, c.durationNs);
+      bytes += bytesOf(c);
+      if (first.estimated && c.estimated) duration = std::max(duration, c.durationNs);
     }
     if (first.estimated) {
       const int nranks = first.comm->nRanks;
@@ -676,7 +686,7 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
           first.comm->name, true);
       if (group.neighbours > 0 && !group.extrapolated) duration = group.durationNs;  // from recorded groups
     }
-    NCCLCHECK(holdStream(s, first, duration, restored, first.recorded ? first.recorded->call.groupId : 1));
+    NCCLCHECK(holdStream(s, first, duration, restored, first.recorded ? first.recorded->call.groupId : 1, bytes));
   }
   return ncclSuccess;
 }

@@ -184,10 +184,12 @@ TEST_F(CudaDevice, MarkedHoldContainsTheCopyBeforeIt) {
   cudaEventCreate(&after);
   auto timed = [&](bool marked) {
     cudaEventRecord(before, stream_);
-    uint64_t arrival = 0;
-    if (marked) EXPECT_EQ(device_->arrive(stream_, &arrival), 0);
+    ranklens::device::HoldRequest hold;
+    hold.nanoseconds = 2'000'000;
+    hold.label = "AllGather";
+    if (marked) EXPECT_EQ(device_->arrive(stream_, &hold.arrival), 0);
     EXPECT_EQ(device_->copy(dst, src, bytes, stream_), 0);
-    EXPECT_EQ(device_->hold(2'000'000, "AllGather", stream_, arrival), 0);
+    EXPECT_EQ(device_->hold(hold, stream_), 0);
     cudaEventRecord(after, stream_);
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     float ms = 0;
@@ -211,6 +213,43 @@ TEST_F(CudaDevice, MarkedHoldContainsTheCopyBeforeIt) {
   EXPECT_GE(unmarkedMs, 2.0f + 0.9f * copyMs);
   device_->free(src);
   device_->free(dst);
+}
+
+// hold_traffic: the hold moves memory at the calibrated rate and still ends at its deadline, however large its call.
+TEST(CudaHoldShape, TrafficHoldsEndOnTime) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  std::string why;
+  ranklens::device::HoldShape shape;
+  shape.blocks = 24;
+  shape.threads = 544;
+  shape.sharedBytes = 0;
+  shape.traffic = 2;
+  auto device = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, shape);
+  ASSERT_NE(device, nullptr) << why;
+  const auto calibration = device->calibrate();
+  ASSERT_GT(calibration.trafficNsPerByte, 0) << ranklens::device::lastError();
+  EXPECT_LT(calibration.trafficNsPerByte, 1.0) << "24 x 544 threads move well over 1 GB/s";
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cudaEvent_t before, after;
+  cudaEventCreate(&before);
+  cudaEventCreate(&after);
+  for (uint64_t callBytes : {uint64_t{64} << 20, uint64_t{64} << 30}) {  // fits in 2 ms; far more than fits
+    ranklens::device::HoldRequest hold;
+    hold.nanoseconds = 2'000'000;
+    hold.label = "AllReduce";
+    hold.callBytes = callBytes;
+    cudaEventRecord(before, stream);
+    ASSERT_EQ(device->arrive(stream, &hold.arrival), 0);
+    ASSERT_EQ(device->hold(hold, stream), 0) << ranklens::device::lastError();
+    cudaEventRecord(after, stream);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, before, after);
+    EXPECT_GE(ms, 2.0f) << callBytes;
+    EXPECT_LT(ms, 2.3f) << callBytes << " bytes: the traffic must not lengthen the hold";
+  }
+  cudaStreamDestroy(stream);
 }
 
 // Through the public API on device memory (CTest sets RANKLENS_DEVICE=cuda; fill is clone by default).

@@ -47,7 +47,8 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "payload_comms", "payload_steps", "payload_seqs", "staging_bytes",
                                            "staging_full", "replay_trace", "on_mismatch", "completion",
                                            "host_time", "timing", "history", "estimate_target",
-                                           "hold_blocks", "hold_threads", "hold_shared_bytes", "resync_window",
+                                           "hold_blocks", "hold_threads", "hold_shared_bytes", "hold_traffic",
+                                           "resync_window",
                                            "prefetch_bytes", "break_at"};
 
 void expectDefaults(const Settings& s) {
@@ -287,7 +288,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
             "payload_seqs, staging_bytes, staging_full, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
-            "hold_threads, hold_shared_bytes, resync_window, "
+            "hold_threads, hold_shared_bytes, hold_traffic, resync_window, "
             "prefetch_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
 
@@ -578,11 +579,12 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_REPLAY_TRACE", "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
                                          "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
-                                         "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_RESYNC_WINDOW",
+                                         "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_HOLD_TRAFFIC",
+                                         "RANKLENS_RESYNC_WINDOW",
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip",
-                                             "", "error", "kernel", "replay", "recorded", "", "observed", "1", "32", "auto", "64",
+                                             "", "error", "kernel", "replay", "recorded", "", "observed", "1", "32", "auto", "0", "64",
                                              "512MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
@@ -662,6 +664,14 @@ TEST(ConfigReplay, HoldShape) {
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.settings.hold_shared_bytes, 0);
   EXPECT_EQ(fromYaml("").settings.hold_shared_bytes, ranklens::config::kHoldSharedAuto);
+  r = fromYaml("hold_traffic: 2.5\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_DOUBLE_EQ(r.settings.hold_traffic, 2.5);
+  for (const char* bad : {"-1", "1e3", "65", "two", ".", "1.2.3"}) {
+    r = fromYaml("", {{"RANKLENS_HOLD_TRAFFIC", bad}});
+    EXPECT_FALSE(r.ok) << bad;
+    EXPECT_NE(r.error.find("a decimal in 0..64"), std::string::npos) << r.error;
+  }
   r = fromYaml("hold_threads: 48\n");
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.error.find("a multiple of 32 in 32..1024"), std::string::npos) << r.error;

@@ -25,13 +25,32 @@ __device__ __forceinline__ unsigned long long ranklensGlobalTimer() {
   return t;
 }
 
+// Device memory a hold moves (hold_traffic): `vectors` 16-byte loads and stores from the first half of `scratch`
+// to its second half (`halfVectors`, a power of two, per half), in the last `copyNs` of the hold.
+struct HoldTraffic {
+  uint4* scratch;
+  unsigned long long halfVectors;
+  unsigned long long vectors;
+  unsigned long long copyNs;
+};
+
 // Holds until `ns` after `arrival` (the time the stream reached the hold, stamped by ranklens_HoldArrival), or
 // after its own start when there is no stamp. A hold of many blocks may wait for SMs before it starts, as NCCL's
 // kernels do; the recorded duration already contains that wait, so it is counted from the arrival, not twice.
 // One lane per warp waits, so that every warp of a block stays resident as long as the hold, like NCCL's.
-__device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const unsigned long long* arrival) {
-  if ((threadIdx.x & 31) != 0) return;
+__device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const unsigned long long* arrival,
+                                                HoldTraffic traffic) {
   const unsigned long long start = arrival != nullptr ? *arrival : ranklensGlobalTimer();
+  if (traffic.vectors > 0) {  // every thread waits for the copy's start, copies, and waits for the end
+    const unsigned long long copyFrom = start + ns - min(ns, traffic.copyNs);
+    while (ranklensGlobalTimer() < copyFrom) __nanosleep(1000);
+    const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+    const unsigned long long mask = traffic.halfVectors - 1;
+    for (unsigned long long i = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+         i < traffic.vectors; i += stride)
+      traffic.scratch[traffic.halfVectors + (i & mask)] = traffic.scratch[i & mask];
+  }
+  if ((threadIdx.x & 31) != 0) return;
   while (ranklensGlobalTimer() - start < ns) __nanosleep(500);
 }
 
@@ -42,9 +61,10 @@ extern "C" __global__ void ranklens_HoldArrival(unsigned long long* arrival) { *
 #define RANKLENS_HOLD_KERNELS(X) \
   X(AllReduce) X(Broadcast) X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) \
   X(Recv) X(Group) X(Hold)
-#define RANKLENS_DEFINE_HOLD(name)                                                                      \
-  extern "C" __global__ void ranklens_##name(unsigned long long ns, const unsigned long long* arrival) { \
-    ranklensHoldFor(ns, arrival);                                                                       \
+#define RANKLENS_DEFINE_HOLD(name)                                                                    \
+  extern "C" __global__ void ranklens_##name(unsigned long long ns, const unsigned long long* arrival, \
+                                             HoldTraffic traffic) {                                    \
+    ranklensHoldFor(ns, arrival, traffic);                                                            \
   }
 RANKLENS_HOLD_KERNELS(RANKLENS_DEFINE_HOLD)
 
@@ -67,7 +87,7 @@ int check(cudaError_t err, const char* what) {
   return static_cast<int>(err);
 }
 
-using HoldKernel = void (*)(unsigned long long, const unsigned long long*);
+using HoldKernel = void (*)(unsigned long long, const unsigned long long*, HoldTraffic);
 
 struct NamedHold {
   const char* name;
@@ -159,7 +179,8 @@ class CudaDevice final : public StreamDevice {
   }
 
   using StreamDevice::hold;
-  int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream, uint64_t arrival) override {
+  int hold(const HoldRequest& request, cudaStream_t stream) override {
+    const uint64_t nanoseconds = request.nanoseconds;
     if (completion_ == Completion::kHostCallback) {
       if (nanoseconds == 0) return 0;
       return check(cudaLaunchHostFunc(stream, holdOnHost, reinterpret_cast<void*>(static_cast<uintptr_t>(nanoseconds))),
@@ -167,12 +188,16 @@ class CudaDevice final : public StreamDevice {
     }
     // Unmarked, the default hold (one warp) starts when the stream reaches it; a larger one may wait for SMs, so it
     // is marked here.
-    if (arrival == 0 && (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0))
+    uint64_t arrival = request.arrival;
+    if (arrival == 0 && (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0 || shape_.traffic > 0))
       if (int err = arrive(stream, &arrival)) return err;
     if (nanoseconds == 0) return 0;
-    holdKernelFor(label)<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
-                           holdSharedBytes_, stream>>>(nanoseconds,
-                                                       reinterpret_cast<const unsigned long long*>(arrival));
+    HoldTraffic traffic{};
+    if (shape_.traffic > 0 && request.callBytes > 0)
+      if (int err = trafficFor(request, &traffic)) return err;
+    holdKernelFor(request.label)<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
+                                   holdSharedBytes_, stream>>>(
+        nanoseconds, reinterpret_cast<const unsigned long long*>(arrival), traffic);
     return check(cudaGetLastError(), "hold kernel launch");
   }
 
@@ -250,10 +275,31 @@ class CudaDevice final : public StreamDevice {
       constexpr uint64_t kHoldNs = 50'000;
       // As replay holds: marked on arrival, then held.
       c.holdFixedNs = std::max<int64_t>(0, measure([&] {
-                                             uint64_t arrival = 0;
-                                             arrive(stream, &arrival);
-                                             hold(kHoldNs, "Hold", stream, arrival);
+                                             HoldRequest request;
+                                             request.nanoseconds = kHoldNs;
+                                             arrive(stream, &request.arrival);
+                                             hold(request, stream);
                                            }) - kHoldNs);
+      if (shape_.traffic > 0) {
+        // hold_traffic's copy rate with this launch shape: a hold of 1 ns that moves memory (the copy runs in full;
+        // the hold ends when it does).
+        HoldTraffic traffic{};
+        uint4* scratch = nullptr;
+        if (scratchMemory(&scratch) == 0) {
+          traffic.scratch = scratch;
+          traffic.halfVectors = kScratchHalfVectors;
+          // 64 KiB per thread, at most 256 MiB: long enough to time, short for a one-warp hold.
+          traffic.vectors = std::min<unsigned long long>(
+              (256ull << 20) / sizeof(uint4),
+              static_cast<unsigned long long>(shape_.blocks) * shape_.threads * ((64u << 10) / sizeof(uint4)));
+          const int64_t copyNs = measure([&] {
+            holdKernelFor("Hold")<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
+                                    holdSharedBytes_, stream>>>(1, nullptr, traffic);
+          });
+          if (copyNs > 0) trafficNsPerVector_ = static_cast<double>(copyNs) / static_cast<double>(traffic.vectors);
+          c.trafficNsPerByte = trafficNsPerVector_ / sizeof(uint4);
+        }
+      }
       c.copyFixedNs = measure([&] { cudaMemcpyAsync(onDevice, pinned, 4096, cudaMemcpyHostToDevice, stream); });
       const int64_t large = measure([&] { cudaMemcpyAsync(onDevice, pinned, kLarge, cudaMemcpyHostToDevice, stream); });
       c.copyNsPerByte = std::max<double>(0, static_cast<double>(large - c.copyFixedNs) / kLarge);
@@ -274,6 +320,38 @@ class CudaDevice final : public StreamDevice {
   void describe(std::string* name, std::string* uuid) override { describeCurrentCudaDevice(name, uuid); }
 
  private:
+  // The memory a hold moves: traffic x its call's bytes, no more than the hold's launch shape copies in its
+  // duration (calibrate() measures the rate), so a hold is never lengthened by its traffic.
+  int trafficFor(const HoldRequest& request, HoldTraffic* traffic) {
+    uint4* scratch = nullptr;
+    if (int err = scratchMemory(&scratch)) return err;
+    double vectors = shape_.traffic * static_cast<double>(request.callBytes) / sizeof(uint4);
+    const double nsPerVector = trafficNsPerVector_ > 0 ? trafficNsPerVector_ : 0.01;  // before calibration
+    vectors = std::min(vectors, static_cast<double>(request.nanoseconds) / nsPerVector);
+    traffic->scratch = scratch;
+    traffic->halfVectors = kScratchHalfVectors;
+    traffic->vectors = static_cast<unsigned long long>(vectors);
+    traffic->copyNs = static_cast<unsigned long long>(vectors * nsPerVector);
+    return 0;
+  }
+
+  int scratchMemory(uint4** scratch) {
+    int device = 0;
+    if (int err = check(cudaGetDevice(&device), "cudaGetDevice")) return err;
+    if (device < 0 || device >= kMaxDevices) {
+      setError("cuda device: device ordinal " + std::to_string(device) + " out of range for hold traffic");
+      return 1;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (scratch_[device] == nullptr) {
+      if (int err = check(cudaMalloc(&scratch_[device], 2 * kScratchHalfVectors * sizeof(uint4)),
+                          "cudaMalloc (hold traffic scratch)"))
+        return err;
+    }
+    *scratch = scratch_[device];
+    return 0;
+  }
+
   // The current device's ring of arrival stamps, allocated at its first stamped hold (on the device of the
   // caller's stream, which the constructor cannot know).
   int arrivalSlots(unsigned long long** slots) {
@@ -302,6 +380,9 @@ class CudaDevice final : public StreamDevice {
   static constexpr size_t kArrivalSlots = 1u << 16;
   static constexpr int kMaxDevices = 64;
   unsigned long long* arrivals_[kMaxDevices] = {};  // per device, kept for the process's life
+  static constexpr unsigned long long kScratchHalfVectors = (64ull << 20) / sizeof(uint4);  // 64 MiB per half
+  uint4* scratch_[kMaxDevices] = {};  // hold_traffic's memory, 128 MiB per device, allocated at its first use
+  double trafficNsPerVector_ = 0;     // measured by calibrate()
   std::atomic<uint64_t> nextArrival_{0};
   std::mutex mu_;
   std::vector<cudaEvent_t> freeEvents_;

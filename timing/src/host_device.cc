@@ -47,10 +47,10 @@ class HostDevice final : public StreamDevice {
     return 0;
   }
 
-  int hold(uint64_t nanoseconds, const char*, cudaStream_t, uint64_t) override {
+  int hold(const HoldRequest& request, cudaStream_t) override {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.holds++;
-    stats_.heldNanoseconds += nanoseconds;
+    stats_.heldNanoseconds += request.nanoseconds;
     return 0;
   }
 

@@ -79,6 +79,7 @@ struct Settings {
   int hold_blocks = 1;                      // thread blocks (SMs) each hold kernel occupies
   int hold_threads = 32;                    // threads per hold block
   long long hold_shared_bytes = -1;         // dynamic shared memory per hold block; kHoldSharedAuto, kHoldSharedSm
+  double hold_traffic = 0;                  // device memory each hold moves per byte of its call (experiment)
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
   std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made

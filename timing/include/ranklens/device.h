@@ -18,6 +18,14 @@ namespace device {
 // Why the last call on this thread failed (empty after a success).
 const std::string& lastError();
 
+// One hold: how long, under which name, from which arrival mark, and for which call size.
+struct HoldRequest {
+  uint64_t nanoseconds = 0;
+  const char* label = "Hold";  // names the kernel in profilers: ranklens_<label>
+  uint64_t arrival = 0;        // a mark from StreamDevice::arrive() enqueued earlier on the stream, 0 none
+  uint64_t callBytes = 0;      // the call's buffer size, for holds that move memory as NCCL does (HoldShape)
+};
+
 class StreamDevice {
  public:
   virtual ~StreamDevice() = default;
@@ -27,11 +35,14 @@ class StreamDevice {
   virtual int copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) = 0;
   // Writes `count` elements of `elemSize` bytes (1, 2, 4 or 8), each equal to the low bytes of `pattern`.
   virtual int fill(void* dst, size_t count, size_t elemSize, uint64_t pattern, cudaStream_t stream) = 0;
-  // Keeps `stream` busy for `nanoseconds` from `arrival` (a mark from arrive() enqueued earlier on `stream`), or
-  // from the moment the hold starts executing when `arrival` is 0; `label` names it in profilers.
-  virtual int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream, uint64_t arrival) = 0;
+  // Keeps `stream` busy for the request's nanoseconds from its arrival mark, or from the moment the hold starts
+  // executing when it has none.
+  virtual int hold(const HoldRequest& request, cudaStream_t stream) = 0;
   int hold(uint64_t nanoseconds, const char* label, cudaStream_t stream) {
-    return hold(nanoseconds, label, stream, 0);
+    HoldRequest request;
+    request.nanoseconds = nanoseconds;
+    request.label = label;
+    return hold(request, stream);
   }
   // Marks the moment `stream` reaches this point. A hold given the mark ends its duration after it, so that what
   // is enqueued in between (a receive buffer's copy or fill) and the hold's own wait for SMs count within the
@@ -62,6 +73,7 @@ class StreamDevice {
     int64_t holdFixedNs = 0;
     int64_t copyFixedNs = 0;
     double copyNsPerByte = 0;
+    double trafficNsPerByte = 0;  // hold_traffic: how fast a hold of the configured shape moves memory (0: off)
   };
   virtual Calibration calibrate() = 0;
 };
@@ -87,6 +99,10 @@ struct HoldShape {
   int blocks = 1;
   int threads = 32;            // a multiple of 32
   long long sharedBytes = -1;  // dynamic shared memory per block; kSharedAuto, kSharedSm, or bytes
+  // Device memory each hold reads and writes per byte of its call (0: none), at the end of the hold, as the rank
+  // that waited for its peers moves the data last: NCCL's kernels load the memory and draw the power that
+  // overlapping compute then lacks, which a hold that only waits does not (an experiment).
+  double traffic = 0;
   static constexpr long long kSharedAuto = -1;  // an SM's whole shared memory when blocks > 1, none for one block
   static constexpr long long kSharedSm = -2;    // an SM's whole shared memory (nothing else fits on a held SM)
 };
