@@ -19,6 +19,9 @@ and a bucket-size what-if.
 Outputs --json (default bench/results/estimator/estimator_torch.json), a combined log next to it, the history and
 the eval JSON under --work.
 
+With --micro-batch-scale 4 every micro-batch is 4 times larger (history 16/32, held-out 24, what-if 32): the steps
+of the default sizes are bound by the host, whose speed moves the real step time by up to 25% between runs.
+
 Example (2-GPU machine, repository root; about 6 minutes):
     RANKLENS_COMMIT=<sha> /opt/torch/.venv/bin/python bench/estimator_torch.py --lib .carry/lib/libnccl.so.2 \\
         --ranklens .carry/bin/ranklens --json $OUT/estimator_torch.json
@@ -39,11 +42,26 @@ import record_bench_lib as lib  # noqa: E402
 import replay_fidelity_torch as rfz  # noqa: E402  (recording and replaying every rank)
 
 REPO = lib.REPO
-# name: (parallel, bucket MiB, micro-batch)
-HISTORY = {"ddp-b25-mb8": ("ddp", 25, 8), "ddp-b50-mb8": ("ddp", 50, 8), "ddp-b25-mb4": ("ddp", 25, 4),
-           "ddp-b50-mb4": ("ddp", 50, 4), "fsdp2-mb8": ("fsdp2", 25, 8), "fsdp2-mb4": ("fsdp2", 25, 4)}
-HELD_OUT = ("ddp-b40-mb6", ("ddp", 40, 6))
-WHAT_IF = ("ddp-b25-mb8", ("ddp-b100-mb8", ("ddp", 100, 8)))  # recording used, real run of the target
+# (parallel, bucket MiB, micro-batch) of the history's runs, the held-out run and the what-if (recorded, target).
+HISTORY_CONFIGS = [("ddp", 25, 8), ("ddp", 50, 8), ("ddp", 25, 4), ("ddp", 50, 4), ("fsdp2", 25, 8), ("fsdp2", 25, 4)]
+HELD_OUT_CONFIG = ("ddp", 40, 6)
+WHAT_IF_CONFIGS = (("ddp", 25, 8), ("ddp", 100, 8))
+
+
+def config_name(cfg) -> str:
+    mode, bucket, micro_batch = cfg
+    return f"{mode}-b{bucket}-mb{micro_batch}" if mode == "ddp" else f"{mode}-mb{micro_batch}"
+
+
+def configurations(scale: int):
+    """(history {name: cfg}, held-out (name, cfg), what-if (recorded name, (target name, cfg))) with every
+    micro-batch multiplied by `scale` (4: GPU-bound GPT-2 small, whose step time the host no longer sets)."""
+    scaled = lambda cfg: (cfg[0], cfg[1], cfg[2] * scale)  # noqa: E731
+    history = {config_name(scaled(c)): scaled(c) for c in HISTORY_CONFIGS}
+    recorded, target = map(scaled, WHAT_IF_CONFIGS)
+    return (history, (config_name(scaled(HELD_OUT_CONFIG)), scaled(HELD_OUT_CONFIG)),
+            (config_name(recorded), (config_name(target), target)))
+
 
 
 def parse_args(argv=None):
@@ -64,7 +82,13 @@ def parse_args(argv=None):
     p.add_argument("--history", help="an existing history file for the heldout and whatif parts (then leave out "
                                      "the history part); default: the one the history part builds under --work")
     p.add_argument("--timeout", type=float, default=200, help="seconds per run (default: %(default)s)")
+    p.add_argument("--micro-batch-scale", type=int, default=1,
+                   help="multiply every configuration's micro-batch (history 4/8, held-out 6, what-if 8); 4 makes "
+                        "GPT-2 small GPU-bound on an H200, so that the host no longer sets the step time (default: "
+                        "%(default)s)")
     args = p.parse_args(argv)
+    if args.micro_batch_scale < 1:
+        p.error("--micro-batch-scale must be >= 1")
     args.lib, args.ranklens, args.json = map(os.path.abspath, (args.lib, args.ranklens, args.json))
     return args
 
@@ -86,6 +110,8 @@ class EstimatorBench:
         self.doc.update({"checks": [], "targets": {"leave_one_run_out_median": 0.05, "estimated_step_time": 0.025,
                                                    "what_if_step_time": 0.03}})
         self.history = os.path.abspath(args.history) if args.history else os.path.join(args.work, "cluster.hist")
+        self.configs, self.held_out, self.what_if = configurations(args.micro_batch_scale)
+        self.doc["configurations"] = {"history": self.configs, "held_out": self.held_out, "what_if": self.what_if}
         self.traces: dict[str, str] = {}
         self.real: dict[str, list[dict]] = {}  # name -> per run {rank: median step ms}
 
@@ -111,11 +137,11 @@ class EstimatorBench:
     def part_history(self):
         if self.args.history:
             raise RuntimeError("--history names an existing history: leave the history part out (--parts)")
-        for name, cfg in HISTORY.items():
+        for name, cfg in self.configs.items():
             self.record(name, cfg)
         if os.path.exists(self.history):
             os.remove(self.history)
-        res = self.ranklens("history", "build", *[self.traces[n] for n in HISTORY], "-o", self.history,
+        res = self.ranklens("history", "build", *[self.traces[n] for n in self.configs], "-o", self.history,
                             name="history-build")
         if res["rc"] != 0:
             raise RuntimeError("ranklens history build failed")
@@ -156,7 +182,7 @@ class EstimatorBench:
         return self.rf.replay_all(name, cfg[0], "timing", trace, lambda r: train_args(cfg, self.args.steps))
 
     def part_heldout(self):
-        name, cfg = HELD_OUT
+        name, cfg = self.held_out
         trace = self.record(name, cfg)
         for i in range(1, self.args.real_repeats):
             self.record(name, cfg, run_name=f"{name}-again{i}")
@@ -168,9 +194,9 @@ class EstimatorBench:
                                0.025)
 
     def part_whatif(self):
-        recorded, (target, cfg) = WHAT_IF
+        recorded, (target, cfg) = self.what_if
         if recorded not in self.traces:
-            self.record(recorded, HISTORY[recorded])
+            self.record(recorded, self.configs[recorded])
         for i in range(self.args.real_repeats):
             self.record(target, cfg, run_name=target if i == 0 else f"{target}-again{i}")
         # No recorded control payloads: DDP takes its rebuilt bucket layout from rank 0's broadcast, so the recorded

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""bench/replay_fidelity_torch.py's timing bookkeeping without a GPU: every recording is replayed once per --variant,
-the error is between medians over the repeats, and --budget stops starting runs yet still reports what finished."""
+"""The GPU benchmarks' bookkeeping, without a GPU. bench/replay_fidelity_torch.py: every recording is replayed once
+per --variant, the error is between medians over the repeats, and --budget stops starting runs yet still reports
+what finished. bench/estimator_torch.py: --micro-batch-scale scales every configuration."""
 
 import os
 import sys
@@ -88,3 +89,13 @@ def test_bad_variant_is_refused(tmp_path):
         args_for(tmp_path, "--variant", "no-environment")
     with pytest.raises(SystemExit):
         args_for(tmp_path, "--variant", "plain:A=1")  # the name of the default replay
+
+
+def test_estimator_configurations_scale_every_micro_batch():
+    import estimator_torch as est
+
+    history, (held_name, held), (recorded, (target_name, target)) = est.configurations(4)
+    assert sorted(mb for _, _, mb in history.values()) == [16, 16, 16, 32, 32, 32]
+    assert held_name not in history and held == ("ddp", 40, 24)
+    assert recorded == "ddp-b25-mb32" and recorded in history  # the what-if replays a recording of the history
+    assert target_name == "ddp-b100-mb32" and target == ("ddp", 100, 32)
