@@ -97,6 +97,7 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
     c.rank = nranks == 1 ? 0 : 1;
     c.bytes = ranklens::events::receivedBytes(op, count, datatype, nranks, c.rank, root);
     c.timeNs = at;
+    if (op == Op::kAllReduce) c.hostNs = static_cast<int64_t>(seq / 2 + 1) * 1000;  // step k: (k + 1) us
     ASSERT_TRUE(writer->append(RecordType::kCall, c));
   };
   auto timing = [&](uint64_t commId, uint64_t seq, Op op, uint64_t stream, uint64_t group, int64_t at,
@@ -131,6 +132,8 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
     const uint64_t group = k + 1;
     call(world, k, Op::kSend, 7, 4096, 0, stepStart + 300'000, kStreamP2p, group, 2);
     call(world, k, Op::kRecv, 7, 4096, 0, stepStart + 300'001, kStreamP2p, group, 2);
+    ASSERT_TRUE(writer->append(RecordType::kGroupEnd,
+                               ranklens::events::GroupEnd{group, 2, 0, stepStart + 300'002, 20'000}));
     timing(world, k, Op::kSend, kStreamP2p, group, stepStart + 300'000, 200'000, 0);
     call(split, k, Op::kBroadcast, 2, 32768, 0, stepStart + 400'000, kStreamSplit, 0, 1);
     timing(split, k, Op::kBroadcast, kStreamSplit, 0, stepStart + 400'000, 50'000, -1);
@@ -283,6 +286,20 @@ TEST_F(CompareTimeline, IdenticalCallsMatchAndStepErrorsSkipWarmup) {
     EXPECT_EQ(op["recorded_records"], kSteps);
   }
   EXPECT_TRUE(sawAllReduce) << doc["timing"].dump();
+
+  // Host time as recorded: AllReduce 1..10 us (outside groups), each Send/Recv group 20 us; the others unknown.
+  ASSERT_EQ(doc["recorded_host_time"].size(), 2u) << doc["recorded_host_time"].dump();
+  const json& allReduce = doc["recorded_host_time"][0];
+  EXPECT_EQ(allReduce["what"], "AllReduce");
+  EXPECT_EQ(allReduce["calls"], kSteps);
+  EXPECT_EQ(allReduce["sum_ns"], 55'000);
+  EXPECT_EQ(allReduce["median_ns"], 6'000);
+  EXPECT_EQ(allReduce["p90_ns"], 10'000);
+  EXPECT_EQ(allReduce["max_ns"], 10'000);
+  const json& group = doc["recorded_host_time"][1];
+  EXPECT_EQ(group["what"], "Group");
+  EXPECT_EQ(group["calls"], kSteps);
+  EXPECT_EQ(group["sum_ns"], kSteps * 20'000);
 }
 
 TEST_F(CompareTimeline, WarmupStepsOption) {

@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -291,6 +292,34 @@ std::map<int, OpTime> timePerOp(const EventLog& recorded, const EventLog& replay
   return perOp;
 }
 
+// The recorded host time of the NCCL calls (Call.hostNs outside groups, GroupEnd.hostNs for groups): how long each
+// kept its calling thread in the real job, which the replay reproduces (host_time: replay).
+struct HostTime {
+  std::string what;  // op name, or "Group"
+  std::vector<int64_t> ns;
+  int64_t sum() const { return std::accumulate(ns.begin(), ns.end(), int64_t{0}); }
+  int64_t quantile(double q) const {
+    if (ns.empty()) return 0;
+    std::vector<int64_t> sorted = ns;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+  }
+};
+
+std::vector<HostTime> hostTimes(const EventLog& recorded) {
+  std::map<std::string, HostTime> byName;
+  for (const auto& call : recorded.calls)
+    if (call.groupId == 0 && call.hostNs >= 0) byName[opText(call.op)].ns.push_back(call.hostNs);
+  for (const auto& group : recorded.groupEnds)
+    if (group.hostNs >= 0) byName["Group"].ns.push_back(group.hostNs);
+  std::vector<HostTime> out;
+  for (auto& [name, h] : byName) {
+    h.what = name;
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
 // ------------------------------------------------------------------------------------------------ report
 
 struct Comparison {
@@ -300,6 +329,7 @@ struct Comparison {
   std::vector<Divergence> divergences;
   StepComparison steps;
   std::map<int, OpTime> time;
+  std::vector<HostTime> host;
   bool matches() const { return raw.complete() && divergences.empty(); }
 };
 
@@ -361,6 +391,11 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
     timing.push_back({{"op", opText(op)}, {"recorded_ns", t.recordedNs}, {"replayed_ns", t.replayedNs},
                       {"recorded_records", t.recordedRecords}, {"replayed_records", t.replayedRecords}});
 
+  json host = json::array();
+  for (const auto& h : c.host)
+    host.push_back({{"what", h.what}, {"calls", h.ns.size()}, {"sum_ns", h.sum()}, {"median_ns", h.quantile(0.5)},
+                    {"p90_ns", h.quantile(0.9)}, {"max_ns", h.quantile(1.0)}});
+
   json training = countsJson(c.training);
   training["above_bytes"] = options.smallBytes;
   return {{"format", "ranklens-compare"},
@@ -373,6 +408,7 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
           {"first_divergence", divergence},
           {"steps", steps},
           {"timing", timing},
+          {"recorded_host_time", host},
           {"match", c.matches()}};
 }
 
@@ -476,6 +512,17 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
     else
       out << "-" << " \n";
   }
+  if (!c.host.empty()) {
+    out << "\n" << std::left << std::setw(22) << "recorded host time" << std::right << std::setw(8) << "calls"
+        << std::setw(14) << "sum" << std::setw(12) << "median" << std::setw(12) << "p90" << std::setw(12) << "max"
+        << "   (time on the calling thread; the replay keeps each call at least this long)\n";
+    for (const auto& h : c.host)
+      out << "  " << std::left << std::setw(20) << h.what << std::right << std::setw(8) << h.ns.size()
+          << std::setw(14) << msText(static_cast<double>(h.sum())) << std::setw(12)
+          << msText(static_cast<double>(h.quantile(0.5))) << std::setw(12)
+          << msText(static_cast<double>(h.quantile(0.9))) << std::setw(12)
+          << msText(static_cast<double>(h.quantile(1.0))) << "\n";
+  }
   out << "\nresult: " << (c.matches() ? "match" : "differ") << "\n";
 }
 
@@ -538,12 +585,13 @@ int runCompare(const CompareOptions& options, std::ostream& out, std::ostream& e
     warnAboutDamage(replayed, "comparing the complete records before it", err);
   }
 
-  Comparison c{&recorded, &replayed, matchCommunicators(recorded, replayed), {}, {}, {}, {}, {}};
+  Comparison c{&recorded, &replayed, matchCommunicators(recorded, replayed), {}, {}, {}, {}, {}, {}};
   c.raw = countMatches(recorded, replayed, c.comms, 0, false);
   c.training = countMatches(recorded, replayed, c.comms, options.smallBytes, true);
   c.divergences = findDivergences(recorded, replayed, c.comms);
   c.steps = compareSteps(recorded, replayed, options.warmupSteps);
   c.time = timePerOp(recorded, replayed);
+  c.host = hostTimes(recorded);
 
   if (!options.jsonPath.empty()) {
     const std::string text = reportJson(c, options).dump(2) + "\n";
