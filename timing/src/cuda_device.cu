@@ -336,36 +336,30 @@ class CudaDevice final : public StreamDevice {
   }
 
   int scratchMemory(uint4** scratch) {
-    int device = 0;
-    if (int err = check(cudaGetDevice(&device), "cudaGetDevice")) return err;
-    if (device < 0 || device >= kMaxDevices) {
-      setError("cuda device: device ordinal " + std::to_string(device) + " out of range for hold traffic");
-      return 1;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (scratch_[device] == nullptr) {
-      if (int err = check(cudaMalloc(&scratch_[device], 2 * kScratchHalfVectors * sizeof(uint4)),
-                          "cudaMalloc (hold traffic scratch)"))
-        return err;
-    }
-    *scratch = scratch_[device];
-    return 0;
+    return perDevice(scratch_, 2 * kScratchHalfVectors * sizeof(uint4), "hold traffic scratch", scratch);
   }
 
-  // The current device's ring of arrival stamps, allocated at its first stamped hold (on the device of the
-  // caller's stream, which the constructor cannot know).
+  // The current device's ring of arrival stamps.
   int arrivalSlots(unsigned long long** slots) {
+    return perDevice(arrivals_, kArrivalSlots * sizeof(unsigned long long), "hold stamps", slots);
+  }
+
+  // The current device's entry of `table`, allocated (`bytes`) at its first use: on the device of the caller's
+  // stream, which the constructor cannot know. Kept for the process's life.
+  template <typename T, size_t N>
+  int perDevice(T* (&table)[N], size_t bytes, const char* what, T** out) {
     int device = 0;
     if (int err = check(cudaGetDevice(&device), "cudaGetDevice")) return err;
-    if (device < 0 || device >= kMaxDevices) {
-      setError("cuda device: device ordinal " + std::to_string(device) + " out of range for hold stamps");
+    if (device < 0 || static_cast<size_t>(device) >= N) {
+      setError("cuda device: device ordinal " + std::to_string(device) + " out of range for " + what);
       return 1;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (arrivals_[device] == nullptr &&
-        check(cudaMalloc(&arrivals_[device], kArrivalSlots * sizeof(unsigned long long)), "cudaMalloc (hold stamps)"))
-      return 1;
-    *slots = arrivals_[device];
+    if (table[device] == nullptr) {
+      if (int err = check(cudaMalloc(&table[device], bytes), (std::string("cudaMalloc (") + what + ")").c_str()))
+        return err;
+    }
+    *out = table[device];
     return 0;
   }
 
