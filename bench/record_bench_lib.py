@@ -226,6 +226,53 @@ def run_logged(argv: list[str], env_set: dict[str, str], log_path: str, timeout:
             "command_line": cmdline, "log": log_path}
 
 
+class GpuSampler:
+    """nvidia-smi's SM clock, board power and utilization of every GPU, sampled while a run lasts (a context
+    manager; nothing happens when disabled or without nvidia-smi). At the H200's power limit a job next to real NCCL
+    runs at lower clocks than its replay, so GPU-bound comparisons need these beside the step times."""
+
+    QUERY = "index,clocks.sm,power.draw,utilization.gpu"
+
+    def __init__(self, enabled: bool, every_ms: int = 500, program: str = "nvidia-smi"):
+        self.enabled, self.every_ms, self.program = enabled, every_ms, program
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+
+    def __enter__(self):
+        if self.enabled and shutil.which(self.program):
+            self.proc = subprocess.Popen([self.program, f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits",
+                                          f"-lms={self.every_ms}"], stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                out, _ = self.proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                out, _ = self.proc.communicate()
+            self.lines = (out or "").splitlines()
+        return False
+
+    def summary(self, busy_percent: float = 80) -> dict:
+        """Per GPU index: samples taken while it was busy (utilization > busy_percent), median and lowest SM clock
+        (MHz), median power (W). {} when nothing was sampled."""
+        busy: dict[str, list[tuple[float, float]]] = {}
+        for line in self.lines:
+            fields = [f.strip() for f in line.split(",")]
+            try:
+                index, sm, power, util = fields[0], float(fields[1]), float(fields[2]), float(fields[3])
+            except (IndexError, ValueError):
+                continue  # "[N/A]", a header, a partial line at the end
+            if util > busy_percent:
+                busy.setdefault(index, []).append((sm, power))
+        return {index: {"samples": len(v), "sm_mhz_median": statistics.median(x[0] for x in v),
+                        "sm_mhz_min": min(x[0] for x in v), "power_w_median": statistics.median(x[1] for x in v)}
+                for index, v in sorted(busy.items())}
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """Stops the process group this module started (SIGTERM, then SIGKILL)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):

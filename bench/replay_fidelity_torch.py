@@ -119,6 +119,9 @@ def parse_args(argv=None):
     p.add_argument("--json", default=os.path.join(REPO, "bench", "results", "replay", "replay_fidelity_torch.json"))
     p.add_argument("--work", default="/tmp/ranklens-replay-fidelity", help="logs, traces, parameters")
     p.add_argument("--timeout", type=float, default=300, help="seconds per run (default: %(default)s)")
+    p.add_argument("--sample-gpu", action="store_true",
+                   help="sample every GPU's SM clock and power (nvidia-smi, every 500 ms) during each run; timing "
+                        "checks then show real and replayed clocks side by side (at the power limit they differ)")
     p.add_argument("--budget", type=float, default=0,
                    help="seconds for the whole benchmark (0: none): no run starts unless the time spent plus the "
                         "longest run so far fits; timing checks then use the repeats completed and say so, and the "
@@ -165,6 +168,16 @@ def median_after(step_ms: list[float] | None, warmup: int) -> float | None:
     return statistics.median(step_ms[warmup:])
 
 
+def gpu_text(runs: list[dict]) -> str:
+    """'; SM MHz real a/b, replay c/d; W real ... ' from the runs' GPU samples (--sample-gpu), '' without them."""
+    def values(side: str, key: str) -> str:
+        return "/".join(f"{g[key]:.0f}" if g else "-" for g in ((r.get("gpu") or {}).get(side) for r in runs))
+    if not any((r.get("gpu") or {}).get("real") for r in runs):
+        return ""
+    return (f"; SM MHz real {values('real', 'sm_mhz_median')}, replay {values('replay', 'sm_mhz_median')}"
+            f"; W real {values('real', 'power_w_median')}, replay {values('replay', 'power_w_median')}")
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -207,9 +220,11 @@ class Bench:
             argv = job
         log_path = os.path.join(a.work, "logs", name + ".log")
         self.log.say(f"record {name} ...")
-        res = lib.run_logged(argv, env, log_path, a.timeout, unset)
+        with lib.GpuSampler(getattr(a, "sample_gpu", False)) as gpu:
+            res = lib.run_logged(argv, env, log_path, a.timeout, unset)
         run = {"name": name, "kind": "record", "mode": mode, "command": res["command_line"], "rc": res["rc"],
-               "wall_s": res["wall_s"], "results": results_of(log_path), "trace": trace, "log": log_path}
+               "wall_s": res["wall_s"], "results": results_of(log_path), "trace": trace, "log": log_path,
+               "gpu": gpu.summary()}
         self.log.say(f"record {name}: rc {res['rc']}, {res['wall_s']:.0f} s")
         self.log.append_file(name, log_path, max_lines=120)
         self.doc["runs"].append(run)
@@ -241,7 +256,7 @@ class Bench:
         shutil.rmtree(os.path.join(a.work, "traces", f"{name}-replay"), ignore_errors=True)
         self.log.say(f"replay {name} ({fidelity}), {a.nproc} ranks at once ...")
         import concurrent.futures as cf
-        with cf.ThreadPoolExecutor(len(procs)) as pool:
+        with lib.GpuSampler(getattr(a, "sample_gpu", False)) as gpu, cf.ThreadPoolExecutor(len(procs)) as pool:
             futures = {rank: pool.submit(lib.run_logged, argv, env, log_path, a.timeout, unset)
                        for rank, log_path, _, argv, env, unset in procs}
         runs = {}
@@ -258,7 +273,7 @@ class Bench:
             self.log.say(f"replay {name} rank {rank}: rc {res['rc']}, {res['wall_s']:.0f} s")
             self.log.append_file(f"{name}-replay-rank{rank}", log_path, max_lines=80)
         run = {"name": name + "-replay", "kind": "replay", "fidelity": fidelity, "mode": mode, "ranks": runs,
-               "variant_env": variant_env or {},
+               "variant_env": variant_env or {}, "gpu": gpu.summary(), "gpus": max(gpus, 1),
                "trace": os.path.join(a.work, "traces", f"{name}-replay")}
         self.doc["runs"].append(run)
         return run
@@ -314,7 +329,10 @@ class Bench:
             real, replay = (real or [])[a.warmup:], (replay or [])[a.warmup:]
         per_step = [(y - x) / x for x, y in zip(real, replay)]
         sig_ok, sig = lib.replay_signature_ok(rep["ranks"][rank], calls.get(rank))
-        return {"step_times": source, "median_step_ms_real": m_real, "median_step_ms_replay": m_rep,
+        # The GPU this rank ran on: its local rank in the job, rank % visible GPUs in the replays.
+        gpu = {"real": (rec.get("gpu") or {}).get(str(rank)),
+               "replay": (rep.get("gpu") or {}).get(str(rank % rep.get("gpus", 1)))}
+        return {"step_times": source, "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "gpu": gpu,
                 "median_step_error": (m_rep - m_real) / m_real if m_real and m_rep else None,
                 "marker_median_step_error": markers.get("median_relative_error"),
                 "median_abs_per_step_error": statistics.median([abs(e) for e in per_step]) if per_step else None,
@@ -364,8 +382,8 @@ class Bench:
             label = "" if variant == "plain" else f" [{variant}]"
             self.log.say(f"CHECK timing {mode}{label} rank {rank}: real {m_real} ms, replay {m_rep} ms (median over "
                          f"{len(runs)} run(s); per run {errors}), error {err if err is None else f'{err * 100:+.2f}%'}"
-                         f"; signatures: {runs[-1]['signature']}{'' if sig_ok else ' (a run did not match)'} -> "
-                         f"{'PASS' if check['pass'] else 'FAIL'}")
+                         f"; signatures: {runs[-1]['signature']}{'' if sig_ok else ' (a run did not match)'}"
+                         f"{gpu_text(runs)} -> {'PASS' if check['pass'] else 'FAIL'}")
 
     def profile(self, mode: str):
         """Diagnosis, not a pass/fail figure: torch.profiler over steps --warmup..--warmup+5 in one recorded run and

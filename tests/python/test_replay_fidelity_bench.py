@@ -99,3 +99,31 @@ def test_estimator_configurations_scale_every_micro_batch():
     assert held_name not in history and held == ("ddp", 40, 24)
     assert recorded == "ddp-b25-mb32" and recorded in history  # the what-if replays a recording of the history
     assert target_name == "ddp-b100-mb32" and target == ("ddp", 100, 32)
+
+
+def test_gpu_sampler_keeps_busy_samples_per_gpu(tmp_path):
+    import record_bench_lib as lib
+
+    fake = tmp_path / "fake-smi"
+    fake.write_text("#!/bin/sh\n"
+                    "printf '0, 1980, 650.5, 99\\n1, 1860, 690.0, 98\\n0, 1905, 640.0, 97\\n'\n"
+                    "printf '1, 1785, 688.0, 95\\n0, 210, 80.0, 0\\n1, [N/A], [N/A], [N/A]\\n'\n"
+                    "exec sleep 30\n")
+    fake.chmod(0o755)
+    with lib.GpuSampler(True, program=str(fake)) as gpu:
+        import time
+        time.sleep(0.5)  # the fake prints at once, then waits to be stopped
+    summary = gpu.summary()
+    assert summary["0"] == {"samples": 2, "sm_mhz_median": 1942.5, "sm_mhz_min": 1905.0, "power_w_median": 645.25}
+    assert summary["1"]["samples"] == 2 and summary["1"]["sm_mhz_min"] == 1785.0
+    with lib.GpuSampler(False, program=str(fake)) as off:
+        pass
+    assert off.summary() == {}
+
+
+def test_gpu_text_sets_real_and_replayed_clocks_side_by_side():
+    runs = [{"gpu": {"real": {"sm_mhz_median": 1890, "power_w_median": 688},
+                     "replay": {"sm_mhz_median": 1950, "power_w_median": 660}}},
+            {"gpu": {"real": {"sm_mhz_median": 1905, "power_w_median": 686}, "replay": None}}]
+    assert rft.gpu_text(runs) == "; SM MHz real 1890/1905, replay 1950/-; W real 688/686, replay 660/-"
+    assert rft.gpu_text([{"gpu": {"real": None, "replay": None}}]) == ""
