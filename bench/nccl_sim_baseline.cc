@@ -21,7 +21,6 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -187,16 +186,6 @@ class Simulator {
   std::map<int, Clique> cliques_;
 };
 
-struct Errors {
-  std::vector<double> values;
-  double quantile(double q) const {
-    if (values.empty()) return NAN;
-    std::vector<double> v = values;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -239,7 +228,7 @@ int main(int argc, char** argv) {
   Simulator sim(nccl, maxBytes);
   // Estimates are per (op, datatype, bytes, nranks): simulate each once.
   std::map<std::tuple<int, int, uint64_t, int>, double> cache;
-  std::map<std::string, Errors> errors;
+  std::map<std::string, std::vector<double>> errors;  // errorClass (and "all") -> relative errors
   std::map<std::string, size_t> skipped;  // why -> samples
   for (const auto& s : history.samples) {
     const int64_t value = target == "transfer" ? s.transferNs : s.durationNs;
@@ -256,9 +245,8 @@ int main(int argc, char** argv) {
       continue;
     }
     const double e = std::fabs(it->second * 1e3 - static_cast<double>(value)) / static_cast<double>(value);
-    errors[std::string(ranklens::events::opName(static_cast<Op>(s.op))) + " " + rt::sizeClass(s.bytes)]
-        .values.push_back(e);
-    errors["all"].values.push_back(e);
+    errors[rt::errorClass(s)].push_back(e);
+    errors["all"].push_back(e);
   }
 
   nlohmann::json doc = {{"history", historyPath}, {"nccl", ncclPath}, {"nccl_version", version},
@@ -266,9 +254,10 @@ int main(int argc, char** argv) {
   printf("%s: NCCL %d's ncclGroupSimulateEnd vs the recorded durations (%s), %zu samples\n\n", historyPath.c_str(),
          version, target.c_str(), history.samples.size());
   printf("%-28s %9s %10s %10s\n", "op / size class", "calls", "median", "p90");
-  for (const auto& [k, e] : errors) {
-    printf("%-28s %9zu %9.2f%% %9.2f%%\n", k.c_str(), e.values.size(), e.quantile(0.5) * 100, e.quantile(0.9) * 100);
-    doc["classes"][k] = {{"count", e.values.size()}, {"median", e.quantile(0.5)}, {"p90", e.quantile(0.9)}};
+  for (auto& [k, e] : errors) {
+    const rt::ErrorStats stats = rt::errorStats(std::move(e));  // as `ranklens estimate eval` computes them
+    printf("%-28s %9zu %9.2f%% %9.2f%%\n", k.c_str(), stats.count, stats.median * 100, stats.p90 * 100);
+    doc["classes"][k] = {{"count", stats.count}, {"median", stats.median}, {"p90", stats.p90}};
   }
   for (const auto& [why, n] : skipped) {
     printf("not estimated: %zu samples (%s)\n", n, why.c_str());

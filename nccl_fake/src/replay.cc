@@ -491,6 +491,11 @@ extern "C" __attribute__((noinline, used)) void ranklens_restore_payload(
 }
 
 namespace {
+// The bytes the call receives (Send: sends), as its Call record counts them.
+uint64_t bytesOf(const CallInfo& c) {
+  return ranklens::events::receivedBytes(c.op, c.count, c.datatype, c.comm->nRanks, c.comm->rank, c.root);
+}
+
 // Whether this fidelity restores the call's recorded payload (see Session::controlPayloadBytes).
 bool restores(const Session& s, const RecordedCall* rc) {
   if (rc == nullptr || !rc->payload) return false;
@@ -504,8 +509,7 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
   Session* s = session;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return false;
   const RecordedCall* rc = info.recorded;
-  const uint64_t bytes = ranklens::events::receivedBytes(info.op, info.count, info.datatype, info.comm->nRanks,
-                                                         info.comm->rank, info.root);
+  const uint64_t bytes = bytesOf(info);
   if (bytes == 0 || info.op == Op::kSend) return false;
   if (!restores(*s, rc) || !s->prefetcher) {
     if (s->fidelity == Fidelity::kValue) {  // at timing only control payloads are restored: the rest is expected
@@ -550,10 +554,6 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
 }
 
 namespace {
-
-uint64_t bytesOf(const CallInfo& c) {
-  return ranklens::events::receivedBytes(c.op, c.count, c.datatype, c.comm->nRanks, c.comm->rank, c.root);
-}
 
 // `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory.
 ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, uint64_t restoredBytes,
@@ -630,27 +630,32 @@ void holdHostGroup(int64_t startNs, const std::vector<CallInfo>& calls) {
   }
 }
 
+namespace {
+ncclResult_t arriveOn(const CallInfo& info, uint64_t* arrival) {
+  if (Runtime::get().device().arrive(info.stream, arrival) == 0) return ncclSuccess;
+  WARN("replay: %s: marking the stream's arrival failed: %s", info.opName, ranklens::device::lastError().c_str());
+  return ncclUnhandledCudaError;
+}
+}  // namespace
+
 ncclResult_t markArrival(CallInfo* info) {
   Session* s = session;
   if (s == nullptr || s->fidelity == Fidelity::kStructure || info->durationNs < 0) return ncclSuccess;
-  if (Runtime::get().device().arrive(info->stream, &info->arrival) != 0) {
-    WARN("replay: %s: marking the stream's arrival failed: %s", info->opName, ranklens::device::lastError().c_str());
-    return ncclUnhandledCudaError;
-  }
-  return ncclSuccess;
+  return arriveOn(*info, &info->arrival);
 }
 
+// A group's stream is held even when its first call has no duration of its own (holdGroup), so every stream is
+// marked.
 ncclResult_t markArrivals(std::vector<CallInfo>* calls) {
   Session* s = session;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
   for (CallInfo& first : *calls) {
     if (first.arrival != 0) continue;
-    CallInfo probe = first;
-    probe.durationNs = 0;  // a group's stream is held even when its first call has no duration of its own
-    NCCLCHECK(markArrival(&probe));
+    uint64_t arrival = 0;
+    NCCLCHECK(arriveOn(first, &arrival));
+    if (arrival == 0) return ncclSuccess;  // no marks on this device
     for (CallInfo& c : *calls)
-      if (c.stream == first.stream) c.arrival = probe.arrival;
-    if (probe.arrival == 0) return ncclSuccess;  // no marks on this device
+      if (c.stream == first.stream) c.arrival = arrival;
   }
   return ncclSuccess;
 }

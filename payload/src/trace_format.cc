@@ -55,8 +55,7 @@ std::string payloadName(uint32_t index) { return indexed("pay", index, "rlp"); }
 
 std::map<std::string, std::string> captureEnvironment() {
   static const char* kExact[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-                                 "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                 "CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG"};
+                                 "CUDA_VISIBLE_DEVICES"};
   static const char* kPrefixes[] = {"MASTER_", "TORCH_", "NCCL_", "RANKLENS_", "TORCHELASTIC_", "SLURM_",
                                     "OMPI_COMM_WORLD_", "PMI_", "DEEPSPEED_", "DS_", "MEGATRON_", "TP_", "PP_",
                                     "DP_", "CP_", "EP_"};
@@ -68,6 +67,7 @@ std::map<std::string, std::string> captureEnvironment() {
     std::string name = entry.substr(0, eq);
     bool keep = false;
     for (const char* exact : kExact) keep = keep || name == exact;
+    for (const char* setting : kProcessSettingVariables) keep = keep || name == setting;
     for (const char* prefix : kPrefixes) keep = keep || name.rfind(prefix, 0) == 0;
     if (keep) out[name] = entry.substr(eq + 1);
   }

@@ -411,9 +411,11 @@ const char* sizeClass(uint64_t bytes) {
   return ">=16MiB";
 }
 
-namespace {
+std::string errorClass(const HistorySample& sample) {
+  return std::string(events::opName(static_cast<events::Op>(sample.op))) + " " + sizeClass(sample.bytes);
+}
 
-ErrorStats stats(std::vector<double> errors) {
+ErrorStats errorStats(std::vector<double> errors) {
   ErrorStats s;
   s.count = errors.size();
   if (errors.empty()) return s;
@@ -423,10 +425,12 @@ ErrorStats stats(std::vector<double> errors) {
   return s;
 }
 
+namespace {
+
 void addError(std::map<std::string, std::vector<double>>* errors, const HistorySample& s, int64_t value,
               int64_t estimateNs) {
   const double e = std::fabs(static_cast<double>(estimateNs - value)) / static_cast<double>(value);
-  (*errors)[std::string(events::opName(static_cast<events::Op>(s.op))) + " " + sizeClass(s.bytes)].push_back(e);
+  (*errors)[errorClass(s)].push_back(e);
   (*errors)["all"].push_back(e);
 }
 
@@ -461,8 +465,8 @@ Evaluation evaluate(const History& history, const Estimator::Options& options) {
       }
     }
   }
-  for (auto& [k, v] : loo) out.leaveOneOut[k] = stats(std::move(v));
-  for (auto& [k, v] : loro) out.leaveOneRunOut[k] = stats(std::move(v));
+  for (auto& [k, v] : loo) out.leaveOneOut[k] = errorStats(std::move(v));
+  for (auto& [k, v] : loro) out.leaveOneRunOut[k] = errorStats(std::move(v));
   return out;
 }
 

@@ -295,14 +295,11 @@ std::map<int, OpTime> timePerOp(const EventLog& recorded, const EventLog& replay
 // The recorded host time of the NCCL calls (Call.hostNs outside groups, GroupEnd.hostNs for groups): how long each
 // kept its calling thread in the real job, which the replay reproduces (host_time: replay).
 struct HostTime {
-  std::string what;  // op name, or "Group"
-  std::vector<int64_t> ns;
+  std::string what;     // op name, or "Group"
+  std::vector<int64_t> ns;  // sorted
   int64_t sum() const { return std::accumulate(ns.begin(), ns.end(), int64_t{0}); }
   int64_t quantile(double q) const {
-    if (ns.empty()) return 0;
-    std::vector<int64_t> sorted = ns;
-    std::sort(sorted.begin(), sorted.end());
-    return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+    return ns.empty() ? 0 : ns[std::min(ns.size() - 1, static_cast<size_t>(q * static_cast<double>(ns.size())))];
   }
 };
 
@@ -315,6 +312,7 @@ std::vector<HostTime> hostTimes(const EventLog& recorded) {
   std::vector<HostTime> out;
   for (auto& [name, h] : byName) {
     h.what = name;
+    std::sort(h.ns.begin(), h.ns.end());
     out.push_back(std::move(h));
   }
   return out;

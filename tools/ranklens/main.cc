@@ -86,11 +86,9 @@ struct ReplayOptions {
 // With --trace: the recording decides the world size, and a rank or world size that contradicts it is refused
 // here, before the job starts (the library would refuse it too, but only after the job's own start-up). The
 // recorded placement is reported: the replay runs as local rank 0 on this machine's GPU whatever it was.
-// `restored` gets the recorded process's threading and CUDA variables (kRestoredVariables) that the caller's
-// environment does not set: a rank started alone, not by torchrun, would otherwise run, e.g., with every core as
-// OpenMP threads where torchrun gave it one.
-constexpr const char* kRestoredVariables[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_DEVICE_MAX_CONNECTIONS",
-                                              "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG"};
+// `restored` gets the recorded process settings (trace::kProcessSettingVariables) that the caller's environment
+// does not set: a rank started alone, not by torchrun, would otherwise run, e.g., with every core as OpenMP threads
+// where torchrun gave it one.
 bool checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std::string, std::string>* restored) {
   std::string rankDir, error;
   if (!ranklens::tools::resolveRankDirectory(o.trace, o.rank, &rankDir, &error)) {
@@ -120,7 +118,7 @@ bool checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std:
     return false;
   }
   if (*worldSize < 1) *worldSize = m.world_size;
-  for (const char* name : kRestoredVariables) {
+  for (const char* name : ranklens::trace::kProcessSettingVariables) {
     auto recorded = m.env.find(name);
     if (recorded != m.env.end() && getenv(name) == nullptr) (*restored)[name] = recorded->second;
   }

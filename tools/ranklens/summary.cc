@@ -67,7 +67,7 @@ std::string timeText(const SignatureStats& s) {
 nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, SignatureStats>& sigs) {
   nlohmann::json rank = {{"rank", log.manifest.rank}, {"host", log.manifest.host}, {"pid", log.manifest.pid},
                          {"mode", log.manifest.mode}, {"writer", log.manifest.writer}, {"closed", log.manifest.closed},
-                         {"calls", log.calls.size()}, {"groups", log.groups}, {"stages", log.stages.size()}};
+                         {"calls", log.calls.size()}, {"groups", log.groupEnds.size()}, {"stages", log.stages.size()}};
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
     const SignatureStats& c = comms[comm.commId];
@@ -89,7 +89,7 @@ nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, Sign
 void summariseText(const EventLog& log, const std::map<Signature, SignatureStats>& sigs, std::ostream& out) {
   out << "rank " << log.manifest.rank << " (host " << log.manifest.host << ", pid " << log.manifest.pid << ", "
       << log.manifest.mode << ": " << log.manifest.writer << "): " << log.calls.size() << " calls, "
-      << log.comms.size() << " communicators, " << log.groups << " groups, " << log.stages.size() << " stage markers\n";
+      << log.comms.size() << " communicators, " << log.groupEnds.size() << " groups, " << log.stages.size() << " stage markers\n";
   out << "  communicators (calls, bytes, recorded GPU time):\n";
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {

@@ -19,10 +19,7 @@ bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error)
       switch (type) {
         case trace::RecordType::kCommInit: log->comms.push_back(body.as<events::CommInit>()); break;
         case trace::RecordType::kCall: log->calls.push_back(body.as<events::Call>()); break;
-        case trace::RecordType::kGroupEnd:
-          log->groups++;
-          log->groupEnds.push_back(body.as<events::GroupEnd>());
-          break;
+        case trace::RecordType::kGroupEnd: log->groupEnds.push_back(body.as<events::GroupEnd>()); break;
         case trace::RecordType::kStage: log->stages.push_back(body.as<events::Stage>()); break;
         case trace::RecordType::kTiming: log->timings.push_back(body.as<trace::Timing>()); break;
         case trace::RecordType::kCommBinding: log->bindings.push_back(body.as<trace::CommBinding>()); break;

@@ -25,7 +25,6 @@ struct EventLog {
   std::vector<events::Stage> stages;
   std::vector<trace::Timing> timings;
   std::vector<trace::CommBinding> bindings;  // replay traces (1.3): each replayed communicator's recorded one
-  size_t groups = 0;
   std::vector<events::GroupEnd> groupEnds;
   std::vector<trace::Problem> problems;  // damage found while reading; the intact records before it are loaded
 };

@@ -117,7 +117,13 @@ struct Manifest {
                      segments, payload_files, counters)
 };
 
-// The launch variables worth keeping (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*, TORCH_*, NCCL_*, framework layout...).
+// The process settings a launcher gives each rank (torchrun: OMP_NUM_THREADS=1) that change its speed: kept in the
+// manifest, and restored by `ranklens replay --trace` where the caller sets none (a rank started alone would run with
+// every core as OpenMP threads).
+constexpr const char* kProcessSettingVariables[] = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_DEVICE_MAX_CONNECTIONS",
+                                                    "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG"};
+// The launch variables worth keeping (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*, TORCH_*, NCCL_*, framework layout...)
+// and kProcessSettingVariables.
 std::map<std::string, std::string> captureEnvironment();
 uint32_t crc32Bytes(const void* data, size_t size);  // zlib CRC-32, any size
 std::string segmentName(uint32_t index);  // seg-000000.rls

@@ -122,6 +122,10 @@ struct Evaluation {
 };
 Evaluation evaluate(const History& history, const Estimator::Options& options);
 const char* sizeClass(uint64_t bytes);  // "<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB"
+// The rows of the error tables (evaluate, and any other estimate judged the same way): "<op> <size class>".
+std::string errorClass(const HistorySample& sample);
+// Count, median and p90 of relative errors.
+ErrorStats errorStats(std::vector<double> relativeErrors);
 
 }  // namespace timing
 }  // namespace ranklens

@@ -57,6 +57,13 @@ def _say(msg: str) -> None:
     print(f"[ranklens] {msg}", file=sys.stderr, flush=True)
 
 
+def _count(counter: str, first_note: str) -> None:
+    """Counts an adapter action in _state; says `first_note` the first time only."""
+    _state[counter] += 1
+    if _state[counter] == 1:
+        _say(first_note)
+
+
 _mark_fn = None
 
 
@@ -180,10 +187,8 @@ def _replay_backend(backend, group_size, standin_registered=True):
             "forever for the ranks that are not here, and RankLens's stand-in could not be registered (see the "
             "warning above). Use NCCL for this group (CUDA tensors), or --disable-gloo-process-groups for "
             "Megatron-LM (docs/frameworks.md)")
-    _state["gloo_standins"] += 1
-    if _state["gloo_standins"] == 1:
-        _say("replay: Gloo groups are RankLens stand-ins: size and rank work, any collective on them raises "
-             "GlooInReplayError (Gloo traffic is neither recorded nor replayed; docs/frameworks.md)")
+    _count("gloo_standins", "replay: Gloo groups are RankLens stand-ins: size and rank work, any collective on them "
+           "raises GlooInReplayError (Gloo traffic is neither recorded nor replayed; docs/frameworks.md)")
     return GLOO_STANDIN
 
 
@@ -240,11 +245,10 @@ def _after_deepspeed_zero_utils(module) -> None:
             except RuntimeError as e:
                 if "Detected a disagreement" not in str(e):
                     raise
-                _state["deepspeed_checks_waived"] += 1
-                if _state["deepspeed_checks_waived"] == 1:
-                    _say("structure replay: DeepSpeed's check against rank 0's values is waived (rank 0's values "
-                         "are not recorded in a structure replay; its broadcasts still run). Replay a recording at "
-                         "timing or value fidelity for the real check (docs/frameworks.md)")
+                _count("deepspeed_checks_waived",
+                       "structure replay: DeepSpeed's check against rank 0's values is waived (rank 0's values are "
+                       "not recorded in a structure replay; its broadcasts still run). Replay a recording at timing "
+                       "or value fidelity for the real check (docs/frameworks.md)")
         return check
 
     # assert_ints_same_as_other_ranks calls assert_lst_len_same_as_other_ranks through the module: both are wrapped
