@@ -1,15 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host time the recorder adds to one NCCL call, measured side by side in one process on one GPU.
+// Host time the recorder adds to one NCCL call, measured side by side in one process on one or two GPUs.
 //
 // The real libnccl.so.2 and RankLens's (in record mode, forwarding to that same real library) are both loaded.
-// A 1-rank communicator is created through RankLens, so it is registered and recorded; since record mode hands the
-// job the real NCCL's own handle, the same communicator can also be used through the real library directly. Calls
+// A communicator of 1 rank (or 2 ranks on 2 GPUs, --ranks 2: every call launches NCCL's kernel) is created through
+// RankLens, so it is registered and recorded; since record mode hands the job the real NCCL's own handles, the same
+// communicators can also be used through the real library directly. With --ranks 2 a "call" is one rank's
+// ncclAllReduce, both ranks issued in turn from this thread. Calls
 // then alternate, A B A B ..., between ncclAllReduce through RankLens and through the real NCCL, each timed on the
 // host with steady_clock (no GPU synchronisation inside a batch; the stream is synchronised between batches, outside
 // the timed region). The difference of the medians is the recorder's added host time per call.
 //
+// --clock kernel takes durations from NCCL's kernel timestamps (RANKLENS_TIMING_CLOCK): NCCL then reports to its
+// profiler plugin for every call, through RankLens or not, so the real side pays that too; compare its real median
+// with an events run's to see NCCL's own share. A 1-rank communicator launches no kernel and keeps events.
+//
 //   record_host_overhead --real /path/libnccl.so.2 --ranklens build/release/nccl_fake/libnccl.so.2
-//       [--calls 20000] [--batch 200] [--count 1] [--payloads none|small|all] [--trace-dir DIR] [--json]
+//       [--calls 20000] [--batch 200] [--count 1] [--ranks 1|2] [--clock events|kernel]
+//       [--payloads none|small|all] [--trace-dir DIR] [--json]
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -68,7 +75,8 @@ void check(cudaError_t err, const char* what) {
 int main(int argc, char** argv) {
   CLI::App app{"Host time RankLens's recorder adds to one NCCL call (one GPU, real NCCL side by side)."};
   std::string realPath, ranklensPath, payloads = "none", traceDir = "/tmp/ranklens-host-overhead";
-  int calls = 20000, batch = 200;
+  std::string clock = "events";
+  int calls = 20000, batch = 200, ranks = 1;
   size_t count = 1;
   bool json = false;
   app.add_option("--real", realPath, "the real libnccl.so.2")->required();
@@ -76,6 +84,9 @@ int main(int argc, char** argv) {
   app.add_option("--calls", calls, "calls per side")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "calls per side between stream synchronisations")->check(CLI::PositiveNumber);
   app.add_option("--count", count, "float32 elements per all-reduce")->check(CLI::PositiveNumber);
+  app.add_option("--ranks", ranks, "ranks of the communicator, one GPU each")->check(CLI::Range(1, 2));
+  app.add_option("--clock", clock, "RANKLENS_TIMING_CLOCK for the recorder")
+      ->check(CLI::IsMember({"events", "kernel"}));
   app.add_option("--payloads", payloads, "RANKLENS_PAYLOADS for the recorder")
       ->check(CLI::IsMember({"none", "small", "all"}));
   app.add_option("--trace-dir", traceDir, "where the recorder writes its trace (must not exist)");
@@ -86,6 +97,7 @@ int main(int argc, char** argv) {
   setenv("RANKLENS_REAL_NCCL", realPath.c_str(), 1);
   setenv("RANKLENS_PAYLOADS", payloads.c_str(), 1);
   setenv("RANKLENS_TRACE_DIR", traceDir.c_str(), 1);
+  setenv("RANKLENS_TIMING_CLOCK", clock.c_str(), 1);
 
   void* real = open(realPath);
   void* ours = open(ranklensPath);
@@ -95,53 +107,64 @@ int main(int argc, char** argv) {
   auto oursDestroy = symbol<DestroyFn>(ours, "ncclCommDestroy", ranklensPath);
   auto oursFlush = symbol<FlushFn>(ours, "ranklensFlush", ranklensPath);
 
+  cudaStream_t streams[2] = {};
+  float* buffers[2] = {};
+  int devices[2] = {0, 1};
+  for (int r = 0; r < ranks; ++r) {
+    check(cudaSetDevice(r), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaMalloc(&buffers[r], count * sizeof(float)), "cudaMalloc");
+    check(cudaMemset(buffers[r], 0, count * sizeof(float)), "cudaMemset");
+  }
   check(cudaSetDevice(0), "cudaSetDevice");
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  float* buffer = nullptr;
-  check(cudaMalloc(&buffer, count * sizeof(float)), "cudaMalloc");
-  check(cudaMemset(buffer, 0, count * sizeof(float)), "cudaMemset");
-  ncclComm_t comm = nullptr;
-  int dev = 0;
-  if (oursInitAll(&comm, 1, &dev) != ncclSuccess) {
-    fprintf(stderr, "record_host_overhead: ncclCommInitAll through RankLens failed\n");
+  ncclComm_t comms[2] = {};
+  if (oursInitAll(comms, ranks, devices) != ncclSuccess) {
+    fprintf(stderr, "record_host_overhead: ncclCommInitAll of %d rank(s) through RankLens failed\n", ranks);
     return 2;
   }
+  auto synchronize = [&] {
+    for (int r = 0; r < ranks; ++r) check(cudaStreamSynchronize(streams[r]), "cudaStreamSynchronize");
+  };
 
   std::vector<double> tReal, tOurs;
   tReal.reserve(calls);
   tOurs.reserve(calls);
   // Warm-up: event pools, lazy module loading, the trace writer.
   for (int i = 0; i < 2 * batch; ++i) {
-    realAllReduce(buffer, buffer, count, ncclFloat32, ncclSum, comm, stream);
-    oursAllReduce(buffer, buffer, count, ncclFloat32, ncclSum, comm, stream);
+    for (int r = 0; r < ranks; ++r)
+      realAllReduce(buffers[r], buffers[r], count, ncclFloat32, ncclSum, comms[r], streams[r]);
+    for (int r = 0; r < ranks; ++r)
+      oursAllReduce(buffers[r], buffers[r], count, ncclFloat32, ncclSum, comms[r], streams[r]);
   }
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  synchronize();
   using Clock = std::chrono::steady_clock;
   for (int done = 0; done < calls; done += batch) {
     for (int i = 0; i < batch; ++i) {
       const bool oursFirst = (i & 1) != 0;  // alternate which side goes first
       for (int side = 0; side < 2; ++side) {
         const bool useOurs = (side == 0) == oursFirst;
-        auto t0 = Clock::now();
-        ncclResult_t r = (useOurs ? oursAllReduce : realAllReduce)(buffer, buffer, count, ncclFloat32, ncclSum, comm,
-                                                                   stream);
-        auto t1 = Clock::now();
-        if (r != ncclSuccess) {
-          fprintf(stderr, "record_host_overhead: ncclAllReduce failed (%d)\n", r);
-          return 2;
+        for (int rank = 0; rank < ranks; ++rank) {  // every rank's share of the collective, so that it completes
+          auto t0 = Clock::now();
+          ncclResult_t r = (useOurs ? oursAllReduce : realAllReduce)(buffers[rank], buffers[rank], count, ncclFloat32,
+                                                                     ncclSum, comms[rank], streams[rank]);
+          auto t1 = Clock::now();
+          if (r != ncclSuccess) {
+            fprintf(stderr, "record_host_overhead: ncclAllReduce failed (%d)\n", r);
+            return 2;
+          }
+          (useOurs ? tOurs : tReal).push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
         }
-        (useOurs ? tOurs : tReal).push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
       }
     }
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    synchronize();
   }
   oursFlush();
-  oursDestroy(comm);
+  for (int r = 0; r < ranks; ++r) oursDestroy(comms[r]);
 
   // What bounds the recorder's cost: the CUDA calls it must make per call (two event records, one capture query),
   // timed alone with this program's own CUDA runtime.
   std::vector<double> tRecord, tCapturing;
+  cudaStream_t stream = streams[0];
   cudaEvent_t event;
   check(cudaEventCreate(&event), "cudaEventCreate");
   for (int i = 0; i < calls; ++i) {
@@ -160,14 +183,16 @@ int main(int argc, char** argv) {
   const double medReal = percentile(tReal, 0.5), medOurs = percentile(tOurs, 0.5);
   const double p90Real = percentile(tReal, 0.9), p90Ours = percentile(tOurs, 0.9);
   if (json) {
-    printf("{\"payloads\": \"%s\", \"calls_per_side\": %zu, \"count\": %zu, \"median_ns_real\": %.1f, "
+    printf("{\"payloads\": \"%s\", \"clock\": \"%s\", \"ranks\": %d, \"calls_per_side\": %zu, \"count\": %zu, "
+           "\"median_ns_real\": %.1f, "
            "\"median_ns_ranklens\": %.1f, \"added_median_ns\": %.1f, \"p90_ns_real\": %.1f, \"p90_ns_ranklens\": %.1f, "
            "\"added_p90_ns\": %.1f, \"cuda_event_record_median_ns\": %.1f, "
            "\"cuda_stream_is_capturing_median_ns\": %.1f}\n",
-           payloads.c_str(), tReal.size(), count, medReal, medOurs, medOurs - medReal, p90Real, p90Ours,
+           payloads.c_str(), clock.c_str(), ranks, tReal.size(), count, medReal, medOurs, medOurs - medReal, p90Real, p90Ours,
            p90Ours - p90Real, medRecord, medCapturing);
   } else {
-    printf("payloads %s, %zu calls per side, %zu float32 per all-reduce\n", payloads.c_str(), tReal.size(), count);
+    printf("payloads %s, clock %s, %d rank(s), %zu calls per side, %zu float32 per all-reduce\n", payloads.c_str(),
+           clock.c_str(), ranks, tReal.size(), count);
     printf("  real NCCL          median %8.1f ns   p90 %8.1f ns\n", medReal, p90Real);
     printf("  through RankLens   median %8.1f ns   p90 %8.1f ns\n", medOurs, p90Ours);
     printf("  added by recorder  median %8.1f ns   p90 %8.1f ns\n", medOurs - medReal, p90Ours - p90Real);

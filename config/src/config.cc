@@ -27,6 +27,7 @@ constexpr const char* kFillNames[] = {"clone", "keep", "zero", "poison"};
 constexpr const char* kDeviceNames[] = {"auto", "cuda", "host"};
 constexpr const char* kPayloadsNames[] = {"none", "small", "all"};
 constexpr const char* kStagingFullNames[] = {"skip", "wait"};
+constexpr const char* kTimingClockNames[] = {"events", "kernel"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "ignore"};
@@ -512,6 +513,11 @@ const KeyDesc kKeys[] = {
      "wait for space (complete payloads, may slow the job)",
      [](const Input& in, Settings& s) { return parseEnum(in, kStagingFullNames, s.staging_full); },
      [](const Settings& s) { return std::string(toString(s.staging_full)); }},
+    {"timing_clock", "RANKLENS_TIMING_CLOCK", "events",
+     "record: where each call's GPU duration comes from: CUDA events around the call, or the timestamps of NCCL's "
+     "own kernel (through NCCL's profiler plugin interface; no events on the calling thread)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kTimingClockNames, s.timing_clock); },
+     [](const Settings& s) { return std::string(toString(s.timing_clock)); }},
     {"replay_trace", "RANKLENS_REPLAY_TRACE", "",
      "replay: the recorded trace to replay, a rank directory or a trace root holding rank<RANK>; needed for "
      "fidelity timing and value, optional for structure (calls are then checked against it)",
@@ -802,6 +808,7 @@ const char* toString(Fill v) { return enumName(v, kFillNames); }
 const char* toString(DeviceKind v) { return enumName(v, kDeviceNames); }
 const char* toString(Payloads v) { return enumName(v, kPayloadsNames); }
 const char* toString(StagingFull v) { return enumName(v, kStagingFullNames); }
+const char* toString(TimingClock v) { return enumName(v, kTimingClockNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "nccl_fake/comm.h"
+#include "nccl_fake/profiler_plugin.h"
 #include "nccl_fake/record.h"
 #include "nccl_fake/runtime.h"
 #include "ranklens_api.h"
@@ -97,5 +98,12 @@ const char* ranklensEventLogPath() {
   }
 #include "ranklens_api.def"
 #undef RANKLENS_API
+
+// The profiler plugin table (record mode's kernel clock, nccl_fake/profiler_plugin.h): the real NCCL looks it up
+// by this name in the library NCCL_PROFILER_PLUGIN names, which record mode points at this one.
+#define RANKLENS_PLUGIN_TABLE(name, value) \
+  extern "C" __attribute__((visibility("default"))) const nccl_fake::profiler::Table name = value;
+#include "ranklens_api.def"
+#undef RANKLENS_PLUGIN_TABLE
 
 #pragma GCC diagnostic pop

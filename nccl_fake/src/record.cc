@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Record mode. The handles the job sees are the real NCCL's own (nothing is wrapped), so forwarding is one indirect
-// call; capture adds a registry lookup, two events from a pool and a queued record per call. Functions that make
-// no communication are forwarded by generated code; the ones listed in RANKLENS_CAPTURED are written out below.
+// call; capture adds a registry lookup, two events from a pool and a queued record per call (with the kernel clock,
+// no events: NCCL's own kernel timestamps reach timing::KernelClock through its profiler plugin interface).
+// Functions that make no communication are forwarded by generated code; the ones listed in RANKLENS_CAPTURED are
+// written out below.
 #include "nccl_fake/record.h"
 
 #include <algorithm>
@@ -19,9 +21,11 @@
 #include <vector>
 
 #include "nccl_fake/comm_config.h"
+#include "nccl_fake/profiler_plugin.h"
 #include "nccl_fake/real_nccl.h"
 #include "nccl_fake/runtime.h"
 #include "ranklens/call_recorder.h"
+#include "ranklens/kernel_clock.h"
 #include "ranklens/record_device.h"
 
 namespace nccl_fake {
@@ -30,6 +34,7 @@ namespace record {
 using ranklens::events::Op;
 using ranklens::trace::RecordType;
 using ranklens::timing::CallRecorder;
+using ranklens::timing::KernelClock;
 using ranklens::timing::PayloadRequest;
 using real::ApiId;
 
@@ -118,6 +123,7 @@ struct State {
   std::once_flag recorderOnce;
   std::unique_ptr<ranklens::device::RecordDevice> device;
   std::unique_ptr<CallRecorder> recorder;
+  std::unique_ptr<KernelClock> kernelClock;  // timing_clock: kernel, once NCCL_PROFILER_PLUGIN points here
   std::shared_mutex commsMu;
   std::unordered_map<ncclComm_t, std::shared_ptr<RecComm>> comms;
   std::atomic<int64_t> step{-1};
@@ -258,6 +264,10 @@ void registerComm(ncclComm_t handle, int nranks, int rank, int cudaDev, const ch
   std::call_once(exitHandler, [] {
     atexit([] {
       flush();
+      if (KernelClock* clock = state().kernelClock.get()) {
+        clock->abandonPending();  // written with duration -1 and counted, never silently missing
+        flush();
+      }
       if (CallRecorder* r = state().recorder.get()) r->stop();
     });
   });
@@ -319,10 +329,13 @@ struct CallArgs {
   cudaStream_t stream;
 };
 
-// One stream's share of the current group: timed as a unit from the first call to the group's end.
+// One stream's share of the current group: timed as a unit from the first call to the group's end, by the kernel
+// clock while every call on it can be (kspan), else by events (span).
 struct StreamSpan {
   cudaStream_t stream = nullptr;
+  ranklens::trace::Timing identity;  // of its first call
   CallRecorder::Span* span = nullptr;
+  KernelClock::Span* kspan = nullptr;
   std::shared_ptr<RecComm> comm;  // of the first call (non-blocking groups finish when it reports success)
   std::vector<PayloadRequest> payloads;
 };
@@ -399,9 +412,34 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   identity.startNs = event.timeNs;
   identity.peer = p2p ? a.root : -1;
 
+  // The kernel clock times a call NCCL runs as one task of its own kernel on a blocking communicator of several
+  // ranks, unless its payload is stored (the copy waits for an event after the call).
+  const bool wantsPayload = wantPayload(*comm, a.op, event.seq, event.bytes);
+  KernelClock* clock = state().kernelClock.get();
+  const char* func = clock != nullptr ? ranklens::timing::kernelClockFunc(event.op) : nullptr;
+  const bool kernelTimed = func != nullptr && comm->blocking && event.nranks > 1 && a.count > 0 && !wantsPayload;
+  KernelClock::Task task;
+  if (kernelTimed) {
+    task.func = func;
+    task.bytes = a.count * ranklens::events::datatypeBytes(a.datatype);
+    task.root = p2p || a.op == Op::kBroadcast || a.op == Op::kReduce ? a.root : -1;
+    task.buffer = a.op == Op::kSend ? a.sendbuff : a.recvbuff;
+  }
+
   // Outside a group the call is launched now: bracket it. Inside, the launch happens at the outermost ncclGroupEnd.
-  CallRecorder::Span* span = g.depth == 0 ? rec->begin(comm->cudaDev, a.stream, identity) : nullptr;
+  CallRecorder::Span* span = nullptr;
+  KernelClock::Span* kspan = nullptr;
+  if (g.depth == 0) {
+    if (!kernelTimed) {
+      span = rec->begin(comm->cudaDev, a.stream, identity);
+    } else if (!rec->reportCaptured(a.stream, identity)) {
+      kspan = clock->open(identity);
+      clock->expect(kspan, comm->id, event.rank, task);
+      clock->beginLaunch();
+    }
+  }
   const ncclResult_t result = realCall();
+  if (kspan != nullptr) clock->endLaunch(accepted(result));
   if (!accepted(result)) {
     rec->abandon(span);
     return result;
@@ -414,7 +452,7 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   Runtime::get().emit(RecordType::kCall, event);
 
   std::vector<PayloadRequest> payloads;
-  if (wantPayload(*comm, a.op, event.seq, event.bytes)) {
+  if (wantsPayload) {
     PayloadRequest request;
     request.ref.commId = event.commId;
     request.ref.seq = event.seq;
@@ -436,10 +474,19 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
     StreamSpan s;
     s.stream = a.stream;
     s.comm = comm;
-    s.span = rec->begin(comm->cudaDev, a.stream, identity);
+    s.identity = identity;
+    if (!kernelTimed) s.span = rec->begin(comm->cudaDev, a.stream, identity);
+    else if (!rec->reportCaptured(a.stream, identity)) s.kspan = clock->open(identity);
     g.streams.push_back(std::move(s));
     it = std::prev(g.streams.end());
+  } else if (it->kspan != nullptr && !kernelTimed) {
+    // A call the kernel clock cannot time joined this stream: its whole share of the group moves to events (no GPU
+    // work of the group is enqueued before its end, so the start event still precedes all of it).
+    clock->cancel(it->kspan);
+    it->kspan = nullptr;
+    it->span = rec->begin(comm->cudaDev, a.stream, it->identity);
   }
+  if (it->kspan != nullptr) clock->expect(it->kspan, comm->id, event.rank, task);
   for (auto& p : payloads) it->payloads.push_back(p);
   return result;
 }
@@ -487,12 +534,32 @@ void installWriterSetup() {
     }
   });
 }
+
+// timing_clock: kernel. Before the real NCCL creates its first communicator, which is when it loads its profiler
+// plugin: this library, through NCCL_PROFILER_PLUGIN.
+void installKernelClock() {
+  if (Runtime::get().settings().timing_clock != ranklens::config::TimingClock::kKernel) return;
+  std::string why;
+  if (!profiler::install(&why)) {
+    WARN("record: timing_clock kernel is unavailable (%s); durations come from CUDA events", why.c_str());
+    return;
+  }
+  State& st = state();
+  st.kernelClock = std::make_unique<KernelClock>(
+      [](const ranklens::trace::Timing& t) { Runtime::get().emit(RecordType::kTiming, t); });
+  profiler::attach(st.kernelClock.get());
+  INFO(kSubInit | kSubRanklens, "record: durations from NCCL's kernel timestamps (profiler plugin %s)",
+       getenv("NCCL_PROFILER_PLUGIN"));
+}
 }  // namespace
 
 bool active() {
   static const bool on = [] {
     const bool record = Runtime::get().recordMode();
-    if (record) installWriterSetup();
+    if (record) {
+      installWriterSetup();
+      installKernelClock();
+    }
     return record;
   }();
   return on;
@@ -508,6 +575,18 @@ void flush() {
   }
   if (!rec->drain(2'000'000'000) && rec->stats().pending > 0)
     WARN("record: GPU durations still pending after 2 s; they are not in the trace");
+  if (KernelClock* clock = state().kernelClock.get()) {
+    if (!clock->drain(2'000'000'000))
+      WARN("record: %llu kernel-clock durations still pending after 2 s (NCCL has not reported all their kernel "
+           "channels)", static_cast<unsigned long long>(clock->stats().pending));
+    if (auto* writer = Runtime::get().writer()) {
+      const ranklens::timing::KernelClockStats k = clock->stats();
+      writer->setCounter("kernel_clock_timed", k.timed);
+      writer->setCounter("kernel_clock_unmatched", k.unmatched);
+      writer->setCounter("kernel_clock_incomplete", k.incomplete);
+      writer->setCounter("kernel_clock_foreign_tasks", k.foreignTasks);
+    }
+  }
   if (auto* writer = Runtime::get().writer()) {
     const ranklens::timing::RecorderStats s = rec->stats();
     writer->setCounter("timings_measured", s.timed);
@@ -706,8 +785,11 @@ ncclResult_t ncclGroupStart() {
 
 ncclResult_t ncclGroupEnd() {
   const int64_t start = monotonicNs();
-  ncclResult_t ret = REAL(ncclGroupEnd)();
   GroupState& g = group();
+  KernelClock* clock = g.depth == 1 ? state().kernelClock.get() : nullptr;  // the outermost end launches
+  if (clock != nullptr) clock->beginLaunch();
+  ncclResult_t ret = REAL(ncclGroupEnd)();
+  if (clock != nullptr) clock->endLaunch(accepted(ret));
   if (g.depth > 0 && --g.depth == 0) closeGroup(ret, true, monotonicNs() - start);
   return ret;
 }
@@ -716,6 +798,8 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   const int64_t start = monotonicNs();
   ncclResult_t ret = REAL(ncclGroupSimulateEnd)(simInfo);
   GroupState& g = group();
+  if (g.depth == 1)
+    if (KernelClock* clock = state().kernelClock.get()) clock->endLaunch(false);  // nothing was launched
   if (g.depth > 0 && --g.depth == 0) closeGroup(ret, false, monotonicNs() - start);
   return ret;
 }

@@ -475,6 +475,9 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
   if (match != nullptr && !s->estimateAll) {
     info->durationNs = match->durationNs;
+    // A kernel-clock duration leaves out NCCL's launch; the hold's own launch (its calibrated fixed cost, which
+    // holdFor subtracts from event durations) stands for it.
+    if (match->kernelClock && match->durationNs > 0) info->durationNs += s->calibration.holdFixedNs;
     if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;
   } else if (match != nullptr || s->policy == OnMismatch::kEstimate) {
     info->durationNs = estimateNs(s, *info, event.bytes);

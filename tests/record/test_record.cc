@@ -170,6 +170,85 @@ TEST(RecordCapture, PayloadPolicyNoneAllAndFilters) {
   EXPECT_EQ(t.manifest.counters["payloads_skipped_too_large"], 1u);
 }
 
+// timing_clock: kernel. The fake real NCCL loads RankLens's library as its profiler plugin (NCCL_PROFILER_PLUGIN, set
+// by record mode) and reports each task's channels with made-up GPU timestamps: a task's kernel time is
+// 100 (channels - 1) + 1000 + bytes ns, tasks start 10 us apart (tests/support/fake_real_nccl.cc).
+TEST(RecordKernelClock, DurationsAreNcclsKernelTimes) {
+  ScenarioRun run = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"}, {"RANKLENS_PAYLOADS", "none"}});
+  ASSERT_EQ(run.status, 0) << run.output;
+  Trace t = readTrace(run.traceDir);
+  ASSERT_EQ(t.timings.size(), 6u);
+  std::map<std::pair<uint64_t, int>, ranklens::trace::Timing> byCall;  // (comm, op) outside groups
+  std::vector<ranklens::trace::Timing> grouped;
+  for (const auto& timing : t.timings) {
+    if (timing.groupId != 0) grouped.push_back(timing);
+    else if (timing.durationNs < 100'000) byCall[{timing.commId, timing.op}] = timing;  // the big one: below
+  }
+  const int allReduce = static_cast<int>(Op::kAllReduce), allGather = static_cast<int>(Op::kAllGather);
+  ASSERT_TRUE(byCall.count({0, allReduce}) && byCall.count({1, allGather})) << run.output;
+  const ranklens::trace::Timing first = byCall[{0, allReduce}], gather = byCall[{1, allGather}];
+  EXPECT_EQ(first.durationNs, 1116);  // 16 bytes, 2 channels
+  EXPECT_EQ(first.clock, ranklens::trace::kClockKernel);
+  EXPECT_EQ(first.eventNs, -1);
+  EXPECT_EQ(gather.durationNs, 1116);
+  ASSERT_EQ(grouped.size(), 2u);
+  for (const auto& g : grouped) {
+    EXPECT_EQ(g.clock, ranklens::trace::kClockKernel);
+    // Stream B: Send then Recv, 10 us apart: from the Send's first channel to the Recv's last stop.
+    if (g.stream == 0xb) EXPECT_EQ(g.durationNs, 10'000 + 1356);
+    else EXPECT_EQ(g.durationNs, 1116);
+  }
+  int big = 0, child = 0;
+  for (const auto& timing : t.timings) {
+    if (timing.durationNs == 1100 + 131072 && timing.clock == ranklens::trace::kClockKernel) ++big;
+    // The split child has one rank: NCCL launches no kernel for it, so it keeps CUDA events (here host clocks).
+    if (timing.commId == 2) {
+      ++child;
+      EXPECT_EQ(timing.clock, ranklens::trace::kClockEvents);
+      EXPECT_GE(timing.durationNs, 250'000);
+    }
+  }
+  EXPECT_EQ(big, 1);
+  EXPECT_EQ(child, 1);
+  EXPECT_EQ(t.manifest.counters["kernel_clock_timed"], 5u);
+  EXPECT_EQ(t.manifest.counters["kernel_clock_unmatched"], 0u);
+  EXPECT_EQ(t.manifest.counters["kernel_clock_incomplete"], 0u);
+}
+
+// Calls whose payload is stored keep CUDA events (the copy waits for the call's end event); in a group, a stream
+// whose calls are not all kernel-timed moves wholly to events.
+TEST(RecordKernelClock, StoredPayloadsKeepEvents) {
+  ScenarioRun run = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"}});
+  ASSERT_EQ(run.status, 0) << run.output;
+  Trace t = readTrace(run.traceDir);
+  ASSERT_EQ(t.timings.size(), 6u);
+  ASSERT_EQ(t.payloads.size(), 5u);
+  int kernel = 0;
+  for (const auto& timing : t.timings) {
+    if (timing.clock != ranklens::trace::kClockKernel) {
+      EXPECT_GE(timing.durationNs, 250'000);  // host device: the fake spins 300 us per call
+      continue;
+    }
+    ++kernel;
+    EXPECT_EQ(timing.durationNs, 1100 + 131072);  // only the 128 KiB AllReduce stores no payload
+  }
+  EXPECT_EQ(kernel, 1);
+  EXPECT_EQ(t.manifest.counters["kernel_clock_timed"], 1u);
+}
+
+// NCCL loads one profiler plugin: when the job already names one, RankLens says so and keeps CUDA events.
+TEST(RecordKernelClock, AnotherProfilerPluginKeepsEvents) {
+  ScenarioRun run = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"}, {"RANKLENS_PAYLOADS", "none"},
+                                            {"NCCL_PROFILER_PLUGIN", "/nonexistent/libnccl-profiler-x.so"},
+                                            {"NCCL_DEBUG", "WARN"}});
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("timing_clock kernel is unavailable (NCCL_PROFILER_PLUGIN is already set"),
+            std::string::npos) << run.output;
+  Trace t = readTrace(run.traceDir);
+  ASSERT_EQ(t.timings.size(), 6u);
+  for (const auto& timing : t.timings) EXPECT_EQ(timing.clock, ranklens::trace::kClockEvents);
+}
+
 TEST(RecordNonBlocking, CommunicatorsAnnouncedAndTimedWhenReady) {
   ScenarioRun run = runScenario("nonblocking", {});
   ASSERT_EQ(run.status, 0) << run.output;

@@ -8,6 +8,14 @@
 // (-> ncclCommInitRank) and ncclBcast (-> ncclBroadcast). Such calls go through the PLT, so a recorder that loads this
 // library without RTLD_DEEPBIND (or without a reentry guard) sees them as calls of the application.
 //
+// Profiler plugin (as NCCL 2.28): when NCCL_PROFILER_PLUGIN names a library at the first communicator's creation,
+// its ncclProfiler_v5 table gets init per communicator and, for every call that moves data, a task event (Coll or
+// P2p, on the launching thread, inside the call or the outermost ncclGroupEnd) whose channels then start and stop
+// on a separate "proxy" thread with made-up GPU timestamps: tasks start 10 us apart in launch order, channel c at
+// base + 100 c ns, and stops 1000 ns + 1 ns per byte later, so a task's kernel time is 100 (channels - 1) + 1000 +
+// bytes ns. FAKE_REAL_NCCL_CHANNELS
+// (default 2) sets the channel count; FAKE_REAL_NCCL_DROP_STOPS=1 never reports channel stops.
+//
 // Test-only exports: fakeRealNcclCalls(name), fakeRealNcclReset(), fakeRealNcclIsFake().
 #include <nccl.h>
 #include <nccl_device/core.h>
@@ -19,9 +27,12 @@
 #include <nccl_device/ll_a2a.h>
 #include <nccl_device/lsa_barrier.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +43,10 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "nccl_fake/profiler_plugin.h"  // the plugin interface's layout (RankLens's declaration of NCCL's v5)
 
 namespace fake {
 namespace {
@@ -79,6 +93,7 @@ struct FakeComm {
   bool blocking;
   int asyncPolls;  // ncclCommGetAsyncError answers ncclInProgress while this is > 0
   bool destroyed;
+  void* profilerContext;
 };
 std::mutex gCommsMutex;
 std::deque<FakeComm> gComms;  // stable addresses
@@ -101,14 +116,147 @@ int envDevice() {
   return value ? atoi(value) : 0;
 }
 
+// ---- the profiler plugin ------------------------------------------------------------------------------------------
+using Table = nccl_fake::profiler::Table;
+using Descr = nccl_fake::profiler::EventDescr;
+
+const Table* profilerTable() {
+  static const Table* table = []() -> const Table* {
+    const char* path = getenv("NCCL_PROFILER_PLUGIN");
+    if (path == nullptr || *path == '\0') return nullptr;
+    void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    return handle ? static_cast<const Table*>(dlsym(handle, "ncclProfiler_v5")) : nullptr;
+  }();
+  return table;
+}
+
+int envInt(const char* name, int fallback) {
+  const char* value = getenv(name);
+  return value ? atoi(value) : fallback;
+}
+
+// The proxy thread: reports kernel channels after the launch, as NCCL's proxy does.
+struct Proxy {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> work;
+  Proxy() {
+    std::thread([this] {
+      for (;;) {
+        std::function<void()> next;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [this] { return !work.empty(); });
+          next = std::move(work.front());
+          work.pop_front();
+        }
+        next();
+      }
+    }).detach();
+  }
+  void post(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      work.push_back(std::move(fn));
+    }
+    cv.notify_one();
+  }
+};
+Proxy& proxy() {
+  static Proxy* p = new Proxy();  // never destroyed: its thread outlives static destructors
+  return *p;
+}
+
+const char* datatypeString(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8: return "ncclInt8";
+    case ncclUint8: return "ncclUint8";
+    case ncclInt32: return "ncclInt32";
+    case ncclUint32: return "ncclUint32";
+    case ncclInt64: return "ncclInt64";
+    case ncclUint64: return "ncclUint64";
+    case ncclFloat16: return "ncclFloat16";
+    case ncclFloat32: return "ncclFloat32";
+    case ncclFloat64: return "ncclFloat64";
+    case ncclBfloat16: return "ncclBfloat16";
+    default: return "Unknown";
+  }
+}
+
+// What a data call tells the profiler besides its function, count and datatype.
+struct TaskInfo {
+  int root = -1;                    // root (collectives) or peer (Send/Recv)
+  const void* buffer = nullptr;     // receive buffer; Send: send buffer
+  const void* sendBuffer = nullptr;
+};
+
+// One task's events: start and host stop here (the launching thread), channels on the proxy thread.
+void profileTask(void* context, int rank, const char* fn, size_t count, ncclDataType_t type, const TaskInfo& info,
+                 size_t bytes) {
+  const Table* table = profilerTable();
+  if (table == nullptr || context == nullptr) return;
+  static std::atomic<uint64_t> clock{1'000'000};
+  const int channels = std::clamp(envInt("FAKE_REAL_NCCL_CHANNELS", 2), 0, 64);
+  const char* func = fn + 4;  // "ncclAllReduce" -> "AllReduce"
+  Descr d{};
+  d.rank = rank;
+  if (strcmp(func, "Send") == 0 || strcmp(func, "Recv") == 0) {
+    d.type = nccl_fake::profiler::kP2p;
+    d.p2p.func = func;
+    d.p2p.buff = const_cast<void*>(info.buffer);
+    d.p2p.datatype = datatypeString(type);
+    d.p2p.count = count;
+    d.p2p.peer = info.root;
+    d.p2p.nChannels = static_cast<uint8_t>(channels);
+  } else {
+    d.type = nccl_fake::profiler::kColl;
+    d.coll.func = func;
+    d.coll.sendBuff = info.sendBuffer;
+    d.coll.recvBuff = const_cast<void*>(info.buffer);
+    d.coll.count = count;
+    d.coll.root = info.root;
+    d.coll.datatype = datatypeString(type);
+    d.coll.nChannels = static_cast<uint8_t>(channels);
+  }
+  void* task = nullptr;
+  table->startEvent(context, &task, &d);
+  const uint64_t base = clock.fetch_add(10'000);  // tasks 10 us apart, in launch order
+  const bool dropStops = envInt("FAKE_REAL_NCCL_DROP_STOPS", 0) != 0;
+  proxy().post([=] {
+    for (int c = 0; c < channels; ++c) {
+      Descr ch{};
+      ch.type = nccl_fake::profiler::kKernelCh;
+      ch.parentObj = task;
+      ch.kernelCh.channelId = static_cast<uint8_t>(c);
+      ch.kernelCh.pTimer = base + 100 * c;
+      void* handle = nullptr;
+      table->startEvent(context, &handle, &ch);
+      if (handle == nullptr) continue;
+      if (!dropStops) {
+        nccl_fake::profiler::EventStateArgs args{};
+        args.kernelCh.pTimer = base + 100 * c + 1000 + bytes;
+        table->recordEventState(handle, nccl_fake::profiler::kStateKernelChStop, &args);
+      }
+      table->stopEvent(handle);
+    }
+  });
+  if (task != nullptr) table->stopEvent(task);  // NCCL's host-side stop, right after the launch
+}
+
 // Creates a communicator; a non-blocking one returns ncclInProgress and completes on the first async-error poll.
 ncclResult_t newComm(const char* fn, ncclComm_t* out, int nranks, int rank, int cudaDev, bool blocking) {
   if (out == nullptr) return invalid(fn, "comm out-pointer is NULL");
   if (nranks < 1) return invalid(fn, "nranks " + std::to_string(nranks) + " < 1");
   if (rank < 0 || rank >= nranks)
     return invalid(fn, "rank " + std::to_string(rank) + " out of range [0, " + std::to_string(nranks) + ")");
+  void* context = nullptr;
+  if (const Table* table = profilerTable()) {
+    int mask = 0;
+    table->init(&context, reinterpret_cast<uint64_t>(out), &mask, "", 1, nranks, rank, nullptr);
+    if ((mask & (nccl_fake::profiler::kColl | nccl_fake::profiler::kP2p)) == 0) context = nullptr;
+  }
   std::lock_guard<std::mutex> lock(gCommsMutex);
-  gComms.push_back(FakeComm{kCommMagic, nranks, rank, cudaDev, blocking, blocking ? 0 : 1, false});
+  gComms.push_back(FakeComm{kCommMagic, nranks, rank, cudaDev, blocking, blocking ? 0 : 1, false, context});
   *out = reinterpret_cast<ncclComm_t>(&gComms.back());
   return blocking ? ncclSuccess : ncclInProgress;
 }
@@ -167,7 +315,7 @@ struct Buf {
 // bytes = count * element size; a count of 0 does nothing.
 template <typename Effect>
 ncclResult_t dataCall(const char* fn, ncclComm_t comm, size_t count, ncclDataType_t type,
-                      std::initializer_list<Buf> buffers, Effect effect) {
+                      std::initializer_list<Buf> buffers, const TaskInfo& task, Effect effect) {
   if (ncclResult_t res = checkComm(fn, comm)) return res;
   const size_t size = typeSize(type);
   if (size == 0) return invalid(fn, "invalid datatype " + std::to_string(static_cast<int>(type)));
@@ -176,6 +324,7 @@ ncclResult_t dataCall(const char* fn, ncclComm_t comm, size_t count, ncclDataTyp
     if (buffer.used && buffer.ptr == nullptr) return invalid(fn, std::string(buffer.what) + " is NULL");
   const FakeComm c = *get(comm);
   return run(comm, [=] {
+    if (c.nranks > 1) profileTask(c.profilerContext, c.rank, fn, count, type, task, count * size);
     spin();
     effect(count * size, c);
     return ncclSuccess;
@@ -325,7 +474,7 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
                         int root, ncclComm_t comm, cudaStream_t) {
   const bool isRoot = comm != nullptr && get(comm)->rank == root;
   return dataCall("ncclReduce", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff", isRoot}},
-                  [=](size_t bytes, const FakeComm&) {
+                  {root, recvbuff, sendbuff}, [=](size_t bytes, const FakeComm&) {
                     if (isRoot) copy(recvbuff, sendbuff, bytes);
                   });
 }
@@ -334,16 +483,16 @@ ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int ro
   return ::ncclBroadcast(buff, buff, count, datatype, root, comm, stream);  // through the exported name, as NCCL does
 }
 // Every rank copies sendbuff (when it has one: it is only significant at the root) to recvbuff.
-ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int,
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t) {
-  return dataCall("ncclBroadcast", comm, count, datatype, {{recvbuff, "recvbuff"}},
+  return dataCall("ncclBroadcast", comm, count, datatype, {{recvbuff, "recvbuff"}}, {root, recvbuff, sendbuff},
                   [=](size_t bytes, const FakeComm&) { copy(recvbuff, sendbuff, bytes); });
 }
 // Float sums come back multiplied by nranks (as if every rank had sent the same data); anything else is a copy.
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
   return dataCall("ncclAllReduce", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
-                  [=](size_t bytes, const FakeComm& c) {
+                  {-1, recvbuff, sendbuff}, [=](size_t bytes, const FakeComm& c) {
                     if (datatype != ncclFloat32 || op != ncclSum) return copy(recvbuff, sendbuff, bytes);
                     for (size_t i = 0; i < count; ++i)
                       static_cast<float*>(recvbuff)[i] = static_cast<const float*>(sendbuff)[i] * c.nranks;
@@ -352,44 +501,45 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
   return dataCall("ncclReduceScatter", comm, recvcount, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
-                  [=](size_t bytes, const FakeComm&) { copy(recvbuff, sendbuff, bytes); });
+                  {-1, recvbuff, sendbuff}, [=](size_t bytes, const FakeComm&) { copy(recvbuff, sendbuff, bytes); });
 }
 // nranks copies of sendbuff; in place (sendbuff inside recvbuff) only the rank's own slot overlaps, and copies onto
 // itself.
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t) {
   return dataCall("ncclAllGather", comm, sendcount, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
-                  [=](size_t bytes, const FakeComm& c) {
+                  {-1, recvbuff, sendbuff}, [=](size_t bytes, const FakeComm& c) {
                     for (int r = 0; r < c.nranks; ++r) copy(static_cast<char*>(recvbuff) + r * bytes, sendbuff, bytes);
                   });
 }
 ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                           ncclComm_t comm, cudaStream_t) {
   return dataCall("ncclAlltoAll", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
-                  [=](size_t bytes, const FakeComm& c) { copy(recvbuff, sendbuff, bytes * c.nranks); });
+                  {-1, recvbuff, sendbuff}, [=](size_t bytes, const FakeComm& c) { copy(recvbuff, sendbuff, bytes * c.nranks); });
 }
 ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                         ncclComm_t comm, cudaStream_t) {
   const bool isRoot = comm != nullptr && get(comm)->rank == root;
   return dataCall("ncclGather", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff", isRoot}},
-                  [=](size_t bytes, const FakeComm& c) {
+                  {root, recvbuff, sendbuff}, [=](size_t bytes, const FakeComm& c) {
                     if (!isRoot) return;
                     for (int r = 0; r < c.nranks; ++r) copy(static_cast<char*>(recvbuff) + r * bytes, sendbuff, bytes);
                   });
 }
-ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int,
+ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                          ncclComm_t comm, cudaStream_t) {
-  return dataCall("ncclScatter", comm, count, datatype, {{recvbuff, "recvbuff"}},
+  return dataCall("ncclScatter", comm, count, datatype, {{recvbuff, "recvbuff"}}, {root, recvbuff, sendbuff},
                   [=](size_t bytes, const FakeComm&) { copy(recvbuff, sendbuff, bytes); });
 }
-ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int, ncclComm_t comm,
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t) {
-  return dataCall("ncclSend", comm, count, datatype, {{sendbuff, "sendbuff"}}, [](size_t, const FakeComm&) {});
+  return dataCall("ncclSend", comm, count, datatype, {{sendbuff, "sendbuff"}}, {peer, sendbuff, nullptr},
+                  [](size_t, const FakeComm&) {});
 }
 // Fills the buffer with the byte (peer + 1) & 0xff.
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t) {
-  return dataCall("ncclRecv", comm, count, datatype, {{recvbuff, "recvbuff"}},
+  return dataCall("ncclRecv", comm, count, datatype, {{recvbuff, "recvbuff"}}, {peer, recvbuff, nullptr},
                   [=](size_t bytes, const FakeComm&) { memset(recvbuff, (peer + 1) & 0xff, bytes); });
 }
 ncclResult_t ncclGroupStart() {

@@ -45,7 +45,7 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "trace_dir", "nccl_version", "ranks_per_node", "groups",
                                            "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
                                            "payload_comms", "payload_steps", "payload_seqs", "staging_bytes",
-                                           "staging_full", "replay_trace", "on_mismatch", "completion",
+                                           "staging_full", "timing_clock", "replay_trace", "on_mismatch", "completion",
                                            "host_time", "timing", "history", "estimate_target",
                                            "hold_blocks", "hold_threads", "hold_shared_bytes", "hold_traffic",
                                            "resync_window",
@@ -287,7 +287,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
   EXPECT_EQ(r.error,
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
-            "payload_seqs, staging_bytes, staging_full, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
+            "payload_seqs, staging_bytes, staging_full, timing_clock, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_traffic, resync_window, "
             "prefetch_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
@@ -575,7 +575,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_RANKS_PER_NODE", "RANKLENS_GROUPS",
                                          "RANKLENS_REAL_NCCL", "RANKLENS_PAYLOADS", "RANKLENS_PAYLOAD_MAX_BYTES",
                                          "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
-                                         "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL",
+                                         "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL", "RANKLENS_TIMING_CLOCK",
                                          "RANKLENS_REPLAY_TRACE", "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
                                          "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
@@ -583,7 +583,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_RESYNC_WINDOW",
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
-                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip",
+                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip", "events",
                                              "", "error", "kernel", "replay", "recorded", "", "observed", "1", "32", "auto", "0", "64",
                                              "512MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -615,7 +615,7 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
   LoadResult r = fromYaml(
       "mode: record\npayloads: all\npayload_max_bytes: 1MiB\npayload_ops: [AllReduce, Recv]\n"
       "payload_comms: [0, dp]\npayload_steps: 10-20\npayload_seqs: 5-\nstaging_bytes: 2GiB\n"
-      "staging_full: wait\nreal_nccl: /opt/nccl/libnccl.so.2\n");
+      "staging_full: wait\nreal_nccl: /opt/nccl/libnccl.so.2\ntiming_clock: kernel\n");
   ASSERT_TRUE(r.ok) << r.error;
   const Settings& s = r.settings;
   EXPECT_EQ(s.mode, Mode::kRecord);
@@ -632,6 +632,10 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
   EXPECT_EQ(s.staging_bytes, 2ull << 30);
   EXPECT_EQ(s.staging_full, StagingFull::kWait);
   EXPECT_EQ(s.real_nccl, "/opt/nccl/libnccl.so.2");
+  EXPECT_EQ(s.timing_clock, TimingClock::kKernel);
+  r = fromYaml("", {{"RANKLENS_TIMING_CLOCK", "profiler"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("expected one of events|kernel"), std::string::npos) << r.error;
 }
 
 TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {

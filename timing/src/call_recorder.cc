@@ -109,16 +109,19 @@ void CallRecorder::giveEvents(int device, const Event* events, size_t n) {
     if (events[i]) p.free.push_back(events[i]);
 }
 
+bool CallRecorder::reportCaptured(cudaStream_t stream, const trace::Timing& identity) {
+  if (!device_.capturing(stream)) return false;
+  trace::Timing timing = identity;
+  timing.captured = true;
+  timing.durationNs = 0;
+  counters_.captured++;
+  timingSink_(timing);
+  return true;
+}
+
 CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const trace::Timing& identity) {
   if (stopped_.load(std::memory_order_relaxed)) return nullptr;
-  if (device_.capturing(stream)) {
-    trace::Timing timing = identity;
-    timing.captured = true;
-    timing.durationNs = 0;
-    counters_.captured++;
-    timingSink_(timing);
-    return nullptr;
-  }
+  if (reportCaptured(stream, identity)) return nullptr;
   Span* span = nullptr;
   {
     std::lock_guard<std::mutex> lock(spansMu_);

@@ -23,6 +23,8 @@ enum class DeviceKind { kAuto, kCuda, kHost };
 enum class Payloads { kNone, kSmall, kAll };
 // Record mode: what happens to a payload when pinned staging memory is full.
 enum class StagingFull { kSkip, kWait };
+// Record mode: where a call's duration comes from (trace::Timing.clock).
+enum class TimingClock { kEvents, kKernel };
 // Replay: what happens to a call that does not match the recording.
 enum class OnMismatch { kError, kWarn, kEstimate };
 // Replay: how a stream is held for a call's duration.
@@ -68,6 +70,7 @@ struct Settings {
   Range payload_seqs;                       // per-communicator sequence numbers; all by default
   unsigned long long staging_bytes = 256ull << 20;  // pinned host memory for payloads in flight
   StagingFull staging_full = StagingFull::kSkip;
+  TimingClock timing_clock = TimingClock::kEvents;
   // Replay of a recorded trace.
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
   OnMismatch on_mismatch = OnMismatch::kError;
@@ -120,6 +123,7 @@ const char* toString(Fill);
 const char* toString(DeviceKind);
 const char* toString(Payloads);
 const char* toString(StagingFull);
+const char* toString(TimingClock);
 const char* toString(OnMismatch);
 const char* toString(Completion);
 const char* toString(HostTime);

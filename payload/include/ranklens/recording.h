@@ -44,6 +44,7 @@ struct RecordedCall {
   // GPU duration from the call's Timing record; for a call in a group, the first call on each stream carries the
   // duration of the whole group on that stream and the others carry -1. -1: not measured (captured, lost).
   int64_t durationNs = -1;
+  bool kernelClock = false;  // durationNs is NCCL's kernel time (Timing.clock), without the host launch
   std::optional<PayloadRef> payload;
   uint64_t order = 0;  // submission order among all recorded calls of the rank
 };

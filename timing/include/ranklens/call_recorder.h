@@ -74,6 +74,9 @@ class CallRecorder {
   void prepareDevice(int device);
 
   struct Span;
+  // True when `stream` is being captured into a CUDA graph; the call is then reported as captured (a Timing
+  // record with no duration). For calls timed otherwise (the kernel clock).
+  bool reportCaptured(cudaStream_t stream, const trace::Timing& identity);
   // Before the real call: a span for `stream`, or nullptr when the stream is capturing a CUDA graph (the captured
   // Timing record has then already been written) or events are unavailable (counted as an error).
   Span* begin(int device, cudaStream_t stream, const trace::Timing& identity);
