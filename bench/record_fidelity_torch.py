@@ -145,6 +145,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ranklens-record-fidelity"),
                    help="per-run logs, parameters, profiles (default: %(default)s)")
     p.add_argument("--trace-root", default=None, help="where recorded traces go (default: WORK/traces)")
+    p.add_argument("--recorder-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment of the recorded runs, e.g. RANKLENS_TIMING_CLOCK=kernel (repeatable)")
     p.add_argument("--timeout", type=int, default=150, help="seconds per run before it is killed (default: %(default)s)")
     p.add_argument("--budget", type=int, default=420,
                    help="start a run only if the time spent plus the previous run's duration stays within this many "
@@ -180,6 +182,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.work = os.path.abspath(args.work)
     args.trace_root = os.path.abspath(args.trace_root) if args.trace_root else os.path.join(args.work, "traces")
     args.lib = os.path.abspath(args.lib)
+    for item in args.recorder_env:
+        if "=" not in item or not item.partition("=")[0]:
+            p.error(f"--recorder-env {item!r}: want KEY=VALUE")
     return args
 
 
@@ -199,6 +204,9 @@ def env_for(args, payloads: str | None, trace_dir: str | None) -> tuple[dict[str
                 "RANKLENS_TRACE_DIR": trace_dir or "", "RANKLENS_PAYLOADS": payloads})
     if args.real_nccl:
         env["RANKLENS_REAL_NCCL"] = os.path.abspath(args.real_nccl)
+    for item in args.recorder_env:
+        key, _, value = item.partition("=")
+        env[key] = value
     return env, [k for k in unset if k not in env]
 
 
