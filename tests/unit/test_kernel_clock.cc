@@ -41,6 +41,16 @@ KernelClock::Task task(const char* func, uint64_t bytes, const void* buffer, int
   return t;
 }
 
+// One call outside a group on communicator 3 (rank 0): expected, launched, its task started by NCCL.
+void* launchOne(KernelClock& clock, void* context, uint64_t seq, const KernelClock::Task& t, int channels) {
+  KernelClock::Span* span = clock.open(identity(seq));
+  clock.expect(span, 3, 0, t);
+  clock.beginLaunch();
+  void* handle = clock.taskStarted(context, t, 0, channels);
+  clock.endLaunch(true);
+  return handle;
+}
+
 // Runs one task's channels: channel c from start + c to stop + c.
 void runChannels(KernelClock& clock, void* taskHandle, int channels, uint64_t start, uint64_t stop) {
   for (int c = 0; c < channels; ++c) {
@@ -192,11 +202,7 @@ TEST(KernelClock, MissingChannelStopsAreWrittenUnmeasuredWhenTheRecordingEnds) {
   Recorded out;
   KernelClock clock(out.sink());
   void* context = clock.commContext(2, 0);
-  KernelClock::Span* span = clock.open(identity(9));
-  clock.expect(span, 3, 0, task("ReduceScatter", 128, nullptr));
-  clock.beginLaunch();
-  void* t = clock.taskStarted(context, task("ReduceScatter", 128, nullptr), 0, 2);
-  clock.endLaunch(true);
+  void* t = launchOne(clock, context, 9, task("ReduceScatter", 128, nullptr), 2);
   void* ch = clock.channelStarted(t, 10);
   clock.channelStopped(ch, 90);
   EXPECT_FALSE(clock.drain(1'000'000));  // one channel of two has stopped
@@ -207,11 +213,7 @@ TEST(KernelClock, MissingChannelStopsAreWrittenUnmeasuredWhenTheRecordingEnds) {
   EXPECT_EQ(clock.stats().incomplete, 1u);
   EXPECT_EQ(clock.stats().pending, 0u);
   // The late channel still reports: it must neither write again nor touch a reused span.
-  KernelClock::Span* next = clock.open(identity(10));
-  clock.expect(next, 3, 0, task("ReduceScatter", 128, nullptr));
-  clock.beginLaunch();
-  void* t2 = clock.taskStarted(context, task("ReduceScatter", 128, nullptr), 0, 1);
-  clock.endLaunch(true);
+  void* t2 = launchOne(clock, context, 10, task("ReduceScatter", 128, nullptr), 1);
   void* late = clock.channelStarted(t, 20);
   clock.channelStopped(late, 500);
   runChannels(clock, t2, 1, 0, 60);
