@@ -4,8 +4,9 @@
 // The real libnccl.so.2 and RankLens's (in record mode, forwarding to that same real library) are both loaded.
 // A communicator of 1 rank (or 2 ranks on 2 GPUs, --ranks 2: every call launches NCCL's kernel) is created through
 // RankLens, so it is registered and recorded; since record mode hands the job the real NCCL's own handles, the same
-// communicators can also be used through the real library directly. With --ranks 2 a "call" is one rank's
-// ncclAllReduce, both ranks issued in turn from this thread. Calls
+// communicators can also be used through the real library directly. With --ranks 2 one thread drives both GPUs,
+// so (as NCCL requires of a thread that drives several devices) each side's two calls form a group, ncclGroupStart,
+// rank 0's and rank 1's ncclAllReduce, ncclGroupEnd, and a "call" costs half of that group's host time. Calls
 // then alternate, A B A B ..., between ncclAllReduce through RankLens and through the real NCCL, each timed on the
 // host with steady_clock (no GPU synchronisation inside a batch; the stream is synchronised between batches, outside
 // the timed region). The difference of the medians is the recorder's added host time per call.
@@ -37,6 +38,7 @@ using AllReduceFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t,
 using InitAllFn = ncclResult_t (*)(ncclComm_t*, int, const int*);
 using DestroyFn = ncclResult_t (*)(ncclComm_t);
 using FlushFn = ncclResult_t (*)();
+using GroupFn = ncclResult_t (*)();
 
 void* open(const std::string& path) {
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -106,6 +108,10 @@ int main(int argc, char** argv) {
   auto oursInitAll = symbol<InitAllFn>(ours, "ncclCommInitAll", ranklensPath);
   auto oursDestroy = symbol<DestroyFn>(ours, "ncclCommDestroy", ranklensPath);
   auto oursFlush = symbol<FlushFn>(ours, "ranklensFlush", ranklensPath);
+  GroupFn groupStart[2] = {symbol<GroupFn>(real, "ncclGroupStart", realPath),
+                           symbol<GroupFn>(ours, "ncclGroupStart", ranklensPath)};
+  GroupFn groupEnd[2] = {symbol<GroupFn>(real, "ncclGroupEnd", realPath),
+                         symbol<GroupFn>(ours, "ncclGroupEnd", ranklensPath)};
 
   cudaStream_t streams[2] = {};
   float* buffers[2] = {};
@@ -130,30 +136,37 @@ int main(int argc, char** argv) {
   tReal.reserve(calls);
   tOurs.reserve(calls);
   // Warm-up: event pools, lazy module loading, the trace writer.
+  // One side's share of a step: a call of every rank (grouped when there are several); false on failure.
+  auto side = [&](bool useOurs) {
+    const bool grouped = ranks > 1;
+    if (grouped && groupStart[useOurs]() != ncclSuccess) return false;
+    for (int r = 0; r < ranks; ++r)
+      if ((useOurs ? oursAllReduce : realAllReduce)(buffers[r], buffers[r], count, ncclFloat32, ncclSum, comms[r],
+                                                    streams[r]) != ncclSuccess)
+        return false;
+    return !grouped || groupEnd[useOurs]() == ncclSuccess;
+  };
   for (int i = 0; i < 2 * batch; ++i) {
-    for (int r = 0; r < ranks; ++r)
-      realAllReduce(buffers[r], buffers[r], count, ncclFloat32, ncclSum, comms[r], streams[r]);
-    for (int r = 0; r < ranks; ++r)
-      oursAllReduce(buffers[r], buffers[r], count, ncclFloat32, ncclSum, comms[r], streams[r]);
+    if (!side(false) || !side(true)) {
+      fprintf(stderr, "record_host_overhead: warm-up ncclAllReduce failed\n");
+      return 2;
+    }
   }
   synchronize();
   using Clock = std::chrono::steady_clock;
   for (int done = 0; done < calls; done += batch) {
     for (int i = 0; i < batch; ++i) {
       const bool oursFirst = (i & 1) != 0;  // alternate which side goes first
-      for (int side = 0; side < 2; ++side) {
-        const bool useOurs = (side == 0) == oursFirst;
-        for (int rank = 0; rank < ranks; ++rank) {  // every rank's share of the collective, so that it completes
-          auto t0 = Clock::now();
-          ncclResult_t r = (useOurs ? oursAllReduce : realAllReduce)(buffers[rank], buffers[rank], count, ncclFloat32,
-                                                                     ncclSum, comms[rank], streams[rank]);
-          auto t1 = Clock::now();
-          if (r != ncclSuccess) {
-            fprintf(stderr, "record_host_overhead: ncclAllReduce failed (%d)\n", r);
-            return 2;
-          }
-          (useOurs ? tOurs : tReal).push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+      for (int which = 0; which < 2; ++which) {
+        const bool useOurs = (which == 0) == oursFirst;
+        auto t0 = Clock::now();
+        const bool ok = side(useOurs);
+        auto t1 = Clock::now();
+        if (!ok) {
+          fprintf(stderr, "record_host_overhead: ncclAllReduce failed\n");
+          return 2;
         }
+        (useOurs ? tOurs : tReal).push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / ranks);
       }
     }
     synchronize();
@@ -183,7 +196,7 @@ int main(int argc, char** argv) {
   const double medReal = percentile(tReal, 0.5), medOurs = percentile(tOurs, 0.5);
   const double p90Real = percentile(tReal, 0.9), p90Ours = percentile(tOurs, 0.9);
   if (json) {
-    printf("{\"payloads\": \"%s\", \"clock\": \"%s\", \"ranks\": %d, \"calls_per_side\": %zu, \"count\": %zu, "
+    printf("{\"payloads\": \"%s\", \"clock\": \"%s\", \"ranks\": %d, \"samples_per_side\": %zu, \"count\": %zu, "
            "\"median_ns_real\": %.1f, "
            "\"median_ns_ranklens\": %.1f, \"added_median_ns\": %.1f, \"p90_ns_real\": %.1f, \"p90_ns_ranklens\": %.1f, "
            "\"added_p90_ns\": %.1f, \"cuda_event_record_median_ns\": %.1f, "
