@@ -67,14 +67,11 @@ const char* kernelClockFunc(int op) {
 KernelClock::KernelClock(Sink sink) : sink_(std::move(sink)) {}
 
 KernelClock::~KernelClock() {
+  // Everything ever handed out, reused or not (NCCL has stopped calling by now: the owner outlives it or is a test).
   std::lock_guard<std::mutex> lock(mu_);
-  for (Span* s = live_; s != nullptr;) {
-    Span* next = s->next;
-    delete s;
-    s = next;
-  }
-  for (Span* s : freeSpans_) delete s;
-  for (TaskRec* t : freeTasks_) delete t;
+  for (Span* s : allSpans_) delete s;
+  for (TaskRec* t : allTasks_) delete t;
+  for (Context* c : allContexts_) delete c;
 }
 
 KernelClock::Launch& KernelClock::launch() {
@@ -91,7 +88,11 @@ KernelClock::Span* KernelClock::open(const trace::Timing& identity) {
       freeSpans_.pop_back();
     }
   }
-  if (span == nullptr) span = new Span();
+  if (span == nullptr) {
+    span = new Span();
+    std::lock_guard<std::mutex> lock(mu_);
+    allSpans_.push_back(span);
+  }
   *span = Span();
   span->identity = identity;
   span->identity.clock = trace::kClockKernel;
@@ -172,12 +173,13 @@ void* KernelClock::commContext(int nranks, int rank) {
   auto* c = new Context();
   c->nranks = nranks;
   c->rank = rank;
+  std::lock_guard<std::mutex> lock(mu_);
+  allContexts_.push_back(c);
   return c;
 }
 
-void KernelClock::releaseContext(void* context) {
-  auto* c = static_cast<Context*>(context);
-  if (c != nullptr && c->kind == Kind::kContext) delete c;
+void KernelClock::releaseContext(void*) {
+  // Kept until the clock goes: a late callback may still name it (a few bytes per communicator ever created).
 }
 
 void* KernelClock::taskStarted(void* context, const Task& task, int rank, int nChannels) {
@@ -202,6 +204,7 @@ void* KernelClock::taskStarted(void* context, const Task& task, int rank, int nC
     freeTasks_.pop_back();
   } else {
     t = new TaskRec();
+    allTasks_.push_back(t);
   }
   t->span = e->span;
   t->nChannels = std::clamp(nChannels, 0, kMaxChannels);

@@ -110,6 +110,9 @@ class KernelClock {
   Span* live_ = nullptr;  // launched, not yet written (intrusive list)
   std::vector<Span*> freeSpans_;
   std::vector<TaskRec*> freeTasks_;
+  std::vector<Span*> allSpans_;  // every allocation, freed with the clock
+  std::vector<TaskRec*> allTasks_;
+  std::vector<Context*> allContexts_;
   KernelClockStats stats_;
 };
 
