@@ -295,19 +295,36 @@ def read_text(path: str) -> str:
         return ""
 
 
-RESULT_RE = re.compile(r"(?:^|\s)RESULT (\{.*\})\s*$")
+_DECODER = json.JSONDecoder()
+
+
+def tagged_objects(line: str, tag: str) -> tuple[list[dict], list[str]]:
+    """Every `TAG {json}` in one line (not preceded by a letter or digit). Ranks that print at the same moment can
+    share a line: `...}RESULT {...}` holds two."""
+    out, bad = [], []
+    needle = tag + " {"
+    start = 0
+    while (i := line.find(needle, start)) >= 0:
+        start = i + len(needle)
+        if i > 0 and line[i - 1].isalnum():
+            continue
+        try:
+            obj, end = _DECODER.raw_decode(line, i + len(tag) + 1)
+        except json.JSONDecodeError as e:
+            bad.append(f"{e}: {line[i:i + 200]}")
+            continue
+        out.append(obj)
+        start = end
+    return out, bad
 
 
 def parse_result_lines(text: str) -> tuple[list[dict], list[str]]:
-    """train_gpt.py's `RESULT {json}` lines (one per rank)."""
+    """train_gpt.py's `RESULT {json}` lines (one per rank, possibly two on one line)."""
     out, bad = [], []
     for line in text.splitlines():
-        m = RESULT_RE.search(line)
-        if m:
-            try:
-                out.append(json.loads(m.group(1)))
-            except json.JSONDecodeError as e:
-                bad.append(f"{e}: {line[:200]}")
+        objs, errors = tagged_objects(line, "RESULT")
+        out += objs
+        bad += errors
     return out, bad
 
 

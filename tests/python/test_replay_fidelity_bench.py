@@ -127,3 +127,12 @@ def test_gpu_text_sets_real_and_replayed_clocks_side_by_side():
             {"gpu": {"real": {"sm_mhz_median": 1905, "power_w_median": 686}, "replay": None}}]
     assert rft.gpu_text(runs) == "; SM MHz real 1890/1905, replay 1950/-; W real 688/686, replay 660/-"
     assert rft.gpu_text([{"gpu": {"real": None, "replay": None}}]) == ""
+
+
+def test_result_lines_of_two_ranks_printed_at_once_are_both_read():
+    import record_bench_lib as lib
+    text = ('step 29 loss 1.0\nRESULT {"rank": 0, "median_step_ms": 105.7}RESULT {"rank": 1, "median_step_ms": 105.8}\n'
+            'noise RESULT {"rank": 2}\nXRESULT {"rank": 9}\nRESULT {broken\n')
+    results, bad = lib.parse_result_lines(text)
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert len(bad) == 1 and "broken" in bad[0]
