@@ -126,6 +126,8 @@ def parse_args(argv=None):
                    help="seconds for the whole benchmark (0: none): no run starts unless the time spent plus the "
                         "longest run so far fits; timing checks then use the repeats completed and say so, and the "
                         "JSON and log are written as always (an outer timeout would lose the checks)")
+    p.add_argument("--record-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment of the recordings, e.g. RANKLENS_TIMING_CLOCK=kernel")
     p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of the replays, e.g. RANKLENS_COMPLETION=host_callback")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
@@ -141,6 +143,12 @@ def parse_args(argv=None):
     args.lib = os.path.abspath(args.lib)
     args.ranklens = os.path.abspath(args.ranklens)
     args.json = os.path.abspath(args.json)
+    args.record_env_map = {}
+    for item in args.record_env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            p.error(f"--record-env {item!r}: want KEY=VALUE")
+        args.record_env_map[key] = value
     args.variants = {"plain": {}}
     for v in args.variant:
         name, _, env = v.partition(":")
@@ -212,11 +220,12 @@ class Bench:
         os.makedirs(trace)
         job = job_argv(a, mode, train, one_rank=False)
         if a.launcher == "ranklens":
-            env, unset = clean_env({"RANKLENS_STAGING_FULL": "wait"})
+            env, unset = clean_env({"RANKLENS_STAGING_FULL": "wait", **a.record_env_map})
             argv = [a.ranklens, "record", "--lib", a.lib, "--trace", trace, "--payloads", payloads, "--", *job]
         else:
             env, unset = clean_env({"LD_PRELOAD": a.lib, "RANKLENS_MODE": "record", "RANKLENS_TRACE_DIR": trace,
-                                    "RANKLENS_PAYLOADS": payloads, "RANKLENS_STAGING_FULL": "wait"})
+                                    "RANKLENS_PAYLOADS": payloads, "RANKLENS_STAGING_FULL": "wait",
+                                    **a.record_env_map})
             argv = job
         log_path = os.path.join(a.work, "logs", name + ".log")
         self.log.say(f"record {name} ...")
