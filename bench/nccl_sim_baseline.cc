@@ -126,21 +126,25 @@ class Simulator {
     Clique* clique = cliqueOf(s.nranks, why);
     if (clique == nullptr) return -1;
     const auto dtype = static_cast<ncclDataType_t>(s.datatype);
-    void* buf = clique->buffers[0];
-    ncclComm_t comm = clique->comms[0];
     ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
     if (nccl_.groupStart() != ncclSuccess) {
       *why = "ncclGroupStart failed";
       return -1;
     }
+    // Every rank of the communicator takes part, as in a real call: with one rank alone NCCL (2.28, connections made
+    // at the first call) waits for the others to connect and never returns (measured on 2x H200).
     ncclResult_t r = ncclSuccess;
-    switch (static_cast<Op>(s.op)) {
-      case Op::kAllReduce: r = nccl_.allReduce(buf, buf, count, dtype, ncclSum, comm, nullptr); break;
-      case Op::kAllGather: r = nccl_.allGather(buf, buf, count, dtype, comm, nullptr); break;
-      case Op::kReduceScatter: r = nccl_.reduceScatter(buf, buf, count, dtype, ncclSum, comm, nullptr); break;
-      case Op::kBroadcast: r = nccl_.broadcast(buf, buf, count, dtype, 0, comm, nullptr); break;
-      case Op::kReduce: r = nccl_.reduce(buf, buf, count, dtype, ncclSum, 0, comm, nullptr); break;
-      default: break;
+    for (size_t i = 0; i < clique->comms.size() && r == ncclSuccess; ++i) {
+      void* buf = clique->buffers[i];
+      ncclComm_t comm = clique->comms[i];
+      switch (static_cast<Op>(s.op)) {
+        case Op::kAllReduce: r = nccl_.allReduce(buf, buf, count, dtype, ncclSum, comm, nullptr); break;
+        case Op::kAllGather: r = nccl_.allGather(buf, buf, count, dtype, comm, nullptr); break;
+        case Op::kReduceScatter: r = nccl_.reduceScatter(buf, buf, count, dtype, ncclSum, comm, nullptr); break;
+        case Op::kBroadcast: r = nccl_.broadcast(buf, buf, count, dtype, 0, comm, nullptr); break;
+        case Op::kReduce: r = nccl_.reduce(buf, buf, count, dtype, ncclSum, 0, comm, nullptr); break;
+        default: break;
+      }
     }
     const ncclResult_t end = nccl_.groupSimulateEnd(&info);
     if (r != ncclSuccess || end != ncclSuccess) {
@@ -239,7 +243,13 @@ int main(int argc, char** argv) {
     const auto key = std::make_tuple(s.op, s.datatype, s.bytes, s.nranks);
     auto it = cache.find(key);
     std::string why;
-    if (it == cache.end()) it = cache.emplace(key, sim.estimateUs(s, &why)).first;
+    if (it == cache.end()) {
+      it = cache.emplace(key, sim.estimateUs(s, &why)).first;
+      if (cache.size() % 20 == 1) {  // progress: each new shape is one simulated group
+        fprintf(stderr, "nccl_sim_baseline: %zu shapes simulated\n", cache.size());
+        fflush(stderr);
+      }
+    }
     if (it->second < 0) {
       skipped[why.empty() ? "not simulated" : why]++;
       continue;
