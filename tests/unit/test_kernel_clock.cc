@@ -2,9 +2,12 @@
 // timing::KernelClock driven as NCCL's profiler drives it: tasks started inside a launch on the calling thread,
 // channels started and stopped later (here and on another thread), and the recording ending with channels missing.
 #include "ranklens/kernel_clock.h"
+#include "ranklens/recording.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -271,3 +274,36 @@ TEST(KernelClock, ManyThreadsLaunchWhileAProxyReportsChannels) {
 }
 
 }  // namespace
+
+// Replay learns which durations are kernel time (Timing.clock, trace 1.4): it adds its hold's launch to those.
+TEST(KernelClockTrace, ARecordingKnowsWhichDurationsAreKernelTime) {
+  using namespace ranklens::trace;
+  const std::string dir = ::testing::TempDir() + "/kernel-clock-" + std::to_string(getpid()) + "/rank0";
+  ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
+  Manifest m;
+  m.mode = "record";
+  std::string error;
+  auto w = TraceWriter::create(dir, m, {}, &error);
+  ASSERT_NE(w, nullptr) << error;
+  for (uint64_t seq = 0; seq < 2; ++seq) {
+    ranklens::events::Call c;
+    c.seq = seq;
+    c.op = static_cast<int>(ranklens::events::Op::kAllReduce);
+    c.count = c.bytes = 64;
+    w->append(RecordType::kCall, c);
+    Timing t;
+    t.seq = seq;
+    t.op = c.op;
+    t.durationNs = 1000 + static_cast<int64_t>(seq);
+    t.clock = seq == 0 ? kClockEvents : kClockKernel;
+    w->append(RecordType::kTiming, t);
+  }
+  ASSERT_TRUE(w->close());
+  auto recording = ranklens::trace::Recording::open(dir, -1, &error);
+  ASSERT_NE(recording, nullptr) << error;
+  ASSERT_EQ(recording->calls().size(), 2u);
+  EXPECT_EQ(recording->calls()[0].durationNs, 1000);
+  EXPECT_FALSE(recording->calls()[0].kernelClock);
+  EXPECT_EQ(recording->calls()[1].durationNs, 1001);
+  EXPECT_TRUE(recording->calls()[1].kernelClock);
+}
