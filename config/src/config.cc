@@ -28,6 +28,7 @@ constexpr const char* kDeviceNames[] = {"auto", "cuda", "host"};
 constexpr const char* kPayloadsNames[] = {"none", "small", "all"};
 constexpr const char* kStagingFullNames[] = {"skip", "wait"};
 constexpr const char* kTimingClockNames[] = {"events", "kernel"};
+constexpr const char* kHoldFromNames[] = {"arrival", "start"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "ignore"};
@@ -593,6 +594,13 @@ const KeyDesc kKeys[] = {
        snprintf(text, sizeof text, "%g", s.hold_traffic);
        return std::string(text);
      }},
+    {"hold_from", "RANKLENS_HOLD_FROM", "arrival",
+     "replay: where a hold counts its duration from: the moment its stream reached the call (a mark before the "
+     "call's copies, which then count within the duration, and before any wait of the hold for SMs), or the hold "
+     "kernel's own start (what the program does before NCCL's kernel gets the SMs then adds to the call, as it "
+     "did in the real run when the recording was made with another program)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kHoldFromNames, s.hold_from); },
+     [](const Settings& s) { return std::string(toString(s.hold_from)); }},
     {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
      "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
      "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",
@@ -809,6 +817,7 @@ const char* toString(DeviceKind v) { return enumName(v, kDeviceNames); }
 const char* toString(Payloads v) { return enumName(v, kPayloadsNames); }
 const char* toString(StagingFull v) { return enumName(v, kStagingFullNames); }
 const char* toString(TimingClock v) { return enumName(v, kTimingClockNames); }
+const char* toString(HoldFrom v) { return enumName(v, kHoldFromNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }

@@ -54,6 +54,7 @@ struct Session {
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
   bool hostTime = true;
+  bool markArrivals = true;  // hold_from: arrival
   int window = 64;
   // timing fidelity restores the recorded payloads up to this size (the control values: sizes, flags, objects) so
   // that the rank takes the recorded path; value fidelity restores every recorded payload.
@@ -144,6 +145,7 @@ Session* load() {
     s->policy = st.on_mismatch;
     s->window = st.resync_window;
     s->hostTime = st.host_time == ranklens::config::HostTime::kReplay;
+    s->markArrivals = st.hold_from == ranklens::config::HoldFrom::kArrival;
     s->estimateAll = st.timing == ranklens::config::TimingSource::kEstimated;
     std::string error;
     s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
@@ -208,15 +210,15 @@ Session* load() {
     }
     INFO(kSubInit | kSubRanklens,
          "replaying %s (rank %d of %d, %zu calls, %zu timed, %zu payloads, %zu communicators) at %s fidelity, "
-         "on_mismatch %s; holds %d x %d threads, shared %s, traffic %g (%.0f GB/s); hold fixed cost %ld ns, copy %ld "
-         "ns + %.4f ns/byte",
+         "on_mismatch %s; holds %d x %d threads, shared %s, traffic %g (%.0f GB/s), from %s; hold fixed cost %ld ns, "
+         "copy %ld ns + %.4f ns/byte",
          s->recording->directory().c_str(), m.rank, m.world_size, s->recording->callCount(),
          s->recording->timedCount(), s->recording->payloadOrder().size(), s->recording->comms().size(),
          ranklens::config::toString(s->fidelity), ranklens::config::toString(s->policy), st.hold_blocks,
          st.hold_threads, settingText(st, "hold_shared_bytes").c_str(), st.hold_traffic,
          s->calibration.trafficNsPerByte > 0 ? 1.0 / s->calibration.trafficNsPerByte : 0.0,
-         static_cast<long>(s->calibration.holdFixedNs), static_cast<long>(s->calibration.copyFixedNs),
-         s->calibration.copyNsPerByte);
+         ranklens::config::toString(st.hold_from), static_cast<long>(s->calibration.holdFixedNs),
+         static_cast<long>(s->calibration.copyFixedNs), s->calibration.copyNsPerByte);
     session = s.release();
     rt.setBeforeClose([] { finish(); });
   });
@@ -643,7 +645,8 @@ ncclResult_t arriveOn(const CallInfo& info, uint64_t* arrival) {
 
 ncclResult_t markArrival(CallInfo* info) {
   Session* s = session;
-  if (s == nullptr || s->fidelity == Fidelity::kStructure || info->durationNs < 0) return ncclSuccess;
+  if (s == nullptr || s->fidelity == Fidelity::kStructure || info->durationNs < 0 || !s->markArrivals)
+    return ncclSuccess;
   return arriveOn(*info, &info->arrival);
 }
 
@@ -651,7 +654,7 @@ ncclResult_t markArrival(CallInfo* info) {
 // marked.
 ncclResult_t markArrivals(std::vector<CallInfo>* calls) {
   Session* s = session;
-  if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
+  if (s == nullptr || s->fidelity == Fidelity::kStructure || !s->markArrivals) return ncclSuccess;
   for (CallInfo& first : *calls) {
     if (first.arrival != 0) continue;
     uint64_t arrival = 0;

@@ -79,7 +79,8 @@ void Runtime::load() {
     if (settings_.device != DeviceKind::kHost)
       device_ = ranklens::device::makeCudaDevice(
           &why, completion,
-          {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes, settings_.hold_traffic});
+          {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes, settings_.hold_traffic,
+           settings_.hold_from == ranklens::config::HoldFrom::kStart});
     if (device_ == nullptr && settings_.device == DeviceKind::kCuda) {
       status_ = ncclUnhandledCudaError;
       statusMessage_ = "device 'cuda' requested but no usable GPU: " + why + "; set RANKLENS_DEVICE=host or auto";

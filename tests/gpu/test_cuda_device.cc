@@ -173,6 +173,48 @@ TEST(CudaHoldShape, HoldQueuedBehindBusySmsEndsAtItsDeadline) {
   cudaStreamDestroy(b);
 }
 
+// hold_from: start. The same queued hold counts its duration from its own start: it ends its whole duration after
+// it got the SMs, as NCCL's kernel would when the wait for SMs was not in the recording (another program's).
+TEST(CudaHoldShape, HoldFromStartQueuedBehindBusySmsLastsItsWholeDuration) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::string why;
+  ranklens::device::HoldShape everySm;
+  everySm.blocks = sms;
+  everySm.sharedBytes = 64 << 10;
+  ranklens::device::HoldShape ncclLike;
+  ncclLike.blocks = 24;
+  ncclLike.threads = 544;
+  ncclLike.sharedBytes = ranklens::device::HoldShape::kSharedSm;
+  ncclLike.fromStart = true;
+  auto blocker = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, everySm);
+  auto held = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, ncclLike);
+  ASSERT_TRUE(blocker && held) << why;
+  cudaStream_t a, b;
+  ASSERT_EQ(cudaStreamCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&b), cudaSuccess);
+  ASSERT_EQ(held->hold(1000, "AllReduce", a), 0);
+  ASSERT_EQ(blocker->hold(1000, "Hold", b), 0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaEvent_t before, after;
+  cudaEventCreate(&before);
+  cudaEventCreate(&after);
+  ASSERT_EQ(blocker->hold(3'000'000, "Hold", b), 0);
+  std::this_thread::sleep_for(std::chrono::microseconds(500));
+  cudaEventRecord(before, a);
+  ASSERT_EQ(held->hold(1'000'000, "AllReduce", a), 0);
+  cudaEventRecord(after, a);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, before, after);
+  // SMs free ~2.5 ms after the arrival, then the whole millisecond.
+  EXPECT_GE(ms, 3.2f);
+  EXPECT_LT(ms, 4.5f);
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+}
+
 // A marked hold: the copy enqueued between the mark and the hold runs within the held duration, not before it.
 TEST_F(CudaDevice, MarkedHoldContainsTheCopyBeforeIt) {
   const size_t bytes = 1ull << 30;

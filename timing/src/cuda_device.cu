@@ -189,7 +189,8 @@ class CudaDevice final : public StreamDevice {
     // Unmarked, the default hold (one warp) starts when the stream reaches it; a larger one may wait for SMs, so it
     // is marked here.
     uint64_t arrival = request.arrival;
-    if (arrival == 0 && (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0 || shape_.traffic > 0))
+    if (arrival == 0 && !shape_.fromStart &&
+        (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0 || shape_.traffic > 0))
       if (int err = arrive(stream, &arrival)) return err;
     if (nanoseconds == 0) return 0;
     HoldTraffic traffic{};
@@ -273,11 +274,11 @@ class CudaDevice final : public StreamDevice {
         return median(samples);
       };
       constexpr uint64_t kHoldNs = 50'000;
-      // As replay holds: marked on arrival, then held.
+      // As replay holds: marked on arrival, then held (hold_from: start: held from its own start, unmarked).
       c.holdFixedNs = std::max<int64_t>(0, measure([&] {
                                              HoldRequest request;
                                              request.nanoseconds = kHoldNs;
-                                             arrive(stream, &request.arrival);
+                                             if (!shape_.fromStart) arrive(stream, &request.arrival);
                                              hold(request, stream);
                                            }) - kHoldNs);
       if (shape_.traffic > 0) {

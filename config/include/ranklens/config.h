@@ -35,6 +35,8 @@ enum class TimingSource { kRecorded, kEstimated };
 enum class EstimateTarget { kObserved, kTransfer };
 // Replay: whether a call keeps the calling thread as long as the recorded call did.
 enum class HostTime { kReplay, kIgnore };
+// Replay: where a hold's duration is counted from: its stream's arrival at the call, or the hold's own start.
+enum class HoldFrom { kArrival, kStart };
 
 // An inclusive range of non-negative integers; `hi` < 0 means unbounded.
 struct Range {
@@ -83,6 +85,7 @@ struct Settings {
   int hold_threads = 32;                    // threads per hold block
   long long hold_shared_bytes = -1;         // dynamic shared memory per hold block; kHoldSharedAuto, kHoldSharedSm
   double hold_traffic = 0;                  // device memory each hold moves per byte of its call (experiment)
+  HoldFrom hold_from = HoldFrom::kArrival;
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
   std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made
@@ -124,6 +127,7 @@ const char* toString(DeviceKind);
 const char* toString(Payloads);
 const char* toString(StagingFull);
 const char* toString(TimingClock);
+const char* toString(HoldFrom);
 const char* toString(OnMismatch);
 const char* toString(Completion);
 const char* toString(HostTime);
