@@ -34,6 +34,7 @@ struct Recording::Impl {
   std::vector<const RecordedCall*> payloadOrder;
   std::vector<Problem> problems;
   std::unordered_map<uint64_t, int64_t> groupHostNs;
+  std::vector<events::Stage> stages;
   size_t timed = 0;
 };
 
@@ -81,6 +82,7 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
           im.groupHostNs[g.groupId] = g.hostNs;
           break;
         }
+        case RecordType::kStage: im.stages.push_back(body.as<events::Stage>()); break;
         default: break;
       }
     } catch (const std::exception& e) {
@@ -121,6 +123,7 @@ size_t Recording::callCount() const { return impl_->calls.size(); }
 size_t Recording::timedCount() const { return impl_->timed; }
 const std::vector<const RecordedCall*>& Recording::payloadOrder() const { return impl_->payloadOrder; }
 const std::vector<RecordedCall>& Recording::calls() const { return impl_->calls; }
+const std::vector<events::Stage>& Recording::stages() const { return impl_->stages; }
 
 int64_t Recording::groupHostNs(uint64_t groupId) const {
   auto it = impl_->groupHostNs.find(groupId);

@@ -186,6 +186,75 @@ TEST(EstimatorHistory, BuiltFromARecordedTraceWithGroupsAndRoles) {
   EXPECT_NE(error.find("already in the history"), std::string::npos) << error;
 }
 
+// History version 3: each sample says where in its step it was made and whether another stream was busy.
+TEST(EstimatorHistory, SamplesKnowTheirStepPhaseAndBusyStreams) {
+  const std::string dir = ::testing::TempDir() + "/est-context-" + std::to_string(getpid()) + "/rank0";
+  ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
+  trace::Manifest m;
+  m.mode = "record";
+  std::string error;
+  auto w = trace::TraceWriter::create(dir, m, {}, &error);
+  ASSERT_NE(w, nullptr) << error;
+  events::CommInit comm;
+  comm.nranks = 2;
+  w->append(trace::RecordType::kCommInit, comm);
+  auto add = [&](uint64_t seq, int64_t timeNs, uint64_t stream, int64_t durationNs) {
+    events::Call c;
+    c.seq = seq;
+    c.op = kAllReduce;
+    c.count = 1024;
+    c.datatype = 7;
+    c.bytes = 4096;
+    c.nranks = 2;
+    c.stream = stream;
+    c.timeNs = timeNs;
+    w->append(trace::RecordType::kCall, c);
+    trace::Timing t;
+    t.seq = seq;
+    t.op = kAllReduce;
+    t.stream = stream;
+    t.durationNs = durationNs;
+    w->append(trace::RecordType::kTiming, t);
+  };
+  auto stage = [&](int64_t step, int64_t timeNs) {
+    events::Stage st;
+    st.name = "step";
+    st.step = step;
+    st.timeNs = timeNs;
+    w->append(trace::RecordType::kStage, st);
+  };
+  add(0, 500, 0xa, 100);         // before the first marker
+  stage(0, 1000);
+  add(1, 1250, 0xa, 600);        // a quarter into step 0; stream a runs until 1850
+  add(2, 1500, 0xb, 100);        // half-way: stream a still busy
+  stage(1, 2000);
+  add(3, 2900, 0xb, 100);        // 90% into step 1; stream a finished at 1850
+  stage(2, 3000);
+  add(4, 3100, 0xa, 100);        // after the last marker
+  ASSERT_TRUE(w->close());
+
+  History h;
+  ASSERT_TRUE(addRecordedRun(dir, &h, &error)) << error;
+  ASSERT_EQ(h.samples.size(), 5u);
+  const std::vector<double> phases = {-1, 0.25, 0.5, 0.9, -1};
+  const std::vector<bool> busy = {false, false, true, false, false};
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_NEAR(h.samples[i].stepPhase, phases[i], 1e-9) << i;
+    EXPECT_EQ(h.samples[i].otherStreamsBusy, busy[i]) << i;
+  }
+  EXPECT_EQ(contextClass(h.samples[2]), "all, step 50-75%");
+  EXPECT_EQ(contextClass(h.samples[3]), "all, step 75-100%");
+  EXPECT_EQ(contextClass(h.samples[0]), "all, outside marked steps");
+  // They survive a save and load; a version-2 file reads them as unknown.
+  const std::string path = ::testing::TempDir() + "/h3-" + std::to_string(getpid()) + ".hist";
+  ASSERT_TRUE(saveHistory(path, h, &error)) << error;
+  History back;
+  ASSERT_TRUE(loadHistory(path, &back, &error)) << error;
+  EXPECT_EQ(back.version, 3);
+  EXPECT_NEAR(back.samples[1].stepPhase, 0.25, 1e-9);
+  EXPECT_TRUE(back.samples[2].otherStreamsBusy);
+}
+
 // Waiting for a late peer makes some samples of one size much longer than the collective itself. A transfer time is
 // estimated by the median, which they do not move; an observed duration by the 10%-trimmed mean, what a replayed
 // stream must be held for on average.

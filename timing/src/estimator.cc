@@ -51,6 +51,50 @@ std::map<uint64_t, std::string> communicatorNames(const trace::Recording& record
   return names;
 }
 
+// Each call's step phase: host time since the "step" marker before it over the time to the next one (-1 before the
+// first marker and after the last).
+std::vector<double> stepPhases(const trace::Recording& recording) {
+  std::vector<int64_t> starts;
+  for (const auto& s : recording.stages())
+    if (s.name == "step") starts.push_back(s.timeNs);
+  std::sort(starts.begin(), starts.end());
+  std::vector<double> phases;
+  phases.reserve(recording.calls().size());
+  for (const auto& rc : recording.calls()) {
+    const int64_t t = rc.call.timeNs;
+    auto next = std::upper_bound(starts.begin(), starts.end(), t);
+    if (next == starts.begin() || next == starts.end() || *next == *std::prev(next)) {
+      phases.push_back(-1);
+      continue;
+    }
+    const int64_t start = *std::prev(next);
+    phases.push_back(static_cast<double>(t - start) / static_cast<double>(*next - start));
+  }
+  return phases;
+}
+
+// Whether another stream's call was still running when each call was submitted: its submission time plus its
+// recorded duration (a group's, on its first call) after this call's submission.
+std::vector<bool> otherStreamsBusy(const trace::Recording& recording) {
+  const auto& calls = recording.calls();
+  std::vector<size_t> order(calls.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return calls[a].call.timeNs < calls[b].call.timeNs; });
+  std::map<uint64_t, int64_t> busyUntil;  // stream -> end of its latest timed call
+  std::vector<bool> busy(calls.size(), false);
+  for (size_t i : order) {
+    const auto& rc = calls[i];
+    for (const auto& [stream, until] : busyUntil)
+      if (stream != rc.call.stream && until > rc.call.timeNs) busy[i] = true;
+    if (rc.durationNs > 0) {
+      int64_t& until = busyUntil[rc.call.stream];
+      until = std::max(until, rc.call.timeNs + rc.durationNs);
+    }
+  }
+  return busy;
+}
+
 }  // namespace
 
 bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* history, std::string* error) {
@@ -85,14 +129,19 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
     // A group's duration on a stream belongs to all of its calls on that stream: their bytes add up.
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> groupBytes;  // (groupId, stream) -> bytes
     std::set<std::pair<uint64_t, uint64_t>> groupsWithP2p;
+    const std::vector<double> phases = stepPhases(recording);
+    const std::vector<bool> busy = otherStreamsBusy(recording);
     for (const auto& rc : recording.calls()) {
       if (rc.call.groupId == 0) continue;
       groupBytes[{rc.call.groupId, rc.call.stream}] += rc.call.bytes;
       if (events::isP2p(static_cast<events::Op>(rc.call.op))) groupsWithP2p.insert({rc.call.groupId, rc.call.stream});
     }
-    for (const auto& rc : recording.calls()) {
+    for (size_t i = 0; i < recording.calls().size(); ++i) {
+      const auto& rc = recording.calls()[i];
       if (rc.durationNs < 0) continue;
       HistorySample s;
+      s.stepPhase = phases[i];
+      s.otherStreamsBusy = busy[i];
       s.op = rc.call.op;
       s.datatype = rc.call.datatype;
       s.nranks = rc.call.nranks;
@@ -163,7 +212,7 @@ bool loadHistory(const std::string& path, History* history, std::string* error) 
     msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
     History h;
     handle.get().convert(h);
-    if (h.format != "ranklens-history" || h.version < 1 || h.version > 2) {
+    if (h.format != "ranklens-history" || h.version < 1 || h.version > 3) {
       *error = path + ": not a RankLens history (format '" + h.format + "' version " + std::to_string(h.version) + ")";
       return false;
     }
@@ -415,6 +464,12 @@ std::string errorClass(const HistorySample& sample) {
   return std::string(events::opName(static_cast<events::Op>(sample.op))) + " " + sizeClass(sample.bytes);
 }
 
+std::string contextClass(const HistorySample& sample) {
+  if (sample.stepPhase < 0) return "all, outside marked steps";
+  static const char* kQuarters[] = {"all, step 0-25%", "all, step 25-50%", "all, step 50-75%", "all, step 75-100%"};
+  return kQuarters[std::clamp(static_cast<int>(sample.stepPhase * 4), 0, 3)];
+}
+
 ErrorStats errorStats(std::vector<double> errors) {
   ErrorStats s;
   s.count = errors.size();
@@ -432,6 +487,9 @@ void addError(std::map<std::string, std::vector<double>>* errors, const HistoryS
   const double e = std::fabs(static_cast<double>(estimateNs - value)) / static_cast<double>(value);
   (*errors)[errorClass(s)].push_back(e);
   (*errors)["all"].push_back(e);
+  // The same errors by the call's context (history version 3): where in the step, and beside other streams' calls.
+  (*errors)[contextClass(s)].push_back(e);
+  (*errors)[s.otherStreamsBusy ? "all, other streams busy" : "all, other streams idle"].push_back(e);
 }
 
 }  // namespace

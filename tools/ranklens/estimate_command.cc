@@ -115,7 +115,7 @@ int runHistoryBuild(const EstimateOptions& o) {
     std::cerr << "error: " << o.output << " exists; pass --append to add runs to it, or choose another file\n";
     return 2;
   }
-  history.version = 2;  // an appended version-1 history gains transfer times for the new jobs
+  history.version = 3;  // an appended older history gains the newer fields for the new jobs
   // The rank directories of each recorded job together: their calls are paired for the transfer times.
   std::map<std::string, std::vector<std::string>> jobs;
   std::vector<std::string> order;

@@ -70,6 +70,8 @@ class Recording {
   bool readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem) const;
   // GroupEnd.hostNs of a recorded group; -1 when unknown.
   int64_t groupHostNs(uint64_t groupId) const;
+  // The stage markers (ranklensMarkStage), in trace order.
+  const std::vector<events::Stage>& stages() const;
 
  private:
   Recording();

@@ -38,12 +38,18 @@ struct HistorySample {
   // Version 2: the shortest duration of this collective over the job's recorded ranks (-1: not known, e.g. P2P or
   // only one rank of the job recorded); a 1-rank communicator's own duration.
   int64_t transferNs = -1;
-  MSGPACK_DEFINE_ARRAY(op, datatype, bytes, nranks, crossesNodes, role, grouped, durationNs, run, transferNs)
+  // Version 3: where in its training step the call was made (host time since the step's "step" marker over the
+  // step's length, 0..1; -1 outside marked steps), and whether a call on another stream of the rank was still
+  // running (by its submission time plus its recorded duration) when this one was submitted.
+  double stepPhase = -1;
+  bool otherStreamsBusy = false;
+  MSGPACK_DEFINE_ARRAY(op, datatype, bytes, nranks, crossesNodes, role, grouped, durationNs, run, transferNs,
+                       stepPhase, otherStreamsBusy)
 };
 
 struct History {
   std::string format = "ranklens-history";
-  int version = 2;                // 1: no transferNs (read as -1)
+  int version = 3;                // 1: no transferNs (read as -1); 2: no stepPhase, otherStreamsBusy
   std::vector<std::string> runs;  // the recorded rank directories the samples came from
   std::vector<HistorySample> samples;
   MSGPACK_DEFINE_MAP(format, version, runs, samples)
@@ -115,7 +121,8 @@ struct ErrorStats {
   double median = 0, p90 = 0;
 };
 struct Evaluation {
-  // key: "<op> <size class>", plus "all"
+  // key: "<op> <size class>", "all", and by context: "all, step 0-25%" .. "all, outside marked steps", "all,
+  // other streams busy" / "idle"
   std::map<std::string, ErrorStats> leaveOneOut, leaveOneRunOut;
   size_t extrapolatedLoo = 0, extrapolatedLoro = 0;
   size_t jobs = 0;  // recorded jobs in the history
@@ -124,6 +131,8 @@ Evaluation evaluate(const History& history, const Estimator::Options& options);
 const char* sizeClass(uint64_t bytes);  // "<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB"
 // The rows of the error tables (evaluate, and any other estimate judged the same way): "<op> <size class>".
 std::string errorClass(const HistorySample& sample);
+// "all, step 0-25%" .. "all, step 75-100%", or "all, outside marked steps": the sample's step phase.
+std::string contextClass(const HistorySample& sample);
 // Count, median and p90 of relative errors.
 ErrorStats errorStats(std::vector<double> relativeErrors);
 
