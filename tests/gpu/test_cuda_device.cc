@@ -131,54 +131,12 @@ TEST(CudaHoldShape, NcclShapedHoldsLaunchAndLast) {
   cudaStreamDestroy(b);
 }
 
-// A many-block hold that has to wait for SMs still ends at its arrival plus its duration: the recorded duration
-// already contains such a wait (NCCL's kernels queue for SMs too), so it is not counted twice.
-TEST(CudaHoldShape, HoldQueuedBehindBusySmsEndsAtItsDeadline) {
-  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+// How long (ms, by events around it) a 1 ms hold of NCCL's launch shape holds its stream when it is enqueued 0.5 ms
+// into a 3 ms hold that takes every SM (64 KiB of shared memory on each: a one-thread mark still fits beside it, an
+// NCCL-sized block does not). -1 on a failure (reported).
+float queuedNcclShapedHoldMs(bool fromStart) {
   int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  std::string why;
-  ranklens::device::HoldShape everySm;  // 64 KiB on every SM: a one-thread mark still fits beside it, an
-  everySm.blocks = sms;                 // NCCL-sized block does not
-  everySm.sharedBytes = 64 << 10;
-  ranklens::device::HoldShape ncclLike;
-  ncclLike.blocks = 24;
-  ncclLike.threads = 544;
-  ncclLike.sharedBytes = ranklens::device::HoldShape::kSharedSm;
-  auto blocker = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, everySm);
-  auto held = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, ncclLike);
-  ASSERT_TRUE(blocker && held) << why;
-  cudaStream_t a, b;
-  ASSERT_EQ(cudaStreamCreate(&a), cudaSuccess);
-  ASSERT_EQ(cudaStreamCreate(&b), cudaSuccess);
-  ASSERT_EQ(held->hold(1000, "AllReduce", a), 0);  // warm-up (allocates the stamps)
-  ASSERT_EQ(blocker->hold(1000, "Hold", b), 0);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cudaEvent_t before, after;
-  cudaEventCreate(&before);
-  cudaEventCreate(&after);
-  ASSERT_EQ(blocker->hold(3'000'000, "Hold", b), 0);
-  std::this_thread::sleep_for(std::chrono::microseconds(500));  // the blocker holds every SM by now
-  cudaEventRecord(before, a);
-  ASSERT_EQ(held->hold(1'000'000, "AllReduce", a), 0);
-  cudaEventRecord(after, a);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, before, after);
-  // Arrival at ~0.5 ms, deadline ~1.5 ms, SMs free at 3 ms: the hold ends when it gets them (about 2.5 ms after
-  // its arrival); counted from its own start it would end a millisecond later.
-  EXPECT_LT(ms, 3.2f);
-  EXPECT_GE(ms, 1.0f);
-  cudaStreamDestroy(a);
-  cudaStreamDestroy(b);
-}
-
-// hold_from: start. The same queued hold counts its duration from its own start: it ends its whole duration after
-// it got the SMs, as NCCL's kernel would when the wait for SMs was not in the recording (another program's).
-TEST(CudaHoldShape, HoldFromStartQueuedBehindBusySmsLastsItsWholeDuration) {
-  if (!haveGpu()) GTEST_SKIP() << "no GPU";
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   std::string why;
   ranklens::device::HoldShape everySm;
   everySm.blocks = sms;
@@ -187,32 +145,51 @@ TEST(CudaHoldShape, HoldFromStartQueuedBehindBusySmsLastsItsWholeDuration) {
   ncclLike.blocks = 24;
   ncclLike.threads = 544;
   ncclLike.sharedBytes = ranklens::device::HoldShape::kSharedSm;
-  ncclLike.fromStart = true;
+  ncclLike.fromStart = fromStart;
   auto blocker = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, everySm);
   auto held = ranklens::device::makeCudaDevice(&why, ranklens::device::Completion::kKernel, ncclLike);
-  ASSERT_TRUE(blocker && held) << why;
+  EXPECT_TRUE(blocker && held) << why;
+  if (!blocker || !held) return -1;
   cudaStream_t a, b;
-  ASSERT_EQ(cudaStreamCreate(&a), cudaSuccess);
-  ASSERT_EQ(cudaStreamCreate(&b), cudaSuccess);
-  ASSERT_EQ(held->hold(1000, "AllReduce", a), 0);
-  ASSERT_EQ(blocker->hold(1000, "Hold", b), 0);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaStreamCreate(&a), cudaSuccess);
+  EXPECT_EQ(cudaStreamCreate(&b), cudaSuccess);
+  EXPECT_EQ(held->hold(1000, "AllReduce", a), 0);  // warm-up (allocates the stamps)
+  EXPECT_EQ(blocker->hold(1000, "Hold", b), 0);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaEvent_t before, after;
   cudaEventCreate(&before);
   cudaEventCreate(&after);
-  ASSERT_EQ(blocker->hold(3'000'000, "Hold", b), 0);
-  std::this_thread::sleep_for(std::chrono::microseconds(500));
+  EXPECT_EQ(blocker->hold(3'000'000, "Hold", b), 0);
+  std::this_thread::sleep_for(std::chrono::microseconds(500));  // the blocker holds every SM by now
   cudaEventRecord(before, a);
-  ASSERT_EQ(held->hold(1'000'000, "AllReduce", a), 0);
+  EXPECT_EQ(held->hold(1'000'000, "AllReduce", a), 0);
   cudaEventRecord(after, a);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   float ms = 0;
   cudaEventElapsedTime(&ms, before, after);
-  // SMs free ~2.5 ms after the arrival, then the whole millisecond.
-  EXPECT_GE(ms, 3.2f);
-  EXPECT_LT(ms, 4.5f);
   cudaStreamDestroy(a);
   cudaStreamDestroy(b);
+  return ms;
+}
+
+// A many-block hold that has to wait for SMs still ends at its arrival plus its duration: the recorded duration
+// already contains such a wait (NCCL's kernels queue for SMs too), so it is not counted twice.
+TEST(CudaHoldShape, HoldQueuedBehindBusySmsEndsAtItsDeadline) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  const float ms = queuedNcclShapedHoldMs(false);
+  // Arrival at ~0.5 ms, deadline ~1.5 ms, SMs free at 3 ms: the hold ends when it gets them (about 2.5 ms after
+  // its arrival); counted from its own start it would end a millisecond later.
+  EXPECT_LT(ms, 3.2f);
+  EXPECT_GE(ms, 1.0f);
+}
+
+// hold_from: start. The same queued hold counts its duration from its own start: it ends its whole duration after
+// it got the SMs, as NCCL's kernel would when the wait for SMs was not in the recording (another program's).
+TEST(CudaHoldShape, HoldFromStartQueuedBehindBusySmsLastsItsWholeDuration) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  const float ms = queuedNcclShapedHoldMs(true);
+  EXPECT_GE(ms, 3.2f);  // SMs free ~2.5 ms after the arrival, then the whole millisecond
+  EXPECT_LT(ms, 4.5f);
 }
 
 // A marked hold: the copy enqueued between the mark and the hold runs within the held duration, not before it.

@@ -21,6 +21,19 @@ namespace timing {
 namespace {
 
 constexpr int kAllReduce = static_cast<int>(events::Op::kAllReduce);
+
+// Call `seq` of a 2-rank communicator: a 4 KiB float32 AllReduce.
+events::Call allReduce4KiB(uint64_t seq) {
+  events::Call c;
+  c.seq = seq;
+  c.op = kAllReduce;
+  c.count = 1024;
+  c.datatype = 7;
+  c.bytes = 4096;
+  c.nranks = 2;
+  c.rootOrPeer = -1;
+  return c;
+}
 constexpr int kAllGather = static_cast<int>(events::Op::kAllGather);
 
 // 12 us + bytes at 200 GB/s: what the samples of an AllReduce on 2 ranks follow.
@@ -199,13 +212,7 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseAndBusyStreams) {
   comm.nranks = 2;
   w->append(trace::RecordType::kCommInit, comm);
   auto add = [&](uint64_t seq, int64_t timeNs, uint64_t stream, int64_t durationNs) {
-    events::Call c;
-    c.seq = seq;
-    c.op = kAllReduce;
-    c.count = 1024;
-    c.datatype = 7;
-    c.bytes = 4096;
-    c.nranks = 2;
+    events::Call c = allReduce4KiB(seq);
     c.stream = stream;
     c.timeNs = timeNs;
     w->append(trace::RecordType::kCall, c);
@@ -301,14 +308,7 @@ void writeRank(const std::string& dir, int rank, const std::vector<int64_t>& all
   comm.how = "init";
   w->append(trace::RecordType::kCommInit, comm);
   for (size_t i = 0; i < allReduceNs.size(); ++i) {
-    events::Call c;
-    c.seq = i;
-    c.op = kAllReduce;
-    c.count = 1024;
-    c.datatype = 7;
-    c.bytes = 4096;
-    c.nranks = 2;
-    c.rootOrPeer = -1;
+    const events::Call c = allReduce4KiB(i);
     w->append(trace::RecordType::kCall, c);
     trace::Timing t;
     t.seq = i;
