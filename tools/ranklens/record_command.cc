@@ -23,6 +23,11 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
   cmd->add_option("-p,--payloads", o->payloads,
                   "Received buffers to store: none (timing only), small (<= payload_max_bytes, default), all")
       ->check(CLI::IsMember({"none", "small", "all"}));
+  cmd->add_option("--timing-clock", o->timingClock,
+                  "Where each call's GPU duration comes from (RANKLENS_TIMING_CLOCK): events (CUDA events around the "
+                  "call, default) or kernel (NCCL's own kernel timestamps through its profiler plugin interface: "
+                  "kernel time exactly, no events on the calling thread; NCCL then profiles every call)")
+      ->check(CLI::IsMember({"events", "kernel"}));
   cmd->add_option("-c,--config", o->config, "YAML settings file (RANKLENS_CONFIG)")->check(CLI::ExistingFile);
   cmd->add_option("--real-nccl", o->realNccl,
                   "The real libnccl.so.2 to forward to (RANKLENS_REAL_NCCL; default: discovered, docs/config.md)")
@@ -72,7 +77,8 @@ void reportRanks(const std::string& traceDir) {
               << " MiB on disk)";
     if (m.records_dropped || m.payloads_dropped)
       std::cout << ", DROPPED " << m.records_dropped << " records / " << m.payloads_dropped << " payloads";
-    for (const char* counter : {"payloads_skipped_staging_full", "payloads_skipped_too_large", "timing_errors"}) {
+    for (const char* counter : {"payloads_skipped_staging_full", "payloads_skipped_too_large", "timing_errors",
+                                "kernel_clock_unmatched", "kernel_clock_incomplete"}) {
       auto it = m.counters.find(counter);
       if (it != m.counters.end() && it->second > 0) std::cout << ", " << counter << " " << it->second;
     }
@@ -98,6 +104,7 @@ int runRecord(const RecordOptions& o) {
   }
   std::map<std::string, std::string> env = {{"RANKLENS_MODE", "record"}, {"RANKLENS_TRACE_DIR", traceDir}};
   if (!o.payloads.empty()) env["RANKLENS_PAYLOADS"] = o.payloads;
+  if (!o.timingClock.empty()) env["RANKLENS_TIMING_CLOCK"] = o.timingClock;
   if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();
   if (!o.realNccl.empty()) env["RANKLENS_REAL_NCCL"] = fs::absolute(o.realNccl).string();
   pointAtLibrary(lib, o.override, &env);
@@ -106,7 +113,8 @@ int runRecord(const RecordOptions& o) {
   config::LoadResult loaded;
   if (!checkSettings(env, &loaded)) return 2;
   if (!o.quiet)
-    std::cerr << "ranklens: recording (payloads " << config::toString(loaded.settings.payloads) << ") to " << traceDir
+    std::cerr << "ranklens: recording (payloads " << config::toString(loaded.settings.payloads) << ", timing clock "
+              << config::toString(loaded.settings.timing_clock) << ") to " << traceDir
               << " with " << lib << "\n";
   const int exitCode = runCommand(env, o.command);
   if (!o.quiet) {

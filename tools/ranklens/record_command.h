@@ -12,7 +12,7 @@ namespace ranklens {
 namespace tools {
 
 struct RecordOptions {
-  std::string trace, payloads, config, realNccl, lib, override = "both";
+  std::string trace, payloads, timingClock, config, realNccl, lib, override = "both";
   bool quiet = false;
   std::vector<std::string> command;
 };

@@ -67,7 +67,8 @@ std::string timeText(const SignatureStats& s) {
 nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, SignatureStats>& sigs) {
   nlohmann::json rank = {{"rank", log.manifest.rank}, {"host", log.manifest.host}, {"pid", log.manifest.pid},
                          {"mode", log.manifest.mode}, {"writer", log.manifest.writer}, {"closed", log.manifest.closed},
-                         {"calls", log.calls.size()}, {"groups", log.groupEnds.size()}, {"stages", log.stages.size()}};
+                         {"calls", log.calls.size()}, {"groups", log.groupEnds.size()}, {"stages", log.stages.size()},
+                         {"counters", log.manifest.counters}};
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
     const SignatureStats& c = comms[comm.commId];
@@ -90,6 +91,12 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
   out << "rank " << log.manifest.rank << " (host " << log.manifest.host << ", pid " << log.manifest.pid << ", "
       << log.manifest.mode << ": " << log.manifest.writer << "): " << log.calls.size() << " calls, "
       << log.comms.size() << " communicators, " << log.groupEnds.size() << " groups, " << log.stages.size() << " stage markers\n";
+  // What the writing library counted (record: durations measured, lost, payloads skipped; replay: replay_*).
+  if (!log.manifest.counters.empty()) {
+    out << "  counters:";
+    for (const auto& [name, value] : log.manifest.counters) out << " " << name << " " << value;
+    out << "\n";
+  }
   out << "  communicators (calls, bytes, recorded GPU time):\n";
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
