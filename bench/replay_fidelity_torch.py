@@ -159,6 +159,15 @@ def parse_args(argv=None):
     return args
 
 
+def spread(values: list[float]) -> float | None:
+    """(max - min) / median of run medians: how far apart the repeats of one side (real or replay) landed. Beside a
+    step-time error it says whether the tolerance is resolvable at all with these runs (None for fewer than 2)."""
+    if len(values) < 2:
+        return None
+    m = statistics.median(values)
+    return (max(values) - min(values)) / m if m else None
+
+
 def clean_env(extra: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     unset = [k for k in os.environ if k.startswith("RANKLENS_")]
     env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", **extra}
@@ -383,14 +392,19 @@ class Bench:
                      "variant_env": a.variants[variant],
                      **(runs[0] if len(runs) == 1 else {"runs": runs}),
                      "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "median_step_error": err,
+                     "real_run_spread": spread(reals), "replay_run_spread": spread(replays),
                      "signature_match": sig_ok,
                      "pass": bool(sig_ok and err is not None and abs(err) <= a.tolerance)}
             self.doc["checks"].append(check)
             errors = ", ".join("-" if r["median_step_error"] is None else f"{r['median_step_error'] * 100:+.2f}%"
                                for r in runs)
             label = "" if variant == "plain" else f" [{variant}]"
+            spreads = "" if check["real_run_spread"] is None or check["replay_run_spread"] is None else (
+                f"; runs spread real {check['real_run_spread'] * 100:.2f}%, replay "
+                f"{check['replay_run_spread'] * 100:.2f}%")
             self.log.say(f"CHECK timing {mode}{label} rank {rank}: real {m_real} ms, replay {m_rep} ms (median over "
-                         f"{len(runs)} run(s); per run {errors}), error {err if err is None else f'{err * 100:+.2f}%'}"
+                         f"{len(runs)} run(s); per run {errors}{spreads}), error "
+                         f"{err if err is None else f'{err * 100:+.2f}%'}"
                          f"; signatures: {runs[-1]['signature']}{'' if sig_ok else ' (a run did not match)'}"
                          f"{gpu_text(runs)} -> {'PASS' if check['pass'] else 'FAIL'}")
 

@@ -136,3 +136,9 @@ def test_result_lines_of_two_ranks_printed_at_once_are_both_read():
     results, bad = lib.parse_result_lines(text)
     assert [r["rank"] for r in results] == [0, 1, 2]
     assert len(bad) == 1 and "broken" in bad[0]
+
+
+def test_run_spread_is_range_over_median():
+    assert rft.spread([100.0]) is None
+    assert rft.spread([]) is None
+    assert abs(rft.spread([95.0, 100.0, 105.0]) - 0.10) < 1e-12
