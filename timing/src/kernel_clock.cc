@@ -46,7 +46,7 @@ struct KernelClock::TaskRec {
   Kind kind = Kind::kTask;
   Span* span = nullptr;  // null once the task completed (the span may be written and reused)
   int nChannels = 0, started = 0, stopped = 0, ended = 0;
-  bool hostStopped = false, complete = false;
+  bool hostStopped = false, complete = false, released = false;
   uint64_t start = kNoStart, stop = 0;
   Channel channels[kMaxChannels];
 };
@@ -209,7 +209,7 @@ void* KernelClock::taskStarted(void* context, const Task& task, int rank, int nC
   t->span = e->span;
   t->nChannels = std::clamp(nChannels, 0, kMaxChannels);
   t->started = t->stopped = t->ended = 0;
-  t->hostStopped = t->complete = false;
+  t->hostStopped = t->complete = t->released = false;
   t->start = kNoStart;
   t->stop = 0;
   e->span->tasks++;
@@ -281,7 +281,10 @@ void KernelClock::completeTaskLocked(TaskRec* t, std::vector<trace::Timing>* out
 
 void KernelClock::maybeReleaseTaskLocked(TaskRec* t) {
   // NCCL may still call stopEvent on the task (host side) and on each started channel: keep it until it has.
-  if (t->complete && t->hostStopped && t->ended >= t->started) freeTasks_.push_back(t);
+  if (t->complete && t->hostStopped && t->ended >= t->started && !t->released) {
+    t->released = true;  // once: a repeated stop from NCCL must not hand the same record out twice
+    freeTasks_.push_back(t);
+  }
 }
 
 void KernelClock::writeSpanLocked(Span* span, int64_t durationNs, std::vector<trace::Timing>* out) {
