@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -751,6 +752,21 @@ TEST(ConfigToString, LowercaseNames) {
   EXPECT_STREQ(toString(DeviceKind::kHost), "host");
 }
 
+
+// Style rule: every knob is documented once in docs/config.md, as a table row `| `key` | `ENV` | ...`.
+TEST(ConfigDocs, EveryKeyHasExactlyOneRowInTheReference) {
+  std::ifstream in(RANKLENS_CONFIG_DOC);
+  ASSERT_TRUE(in) << RANKLENS_CONFIG_DOC;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  for (const KeyInfo& row : describe(Settings{})) {
+    const std::string cell = "| `" + row.key + "` | `" + row.env + "` |";
+    size_t count = 0;
+    for (size_t at = doc.find(cell); at != std::string::npos; at = doc.find(cell, at + 1)) ++count;
+    EXPECT_EQ(count, 1u) << row.key << " (" << row.env << ") in " << RANKLENS_CONFIG_DOC;
+  }
+}
 }  // namespace
 }  // namespace config
 }  // namespace ranklens
