@@ -15,8 +15,11 @@
 // profiler plugin for every call, through RankLens or not, so the real side pays that too; compare its real median
 // with an events run's to see NCCL's own share. A 1-rank communicator launches no kernel and keeps events.
 //
+// --device host runs without a GPU (RANKLENS_DEVICE=host, host buffers, no CUDA calls): with the fake real NCCL of
+// tests/support as --real it measures RankLens's own bookkeeping per call, without CUDA events or NCCL's work.
+//
 //   record_host_overhead --real /path/libnccl.so.2 --ranklens build/release/nccl_fake/libnccl.so.2
-//       [--calls 20000] [--batch 200] [--count 1] [--ranks 1|2] [--clock events|kernel]
+//       [--calls 20000] [--batch 200] [--count 1] [--ranks 1|2] [--clock events|kernel] [--device cuda|host]
 //       [--payloads none|small|all] [--trace-dir DIR] [--json]
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -77,7 +80,7 @@ void check(cudaError_t err, const char* what) {
 int main(int argc, char** argv) {
   CLI::App app{"Host time RankLens's recorder adds to one NCCL call (one GPU, real NCCL side by side)."};
   std::string realPath, ranklensPath, payloads = "none", traceDir = "/tmp/ranklens-host-overhead";
-  std::string clock = "events";
+  std::string clock = "events", device = "cuda";
   int calls = 20000, batch = 200, ranks = 1;
   size_t count = 1;
   bool json = false;
@@ -89,6 +92,8 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "ranks of the communicator, one GPU each")->check(CLI::Range(1, 2));
   app.add_option("--clock", clock, "RANKLENS_TIMING_CLOCK for the recorder")
       ->check(CLI::IsMember({"events", "kernel"}));
+  app.add_option("--device", device, "cuda (the GPU) or host (no GPU: host buffers, RankLens's host record device)")
+      ->check(CLI::IsMember({"cuda", "host"}));
   app.add_option("--payloads", payloads, "RANKLENS_PAYLOADS for the recorder")
       ->check(CLI::IsMember({"none", "small", "all"}));
   app.add_option("--trace-dir", traceDir, "where the recorder writes its trace (must not exist)");
@@ -100,6 +105,8 @@ int main(int argc, char** argv) {
   setenv("RANKLENS_PAYLOADS", payloads.c_str(), 1);
   setenv("RANKLENS_TRACE_DIR", traceDir.c_str(), 1);
   setenv("RANKLENS_TIMING_CLOCK", clock.c_str(), 1);
+  setenv("RANKLENS_DEVICE", device.c_str(), 1);
+  const bool cuda = device == "cuda";
 
   void* real = open(realPath);
   void* ours = open(ranklensPath);
@@ -117,19 +124,23 @@ int main(int argc, char** argv) {
   float* buffers[2] = {};
   int devices[2] = {0, 1};
   for (int r = 0; r < ranks; ++r) {
+    if (!cuda) {
+      buffers[r] = static_cast<float*>(calloc(count, sizeof(float)));
+      continue;
+    }
     check(cudaSetDevice(r), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaMalloc(&buffers[r], count * sizeof(float)), "cudaMalloc");
     check(cudaMemset(buffers[r], 0, count * sizeof(float)), "cudaMemset");
   }
-  check(cudaSetDevice(0), "cudaSetDevice");
+  if (cuda) check(cudaSetDevice(0), "cudaSetDevice");
   ncclComm_t comms[2] = {};
   if (oursInitAll(comms, ranks, devices) != ncclSuccess) {
     fprintf(stderr, "record_host_overhead: ncclCommInitAll of %d rank(s) through RankLens failed\n", ranks);
     return 2;
   }
   auto synchronize = [&] {
-    for (int r = 0; r < ranks; ++r) check(cudaStreamSynchronize(streams[r]), "cudaStreamSynchronize");
+    for (int r = 0; r < ranks && cuda; ++r) check(cudaStreamSynchronize(streams[r]), "cudaStreamSynchronize");
   };
 
   std::vector<double> tReal, tOurs;
@@ -178,9 +189,9 @@ int main(int argc, char** argv) {
   // timed alone with this program's own CUDA runtime.
   std::vector<double> tRecord, tCapturing;
   cudaStream_t stream = streams[0];
-  cudaEvent_t event;
-  check(cudaEventCreate(&event), "cudaEventCreate");
-  for (int i = 0; i < calls; ++i) {
+  cudaEvent_t event = nullptr;
+  if (cuda) check(cudaEventCreate(&event), "cudaEventCreate");
+  for (int i = 0; i < calls && cuda; ++i) {
     auto t0 = Clock::now();
     cudaEventRecord(event, stream);
     auto t1 = Clock::now();
@@ -196,12 +207,13 @@ int main(int argc, char** argv) {
   const double medReal = percentile(tReal, 0.5), medOurs = percentile(tOurs, 0.5);
   const double p90Real = percentile(tReal, 0.9), p90Ours = percentile(tOurs, 0.9);
   if (json) {
-    printf("{\"payloads\": \"%s\", \"clock\": \"%s\", \"ranks\": %d, \"samples_per_side\": %zu, \"count\": %zu, "
+    printf("{\"device\": \"%s\", \"payloads\": \"%s\", \"clock\": \"%s\", \"ranks\": %d, \"samples_per_side\": %zu, "
+           "\"count\": %zu, "
            "\"median_ns_real\": %.1f, "
            "\"median_ns_ranklens\": %.1f, \"added_median_ns\": %.1f, \"p90_ns_real\": %.1f, \"p90_ns_ranklens\": %.1f, "
            "\"added_p90_ns\": %.1f, \"cuda_event_record_median_ns\": %.1f, "
            "\"cuda_stream_is_capturing_median_ns\": %.1f}\n",
-           payloads.c_str(), clock.c_str(), ranks, tReal.size(), count, medReal, medOurs, medOurs - medReal, p90Real, p90Ours,
+           device.c_str(), payloads.c_str(), clock.c_str(), ranks, tReal.size(), count, medReal, medOurs, medOurs - medReal, p90Real, p90Ours,
            p90Ours - p90Real, medRecord, medCapturing);
   } else {
     printf("payloads %s, clock %s, %d rank(s), %zu calls per side, %zu float32 per all-reduce\n", payloads.c_str(),
@@ -209,8 +221,9 @@ int main(int argc, char** argv) {
     printf("  real NCCL          median %8.1f ns   p90 %8.1f ns\n", medReal, p90Real);
     printf("  through RankLens   median %8.1f ns   p90 %8.1f ns\n", medOurs, p90Ours);
     printf("  added by recorder  median %8.1f ns   p90 %8.1f ns\n", medOurs - medReal, p90Ours - p90Real);
-    printf("  floor: cudaEventRecord median %.1f ns (x2 per call), cudaStreamIsCapturing median %.1f ns\n",
-           medRecord, medCapturing);
+    if (cuda)
+      printf("  floor: cudaEventRecord median %.1f ns (x2 per call), cudaStreamIsCapturing median %.1f ns\n",
+             medRecord, medCapturing);
   }
   return 0;
 }
