@@ -10,6 +10,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import record_bench_lib  # noqa: E402  (RESULT lines of ranks that print at once can share a line)
 TINY = ["--device", "cpu", "--backend", "gloo", "--steps", "2", "--no-autocast", "--d-model", "64", "--layers", "2",
         "--heads", "4", "--seq-len", "32", "--vocab", "256", "--micro-batch", "4", "--microbatches", "2",
         "--log-all-ranks"]
@@ -22,7 +24,8 @@ def test_train_parallel_on_cpu(mode):
                         os.path.join(ROOT, "examples", "torch", "train_parallel.py"), "--parallel", mode, *TINY],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in r.stdout.splitlines() if "RESULT " in line]
+    results, bad = record_bench_lib.parse_result_lines(r.stdout)
+    assert not bad, bad
     assert sorted(x["rank"] for x in results) == [0, 1]
     assert all(x["all_finite"] and x["steps"] == 2 for x in results)
     if mode == "tp":  # every rank of the tensor-parallel group computes the same loss
