@@ -54,7 +54,6 @@ struct Session {
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
   bool hostTime = true;
-  bool markArrivals = true;  // hold_from: arrival
   int window = 64;
   // timing fidelity restores the recorded payloads up to this size (the control values: sizes, flags, objects) so
   // that the rank takes the recorded path; value fidelity restores every recorded payload.
@@ -145,7 +144,6 @@ Session* load() {
     s->policy = st.on_mismatch;
     s->window = st.resync_window;
     s->hostTime = st.host_time == ranklens::config::HostTime::kReplay;
-    s->markArrivals = st.hold_from == ranklens::config::HoldFrom::kArrival;
     s->estimateAll = st.timing == ranklens::config::TimingSource::kEstimated;
     std::string error;
     s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
@@ -251,11 +249,13 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
   return e.durationNs;
 }
 
-// The time to hold the stream for a duration. From an arrival mark the restore's copy runs within it; without one
-// (host callbacks) its calibrated cost is subtracted.
-int64_t holdFor(const Session& s, int64_t durationNs, uint64_t restoredBytes, bool marked) {
+// The time to hold the stream for a duration. The hold's calibrated fixed cost is subtracted from an event-timed
+// duration, which contains NCCL's launch; a kernel-clock duration leaves that launch out, and the hold's own launch
+// stands for it. From an arrival mark the restore's copy runs within the duration; without one (host callbacks,
+// hold_from: start) its calibrated cost is subtracted.
+int64_t holdFor(const Session& s, int64_t durationNs, uint64_t restoredBytes, bool marked, bool kernelTime) {
   if (durationNs <= 0) return 0;
-  int64_t cost = s.calibration.holdFixedNs;
+  int64_t cost = kernelTime ? 0 : s.calibration.holdFixedNs;
   if (restoredBytes > 0 && !marked)
     cost += s.calibration.copyFixedNs + static_cast<int64_t>(s.calibration.copyNsPerByte * restoredBytes);
   return std::max<int64_t>(0, durationNs - cost);
@@ -477,9 +477,6 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
   if (match != nullptr && !s->estimateAll) {
     info->durationNs = match->durationNs;
-    // A kernel-clock duration leaves out NCCL's launch; the hold's own launch (its calibrated fixed cost, which
-    // holdFor subtracts from event durations) stands for it.
-    if (match->kernelClock && match->durationNs > 0) info->durationNs += s->calibration.holdFixedNs;
     if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;
   } else if (match != nullptr || s->policy == OnMismatch::kEstimate) {
     info->durationNs = estimateNs(s, *info, event.bytes);
@@ -564,7 +561,8 @@ namespace {
 ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, uint64_t restoredBytes,
                         uint64_t groupId, uint64_t callBytes) {
   if (durationNs < 0) return ncclSuccess;
-  const int64_t ns = holdFor(*s, durationNs, restoredBytes, info.arrival != 0);
+  const bool kernelTime = info.recorded != nullptr && !info.estimated && info.recorded->kernelClock;
+  const int64_t ns = holdFor(*s, durationNs, restoredBytes, info.arrival != 0, kernelTime);
   ranklens::trace::Timing t;
   t.commId = info.comm->id;
   t.seq = info.seq;
@@ -645,8 +643,7 @@ ncclResult_t arriveOn(const CallInfo& info, uint64_t* arrival) {
 
 ncclResult_t markArrival(CallInfo* info) {
   Session* s = session;
-  if (s == nullptr || s->fidelity == Fidelity::kStructure || info->durationNs < 0 || !s->markArrivals)
-    return ncclSuccess;
+  if (s == nullptr || s->fidelity == Fidelity::kStructure || info->durationNs < 0) return ncclSuccess;
   return arriveOn(*info, &info->arrival);
 }
 
@@ -654,7 +651,7 @@ ncclResult_t markArrival(CallInfo* info) {
 // marked.
 ncclResult_t markArrivals(std::vector<CallInfo>* calls) {
   Session* s = session;
-  if (s == nullptr || s->fidelity == Fidelity::kStructure || !s->markArrivals) return ncclSuccess;
+  if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
   for (CallInfo& first : *calls) {
     if (first.arrival != 0) continue;
     uint64_t arrival = 0;

@@ -189,8 +189,7 @@ class CudaDevice final : public StreamDevice {
     // Unmarked, the default hold (one warp) starts when the stream reaches it; a larger one may wait for SMs, so it
     // is marked here.
     uint64_t arrival = request.arrival;
-    if (arrival == 0 && !shape_.fromStart &&
-        (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0 || shape_.traffic > 0))
+    if (arrival == 0 && (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0 || shape_.traffic > 0))
       if (int err = arrive(stream, &arrival)) return err;
     if (nanoseconds == 0) return 0;
     HoldTraffic traffic{};
@@ -202,10 +201,11 @@ class CudaDevice final : public StreamDevice {
     return check(cudaGetLastError(), "hold kernel launch");
   }
 
-  // A ring of device slots: a slot is reused after kArrivalSlots marks, long after its hold ended.
+  // A ring of device slots: a slot is reused after kArrivalSlots marks, long after its hold ended. No marks with
+  // host callbacks, nor with hold_from: start (every hold then counts from its own start).
   int arrive(cudaStream_t stream, uint64_t* arrival) override {
     *arrival = 0;
-    if (completion_ == Completion::kHostCallback) return 0;
+    if (completion_ == Completion::kHostCallback || shape_.fromStart) return 0;
     unsigned long long* slots = nullptr;
     if (int err = arrivalSlots(&slots)) return err;
     unsigned long long* slot = slots + nextArrival_.fetch_add(1, std::memory_order_relaxed) % kArrivalSlots;
@@ -274,11 +274,11 @@ class CudaDevice final : public StreamDevice {
         return median(samples);
       };
       constexpr uint64_t kHoldNs = 50'000;
-      // As replay holds: marked on arrival, then held (hold_from: start: held from its own start, unmarked).
+      // As replay holds: marked on arrival (unless hold_from: start), then held.
       c.holdFixedNs = std::max<int64_t>(0, measure([&] {
                                              HoldRequest request;
                                              request.nanoseconds = kHoldNs;
-                                             if (!shape_.fromStart) arrive(stream, &request.arrival);
+                                             arrive(stream, &request.arrival);
                                              hold(request, stream);
                                            }) - kHoldNs);
       if (shape_.traffic > 0) {

@@ -79,6 +79,15 @@ KernelClock::Launch& KernelClock::launch() {
   return l;
 }
 
+KernelClock::Launch& KernelClock::ownLaunch() {
+  Launch& l = launch();
+  if (l.owner != this) {  // another clock (tests) used this thread before: its list is not ours
+    l = Launch();
+    l.owner = this;
+  }
+  return l;
+}
+
 KernelClock::Span* KernelClock::open(const trace::Timing& identity) {
   Span* span = nullptr;
   {
@@ -101,26 +110,14 @@ KernelClock::Span* KernelClock::open(const trace::Timing& identity) {
 }
 
 void KernelClock::expect(Span* span, uint64_t commId, int rank, const Task& task) {
-  Launch& l = launch();
-  if (l.owner != this) {
-    l = Launch();
-    l.owner = this;
-  }
-  l.expects.push_back({span, commId, rank, task, false});
+  ownLaunch().expects.push_back({span, commId, rank, task, false});
 }
 
 void KernelClock::cancel(Span* span) {
   if (span != nullptr) span->cancelled = true;  // still listed on this thread: released by endLaunch
 }
 
-void KernelClock::beginLaunch() {
-  Launch& l = launch();
-  if (l.owner != this) {
-    l = Launch();
-    l.owner = this;
-  }
-  l.active = true;
-}
+void KernelClock::beginLaunch() { ownLaunch().active = true; }
 
 void KernelClock::endLaunch(bool launched) {
   Launch& l = launch();

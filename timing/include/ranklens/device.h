@@ -103,7 +103,7 @@ struct HoldShape {
   // that waited for its peers moves the data last: NCCL's kernels load the memory and draw the power that
   // overlapping compute then lacks, which a hold that only waits does not (an experiment).
   double traffic = 0;
-  // hold_from: start. Never marked on the device: a hold counts from its own start even when it may wait for SMs.
+  // hold_from: start. arrive() makes no marks: every hold counts from its own start, even when it waits for SMs.
   bool fromStart = false;
   static constexpr long long kSharedAuto = -1;  // an SM's whole shared memory when blocks > 1, none for one block
   static constexpr long long kSharedSm = -2;    // an SM's whole shared memory (nothing else fits on a held SM)

@@ -96,6 +96,7 @@ class KernelClock {
     std::vector<Expect> expects;
   };
   static Launch& launch();  // this thread's
+  Launch& ownLaunch();      // this thread's, reset when another clock left it
 
   Expect* match(Context* context, const Task& task, int rank, Launch& l);
   void completeTaskLocked(TaskRec* task, std::vector<trace::Timing>* out);
