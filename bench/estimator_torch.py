@@ -82,6 +82,10 @@ def parse_args(argv=None):
     p.add_argument("--history", help="an existing history file for the heldout and whatif parts (then leave out "
                                      "the history part); default: the one the history part builds under --work")
     p.add_argument("--timeout", type=float, default=200, help="seconds per run (default: %(default)s)")
+    p.add_argument("--record-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment of the recordings, e.g. RANKLENS_TIMING_CLOCK=kernel")
+    p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment of the replays, e.g. RANKLENS_HOLD_FROM=start")
     p.add_argument("--micro-batch-scale", type=int, default=1,
                    help="multiply every configuration's micro-batch (history 4/8, held-out 6, what-if 8); 4 makes "
                         "GPT-2 small GPU-bound on an H200, so that the host no longer sets the step time (default: "
@@ -101,11 +105,12 @@ def train_args(cfg, steps: int) -> list[str]:
 class EstimatorBench:
     def __init__(self, args):
         self.args = args
-        # The replay-fidelity bench records and replays; its own settings are the subset used here.
-        self.rf = rfz.Bench(argparse.Namespace(
-            python=args.python, nproc=args.nproc, lib=args.lib, ranklens=args.ranklens, launcher="ranklens",
-            work=args.work, timeout=args.timeout, replay_env=[], tolerance=0.0,
-            json=os.path.splitext(args.json)[0] + ".json"))
+        # The replay-fidelity bench records and replays, with its own parser's defaults for everything not set here
+        # (a hand-made subset broke each time that bench gained an option).
+        self.rf = rfz.Bench(rfz.parse_args(
+            ["--lib", args.lib, "--python", args.python, "--nproc", str(args.nproc), "--ranklens", args.ranklens,
+             "--work", args.work, "--timeout", str(args.timeout), "--tolerance", "0", "--json", args.json,
+             *[f"--record-env={kv}" for kv in args.record_env], *[f"--replay-env={kv}" for kv in args.replay_env]]))
         self.doc = self.rf.doc
         self.doc.update({"checks": [], "targets": {"leave_one_run_out_median": 0.05, "estimated_step_time": 0.025,
                                                    "what_if_step_time": 0.03}})

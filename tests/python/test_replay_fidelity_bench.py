@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The GPU benchmarks' bookkeeping, without a GPU. bench/replay_fidelity_torch.py: every recording is replayed once
 per --variant, the error is between medians over the repeats, and --budget stops starting runs yet still reports
-what finished. bench/estimator_torch.py: --micro-batch-scale scales every configuration."""
+what finished. bench/estimator_torch.py: --micro-batch-scale scales every configuration, and its replay bench gets
+every option of replay_fidelity_torch.py."""
 
 import os
 import sys
@@ -99,6 +100,19 @@ def test_estimator_configurations_scale_every_micro_batch():
     assert held_name not in history and held == ("ddp", 40, 24)
     assert recorded == "ddp-b25-mb32" and recorded in history  # the what-if replays a recording of the history
     assert target_name == "ddp-b100-mb32" and target == ("ddp", 100, 32)
+
+
+def test_estimator_bench_builds_its_replay_bench_with_every_option(tmp_path):
+    # (session 9's first GPU run of it died at once: the replay bench had gained --record-env since)
+    import estimator_torch as est
+
+    args = est.parse_args(["--lib", "x", "--json", str(tmp_path / "est.json"), "--work", str(tmp_path / "work"),
+                           "--record-env", "RANKLENS_TIMING_CLOCK=kernel", "--replay-env", "RANKLENS_HOLD_FROM=start"])
+    bench = est.EstimatorBench(args)
+    assert bench.rf.args.record_env_map == {"RANKLENS_TIMING_CLOCK": "kernel"}
+    assert bench.rf.args.replay_env == ["RANKLENS_HOLD_FROM=start"]
+    assert bench.rf.args.variants == {"plain": {}} and bench.rf.args.launcher == "ranklens"
+    assert bench.rf.args.json == str(tmp_path / "est.json")
 
 
 def test_gpu_sampler_keeps_busy_samples_per_gpu(tmp_path):
