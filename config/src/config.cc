@@ -612,6 +612,11 @@ const KeyDesc kKeys[] = {
      "replay (value): pinned host memory holding payloads decoded ahead of their calls by worker threads",
      [](const Input& in, Settings& s) { return parseBytes(in, 1 << 20, s.prefetch_bytes); },
      [](const Settings& s) { return showBytes(s.prefetch_bytes); }},
+    {"payload_device_bytes", "RANKLENS_PAYLOAD_DEVICE_BYTES", "256MiB",
+     "replay (timing, value): device memory that recorded payloads move into ahead of their calls, so that a "
+     "restore is a copy within the GPU; 0: restore from pinned host memory",
+     [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_device_bytes); },
+     [](const Settings& s) { return showBytes(s.payload_device_bytes); }},
     {"break_at", "RANKLENS_BREAK_AT", "",
      "replay: raise SIGTRAP (stops under a debugger) when the call <comm>:<seq> is made, comm = creation order "
      "as in `ranklens trace summary`, e.g. 0:120",

@@ -195,16 +195,36 @@ Session* load() {
             std::min<uint64_t>(st.prefetch_bytes, std::max<uint64_t>(16ull << 20, 4 * s->controlPayloadBytes));
       }
       options.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
+      // Payloads move on into device memory (on the device current now, the replayed rank's), a timing replay's
+      // control values into no more than its pinned arena.
+      ranklens::trace::PayloadPrefetcher::DeviceStage stage;
+      int ordinal = 0;
+      if (st.payload_device_bytes > 0 && device.currentDevice(&ordinal) == 0) {
+        stage.arenaBytes = std::min<uint64_t>(st.payload_device_bytes, options.arenaBytes);
+        stage.alloc = [&device](size_t bytes) -> void* {
+          void* p = nullptr;
+          return device.alloc(&p, bytes) == 0 ? p : nullptr;
+        };
+        stage.free = [&device](void* p) { device.free(p); };
+        stage.upload = [&device, ordinal](void* dst, const void* src, size_t bytes, uint64_t* token) {
+          return device.upload(dst, src, bytes, ordinal, token) == 0;
+        };
+        stage.passed = [&device](uint64_t token) { return device.passed(token); };
+      }
       s->prefetcher = std::make_unique<ranklens::trace::PayloadPrefetcher>(
           *s->recording, options,
           [&device](size_t bytes) -> void* {
             void* p = nullptr;
             return device.allocHost(&p, bytes) == 0 ? p : nullptr;
           },
-          [&device](void* p) { device.freeHost(p); });
+          [&device](void* p) { device.freeHost(p); }, std::move(stage));
       if (!s->prefetcher->arenaReady())
         WARN("replay: cannot allocate %llu bytes of pinned memory (prefetch_bytes); payloads are decoded when needed",
              static_cast<unsigned long long>(st.prefetch_bytes));
+      else if (st.payload_device_bytes > 0 && !s->prefetcher->deviceReady())
+        WARN("replay: cannot allocate %llu bytes of device memory (payload_device_bytes); payloads are copied from "
+             "pinned host memory",
+             static_cast<unsigned long long>(std::min<uint64_t>(st.payload_device_bytes, options.arenaBytes)));
     }
     INFO(kSubInit | kSubRanklens,
          "replaying %s (rank %d of %d, %zu calls, %zu timed, %zu payloads, %zu communicators) at %s fidelity, "
@@ -249,15 +269,23 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
   return e.durationNs;
 }
 
+// The calibrated time of the copy restorePayload enqueued for the call (from pinned or from device memory), 0 if none.
+int64_t restoreCostNs(const Session& s, const CallInfo& info) {
+  if (info.restoredBytes == 0) return 0;
+  const auto& c = s.calibration;
+  const double bytes = static_cast<double>(info.restoredBytes);
+  return info.restoredFromDevice ? c.deviceCopyFixedNs + static_cast<int64_t>(c.deviceCopyNsPerByte * bytes)
+                                 : c.copyFixedNs + static_cast<int64_t>(c.copyNsPerByte * bytes);
+}
+
 // The time to hold the stream for a duration. The hold's calibrated fixed cost is subtracted from an event-timed
 // duration, which contains NCCL's launch; a kernel-clock duration leaves that launch out, and the hold's own launch
 // stands for it. From an arrival mark the restore's copy runs within the duration; without one (host callbacks,
-// hold_from: start) its calibrated cost is subtracted.
-int64_t holdFor(const Session& s, int64_t durationNs, uint64_t restoredBytes, bool marked, bool kernelTime) {
+// hold_from: start) its calibrated cost (`restoreNs`) is subtracted.
+int64_t holdFor(const Session& s, int64_t durationNs, int64_t restoreNs, bool marked, bool kernelTime) {
   if (durationNs <= 0) return 0;
   int64_t cost = kernelTime ? 0 : s.calibration.holdFixedNs;
-  if (restoredBytes > 0 && !marked)
-    cost += s.calibration.copyFixedNs + static_cast<int64_t>(s.calibration.copyNsPerByte * restoredBytes);
+  if (!marked) cost += restoreNs;
   return std::max<int64_t>(0, durationNs - cost);
 }
 
@@ -535,6 +563,8 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
     return false;
   }
   ranklens_restore_payload(info.comm->id, info.seq, info.opName, info.recvbuff, staged.data, staged.bytes);
+  info.restoredBytes = staged.bytes;
+  info.restoredFromDevice = staged.onDevice;
   auto& device = Runtime::get().device();
   uint64_t fence = 0;
   const int copyErr = device.copy(info.recvbuff, staged.data, staged.bytes, info.stream);
@@ -558,11 +588,11 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
 namespace {
 
 // `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory.
-ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, uint64_t restoredBytes,
-                        uint64_t groupId, uint64_t callBytes) {
+ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, int64_t restoreNs, uint64_t groupId,
+                        uint64_t callBytes) {
   if (durationNs < 0) return ncclSuccess;
   const bool kernelTime = info.recorded != nullptr && !info.estimated && info.recorded->kernelClock;
-  const int64_t ns = holdFor(*s, durationNs, restoredBytes, info.arrival != 0, kernelTime);
+  const int64_t ns = holdFor(*s, durationNs, restoreNs, info.arrival != 0, kernelTime);
   ranklens::trace::Timing t;
   t.commId = info.comm->id;
   t.seq = info.seq;
@@ -590,10 +620,6 @@ ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, ui
     return ncclUnhandledCudaError;
   }
   return ncclSuccess;
-}
-
-uint64_t restoredBytesOf(const Session& s, const CallInfo& info) {
-  return restores(s, info.recorded) ? info.recorded->payload->rawBytes : 0;
 }
 
 }  // namespace
@@ -666,7 +692,7 @@ ncclResult_t markArrivals(std::vector<CallInfo>* calls) {
 ncclResult_t holdCall(const CallInfo& info) {
   Session* s = session;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
-  return holdStream(s, info, info.durationNs, restoredBytesOf(*s, info), 0, bytesOf(info));
+  return holdStream(s, info, info.durationNs, restoreCostNs(*s, info), 0, bytesOf(info));
 }
 
 ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
@@ -680,10 +706,11 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
     if (std::find(done.begin(), done.end(), first.stream) != done.end()) continue;
     done.push_back(first.stream);
     int64_t duration = first.recorded && !first.estimated ? first.durationNs : -1;
-    uint64_t restored = 0, bytes = 0;
+    int64_t restoreNs = 0;
+    uint64_t bytes = 0;
     for (const CallInfo& c : calls) {
       if (c.stream != first.stream) continue;
-      restored += restoredBytesOf(*s, c);
+      restoreNs += restoreCostNs(*s, c);
       bytes += bytesOf(c);
       if (first.estimated && c.estimated) duration = std::max(duration, c.durationNs);
     }
@@ -694,7 +721,7 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
           first.comm->name, true);
       if (group.neighbours > 0 && !group.extrapolated) duration = group.durationNs;  // from recorded groups
     }
-    NCCLCHECK(holdStream(s, first, duration, restored, first.recorded ? first.recorded->call.groupId : 1, bytes));
+    NCCLCHECK(holdStream(s, first, duration, restoreNs, first.recorded ? first.recorded->call.groupId : 1, bytes));
   }
   return ncclSuccess;
 }
@@ -733,6 +760,10 @@ void finish() {
         {"replay_prefetch_waits", p.waits},
         {"replay_prefetch_evicted", p.evicted},
         {"replay_prefetch_oversized", p.oversized},
+        {"replay_payloads_uploaded", p.uploaded},
+        {"replay_payload_bytes_uploaded", p.bytesUploaded},
+        {"replay_payloads_from_device", p.fromDevice},
+        {"replay_payload_upload_failures", p.uploadFailures},
         {"replay_recorded_calls", s->recording->callCount()},
         {"replay_hold_fixed_ns", static_cast<uint64_t>(s->calibration.holdFixedNs)},
     };

@@ -18,22 +18,34 @@ namespace trace {
 
 struct PayloadPrefetcher::Impl {
   enum class State { kDecoding, kReady, kFailed, kAcquired, kReleased };
+  // A ready payload's way into device memory: enqueuing (a worker is calling upload() without the lock), in flight
+  // (its token not yet passed), done (on the device; its pinned memory is given back while nobody uses it), or host
+  // only (larger than the device arena).
+  enum class Upload { kNone, kEnqueuing, kInFlight, kDone, kHostOnly };
   struct Entry {
     State state = State::kDecoding;
-    uint8_t* data = nullptr;
+    uint8_t* data = nullptr;  // pinned host memory (nullptr once only the device copy is kept)
     size_t bytes = 0;
     size_t reserved = 0;  // arena bytes held (0 for an own allocation)
     bool own = false;
     std::string error;
     std::function<bool()> copied;
+    Upload upload = Upload::kNone;
+    uint64_t token = 0;
+    uint8_t* device = nullptr;
+    size_t deviceReserved = 0;
   };
 
   const Recording& recording;
   Options options;
   Alloc alloc;
   Free freeFn;
+  DeviceStage stage;
   uint8_t* arena = nullptr;
   FreeList freeBlocks;  // of the arena
+  uint8_t* deviceArena = nullptr;
+  FreeList deviceBlocks;
+  bool uploading = false;  // a device arena exists and no upload has failed
   std::vector<const RecordedCall*> order;  // recording.payloadOrder(), less those over options.maxPayloadBytes
   std::unordered_map<const RecordedCall*, size_t> positions;
   std::map<size_t, Entry> entries;  // by position in `order`
@@ -44,8 +56,8 @@ struct PayloadPrefetcher::Impl {
   bool stopping = false;
   std::vector<std::thread> workers;
 
-  Impl(const Recording& r, const Options& o, Alloc a, Free f)
-      : recording(r), options(o), alloc(std::move(a)), freeFn(std::move(f)) {}
+  Impl(const Recording& r, const Options& o, Alloc a, Free f, DeviceStage d)
+      : recording(r), options(o), alloc(std::move(a)), freeFn(std::move(f)), stage(std::move(d)) {}
 
   bool reserve(size_t bytes, uint8_t** out, size_t* reserved) {
     size_t offset = 0;
@@ -55,19 +67,93 @@ struct PayloadPrefetcher::Impl {
     return true;
   }
 
-  void drop(std::map<size_t, Entry>::iterator it) {
-    Entry& e = it->second;
+  // Gives the entry's pinned memory back (its device copy, if any, stays).
+  void releaseHost(Entry& e) {
     if (e.own) freeFn(e.data);
     else if (e.reserved) freeBlocks.give(static_cast<size_t>(e.data - arena), e.reserved);
+    e.data = nullptr;
+    e.reserved = 0;
+    e.own = false;
+  }
+
+  // Only for entries without an upload under way (uploadBusy() false): an upload still reads both memories.
+  void drop(std::map<size_t, Entry>::iterator it) {
+    Entry& e = it->second;
+    releaseHost(e);
+    if (e.deviceReserved) deviceBlocks.give(static_cast<size_t>(e.device - deviceArena), e.deviceReserved);
     entries.erase(it);
+  }
+
+  // Whether the entry's upload still reads its pinned memory; a completed one is noted (and counted) here.
+  bool uploadBusy(Entry& e) {
+    if (e.upload == Upload::kEnqueuing) return true;
+    if (e.upload != Upload::kInFlight) return false;
+    if (!stage.passed(e.token)) return true;
+    e.upload = Upload::kDone;
+    e.token = 0;
+    stats.uploaded++;
+    stats.bytesUploaded += e.bytes;
+    if (e.state == State::kReady) releaseHost(e);  // nobody reads the pinned copy any more: decode further ahead
+    return false;
+  }
+
+  // Passed over or unusable: dropped now, or once its upload has completed.
+  void discard(std::map<size_t, Entry>::iterator it) {
+    if (!uploadBusy(it->second)) return drop(it);
+    it->second.state = State::kReleased;
+    it->second.copied = nullptr;
+  }
+
+  // Enqueues the upload of the first ready payload not yet on its way to the device, when the device arena has room
+  // for it (payloads go up in call order: a later one never takes the room of an earlier one). False when there was
+  // none to consider.
+  bool startUpload(std::unique_lock<std::mutex>& lock) {
+    if (!uploading) return false;
+    auto it = std::find_if(entries.begin(), entries.end(), [](const auto& kv) {
+      return kv.second.state == State::kReady && kv.second.upload == Upload::kNone && kv.second.data != nullptr &&
+             !kv.second.own;
+    });
+    if (it == entries.end()) return false;
+    Entry& e = it->second;
+    if (FreeList::rounded(e.bytes) > stage.arenaBytes) {  // never fits: restored from pinned memory
+      e.upload = Upload::kHostOnly;
+      return true;
+    }
+    size_t offset = 0;
+    if (!deviceBlocks.take(e.bytes, &offset)) return false;
+    e.device = deviceArena + offset;
+    e.deviceReserved = FreeList::rounded(e.bytes);
+    e.upload = Upload::kEnqueuing;  // keeps the entry (and both memories) in place while the lock is released
+    uint8_t* device = e.device;
+    const uint8_t* host = e.data;
+    const size_t bytes = e.bytes;
+    lock.unlock();
+    uint64_t token = 0;
+    const bool ok = stage.upload(device, host, bytes, &token);
+    lock.lock();
+    Entry& same = entries.at(it->first);
+    if (ok) {
+      same.upload = Upload::kInFlight;
+      same.token = token;
+    } else {
+      deviceBlocks.give(offset, same.deviceReserved);
+      same.device = nullptr;
+      same.deviceReserved = 0;
+      same.upload = Upload::kNone;
+      stats.uploadFailures++;
+      uploading = false;  // the replay goes on from pinned memory
+    }
+    return true;
   }
 
   // Released entries whose copy has completed give their memory back. Returns whether any is still in flight.
   bool reclaim() {
     bool inFlight = false;
     for (auto it = entries.begin(); it != entries.end();) {
+      if (it->second.upload != Upload::kNone) uploadBusy(it->second);  // notes completed uploads
       if (it->second.state == State::kReleased) {
-        if (!it->second.copied || it->second.copied()) {
+        if (it->second.copied && it->second.copied()) it->second.copied = nullptr;  // a fence answers true once
+        if (!it->second.copied && !uploadBusy(it->second)) {
           auto next = std::next(it);
           drop(it);
           it = next;
@@ -109,8 +195,9 @@ struct PayloadPrefetcher::Impl {
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
       const bool inFlight = reclaim();
-      while (nextToSchedule < order.size() && entries.count(nextToSchedule)) ++nextToSchedule;
       bool started = false;
+      while (startUpload(lock)) started = true;
+      while (nextToSchedule < order.size() && entries.count(nextToSchedule)) ++nextToSchedule;
       if (nextToSchedule < order.size()) {
         const size_t bytes = order[nextToSchedule]->payload->rawBytes;
         Entry e;
@@ -126,13 +213,18 @@ struct PayloadPrefetcher::Impl {
           started = true;
         }
       }
-      if (!started) cv.wait_for(lock, inFlight ? std::chrono::microseconds(200) : std::chrono::milliseconds(20));
+      const bool uploadsInFlight = std::any_of(entries.begin(), entries.end(), [](const auto& kv) {
+        return kv.second.upload == Upload::kInFlight;
+      });
+      if (!started)
+        cv.wait_for(lock, inFlight || uploadsInFlight ? std::chrono::microseconds(200) : std::chrono::milliseconds(20));
     }
   }
 };
 
-PayloadPrefetcher::PayloadPrefetcher(const Recording& recording, const Options& options, Alloc alloc, Free free)
-    : impl_(std::make_unique<Impl>(recording, options, std::move(alloc), std::move(free))) {
+PayloadPrefetcher::PayloadPrefetcher(const Recording& recording, const Options& options, Alloc alloc, Free free,
+                                     DeviceStage device)
+    : impl_(std::make_unique<Impl>(recording, options, std::move(alloc), std::move(free), std::move(device))) {
   Impl& im = *impl_;
   for (const RecordedCall* call : recording.payloadOrder())
     if (options.maxPayloadBytes == 0 || call->payload->rawBytes <= options.maxPayloadBytes) im.order.push_back(call);
@@ -140,9 +232,17 @@ PayloadPrefetcher::PayloadPrefetcher(const Recording& recording, const Options& 
   if (im.order.empty()) return;
   im.arena = static_cast<uint8_t*>(im.alloc(options.arenaBytes));
   if (im.arena) im.freeBlocks.reset(options.arenaBytes);
+  if (im.arena && im.stage.arenaBytes >= FreeList::kAlign && im.stage.alloc && im.stage.upload && im.stage.passed) {
+    im.deviceArena = static_cast<uint8_t*>(im.stage.alloc(im.stage.arenaBytes));
+    if (im.deviceArena) im.deviceBlocks.reset(im.stage.arenaBytes);
+    im.uploading = im.deviceArena != nullptr;
+  }
   const int threads = std::max(1, options.threads);
   for (int i = 0; i < threads && im.arena; ++i) im.workers.emplace_back([&im] { im.work(); });
 }
+
+PayloadPrefetcher::PayloadPrefetcher(const Recording& recording, const Options& options, Alloc alloc, Free free)
+    : PayloadPrefetcher(recording, options, std::move(alloc), std::move(free), DeviceStage()) {}
 
 PayloadPrefetcher::~PayloadPrefetcher() {
   Impl& im = *impl_;
@@ -155,14 +255,20 @@ PayloadPrefetcher::~PayloadPrefetcher() {
   std::unique_lock<std::mutex> lock(im.mu);
   // Memory a copy may still read from is never freed: wait a little for the copies, else leak it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (im.reclaim() && std::chrono::steady_clock::now() < deadline) {
+  auto uploadsBusy = [&im] {
+    bool any = false;
+    for (auto& kv : im.entries) any = im.uploadBusy(kv.second) || any;
+    return any;
+  };
+  while ((im.reclaim() || uploadsBusy()) && std::chrono::steady_clock::now() < deadline) {
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(200));
     lock.lock();
   }
   bool busy = false;
   for (auto it = im.entries.begin(); it != im.entries.end();) {
-    if (it->second.state == Impl::State::kReleased || it->second.state == Impl::State::kAcquired) {
+    if (it->second.state == Impl::State::kReleased || it->second.state == Impl::State::kAcquired ||
+        im.uploadBusy(it->second)) {
       busy = true;
       ++it;
     } else {
@@ -172,6 +278,7 @@ PayloadPrefetcher::~PayloadPrefetcher() {
     }
   }
   if (im.arena && !busy) im.freeFn(im.arena);
+  if (im.deviceArena && !busy) im.stage.free(im.deviceArena);
 }
 
 bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::string* error) {
@@ -188,7 +295,7 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
     auto next = std::next(it);
     if (it->second.state == Impl::State::kReady || it->second.state == Impl::State::kFailed) {
       im.stats.skipped++;
-      im.drop(it);
+      im.discard(it);
     }
     it = next;
   }
@@ -200,8 +307,10 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
     // Room: evict what was decoded furthest ahead, then wait for copies in flight; else an own allocation.
     while (!im.reserve(e.bytes, &e.data, &e.reserved)) {
       if (FreeList::rounded(e.bytes) > im.options.arenaBytes || im.arena == nullptr) break;
-      auto victim = std::find_if(im.entries.rbegin(), im.entries.rend(), [&](const auto& kv) {
-        return kv.first > position && (kv.second.state == Impl::State::kReady || kv.second.state == Impl::State::kFailed);
+      // (only entries that hold pinned memory and that no upload reads)
+      auto victim = std::find_if(im.entries.rbegin(), im.entries.rend(), [&](auto& kv) {
+        return kv.first > position && kv.second.reserved > 0 && !im.uploadBusy(kv.second) &&
+               (kv.second.state == Impl::State::kReady || kv.second.state == Impl::State::kFailed);
       });
       if (victim != im.entries.rend()) {
         im.stats.evicted++;
@@ -235,12 +344,16 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
   }
   if (it->second.state == Impl::State::kFailed) {
     *error = it->second.error;
-    im.drop(it);
+    im.discard(it);
     return false;
   }
-  it->second.state = Impl::State::kAcquired;
-  out->data = it->second.data;
-  out->bytes = it->second.bytes;
+  Impl::Entry& e = it->second;
+  im.uploadBusy(e);  // an upload that has just completed is used
+  e.state = Impl::State::kAcquired;
+  out->onDevice = e.upload == Impl::Upload::kDone;
+  out->data = out->onDevice ? e.device : e.data;
+  out->bytes = e.bytes;
+  if (out->onDevice) im.stats.fromDevice++;
   return true;
 }
 
@@ -262,6 +375,8 @@ PrefetchStats PayloadPrefetcher::stats() const {
 }
 
 bool PayloadPrefetcher::arenaReady() const { return impl_->arena != nullptr; }
+
+bool PayloadPrefetcher::deviceReady() const { return impl_->deviceArena != nullptr; }
 
 }  // namespace trace
 }  // namespace ranklens

@@ -66,6 +66,39 @@ TEST_F(CudaDevice, CopyIsStreamOrdered) {
   device_->free(b);
 }
 
+// Value replay's device staging: a worker thread uploads pinned bytes on the device's own stream; once its fence has
+// passed, a copy within the GPU on the program's stream restores them. Calibration times that copy too.
+TEST_F(CudaDevice, UploadFromAnotherThreadThenRestoreWithinTheGpu) {
+  const size_t bytes = (4 << 20) + 12;
+  void* pinned = nullptr;
+  void *staged = nullptr, *recv = nullptr;
+  ASSERT_EQ(device_->allocHost(&pinned, bytes), 0);
+  ASSERT_EQ(device_->alloc(&staged, bytes), 0);
+  ASSERT_EQ(device_->alloc(&recv, bytes), 0);
+  for (size_t i = 0; i < bytes; ++i) static_cast<unsigned char*>(pinned)[i] = static_cast<unsigned char>(i * 13 + 7);
+  int ordinal = -1;
+  ASSERT_EQ(device_->currentDevice(&ordinal), 0);
+  uint64_t token = 0;
+  int err = -1;
+  std::thread worker([&] { err = device_->upload(staged, pinned, bytes, ordinal, &token); });
+  worker.join();
+  ASSERT_EQ(err, 0) << ranklens::device::lastError();
+  for (int polls = 0; !device_->passed(token); ++polls) ASSERT_LT(polls, 10'000'000) << "upload never completed";
+  ASSERT_EQ(device_->copy(recv, staged, bytes, stream_), 0);
+  std::vector<unsigned char> back(bytes);
+  ASSERT_EQ(cudaMemcpyAsync(back.data(), recv, bytes, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(memcmp(back.data(), pinned, bytes), 0);
+  uint64_t bad = 0;
+  EXPECT_NE(device_->upload(staged, pinned, bytes, 1 << 20, &bad), 0) << "an ordinal out of range is refused";
+  const auto c = device_->calibrate();
+  EXPECT_GT(c.deviceCopyFixedNs, 0);
+  EXPECT_GT(c.copyNsPerByte, c.deviceCopyNsPerByte) << "a copy within the GPU is faster per byte than from the host";
+  device_->free(staged);
+  device_->free(recv);
+  device_->freeHost(pinned);
+}
+
 // Behaviour, not a benchmark: a hold keeps the stream busy at least as long as asked, and holds on two streams
 // overlap instead of serialising (the reason holds are kernels, not host callbacks).
 TEST_F(CudaDevice, HoldsLastAndOverlap) {

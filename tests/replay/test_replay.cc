@@ -97,6 +97,26 @@ uint64_t recordedHoldNs(const Trace& t) {
   return total;
 }
 
+// Device staging (payload_device_bytes, on by default) and restoring from pinned memory alone give the same bytes.
+TEST(ReplayRecording, ValueReplayWithoutDeviceStagingIsBitForBitToo) {
+  const Recorded& rec = recording();
+  ASSERT_EQ(rec.status, 0) << rec.log;
+  Trace recorded = readTrace(rec.root + "/rank1");
+  Replayed staged = replay("value-staged", {});
+  Replayed pinned = replay("value-pinned", {{"RANKLENS_PAYLOAD_DEVICE_BYTES", "0"}});
+  ASSERT_EQ(staged.run.status, 0) << staged.run.output;
+  ASSERT_EQ(pinned.run.status, 0) << pinned.run.output;
+  EXPECT_EQ(staged.output, rec.output);
+  EXPECT_EQ(pinned.output, rec.output);
+  Trace s = readTrace(staged.traceDir), p = readTrace(pinned.traceDir);
+  EXPECT_EQ(s.counter("replay_payloads_restored"), recorded.payloads.size());
+  EXPECT_LE(s.counter("replay_payloads_from_device"), s.counter("replay_payloads_uploaded"));
+  EXPECT_EQ(s.counter("replay_payload_upload_failures"), 0u);
+  EXPECT_EQ(p.counter("replay_payloads_restored"), recorded.payloads.size());
+  EXPECT_EQ(p.counter("replay_payloads_uploaded"), 0u);
+  EXPECT_EQ(p.counter("replay_payloads_from_device"), 0u);
+}
+
 TEST(ReplayRecording, ValueReplayRestoresEveryReceivedBufferBitForBit) {
   const Recorded& rec = recording();
   ASSERT_EQ(rec.status, 0) << rec.log;

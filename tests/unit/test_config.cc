@@ -51,7 +51,7 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "hold_blocks", "hold_threads", "hold_shared_bytes", "hold_traffic",
                                            "hold_from",
                                            "resync_window",
-                                           "prefetch_bytes", "break_at"};
+                                           "prefetch_bytes", "payload_device_bytes", "break_at"};
 
 void expectDefaults(const Settings& s) {
   EXPECT_EQ(s.mode, Mode::kReplay);
@@ -291,7 +291,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
             "payload_seqs, staging_bytes, staging_full, timing_clock, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_traffic, hold_from, resync_window, "
-            "prefetch_bytes, break_at)");
+            "prefetch_bytes, payload_device_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
 
   r = fromYaml("{mode: replay,  bogus: 2}");
@@ -583,11 +583,12 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
                                          "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_HOLD_TRAFFIC", "RANKLENS_HOLD_FROM",
                                          "RANKLENS_RESYNC_WINDOW",
-                                         "RANKLENS_PREFETCH_BYTES", "RANKLENS_BREAK_AT"};
+                                         "RANKLENS_PREFETCH_BYTES", "RANKLENS_PAYLOAD_DEVICE_BYTES",
+                                         "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip", "events",
                                              "", "error", "kernel", "replay", "recorded", "", "observed", "1", "32", "auto", "0", "arrival", "64",
-                                             "512MiB", ""};
+                                             "512MiB", "256MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
     EXPECT_EQ(rows[i].env, envs[i]);
@@ -643,7 +644,7 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
 TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {
   LoadResult r = fromYaml(
       "fidelity: value\nreplay_trace: /traces/run42\non_mismatch: estimate\ncompletion: host_callback\n"
-      "resync_window: 8\nprefetch_bytes: 2GiB\nbreak_at: '3:120'\n",
+      "resync_window: 8\nprefetch_bytes: 2GiB\npayload_device_bytes: 0\nbreak_at: '3:120'\n",
       {{"RANKLENS_ON_MISMATCH", "warn"}});
   ASSERT_TRUE(r.ok) << r.error;
   const Settings& s = r.settings;
@@ -653,6 +654,7 @@ TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {
   EXPECT_EQ(s.completion, Completion::kHostCallback);
   EXPECT_EQ(s.resync_window, 8);
   EXPECT_EQ(s.prefetch_bytes, 2ull << 30);
+  EXPECT_EQ(s.payload_device_bytes, 0ull);
   EXPECT_EQ(s.break_comm, 3);
   EXPECT_EQ(s.break_seq, 120);
 }

@@ -1,16 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // Value replay's payload prefetcher on a recorded trace written here: every payload comes back byte for byte, in
-// order, skipped, out of order, larger than the arena, and with copies that take a while to release memory.
+// order, skipped, out of order, larger than the arena, and with copies that take a while to release memory; and
+// through a device stage whose uploads complete late (the copy is made only when its token passes, so pinned memory
+// reused too early shows as wrong bytes), fail, or do not fit.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "ranklens/events.h"
+#include "ranklens/free_list.h"
 #include "ranklens/payload_prefetcher.h"
 #include "ranklens/recording.h"
 #include "ranklens/trace.h"
@@ -77,10 +82,63 @@ struct Fixture {
   }
 };
 
-void expectPayload(PayloadPrefetcher& p, const RecordedCall* call, int i, std::function<bool()> copied = nullptr) {
+// "Device memory" in a separate heap; an upload's bytes land only when its token has been polled `latency` times,
+// as a copy on a stream would (a fence that passed has copied everything before it).
+struct FakeDeviceStage {
+  std::mutex mu;
+  struct Pending {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    int polls;
+  };
+  std::map<uint64_t, Pending> pending;
+  uint64_t nextToken = 1;
+  int latency = 2;
+  bool fail = false;
+  std::atomic<int> allocations{0}, frees{0}, uploads{0};
+  std::atomic<uint64_t> deviceBytes{0};
+
+  PayloadPrefetcher::DeviceStage stage(size_t arenaBytes) {
+    PayloadPrefetcher::DeviceStage d;
+    d.arenaBytes = arenaBytes;
+    d.alloc = [this](size_t bytes) {
+      ++allocations;
+      deviceBytes = bytes;
+      return malloc(bytes);
+    };
+    d.free = [this](void* p) {
+      ++frees;
+      free(p);
+    };
+    d.upload = [this](void* dst, const void* src, size_t bytes, uint64_t* token) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (fail) return false;
+      ++uploads;
+      *token = nextToken++;
+      pending[*token] = {dst, src, bytes, latency};
+      return true;
+    };
+    d.passed = [this](uint64_t token) {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = pending.find(token);
+      EXPECT_NE(it, pending.end()) << "token " << token << " polled after it passed";
+      if (it == pending.end()) return true;
+      if (it->second.polls-- > 0) return false;
+      memcpy(it->second.dst, it->second.src, it->second.bytes);
+      pending.erase(it);
+      return true;
+    };
+    return d;
+  }
+};
+
+void expectPayload(PayloadPrefetcher& p, const RecordedCall* call, int i, std::function<bool()> copied = nullptr,
+                   bool* onDevice = nullptr) {
   PayloadPrefetcher::Staged staged;
   std::string error;
   ASSERT_TRUE(p.acquire(call, &staged, &error)) << error;
+  if (onDevice) *onDevice = staged.onDevice;
   const auto want = bytesOf(i);
   ASSERT_EQ(staged.bytes, want.size()) << i;
   EXPECT_EQ(memcmp(staged.data, want.data(), want.size()), 0) << i;
@@ -180,6 +238,110 @@ TEST(PayloadPrefetcher, ADamagedBlobIsAnErrorNamingTheFileNotACrash) {
   EXPECT_FALSE(p.acquire(call, &staged, &error));
   EXPECT_NE(error.find(payloadName(call->payload->file)), std::string::npos) << error;
   expectPayload(p, f.recording->payloadOrder()[3], 3);  // the next one is fine
+}
+
+TEST(PayloadPrefetcherDevice, PayloadsComeFromDeviceMemoryAndFreePinnedMemoryToDecodeFurtherAhead) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open());
+  const auto& order = f.recording->payloadOrder();
+  FakeDeviceStage device;
+  PayloadPrefetcher::Options options;
+  options.arenaBytes = 24 << 10;  // pinned: a handful of payloads at a time
+  options.threads = 2;
+  {
+    PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release(), device.stage(256 << 10));
+    ASSERT_TRUE(p.deviceReady());
+    // Uploads give pinned memory back: the workers decode past what the pinned arena holds.
+    uint64_t ahead = 0;
+    size_t fitsPinned = 0, sum = 0;
+    for (int i = 0; i < kPayloads && (sum += FreeList::rounded(bytesOf(i).size())) <= options.arenaBytes; ++i)
+      ++fitsPinned;
+    for (int wait = 0; wait < 200 && ahead <= fitsPinned; ++wait) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ahead = p.stats().decoded;
+    }
+    EXPECT_GT(ahead, fitsPinned) << "decoded ahead while the pinned arena holds " << fitsPinned;
+    int fromDevice = 0;
+    for (int i = 0; i < kPayloads; ++i) {
+      // (as a replay that computes between its calls: the upload of payload i has time to complete)
+      const uint64_t upTo = static_cast<uint64_t>(i < 13 ? i + 1 : i);  // #13 never goes up
+      for (int wait = 0; wait < 100 && p.stats().uploaded < upTo; ++wait)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      bool onDevice = false;
+      auto polls = std::make_shared<int>(i % 4 == 0 ? 2 : 0);
+      expectPayload(p, order[i], i, [polls] { return (*polls)-- <= 0; }, &onDevice);
+      fromDevice += onDevice;
+      if (i == 13) EXPECT_FALSE(onDevice) << "#13 is larger than the device arena";
+    }
+    const PrefetchStats s = p.stats();
+    EXPECT_EQ(fromDevice, kPayloads - 1);  // all but #13
+    EXPECT_EQ(s.fromDevice, static_cast<uint64_t>(fromDevice));
+    EXPECT_GE(s.uploaded, s.fromDevice);
+    EXPECT_EQ(s.uploadFailures, 0u);
+    EXPECT_EQ(s.failures, 0u);
+  }
+  EXPECT_EQ(f.allocations.load(), f.frees.load());
+  EXPECT_EQ(device.allocations.load(), 1);
+  EXPECT_EQ(device.frees.load(), 1);  // the device arena given back: no upload left in flight
+  EXPECT_TRUE(device.pending.empty());
+}
+
+TEST(PayloadPrefetcherDevice, SkippedCallsWithUploadsInFlightLeakNothing) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open());
+  const auto& order = f.recording->payloadOrder();
+  FakeDeviceStage device;
+  device.latency = 50;  // uploads stay in flight across the skips
+  PayloadPrefetcher::Options options;
+  options.arenaBytes = 1 << 20;
+  options.threads = 2;
+  {
+    PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release(), device.stage(1 << 20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    expectPayload(p, order[0], 0);
+    expectPayload(p, order[6], 6);  // 1..5 skipped while their uploads are in flight
+    expectPayload(p, order[2], 2);  // and one of them asked for after all
+    for (int i = 7; i < kPayloads; ++i) expectPayload(p, order[i], i);
+    EXPECT_GE(p.stats().skipped, 1u);
+  }
+  EXPECT_EQ(f.allocations.load(), f.frees.load());
+  EXPECT_EQ(device.frees.load(), 1);
+}
+
+TEST(PayloadPrefetcherDevice, AFailedUploadStopsDeviceStagingAndEveryPayloadStillArrives) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open());
+  const auto& order = f.recording->payloadOrder();
+  FakeDeviceStage device;
+  device.fail = true;
+  PayloadPrefetcher::Options options;
+  options.arenaBytes = 64 << 10;
+  {
+    PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release(), device.stage(1 << 20));
+    for (int wait = 0; wait < 400 && p.stats().uploadFailures == 0; ++wait)  // a worker decodes, then tries
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < kPayloads; ++i) {
+      bool onDevice = true;
+      expectPayload(p, order[i], i, nullptr, &onDevice);
+      EXPECT_FALSE(onDevice) << i;
+    }
+    EXPECT_EQ(p.stats().uploadFailures, 1u);
+    EXPECT_EQ(p.stats().fromDevice, 0u);
+  }
+  EXPECT_EQ(f.allocations.load(), f.frees.load());
+}
+
+TEST(PayloadPrefetcherDevice, NoDeviceArenaMeansPinnedMemoryOnly) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open());
+  FakeDeviceStage device;
+  PayloadPrefetcher::DeviceStage stage = device.stage(1 << 20);
+  stage.alloc = [](size_t) -> void* { return nullptr; };  // cudaMalloc failed
+  PayloadPrefetcher p(*f.recording, PayloadPrefetcher::Options(), f.alloc(), f.release(), stage);
+  EXPECT_TRUE(p.arenaReady());
+  EXPECT_FALSE(p.deviceReady());
+  expectPayload(p, f.recording->payloadOrder()[0], 0);
+  EXPECT_EQ(device.uploads.load(), 0);
 }
 
 }  // namespace

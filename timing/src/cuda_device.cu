@@ -248,6 +248,29 @@ class CudaDevice final : public StreamDevice {
     return true;
   }
 
+  // One non-blocking stream per device for uploads, created at the first; the worker thread is pointed at the device.
+  int upload(void* dst, const void* src, size_t bytes, int ordinal, uint64_t* token) override {
+    *token = 0;
+    if (ordinal < 0 || ordinal >= kMaxDevices) {
+      setError("cuda device: upload to device ordinal " + std::to_string(ordinal) + " out of range");
+      return 1;
+    }
+    if (int err = check(cudaSetDevice(ordinal), "cudaSetDevice")) return err;
+    cudaStream_t stream = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (uploadStreams_[ordinal] == nullptr) {
+        if (int err = check(cudaStreamCreateWithFlags(&uploadStreams_[ordinal], cudaStreamNonBlocking),
+                            "cudaStreamCreate (uploads)"))
+          return err;
+      }
+      stream = uploadStreams_[ordinal];
+    }
+    if (int err = check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync (upload)"))
+      return err;
+    return fence(stream, token);
+  }
+
   Calibration calibrate() override {
     Calibration c;
     cudaStream_t stream = nullptr;
@@ -304,6 +327,13 @@ class CudaDevice final : public StreamDevice {
       c.copyFixedNs = measure([&] { cudaMemcpyAsync(onDevice, pinned, 4096, cudaMemcpyHostToDevice, stream); });
       const int64_t large = measure([&] { cudaMemcpyAsync(onDevice, pinned, kLarge, cudaMemcpyHostToDevice, stream); });
       c.copyNsPerByte = std::max<double>(0, static_cast<double>(large - c.copyFixedNs) / kLarge);
+      // Within device memory (a payload staged by upload()): one half of the buffer into the other.
+      char* half = static_cast<char*>(onDevice) + kLarge / 2;
+      c.deviceCopyFixedNs = measure([&] { cudaMemcpyAsync(half, onDevice, 4096, cudaMemcpyDeviceToDevice, stream); });
+      const int64_t largeOnDevice =
+          measure([&] { cudaMemcpyAsync(half, onDevice, kLarge / 2, cudaMemcpyDeviceToDevice, stream); });
+      c.deviceCopyNsPerByte =
+          std::max<double>(0, static_cast<double>(largeOnDevice - c.deviceCopyFixedNs) / (kLarge / 2));
       cudaGetLastError();
     }
     if (onDevice) cudaFree(onDevice);
@@ -376,7 +406,8 @@ class CudaDevice final : public StreamDevice {
   static constexpr int kMaxDevices = 64;
   unsigned long long* arrivals_[kMaxDevices] = {};  // per device, kept for the process's life
   static constexpr unsigned long long kScratchHalfVectors = (64ull << 20) / sizeof(uint4);  // 64 MiB per half
-  uint4* scratch_[kMaxDevices] = {};  // hold_traffic's memory, 128 MiB per device, allocated at its first use
+  uint4* scratch_[kMaxDevices] = {};
+  cudaStream_t uploadStreams_[kMaxDevices] = {};  // kept for the process's life  // hold_traffic's memory, 128 MiB per device, allocated at its first use
   double trafficNsPerVector_ = 0;     // measured by calibrate()
   std::atomic<uint64_t> nextArrival_{0};
   std::mutex mu_;

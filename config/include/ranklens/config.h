@@ -88,6 +88,7 @@ struct Settings {
   HoldFrom hold_from = HoldFrom::kArrival;
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
+  unsigned long long payload_device_bytes = 256ull << 20;  // device memory payloads are staged in ahead of use
   std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made
   long long break_comm = -1, break_seq = -1;  // break_at parsed; -1 when unset
   // key -> where its value came from: "default", "<file>:<line>:<col>" or "env RANKLENS_<KEY>".

@@ -31,6 +31,10 @@ struct CallInfo {
   int64_t durationNs = -1;  // recorded or estimated duration of the call, -1 none
   bool estimated = false;
   uint64_t arrival = 0;  // mark of the stream's arrival at the call, before its effects (replay::markArrival)
+  // What replay::restorePayload copied into the receive buffer, and from where (its hold subtracts the copy's
+  // calibrated cost when it counts from its own start). Set while the call's effects are applied.
+  mutable uint64_t restoredBytes = 0;
+  mutable bool restoredFromDevice = false;
 };
 
 // NCCL pairs a Send to self with a Recv from self in the same group, in call order; an unpaired one fails the group.

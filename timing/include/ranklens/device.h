@@ -66,13 +66,18 @@ class StreamDevice {
   // single-use: passed() returning true releases it. The host device's fences have always passed.
   virtual int fence(cudaStream_t stream, uint64_t* token) = 0;
   virtual bool passed(uint64_t token) = 0;
+  // Copies pinned host memory into device memory of device `ordinal` on a stream of the device's own (never one of
+  // the program's), from any thread, and fences it: value replay's payloads move to the GPU ahead of their calls.
+  virtual int upload(void* dst, const void* src, size_t bytes, int ordinal, uint64_t* token) = 0;
   // Measures (synchronously, on a private stream: call at set-up, never mid-step) the fixed cost a hold adds to
-  // the time it holds its stream, and the cost of a copy from pinned memory (fixed + per byte), so that replay
-  // subtracts them from recorded durations instead of counting the launch twice.
+  // the time it holds its stream, and the cost of a copy from pinned and from device memory (fixed + per byte), so
+  // that replay subtracts them from recorded durations instead of counting the launch twice.
   struct Calibration {
     int64_t holdFixedNs = 0;
     int64_t copyFixedNs = 0;
     double copyNsPerByte = 0;
+    int64_t deviceCopyFixedNs = 0;  // the same for a copy within device memory (a payload staged by upload())
+    double deviceCopyNsPerByte = 0;
     double trafficNsPerByte = 0;  // hold_traffic: how fast a hold of the configured shape moves memory (0: off)
   };
   virtual Calibration calibrate() = 0;
