@@ -550,7 +550,7 @@ const KeyDesc kKeys[] = {
      "on_mismatch: estimate; empty: the replayed recording's own timed calls",
      [](const Input& in, Settings& s) { return parseString(in, s.history); },
      [](const Settings& s) { return s.history; }},
-    {"estimate_target", "RANKLENS_ESTIMATE_TARGET", "observed",
+    {"estimate_target", "RANKLENS_ESTIMATE_TARGET", "transfer",
      "replay: what an estimated duration stands for: observed (what a rank measured, its waits for peers "
      "included) or transfer (the collective's own time, the shortest over the job's ranks; from a history built "
      "by this version)",

@@ -181,6 +181,17 @@ Session* load() {
     estimates.target = st.estimate_target == ranklens::config::EstimateTarget::kTransfer
                            ? ranklens::timing::EstimateTarget::kTransfer
                            : ranklens::timing::EstimateTarget::kObserved;
+    if (estimates.target == ranklens::timing::EstimateTarget::kTransfer &&
+        !ranklens::timing::hasTransferTimes(s->history)) {
+      // A lone rank's own recording (no history) or a history of format 1 has no transfer times: what it has is
+      // better than the fixed model.
+      if (!st.history.empty())
+        WARN("replay: history %s has no transfer times (built from one rank of each job, or by a RankLens before "
+             "format 2); estimates use observed durations (estimate_target observed). Rebuild it with `ranklens "
+             "history build` from every rank's trace of each job",
+             st.history.c_str());
+      estimates.target = ranklens::timing::EstimateTarget::kObserved;
+    }
     s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, estimates);
     s->localWorldSize = ranklens::timing::localWorldSize(m);
     auto& device = rt.device();

@@ -20,6 +20,13 @@ namespace ranklens {
 namespace timing {
 namespace {
 
+// These histories are made by hand with observed durations only (the default target is transfer).
+Estimator::Options observedTarget() {
+  Estimator::Options o;
+  o.target = EstimateTarget::kObserved;
+  return o;
+}
+
 constexpr int kAllReduce = static_cast<int>(events::Op::kAllReduce);
 
 // Call `seq` of a 2-rank communicator: a 4 KiB float32 AllReduce.
@@ -65,7 +72,7 @@ double relativeError(int64_t estimate, int64_t actual) {
 
 TEST(Estimator, InterpolatesBetweenSampledSizesWithinTwoPercent) {
   History h = synthetic(3);
-  Estimator e(h, {});
+  Estimator e(h, observedTarget());
   for (uint64_t bytes : {3000ull, 100'000ull, 3'000'000ull, 50'000'000ull, 200'000'000ull}) {
     Estimate est = e.estimate(kAllReduce, 2, false, bytes);
     EXPECT_STREQ(est.method, "local-regression") << bytes;
@@ -77,7 +84,7 @@ TEST(Estimator, InterpolatesBetweenSampledSizesWithinTwoPercent) {
 
 TEST(Estimator, FarOutsideTheSamplesItSaysSoAndUsesTheLatencyBandwidthFit) {
   History h = synthetic(3);
-  Estimator e(h, {});
+  Estimator e(h, observedTarget());
   Estimate est = e.estimate(kAllReduce, 2, false, 1ull << 32);  // 16x beyond the largest sample
   EXPECT_TRUE(est.extrapolated);
   EXPECT_STREQ(est.method, "latency-bandwidth");
@@ -99,7 +106,7 @@ TEST(Estimator, TheSameRoleIsPreferred) {
     s.durationNs *= 2;  // another communicator of the same size, twice as slow (e.g. other links)
     h.samples.push_back(s);
   }
-  Estimator e(h, {});
+  Estimator e(h, observedTarget());
   const uint64_t bytes = 3'000'000;
   EXPECT_LT(relativeError(e.estimate(kAllReduce, 2, false, bytes, "dp").durationNs, truth(bytes)), 0.02);
   EXPECT_LT(relativeError(e.estimate(kAllReduce, 2, false, bytes, "tp").durationNs, 2 * truth(bytes)), 0.02);
@@ -108,13 +115,13 @@ TEST(Estimator, TheSameRoleIsPreferred) {
 TEST(Estimator, LeaveOneOutNeverSeesTheSampleItself) {
   History h = synthetic(1, 0.0);
   h.samples[5].durationNs *= 10;  // an outlier: with itself as a neighbour its estimate would be pulled up
-  Estimator e(h, {});
+  Estimator e(h, observedTarget());
   EXPECT_LT(relativeError(e.estimateWithout(5).durationNs, truth(h.samples[5].bytes)), 0.05);
 }
 
 TEST(Estimator, EvaluationOfAClean3RunHistoryIsWithinTwoPercent) {
   History h = synthetic(3);
-  Evaluation ev = evaluate(h, {});
+  Evaluation ev = evaluate(h, observedTarget());
   ASSERT_EQ(ev.leaveOneOut.at("all").count, h.samples.size());
   ASSERT_EQ(ev.leaveOneRunOut.at("all").count, h.samples.size());
   EXPECT_LT(ev.leaveOneOut.at("all").median, 0.02);
@@ -282,7 +289,7 @@ TEST(Estimator, ASampledSizeIsItsMedianTransferOrItsTrimmedMeanObservedDuration)
   EXPECT_STREQ(est.method, "same-size median");
   EXPECT_EQ(est.durationNs, truth(1 << 24));
   EXPECT_EQ(Estimator(h, transfer).estimateWithout(0).durationNs, truth(1 << 24));
-  Estimator observed(h, {});
+  Estimator observed(h, observedTarget());
   est = observed.estimate(kAllReduce, 2, false, 1 << 24);
   EXPECT_STREQ(est.method, "same-size trimmed mean");
   // 10 trimmed at each end: 60 at 1x and 20 at 10x remain.

@@ -184,6 +184,11 @@ bool addRecordedRun(const trace::Recording& recording, History* history, std::st
   return addRecordedJob(std::vector<const trace::Recording*>{&recording}, history, error);
 }
 
+bool hasTransferTimes(const History& history) {
+  return std::any_of(history.samples.begin(), history.samples.end(),
+                     [](const HistorySample& s) { return s.nranks > 1 && s.transferNs > 0; });
+}
+
 bool saveHistory(const std::string& path, const History& history, std::string* error) {
   msgpack::sbuffer buffer;
   msgpack::pack(buffer, history);

@@ -46,8 +46,9 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
                     "(default 1)");
     cmd->add_option("--json", o->json, "Also write the result as JSON to this file ('-': stdout)");
     cmd->add_option("--target", o->target,
-                    "observed: the duration a rank measured, waiting for its peers included (what replay holds); "
-                    "transfer: the collective's own time, the shortest over the job's ranks (default observed)")
+                    "transfer: the collective's own time, the shortest over the job's ranks (what replay holds by "
+                    "default); observed: the duration a rank measured, waiting for its peers included (default "
+                    "transfer)")
         ->check(CLI::IsMember({"observed", "transfer"}));
   }
   c.eval->footer("Example: ranklens estimate eval --history cluster.hist --json eval.json");
@@ -94,11 +95,25 @@ bool loadHistoryOrSay(const std::string& path, timing::History* history) {
   return false;
 }
 
-timing::Estimator::Options estimatorOptions(const EstimateOptions& o) {
+// The target asked for, else transfer when the history has transfer times (as replay does). Empty after an error.
+std::string targetFor(const EstimateOptions& o, const timing::History& history) {
+  if (timing::hasTransferTimes(history)) return o.target.empty() ? "transfer" : o.target;
+  const char* why = " has no transfer times (each job recorded on one rank only, or a history older than format 2)";
+  if (o.target == "transfer") {
+    std::cerr << "error: --target transfer: " << o.history << why
+              << "; rebuild it with `ranklens history build` from every rank's trace of each job, or use --target "
+                 "observed\n";
+    return "";
+  }
+  if (o.target.empty()) std::cerr << "ranklens: " << o.history << why << ": target observed\n";
+  return "observed";
+}
+
+timing::Estimator::Options estimatorOptions(const EstimateOptions& o, const std::string& target) {
   timing::Estimator::Options options;
   options.neighbours = o.neighbours;
   options.maxDistance = o.maxDistance;
-  options.target = o.target == "transfer" ? timing::EstimateTarget::kTransfer : timing::EstimateTarget::kObserved;
+  options.target = target == "transfer" ? timing::EstimateTarget::kTransfer : timing::EstimateTarget::kObserved;
   return options;
 }
 
@@ -148,14 +163,16 @@ int runHistoryBuild(const EstimateOptions& o) {
 int runEstimateEval(const EstimateOptions& o) {
   timing::History history;
   if (!loadHistoryOrSay(o.history, &history)) return 1;
-  const timing::Evaluation ev = timing::evaluate(history, estimatorOptions(o));
+  const std::string target = targetFor(o, history);
+  if (target.empty()) return 1;
+  const timing::Evaluation ev = timing::evaluate(history, estimatorOptions(o, target));
   nlohmann::json doc = {{"history", o.history}, {"runs", history.runs.size()}, {"jobs", ev.jobs},
-                        {"samples", history.samples.size()}, {"target", o.target},
+                        {"samples", history.samples.size()}, {"target", target},
                         {"neighbours", o.neighbours}, {"max_distance", o.maxDistance},
                         {"extrapolated_leave_one_out", ev.extrapolatedLoo},
                         {"extrapolated_leave_one_run_out", ev.extrapolatedLoro}};
   std::cout << o.history << ": " << ev.jobs << " recorded jobs (" << history.runs.size() << " ranks), "
-            << history.samples.size() << " samples; target: " << o.target << "\n\n"
+            << history.samples.size() << " samples; target: " << target << "\n\n"
             << std::left << std::setw(28) << "op / size class" << std::right << std::setw(9) << "calls"
             << std::setw(10) << "median" << std::setw(10) << "p90" << "   | " << std::setw(9) << "calls"
             << std::setw(10) << "median" << std::setw(10) << "p90" << "\n"
@@ -181,7 +198,7 @@ int runEstimateEval(const EstimateOptions& o) {
       doc["leave_one_run_out"][key] = {{"count", it->second.count}, {"median", it->second.median},
                                        {"p90", it->second.p90}};
   }
-  std::cout << "\nrelative error |estimate - recorded| / recorded (" << o.target
+  std::cout << "\nrelative error |estimate - recorded| / recorded (" << target
             << "); extrapolated estimates: " << ev.extrapolatedLoo
             << " (leave one call out), " << ev.extrapolatedLoro << " (leave one job out)\n";
   return writeJson(o.json, doc) ? 0 : 1;
@@ -193,7 +210,9 @@ int runEstimateQuery(const EstimateOptions& o) {
   int op = 0;
   for (int i = 0; i <= static_cast<int>(events::Op::kRecv); ++i)
     if (o.op == events::opName(static_cast<events::Op>(i))) op = i;
-  const timing::Estimator estimator(history, estimatorOptions(o));
+  const std::string target = targetFor(o, history);
+  if (target.empty()) return 1;
+  const timing::Estimator estimator(history, estimatorOptions(o, target));
   const timing::Estimate e = estimator.estimate(op, o.nranks, o.crossesNodes, o.bytes, o.role);
   std::cout << o.op << " " << o.bytes << " bytes, " << o.nranks << " ranks: " << std::fixed << std::setprecision(1)
             << e.durationNs / 1000.0 << " us (" << e.method << ", " << e.neighbours << " neighbours, distance "

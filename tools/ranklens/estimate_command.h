@@ -21,7 +21,7 @@ struct EstimateOptions {
   int nranks = 2;
   bool crossesNodes = false;
   std::string role;
-  std::string target = "observed";  // observed | transfer
+  std::string target;  // transfer | observed; empty: transfer, or observed when the history has no transfer times
 };
 
 struct EstimateCommands {

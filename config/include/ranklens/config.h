@@ -80,7 +80,7 @@ struct Settings {
   HostTime host_time = HostTime::kReplay;
   TimingSource timing = TimingSource::kRecorded;
   std::string history;                      // duration history (ranklens history build) for estimates
-  EstimateTarget estimate_target = EstimateTarget::kObserved;
+  EstimateTarget estimate_target = EstimateTarget::kTransfer;
   int hold_blocks = 1;                      // thread blocks (SMs) each hold kernel occupies
   int hold_threads = 32;                    // threads per hold block
   long long hold_shared_bytes = -1;         // dynamic shared memory per hold block; kHoldSharedAuto, kHoldSharedSm

@@ -72,6 +72,8 @@ bool addRecordedRun(const trace::Recording& recording, History* history, std::st
 // the manifest does not say).
 int localWorldSize(const trace::Manifest& manifest);
 bool crossesNodes(int localWorldSize, int nranks);
+// Whether any sample of a communicator of several ranks carries a transfer time (EstimateTarget::kTransfer).
+bool hasTransferTimes(const History& history);
 bool saveHistory(const std::string& path, const History& history, std::string* error);
 bool loadHistory(const std::string& path, History* history, std::string* error);
 
@@ -86,8 +88,8 @@ struct Estimate {
 };
 
 enum class EstimateTarget {
-  kObserved,  // the duration a rank measured, waiting for its peers included (what replay holds a stream for)
-  kTransfer,  // the collective's own time: the shortest over the job's ranks
+  kObserved,  // the duration a rank measured, waiting for its peers included
+  kTransfer,  // the collective's own time: the shortest over the job's ranks (what replay holds by default)
 };
 const char* toString(EstimateTarget target);
 
@@ -97,7 +99,7 @@ class Estimator {
     int neighbours = 8;          // k nearest sampled sizes in log2(bytes)
     double maxDistance = 1.0;    // beyond this (log2 units) the latency-bandwidth fit is used, marked extrapolated
     std::string excludeJob;      // leave-one-job-out: ignore the samples of this job's ranks (jobOf)
-    EstimateTarget target = EstimateTarget::kObserved;
+    EstimateTarget target = EstimateTarget::kTransfer;
   };
   Estimator(const History& history, const Options& options);
   ~Estimator();
