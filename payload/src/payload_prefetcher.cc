@@ -309,7 +309,7 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
       if (FreeList::rounded(e.bytes) > im.options.arenaBytes || im.arena == nullptr) break;
       // (only entries that hold pinned memory and that no upload reads)
       auto victim = std::find_if(im.entries.rbegin(), im.entries.rend(), [&](auto& kv) {
-        return kv.first > position && kv.second.reserved > 0 && !im.uploadBusy(kv.second) &&
+        return kv.first > position && !im.uploadBusy(kv.second) && kv.second.reserved > 0 &&
                (kv.second.state == Impl::State::kReady || kv.second.state == Impl::State::kFailed);
       });
       if (victim != im.entries.rend()) {
