@@ -5,9 +5,11 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstring>
 
 #include "nccl_fake/real_nccl.h"
+#include "ranklens/events.h"
 #include "ranklens/kernel_clock.h"
 
 namespace nccl_fake {
@@ -87,19 +89,14 @@ ncclResult_t finalize(void* context) {
 
 const Table kTable = {"RankLens", init, startEvent, stopEvent, recordEventState, finalize};
 
+// NCCL's profiler names a datatype as nccl.h spells it: "ncclBfloat16" for the trace's "bfloat16".
 size_t datatypeBytesByName(const char* name) {
-  if (name == nullptr) return 0;
-  struct Entry {
-    const char* name;
-    size_t bytes;
-  };
-  static constexpr Entry kEntries[] = {
-      {"ncclInt8", 1},     {"ncclUint8", 1},    {"ncclFloat8e4m3", 1}, {"ncclFloat8e5m2", 1}, {"ncclFloat16", 2},
-      {"ncclBfloat16", 2}, {"ncclInt32", 4},    {"ncclUint32", 4},     {"ncclFloat32", 4},    {"ncclInt64", 8},
-      {"ncclUint64", 8},   {"ncclFloat64", 8},
-  };
-  for (const Entry& e : kEntries)
-    if (std::strcmp(e.name, name) == 0) return e.bytes;
+  if (name == nullptr || std::strncmp(name, "nccl", 4) != 0 || name[4] == '\0') return 0;
+  for (int type = 0; ranklens::events::datatypeBytes(type) > 0; ++type) {
+    const char* ours = ranklens::events::datatypeName(type);
+    if (std::toupper(static_cast<unsigned char>(ours[0])) == name[4] && std::strcmp(ours + 1, name + 5) == 0)
+      return ranklens::events::datatypeBytes(type);
+  }
   return 0;
 }
 
