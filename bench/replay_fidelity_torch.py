@@ -72,7 +72,7 @@ def job_argv(a, mode: str, train: list[str], one_rank: bool) -> list[str]:
     """The job's command: under torchrun for the recording, one process (`one_rank`) for `ranklens replay`."""
     if mode.startswith("megatron-"):
         return ["bash", MEGATRON, a.megatron, *megatron_layout(mode, a.nproc), "--nproc", str(a.nproc),
-                *train, *(["--one-rank"] if one_rank else [])]
+                *a.megatron_arg, *train, *(["--one-rank"] if one_rank else [])]
     if mode in ("zero2", "zero3"):
         script, own = DEEPSPEED, ["--zero-stage", mode[-1]]
     else:
@@ -108,6 +108,9 @@ def parse_args(argv=None):
                    help="timing: record and replay this many times, interleaved; the error is between the medians "
                         "over runs of the real and the replayed median step times (default: %(default)s)")
     p.add_argument("--megatron", default="/tmp/mlm", help="Megatron-LM checkout (default: %(default)s)")
+    p.add_argument("--megatron-arg", action="append", default=[], metavar="ARG",
+                   help="an option for examples/megatron/run_gpt.sh in recording and replay, e.g. --megatron-arg=--gloo "
+                        "(Megatron's Gloo groups: stand-ins in the replay)")
     p.add_argument("--checks", default="timing,value",
                    help="comma list of timing, value, profile (diagnosis: GPU time of compute, communication and "
                         "idle, real vs replay, from torch.profiler; ddp and fsdp2) (default: %(default)s)")

@@ -115,6 +115,14 @@ def test_estimator_bench_builds_its_replay_bench_with_every_option(tmp_path):
     assert bench.rf.args.json == str(tmp_path / "est.json")
 
 
+def test_megatron_args_reach_the_recording_and_the_replay(tmp_path):
+    args = args_for(tmp_path, "--modes", "megatron-tp2", "--megatron-arg=--gloo")
+    for one_rank in (False, True):
+        argv = rft.job_argv(args, "megatron-tp2", ["--steps", "3"], one_rank)
+        assert argv[:3] == ["bash", rft.MEGATRON, args.megatron] and "--gloo" in argv
+        assert argv.index("--gloo") < argv.index("--steps") and ("--one-rank" in argv) == one_rank
+
+
 def test_gpu_sampler_keeps_busy_samples_per_gpu(tmp_path):
     import record_bench_lib as lib
 
