@@ -613,6 +613,8 @@ ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, in
   t.startNs = monotonicNs();
   t.durationNs = durationNs;
   t.peer = ranklens::events::isP2p(info.op) ? info.root : -1;
+  t.clock = info.estimated ? ranklens::trace::kClockEstimated
+                           : kernelTime ? ranklens::trace::kClockKernel : ranklens::trace::kClockEvents;
   Runtime::get().emit(ranklens::trace::RecordType::kTiming, t);
   {
     std::lock_guard<std::mutex> lock(s->mu);

@@ -51,6 +51,7 @@ struct TraceSpec {
   const char* stepMarker = "step";              // "optimizer": as the Python adapter marks steps
   bool unrelatedCommFirst = false;              // communicator ids shift by one
   int64_t allReduceNs = 1'000'000;              // Timing.durationNs of every AllReduce
+  int allGatherClock = ranklens::trace::kClockEvents;  // kClockEstimated: a replay held the estimator's duration
 };
 
 // Rank 1 of 2. Per step k: world AllReduce (seq 2k, 4 MiB) and AllGather (seq 2k+1, 1 KiB), a group of Send and
@@ -101,7 +102,7 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
     ASSERT_TRUE(writer->append(RecordType::kCall, c));
   };
   auto timing = [&](uint64_t commId, uint64_t seq, Op op, uint64_t stream, uint64_t group, int64_t at,
-                    int64_t duration, int peer) {
+                    int64_t duration, int peer, int clock = ranklens::trace::kClockEvents) {
     Timing t;
     t.commId = commId;
     t.seq = seq;
@@ -111,6 +112,7 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
     t.startNs = at;
     t.durationNs = duration;
     t.peer = peer;
+    t.clock = clock;
     ASSERT_TRUE(writer->append(RecordType::kTiming, t));
   };
   auto stage = [&](int64_t step, int64_t at) {
@@ -128,7 +130,7 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
     call(world, arSeq, Op::kAllReduce, 7, arCount, -1, stepStart + 100'000, kStreamWorld, 0, 2);
     timing(world, arSeq, Op::kAllReduce, kStreamWorld, 0, stepStart + 100'000, spec.allReduceNs, -1);
     call(world, arSeq + 1, Op::kAllGather, 9, 256, -1, stepStart + 200'000, kStreamWorld, 0, 2);
-    timing(world, arSeq + 1, Op::kAllGather, kStreamWorld, 0, stepStart + 200'000, 100'000, -1);
+    timing(world, arSeq + 1, Op::kAllGather, kStreamWorld, 0, stepStart + 200'000, 100'000, -1, spec.allGatherClock);
     const uint64_t group = k + 1;
     call(world, k, Op::kSend, 7, 4096, 0, stepStart + 300'000, kStreamP2p, group, 2);
     call(world, k, Op::kRecv, 7, 4096, 0, stepStart + 300'001, kStreamP2p, group, 2);
@@ -222,6 +224,9 @@ class CompareTimeline : public ::testing::Test {
     TraceSpec longer = replay;
     longer.steps = kSteps + 1;
     writeTrace(path("longer/rank1"), longer);
+    TraceSpec estimated = replay;
+    estimated.allGatherClock = ranklens::trace::kClockEstimated;
+    writeTrace(path("estimated/rank1"), estimated);
     TraceSpec shifted = replay;
     shifted.unrelatedCommFirst = true;
     writeTrace(path("shifted/rank1"), shifted);
@@ -253,8 +258,9 @@ std::string CompareTimeline::root_;
 
 TEST_F(CompareTimeline, IdenticalCallsMatchAndStepErrorsSkipWarmup) {
   const json doc = compareJson("identical/rank1", 0);
-  EXPECT_EQ(doc["format_version"], "1.0");
+  EXPECT_EQ(doc["format_version"], "1.1");
   EXPECT_EQ(doc["match"], true);
+  EXPECT_EQ(doc["estimated"]["count"], 0);
   EXPECT_EQ(doc["recorded"]["mode"], "record");
   EXPECT_EQ(doc["replayed"]["mode"], "replay");
   const json& raw = doc["signatures"]["raw"];
@@ -397,6 +403,41 @@ TEST_F(CompareTimeline, TextReportAndJsonFile) {
   const Result quiet = ranklens({"compare", path("recorded/rank1"), path("extra/rank1"), "--quiet"});
   EXPECT_EQ(quiet.rc, 1);
   EXPECT_EQ(quiet.out, "");
+}
+
+// Timing.clock kClockEstimated (a replay with timing: estimated or on_mismatch: estimate): the report lists those
+// calls, the timeline marks their slices.
+TEST_F(CompareTimeline, EstimatedDurationsAreListed) {
+  const json doc = compareJson("estimated/rank1", 0);
+  const json& e = doc["estimated"];
+  EXPECT_EQ(e["count"], kSteps);
+  EXPECT_EQ(e["replayed_timings"], 4 * kSteps);
+  EXPECT_EQ(e["per_op"], json({{"AllGather", kSteps}}));
+  ASSERT_EQ(e["calls"].size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(e["calls"][1], json({{"comm", 0}, {"seq", 3}, {"op", "AllGather"}, {"peer", -1}, {"group", 0},
+                                 {"duration_ns", 100'000}}));
+  const Result text = ranklens({"compare", path("recorded/rank1"), path("estimated/rank1")});
+  EXPECT_NE(text.out.find("estimated durations: 10 of 40 replayed Timing records (no recorded duration: the "
+                          "estimator's; AllGather 10)"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("replayed comm #0  seq 1"), std::string::npos) << text.out;
+  const Result plain = ranklens({"compare", path("recorded/rank1"), path("identical/rank1")});
+  EXPECT_EQ(plain.out.find("estimated durations"), std::string::npos) << plain.out;
+
+  const std::string out = path("timeline-estimated.json");
+  ASSERT_EQ(ranklens({"timeline", path("estimated/rank1"), "-o", out}).rc, 0);
+  size_t marked = 0, slices = 0;
+  const json timeline = parseJson(slurp(out));
+  for (const auto& event : timeline["traceEvents"]) {
+    if (event["ph"] != "X") continue;
+    ++slices;
+    const bool isEstimated = event["args"].value("estimated", false);
+    EXPECT_EQ(isEstimated, event["name"] == "AllGather") << event.dump();
+    marked += isEstimated;
+  }
+  EXPECT_EQ(marked, static_cast<size_t>(kSteps));
+  EXPECT_EQ(slices, 4u * kSteps);
 }
 
 TEST_F(CompareTimeline, TraceRootsAndRankSelection) {

@@ -311,7 +311,7 @@ EDGE_CASES = {
     "seg name of 7 digits": lambda d: _write(os.path.join(_stage_trace(d).dir, "seg-0000001.rls"),
                                              tg.file_header(tg.SEGMENT_MAGIC, 1)),
     "a directory named like a segment": lambda d: (_stage_trace(d), os.makedirs(os.path.join(d, "seg-000001.rls"))),
-    "manifest of a newer minor version": lambda d: _stage_trace(d, manifest={"version_minor": 4, "zzz": [1]}),
+    "manifest of a newer minor version": lambda d: _stage_trace(d, manifest={"version_minor": 9, "zzz": [1]}),
     "manifest with only format and version": lambda d: (
         _stage_trace(d), tg.write_msgpack(os.path.join(d, "manifest.msgpack"),
                                           {"format": "ranklens-trace", "version_major": 1})),

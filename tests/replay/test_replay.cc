@@ -265,6 +265,10 @@ TEST(ReplayMismatch, ExtraCallsGetAnEstimatedDurationAndTheRestStillMatches) {
   EXPECT_EQ(t.counter("replay_extra_calls"), 1u);
   EXPECT_EQ(t.counter("replay_estimated"), 1u);
   EXPECT_EQ(t.counter("replay_calls_matched") + 1, t.counter("replay_calls"));
+  // Its Timing record says so (what `ranklens compare` lists); the matched calls keep the recorded clock.
+  size_t estimatedTimings = 0;
+  for (const auto& timing : t.timings) estimatedTimings += timing.clock == ranklens::trace::kClockEstimated;
+  EXPECT_EQ(estimatedTimings, 1u);
   // The extra call is held for an estimate fitted to the recorded AllReduces (~200 us each): plausible, not zero.
   Trace recorded = readTrace(recording().root + "/rank1");
   const uint64_t extraNs = t.counter("replay_held_ns") - recordedHoldNs(recorded);
@@ -287,6 +291,9 @@ TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
   Trace recorded = readTrace(recording().root + "/rank1");
   EXPECT_EQ(t.counter("replay_mismatches"), 0u);
   EXPECT_EQ(t.counter("replay_estimated"), t.counter("replay_calls"));  // matched, but every duration estimated
+  for (const auto& timing : t.timings) EXPECT_EQ(timing.clock, ranklens::trace::kClockEstimated);
+  // A one-rank history has no transfer times (the default target): observed durations, and a WARN that says why.
+  EXPECT_NE(r.run.output.find("has no transfer times"), std::string::npos) << r.run.output;
   // Estimated from this very recording (200 us per call on the fake): the total is close to the recorded one.
   const double ratio = static_cast<double>(t.counter("replay_held_ns")) / static_cast<double>(recordedHoldNs(recorded));
   EXPECT_GT(ratio, 0.7);

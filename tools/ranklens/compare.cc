@@ -26,7 +26,8 @@ using events::Call;
 using events::CommInit;
 using nlohmann::json;
 
-constexpr const char* kJsonFormatVersion = "1.0";  // of the --json document: minor for added keys, major for changes
+constexpr const char* kJsonFormatVersion = "1.1";  // of the --json document: minor for added keys, major for changes
+                                                     // (1.1: "estimated")
 
 // ------------------------------------------------------------------------------------------------ communicators
 
@@ -292,6 +293,25 @@ std::map<int, OpTime> timePerOp(const EventLog& recorded, const EventLog& replay
   return perOp;
 }
 
+// The replayed Timing records whose duration the estimator gave (Timing.clock kClockEstimated, format 1.5): the
+// calls the recording did not time (on_mismatch: estimate) or every call (timing: estimated).
+struct EstimatedCalls {
+  std::vector<const trace::Timing*> timings;  // in trace order
+  std::map<int, size_t> perOp;
+  size_t replayedTimings = 0;
+};
+
+EstimatedCalls estimatedCalls(const EventLog& replayed) {
+  EstimatedCalls e;
+  e.replayedTimings = replayed.timings.size();
+  for (const auto& timing : replayed.timings) {
+    if (timing.clock != trace::kClockEstimated) continue;
+    e.timings.push_back(&timing);
+    e.perOp[timing.op]++;
+  }
+  return e;
+}
+
 // The recorded host time of the NCCL calls (Call.hostNs outside groups, GroupEnd.hostNs for groups): how long each
 // kept its calling thread in the real job, which the replay reproduces (host_time: replay).
 struct HostTime {
@@ -328,6 +348,7 @@ struct Comparison {
   StepComparison steps;
   std::map<int, OpTime> time;
   std::vector<HostTime> host;
+  EstimatedCalls estimated;
   bool matches() const { return raw.complete() && divergences.empty(); }
 };
 
@@ -394,6 +415,14 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
     host.push_back({{"what", h.what}, {"calls", h.ns.size()}, {"sum_ns", h.sum()}, {"median_ns", h.quantile(0.5)},
                     {"p90_ns", h.quantile(0.9)}, {"max_ns", h.quantile(1.0)}});
 
+  json estimatedPerOp = json::object(), estimatedList = json::array();
+  for (const auto& [op, n] : c.estimated.perOp) estimatedPerOp[opText(op)] = n;
+  for (const trace::Timing* t : c.estimated.timings)
+    estimatedList.push_back({{"comm", t->commId}, {"seq", t->seq}, {"op", opText(t->op)}, {"peer", t->peer},
+                             {"group", t->groupId}, {"duration_ns", t->durationNs}});
+  json estimated = {{"count", c.estimated.timings.size()}, {"replayed_timings", c.estimated.replayedTimings},
+                    {"per_op", estimatedPerOp}, {"calls", estimatedList}};
+
   json training = countsJson(c.training);
   training["above_bytes"] = options.smallBytes;
   return {{"format", "ranklens-compare"},
@@ -406,6 +435,7 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
           {"first_divergence", divergence},
           {"steps", steps},
           {"timing", timing},
+          {"estimated", estimated},
           {"recorded_host_time", host},
           {"match", c.matches()}};
 }
@@ -510,6 +540,21 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
     else
       out << "-" << " \n";
   }
+  if (!c.estimated.timings.empty()) {
+    const auto& e = c.estimated;
+    out << "\nestimated durations: " << e.timings.size() << " of " << e.replayedTimings
+        << " replayed Timing records (no recorded duration: the estimator's;";
+    for (const auto& [op, n] : e.perOp) out << " " << opText(op) << " " << n;
+    out << ")\n";
+    constexpr size_t kListed = 10;  // the JSON report lists them all
+    for (size_t i = 0; i < e.timings.size() && i < kListed; ++i) {
+      const trace::Timing& t = *e.timings[i];
+      out << "  replayed comm #" << t.commId << "  seq " << std::left << std::setw(8) << t.seq << std::setw(14)
+          << opText(t.op) << std::right << std::setw(12) << msText(static_cast<double>(t.durationNs))
+          << (t.groupId ? "  (group)" : "") << "\n";
+    }
+    if (e.timings.size() > kListed) out << "  ... " << e.timings.size() - kListed << " more (--json lists all)\n";
+  }
   if (!c.host.empty()) {
     out << "\n" << std::left << std::setw(22) << "recorded host time" << std::right << std::setw(8) << "calls"
         << std::setw(14) << "sum" << std::setw(12) << "median" << std::setw(12) << "p90" << std::setw(12) << "max"
@@ -583,13 +628,14 @@ int runCompare(const CompareOptions& options, std::ostream& out, std::ostream& e
     warnAboutDamage(replayed, "comparing the complete records before it", err);
   }
 
-  Comparison c{&recorded, &replayed, matchCommunicators(recorded, replayed), {}, {}, {}, {}, {}, {}};
+  Comparison c{&recorded, &replayed, matchCommunicators(recorded, replayed), {}, {}, {}, {}, {}, {}, {}};
   c.raw = countMatches(recorded, replayed, c.comms, 0, false);
   c.training = countMatches(recorded, replayed, c.comms, options.smallBytes, true);
   c.divergences = findDivergences(recorded, replayed, c.comms);
   c.steps = compareSteps(recorded, replayed, options.warmupSteps);
   c.time = timePerOp(recorded, replayed);
   c.host = hostTimes(recorded);
+  c.estimated = estimatedCalls(replayed);
 
   if (!options.jsonPath.empty()) {
     const std::string text = reportJson(c, options).dump(2) + "\n";

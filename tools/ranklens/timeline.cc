@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kTimelineFormatVersion = "1.0";  // of otherData and the args keys
+constexpr const char* kTimelineFormatVersion = "1.1";  // of otherData and the args keys (1.1: "estimated")
 
 // The part of one trace that is drawn, in its own CLOCK_MONOTONIC ns; `originNs` becomes ts 0.
 struct Window {
@@ -118,6 +118,7 @@ void writeTrace(const EventLog& log, int pid, const std::string& processName, co
       args["datatype"] = events::datatypeName(call->second->datatype);
     }
     if (timing.durationNs < 0) args["duration_failed"] = true;  // the CUDA events failed: drawn with no length
+    if (timing.clock == trace::kClockEstimated) args["estimated"] = true;  // a replay held the estimator's duration
     events->add({{"name", opText(timing.op)}, {"cat", "nccl"}, {"ph", "X"}, {"pid", pid},
                  {"tid", tidOf[timing.stream]}, {"ts", micros(timing.startNs - window.originNs)},
                  {"dur", micros(std::max<int64_t>(timing.durationNs, 0))}, {"args", args}});
@@ -153,7 +154,8 @@ CLI::App* addTimelineCommand(CLI::App& app, TimelineOptions* options) {
       "  ranklens timeline /scratch/run42/rank1 /tmp/replay/rank1 -o rank1.json\n"
       "  ranklens timeline /scratch/run42 -o run42.json --from-step 10 --to-step 12\n"
       "Slices: ts = Timing.startNs (host submission) relative to the trace's first record (or to step A), dur =\n"
-      "Timing.durationNs, in microseconds; args: comm, seq, peer, group, captured, and bytes, count and datatype of\n"
+      "Timing.durationNs, in microseconds; args: comm, seq, peer, group, captured, estimated (a replay held the\n"
+      "estimator's duration), and bytes, count and datatype of\n"
       "the matching Call. Exit codes: 0 written, 1 a step bound is not marked or the output cannot be written,\n"
       "2 bad usage or unreadable trace.");
   return cmd;

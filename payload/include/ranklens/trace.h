@@ -25,8 +25,8 @@ namespace ranklens {
 namespace trace {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 4;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
-                                  // 1.4: Timing.clock
+constexpr int kFormatMinor = 5;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
+                                  // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
@@ -49,9 +49,12 @@ struct GroupBegin {
 
 // GPU duration of one call (or of a group on one stream: seq is then the group's first call).
 // Timing.clock: CUDA events around the call (the interval from the stream reaching it, NCCL's launch included when
-// the stream was idle), or the GPU timestamps of NCCL's kernel channels (kernel time only).
+// the stream was idle), or the GPU timestamps of NCCL's kernel channels (kernel time only); in a replay's own trace
+// the clock of the recorded duration it held, or the estimator's duration (no recorded one: timing: estimated,
+// on_mismatch: estimate).
 constexpr int kClockEvents = 0;
 constexpr int kClockKernel = 1;
+constexpr int kClockEstimated = 2;
 
 struct Timing {
   uint64_t commId = 0, seq = 0;
@@ -62,7 +65,7 @@ struct Timing {
   bool captured = false;    // recorded inside a CUDA graph capture
   int peer = -1;            // Send/Recv: the peer (their sequences are per peer)
   int64_t eventNs = -1;     // 1.1: the CUDA-event interval around the call; -1 unknown (kernel clock)
-  int clock = 0;            // 1.4: where durationNs comes from: kClockEvents or kClockKernel
+  int clock = 0;            // 1.4: where durationNs comes from: kClockEvents, kClockKernel, kClockEstimated (1.5)
   MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs, clock)
 };
 
