@@ -133,7 +133,9 @@ ncclResult_t applyEffects(const CallInfo& info) {
 }
 
 float estimateMicroseconds(const CallInfo& info) {
-  // Placeholder model until the estimator lands: 15 us latency + bus bytes at 250 GB/s (nccl-tests bus factors).
+  float us = 0;
+  if (replay::simulatedMicroseconds(info, &us)) return us;
+  // Without a recording to learn from: 15 us latency + bus bytes at 250 GB/s (nccl-tests bus factors).
   const double n = info.comm->nRanks;
   const double bytes = static_cast<double>(info.count) * datatypeSize(info.datatype);
   double factor = 1.0;

@@ -537,6 +537,20 @@ uint64_t bytesOf(const CallInfo& c) {
   return ranklens::events::receivedBytes(c.op, c.count, c.datatype, c.comm->nRanks, c.comm->rank, c.root);
 }
 
+}  // namespace
+
+bool simulatedMicroseconds(const CallInfo& info, float* us) {
+  Session* s = session;
+  if (s == nullptr || !s->estimator) return false;
+  const int nranks = info.comm->nRanks;
+  const ranklens::timing::Estimate e =
+      s->estimator->estimate(static_cast<int>(info.op), nranks,
+                             ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytesOf(info), info.comm->name);
+  *us = static_cast<float>(static_cast<double>(e.durationNs) / 1000.0);
+  return true;
+}
+
+namespace {
 // Whether this fidelity restores the call's recorded payload (see Session::controlPayloadBytes).
 bool restores(const Session& s, const RecordedCall* rc) {
   if (rc == nullptr || !rc->payload) return false;

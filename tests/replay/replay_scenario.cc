@@ -3,7 +3,8 @@
 // tests/support) and then replaying that recording (RankLens alone, host device). It writes every received buffer
 // to the file named by SCENARIO_OUT, so test_replay.cc can compare what the replay restored with what the real
 // library delivered. SCENARIO_VARIANT changes the program the way a local edit would: "count" (step 1's AllReduce
-// has another count), "skip" (step 3 skips its Broadcast), "extra" (step 2 makes an extra AllReduce).
+// has another count), "skip" (step 3 skips its Broadcast), "extra" (step 2 makes an extra AllReduce), "simulate"
+// (after the last step, ncclGroupSimulateEnd of a step's AllReduce, its estimate written out).
 #include <nccl.h>
 
 #include <cstdio>
@@ -72,6 +73,15 @@ int main() {
     check(ncclRecv(from.data(), 16, ncclFloat32, 2, world, stream), "Recv", step);
     check(ncclGroupEnd(), "GroupEnd", step);
     dump("recv", step, from.data(), from.size() * sizeof(float));
+  }
+  if (strcmp(variant, "simulate") == 0) {  // what NCCL's own estimate says of a step's AllReduce
+    std::vector<float> grad(256);
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    check(ncclGroupStart(), "GroupStart", steps);
+    check(ncclAllReduce(grad.data(), grad.data(), grad.size(), ncclFloat32, ncclSum, world, stream), "AllReduce",
+          steps);
+    check(ncclGroupSimulateEnd(&sim), "GroupSimulateEnd", steps);
+    fprintf(out, "simulated AllReduce: %.1f us\n", sim.estimatedTime);
   }
   check(ncclCommDestroy(half), "CommDestroy", -1);
   check(ncclCommDestroy(world), "CommDestroy", -1);

@@ -277,6 +277,20 @@ TEST(ReplayMismatch, ExtraCallsGetAnEstimatedDurationAndTheRestStillMatches) {
   EXPECT_EQ(r.output, recording().output);  // the extra call is in place and not dumped
 }
 
+// ncclGroupSimulateEnd in a replay answers with the estimator (here from the recording's own ~200 us AllReduces),
+// not with the fixed model a library without a recording uses (~15 us for 1 KiB).
+TEST(ReplayEstimated, GroupSimulateEndAnswersWithTheEstimator) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Replayed r = replay("simulate", {{"SCENARIO_VARIANT", "simulate"}, {"RANKLENS_ON_MISMATCH", "estimate"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  const std::string key = "simulated AllReduce: ";
+  const auto at = r.output.find(key);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const double us = atof(r.output.c_str() + at + key.size());
+  EXPECT_GT(us, 100.0) << r.output;
+  EXPECT_LT(us, 400.0) << r.output;
+}
+
 TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   const std::string history = tmpRoot() + "/own.hist";

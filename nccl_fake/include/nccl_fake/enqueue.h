@@ -55,7 +55,8 @@ void groupRecordError(ncclResult_t result);
 // Effects of one call on its receive buffer according to the configured fill semantics (effects.cc).
 ncclResult_t applyEffects(const CallInfo& info);
 
-// Crude latency/bandwidth estimate (microseconds) used by ncclGroupSimulateEnd until the estimator lands.
+// ncclGroupSimulateEnd's estimate (microseconds): the replay's estimator, or without a replayed recording a fixed
+// latency/bandwidth model.
 float estimateMicroseconds(const CallInfo& info);
 
 }  // namespace nccl_fake

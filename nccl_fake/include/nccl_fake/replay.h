@@ -40,6 +40,9 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls);
 // host_time: replay. Keeps the calling thread until `startNs` + the recorded call's (or group's) host time.
 void holdHost(int64_t startNs, const CallInfo& info);
 void holdHostGroup(int64_t startNs, const std::vector<CallInfo>& calls);
+// ncclGroupSimulateEnd in a replay: the estimator's duration of the call in microseconds (the session's history,
+// else the replayed recording's own timed calls). False without a replay session.
+bool simulatedMicroseconds(const CallInfo& info, float* us);
 // Counters into the trace's manifest and a summary line; runs before the trace is closed at exit.
 void finish();
 
