@@ -86,6 +86,9 @@ def parse_args(argv=None):
                    help="extra environment of the recordings, e.g. RANKLENS_TIMING_CLOCK=kernel")
     p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of the replays, e.g. RANKLENS_HOLD_FROM=start")
+    p.add_argument("--sample-gpu", action="store_true",
+                   help="sample every GPU's SM clock and power during each run (nvidia-smi, every 500 ms); the step "
+                        "checks then show the real and replayed clocks (a lone replayed GPU may run faster)")
     p.add_argument("--micro-batch-scale", type=int, default=1,
                    help="multiply every configuration's micro-batch (history 4/8, held-out 6, what-if 8); 4 makes "
                         "GPT-2 small GPU-bound on an H200, so that the host no longer sets the step time (default: "
@@ -102,6 +105,17 @@ def train_args(cfg, steps: int) -> list[str]:
     return [*rfz.GPT2_SMALL, "--steps", str(steps), "--micro-batch", str(micro_batch), "--bucket-mb", str(bucket)]
 
 
+def clock_text(real: list, replay) -> str:
+    """'; SM MHz real a, replay b; W real c, replay d' from --sample-gpu's summaries, '' without them."""
+    if not replay and not any(real):
+        return ""
+    def show(g, key):
+        return f"{g[key]:.0f}" if g else "-"
+    return (f"; SM MHz real {'/'.join(show(g, 'sm_mhz_median') for g in real) or '-'}, replay "
+            f"{show(replay, 'sm_mhz_median')}; W real {'/'.join(show(g, 'power_w_median') for g in real) or '-'}, "
+            f"replay {show(replay, 'power_w_median')}")
+
+
 class EstimatorBench:
     def __init__(self, args):
         self.args = args
@@ -110,7 +124,8 @@ class EstimatorBench:
         self.rf = rfz.Bench(rfz.parse_args(
             ["--lib", args.lib, "--python", args.python, "--nproc", str(args.nproc), "--ranklens", args.ranklens,
              "--work", args.work, "--timeout", str(args.timeout), "--tolerance", "0", "--json", args.json,
-             *[f"--record-env={kv}" for kv in args.record_env], *[f"--replay-env={kv}" for kv in args.replay_env]]))
+             *[f"--record-env={kv}" for kv in args.record_env], *[f"--replay-env={kv}" for kv in args.replay_env],
+             *(["--sample-gpu"] if args.sample_gpu else [])]))
         self.doc = self.rf.doc
         self.doc.update({"checks": [], "targets": {"leave_one_run_out_median": 0.05, "estimated_step_time": 0.025,
                                                    "what_if_step_time": 0.03}})
@@ -172,15 +187,20 @@ class EstimatorBench:
             mean_real = statistics.mean(reals) if reals else None
             err = (rep - mean_real) / mean_real if rep and mean_real else None
             counters = replay["ranks"][rank].get("counters") or {}
+            # GPU samples (--sample-gpu): the reference's recorded runs on this rank's GPU, the replay on its own.
+            real_gpu = [(r.get("gpu") or {}).get(str(rank)) for r in self.rf.doc["runs"]
+                        if r.get("kind") == "record" and r.get("name", "").split("-again")[0] == reference]
+            replay_gpu = (replay.get("gpu") or {}).get(str(rank % replay.get("gpus", 1)))
             c = {"check": check, "rank": rank, "reference": reference, "median_step_ms_real_runs": reals,
+                 "gpu": {"real": real_gpu, "replay": replay_gpu},
                  "median_step_ms_replay": rep, "errors_vs_each_real_run": errors, "error_vs_mean": err,
                  "replay_rc": replay["ranks"][rank].get("rc"), "counters": counters, **extra,
                  "pass": err is not None and abs(err) <= target and replay["ranks"][rank].get("rc") == 0}
             self.doc["checks"].append(c)
             self.say(f"CHECK {check} rank {rank}: real {reals} ms, replay {rep} ms, error vs mean "
                      f"{err if err is None else f'{err * 100:+.2f}%'} (estimated "
-                     f"{counters.get('replay_estimated')} of {counters.get('replay_calls')} calls) -> "
-                     f"{'PASS' if c['pass'] else 'FAIL'}")
+                     f"{counters.get('replay_estimated')} of {counters.get('replay_calls')} calls)"
+                     f"{clock_text(real_gpu, replay_gpu)} -> {'PASS' if c['pass'] else 'FAIL'}")
 
     def replay(self, name: str, trace: str, cfg, env: dict[str, str]) -> dict:
         self.rf.args.replay_env = [f"{k}={v}" for k, v in env.items()]

@@ -134,7 +134,7 @@ def parse_args(argv=None):
     p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of the replays, e.g. RANKLENS_COMPLETION=host_callback")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
-                   help="timing and profile: replay every recording once more per variant, with this environment "
+                   help="timing, profile and value: replay every recording once more per variant, with this environment "
                         "added, side by side with the plain replay (e.g. nccl-shape:RANKLENS_HOLD_BLOCKS=24,"
                         "RANKLENS_HOLD_THREADS=640); checks are reported per variant")
     p.add_argument("--launcher", choices=("ranklens", "survivor"), default="ranklens",
@@ -469,14 +469,25 @@ class Bench:
         base = ["--steps", str(a.value_steps)] + ([] if megatron else ["--deterministic", "--micro-batch",
                                                                        str(a.micro_batch)])
         rec, trace = self.record(f"{mode}-value", mode, "all", [*base, "--save-params", real_pat])
-        rep = self.replay_all(f"{mode}-value", mode, "value", trace,
-                              lambda r: [*base, "--save-params", rep_pat.format(rank=r) if megatron else rep_pat])
         self.doc.setdefault("sequence_problems", {})[f"{mode}-value"] = self.sequence_problems(trace)
+        calls = lib.recorded_call_counts(trace, self.args.python)
+        # Each --variant replays the same recording once more (e.g. pinned:RANKLENS_PAYLOAD_DEVICE_BYTES=0), judged
+        # alike, with its replayed median step time beside the others'.
+        for variant, variant_env in a.variants.items():
+            for path in [rep_pat.format(rank=r) for r in range(a.nproc)]:
+                shutil.rmtree(path, ignore_errors=True)
+            name = f"{mode}-value" if variant == "plain" else f"{mode}-value-{variant}"
+            rep = self.replay_all(name, mode, "value", trace,
+                                  lambda r: [*base, "--save-params", rep_pat.format(rank=r) if megatron else rep_pat],
+                                  variant_env=variant_env or None)
+            self.value_checks(mode, variant, megatron, rec, rep, calls, real_pat, rep_pat)
+
+    def value_checks(self, mode, variant, megatron, rec, rep, calls, real_pat, rep_pat):
+        a = self.args
         cmp_args = argparse.Namespace(python=a.python, nproc=a.nproc)
         # Megatron's checkpoints pickle its own classes: its directory goes on the comparison's PYTHONPATH.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [a.megatron, os.environ.get("PYTHONPATH")]))}
         per_rank = rft.compare_params(cmp_args, real_pat, rep_pat, env=env if megatron else None)
-        calls = lib.recorded_call_counts(trace, self.args.python)
         for rank in range(a.nproc):
             r = per_rank[rank] if rank < len(per_rank) else {"error": "no comparison"}
             sig_ok, sig = lib.replay_signature_ok(rep["ranks"][rank], calls.get(rank))
@@ -486,7 +497,9 @@ class Bench:
             else:
                 real_losses = (rec["results"].get(rank) or {}).get("losses")
                 rep_losses = ((rep["ranks"][rank].get("result")) or {}).get("losses")
-            check = {"check": "value", "mode": mode, "rank": rank, "identical": r.get("identical"),
+            step_ms = ((rep["ranks"][rank].get("result")) or {}).get("step_ms")
+            check = {"check": "value", "mode": mode, "variant": variant, "rank": rank, "identical": r.get("identical"),
+                     "median_step_ms_replay": median_after(step_ms, a.warmup),
                      "max_abs_diff": r.get("max_abs_diff"), "tensors": r.get("tensors"), "error": r.get("error"),
                      "losses_equal": real_losses == rep_losses if real_losses and rep_losses else None,
                      "signature_match": sig_ok, "signature": sig, "counters": rep["ranks"][rank].get("counters"),
@@ -495,8 +508,10 @@ class Bench:
             no_checkpoint = megatron and not r.get("files") and check["losses_equal"] is True
             check["pass"] = bool((r.get("identical") or no_checkpoint) and sig_ok and check["losses_equal"] is not False)
             self.doc["checks"].append(check)
-            self.log.say(f"CHECK value {mode} rank {rank}: identical {r.get('identical')} (max abs diff "
-                         f"{r.get('max_abs_diff')}), losses equal {check['losses_equal']}; signatures: {sig} -> "
+            label = mode if variant == "plain" else f"{mode} [{variant}]"
+            self.log.say(f"CHECK value {label} rank {rank}: identical {r.get('identical')} (max abs diff "
+                         f"{r.get('max_abs_diff')}), losses equal {check['losses_equal']}; replayed median step "
+                         f"{check['median_step_ms_replay']} ms; signatures: {sig} -> "
                          f"{'PASS' if check['pass'] else 'FAIL'}")
 
 

@@ -72,6 +72,24 @@ def test_each_recording_is_replayed_per_variant(tmp_path, no_trace_reading):
     assert checks[("nccl", 1)]["variant_env"] == {"RANKLENS_HOLD_BLOCKS": "24"}
 
 
+def test_value_replays_the_recording_once_per_variant(tmp_path, no_trace_reading, monkeypatch):
+    # pinned: the same recording replayed with payloads restored from pinned memory, judged alike, step time beside.
+    args = args_for(tmp_path, "--variant", "pinned:RANKLENS_PAYLOAD_DEVICE_BYTES=0")
+    bench = FakeBench(args, {"plain": 1.0, "nccl": 1.02})  # (the fake's variant speed is keyed "nccl")
+    compared = []
+    monkeypatch.setattr(rft.rft, "compare_params",
+                        lambda a, real, rep, env=None: compared.append(rep) or [{"identical": True}] * 2)
+    monkeypatch.setattr(rft.lib, "replay_signature_ok", lambda rank, calls: (True, "all matched"))
+    bench.value("ddp")
+    assert bench.started == ["ddp-value", "ddp-value", "ddp-value-pinned"]
+    assert len(compared) == 2
+    checks = {(c["variant"], c["rank"]): c for c in bench.doc["checks"]}
+    assert set(checks) == {("plain", 0), ("plain", 1), ("pinned", 0), ("pinned", 1)}
+    assert all(c["pass"] for c in checks.values())
+    assert checks[("plain", 1)]["median_step_ms_replay"] == pytest.approx(100.0)
+    assert checks[("pinned", 0)]["median_step_ms_replay"] == pytest.approx(102.0)
+
+
 def test_budget_stops_starting_runs_and_keeps_what_finished(tmp_path, no_trace_reading):
     # Each run "takes" 40 s: after record 1 and its replay (80 s) another 40 s run no longer fits in 100 s.
     args = args_for(tmp_path, "--repeats", "3", "--budget", "100")
@@ -113,6 +131,18 @@ def test_estimator_bench_builds_its_replay_bench_with_every_option(tmp_path):
     assert bench.rf.args.replay_env == ["RANKLENS_HOLD_FROM=start"]
     assert bench.rf.args.variants == {"plain": {}} and bench.rf.args.launcher == "ranklens"
     assert bench.rf.args.json == str(tmp_path / "est.json")
+    assert not bench.rf.args.sample_gpu
+    assert est.EstimatorBench(est.parse_args(["--lib", "x", "--json", str(tmp_path / "e2.json"), "--work",
+                                              str(tmp_path / "w2"), "--sample-gpu"])).rf.args.sample_gpu
+
+
+def test_estimator_clock_text():
+    import estimator_torch as est
+
+    g = {"sm_mhz_median": 1860.0, "power_w_median": 650.0}
+    assert est.clock_text([], None) == ""
+    assert est.clock_text([g], dict(g, sm_mhz_median=1965.0)) == \
+        "; SM MHz real 1860, replay 1965; W real 650, replay 650"
 
 
 def test_megatron_args_reach_the_recording_and_the_replay(tmp_path):
