@@ -406,8 +406,8 @@ class CudaDevice final : public StreamDevice {
   static constexpr int kMaxDevices = 64;
   unsigned long long* arrivals_[kMaxDevices] = {};  // per device, kept for the process's life
   static constexpr unsigned long long kScratchHalfVectors = (64ull << 20) / sizeof(uint4);  // 64 MiB per half
-  uint4* scratch_[kMaxDevices] = {};
-  cudaStream_t uploadStreams_[kMaxDevices] = {};  // kept for the process's life  // hold_traffic's memory, 128 MiB per device, allocated at its first use
+  uint4* scratch_[kMaxDevices] = {};  // hold_traffic's memory, 128 MiB per device, allocated at its first use
+  cudaStream_t uploadStreams_[kMaxDevices] = {};  // value replay's payload uploads, kept for the process's life
   double trafficNsPerVector_ = 0;     // measured by calibrate()
   std::atomic<uint64_t> nextArrival_{0};
   std::mutex mu_;
