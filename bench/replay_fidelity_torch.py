@@ -109,8 +109,8 @@ def parse_args(argv=None):
                         "over runs of the real and the replayed median step times (default: %(default)s)")
     p.add_argument("--megatron", default="/tmp/mlm", help="Megatron-LM checkout (default: %(default)s)")
     p.add_argument("--megatron-arg", action="append", default=[], metavar="ARG",
-                   help="an option for examples/megatron/run_gpt.sh in recording and replay, e.g. --megatron-arg=--gloo "
-                        "(Megatron's Gloo groups: stand-ins in the replay)")
+                   help="an option for examples/megatron/run_gpt.sh in recording and replay, e.g. "
+                        "--megatron-arg=--gloo (Megatron's Gloo groups: stand-ins in the replay)")
     p.add_argument("--checks", default="timing,value",
                    help="comma list of timing, value, profile (diagnosis: GPU time of compute, communication and "
                         "idle, real vs replay, from torch.profiler; ddp and fsdp2) (default: %(default)s)")
@@ -134,7 +134,8 @@ def parse_args(argv=None):
     p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of the replays, e.g. RANKLENS_COMPLETION=host_callback")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
-                   help="timing, profile and value: replay every recording once more per variant, with this environment "
+                   help="timing, profile and value: replay every recording once more per variant, with this "
+                        "environment "
                         "added, side by side with the plain replay (e.g. nccl-shape:RANKLENS_HOLD_BLOCKS=24,"
                         "RANKLENS_HOLD_THREADS=640); checks are reported per variant")
     p.add_argument("--launcher", choices=("ranklens", "survivor"), default="ranklens",
