@@ -146,7 +146,6 @@ int main(int argc, char** argv) {
   std::vector<double> tReal, tOurs;
   tReal.reserve(calls);
   tOurs.reserve(calls);
-  // Warm-up: event pools, lazy module loading, the trace writer.
   // One side's share of a step: a call of every rank (grouped when there are several); false on failure.
   auto side = [&](bool useOurs) {
     const bool grouped = ranks > 1;
@@ -157,6 +156,7 @@ int main(int argc, char** argv) {
         return false;
     return !grouped || groupEnd[useOurs]() == ncclSuccess;
   };
+  // Warm-up: event pools, lazy module loading, the trace writer.
   for (int i = 0; i < 2 * batch; ++i) {
     if (!side(false) || !side(true)) {
       fprintf(stderr, "record_host_overhead: warm-up ncclAllReduce failed\n");

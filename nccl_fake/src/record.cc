@@ -581,24 +581,28 @@ void flush() {
            "channels)", static_cast<unsigned long long>(clock->stats().pending));
     if (auto* writer = Runtime::get().writer()) {
       const ranklens::timing::KernelClockStats k = clock->stats();
-      writer->setCounter("kernel_clock_timed", k.timed);
-      writer->setCounter("kernel_clock_unmatched", k.unmatched);
-      writer->setCounter("kernel_clock_incomplete", k.incomplete);
-      writer->setCounter("kernel_clock_foreign_tasks", k.foreignTasks);
+      const std::pair<const char*, uint64_t> values[] = {{"kernel_clock_timed", k.timed},
+                                                         {"kernel_clock_unmatched", k.unmatched},
+                                                         {"kernel_clock_incomplete", k.incomplete},
+                                                         {"kernel_clock_foreign_tasks", k.foreignTasks}};
+      for (const auto& [name, value] : values) writer->setCounter(name, value);
     }
   }
   if (auto* writer = Runtime::get().writer()) {
     const ranklens::timing::RecorderStats s = rec->stats();
-    writer->setCounter("timings_measured", s.timed);
-    writer->setCounter("timings_captured_in_graph", s.captured);
-    writer->setCounter("timing_errors", s.timingErrors);
-    writer->setCounter("payloads_staged", s.payloadsStaged);
-    writer->setCounter("payload_bytes_staged", s.payloadBytesStaged);
-    writer->setCounter("payloads_skipped_staging_full", s.payloadsSkippedFull);
-    writer->setCounter("payloads_skipped_too_large", s.payloadsSkippedTooLarge);
-    writer->setCounter("payloads_skipped_captured", s.payloadsSkippedCaptured);
-    writer->setCounter("payload_copy_failures", s.payloadsFailed);
-    writer->setCounter("staging_waits", s.waitsForStaging);
+    const std::pair<const char*, uint64_t> values[] = {
+        {"timings_measured", s.timed},
+        {"timings_captured_in_graph", s.captured},
+        {"timing_errors", s.timingErrors},
+        {"payloads_staged", s.payloadsStaged},
+        {"payload_bytes_staged", s.payloadBytesStaged},
+        {"payloads_skipped_staging_full", s.payloadsSkippedFull},
+        {"payloads_skipped_too_large", s.payloadsSkippedTooLarge},
+        {"payloads_skipped_captured", s.payloadsSkippedCaptured},
+        {"payload_copy_failures", s.payloadsFailed},
+        {"staging_waits", s.waitsForStaging},
+    };
+    for (const auto& [name, value] : values) writer->setCounter(name, value);
   }
   Runtime::get().flushEvents();
 }

@@ -2,6 +2,7 @@
 // timing::KernelClock driven as NCCL's profiler drives it: tasks started inside a launch on the calling thread,
 // channels started and stopped later (here and on another thread), and the recording ending with channels missing.
 #include "ranklens/kernel_clock.h"
+#include "ranklens/events.h"
 #include "ranklens/recording.h"
 
 #include <gtest/gtest.h>
@@ -271,6 +272,19 @@ TEST(KernelClock, ManyThreadsLaunchWhileAProxyReportsChannels) {
   ASSERT_TRUE(clock.drain(1'000'000'000));
   ASSERT_EQ(out.timings.size(), static_cast<size_t>(kThreads * kCalls));
   for (const Timing& t : out.timings) EXPECT_EQ(t.durationNs, 201);
+}
+
+// The calls the kernel clock times, by NCCL's spelling of their function; grouped Send/Recv ops keep events.
+TEST(KernelClockFunc, NcclNamesAndNoneForGroupedOps) {
+  using ranklens::events::Op;
+  using ranklens::timing::kernelClockFunc;
+  EXPECT_STREQ(kernelClockFunc(static_cast<int>(Op::kAllReduce)), "AllReduce");
+  EXPECT_STREQ(kernelClockFunc(static_cast<int>(Op::kReduceScatter)), "ReduceScatter");
+  EXPECT_STREQ(kernelClockFunc(static_cast<int>(Op::kRecv)), "Recv");
+  for (Op grouped : {Op::kAlltoAll, Op::kGather, Op::kScatter})
+    EXPECT_EQ(kernelClockFunc(static_cast<int>(grouped)), nullptr);
+  EXPECT_EQ(kernelClockFunc(-1), nullptr);
+  EXPECT_EQ(kernelClockFunc(static_cast<int>(Op::kRecv) + 1), nullptr);
 }
 
 }  // namespace

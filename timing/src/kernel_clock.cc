@@ -52,16 +52,11 @@ struct KernelClock::TaskRec {
 };
 
 const char* kernelClockFunc(int op) {
-  switch (static_cast<events::Op>(op)) {
-    case events::Op::kAllReduce: return "AllReduce";
-    case events::Op::kBroadcast: return "Broadcast";
-    case events::Op::kReduce: return "Reduce";
-    case events::Op::kAllGather: return "AllGather";
-    case events::Op::kReduceScatter: return "ReduceScatter";
-    case events::Op::kSend: return "Send";
-    case events::Op::kRecv: return "Recv";
-    default: return nullptr;
-  }
+  // NCCL's profiler spells its functions as the trace spells ops; AlltoAll, Gather and Scatter are grouped Send/Recv.
+  const auto o = static_cast<events::Op>(op);
+  if (o == events::Op::kAlltoAll || o == events::Op::kGather || o == events::Op::kScatter) return nullptr;
+  if (op < 0 || op > static_cast<int>(events::Op::kRecv)) return nullptr;
+  return events::opName(o);
 }
 
 KernelClock::KernelClock(Sink sink) : sink_(std::move(sink)) {}
