@@ -15,6 +15,8 @@ and a bucket-size what-if.
              (on_mismatch: estimate, history above, payload_max_bytes 0: no recorded control values) and compare with a real bucket-100 run (recorded, not in the
              history; target 3%). The real runs of 2 and 3 are run twice (--real-repeats) because the real step time
              varies between runs of one configuration; the error is reported against each and their mean.
+Every replay gets --replay-env; each --variant replays parts 2 and 3 once more with its environment on top, judged
+against the same real runs (e.g. NCCL-shaped holds beside the default one-warp holds).
 
 Outputs --json (default bench/results/estimator/estimator_torch.json), a combined log next to it, the history and
 the eval JSON under --work.
@@ -86,6 +88,10 @@ def parse_args(argv=None):
                    help="extra environment of the recordings, e.g. RANKLENS_TIMING_CLOCK=kernel")
     p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of the replays, e.g. RANKLENS_HOLD_FROM=start")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
+                   help="heldout and whatif: replay once more per variant with this environment added, side by side "
+                        "with the plain replay against the same real runs (e.g. nccl-shape:RANKLENS_HOLD_BLOCKS=24,"
+                        "RANKLENS_HOLD_THREADS=544); checks are reported per variant")
     p.add_argument("--sample-gpu", action="store_true",
                    help="sample every GPU's SM clock and power during each run (nvidia-smi, every 500 ms); the step "
                         "checks then show the real and replayed clocks (a lone replayed GPU may run faster)")
@@ -96,6 +102,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.micro_batch_scale < 1:
         p.error("--micro-batch-scale must be >= 1")
+    args.variants = rfz.parse_variants(p, args.variant)
     args.lib, args.ranklens, args.json = map(os.path.abspath, (args.lib, args.ranklens, args.json))
     return args
 
@@ -202,9 +209,14 @@ class EstimatorBench:
                      f"{counters.get('replay_estimated')} of {counters.get('replay_calls')} calls)"
                      f"{clock_text(real_gpu, replay_gpu)} -> {'PASS' if c['pass'] else 'FAIL'}")
 
-    def replay(self, name: str, trace: str, cfg, env: dict[str, str]) -> dict:
-        self.rf.args.replay_env = [f"{k}={v}" for k, v in env.items()]
-        return self.rf.replay_all(name, cfg[0], "timing", trace, lambda r: train_args(cfg, self.args.steps))
+    def replay(self, name: str, trace: str, cfg, env: dict[str, str], variant: str) -> dict:
+        """One replay of every rank: --replay-env, then `env` (this part's settings), then the variant's."""
+        label = name if variant == "plain" else f"{name}-{variant}"
+        return self.rf.replay_all(label, cfg[0], "timing", trace, lambda r: train_args(cfg, self.args.steps),
+                                  variant_env={**env, **self.args.variants[variant]})
+
+    def variant_extra(self, variant: str) -> dict:
+        return {"variant": variant, "variant_env": self.args.variants[variant]}
 
     def part_heldout(self):
         name, cfg = self.held_out
@@ -212,11 +224,13 @@ class EstimatorBench:
         for i in range(1, self.args.real_repeats):
             self.record(name, cfg, run_name=f"{name}-again{i}")
         for target in self.args.targets.split(","):
-            rep = self.replay(f"{name}-estimated-{target}", trace, cfg,
-                              {"RANKLENS_TIMING": "estimated", "RANKLENS_HISTORY": self.history,
-                               "RANKLENS_ESTIMATE_TARGET": target})
-            self.compare_steps(f"estimated_timing[{target}]", name, rep, {"config": name, "estimate_target": target},
-                               0.025)
+            for variant in self.args.variants:
+                rep = self.replay(f"{name}-estimated-{target}", trace, cfg,
+                                  {"RANKLENS_TIMING": "estimated", "RANKLENS_HISTORY": self.history,
+                                   "RANKLENS_ESTIMATE_TARGET": target}, variant)
+                self.compare_steps(f"estimated_timing[{target}{'' if variant == 'plain' else ', ' + variant}]",
+                                   name, rep, {"config": name, "estimate_target": target,
+                                               **self.variant_extra(variant)}, 0.025)
 
     def part_whatif(self):
         recorded, (target, cfg) = self.what_if
@@ -226,10 +240,12 @@ class EstimatorBench:
             self.record(target, cfg, run_name=target if i == 0 else f"{target}-again{i}")
         # No recorded control payloads: DDP takes its rebuilt bucket layout from rank 0's broadcast, so the recorded
         # (bucket 25) layout would override the change being asked about (seen at b7db3a9: every call matched).
-        rep = self.replay(f"whatif-{recorded}-as-b100", self.traces[recorded], cfg,
-                          {"RANKLENS_ON_MISMATCH": "estimate", "RANKLENS_HISTORY": self.history,
-                           "RANKLENS_PAYLOAD_MAX_BYTES": "0"})
-        self.compare_steps("what_if_bucket_100", target, rep, {"recording": recorded}, 0.03)
+        for variant in self.args.variants:
+            rep = self.replay(f"whatif-{recorded}-as-b100", self.traces[recorded], cfg,
+                              {"RANKLENS_ON_MISMATCH": "estimate", "RANKLENS_HISTORY": self.history,
+                               "RANKLENS_PAYLOAD_MAX_BYTES": "0"}, variant)
+            self.compare_steps("what_if_bucket_100" + ("" if variant == "plain" else f"[{variant}]"), target, rep,
+                               {"recording": recorded, **self.variant_extra(variant)}, 0.03)
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,8 @@ process-level runs in the order
 
     baseline  plain torch, the wheel's NCCL (no LD_PRELOAD, no RANKLENS_* variable)
     timing    recorder, RANKLENS_PAYLOADS=none  (calls + GPU durations only)
+    kernel    the same with RANKLENS_TIMING_CLOCK=kernel (durations from NCCL's profiler; not in the default --arms)
+    small     recorder, RANKLENS_PAYLOADS=small (received buffers up to payload_max_bytes; not in the default)
     full      recorder, RANKLENS_PAYLOADS=all   (every received buffer too)
 
 repeated --repeats times. Each run's time is the mean over ranks of train_gpt.py's median_step_ms (steps after the
@@ -40,7 +42,8 @@ import record_bench_lib as lib  # noqa: E402
 REPO = lib.REPO
 TRAIN = "examples/torch/train_gpt.py"
 MODEL_ARGS = "--d-model 768 --layers 12 --heads 12 --vocab 50304 --seq-len 1024"
-ARMS = {"baseline": None, "timing": "none", "small": "small", "full": "all"}  # arm -> RANKLENS_PAYLOADS
+ARMS = {"baseline": None, "timing": "none", "kernel": "none", "small": "small", "full": "all"}  # -> RANKLENS_PAYLOADS
+ARM_ENV = {"kernel": {"RANKLENS_TIMING_CLOCK": "kernel"}}  # an arm's own variables, after --recorder-env
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -131,6 +134,7 @@ def arm_env(args, arm: str, trace_dir: str | None) -> tuple[dict[str, str], list
     for item in args.recorder_env:
         key, _, value = item.partition("=")
         env[key] = value
+    env.update(ARM_ENV.get(arm, {}))
     return env, [k for k in unset if k not in env]
 
 

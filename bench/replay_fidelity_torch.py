@@ -153,14 +153,20 @@ def parse_args(argv=None):
         if not sep or not key:
             p.error(f"--record-env {item!r}: want KEY=VALUE")
         args.record_env_map[key] = value
-    args.variants = {"plain": {}}
-    for v in args.variant:
+    args.variants = parse_variants(p, args.variant)
+    return args
+
+
+def parse_variants(p: argparse.ArgumentParser, items: list[str]) -> dict[str, dict[str, str]]:
+    """--variant NAME:KEY=VALUE[,KEY=VALUE...] items -> {"plain": {}, NAME: {KEY: VALUE}}; p.error on a bad one."""
+    variants: dict[str, dict[str, str]] = {"plain": {}}
+    for v in items:
         name, _, env = v.partition(":")
         pairs = [kv for kv in env.split(",") if kv]
-        if not name or name in args.variants or not pairs or any("=" not in kv for kv in pairs):
+        if not name or name in variants or not pairs or any("=" not in kv for kv in pairs):
             p.error(f"--variant {v!r}: expected a new NAME:KEY=VALUE[,KEY=VALUE...]")
-        args.variants[name] = dict(kv.split("=", 1) for kv in pairs)
-    return args
+        variants[name] = dict(kv.split("=", 1) for kv in pairs)
+    return variants
 
 
 def spread(values: list[float]) -> float | None:

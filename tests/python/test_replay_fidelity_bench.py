@@ -136,6 +136,35 @@ def test_estimator_bench_builds_its_replay_bench_with_every_option(tmp_path):
                                               str(tmp_path / "w2"), "--sample-gpu"])).rf.args.sample_gpu
 
 
+def test_estimator_replays_keep_replay_env_and_add_each_variant(tmp_path):
+    # (until session 10 the held-out and what-if replays dropped --replay-env: each replaced the replay bench's list)
+    import estimator_torch as est
+
+    args = est.parse_args(["--lib", "x", "--json", str(tmp_path / "est.json"), "--work", str(tmp_path / "work"),
+                           "--replay-env", "RANKLENS_HOLD_FROM=start", "--variant", "shape:RANKLENS_HOLD_BLOCKS=24"])
+    bench = est.EstimatorBench(args)
+    seen = []
+
+    def fake_replay_all(name, mode, fidelity, trace, train_for_rank, variant_env=None):
+        seen.append((name, dict(x.split("=", 1) for x in bench.rf.args.replay_env), variant_env))
+        return {"ranks": {r: {"rc": 0, "result": {"step_ms": [10.0] * 30}, "counters": {}} for r in range(2)}}
+
+    bench.rf.replay_all = fake_replay_all
+    bench.real["ddp-b40-mb6"] = [{0: 10.0, 1: 10.0}]
+    bench.traces["ddp-b40-mb6"] = "t"
+    bench.record = lambda name, cfg, run_name=None: "t"
+    bench.args.targets = "transfer"
+    bench.part_heldout()
+    assert [n for n, _, _ in seen] == ["ddp-b40-mb6-estimated-transfer", "ddp-b40-mb6-estimated-transfer-shape"]
+    for _, replay_env, _ in seen:
+        assert replay_env == {"RANKLENS_HOLD_FROM": "start"}
+    assert seen[0][2]["RANKLENS_ESTIMATE_TARGET"] == "transfer" and "RANKLENS_HOLD_BLOCKS" not in seen[0][2]
+    assert seen[1][2]["RANKLENS_HOLD_BLOCKS"] == "24" and seen[1][2]["RANKLENS_TIMING"] == "estimated"
+    checks = [c["check"] for c in bench.doc["checks"]]
+    assert checks == ["estimated_timing[transfer]"] * 2 + ["estimated_timing[transfer, shape]"] * 2
+    assert all(c["pass"] for c in bench.doc["checks"])
+
+
 def test_estimator_clock_text():
     import estimator_torch as est
 
