@@ -217,37 +217,6 @@ std::string parseHoldShared(const Input& in, Settings& s) {
   return "";
 }
 
-// off | BLOCKSxTHREADS[xSHARED_BYTES], e.g. NCCL's launch shape 24x544x103808.
-std::string parseOccupancy(const Input& in, Settings& s) {
-  const std::string expected = "off or BLOCKSxTHREADS[xSHARED_BYTES] such as 24x544x103808 (threads a multiple of 32)";
-  std::string text, err;
-  if (!scalarText(in, expected, text, err)) return err;
-  if (text == "off") {
-    s.occupancy_blocks = s.occupancy_threads = 0;
-    s.occupancy_shared_bytes = 0;
-    return "";
-  }
-  long long parts[3] = {0, 0, 0};
-  int n = 0;
-  bool wellFormed = true;
-  for (size_t at = 0; wellFormed;) {
-    const size_t x = text.find('x', at);
-    const std::string part = text.substr(at, x == std::string::npos ? std::string::npos : x - at);
-    wellFormed = n < 3 && !part.empty() && part.size() <= 9 &&
-                 part.find_first_not_of("0123456789") == std::string::npos;
-    if (wellFormed) parts[n++] = std::stoll(part);
-    if (x == std::string::npos) break;
-    at = x + 1;
-  }
-  if (!wellFormed || n < 2 || parts[0] < 1 || parts[0] > 1024 || parts[1] < 32 || parts[1] > 1024 ||
-      parts[1] % 32 != 0)
-    return badValue(in.where, "'" + text + "'", in.key, expected);
-  s.occupancy_blocks = static_cast<int>(parts[0]);
-  s.occupancy_threads = static_cast<int>(parts[1]);
-  s.occupancy_shared_bytes = std::min<long long>(parts[2], 1ll << 30);
-  return "";
-}
-
 // A list: a YAML sequence of scalars, or comma-separated text in the environment. Empty entries are refused.
 std::string parseList(const Input& in, const std::string& expected, std::vector<std::string>& out) {
   std::vector<std::string> items;
@@ -632,17 +601,6 @@ const KeyDesc kKeys[] = {
      "did in the real run when the recording was made with another program)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHoldFromNames, s.hold_from); },
      [](const Settings& s) { return std::string(toString(s.hold_from)); }},
-    {"estimate_occupancy", "RANKLENS_ESTIMATE_OCCUPANCY", "off",
-     "replay, experiment: beside each hold whose duration the estimator gave, a kernel of this shape (e.g. NCCL's "
-     "24x544x103808) on a side stream that the call's stream does not wait for, for the estimated duration with "
-     "waits for peers (estimate_target observed): NCCL's kernels keep their SMs while they wait for late peers, "
-     "which slows the compute beside them; the hold itself stays the transfer time",
-     parseOccupancy,
-     [](const Settings& s) {
-       if (s.occupancy_blocks == 0) return std::string("off");
-       return std::to_string(s.occupancy_blocks) + "x" + std::to_string(s.occupancy_threads) + "x" +
-              std::to_string(s.occupancy_shared_bytes);
-     }},
     {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
      "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
      "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",

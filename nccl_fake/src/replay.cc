@@ -38,7 +38,6 @@ struct Counters {
   uint64_t untimed = 0;  // matched, but the recording has no duration for it (captured in a graph, lost)
   uint64_t payloadsRestored = 0, payloadBytesRestored = 0, payloadFailures = 0, filledWithoutPayload = 0;
   uint64_t holds = 0, heldNs = 0, hostHeldNs = 0;
-  uint64_t occupancies = 0, occupancyNs = 0;  // estimate_occupancy
   uint64_t commsMatched = 0, commsUnmatched = 0, commsRebound = 0;
 };
 
@@ -49,8 +48,6 @@ struct Session {
   // Durations for calls without a recorded one: from `history`, or, without it, from the replayed recording.
   ranklens::timing::History history;
   std::unique_ptr<ranklens::timing::Estimator> estimator;
-  // estimate_occupancy: observed durations (waits for peers included) for the SM time beside estimated holds.
-  std::unique_ptr<ranklens::timing::Estimator> occupancyEstimator;
   bool estimateAll = false;  // timing: estimated
   int localWorldSize = -1;   // the recorded job's, for the estimator's locality (read once)
   ranklens::device::StreamDevice::Calibration calibration;
@@ -196,13 +193,6 @@ Session* load() {
       estimates.target = ranklens::timing::EstimateTarget::kObserved;
     }
     s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, estimates);
-    if (st.occupancy_blocks > 0 && st.completion != ranklens::config::Completion::kKernel) {
-      WARN("replay: estimate_occupancy needs completion: kernel (host callbacks run no kernels); it is off");
-    } else if (st.occupancy_blocks > 0) {
-      ranklens::timing::Estimator::Options observed = estimates;
-      observed.target = ranklens::timing::EstimateTarget::kObserved;
-      s->occupancyEstimator = std::make_unique<ranklens::timing::Estimator>(s->history, observed);
-    }
     s->localWorldSize = ranklens::timing::localWorldSize(m);
     auto& device = rt.device();
     if (s->fidelity != Fidelity::kStructure) s->calibration = device.calibrate();
@@ -288,17 +278,6 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
                              ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes, info.comm->name);
   if (e.extrapolated) s->counters.estimatesExtrapolated++;
   return e.durationNs;
-}
-
-// estimate_occupancy: how long NCCL's kernel would keep its SMs, waits for peers included (0 when off).
-int64_t occupancyEstimateNs(const Session& s, const CallInfo& info, uint64_t bytes, bool group) {
-  if (!s.occupancyEstimator) return 0;
-  const int nranks = info.comm->nRanks;
-  return std::max<int64_t>(
-      0, s.occupancyEstimator
-             ->estimate(static_cast<int>(info.op), nranks, ranklens::timing::crossesNodes(s.localWorldSize, nranks),
-                        bytes, info.comm->name, group)
-             .durationNs);
 }
 
 // The calibrated time of the copy restorePayload enqueued for the call (from pinned or from device memory), 0 if none.
@@ -540,7 +519,6 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
     if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;
   } else if (match != nullptr || s->policy == OnMismatch::kEstimate) {
     info->durationNs = estimateNs(s, *info, event.bytes);
-    info->occupancyNs = occupancyEstimateNs(*s, *info, event.bytes, false);
     info->estimated = true;
     c.estimated++;
   }
@@ -636,7 +614,7 @@ namespace {
 
 // `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory.
 ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, int64_t restoreNs, uint64_t groupId,
-                        uint64_t callBytes, int64_t occupancyNs) {
+                        uint64_t callBytes) {
   if (durationNs < 0) return ncclSuccess;
   const bool kernelTime = info.recorded != nullptr && !info.estimated && info.recorded->kernelClock;
   const int64_t ns = holdFor(*s, durationNs, restoreNs, info.arrival != 0, kernelTime);
@@ -656,18 +634,13 @@ ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, in
     std::lock_guard<std::mutex> lock(s->mu);
     s->counters.holds++;
     s->counters.heldNs += static_cast<uint64_t>(ns);
-    if (occupancyNs > 0) {
-      s->counters.occupancies++;
-      s->counters.occupancyNs += static_cast<uint64_t>(occupancyNs);
-    }
   }
-  if (ns == 0 && occupancyNs <= 0) return ncclSuccess;
+  if (ns == 0) return ncclSuccess;
   ranklens::device::HoldRequest hold;
   hold.nanoseconds = static_cast<uint64_t>(ns);
   hold.label = groupId ? "Group" : info.opName;
   hold.arrival = info.arrival;
   hold.callBytes = callBytes;
-  hold.occupancyNanoseconds = static_cast<uint64_t>(std::max<int64_t>(0, occupancyNs));
   if (Runtime::get().device().hold(hold, info.stream) != 0) {
     WARN("replay: %s: holding the stream for %ld ns failed: %s", info.opName, static_cast<long>(ns),
          ranklens::device::lastError().c_str());
@@ -746,7 +719,7 @@ ncclResult_t markArrivals(std::vector<CallInfo>* calls) {
 ncclResult_t holdCall(const CallInfo& info) {
   Session* s = session;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
-  return holdStream(s, info, info.durationNs, restoreCostNs(*s, info), 0, bytesOf(info), info.occupancyNs);
+  return holdStream(s, info, info.durationNs, restoreCostNs(*s, info), 0, bytesOf(info));
 }
 
 ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
@@ -760,30 +733,22 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
     if (std::find(done.begin(), done.end(), first.stream) != done.end()) continue;
     done.push_back(first.stream);
     int64_t duration = first.recorded && !first.estimated ? first.durationNs : -1;
-    int64_t occupancyNs = 0;
     int64_t restoreNs = 0;
     uint64_t bytes = 0;
     for (const CallInfo& c : calls) {
       if (c.stream != first.stream) continue;
       restoreNs += restoreCostNs(*s, c);
       bytes += bytesOf(c);
-      if (first.estimated && c.estimated) {
-        duration = std::max(duration, c.durationNs);
-        occupancyNs = std::max(occupancyNs, c.occupancyNs);
-      }
+      if (first.estimated && c.estimated) duration = std::max(duration, c.durationNs);
     }
     if (first.estimated) {
       const int nranks = first.comm->nRanks;
       const ranklens::timing::Estimate group = s->estimator->estimate(
           static_cast<int>(first.op), nranks, ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes,
           first.comm->name, true);
-      if (group.neighbours > 0 && !group.extrapolated) {  // from recorded groups
-        duration = group.durationNs;
-        if (s->occupancyEstimator) occupancyNs = occupancyEstimateNs(*s, first, bytes, true);
-      }
+      if (group.neighbours > 0 && !group.extrapolated) duration = group.durationNs;  // from recorded groups
     }
-    NCCLCHECK(holdStream(s, first, duration, restoreNs, first.recorded ? first.recorded->call.groupId : 1, bytes,
-                         occupancyNs));
+    NCCLCHECK(holdStream(s, first, duration, restoreNs, first.recorded ? first.recorded->call.groupId : 1, bytes));
   }
   return ncclSuccess;
 }
@@ -808,8 +773,6 @@ void finish() {
         {"replay_extra_calls", c.extra},
         {"replay_estimated", c.estimated},
         {"replay_estimates_extrapolated", c.estimatesExtrapolated},
-        {"replay_occupancies", c.occupancies},
-        {"replay_occupancy_ns", c.occupancyNs},
         {"replay_untimed", c.untimed},
         {"replay_holds", c.holds},
         {"replay_held_ns", c.heldNs},

@@ -80,8 +80,7 @@ void Runtime::load() {
       device_ = ranklens::device::makeCudaDevice(
           &why, completion,
           {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes, settings_.hold_traffic,
-           settings_.hold_from == ranklens::config::HoldFrom::kStart, settings_.occupancy_blocks,
-           settings_.occupancy_threads, settings_.occupancy_shared_bytes});
+           settings_.hold_from == ranklens::config::HoldFrom::kStart});
     if (device_ == nullptr && settings_.device == DeviceKind::kCuda) {
       status_ = ncclUnhandledCudaError;
       statusMessage_ = "device 'cuda' requested but no usable GPU: " + why + "; set RANKLENS_DEVICE=host or auto";

@@ -49,7 +49,7 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "staging_full", "timing_clock", "replay_trace", "on_mismatch", "completion",
                                            "host_time", "timing", "history", "estimate_target",
                                            "hold_blocks", "hold_threads", "hold_shared_bytes", "hold_traffic",
-                                           "hold_from", "estimate_occupancy",
+                                           "hold_from",
                                            "resync_window",
                                            "prefetch_bytes", "payload_device_bytes", "break_at"};
 
@@ -290,7 +290,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
             "payload_seqs, staging_bytes, staging_full, timing_clock, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
-            "hold_threads, hold_shared_bytes, hold_traffic, hold_from, estimate_occupancy, resync_window, "
+            "hold_threads, hold_shared_bytes, hold_traffic, hold_from, resync_window, "
             "prefetch_bytes, payload_device_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
 
@@ -582,12 +582,12 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
                                          "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
                                          "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_HOLD_TRAFFIC", "RANKLENS_HOLD_FROM",
-                                         "RANKLENS_ESTIMATE_OCCUPANCY", "RANKLENS_RESYNC_WINDOW",
+                                         "RANKLENS_RESYNC_WINDOW",
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip", "events",
-                                             "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
+                                             "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "64",
                                              "512MiB", "256MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
@@ -673,23 +673,6 @@ TEST(ConfigReplay, HoldShape) {
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.settings.hold_shared_bytes, 0);
   EXPECT_EQ(fromYaml("").settings.hold_shared_bytes, ranklens::config::kHoldSharedAuto);
-  r = fromYaml("estimate_occupancy: 24x544x103808\n");
-  ASSERT_TRUE(r.ok) << r.error;
-  EXPECT_EQ(r.settings.occupancy_blocks, 24);
-  EXPECT_EQ(r.settings.occupancy_threads, 544);
-  EXPECT_EQ(r.settings.occupancy_shared_bytes, 103808);
-  r = fromYaml("", {{"RANKLENS_ESTIMATE_OCCUPANCY", "16x512"}});
-  ASSERT_TRUE(r.ok) << r.error;
-  EXPECT_EQ(r.settings.occupancy_blocks, 16);
-  EXPECT_EQ(r.settings.occupancy_shared_bytes, 0);
-  EXPECT_EQ(fromYaml("estimate_occupancy: off\n").settings.occupancy_blocks, 0);
-  EXPECT_EQ(fromYaml("").settings.occupancy_blocks, 0);
-  for (const char* bad : {"24", "24x", "x544", "24x500", "0x544", "2000x544", "24x544x", "24x544x1x2", "24 x 544",
-                          "-1x32", "24x2048"}) {
-    r = fromYaml(std::string("estimate_occupancy: '") + bad + "'\n");
-    EXPECT_FALSE(r.ok) << bad;
-    EXPECT_NE(r.error.find("off or BLOCKSxTHREADS[xSHARED_BYTES]"), std::string::npos) << r.error;
-  }
   r = fromYaml("hold_traffic: 2.5\n");
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_DOUBLE_EQ(r.settings.hold_traffic, 2.5);

@@ -58,14 +58,6 @@ __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const uns
 // reserved shared memory to spare (beside nearly any kernel) and stamps the time.
 extern "C" __global__ void ranklens_HoldArrival(unsigned long long* arrival) { *arrival = ranklensGlobalTimer(); }
 
-// estimate_occupancy: keeps its SMs for `ns` from its own start, on a side stream, as an NCCL kernel keeps its SMs
-// while it waits for late peers. Every warp stays resident; one lane of each waits.
-extern "C" __global__ void ranklens_PeerWait(unsigned long long ns) {
-  const unsigned long long start = ranklensGlobalTimer();
-  if ((threadIdx.x & 31) != 0) return;
-  while (ranklensGlobalTimer() - start < ns) __nanosleep(500);
-}
-
 #define RANKLENS_HOLD_KERNELS(X) \
   X(AllReduce) X(Broadcast) X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) \
   X(Recv) X(Group) X(Hold)
@@ -146,7 +138,6 @@ class CudaDevice final : public StreamDevice {
     cudaFuncAttributes attributes;
     for (const auto& h : kHolds) cudaFuncGetAttributes(&attributes, h.kernel);
     cudaFuncGetAttributes(&attributes, ranklens_HoldArrival);
-    cudaFuncGetAttributes(&attributes, ranklens_PeerWait);
     // Shared memory per hold block. An SM's whole (auto with more than one block, or sm): no other kernel's block
     // fits beside it, as an NCCL channel's block keeps its SM (a persistent GEMM then waits for those SMs, as it
     // does for NCCL). More than the device allows is clamped to its limit.
@@ -162,14 +153,6 @@ class CudaDevice final : public StreamDevice {
         ok = ok && cudaFuncSetAttribute(h.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)) == cudaSuccess;
       if (ok) holdSharedBytes_ = bytes;
-    }
-    // estimate_occupancy's shared memory, clamped alike.
-    if (shape_.occupancySharedBytes > 0 && cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess) {
-      const size_t bytes = static_cast<size_t>(std::min<long long>(shape_.occupancySharedBytes, optin));
-      if (cudaFuncSetAttribute(ranklens_PeerWait, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)) == cudaSuccess)
-        occupancySharedBytes_ = bytes;
     }
     cudaFuncGetAttributes(&attributes, ranklensFill<uint16_t>);
     cudaFuncGetAttributes(&attributes, ranklensFill<uint32_t>);
@@ -208,8 +191,6 @@ class CudaDevice final : public StreamDevice {
     uint64_t arrival = request.arrival;
     if (arrival == 0 && (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0 || shape_.traffic > 0))
       if (int err = arrive(stream, &arrival)) return err;
-    if (request.occupancyNanoseconds > 0 && shape_.occupancyBlocks > 0)
-      if (int err = occupy(request.occupancyNanoseconds, stream)) return err;
     if (nanoseconds == 0) return 0;
     HoldTraffic traffic{};
     if (shape_.traffic > 0 && request.callBytes > 0)
@@ -370,38 +351,6 @@ class CudaDevice final : public StreamDevice {
   void describe(std::string* name, std::string* uuid) override { describeCurrentCudaDevice(name, uuid); }
 
  private:
-  // estimate_occupancy: a side stream of the stream's device waits for the point `stream` reached (an event), then
-  // runs ranklens_PeerWait; `stream` never waits for it. Not while `stream` is being captured into a graph: a fork
-  // that is not joined back would invalidate the capture.
-  int occupy(uint64_t nanoseconds, cudaStream_t stream) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (int err = check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing")) return err;
-    if (capture != cudaStreamCaptureStatusNone) return 0;
-    int device = 0;
-    if (int err = check(cudaGetDevice(&device), "cudaGetDevice")) return err;
-    if (device < 0 || device >= kMaxDevices) {
-      setError("cuda device: device ordinal " + std::to_string(device) + " out of range for the occupancy stream");
-      return 1;
-    }
-    // One event per device, recorded and waited for under the lock: a wait takes the event's state when enqueued.
-    std::lock_guard<std::mutex> lock(occupancyMu_);
-    if (occupancyStreams_[device] == nullptr) {
-      if (int err = check(cudaStreamCreateWithFlags(&occupancyStreams_[device], cudaStreamNonBlocking),
-                          "cudaStreamCreate (occupancy)"))
-        return err;
-      if (int err = check(cudaEventCreateWithFlags(&occupancyForks_[device], cudaEventDisableTiming),
-                          "cudaEventCreate (occupancy)"))
-        return err;
-    }
-    if (int err = check(cudaEventRecord(occupancyForks_[device], stream), "cudaEventRecord (occupancy)")) return err;
-    if (int err = check(cudaStreamWaitEvent(occupancyStreams_[device], occupancyForks_[device], 0),
-                        "cudaStreamWaitEvent (occupancy)"))
-      return err;
-    ranklens_PeerWait<<<static_cast<unsigned>(shape_.occupancyBlocks), static_cast<unsigned>(shape_.occupancyThreads),
-                        occupancySharedBytes_, occupancyStreams_[device]>>>(nanoseconds);
-    return check(cudaGetLastError(), "occupancy kernel launch");
-  }
-
   // The memory a hold moves: traffic x its call's bytes, no more than the hold's launch shape copies in its
   // duration (calibrate() measures the rate), so a hold is never lengthened by its traffic.
   int trafficFor(const HoldRequest& request, HoldTraffic* traffic) {
@@ -453,16 +402,12 @@ class CudaDevice final : public StreamDevice {
   const Completion completion_;
   const HoldShape shape_;
   size_t holdSharedBytes_ = 0;
-  size_t occupancySharedBytes_ = 0;
   static constexpr size_t kArrivalSlots = 1u << 16;
   static constexpr int kMaxDevices = 64;
   unsigned long long* arrivals_[kMaxDevices] = {};  // per device, kept for the process's life
   static constexpr unsigned long long kScratchHalfVectors = (64ull << 20) / sizeof(uint4);  // 64 MiB per half
   uint4* scratch_[kMaxDevices] = {};  // hold_traffic's memory, 128 MiB per device, allocated at its first use
   cudaStream_t uploadStreams_[kMaxDevices] = {};  // value replay's payload uploads, kept for the process's life
-  cudaStream_t occupancyStreams_[kMaxDevices] = {};  // estimate_occupancy's side streams, kept for the process's life
-  cudaEvent_t occupancyForks_[kMaxDevices] = {};
-  std::mutex occupancyMu_;
   double trafficNsPerVector_ = 0;     // measured by calibrate()
   std::atomic<uint64_t> nextArrival_{0};
   std::mutex mu_;

@@ -51,10 +51,6 @@ class HostDevice final : public StreamDevice {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.holds++;
     stats_.heldNanoseconds += request.nanoseconds;
-    if (request.occupancyNanoseconds > 0) {
-      stats_.occupancies++;
-      stats_.occupancyNanoseconds += request.occupancyNanoseconds;
-    }
     return 0;
   }
 

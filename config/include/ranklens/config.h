@@ -86,10 +86,6 @@ struct Settings {
   long long hold_shared_bytes = -1;         // dynamic shared memory per hold block; kHoldSharedAuto, kHoldSharedSm
   double hold_traffic = 0;                  // device memory each hold moves per byte of its call (experiment)
   HoldFrom hold_from = HoldFrom::kArrival;
-  // estimate_occupancy: a kernel of this shape beside each estimated hold, on a side stream, for the estimated
-  // duration with waits for peers (NCCL's kernels hold their SMs while they wait); 0 blocks: off.
-  int occupancy_blocks = 0, occupancy_threads = 0;
-  long long occupancy_shared_bytes = 0;
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
   unsigned long long payload_device_bytes = 256ull << 20;  // device memory payloads are staged in ahead of use

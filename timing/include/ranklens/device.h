@@ -24,9 +24,6 @@ struct HoldRequest {
   const char* label = "Hold";  // names the kernel in profilers: ranklens_<label>
   uint64_t arrival = 0;        // a mark from StreamDevice::arrive() enqueued earlier on the stream, 0 none
   uint64_t callBytes = 0;      // the call's buffer size, for holds that move memory as NCCL does (HoldShape)
-  // estimate_occupancy: how long a kernel of the occupancy shape keeps its SMs beside the hold, on a side stream
-  // that `stream` does not wait for (0: none). Skipped while the stream is being captured into a graph.
-  uint64_t occupancyNanoseconds = 0;
 };
 
 class StreamDevice {
@@ -93,7 +90,6 @@ enum class Completion { kKernel, kHostCallback };
 
 struct HostStats {
   uint64_t copies = 0, fills = 0, holds = 0, bytesCopied = 0, bytesFilled = 0, heldNanoseconds = 0;
-  uint64_t occupancies = 0, occupancyNanoseconds = 0;
 };
 
 // Host memory, effects applied synchronously in call order (a host "stream" is the calling thread); holds are
@@ -114,9 +110,6 @@ struct HoldShape {
   double traffic = 0;
   // hold_from: start. arrive() makes no marks: every hold counts from its own start, even when it waits for SMs.
   bool fromStart = false;
-  // estimate_occupancy's kernel (0 blocks: none): every warp resident, one lane waiting, from the kernel's start.
-  int occupancyBlocks = 0, occupancyThreads = 0;
-  long long occupancySharedBytes = 0;
   static constexpr long long kSharedAuto = -1;  // an SM's whole shared memory when blocks > 1, none for one block
   static constexpr long long kSharedSm = -2;    // an SM's whole shared memory (nothing else fits on a held SM)
 };
