@@ -31,7 +31,7 @@ constexpr const char* kTimingClockNames[] = {"events", "kernel"};
 constexpr const char* kHoldFromNames[] = {"arrival", "start"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
-constexpr const char* kHostTimeNames[] = {"replay", "ignore"};
+constexpr const char* kHostTimeNames[] = {"replay", "own", "ignore"};
 constexpr const char* kTimingSourceNames[] = {"recorded", "estimated"};
 constexpr const char* kEstimateTargetNames[] = {"observed", "transfer"};
 
@@ -536,7 +536,9 @@ const KeyDesc kKeys[] = {
      [](const Settings& s) { return std::string(toString(s.completion)); }},
     {"host_time", "RANKLENS_HOST_TIME", "replay",
      "replay (timing, value): a call keeps the calling thread at least as long as the recorded call did (replay: "
-     "host-bound ranks keep their pace, e.g. when NCCL's flow control held the thread for peers), or returns at once "
+     "host-bound ranks keep their pace, e.g. when NCCL's flow control held the thread for peers), at least as long "
+     "as the call's own cost (own: the recorded time, capped at twice the 10th percentile of its operation's; more "
+     "was a wait for a full CUDA launch queue, which the replayed program meets by itself), or returns at once "
      "(ignore)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHostTimeNames, s.host_time); },
      [](const Settings& s) { return std::string(toString(s.host_time)); }},

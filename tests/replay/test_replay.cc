@@ -39,27 +39,32 @@ const std::string& tmpRoot() {
   return root;
 }
 
+// A recording of the scenario as rank 1 of 4 under `name`, the fake real NCCL spinning 200 us per call unless
+// `extra` says otherwise.
+Recorded recordScenario(const std::string& name, const std::map<std::string, std::string>& extra = {}) {
+  Recorded r;
+  r.root = tmpRoot() + "/" + name;
+  const std::string out = tmpRoot() + "/" + name + ".out";
+  std::map<std::string, std::string> env = {{"RANKLENS_MODE", "record"},
+                                            {"RANKLENS_DEVICE", "host"},
+                                            {"RANKLENS_REAL_NCCL", FAKE_REAL_NCCL},
+                                            {"RANKLENS_TRACE_DIR", r.root},
+                                            {"RANKLENS_PAYLOADS", "all"},
+                                            {"RANK", "1"},
+                                            {"WORLD_SIZE", "4"},
+                                            {"FAKE_REAL_NCCL_SPIN_US", "200"},
+                                            {"SCENARIO_OUT", out}};
+  for (const auto& [k, v] : extra) env[k] = v;
+  auto run = trace_test::runWithEnv(env, "'" REPLAY_SCENARIO "'");
+  r.status = run.status;
+  r.log = run.output;
+  r.output = slurp(out);
+  return r;
+}
+
 // One recording shared by the tests (deterministic: the fake library's results depend only on the inputs).
 const Recorded& recording() {
-  static const Recorded rec = [] {
-    Recorded r;
-    r.root = tmpRoot() + "/recorded";
-    const std::string out = tmpRoot() + "/recorded.out";
-    auto run = trace_test::runWithEnv({{"RANKLENS_MODE", "record"},
-                                       {"RANKLENS_DEVICE", "host"},
-                                       {"RANKLENS_REAL_NCCL", FAKE_REAL_NCCL},
-                                       {"RANKLENS_TRACE_DIR", r.root},
-                                       {"RANKLENS_PAYLOADS", "all"},
-                                       {"RANK", "1"},
-                                       {"WORLD_SIZE", "4"},
-                                       {"FAKE_REAL_NCCL_SPIN_US", "200"},
-                                       {"SCENARIO_OUT", out}},
-                                      "'" REPLAY_SCENARIO "'");
-    r.status = run.status;
-    r.log = run.output;
-    r.output = slurp(out);
-    return r;
-  }();
+  static const Recorded rec = recordScenario("recorded");
   return rec;
 }
 
@@ -342,6 +347,29 @@ TEST(ReplayEstimated, EstimateTargetTransferHoldsForTheTransferTimes) {
   const double observed = heldNs("estimated-observed", "observed"), transfer = heldNs("estimated-transfer", "transfer");
   ASSERT_GT(observed, 0);
   EXPECT_NEAR(transfer / observed, 0.5, 0.15);
+}
+
+// host_time: own replays each call's own host cost. In this recording every 4th data-moving call of the fake real
+// NCCL spins 5 ms instead of 200 us, as a launch does behind a full CUDA launch queue: `replay` holds the thread for
+// all of it, `own` for its operation's typical cost (and counts the rest), `ignore` for nothing.
+TEST(ReplayHostTime, OwnLeavesOutHostTimeAboveTheOperationsTypicalCost) {
+  static const Recorded slow = recordScenario("recorded-slow", {{"FAKE_REAL_NCCL_SLOW_EVERY", "4:5000"}});
+  ASSERT_EQ(slow.status, 0) << slow.log;
+  auto run = [&](const std::string& name, const char* hostTime) {
+    Replayed r = replay(name, {{"RANKLENS_REPLAY_TRACE", slow.root}, {"RANKLENS_FIDELITY", "timing"},
+                               {"RANKLENS_HOST_TIME", hostTime}});
+    EXPECT_EQ(r.run.status, 0) << r.run.output;
+    return readTrace(r.traceDir);
+  };
+  const Trace all = run("host-replay", "replay"), own = run("host-own", "own"), none = run("host-ignore", "ignore");
+  const double capped = static_cast<double>(own.counter("replay_host_capped_ns"));
+  EXPECT_GT(capped, 2 * 4'000'000.0);  // several 5 ms calls held for about 0.4 ms each
+  EXPECT_EQ(all.counter("replay_host_capped_ns"), 0u);
+  const double saved =
+      static_cast<double>(all.counter("replay_host_held_ns")) - static_cast<double>(own.counter("replay_host_held_ns"));
+  EXPECT_NEAR(saved, capped, 0.1 * capped);
+  EXPECT_GT(own.counter("replay_host_held_ns"), 0u);  // the typical cost is still replayed
+  EXPECT_EQ(none.counter("replay_host_held_ns"), 0u);
 }
 
 TEST(ReplayMismatch, WrongRankIsRefusedWithTheRecordedRanks) {

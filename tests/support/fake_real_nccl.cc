@@ -43,6 +43,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -289,13 +290,23 @@ size_t typeSize(ncclDataType_t type) {
 }
 
 // FAKE_REAL_NCCL_SPIN_US: how long each data-moving call busy-waits (read once), so that durations look plausible.
+// FAKE_REAL_NCCL_SLOW_EVERY=K:US: every K-th of them waits US instead (a launch held up by a full queue).
 void spin() {
   static const long us = [] {
     const char* value = getenv("FAKE_REAL_NCCL_SPIN_US");
     return value ? atol(value) : 0L;
   }();
-  if (us <= 0) return;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  static const std::pair<long, long> slow = [] {
+    const char* value = getenv("FAKE_REAL_NCCL_SLOW_EVERY");
+    long every = 0, slowUs = 0;
+    if (value == nullptr || sscanf(value, "%ld:%ld", &every, &slowUs) != 2) return std::pair<long, long>{0, 0};
+    return std::pair<long, long>{every, slowUs};
+  }();
+  static std::atomic<long> calls{0};
+  const long n = ++calls;
+  const long wait = slow.first > 0 && n % slow.first == 0 ? slow.second : us;
+  if (wait <= 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(wait);
   while (std::chrono::steady_clock::now() < until) {
   }
 }

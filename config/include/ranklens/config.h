@@ -34,7 +34,7 @@ enum class TimingSource { kRecorded, kEstimated };
 // Replay: which duration an estimate stands for (timing::EstimateTarget).
 enum class EstimateTarget { kObserved, kTransfer };
 // Replay: whether a call keeps the calling thread as long as the recorded call did.
-enum class HostTime { kReplay, kIgnore };
+enum class HostTime { kReplay, kOwn, kIgnore };
 // Replay: where a hold's duration is counted from: its stream's arrival at the call, or the hold's own start.
 enum class HoldFrom { kArrival, kStart };
 
