@@ -141,9 +141,9 @@ std::string settingText(const ranklens::config::Settings& settings, const std::s
 
 // host_time: own. A call's own host cost is what its operation took when its launch did not wait: twice the 10th
 // percentile of the recorded host times of that operation (groups: of all groups), from 5 calls on. In a GPU-bound
-// run most calls wait for a full CUDA launch queue inside NCCL (measured: ~600 us per DDP call at micro-batch 32
-// against 30-46 us at micro-batch 8); the replayed program meets that back-pressure itself, and holding the thread
-// for it again can leave the GPU idle.
+// run calls take long on the host (~600 us held per DDP call at micro-batch 32, 30-46 us recorded at micro-batch 8),
+// most likely waiting for a full CUDA launch queue inside NCCL; the replayed program meets that back-pressure
+// itself, and holding the thread for it again can leave the GPU idle.
 constexpr int kGroupHostKey = -1;
 std::map<int, int64_t> ownHostCaps(const ranklens::trace::Recording& recording) {
   std::map<int, std::vector<int64_t>> samples;
