@@ -538,8 +538,8 @@ const KeyDesc kKeys[] = {
      "replay (timing, value): a call keeps the calling thread at least as long as the recorded call did (replay: "
      "host-bound ranks keep their pace, e.g. when NCCL's flow control held the thread for peers), at least as long "
      "as the call's own cost (own: the recorded time, capped at twice the 10th percentile of its operation's; more "
-     "was a wait for a full CUDA launch queue, which the replayed program meets by itself), or returns at once "
-     "(ignore)",
+     "is most likely a wait for a full CUDA launch queue, which the replayed program meets by itself), or returns at "
+     "once (ignore)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHostTimeNames, s.host_time); },
      [](const Settings& s) { return std::string(toString(s.host_time)); }},
     {"timing", "RANKLENS_TIMING", "recorded",

@@ -57,7 +57,7 @@ struct Session {
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
   bool hostTime = true;
-  // host_time: own. The most host time replayed for a call of each operation (a group: -1 key), -1 or absent: no cap.
+  // host_time: own. The most host time replayed for a call of each operation (groups: kGroupHostKey); absent: no cap.
   std::map<int, int64_t> hostCaps;
   int window = 64;
   // timing fidelity restores the recorded payloads up to this size (the control values: sizes, flags, objects) so

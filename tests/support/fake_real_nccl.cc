@@ -43,8 +43,8 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "nccl_fake/profiler_plugin.h"  // the plugin interface's layout (RankLens's declaration of NCCL's v5)
