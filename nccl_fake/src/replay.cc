@@ -19,6 +19,7 @@
 
 #include "nccl_fake/runtime.h"
 #include "ranklens/estimator.h"
+#include "ranklens/host_time.h"
 #include "ranklens/payload_prefetcher.h"
 #include "ranklens/recording.h"
 
@@ -139,11 +140,7 @@ std::string settingText(const ranklens::config::Settings& settings, const std::s
   return "?";
 }
 
-// host_time: own. A call's own host cost is what its operation took when its launch did not wait: twice the 10th
-// percentile of the recorded host times of that operation (groups: of all groups), from 5 calls on. In a GPU-bound
-// run calls take long on the host (~600 us held per DDP call at micro-batch 32, 30-46 us recorded at micro-batch 8),
-// most likely waiting for a full CUDA launch queue inside NCCL; the replayed program meets that back-pressure
-// itself, and holding the thread for it again can leave the GPU idle.
+// host_time: own (timing::ownHostCapNs): the most host time replayed per operation of the recording, and for groups.
 constexpr int kGroupHostKey = -1;
 std::map<int, int64_t> ownHostCaps(const ranklens::trace::Recording& recording) {
   std::map<int, std::vector<int64_t>> samples;
@@ -158,9 +155,8 @@ std::map<int, int64_t> ownHostCaps(const ranklens::trace::Recording& recording) 
   }
   std::map<int, int64_t> caps;
   for (auto& [key, v] : samples) {
-    if (v.size() < 5) continue;
-    std::nth_element(v.begin(), v.begin() + v.size() / 10, v.end());
-    caps[key] = 2 * v[v.size() / 10];
+    const int64_t cap = ranklens::timing::ownHostCapNs(std::move(v));
+    if (cap >= 0) caps[key] = cap;
   }
   return caps;
 }

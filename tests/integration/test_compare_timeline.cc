@@ -258,7 +258,7 @@ std::string CompareTimeline::root_;
 
 TEST_F(CompareTimeline, IdenticalCallsMatchAndStepErrorsSkipWarmup) {
   const json doc = compareJson("identical/rank1", 0);
-  EXPECT_EQ(doc["format_version"], "1.1");
+  EXPECT_EQ(doc["format_version"], "1.2");
   EXPECT_EQ(doc["match"], true);
   EXPECT_EQ(doc["estimated"]["count"], 0);
   EXPECT_EQ(doc["recorded"]["mode"], "record");
@@ -302,10 +302,14 @@ TEST_F(CompareTimeline, IdenticalCallsMatchAndStepErrorsSkipWarmup) {
   EXPECT_EQ(allReduce["median_ns"], 6'000);
   EXPECT_EQ(allReduce["p90_ns"], 10'000);
   EXPECT_EQ(allReduce["max_ns"], 10'000);
+  // host_time: own: twice the 10th percentile (2 us of 1..10 us) caps the rest: 1 + 2 + 3 + 4 + 6 x 4 us.
+  EXPECT_EQ(allReduce["own_cap_ns"], 4'000);
+  EXPECT_EQ(allReduce["own_sum_ns"], 34'000);
   const json& group = doc["recorded_host_time"][1];
   EXPECT_EQ(group["what"], "Group");
   EXPECT_EQ(group["calls"], kSteps);
   EXPECT_EQ(group["sum_ns"], kSteps * 20'000);
+  EXPECT_EQ(group["own_sum_ns"], kSteps * 20'000);  // all alike: none above the cap
 }
 
 TEST_F(CompareTimeline, WarmupStepsOption) {

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "ranklens/host_time.h"
 #include "trace_log.h"
 
 namespace ranklens {
@@ -26,7 +27,7 @@ using events::Call;
 using events::CommInit;
 using nlohmann::json;
 
-constexpr const char* kJsonFormatVersion = "1.1";  // of the --json document: minor for added keys, major for changes
+constexpr const char* kJsonFormatVersion = "1.2";  // of the --json document: minor for added keys, major for changes
                                                      // (1.1: "estimated")
 
 // ------------------------------------------------------------------------------------------------ communicators
@@ -313,11 +314,18 @@ EstimatedCalls estimatedCalls(const EventLog& replayed) {
 }
 
 // The recorded host time of the NCCL calls (Call.hostNs outside groups, GroupEnd.hostNs for groups): how long each
-// kept its calling thread in the real job, which the replay reproduces (host_time: replay).
+// kept its calling thread in the real job, which the replay reproduces (host_time: replay), or up to a cap per
+// operation (host_time: own).
 struct HostTime {
   std::string what;     // op name, or "Group"
   std::vector<int64_t> ns;  // sorted
+  int64_t ownCap = -1;      // timing::ownHostCapNs; -1: none
   int64_t sum() const { return std::accumulate(ns.begin(), ns.end(), int64_t{0}); }
+  int64_t ownSum() const {
+    int64_t total = 0;
+    for (int64_t v : ns) total += ownCap >= 0 ? std::min(v, ownCap) : v;
+    return total;
+  }
   int64_t quantile(double q) const {
     return ns.empty() ? 0 : ns[std::min(ns.size() - 1, static_cast<size_t>(q * static_cast<double>(ns.size())))];
   }
@@ -333,6 +341,7 @@ std::vector<HostTime> hostTimes(const EventLog& recorded) {
   for (auto& [name, h] : byName) {
     h.what = name;
     std::sort(h.ns.begin(), h.ns.end());
+    h.ownCap = timing::ownHostCapNs(h.ns);
     out.push_back(std::move(h));
   }
   return out;
@@ -413,7 +422,8 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
   json host = json::array();
   for (const auto& h : c.host)
     host.push_back({{"what", h.what}, {"calls", h.ns.size()}, {"sum_ns", h.sum()}, {"median_ns", h.quantile(0.5)},
-                    {"p90_ns", h.quantile(0.9)}, {"max_ns", h.quantile(1.0)}});
+                    {"p90_ns", h.quantile(0.9)}, {"max_ns", h.quantile(1.0)},
+                    {"own_cap_ns", h.ownCap >= 0 ? json(h.ownCap) : json(nullptr)}, {"own_sum_ns", h.ownSum()}});
 
   json estimatedPerOp = json::object(), estimatedList = json::array();
   for (const auto& [op, n] : c.estimated.perOp) estimatedPerOp[opText(op)] = n;
@@ -558,13 +568,17 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
   if (!c.host.empty()) {
     out << "\n" << std::left << std::setw(22) << "recorded host time" << std::right << std::setw(8) << "calls"
         << std::setw(14) << "sum" << std::setw(12) << "median" << std::setw(12) << "p90" << std::setw(12) << "max"
-        << "   (time on the calling thread; the replay keeps each call at least this long)\n";
+        << std::setw(12) << "own cap" << std::setw(14) << "own sum"
+        << "   (time on the calling thread; the replay keeps each call at least this long, with host_time: own at "
+           "most the cap)\n";
     for (const auto& h : c.host)
       out << "  " << std::left << std::setw(20) << h.what << std::right << std::setw(8) << h.ns.size()
           << std::setw(14) << msText(static_cast<double>(h.sum())) << std::setw(12)
           << msText(static_cast<double>(h.quantile(0.5))) << std::setw(12)
           << msText(static_cast<double>(h.quantile(0.9))) << std::setw(12)
-          << msText(static_cast<double>(h.quantile(1.0))) << "\n";
+          << msText(static_cast<double>(h.quantile(1.0))) << std::setw(12)
+          << (h.ownCap >= 0 ? msText(static_cast<double>(h.ownCap)) : std::string("-")) << std::setw(14)
+          << msText(static_cast<double>(h.ownSum())) << "\n";
   }
   out << "\nresult: " << (c.matches() ? "match" : "differ") << "\n";
 }
