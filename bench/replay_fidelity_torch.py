@@ -360,7 +360,11 @@ class Bench:
         # The GPU this rank ran on: its local rank in the job, rank % visible GPUs in the replays.
         gpu = {"real": (rec.get("gpu") or {}).get(str(rank)),
                "replay": (rep.get("gpu") or {}).get(str(rank % rep.get("gpus", 1)))}
-        return {"step_times": source, "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "gpu": gpu,
+        counters = rep["ranks"][rank].get("counters") or {}
+        # The thread held for recorded host time (host_time), per step: where it nears the step-time error, the
+        # recorded host time was likely a wait for a full launch queue (docs/frameworks.md).
+        host_ms = counters.get("replay_host_held_ns")
+        return {"host_held_ms_per_step": host_ms / 1e6 / a.steps if host_ms is not None else None,"step_times": source, "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "gpu": gpu,
                 "median_step_error": (m_rep - m_real) / m_real if m_real and m_rep else None,
                 "marker_median_step_error": markers.get("median_relative_error"),
                 "median_abs_per_step_error": statistics.median([abs(e) for e in per_step]) if per_step else None,
@@ -403,6 +407,9 @@ class Bench:
                      **(runs[0] if len(runs) == 1 else {"runs": runs}),
                      "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "median_step_error": err,
                      "real_run_spread": spread(reals), "replay_run_spread": spread(replays),
+                     "host_held_ms_per_step": statistics.median(h) if (h := [
+                         r["host_held_ms_per_step"] for r in runs if r.get("host_held_ms_per_step") is not None])
+                     else None,
                      "signature_match": sig_ok,
                      "pass": bool(sig_ok and err is not None and abs(err) <= a.tolerance)}
             self.doc["checks"].append(check)
@@ -416,6 +423,7 @@ class Bench:
                          f"{len(runs)} run(s); per run {errors}{spreads}), error "
                          f"{err if err is None else f'{err * 100:+.2f}%'}"
                          f"; signatures: {runs[-1]['signature']}{'' if sig_ok else ' (a run did not match)'}"
+                         f"{'' if check['host_held_ms_per_step'] is None else '; host held %.1f ms/step' % check['host_held_ms_per_step']}"
                          f"{gpu_text(runs)} -> {'PASS' if check['pass'] else 'FAIL'}")
 
     def profile(self, mode: str):

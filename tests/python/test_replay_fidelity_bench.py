@@ -40,7 +40,7 @@ class FakeBench(rft.Bench):
     def timing_of(self, rec, rep, trace, calls, rank):
         real = rft.median_after(rec["results"][rank]["step_ms"], self.args.warmup)
         replay = rft.median_after(rep["ranks"][rank]["result"]["step_ms"], self.args.warmup)
-        return {"median_step_ms_real": real, "median_step_ms_replay": replay,
+        return {"median_step_ms_real": real, "median_step_ms_replay": replay, "host_held_ms_per_step": 2.0 * rank,
                 "median_step_error": (replay - real) / real, "signature_match": True, "signature": "all matched"}
 
     def sequence_problems(self, trace):
@@ -70,6 +70,22 @@ def test_each_recording_is_replayed_per_variant(tmp_path, no_trace_reading):
     assert checks[("nccl", 1)]["median_step_error"] == pytest.approx(0.03)
     assert not checks[("nccl", 1)]["pass"]
     assert checks[("nccl", 1)]["variant_env"] == {"RANKLENS_HOLD_BLOCKS": "24"}
+    assert checks[("plain", 1)]["host_held_ms_per_step"] == 2.0
+
+
+def test_timing_of_reports_the_host_held_per_step(tmp_path, monkeypatch):
+    # (replay_host_held_ns near the step-time error points at recorded launch-queue waits: docs/frameworks.md)
+    bench = rft.Bench(args_for(tmp_path))
+    monkeypatch.setattr(bench, "compare_steps", lambda trace, replayed, rank: {})
+    monkeypatch.setattr(rft.lib, "replay_signature_ok", lambda rank, calls: (True, "all matched"))
+    rec = {"results": {0: {"step_ms": [100.0] * 10}}}
+    rep = {"trace": "t", "ranks": {0: {"result": {"step_ms": [104.0] * 10},
+                                       "counters": {"replay_host_held_ns": 25_000_000}}}}
+    t = bench.timing_of(rec, rep, "t", {}, 0)
+    assert t["host_held_ms_per_step"] == pytest.approx(2.5)  # 25 ms over --steps 10
+    assert t["median_step_error"] == pytest.approx(0.04)
+    rep["ranks"][0]["counters"] = {}
+    assert bench.timing_of(rec, rep, "t", {}, 0)["host_held_ms_per_step"] is None
 
 
 def test_value_replays_the_recording_once_per_variant(tmp_path, no_trace_reading, monkeypatch):
