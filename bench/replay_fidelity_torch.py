@@ -195,6 +195,11 @@ def median_after(step_ms: list[float] | None, warmup: int) -> float | None:
     return statistics.median(step_ms[warmup:])
 
 
+def host_text(ms_per_step: float | None) -> str:
+    """'; host held X ms/step' (the replay's host_time holds), '' when unknown."""
+    return "" if ms_per_step is None else f"; host held {ms_per_step:.1f} ms/step"
+
+
 def gpu_text(runs: list[dict]) -> str:
     """'; SM MHz real a/b, replay c/d; W real ... ' from the runs' GPU samples (--sample-gpu), '' without them."""
     def values(side: str, key: str) -> str:
@@ -364,7 +369,8 @@ class Bench:
         # The thread held for recorded host time (host_time), per step: where it nears the step-time error, the
         # recorded host time was likely a wait for a full launch queue (docs/frameworks.md).
         host_ms = counters.get("replay_host_held_ns")
-        return {"host_held_ms_per_step": host_ms / 1e6 / a.steps if host_ms is not None else None,"step_times": source, "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "gpu": gpu,
+        return {"step_times": source, "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "gpu": gpu,
+                "host_held_ms_per_step": host_ms / 1e6 / a.steps if host_ms is not None else None,
                 "median_step_error": (m_rep - m_real) / m_real if m_real and m_rep else None,
                 "marker_median_step_error": markers.get("median_relative_error"),
                 "median_abs_per_step_error": statistics.median([abs(e) for e in per_step]) if per_step else None,
@@ -423,7 +429,7 @@ class Bench:
                          f"{len(runs)} run(s); per run {errors}{spreads}), error "
                          f"{err if err is None else f'{err * 100:+.2f}%'}"
                          f"; signatures: {runs[-1]['signature']}{'' if sig_ok else ' (a run did not match)'}"
-                         f"{'' if check['host_held_ms_per_step'] is None else '; host held %.1f ms/step' % check['host_held_ms_per_step']}"
+                         f"{host_text(check['host_held_ms_per_step'])}"
                          f"{gpu_text(runs)} -> {'PASS' if check['pass'] else 'FAIL'}")
 
     def profile(self, mode: str):
