@@ -35,13 +35,7 @@ std::string jobOf(const std::string& rankDir) {
   return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : dir.substr(0, slash);
 }
 
-namespace {
-
-// One collective of the job as every rank can name it: its communicator by creation call, size, color and order
-// among such communicators on the rank (the commId is per process), and its sequence.
-using InstanceKey = std::tuple<std::string, uint64_t>;
-
-std::map<uint64_t, std::string> communicatorNames(const trace::Recording& recording) {
+std::map<uint64_t, std::string> jobCommunicatorNames(const trace::Recording& recording) {
   std::map<std::string, int> seen;
   std::map<uint64_t, std::string> names;
   for (const auto& c : recording.comms()) {
@@ -50,6 +44,11 @@ std::map<uint64_t, std::string> communicatorNames(const trace::Recording& record
   }
   return names;
 }
+
+namespace {
+
+// One collective of the job as every rank can name it (jobCommunicatorNames) and its sequence.
+using InstanceKey = std::tuple<std::string, uint64_t>;
 
 // Each call's step phase: host time since the "step" marker before it over the time to the next one (-1 before the
 // first marker and after the last).
@@ -112,7 +111,7 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
   std::map<InstanceKey, int64_t> transfer;
   std::vector<std::map<uint64_t, std::string>> names;
   for (const trace::Recording* rec : ranks) {
-    names.push_back(communicatorNames(*rec));
+    names.push_back(jobCommunicatorNames(*rec));
     for (const auto& rc : rec->calls()) {
       if (rc.durationNs <= 0 || events::isP2p(static_cast<events::Op>(rc.call.op))) continue;
       auto [it, fresh] = transfer.emplace(InstanceKey{names.back()[rc.call.commId], rc.call.seq}, rc.durationNs);

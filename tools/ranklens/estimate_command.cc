@@ -12,6 +12,7 @@
 #include "ranklens/estimator.h"
 #include "ranklens/events.h"
 #include "ranklens/trace.h"
+#include "trace_log.h"
 
 namespace ranklens {
 namespace tools {
@@ -65,17 +66,7 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
 
 namespace {
 
-bool writeJson(const std::string& path, const nlohmann::json& doc) {
-  if (path.empty()) return true;
-  if (path == "-") {
-    std::cout << doc.dump(2) << "\n";
-    return true;
-  }
-  std::ofstream out(path);
-  out << doc.dump(2) << "\n";
-  if (!out) std::cerr << "error: cannot write " << path << "\n";
-  return static_cast<bool>(out);
-}
+bool writeJson(const std::string& path, const nlohmann::json& doc) { return writeOutput(path, doc.dump(2) + "\n"); }
 
 // Rank directories under each argument (itself when it is one).
 std::vector<std::string> rankDirectories(const std::vector<std::string>& args) {

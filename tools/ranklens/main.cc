@@ -28,6 +28,7 @@
 #include "ranklens/config.h"
 #include "ranklens/trace.h"
 #include "summary.h"
+#include "waits_command.h"
 #include "trace_log.h"
 #include "timeline.h"
 
@@ -320,6 +321,8 @@ int main(int argc, char** argv) {
   auto* summary = trace->add_subcommand("summary", "Per rank: communicators and call signatures with counts/bytes");
   summary->add_option("dir", summaryDir, "Trace directory (or one rank<R> directory)")->required();
   summary->add_flag("--json", summaryJson, "Machine-readable output");
+  ranklens::tools::WaitsOptions waitsOptions;
+  auto* waits = ranklens::tools::addWaitsCommand(*trace, &waitsOptions);
 
   ranklens::tools::CompareOptions compareOptions;
   auto* compare = ranklens::tools::addCompareCommand(app, &compareOptions);
@@ -344,6 +347,7 @@ int main(int argc, char** argv) {
     if (estimateCommands.eval->parsed()) return ranklens::tools::runEstimateEval(estimateOptions);
     if (estimateCommands.query->parsed()) return ranklens::tools::runEstimateQuery(estimateOptions);
     if (summary->parsed()) return ranklens::tools::printTraceSummary(summaryDir, summaryJson, std::cout, std::cerr);
+    if (waits->parsed()) return ranklens::tools::runWaits(waitsOptions);
     if (compare->parsed()) return ranklens::tools::runCompare(compareOptions, std::cout, std::cerr);
     if (timeline->parsed()) return ranklens::tools::runTimeline(timelineOptions, std::cerr);
     if (dump->parsed()) return runDumpConfig(configPath);

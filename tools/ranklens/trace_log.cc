@@ -2,7 +2,9 @@
 #include "trace_log.h"
 
 #include <algorithm>
+#include <fstream>
 #include <iomanip>
+#include <iostream>
 #include <sstream>
 
 namespace ranklens {
@@ -40,6 +42,18 @@ void warnAboutDamage(const EventLog& log, const std::string& consequence, std::o
         << consequence << "\n";
   if (!log.manifest.closed)
     err << "warning: " << log.directory << ": trace not closed (the process may have crashed)\n";
+}
+
+bool writeOutput(const std::string& path, const std::string& text) {
+  if (path.empty()) return true;
+  if (path == "-") {
+    std::cout << text;
+    return true;
+  }
+  std::ofstream out(path);
+  out << text;
+  if (!out) std::cerr << "error: cannot write " << path << "\n";
+  return static_cast<bool>(out);
 }
 
 bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* error) {

@@ -38,6 +38,10 @@ void warnAboutDamage(const EventLog& log, const std::string& consequence, std::o
 // picks it; without one, the root must hold exactly one rank). False with `error` otherwise.
 bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* error);
 
+// Writes `text` to `path` ("-": standard output; empty: nowhere). False, with an error on stderr naming the path,
+// when it cannot be written.
+bool writeOutput(const std::string& path, const std::string& text);
+
 // Earliest time of any record (CLOCK_MONOTONIC ns), 0 for an empty log: where a trace's timeline starts.
 int64_t firstRecordTimeNs(const EventLog& log);
 
