@@ -15,6 +15,7 @@
 #include "ranklens/estimator.h"
 #include "ranklens/events.h"
 #include "ranklens/trace.h"
+#include "recorded_rank.h"
 
 namespace ranklens {
 namespace timing {
@@ -301,19 +302,8 @@ TEST(Estimator, ASampledSizeIsItsMedianTransferOrItsTrimmedMeanObservedDuration)
 // Two ranks of one job: rank 0 arrives first and waits, rank 1 arrives last; the transfer time of each collective is
 // the shorter of the two, on both ranks' samples. P2P calls are not paired.
 void writeRank(const std::string& dir, int rank, const std::vector<int64_t>& allReduceNs, int64_t sendNs) {
-  ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
-  trace::Manifest m;
-  m.mode = "record";
-  m.rank = rank;
-  m.world_size = 2;
-  std::string error;
-  auto w = trace::TraceWriter::create(dir, m, {}, &error);
-  ASSERT_NE(w, nullptr) << error;
-  events::CommInit comm;
-  comm.nranks = 2;
-  comm.rank = rank;
-  comm.how = "init";
-  w->append(trace::RecordType::kCommInit, comm);
+  auto w = test::recordedRank(dir, rank, 2);
+  ASSERT_NE(w, nullptr);
   for (size_t i = 0; i < allReduceNs.size(); ++i) {
     const events::Call c = allReduce4KiB(i);
     w->append(trace::RecordType::kCall, c);

@@ -13,6 +13,7 @@
 #include "ranklens/peer_waits.h"
 #include "ranklens/recording.h"
 #include "ranklens/trace.h"
+#include "recorded_rank.h"
 
 namespace ranklens {
 namespace timing {
@@ -24,24 +25,13 @@ constexpr int64_t kStepNs = 1'000'000;
 // Per step k (markers at k ms): two AllReduces on the world communicator with the given durations, a Send, a grouped
 // AllReduce and an AllReduce on a one-rank communicator (none of them paired).
 void writeRank(const std::string& dir, int rank, const std::vector<int64_t>& allReduceNs, const char* marker) {
-  ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
-  trace::Manifest m;
-  m.mode = "record";
-  m.rank = rank;
-  m.world_size = 2;
-  std::string error;
-  auto w = trace::TraceWriter::create(dir, m, {}, &error);
-  ASSERT_NE(w, nullptr) << error;
-  events::CommInit world;
-  world.commId = 0;
-  world.nranks = 2;
-  world.rank = rank;
-  world.how = "init";
-  w->append(trace::RecordType::kCommInit, world);
-  events::CommInit self = world;
+  auto w = test::recordedRank(dir, rank, 2);
+  ASSERT_NE(w, nullptr);
+  events::CommInit self;
   self.commId = 1;
   self.nranks = 1;
   self.rank = 0;
+  self.parentId = 0;
   self.how = "split";
   w->append(trace::RecordType::kCommInit, self);
   auto call = [&](uint64_t comm, uint64_t seq, int op, int nranks, uint64_t group, int64_t at, int64_t ns) {
