@@ -325,7 +325,10 @@ TEST(PayloadPrefetcherDevice, AFailedUploadStopsDeviceStagingAndEveryPayloadStil
       expectPayload(p, order[i], i, nullptr, &onDevice);
       EXPECT_FALSE(onDevice) << i;
     }
-    EXPECT_EQ(p.stats().uploadFailures, 1u);
+    // Staging stops at the first failure; the other worker may have been enqueuing an upload at that moment, which
+    // fails too and is counted (seen once in a fresh-clone run: 2).
+    EXPECT_GE(p.stats().uploadFailures, 1u);
+    EXPECT_LE(p.stats().uploadFailures, static_cast<uint64_t>(options.threads));
     EXPECT_EQ(p.stats().fromDevice, 0u);
   }
   EXPECT_EQ(f.allocations.load(), f.frees.load());
