@@ -84,14 +84,7 @@ def parse_args(argv=None):
     p.add_argument("--history", help="an existing history file for the heldout and whatif parts (then leave out "
                                      "the history part); default: the one the history part builds under --work")
     p.add_argument("--timeout", type=float, default=200, help="seconds per run (default: %(default)s)")
-    p.add_argument("--record-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment of the recordings, e.g. RANKLENS_TIMING_CLOCK=kernel")
-    p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment of the replays, e.g. RANKLENS_HOLD_FROM=start")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
-                   help="heldout and whatif: replay once more per variant with this environment added, side by side "
-                        "with the plain replay against the same real runs (e.g. nccl-shape:RANKLENS_HOLD_BLOCKS=24,"
-                        "RANKLENS_HOLD_THREADS=544); checks are reported per variant")
+    rfz.add_env_options(p, "heldout and whatif: replay once more per variant against the same real runs")
     p.add_argument("--sample-gpu", action="store_true",
                    help="sample every GPU's SM clock and power during each run (nvidia-smi, every 500 ms); the step "
                         "checks then show the real and replayed clocks (a lone replayed GPU may run faster)")

@@ -129,15 +129,7 @@ def parse_args(argv=None):
                    help="seconds for the whole benchmark (0: none): no run starts unless the time spent plus the "
                         "longest run so far fits; timing checks then use the repeats completed and say so, and the "
                         "JSON and log are written as always (an outer timeout would lose the checks)")
-    p.add_argument("--record-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment of the recordings, e.g. RANKLENS_TIMING_CLOCK=kernel")
-    p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment of the replays, e.g. RANKLENS_COMPLETION=host_callback")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
-                   help="timing, profile and value: replay every recording once more per variant, with this "
-                        "environment "
-                        "added, side by side with the plain replay (e.g. nccl-shape:RANKLENS_HOLD_BLOCKS=24,"
-                        "RANKLENS_HOLD_THREADS=640); checks are reported per variant")
+    add_env_options(p, "timing, profile and value: replay every recording once more per variant")
     p.add_argument("--launcher", choices=("ranklens", "survivor"), default="ranklens",
                    help="ranklens: `ranklens record` / `ranklens replay` with the Python adapter (the product "
                         "path); survivor: environment set here and scripts/survivor.py (default: %(default)s)")
@@ -155,6 +147,18 @@ def parse_args(argv=None):
         args.record_env_map[key] = value
     args.variants = parse_variants(p, args.variant)
     return args
+
+
+def add_env_options(p: argparse.ArgumentParser, variant_scope: str) -> None:
+    """--record-env, --replay-env and --variant (parsed by parse_variants); this bench's and estimator_torch.py's."""
+    p.add_argument("--record-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment of the recordings, e.g. RANKLENS_TIMING_CLOCK=kernel")
+    p.add_argument("--replay-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment of every replay, e.g. RANKLENS_HOLD_FROM=start")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
+                   help=f"{variant_scope}, with this environment added, side by side with the plain replay (e.g. "
+                        "nccl-shape:RANKLENS_HOLD_BLOCKS=24,RANKLENS_HOLD_THREADS=544); checks are reported per "
+                        "variant")
 
 
 def parse_variants(p: argparse.ArgumentParser, items: list[str]) -> dict[str, dict[str, str]]:
