@@ -181,7 +181,7 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
       auto r = as<tr::Timing>(record);
       j = {{"commId", r.commId}, {"seq", r.seq}, {"op", r.op}, {"stream", r.stream}, {"groupId", r.groupId},
            {"startNs", r.startNs}, {"durationNs", r.durationNs}, {"captured", r.captured}, {"peer", r.peer},
-           {"eventNs", r.eventNs}, {"clock", r.clock}};
+           {"eventNs", r.eventNs}, {"clock", r.clock}, {"gapNs", r.gapNs}};
       return true;
     }
     case tr::RecordType::kPayloadRef: {

@@ -119,6 +119,16 @@ TEST(RecordCapture, CallsTimingsPayloadsGroupsAndLineage) {
     }
   }
   EXPECT_EQ(groupTimings, 2);
+  // Gaps (Timing.gapNs) from a communicator's previous collective outside groups: only comm 0's big AllReduce has
+  // one, from the end of its AllReduce seq 0, across the AllGather and the group (4 calls of 300 us).
+  for (const auto& timing : t.timings) {
+    if (timing.commId == 0 && timing.seq == 1 && timing.groupId == 0) {
+      EXPECT_GE(timing.gapNs, 1'100'000);
+      EXPECT_LT(timing.gapNs, 1'000'000'000);
+    } else {
+      EXPECT_EQ(timing.gapNs, -1) << "comm " << timing.commId << " seq " << timing.seq << " group " << timing.groupId;
+    }
+  }
 
   // Payloads: every received message up to 64 KiB (not the 128 KiB AllReduce, not the Send).
   ASSERT_EQ(t.payloads.size(), 5u);

@@ -32,6 +32,10 @@ struct CallRecorder::Span {
   std::vector<Staged> staged;
 };
 
+namespace {
+bool chained(const trace::Timing& t) { return t.groupId == 0 && t.peer < 0 && !t.captured; }
+}  // namespace
+
 CallRecorder::CallRecorder(RecordDevice& device, const Options& options, TimingSink timingSink,
                            PayloadSink payloadSink)
     : device_(device), options_(options), timingSink_(std::move(timingSink)),
@@ -53,6 +57,7 @@ void CallRecorder::stop() {
 CallRecorder::~CallRecorder() {
   drain(2'000'000'000);
   stop();
+  for (auto& [comm, kept] : chain_) giveEvents(kept.device, &kept.end, 1);
   for (Span* span : freeSpans_) delete span;
   for (auto& [dev, pool] : pools_)
     for (Event e : pool->free) device_.destroyEvent(e);
@@ -254,23 +259,40 @@ bool CallRecorder::complete(Span* span) {
   }
   trace::Timing timing = span->identity;
   int64_t ns = -1;
-  if (device_.elapsedNs(span->events[0], span->events[1], &ns) != 0) {
+  const bool timed = device_.elapsedNs(span->events[0], span->events[1], &ns) == 0;
+  if (!timed) {
     counters_.timingErrors++;
     timing.durationNs = timing.eventNs = -1;
   } else {
     counters_.timed++;
     timing.eventNs = timing.durationNs = ns;
+    if (chained(timing)) chainGap(span, &timing);
   }
   timingSink_(timing);
   for (const Staged& s : span->staged) {
     payloadSink_(s.ref, staging_ + s.offset, s.bytes);
     releaseStaging(s.offset, s.bytes);
   }
-  giveEvents(span->device, span->events, span->copies ? 3 : 2);
+  giveEvents(span->device, span->events, span->copies ? 3 : 2);  // a kept end event was taken out (chainGap)
   span->events[0] = span->events[1] = span->events[2] = nullptr;
   span->staged.clear();
   recycle(span);
   return true;
+}
+
+void CallRecorder::chainGap(Span* span, trace::Timing* timing) {
+  auto [it, fresh] = chain_.try_emplace(timing->commId);
+  ChainEnd& kept = it->second;
+  if (!fresh && kept.seq + 1 == timing->seq) {
+    int64_t gap = 0;
+    if (device_.elapsedNs(kept.end, span->events[0], &gap) == 0) timing->gapNs = gap;
+  }
+  // Spans of one communicator on different streams may complete out of order: only a later call replaces the end.
+  if (fresh || timing->seq > kept.seq) {
+    if (!fresh) giveEvents(kept.device, &kept.end, 1);
+    kept = {timing->seq, span->device, span->events[1]};
+    span->events[1] = nullptr;
+  }
 }
 
 void CallRecorder::run() {

@@ -76,7 +76,7 @@ def _zstandard():
 
 FORMAT_NAME = "ranklens-trace"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 3
+FORMAT_MINOR = 6
 SEGMENT_MAGIC = 0x47534C52  # "RLSG"
 PAYLOAD_MAGIC = 0x59504C52  # "RLPY"
 FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserved
@@ -145,7 +145,7 @@ RECORD_TYPES: Dict[int, Tuple[str, List[Tuple[str, str, Any]]]] = {
     6: ("GroupBegin", [("groupId", _U64, 0), ("timeNs", _I64, 0)]),
     7: ("Timing", [("commId", _U64, 0), ("seq", _U64, 0), ("op", _I32, 0), ("stream", _U64, 0), ("groupId", _U64, 0),
                    ("startNs", _I64, 0), ("durationNs", _I64, 0), ("captured", _B, False), ("peer", _I32, -1),
-                   ("eventNs", _I64, -1), ("clock", _I32, 0)]),
+                   ("eventNs", _I64, -1), ("clock", _I32, 0), ("gapNs", _I64, -1)]),
     8: ("PayloadRef", [("commId", _U64, 0), ("seq", _U64, 0), ("op", _I32, 0), ("datatype", _I32, 0),
                        ("count", _U64, 0), ("rawBytes", _U64, 0), ("file", _U32, 0), ("offset", _U64, 0),
                        ("compressedBytes", _U64, 0), ("rawCrc32", _U32, 0), ("zstdLevel", _I32, 0),

@@ -45,6 +45,7 @@ struct RecordedCall {
   // duration of the whole group on that stream and the others carry -1. -1: not measured (captured, lost).
   int64_t durationNs = -1;
   bool kernelClock = false;  // durationNs is NCCL's kernel time (Timing.clock), without the host launch
+  int64_t gapNs = -1;        // Timing.gapNs: since the communicator's previous collective ended; -1 unknown
   std::optional<PayloadRef> payload;
   uint64_t order = 0;  // submission order among all recorded calls of the rank
 };

@@ -25,8 +25,9 @@ namespace ranklens {
 namespace trace {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 5;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
-                                  // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces
+constexpr int kFormatMinor = 6;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
+                                  // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces;
+                                  // 1.6: Timing.gapNs
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
@@ -66,7 +67,10 @@ struct Timing {
   int peer = -1;            // Send/Recv: the peer (their sequences are per peer)
   int64_t eventNs = -1;     // 1.1: the CUDA-event interval around the call; -1 unknown (kernel clock)
   int clock = 0;            // 1.4: where durationNs comes from: kClockEvents, kClockKernel, kClockEstimated (1.5)
-  MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs, clock)
+  // 1.6: GPU time from the end of the communicator's previous collective (seq - 1, outside groups) to this call's
+  // start on its stream, events clock only; -1 unknown. How the rank's own work paced its collectives (peer_pacing).
+  int64_t gapNs = -1;
+  MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs, clock, gapNs)
 };
 
 // Where a call's received bytes are stored. A later reference to the same call (commId, kind, peer, seq; see

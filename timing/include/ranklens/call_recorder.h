@@ -107,6 +107,14 @@ class CallRecorder {
   void releaseStaging(size_t offset, size_t bytes);
   void run();
   bool complete(Span* span);  // background thread: false while the span's work is pending
+  // A communicator's last timed collective outside groups: its end event stays out of the pool until the next one's
+  // gap (Timing.gapNs) is measured from it.
+  struct ChainEnd {
+    uint64_t seq = 0;
+    int device = 0;
+    device::RecordDevice::Event end = nullptr;
+  };
+  void chainGap(Span* span, trace::Timing* timing);  // background thread: Timing.gapNs, and keeps the span's end
   void recycle(Span* span);
 
   device::RecordDevice& device_;
@@ -138,6 +146,7 @@ class CallRecorder {
         payloadsSkippedFull{0}, payloadsSkippedTooLarge{0}, payloadsSkippedCaptured{0}, payloadsFailed{0},
         waitsForStaging{0};
   } counters_;
+  std::map<uint64_t, ChainEnd> chain_;  // by communicator; background thread only (then the destructor)
   std::thread thread_;
 };
 
