@@ -29,6 +29,7 @@ constexpr const char* kPayloadsNames[] = {"none", "small", "all"};
 constexpr const char* kStagingFullNames[] = {"skip", "wait"};
 constexpr const char* kTimingClockNames[] = {"events", "kernel"};
 constexpr const char* kHoldFromNames[] = {"arrival", "start"};
+constexpr const char* kPeerPacingNames[] = {"off", "recorded"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "own", "ignore"};
@@ -603,6 +604,13 @@ const KeyDesc kKeys[] = {
      "did in the real run when the recording was made with another program)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHoldFromNames, s.hold_from); },
      [](const Settings& s) { return std::string(toString(s.hold_from)); }},
+    {"peer_pacing", "RANKLENS_PEER_PACING", "off",
+     "replay (timing, value; kernel holds): a collective ends the last arrival's recorded duration after the later "
+     "of this rank's arrival and its peers', each peer arriving its recorded gap after the communicator's previous "
+     "collective ended (recorded: needs every rank's recording, events clock, RankLens 1.6 traces), instead of this "
+     "rank's recorded duration after its own arrival (off)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kPeerPacingNames, s.peer_pacing); },
+     [](const Settings& s) { return std::string(toString(s.peer_pacing)); }},
     {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
      "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
      "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",
@@ -825,6 +833,7 @@ const char* toString(Payloads v) { return enumName(v, kPayloadsNames); }
 const char* toString(StagingFull v) { return enumName(v, kStagingFullNames); }
 const char* toString(TimingClock v) { return enumName(v, kTimingClockNames); }
 const char* toString(HoldFrom v) { return enumName(v, kHoldFromNames); }
+const char* toString(PeerPacing v) { return enumName(v, kPeerPacingNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }

@@ -21,6 +21,7 @@
 #include "ranklens/estimator.h"
 #include "ranklens/host_time.h"
 #include "ranklens/payload_prefetcher.h"
+#include "ranklens/peer_waits.h"
 #include "ranklens/recording.h"
 
 namespace nccl_fake {
@@ -42,6 +43,7 @@ struct Counters {
   uint64_t payloadsRestored = 0, payloadBytesRestored = 0, payloadFailures = 0, filledWithoutPayload = 0;
   uint64_t holds = 0, heldNs = 0, hostHeldNs = 0;
   uint64_t hostCappedNs = 0;  // host_time: own: recorded host time above the cap, not replayed
+  uint64_t pacedHolds = 0;    // peer_pacing: holds that knew their peers' pace
   uint64_t commsMatched = 0, commsUnmatched = 0, commsRebound = 0;
 };
 
@@ -61,6 +63,11 @@ struct Session {
   // host_time: own. The most host time replayed for a call of each operation (groups: kGroupHostKey); absent: no cap.
   std::map<int, int64_t> hostCaps;
   int window = 64;
+  // peer_pacing: recorded. Per recorded call (RecordedCall::order), how its peers paced it; per replayed
+  // communicator, its chain on the device (0: none).
+  bool pacing = false;
+  std::vector<ranklens::timing::PeerPace> paces;
+  std::map<uint64_t, uint64_t> chains;
   // timing fidelity restores the recorded payloads up to this size (the control values: sizes, flags, objects) so
   // that the rank takes the recorded path; value fidelity restores every recorded payload.
   uint64_t controlPayloadBytes = 0;
@@ -161,6 +168,46 @@ std::map<int, int64_t> ownHostCaps(const ranklens::trace::Recording& recording) 
   return caps;
 }
 
+// peer_pacing: recorded. Every rank of the replayed rank's trace root is read once; false (and why) when a rank is
+// missing or no call can be paced.
+bool loadPaces(Session* s, std::string* why) {
+  const auto& m = s->recording->manifest();
+  const std::string& dir = s->recording->directory();
+  const size_t slash = dir.find_last_of('/');
+  const std::string root = slash == std::string::npos ? "." : dir.substr(0, slash);
+  if (m.world_size < 2 || m.rank < 0 || m.rank >= m.world_size) {
+    *why = "the recording " + dir + " names no job of several ranks (world size " + std::to_string(m.world_size) + ")";
+    return false;
+  }
+  std::vector<std::unique_ptr<ranklens::trace::Recording>> peers;
+  std::vector<const ranklens::trace::Recording*> ranks;
+  for (int r = 0; r < m.world_size; ++r) {
+    if (r == m.rank) {
+      ranks.push_back(s->recording.get());
+      continue;
+    }
+    std::string error;
+    peers.push_back(ranklens::trace::Recording::open(root, r, &error));
+    if (!peers.back()) {
+      error = error.substr(0, error.find("; replay a recorded rank"));  // Recording::open's advice is for RANK
+      *why = "it needs every rank's recording in " + root + ", and rank " + std::to_string(r) + "'s cannot be read (" +
+             error + "); record every rank into one trace root, or set peer_pacing: off";
+      return false;
+    }
+    ranks.push_back(peers.back().get());
+  }
+  s->paces = ranklens::timing::peerPace(ranks, static_cast<size_t>(m.rank));
+  const auto known = std::count_if(s->paces.begin(), s->paces.end(), [](const auto& p) { return p.known; });
+  if (known == 0) {
+    *why = "no collective of " + root + " has every rank's gap (Timing.gapNs: recorded with the events clock by "
+           "RankLens with trace format 1.6 or later)";
+    return false;
+  }
+  INFO(kSubInit | kSubRanklens, "replay: peer_pacing: %ld of %zu recorded calls paced by %d ranks' recordings in %s",
+       static_cast<long>(known), s->paces.size(), m.world_size, root.c_str());
+  return true;
+}
+
 // The host time to replay for a recorded call or group (`key`: its op, or kGroupHostKey), counting what is left out.
 int64_t hostTimeToReplay(Session* s, int key, int64_t recordedNs) {
   auto it = s->hostCaps.find(key);
@@ -231,6 +278,13 @@ Session* load() {
     s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, estimates);
     s->localWorldSize = ranklens::timing::localWorldSize(m);
     if (st.host_time == ranklens::config::HostTime::kOwn) s->hostCaps = ownHostCaps(*s->recording);
+    if (st.peer_pacing == ranklens::config::PeerPacing::kRecorded && s->fidelity != Fidelity::kStructure) {
+      std::string why;
+      if (st.completion != ranklens::config::Completion::kKernel)
+        WARN("replay: peer_pacing: recorded needs completion: kernel; holds are not paced");
+      else if (!(s->pacing = loadPaces(s.get(), &why)))
+        WARN("replay: peer_pacing: recorded: %s; holds are not paced", why.c_str());
+    }
     auto& device = rt.device();
     if (s->fidelity != Fidelity::kStructure) s->calibration = device.calibrate();
     s->controlPayloadBytes = st.payload_max_bytes;
@@ -354,6 +408,13 @@ ncclResult_t onCommCreated(ncclComm* comm) {
     return ncclSuccess;
   }
   std::lock_guard<std::mutex> lock(s->mu);
+  if (s->pacing) {  // at creation: the chain's allocation may synchronise the device
+    uint64_t chain = 0;
+    if (Runtime::get().device().paceChain(&chain) != 0)
+      WARN("replay: peer_pacing: communicator %lu is not paced: %s", static_cast<unsigned long>(comm->id),
+           ranklens::device::lastError().c_str());
+    s->chains[comm->id] = chain;
+  }
   const auto& comms = s->recording->comms();
   const bool split = comm->how == "split" || comm->how == "shrink";
   int64_t recordedParent = -1;
@@ -650,11 +711,32 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
 namespace {
 
 // `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory.
+// peer_pacing: the chain and pace of a collective outside a group (PaceRequest; chain 0: not paced).
+ranklens::device::PaceRequest paceOf(Session* s, const CallInfo& info, int64_t restoreNs, bool kernelTime) {
+  ranklens::device::PaceRequest pace;
+  if (!s->pacing || ranklens::events::isP2p(info.op)) return pace;
+  std::lock_guard<std::mutex> lock(s->mu);
+  const auto chain = s->chains.find(info.comm->id);
+  if (chain == s->chains.end() || chain->second == 0) return pace;
+  pace.chain = chain->second;
+  pace.index = info.seq + 1;
+  const RecordedCall* rc = info.recorded;
+  if (rc == nullptr || info.estimated || rc->order >= s->paces.size() || !s->paces[rc->order].known) return pace;
+  const auto& p = s->paces[rc->order];
+  pace.known = true;
+  pace.peerGapNs = p.peerGapNs;
+  pace.lastNs = static_cast<uint64_t>(holdFor(*s, p.lastNs, restoreNs, info.arrival != 0, kernelTime));
+  s->counters.pacedHolds++;
+  return pace;
+}
+
 ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, int64_t restoreNs, uint64_t groupId,
                         uint64_t callBytes) {
   if (durationNs < 0) return ncclSuccess;
   const bool kernelTime = info.recorded != nullptr && !info.estimated && info.recorded->kernelClock;
   const int64_t ns = holdFor(*s, durationNs, restoreNs, info.arrival != 0, kernelTime);
+  const ranklens::device::PaceRequest pace =
+      groupId == 0 ? paceOf(s, info, restoreNs, kernelTime) : ranklens::device::PaceRequest{};
   ranklens::trace::Timing t;
   t.commId = info.comm->id;
   t.seq = info.seq;
@@ -672,12 +754,13 @@ ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, in
     s->counters.holds++;
     s->counters.heldNs += static_cast<uint64_t>(ns);
   }
-  if (ns == 0) return ncclSuccess;
+  if (ns == 0 && pace.chain == 0) return ncclSuccess;
   ranklens::device::HoldRequest hold;
   hold.nanoseconds = static_cast<uint64_t>(ns);
   hold.label = groupId ? "Group" : info.opName;
   hold.arrival = info.arrival;
   hold.callBytes = callBytes;
+  hold.pace = pace;
   if (Runtime::get().device().hold(hold, info.stream) != 0) {
     WARN("replay: %s: holding the stream for %ld ns failed: %s", info.opName, static_cast<long>(ns),
          ranklens::device::lastError().c_str());
@@ -813,6 +896,7 @@ void finish() {
         {"replay_estimates_extrapolated", c.estimatesExtrapolated},
         {"replay_untimed", c.untimed},
         {"replay_host_capped_ns", c.hostCappedNs},
+        {"replay_holds_paced", c.pacedHolds},
         {"replay_holds", c.holds},
         {"replay_held_ns", c.heldNs},
         {"replay_host_held_ns", c.hostHeldNs},

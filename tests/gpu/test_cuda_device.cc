@@ -127,6 +127,41 @@ TEST_F(CudaDevice, HoldsLastAndOverlap) {
   cudaStreamDestroy(other);
 }
 
+// peer_pacing on the GPU: a 1 ms collective starts the chain; the next, whose peers arrive 5 ms after it ended and
+// whose last arrival took 1 ms, ends about 6 ms after the first ended, though its own duration is 0.5 ms; a third
+// whose peers arrived at once (gap 0) ends its 1 ms last-arrival duration after its own arrival.
+TEST_F(CudaDevice, PacedHoldsWaitForTheirPeersRecordedPace) {
+  uint64_t chain = 0;
+  ASSERT_EQ(device_->paceChain(&chain), 0) << ranklens::device::lastError();
+  ASSERT_NE(chain, 0u);
+  cudaEvent_t start, first, second, third;
+  for (cudaEvent_t* e : {&start, &first, &second, &third}) cudaEventCreate(e);
+  auto paced = [&](uint64_t index, uint64_t ownNs, bool known, int64_t gapNs, uint64_t lastNs) {
+    ranklens::device::HoldRequest r;
+    r.nanoseconds = ownNs;
+    r.label = "AllReduce";
+    EXPECT_EQ(device_->arrive(stream_, &r.arrival), 0);
+    r.pace = {chain, index, known, gapNs, lastNs};
+    EXPECT_EQ(device_->hold(r, stream_), 0);
+  };
+  cudaEventRecord(start, stream_);
+  paced(1, 1'000'000, false, 0, 0);
+  cudaEventRecord(first, stream_);
+  paced(2, 500'000, true, 5'000'000, 1'000'000);
+  cudaEventRecord(second, stream_);
+  paced(3, 3'000'000, true, 0, 1'000'000);
+  cudaEventRecord(third, stream_);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  float ms1 = 0, ms2 = 0, ms3 = 0;
+  cudaEventElapsedTime(&ms1, start, first);
+  cudaEventElapsedTime(&ms2, first, second);
+  cudaEventElapsedTime(&ms3, second, third);
+  EXPECT_NEAR(ms1, 1.0f, 0.1f);
+  EXPECT_NEAR(ms2, 6.0f, 0.1f) << "the peers arrived 5 ms after the first ended, then 1 ms";
+  EXPECT_NEAR(ms3, 1.0f, 0.1f) << "the peers were there: the last arrival's 1 ms, not the own 3 ms";
+  for (cudaEvent_t e : {start, first, second, third}) cudaEventDestroy(e);
+}
+
 // An NCCL-shaped hold (24 blocks of 640 threads, each with an SM's whole shared memory) launches and lasts as asked;
 // a second one on another stream cannot share those SMs' shared memory yet still runs beside it (132 SMs).
 TEST(CudaHoldShape, NcclShapedHoldsLaunchAndLast) {

@@ -7,12 +7,16 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <memory>
 #include <map>
 #include <sstream>
 #include <string>
 
 #include "ranklens/estimator.h"
+#include "ranklens/peer_waits.h"
+#include "ranklens/recording.h"
 #include "trace_test_support.h"
 
 namespace {
@@ -370,6 +374,43 @@ TEST(ReplayHostTime, OwnLeavesOutHostTimeAboveTheOperationsTypicalCost) {
   EXPECT_NEAR(saved, capped, 0.1 * capped);
   EXPECT_GT(own.counter("replay_host_held_ns"), 0u);  // the typical cost is still replayed
   EXPECT_EQ(none.counter("replay_host_held_ns"), 0u);
+}
+
+// peer_pacing: recorded. With every rank of the job recorded, each collective outside a group that every rank timed
+// (with its gap) is paced: the counter equals what timing::peerPace finds in the recordings. With rank 1 alone in
+// the trace root the replay says which rank is missing and holds as before.
+TEST(ReplayPeerPacing, EveryCollectiveTheJobTimedIsPacedAndAMissingRankIsNamed) {
+  Recorded job;
+  for (const char* rank : {"0", "2", "3", "1"}) {
+    job = recordScenario("recorded-job", {{"RANK", rank}});
+    ASSERT_EQ(job.status, 0) << job.log;
+  }
+  std::vector<std::unique_ptr<ranklens::trace::Recording>> ranks;
+  std::vector<const ranklens::trace::Recording*> views;
+  for (int r = 0; r < 4; ++r) {
+    std::string error;
+    ranks.push_back(ranklens::trace::Recording::open(job.root, r, &error));
+    ASSERT_TRUE(ranks.back()) << error;
+    views.push_back(ranks.back().get());
+  }
+  const auto paces = ranklens::timing::peerPace(views, 1);
+  const auto expected = std::count_if(paces.begin(), paces.end(), [](const auto& p) { return p.known; });
+  ASSERT_GT(expected, 0);
+
+  Replayed paced = replay("paced", {{"RANKLENS_REPLAY_TRACE", job.root}, {"RANKLENS_FIDELITY", "timing"},
+                                    {"RANKLENS_PEER_PACING", "recorded"}});
+  ASSERT_EQ(paced.run.status, 0) << paced.run.output;
+  const Trace t = readTrace(paced.traceDir);
+  EXPECT_EQ(t.counter("replay_holds_paced"), static_cast<uint64_t>(expected));
+  EXPECT_EQ(t.counter("replay_mismatches"), 0u);
+
+  Replayed alone = replay("paced-alone", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_PEER_PACING", "recorded"}});
+  ASSERT_EQ(alone.run.status, 0) << alone.run.output;
+  EXPECT_NE(alone.run.output.find("peer_pacing: recorded: it needs every rank's recording in"), std::string::npos)
+      << alone.run.output;
+  EXPECT_NE(alone.run.output.find("rank 0's cannot be read"), std::string::npos) << alone.run.output;
+  EXPECT_EQ(readTrace(alone.traceDir).counter("replay_holds_paced"), 0u);
+  EXPECT_GT(readTrace(alone.traceDir).counter("replay_holds"), 0u);
 }
 
 TEST(ReplayMismatch, WrongRankIsRefusedWithTheRecordedRanks) {

@@ -49,7 +49,7 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "staging_full", "timing_clock", "replay_trace", "on_mismatch", "completion",
                                            "host_time", "timing", "history", "estimate_target",
                                            "hold_blocks", "hold_threads", "hold_shared_bytes", "hold_traffic",
-                                           "hold_from",
+                                           "hold_from", "peer_pacing",
                                            "resync_window",
                                            "prefetch_bytes", "payload_device_bytes", "break_at"};
 
@@ -290,7 +290,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
             "payload_seqs, staging_bytes, staging_full, timing_clock, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
-            "hold_threads, hold_shared_bytes, hold_traffic, hold_from, resync_window, "
+            "hold_threads, hold_shared_bytes, hold_traffic, hold_from, peer_pacing, resync_window, "
             "prefetch_bytes, payload_device_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
 
@@ -582,12 +582,12 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
                                          "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
                                          "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_HOLD_TRAFFIC", "RANKLENS_HOLD_FROM",
-                                         "RANKLENS_RESYNC_WINDOW",
+                                         "RANKLENS_PEER_PACING", "RANKLENS_RESYNC_WINDOW",
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip", "events",
-                                             "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "64",
+                                             "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "512MiB", "256MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
@@ -663,6 +663,11 @@ TEST(ConfigReplay, HoldShape) {
   LoadResult r = fromYaml("hold_blocks: 24\nhold_threads: 640\nhold_shared_bytes: 48KiB\nhold_from: start\n");
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.settings.hold_from, HoldFrom::kStart);
+  EXPECT_EQ(r.settings.peer_pacing, ranklens::config::PeerPacing::kOff);
+  EXPECT_EQ(fromYaml("peer_pacing: recorded\n").settings.peer_pacing, ranklens::config::PeerPacing::kRecorded);
+  EXPECT_EQ(fromYaml("", {{"RANKLENS_PEER_PACING", "recorded"}}).settings.peer_pacing,
+            ranklens::config::PeerPacing::kRecorded);
+  EXPECT_FALSE(fromYaml("peer_pacing: on\n").ok);
   EXPECT_EQ(r.settings.hold_blocks, 24);
   EXPECT_EQ(r.settings.hold_threads, 640);
   EXPECT_EQ(r.settings.hold_shared_bytes, 48 * 1024);

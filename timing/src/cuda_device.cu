@@ -38,9 +38,31 @@ struct HoldTraffic {
 // after its own start when there is no stamp. A hold of many blocks may wait for SMs before it starts, as NCCL's
 // kernels do; the recorded duration already contains that wait, so it is counted from the arrival, not twice.
 // One lane per warp waits, so that every warp of a block stays resident as long as the hold, like NCCL's.
+// peer_pacing: the communicator's chain {end, index} and this collective's place on it (PaceRequest).
+struct HoldPace {
+  unsigned long long* chain;
+  unsigned long long index;
+  long long peerGapNs;
+  unsigned long long lastNs;
+  int known;
+};
+
+// A paced hold's end (pacedDeadline), read from its communicator's chain.
+__device__ __forceinline__ unsigned long long ranklensPacedEnd(unsigned long long start, unsigned long long ns,
+                                                               HoldPace pace) {
+  const volatile unsigned long long* chain = pace.chain;
+  const unsigned long long index = chain[1];
+  __threadfence();  // the end was written before the index
+  return ranklens::device::pacedDeadline(start, ns, chain[0], index, pace.index, pace.known != 0, pace.peerGapNs,
+                                         pace.lastNs);
+}
+
 __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const unsigned long long* arrival,
-                                                HoldTraffic traffic) {
+                                                HoldTraffic traffic, HoldPace pace) {
   const unsigned long long start = arrival != nullptr ? *arrival : ranklensGlobalTimer();
+  const unsigned long long end = pace.chain != nullptr ? ranklensPacedEnd(start, ns, pace) : start + ns;
+  if (end > start) ns = end - start;
+  else ns = 0;
   if (traffic.vectors > 0) {  // every thread waits for the copy's start, copies, and waits for the end
     const unsigned long long copyFrom = start + ns - min(ns, traffic.copyNs);
     while (ranklensGlobalTimer() < copyFrom) __nanosleep(1000);
@@ -52,6 +74,14 @@ __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const uns
   }
   if ((threadIdx.x & 31) != 0) return;
   while (ranklensGlobalTimer() - start < ns) __nanosleep(500);
+  if (pace.chain != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    volatile unsigned long long* chain = pace.chain;
+    if (chain[1] < pace.index) {  // a later collective that ran first keeps its place
+      chain[0] = end;
+      __threadfence();
+      chain[1] = pace.index;
+    }
+  }
 }
 
 // One thread, no shared memory: starts as soon as the stream reaches it wherever an SM has a thread and a block's
@@ -63,8 +93,8 @@ extern "C" __global__ void ranklens_HoldArrival(unsigned long long* arrival) { *
   X(Recv) X(Group) X(Hold)
 #define RANKLENS_DEFINE_HOLD(name)                                                                    \
   extern "C" __global__ void ranklens_##name(unsigned long long ns, const unsigned long long* arrival, \
-                                             HoldTraffic traffic) {                                    \
-    ranklensHoldFor(ns, arrival, traffic);                                                            \
+                                             HoldTraffic traffic, HoldPace pace) {                     \
+    ranklensHoldFor(ns, arrival, traffic, pace);                                                      \
   }
 RANKLENS_HOLD_KERNELS(RANKLENS_DEFINE_HOLD)
 
@@ -87,7 +117,7 @@ int check(cudaError_t err, const char* what) {
   return static_cast<int>(err);
 }
 
-using HoldKernel = void (*)(unsigned long long, const unsigned long long*, HoldTraffic);
+using HoldKernel = void (*)(unsigned long long, const unsigned long long*, HoldTraffic, HoldPace);
 
 struct NamedHold {
   const char* name;
@@ -191,13 +221,15 @@ class CudaDevice final : public StreamDevice {
     uint64_t arrival = request.arrival;
     if (arrival == 0 && (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0 || shape_.traffic > 0))
       if (int err = arrive(stream, &arrival)) return err;
-    if (nanoseconds == 0) return 0;
+    const PaceRequest& p = request.pace;
+    if (nanoseconds == 0 && p.chain == 0) return 0;  // a paced hold may end later than its own duration
     HoldTraffic traffic{};
     if (shape_.traffic > 0 && request.callBytes > 0)
       if (int err = trafficFor(request, &traffic)) return err;
+    const HoldPace pace{reinterpret_cast<unsigned long long*>(p.chain), p.index, p.peerGapNs, p.lastNs, p.known};
     holdKernelFor(request.label)<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
                                    holdSharedBytes_, stream>>>(
-        nanoseconds, reinterpret_cast<const unsigned long long*>(arrival), traffic);
+        nanoseconds, reinterpret_cast<const unsigned long long*>(arrival), traffic, pace);
     return check(cudaGetLastError(), "hold kernel launch");
   }
 
@@ -212,6 +244,27 @@ class CudaDevice final : public StreamDevice {
     ranklens_HoldArrival<<<1, 1, 0, stream>>>(slot);
     if (int err = check(cudaGetLastError(), "hold mark launch")) return err;
     *arrival = reinterpret_cast<uint64_t>(slot);
+    return 0;
+  }
+
+  // Chains are handed out from a per-device block of kPaceChains, zeroed at allocation (no collective yet).
+  int paceChain(uint64_t* chain) override {
+    *chain = 0;
+    if (completion_ == Completion::kHostCallback) return 0;
+    int device = 0;
+    if (int err = check(cudaGetDevice(&device), "cudaGetDevice")) return err;
+    unsigned long long* chains = nullptr;
+    if (int err = perDevice(chains_, kPaceChains * 2 * sizeof(unsigned long long), "pace chains", &chains))
+      return err;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (chainsUsed_[device] == 0 && cudaMemset(chains, 0, kPaceChains * 2 * sizeof(unsigned long long)) != cudaSuccess)
+      return check(cudaGetLastError(), "cudaMemset (pace chains)");
+    if (chainsUsed_[device] >= kPaceChains) {
+      setError("cuda device: more than " + std::to_string(kPaceChains) + " paced communicators on device " +
+               std::to_string(device));
+      return 1;
+    }
+    *chain = reinterpret_cast<uint64_t>(chains + 2 * chainsUsed_[device]++);
     return 0;
   }
 
@@ -318,7 +371,7 @@ class CudaDevice final : public StreamDevice {
               static_cast<unsigned long long>(shape_.blocks) * shape_.threads * ((64u << 10) / sizeof(uint4)));
           const int64_t copyNs = measure([&] {
             holdKernelFor("Hold")<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
-                                    holdSharedBytes_, stream>>>(1, nullptr, traffic);
+                                    holdSharedBytes_, stream>>>(1, nullptr, traffic, HoldPace{});
           });
           if (copyNs > 0) trafficNsPerVector_ = static_cast<double>(copyNs) / static_cast<double>(traffic.vectors);
           c.trafficNsPerByte = trafficNsPerVector_ / sizeof(uint4);
@@ -405,6 +458,9 @@ class CudaDevice final : public StreamDevice {
   static constexpr size_t kArrivalSlots = 1u << 16;
   static constexpr int kMaxDevices = 64;
   unsigned long long* arrivals_[kMaxDevices] = {};  // per device, kept for the process's life
+  static constexpr size_t kPaceChains = 4096;
+  unsigned long long* chains_[kMaxDevices] = {};  // peer_pacing's chains, per device, kept for the process's life
+  size_t chainsUsed_[kMaxDevices] = {};
   static constexpr unsigned long long kScratchHalfVectors = (64ull << 20) / sizeof(uint4);  // 64 MiB per half
   uint4* scratch_[kMaxDevices] = {};  // hold_traffic's memory, 128 MiB per device, allocated at its first use
   cudaStream_t uploadStreams_[kMaxDevices] = {};  // value replay's payload uploads, kept for the process's life

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <time.h>
+
+#include <array>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 
 #include "ranklens/device.h"
@@ -47,10 +51,32 @@ class HostDevice final : public StreamDevice {
     return 0;
   }
 
+  // A paced hold is accounted as the CUDA device's kernel would end it, counting from now on the host's clock.
   int hold(const HoldRequest& request, cudaStream_t) override {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.holds++;
-    stats_.heldNanoseconds += request.nanoseconds;
+    uint64_t ns = request.nanoseconds;
+    if (const PaceRequest& p = request.pace; p.chain != 0) {
+      auto* chain = reinterpret_cast<unsigned long long*>(p.chain);
+      timespec t;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      const unsigned long long start = static_cast<unsigned long long>(t.tv_sec) * 1'000'000'000ull + t.tv_nsec;
+      const unsigned long long end =
+          pacedDeadline(start, ns, chain[0], chain[1], p.index, p.known, p.peerGapNs, p.lastNs);
+      ns = end > start ? end - start : 0;
+      if (chain[1] < p.index) {
+        chain[0] = end;
+        chain[1] = p.index;
+      }
+    }
+    stats_.heldNanoseconds += ns;
+    return 0;
+  }
+
+  int paceChain(uint64_t* chain) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    chains_.emplace_back();
+    *chain = reinterpret_cast<uint64_t>(chains_.back().data());
     return 0;
   }
 
@@ -101,6 +127,7 @@ class HostDevice final : public StreamDevice {
   }
   mutable std::mutex mu_;
   HostStats stats_;
+  std::deque<std::array<unsigned long long, 2>> chains_;  // peer_pacing: {end, index}, stable addresses
 };
 
 }  // namespace

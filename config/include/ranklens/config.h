@@ -37,6 +37,7 @@ enum class EstimateTarget { kObserved, kTransfer };
 enum class HostTime { kReplay, kOwn, kIgnore };
 // Replay: where a hold's duration is counted from: its stream's arrival at the call, or the hold's own start.
 enum class HoldFrom { kArrival, kStart };
+enum class PeerPacing { kOff, kRecorded };
 
 // An inclusive range of non-negative integers; `hi` < 0 means unbounded.
 struct Range {
@@ -86,6 +87,7 @@ struct Settings {
   long long hold_shared_bytes = -1;         // dynamic shared memory per hold block; kHoldSharedAuto, kHoldSharedSm
   double hold_traffic = 0;                  // device memory each hold moves per byte of its call (experiment)
   HoldFrom hold_from = HoldFrom::kArrival;
+  PeerPacing peer_pacing = PeerPacing::kOff;  // collectives end when the recorded peers would have arrived
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
   unsigned long long payload_device_bytes = 256ull << 20;  // device memory payloads are staged in ahead of use
@@ -129,6 +131,7 @@ const char* toString(Payloads);
 const char* toString(StagingFull);
 const char* toString(TimingClock);
 const char* toString(HoldFrom);
+const char* toString(PeerPacing);
 const char* toString(OnMismatch);
 const char* toString(Completion);
 const char* toString(HostTime);

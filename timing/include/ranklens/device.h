@@ -18,13 +18,41 @@ namespace device {
 // Why the last call on this thread failed (empty after a success).
 const std::string& lastError();
 
+// peer_pacing: a collective's hold on a communicator's chain, a device word pair {end of its last collective's
+// hold, that collective's index} (StreamDevice::paceChain). Each hold ends at pacedDeadline() and writes its end
+// for the next collective, whose peers are then taken to arrive `peerGapNs` after it.
+struct PaceRequest {
+  uint64_t chain = 0;       // 0: not paced
+  uint64_t index = 0;       // the collective's position on its communicator, from 1
+  bool known = false;       // peerGapNs and lastNs are known (else the hold keeps its own duration, and chains)
+  int64_t peerGapNs = 0;    // the latest peer's recorded work from the previous collective's end to its arrival
+  uint64_t lastNs = 0;      // the hold for the last arrival's recorded duration
+};
+
 // One hold: how long, under which name, from which arrival mark, and for which call size.
 struct HoldRequest {
   uint64_t nanoseconds = 0;
   const char* label = "Hold";  // names the kernel in profilers: ranklens_<label>
   uint64_t arrival = 0;        // a mark from StreamDevice::arrive() enqueued earlier on the stream, 0 none
   uint64_t callBytes = 0;      // the call's buffer size, for holds that move memory as NCCL does (HoldShape)
+  PaceRequest pace;
 };
+
+// When a paced hold that starts counting at `start` ends (GPU nanoseconds), given the chain's {end, index} as the
+// hold reads it. The previous collective has ended (index - 1): the later of `start` and the peers' arrival, plus
+// the last arrival's duration. The chain already holds this collective (another block of the same hold wrote it):
+// its end. Otherwise (the previous collective's hold has not ended yet, or was not held) the hold's own duration.
+inline __host__ __device__ unsigned long long pacedDeadline(unsigned long long start, unsigned long long ownNs,
+                                                            unsigned long long chainEnd,
+                                                            unsigned long long chainIndex, unsigned long long index,
+                                                            bool known, long long peerGapNs,
+                                                            unsigned long long lastNs) {
+  if (chainIndex == index) return chainEnd;
+  if (!known || chainIndex + 1 != index) return start + ownNs;
+  const long long peers = static_cast<long long>(chainEnd) + peerGapNs;
+  const unsigned long long from = peers > static_cast<long long>(start) ? static_cast<unsigned long long>(peers) : start;
+  return from + lastNs;
+}
 
 class StreamDevice {
  public:
@@ -50,6 +78,12 @@ class StreamDevice {
   virtual int arrive(cudaStream_t stream, uint64_t* arrival) {
     (void)stream;
     *arrival = 0;
+    return 0;
+  }
+  // peer_pacing: a fresh chain (PaceRequest::chain) on the current device for one communicator; 0 where holds are
+  // not kernels (host device, host callbacks).
+  virtual int paceChain(uint64_t* chain) {
+    *chain = 0;
     return 0;
   }
   virtual int alloc(void** ptr, size_t bytes) = 0;

@@ -35,5 +35,18 @@ struct RankWaits {
 // jobCommunicatorNames names them) and sequence; point-to-point calls and groups are left out.
 std::vector<RankWaits> peerWaits(const std::vector<const trace::Recording*>& ranks);
 
+// How rank `me`'s peers paced a collective (peer_pacing). In the real job every rank ends a collective together,
+// once the last has arrived: the call took the last arrival's duration (`lastNs`, the shortest over the ranks) after
+// the later of this rank's arrival and its peers'. A peer arrived `peerGapNs` after the communicator's previous
+// collective ended (Timing.gapNs, the largest over the peers): its own work between the two calls.
+struct PeerPace {
+  bool known = false;  // every rank timed the call, every peer's gap is known (events clock, collective, no group)
+  int64_t lastNs = -1;
+  int64_t peerGapNs = 0;
+};
+
+// One entry per call of ranks[me] (RecordedCall::order), paired as peerWaits pairs them.
+std::vector<PeerPace> peerPace(const std::vector<const trace::Recording*>& ranks, size_t me);
+
 }  // namespace timing
 }  // namespace ranklens
