@@ -147,13 +147,21 @@ struct PayloadPrefetcher::Impl {
   }
 
   // Released entries whose copy has completed give their memory back. Returns whether any is still in flight.
+  // Every query is a CUDA call made under the lock, and a timing replay holds thousands of small payloads (DeepSpeed
+  // ZeRO-3: 4,000 of 1.5-6 KiB): querying them all on every pass kept the lock from the calling thread for about
+  // 0.3 ms per call. Uploads go up in call order on one stream, and calls release their payloads in call order, so a
+  // pass stops querying each kind at its first pending one; what completed behind it is noticed on a later pass.
   bool reclaim() {
-    bool inFlight = false;
+    bool inFlight = false, uploadPending = false, copyPending = false;
     for (auto it = entries.begin(); it != entries.end();) {
-      if (it->second.upload != Upload::kNone) uploadBusy(it->second);  // notes completed uploads
-      if (it->second.state == State::kReleased) {
-        if (it->second.copied && it->second.copied()) it->second.copied = nullptr;  // a fence answers true once
-        if (!it->second.copied && !uploadBusy(it->second)) {
+      Entry& e = it->second;
+      if (e.upload == Upload::kInFlight && !uploadPending && uploadBusy(e)) uploadPending = true;
+      if (e.state == State::kReleased) {
+        if (e.copied && !copyPending) {
+          if (e.copied()) e.copied = nullptr;  // a fence answers true once
+          else copyPending = true;
+        }
+        if (!e.copied && e.upload != Upload::kEnqueuing && e.upload != Upload::kInFlight) {
           auto next = std::next(it);
           drop(it);
           it = next;
