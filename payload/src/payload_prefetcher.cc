@@ -5,7 +5,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -49,6 +51,12 @@ struct PayloadPrefetcher::Impl {
   std::vector<const RecordedCall*> order;  // recording.payloadOrder(), less those over options.maxPayloadBytes
   std::unordered_map<const RecordedCall*, size_t> positions;
   std::map<size_t, Entry> entries;  // by position in `order`
+  // What the workers look after, so that a pass is not a scan of every entry under the lock the calling thread needs
+  // (a timing replay holds thousands of small payloads): uploads in flight in the order they went up, released
+  // entries, and the first position that may still need an upload.
+  std::deque<size_t> uploadQueue;
+  std::set<size_t> released;
+  size_t uploadCursor = 0;
   size_t nextToSchedule = 0;
   PrefetchStats stats;
   mutable std::mutex mu;
@@ -102,6 +110,7 @@ struct PayloadPrefetcher::Impl {
     if (!uploadBusy(it->second)) return drop(it);
     it->second.state = State::kReleased;
     it->second.copied = nullptr;
+    released.insert(it->first);
   }
 
   // Enqueues the upload of the first ready payload not yet on its way to the device, when the device arena has room
@@ -109,7 +118,13 @@ struct PayloadPrefetcher::Impl {
   // none to consider.
   bool startUpload(std::unique_lock<std::mutex>& lock) {
     if (!uploading) return false;
-    auto it = std::find_if(entries.begin(), entries.end(), [](const auto& kv) {
+    // Entries before the cursor are on their way up, or will never go (acquired, released, failed, too large).
+    auto from = entries.lower_bound(uploadCursor);
+    while (from != entries.end() && !(from->second.upload == Upload::kNone &&
+                                      (from->second.state == State::kDecoding || from->second.state == State::kReady)))
+      ++from;
+    uploadCursor = from == entries.end() ? (entries.empty() ? uploadCursor : entries.rbegin()->first + 1) : from->first;
+    auto it = std::find_if(from, entries.end(), [](const auto& kv) {
       return kv.second.state == State::kReady && kv.second.upload == Upload::kNone && kv.second.data != nullptr &&
              !kv.second.own;
     });
@@ -135,6 +150,7 @@ struct PayloadPrefetcher::Impl {
     if (ok) {
       same.upload = Upload::kInFlight;
       same.token = token;
+      uploadQueue.push_back(it->first);
     } else {
       deviceBlocks.give(offset, same.deviceReserved);
       same.device = nullptr;
@@ -152,26 +168,31 @@ struct PayloadPrefetcher::Impl {
   // 0.3 ms per call. Uploads go up in call order on one stream, and calls release their payloads in call order, so a
   // pass stops querying each kind at its first pending one; what completed behind it is noticed on a later pass.
   bool reclaim() {
-    bool inFlight = false, uploadPending = false, copyPending = false;
-    for (auto it = entries.begin(); it != entries.end();) {
-      Entry& e = it->second;
-      if (e.upload == Upload::kInFlight && !uploadPending && uploadBusy(e)) uploadPending = true;
-      if (e.state == State::kReleased) {
-        if (e.copied && !copyPending) {
-          if (e.copied()) e.copied = nullptr;  // a fence answers true once
-          else copyPending = true;
-        }
-        if (!e.copied && e.upload != Upload::kEnqueuing && e.upload != Upload::kInFlight) {
-          auto next = std::next(it);
-          drop(it);
-          it = next;
-          continue;
-        }
-        inFlight = true;
-      }
-      ++it;
+    while (!uploadQueue.empty()) {
+      auto it = entries.find(uploadQueue.front());
+      if (it != entries.end() && it->second.upload == Upload::kInFlight && uploadBusy(it->second)) break;
+      uploadQueue.pop_front();
     }
-    return inFlight;
+    bool copyPending = false;
+    for (auto p = released.begin(); p != released.end();) {
+      auto it = entries.find(*p);
+      if (it == entries.end() || it->second.state != State::kReleased) {
+        p = released.erase(p);
+        continue;
+      }
+      Entry& e = it->second;
+      if (e.copied && !copyPending) {
+        if (e.copied()) e.copied = nullptr;  // a fence answers true once
+        else copyPending = true;
+      }
+      if (!e.copied && e.upload != Upload::kEnqueuing && e.upload != Upload::kInFlight) {
+        drop(it);
+        p = released.erase(p);
+        continue;
+      }
+      ++p;
+    }
+    return !released.empty();
   }
 
   // Decodes the payload of entry `position` (already inserted with memory reserved) without holding the lock.
@@ -221,11 +242,9 @@ struct PayloadPrefetcher::Impl {
           started = true;
         }
       }
-      const bool uploadsInFlight = std::any_of(entries.begin(), entries.end(), [](const auto& kv) {
-        return kv.second.upload == Upload::kInFlight;
-      });
       if (!started)
-        cv.wait_for(lock, inFlight || uploadsInFlight ? std::chrono::microseconds(200) : std::chrono::milliseconds(20));
+        cv.wait_for(lock, inFlight || !uploadQueue.empty() ? std::chrono::microseconds(200)
+                                                           : std::chrono::milliseconds(20));
     }
   }
 };
@@ -374,6 +393,7 @@ void PayloadPrefetcher::release(const RecordedCall* call, std::function<bool()> 
   if (it == im.entries.end()) return;
   it->second.state = Impl::State::kReleased;
   it->second.copied = std::move(copied);
+  im.released.insert(it->first);
   im.cv.notify_all();
 }
 

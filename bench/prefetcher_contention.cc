@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+// How long a replayed call waits in the payload prefetcher (acquire + release on the calling thread) while its
+// workers keep thousands of small payloads decoded and uploaded ahead: the shape of a DeepSpeed ZeRO-3 timing replay
+// (2829 parameter all-gathers of 1.5-6 KiB restored per run, 8 worker threads on a 32-core host, a call every
+// ~80 us). No GPU: uploads and copies are fakes that complete a fixed time after they were enqueued, as a CUDA event
+// would pass; what is measured is the prefetcher's own locking and bookkeeping.
+//
+//   prefetcher_contention [--payloads 4000] [--threads 8] [--gap-us 80] [--upload-us 30] [--copy-us 20] [--json]
+//
+// bench/results/replay/prefetcher_contention-*.json holds runs with their commit, machine, command and date.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "ranklens/events.h"
+#include "ranklens/payload_prefetcher.h"
+#include "ranklens/recording.h"
+#include "ranklens/trace.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ranklens::trace::PayloadPrefetcher;
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// A rank whose every call received one small payload (1.5, 4.5 or 6 KiB, as ZeRO-3's parameter all-gathers).
+std::string writeRecording(const std::string& dir, int payloads) {
+  if (system(("rm -rf '" + dir + "'").c_str()) != 0) return "cannot clear " + dir;
+  ranklens::trace::Manifest m;
+  m.mode = "record";
+  std::string error;
+  auto w = ranklens::trace::TraceWriter::create(dir, m, {}, &error);
+  if (!w) return error;
+  std::vector<uint8_t> data;
+  for (int i = 0; i < payloads; ++i) {
+    static const size_t kSizes[] = {1536, 1536, 4608, 6144};
+    data.assign(kSizes[i % 4], static_cast<uint8_t>(i));
+    ranklens::events::Call c;
+    c.seq = static_cast<uint64_t>(i);
+    c.op = static_cast<int>(ranklens::events::Op::kAllGather);
+    c.datatype = 0;
+    c.count = c.bytes = data.size();
+    w->append(ranklens::trace::RecordType::kCall, c);
+    ranklens::trace::PayloadRef ref;
+    ref.seq = c.seq;
+    ref.op = c.op;
+    ref.count = data.size();
+    if (!w->appendPayload(ref, data.data(), data.size(), ranklens::trace::BackPressure::kWait))
+      return "appendPayload failed";
+  }
+  return w->close() ? "" : "close failed";
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Calling-thread time in the payload prefetcher with thousands of small payloads in flight"};
+  int payloads = 4000, threads = 8, gapUs = 80, uploadUs = 30, copyUs = 20;
+  bool json = false;
+  app.add_option("--payloads", payloads, "calls, one payload each")->check(CLI::Range(100, 1000000));
+  app.add_option("--threads", threads, "prefetcher worker threads (replay: hardware threads / 4, 2..8)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--gap-us", gapUs, "the program's time between two calls")->check(CLI::Range(0, 100000));
+  app.add_option("--upload-us", uploadUs, "an upload completes this long after it was enqueued")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--copy-us", copyUs, "a restored payload's copy completes this long after its call")
+      ->check(CLI::Range(0, 100000));
+  app.add_flag("--json", json, "print one JSON object instead of text");
+  CLI11_PARSE(app, argc, argv);
+
+  const char* tmp = getenv("TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/prefetcher-contention-" + std::to_string(getpid());
+  if (std::string error = writeRecording(dir + "/rank0", payloads); !error.empty()) {
+    fprintf(stderr, "prefetcher_contention: writing the recording in %s failed: %s\n", dir.c_str(), error.c_str());
+    return 1;
+  }
+  std::string error;
+  auto recording = ranklens::trace::Recording::open(dir + "/rank0", -1, &error);
+  if (!recording) {
+    fprintf(stderr, "prefetcher_contention: %s\n", error.c_str());
+    return 1;
+  }
+
+  // Uploads: a token passes uploadUs after it was enqueued (the device stage copies at once: the bytes are right).
+  std::mutex mu;
+  std::map<uint64_t, int64_t> due;
+  uint64_t nextToken = 1;
+  std::atomic<uint64_t> polls{0};
+  PayloadPrefetcher::DeviceStage stage;
+  stage.arenaBytes = 16u << 20;  // a timing replay's: min(payload_device_bytes, its 16 MiB pinned arena)
+  stage.alloc = [](size_t bytes) { return malloc(bytes); };
+  stage.free = [](void* p) { free(p); };
+  stage.upload = [&](void* dst, const void* src, size_t bytes, uint64_t* token) {
+    memcpy(dst, src, bytes);
+    std::lock_guard<std::mutex> lock(mu);
+    *token = nextToken++;
+    due[*token] = nowNs() + int64_t{uploadUs} * 1000;
+    return true;
+  };
+  stage.passed = [&](uint64_t token) {
+    polls++;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = due.find(token);
+    if (it == due.end() || nowNs() < it->second) return it == due.end();
+    due.erase(it);
+    return true;
+  };
+  PayloadPrefetcher::Options options;
+  options.arenaBytes = 16u << 20;
+  options.maxPayloadBytes = 64u << 10;
+  options.threads = threads;
+  std::vector<double> waitNs;
+  int fromDevice = 0;
+  {
+    PayloadPrefetcher prefetcher(*recording, options, [](size_t b) { return malloc(b); }, [](void* p) { free(p); },
+                                 stage);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // as a replay's first step: the workers run ahead
+    const auto& order = recording->payloadOrder();
+    waitNs.reserve(order.size());
+    for (const auto* call : order) {
+      const int64_t t0 = nowNs();
+      PayloadPrefetcher::Staged staged;
+      if (!prefetcher.acquire(call, &staged, &error)) {
+        fprintf(stderr, "prefetcher_contention: acquire failed: %s\n", error.c_str());
+        return 1;
+      }
+      fromDevice += staged.onDevice;
+      const int64_t copied = nowNs() + int64_t{copyUs} * 1000;
+      prefetcher.release(call, [copied] { return nowNs() >= copied; });
+      waitNs.push_back(static_cast<double>(nowNs() - t0));
+      const int64_t next = nowNs() + int64_t{gapUs} * 1000;  // the program's own work between two calls
+      while (nowNs() < next) {
+      }
+    }
+  }
+  if (system(("rm -rf '" + dir + "'").c_str()) != 0) fprintf(stderr, "prefetcher_contention: %s left\n", dir.c_str());
+  const double med = percentile(waitNs, 0.5), p90 = percentile(waitNs, 0.9), p99 = percentile(waitNs, 0.99);
+  if (json) {
+    printf("{\"payloads\": %d, \"threads\": %d, \"gap_us\": %d, \"upload_us\": %d, \"copy_us\": %d, "
+           "\"hardware_threads\": %u, \"median_ns\": %.0f, \"p90_ns\": %.0f, \"p99_ns\": %.0f, \"from_device\": %d, "
+           "\"fence_polls\": %llu}\n",
+           payloads, threads, gapUs, uploadUs, copyUs, std::thread::hardware_concurrency(), med, p90, p99, fromDevice,
+           static_cast<unsigned long long>(polls.load()));
+  } else {
+    printf("%d calls, %d workers, a call every %d us; uploads pass after %d us, copies after %d us\n", payloads,
+           threads, gapUs, uploadUs, copyUs);
+    printf("  acquire + release on the calling thread: median %.1f us, p90 %.1f us, p99 %.1f us\n", med / 1e3,
+           p90 / 1e3, p99 / 1e3);
+    printf("  %d of %d from device memory; %llu fence polls\n", fromDevice, payloads,
+           static_cast<unsigned long long>(polls.load()));
+  }
+  return 0;
+}
