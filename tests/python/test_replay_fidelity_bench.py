@@ -239,3 +239,28 @@ def test_run_spread_is_range_over_median():
     assert rft.spread([100.0]) is None
     assert rft.spread([]) is None
     assert abs(rft.spread([95.0, 100.0, 105.0]) - 0.10) < 1e-12
+
+
+def test_replay_call_host_time_pairs_each_call_with_its_hold(tmp_path, capsys):
+    """bench/replay_call_host_time.py: in-library time is a call's hold stamp less its call stamp, the program's time
+    is from one hold to the next call, per op and size class; calls before --skip are left out."""
+    import tracegen as tg
+    import replay_call_host_time as rcht
+
+    w = tg.RankWriter(str(tmp_path / "rank0"))
+    t = 1_000_000
+    for seq in range(12):
+        small = seq % 2 == 0
+        nbytes = 4096 if small else 65536
+        w.record(3, tg.call(0, seq, 3, count=nbytes, nbytes=nbytes, t=t))  # AllGather
+        inside = 250_000 if small else 30_000
+        # Timing: commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs, clock, gapNs
+        w.record(7, [0, seq, 3, 7, 0, t + inside, 20_000, False, -1, -1, 0, -1])
+        t += inside + 80_000
+    w.close()
+    assert rcht.main([str(tmp_path), "--skip", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[:3]): line for line in out.splitlines() if line.strip().startswith("AllGather")}
+    assert set(rows) == {("AllGather", "<=8KiB", "5"), ("AllGather", ">8KiB", "5")}, out
+    assert "250.0 us" in rows[("AllGather", "<=8KiB", "5")] and "80.0 us" in rows[("AllGather", "<=8KiB", "5")], out
+    assert "30.0 us" in rows[("AllGather", ">8KiB", "5")], out
