@@ -710,7 +710,6 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
 
 namespace {
 
-// `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory.
 // peer_pacing: the chain and pace of a collective outside a group (PaceRequest; chain 0: not paced).
 ranklens::device::PaceRequest paceOf(Session* s, const CallInfo& info, int64_t restoreNs, bool kernelTime) {
   ranklens::device::PaceRequest pace;
@@ -730,6 +729,7 @@ ranklens::device::PaceRequest paceOf(Session* s, const CallInfo& info, int64_t r
   return pace;
 }
 
+// `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory.
 ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, int64_t restoreNs, uint64_t groupId,
                         uint64_t callBytes) {
   if (durationNs < 0) return ncclSuccess;

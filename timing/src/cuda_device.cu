@@ -34,10 +34,6 @@ struct HoldTraffic {
   unsigned long long copyNs;
 };
 
-// Holds until `ns` after `arrival` (the time the stream reached the hold, stamped by ranklens_HoldArrival), or
-// after its own start when there is no stamp. A hold of many blocks may wait for SMs before it starts, as NCCL's
-// kernels do; the recorded duration already contains that wait, so it is counted from the arrival, not twice.
-// One lane per warp waits, so that every warp of a block stays resident as long as the hold, like NCCL's.
 // peer_pacing: the communicator's chain {end, index} and this collective's place on it (PaceRequest).
 struct HoldPace {
   unsigned long long* chain;
@@ -57,12 +53,17 @@ __device__ __forceinline__ unsigned long long ranklensPacedEnd(unsigned long lon
                                          pace.lastNs);
 }
 
+// Holds until `ns` after `arrival` (the time the stream reached the hold, stamped by ranklens_HoldArrival), or
+// after its own start when there is no stamp. A hold of many blocks may wait for SMs before it starts, as NCCL's
+// kernels do; the recorded duration already contains that wait, so it is counted from the arrival, not twice.
+// A paced hold (peer_pacing) ends where ranklensPacedEnd says instead, and block 0 writes that end to the
+// communicator's chain for the next collective. One lane per warp waits, so that every warp of a block stays
+// resident as long as the hold, like NCCL's.
 __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const unsigned long long* arrival,
                                                 HoldTraffic traffic, HoldPace pace) {
   const unsigned long long start = arrival != nullptr ? *arrival : ranklensGlobalTimer();
   const unsigned long long end = pace.chain != nullptr ? ranklensPacedEnd(start, ns, pace) : start + ns;
-  if (end > start) ns = end - start;
-  else ns = 0;
+  ns = end > start ? end - start : 0;
   if (traffic.vectors > 0) {  // every thread waits for the copy's start, copies, and waits for the end
     const unsigned long long copyFrom = start + ns - min(ns, traffic.copyNs);
     while (ranklensGlobalTimer() < copyFrom) __nanosleep(1000);

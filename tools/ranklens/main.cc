@@ -66,9 +66,10 @@ void printReplayCounters(const std::string& rankDir) {
             << " filled without payload; communicators " << get("replay_comms_matched") << " matched, "
             << get("replay_comms_unmatched") << " unmatched, " << get("replay_comms_rebound") << " rebound\n"
             << "Held on the call streams: " << std::fixed << std::setprecision(2) << get("replay_held_ns") / 1e6
-            << " ms in " << get("replay_holds") << " holds; calling thread held " << get("replay_host_held_ns") / 1e6
-            << " ms" << (reader->manifest().gpu_name.empty() ? " (host device: GPU time accounted, not waited)" : "")
-            << "\n";
+            << " ms in " << get("replay_holds") << " holds";
+  if (get("replay_holds_paced") > 0) std::cout << " (" << get("replay_holds_paced") << " paced by their peers)";
+  std::cout << "; calling thread held " << get("replay_host_held_ns") / 1e6 << " ms"
+            << (reader->manifest().gpu_name.empty() ? " (host device: GPU time accounted, not waited)" : "") << "\n";
   // A program that stops early (e.g. a rank that skipped training on a flag it did not receive) still exits 0.
   const unsigned long long recorded = get("replay_recorded_calls"), matched = get("replay_calls_matched");
   if (recorded > 0 && matched < recorded)
