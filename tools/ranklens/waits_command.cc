@@ -124,7 +124,9 @@ int runWaits(const WaitsOptions& o) {
     std::cout << "\nno collective was timed on two ranks: nothing to compare (were durations recorded?)\n";
   } else {
     std::cout << "\nrank " << least->rank << " waited least: the others wait for it (the slowest rank, or the one "
-              << "whose work comes last in each step)\n";
+              << "whose work comes last in each step)\n"
+              << "replaying a rank that waits: RANKLENS_PEER_PACING=recorded keeps its peers at their recorded pace "
+                 "(docs/fidelity.md)\n";
   }
   return 0;
 }
