@@ -607,7 +607,7 @@ const KeyDesc kKeys[] = {
     {"peer_pacing", "RANKLENS_PEER_PACING", "off",
      "replay (timing, value; kernel holds): a collective ends the last arrival's recorded duration after the later "
      "of this rank's arrival and its peers', each peer arriving its recorded gap after the communicator's previous "
-     "collective ended (recorded: needs every rank's recording, events clock, RankLens 1.6 traces), instead of this "
+     "collective ended (recorded: needs every rank's recording, RankLens 1.6 traces), instead of this "
      "rank's recorded duration after its own arrival (off)",
      [](const Input& in, Settings& s) { return parseEnum(in, kPeerPacingNames, s.peer_pacing); },
      [](const Settings& s) { return std::string(toString(s.peer_pacing)); }},

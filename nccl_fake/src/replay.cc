@@ -199,8 +199,8 @@ bool loadPaces(Session* s, std::string* why) {
   s->paces = ranklens::timing::peerPace(ranks, static_cast<size_t>(m.rank));
   const auto known = std::count_if(s->paces.begin(), s->paces.end(), [](const auto& p) { return p.known; });
   if (known == 0) {
-    *why = "no collective of " + root + " has every rank's gap (Timing.gapNs: recorded with the events clock by "
-           "RankLens with trace format 1.6 or later)";
+    *why = "no collective of " + root + " has every rank's gap (Timing.gapNs: recorded by RankLens with trace "
+           "format 1.6 or later)";
     return false;
   }
   INFO(kSubInit | kSubRanklens, "replay: peer_pacing: %ld of %zu recorded calls paced by %d ranks' recordings in %s",

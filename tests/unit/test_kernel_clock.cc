@@ -89,6 +89,27 @@ TEST(KernelClock, ACallIsTimedFromItsFirstChannelStartToItsLastStop) {
   clock.releaseContext(context);
 }
 
+// Timing.gapNs from the kernel clock: from the communicator's previous collective's last channel stop to this one's
+// first channel start, when the previous one is seq - 1 (peer_pacing paces from it).
+TEST(KernelClock, EachCollectiveCarriesItsGapFromThePreviousOnesStop) {
+  Recorded out;
+  KernelClock clock(out.sink());
+  void* context = clock.commContext(2, 0);
+  int buffer = 0;
+  const auto t = task("AllReduce", 64, &buffer);
+  for (uint64_t seq : {0u, 1u, 3u}) {
+    void* handle = launchOne(clock, context, seq, t, 2);
+    clock.stopped(handle);
+    runChannels(clock, handle, 2, 10'000 * (seq + 1), 10'000 * (seq + 1) + 4'000);
+  }
+  ASSERT_TRUE(clock.drain(1'000'000'000));
+  ASSERT_EQ(out.timings.size(), 3u);
+  EXPECT_EQ(out.timings[0].gapNs, -1);  // the communicator's first
+  EXPECT_EQ(out.timings[1].gapNs, 20'000 - (10'000 + 4'001));  // stop of seq 0 (its last channel) to start of seq 1
+  EXPECT_EQ(out.timings[2].gapNs, -1);  // seq 2 was not timed here
+  clock.releaseContext(context);
+}
+
 TEST(KernelClock, ChannelsDoneBeforeTheLaunchEndsAreWrittenAtItsEnd) {
   Recorded out;
   KernelClock clock(out.sink());

@@ -290,6 +290,12 @@ void KernelClock::writeSpanLocked(Span* span, int64_t durationNs, std::vector<tr
   }
   trace::Timing t = span->identity;
   t.durationNs = durationNs;
+  if (durationNs > 0 && span->start != kNoStart && t.groupId == 0 && t.peer < 0) {
+    auto [last, fresh] = lastStop_.try_emplace(t.commId, t.seq, span->stop);
+    if (!fresh && last->second.first + 1 == t.seq)
+      t.gapNs = static_cast<int64_t>(span->start) - static_cast<int64_t>(last->second.second);
+    if (!fresh && t.seq > last->second.first) last->second = {t.seq, span->stop};
+  }
   out->push_back(t);
   if (durationNs >= 0) stats_.timed++;
   span->written = true;

@@ -68,7 +68,8 @@ struct Timing {
   int64_t eventNs = -1;     // 1.1: the CUDA-event interval around the call; -1 unknown (kernel clock)
   int clock = 0;            // 1.4: where durationNs comes from: kClockEvents, kClockKernel, kClockEstimated (1.5)
   // 1.6: GPU time from the end of the communicator's previous collective (seq - 1, outside groups) to this call's
-  // start on its stream, events clock only; -1 unknown. How the rank's own work paced its collectives (peer_pacing).
+  // start (events: on its stream; kernel clock: of NCCL's kernel); -1 unknown. The rank's own pace between its
+  // collectives (peer_pacing).
   int64_t gapNs = -1;
   MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs, clock, gapNs)
 };

@@ -18,7 +18,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "ranklens/trace.h"
@@ -115,6 +117,9 @@ class KernelClock {
   std::vector<TaskRec*> allTasks_;
   std::vector<Context*> allContexts_;
   KernelClockStats stats_;
+  // Per communicator, its last kernel-timed collective outside groups (seq, last channel stop): Timing.gapNs of the
+  // next one is from that stop to its first channel's start.
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> lastStop_;
 };
 
 // NCCL's function name for a recorded op (events::Op as int); nullptr for ops NCCL runs as grouped Send/Recv

@@ -40,7 +40,7 @@ std::vector<RankWaits> peerWaits(const std::vector<const trace::Recording*>& ran
 // the later of this rank's arrival and its peers'. A peer arrived `peerGapNs` after the communicator's previous
 // collective ended (Timing.gapNs, the largest over the peers): its own work between the two calls.
 struct PeerPace {
-  bool known = false;  // every rank timed the call, every peer's gap is known (events clock, collective, no group)
+  bool known = false;  // every rank timed the call, every peer's gap is known (a collective outside groups)
   int64_t lastNs = -1;
   int64_t peerGapNs = 0;
 };
