@@ -384,6 +384,20 @@ def _reader():
     return ranklens_trace
 
 
+def call_host_times(calls: list, timings: list, skip: int = 0) -> list:
+    """A replay trace's calls after the first `skip`, in call order: (op name, bytes, Call stamp, the stamp of its
+    hold's Timing record or None: grouped calls share one per stream). The stamps' difference is RankLens's host time
+    in the call (matching, arrival mark, payload restore, the hold's launch); a hold to the next call's stamp is the
+    program's own time."""
+    by_call = {(t["commId"], t["seq"], t["op"], t["peer"]): t for t in timings}
+    out = []
+    for c in calls[skip:]:
+        peer = c["rootOrPeer"] if OPS[c["op"]] in ("Send", "Recv") else -1
+        t = by_call.get((c["commId"], c["seq"], c["op"], peer))
+        out.append((OPS[c["op"]], c["bytes"], c["timeNs"], t["startNs"] if t is not None else None))
+    return out
+
+
 def trace_stats(trace_dir: str, window: tuple[int, int] | None = None, window_stage: str = "step",
                 keep_records: bool = False) -> dict:
     """Per rank directory: record counts by type, manifest counters, Timing totals, problems; totals over ranks.
@@ -450,6 +464,12 @@ def trace_stats(trace_dir: str, window: tuple[int, int] | None = None, window_st
         rank["problems"] = [p.describe() for p in reader.problems]
         if window is not None:
             rank["window"] = timing_window(rt, calls, timings, stages, window, window_stage)
+        if m.get("mode") == "replay":  # RankLens's own host time per call (warm-up: the first tenth left out)
+            inside = [(hold - call) / 1e3 for _, _, call, hold in call_host_times(calls, timings, len(calls) // 10)
+                      if hold is not None]
+            if inside:
+                rank["replay_call_host_us"] = {"median": statistics.median(inside),
+                                               "p90": sorted(inside)[int(0.9 * (len(inside) - 1))]}
         if keep_records:
             rank["_calls"], rank["_timings"], rank["_stages"] = calls, timings, stages
         out["ranks"].append(rank)

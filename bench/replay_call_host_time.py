@@ -17,7 +17,9 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ranklens_trace as rt  # noqa: E402
+from record_bench_lib import call_host_times  # noqa: E402
 
 
 def p90(values: list) -> float:
@@ -29,27 +31,24 @@ def main(argv=None) -> int:
     p.add_argument("trace", help="a replay's trace root or one rank directory")
     p.add_argument("--skip", type=int, default=300, help="calls left out at the start (warm-up; default %(default)s)")
     a = p.parse_args(argv)
-    for directory in rt.rank_directories(a.trace):
+    try:
+        directories = rt.rank_directories(a.trace)
+    except rt.TraceFormatError as e:
+        print(f"replay_call_host_time: {e} (give a replay's trace root or one of its rank directories)",
+              file=sys.stderr)
+        return 2
+    for directory in directories:
         reader = rt.RankReader.open(directory)
-        calls, timings = [], {}
-        for rec in reader.records():
-            if rec.name == "Call":
-                calls.append(rec.fields)
-            elif rec.name == "Timing":
-                f = rec.fields
-                timings[(f["commId"], f["seq"], f["op"], f["peer"])] = f
+        calls = [r.fields for r in reader.records() if r.name == "Call"]
+        timings = [r.fields for r in reader.records() if r.name == "Timing"]
         inside, outside, previous_hold = {}, {}, None
-        for c in calls[a.skip:]:
-            peer = c["rootOrPeer"] if rt.OPS[c["op"]] in ("Send", "Recv") else -1
-            t = timings.get((c["commId"], c["seq"], c["op"], peer))
-            if t is None:  # grouped calls: one hold per stream
-                previous_hold = None
-                continue
-            key = (rt.OPS[c["op"]], "<=8KiB" if c["bytes"] <= 8192 else ">8KiB")
-            inside.setdefault(key, []).append((t["startNs"] - c["timeNs"]) / 1e3)
-            if previous_hold is not None:
-                outside.setdefault(key, []).append((c["timeNs"] - previous_hold) / 1e3)
-            previous_hold = t["startNs"]
+        for op, nbytes, call_ns, hold_ns in call_host_times(calls, timings, a.skip):
+            key = (op, "<=8KiB" if nbytes <= 8192 else ">8KiB")
+            if hold_ns is not None:
+                inside.setdefault(key, []).append((hold_ns - call_ns) / 1e3)
+                if previous_hold is not None:
+                    outside.setdefault(key, []).append((call_ns - previous_hold) / 1e3)
+            previous_hold = hold_ns
         print(f"{directory}: {len(calls)} calls, {a.skip} skipped")
         print(f"  {'op':<14}{'size':<8}{'calls':>7}{'in RankLens median':>20}{'p90':>9}{'program median':>17}{'p90':>9}")
         for key in sorted(inside):

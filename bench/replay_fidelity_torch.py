@@ -199,6 +199,11 @@ def median_after(step_ms: list[float] | None, warmup: int) -> float | None:
     return statistics.median(step_ms[warmup:])
 
 
+def call_host_text(us) -> str:
+    """RankLens's own host time per replayed call (median), for a CHECK line."""
+    return "" if us is None else f"; in RankLens {us:.0f} us/call"
+
+
 def host_text(ms_per_step: float | None) -> str:
     """'; host held X ms/step' (the replay's host_time holds), '' when unknown."""
     return "" if ms_per_step is None else f"; host held {ms_per_step:.1f} ms/step"
@@ -300,13 +305,13 @@ class Bench:
         for rank, log_path, out_trace, *_ in procs:
             res = futures[rank].result()
             stats = lib.trace_stats_any(out_trace, python=a.python)
-            counters = {}
+            counters, call_host = {}, None
             for r in stats.get("ranks", []):
                 if (r.get("manifest") or {}).get("rank") == rank or r.get("dir", "").endswith(f"rank{rank}"):
-                    counters = r.get("counters") or {}
+                    counters, call_host = r.get("counters") or {}, r.get("replay_call_host_us")
             runs[rank] = {"rc": res["rc"], "wall_s": res["wall_s"], "command": res["command_line"], "log": log_path,
                           "result": results_of(log_path).get(rank), "counters": counters, "log": log_path,
-                          "stats_errors": stats.get("errors")}
+                          "call_host_us": call_host, "stats_errors": stats.get("errors")}
             self.log.say(f"replay {name} rank {rank}: rc {res['rc']}, {res['wall_s']:.0f} s")
             self.log.append_file(f"{name}-replay-rank{rank}", log_path, max_lines=80)
         run = {"name": name + "-replay", "kind": "replay", "fidelity": fidelity, "mode": mode, "ranks": runs,
@@ -373,8 +378,12 @@ class Bench:
         # The thread held for recorded host time (host_time), per step: where it nears the step-time error, the
         # recorded host time was likely a wait for a full launch queue (docs/frameworks.md).
         host_ms = counters.get("replay_host_held_ns")
+        # RankLens's own host time per call in the replay (Call stamp to its hold), median: the payload prefetcher's
+        # lock once cost ZeRO-3 0.3 ms per call (docs/frameworks.md).
+        call_host = rep["ranks"][rank].get("call_host_us") or {}
         return {"step_times": source, "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "gpu": gpu,
                 "host_held_ms_per_step": host_ms / 1e6 / a.steps if host_ms is not None else None,
+                "call_host_us_median": call_host.get("median"),
                 "median_step_error": (m_rep - m_real) / m_real if m_real and m_rep else None,
                 "marker_median_step_error": markers.get("median_relative_error"),
                 "median_abs_per_step_error": statistics.median([abs(e) for e in per_step]) if per_step else None,
@@ -420,6 +429,9 @@ class Bench:
                      "host_held_ms_per_step": statistics.median(h) if (h := [
                          r["host_held_ms_per_step"] for r in runs if r.get("host_held_ms_per_step") is not None])
                      else None,
+                     "call_host_us_median": statistics.median(u) if (u := [
+                         r["call_host_us_median"] for r in runs if r.get("call_host_us_median") is not None])
+                     else None,
                      "signature_match": sig_ok,
                      "pass": bool(sig_ok and err is not None and abs(err) <= a.tolerance)}
             self.doc["checks"].append(check)
@@ -434,6 +446,7 @@ class Bench:
                          f"{err if err is None else f'{err * 100:+.2f}%'}"
                          f"; signatures: {runs[-1]['signature']}{'' if sig_ok else ' (a run did not match)'}"
                          f"{host_text(check['host_held_ms_per_step'])}"
+                         f"{call_host_text(check['call_host_us_median'])}"
                          f"{gpu_text(runs)} -> {'PASS' if check['pass'] else 'FAIL'}")
 
     def profile(self, mode: str):

@@ -257,10 +257,16 @@ def test_replay_call_host_time_pairs_each_call_with_its_hold(tmp_path, capsys):
         # Timing: commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs, clock, gapNs
         w.record(7, [0, seq, 3, 7, 0, t + inside, 20_000, False, -1, -1, 0, -1])
         t += inside + 80_000
-    w.close()
+    w.close(manifest_overrides={"mode": "replay"})
     assert rcht.main([str(tmp_path), "--skip", "2"]) == 0
     out = capsys.readouterr().out
     rows = {tuple(line.split()[:3]): line for line in out.splitlines() if line.strip().startswith("AllGather")}
     assert set(rows) == {("AllGather", "<=8KiB", "5"), ("AllGather", ">8KiB", "5")}, out
     assert "250.0 us" in rows[("AllGather", "<=8KiB", "5")] and "80.0 us" in rows[("AllGather", "<=8KiB", "5")], out
     assert "30.0 us" in rows[("AllGather", ">8KiB", "5")], out
+    # The replay bench's CHECK line takes the median over the calls after the first tenth from trace_stats.
+    import record_bench_lib as lib
+    stats = lib.trace_stats(str(tmp_path))
+    assert stats["ranks"][0]["replay_call_host_us"]["median"] == 30.0  # 6 of the 11 calls after the first are large
+    assert stats["ranks"][0]["replay_call_host_us"]["p90"] == 250.0
+    assert rcht.main([str(tmp_path / "nothing")]) == 2
