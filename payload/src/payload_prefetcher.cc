@@ -54,6 +54,7 @@ struct PayloadPrefetcher::Impl {
   // What the workers look after, so that a pass is not a scan of every entry under the lock the calling thread needs
   // (a timing replay holds thousands of small payloads): uploads in flight in the order they went up, released
   // entries, and the first position that may still need an upload.
+  static constexpr int kCopyPollsPending = 4;
   std::deque<size_t> uploadQueue;
   std::set<size_t> released;
   size_t uploadCursor = 0;
@@ -165,15 +166,16 @@ struct PayloadPrefetcher::Impl {
   // Released entries whose copy has completed give their memory back. Returns whether any is still in flight.
   // Every query is a CUDA call made under the lock, and a timing replay holds thousands of small payloads (DeepSpeed
   // ZeRO-3: 4,000 of 1.5-6 KiB): querying them all on every pass kept the lock from the calling thread for about
-  // 0.3 ms per call. Uploads go up in call order on one stream, and calls release their payloads in call order, so a
-  // pass stops querying each kind at its first pending one; what completed behind it is noticed on a later pass.
+  // 0.3 ms per call. Uploads go up in call order on one stream: a pass stops at the first pending one. Calls release
+  // their payloads in call order, but their copies run on the program's streams, one of which may lag: a pass polls
+  // copies until kCopyPollsPending of them were still pending; what completed behind them is noticed later.
   bool reclaim() {
     while (!uploadQueue.empty()) {
       auto it = entries.find(uploadQueue.front());
       if (it != entries.end() && it->second.upload == Upload::kInFlight && uploadBusy(it->second)) break;
       uploadQueue.pop_front();
     }
-    bool copyPending = false;
+    int copiesPending = 0;
     for (auto p = released.begin(); p != released.end();) {
       auto it = entries.find(*p);
       if (it == entries.end() || it->second.state != State::kReleased) {
@@ -181,9 +183,9 @@ struct PayloadPrefetcher::Impl {
         continue;
       }
       Entry& e = it->second;
-      if (e.copied && !copyPending) {
+      if (e.copied && copiesPending < kCopyPollsPending) {
         if (e.copied()) e.copied = nullptr;  // a fence answers true once
-        else copyPending = true;
+        else ++copiesPending;
       }
       if (!e.copied && e.upload != Upload::kEnqueuing && e.upload != Upload::kInFlight) {
         drop(it);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -168,6 +169,37 @@ TEST(PayloadPrefetcher, InOrderWithASmallArenaEvictionAndAnOversizedPayload) {
     EXPECT_EQ(s.skipped, 0u);
   }
   EXPECT_EQ(f.allocations.load(), f.frees.load());  // the arena and every own allocation given back
+}
+
+// A copy that lags (its stream is behind) must not keep the memory of the copies released after it, which completed:
+// a pass polls past a few pending ones. Were they kept, the small arena would fill and every later payload would
+// need an allocation of its own (counted as oversized).
+TEST(PayloadPrefetcher, ALaggingCopyDoesNotHoldBackTheMemoryOfLaterOnes) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.open());
+  const auto& order = f.recording->payloadOrder();
+  PayloadPrefetcher::Options options;
+  options.arenaBytes = 64 << 10;
+  options.threads = 2;
+  // The lagging copy completes when the loop is done, or after 5 s: a prefetcher that waited for it (its arena
+  // full of completed copies it had not reclaimed) would otherwise hang here.
+  std::atomic<bool> lagging{true}, waitedFor{false};
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  {
+    PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release());
+    expectPayload(p, order[0], 0, [&] {
+      if (lagging && std::chrono::steady_clock::now() > giveUp) waitedFor = true;
+      return !lagging || waitedFor;
+    });
+    for (int i = 1; i < kPayloads; ++i) {
+      if (i == 13) continue;  // larger than the arena: its own allocation anyway
+      expectPayload(p, order[i], i, [] { return true; });
+    }
+    EXPECT_FALSE(waitedFor.load()) << "the later payloads waited for the lagging copy";
+    EXPECT_EQ(p.stats().oversized, 0u);
+    lagging = false;
+  }
+  EXPECT_EQ(f.allocations.load(), f.frees.load());
 }
 
 TEST(PayloadPrefetcher, SkippedAndOutOfOrderCalls) {
