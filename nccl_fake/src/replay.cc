@@ -63,11 +63,10 @@ struct Session {
   // host_time: own. The most host time replayed for a call of each operation (groups: kGroupHostKey); absent: no cap.
   std::map<int, int64_t> hostCaps;
   int window = 64;
-  // peer_pacing: recorded. Per recorded call (RecordedCall::order), how its peers paced it; per replayed
-  // communicator, its chain on the device (0: none).
+  // peer_pacing: recorded. Per recorded call (RecordedCall::order), how its peers paced it (read-only once loaded;
+  // each communicator's chain is on the communicator).
   bool pacing = false;
   std::vector<ranklens::timing::PeerPace> paces;
-  std::map<uint64_t, uint64_t> chains;
   // timing fidelity restores the recorded payloads up to this size (the control values: sizes, flags, objects) so
   // that the rank takes the recorded path; value fidelity restores every recorded payload.
   uint64_t controlPayloadBytes = 0;
@@ -408,13 +407,9 @@ ncclResult_t onCommCreated(ncclComm* comm) {
     return ncclSuccess;
   }
   std::lock_guard<std::mutex> lock(s->mu);
-  if (s->pacing) {  // at creation: the chain's allocation may synchronise the device
-    uint64_t chain = 0;
-    if (Runtime::get().device().paceChain(&chain) != 0)
-      WARN("replay: peer_pacing: communicator %lu is not paced: %s", static_cast<unsigned long>(comm->id),
-           ranklens::device::lastError().c_str());
-    s->chains[comm->id] = chain;
-  }
+  if (s->pacing && Runtime::get().device().paceChain(&comm->paceChain) != 0)  // at creation: may synchronise
+    WARN("replay: peer_pacing: communicator %lu is not paced: %s", static_cast<unsigned long>(comm->id),
+         ranklens::device::lastError().c_str());
   const auto& comms = s->recording->comms();
   const bool split = comm->how == "split" || comm->how == "shrink";
   int64_t recordedParent = -1;
@@ -710,22 +705,19 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
 
 namespace {
 
-// peer_pacing: the chain and pace of a collective outside a group (PaceRequest; chain 0: not paced).
-ranklens::device::PaceRequest paceOf(Session* s, const CallInfo& info, int64_t restoreNs, bool kernelTime) {
+// peer_pacing: the chain and pace of a collective outside a group (PaceRequest; chain 0: not paced). Lock-free: the
+// chain was set at the communicator's creation and the paces at load.
+ranklens::device::PaceRequest paceOf(const Session& s, const CallInfo& info, int64_t restoreNs, bool kernelTime) {
   ranklens::device::PaceRequest pace;
-  if (!s->pacing || ranklens::events::isP2p(info.op)) return pace;
-  std::lock_guard<std::mutex> lock(s->mu);
-  const auto chain = s->chains.find(info.comm->id);
-  if (chain == s->chains.end() || chain->second == 0) return pace;
-  pace.chain = chain->second;
+  if (!s.pacing || info.comm->paceChain == 0 || ranklens::events::isP2p(info.op)) return pace;
+  pace.chain = info.comm->paceChain;
   pace.index = info.seq + 1;
   const RecordedCall* rc = info.recorded;
-  if (rc == nullptr || info.estimated || rc->order >= s->paces.size() || !s->paces[rc->order].known) return pace;
-  const auto& p = s->paces[rc->order];
+  if (rc == nullptr || info.estimated || rc->order >= s.paces.size() || !s.paces[rc->order].known) return pace;
+  const auto& p = s.paces[rc->order];
   pace.known = true;
   pace.peerGapNs = p.peerGapNs;
-  pace.lastNs = static_cast<uint64_t>(holdFor(*s, p.lastNs, restoreNs, info.arrival != 0, kernelTime));
-  s->counters.pacedHolds++;
+  pace.lastNs = static_cast<uint64_t>(holdFor(s, p.lastNs, restoreNs, info.arrival != 0, kernelTime));
   return pace;
 }
 
@@ -736,7 +728,7 @@ ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, in
   const bool kernelTime = info.recorded != nullptr && !info.estimated && info.recorded->kernelClock;
   const int64_t ns = holdFor(*s, durationNs, restoreNs, info.arrival != 0, kernelTime);
   const ranklens::device::PaceRequest pace =
-      groupId == 0 ? paceOf(s, info, restoreNs, kernelTime) : ranklens::device::PaceRequest{};
+      groupId == 0 ? paceOf(*s, info, restoreNs, kernelTime) : ranklens::device::PaceRequest{};
   ranklens::trace::Timing t;
   t.commId = info.comm->id;
   t.seq = info.seq;
@@ -753,6 +745,7 @@ ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, in
     std::lock_guard<std::mutex> lock(s->mu);
     s->counters.holds++;
     s->counters.heldNs += static_cast<uint64_t>(ns);
+    s->counters.pacedHolds += pace.known;
   }
   if (ns == 0 && pace.chain == 0) return ncclSuccess;
   ranklens::device::HoldRequest hold;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "ranklens/events.h"
 
+#include <algorithm>
+#include <map>
 
 namespace ranklens {
 namespace events {
@@ -52,6 +54,21 @@ uint64_t receivedBytes(Op op, uint64_t count, int datatype, int nranks, int rank
     case Op::kReduce: return rank == root ? bytes : 0;
     default: return bytes;
   }
+}
+
+StepMarkers stepMarkers(const std::vector<Stage>& stages) {
+  StepMarkers out;
+  for (const char* kind : {"step", "optimizer"}) {
+    std::map<int64_t, const Stage*> first;  // by number
+    for (const auto& s : stages)
+      if (s.name == kind && s.step >= 0) first.emplace(s.step, &s);
+    if (first.empty()) continue;
+    out.kind = kind;
+    for (const auto& [step, s] : first) out.marks.push_back(*s);
+    std::sort(out.marks.begin(), out.marks.end(), [](const Stage& a, const Stage& b) { return a.timeNs < b.timeNs; });
+    break;
+  }
+  return out;
 }
 
 }  // namespace events

@@ -52,11 +52,7 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
   im.reader = TraceReader::open(dir, Limits{}, error);
   if (!im.reader) return nullptr;
 
-  struct Timed {
-    int64_t durationNs = -1, gapNs = -1;
-    bool kernelClock = false;
-  };
-  std::unordered_map<CallKey, Timed, CallKeyHash> durations;
+  std::unordered_map<CallKey, Timing, CallKeyHash> durations;
   std::unordered_map<CallKey, PayloadRef, CallKeyHash> payloads;
   std::string decodeError;
   const bool scanned = im.reader->scan([&](RecordType type, const msgpack::object& body, const Location&) {
@@ -73,7 +69,7 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
         case RecordType::kTiming: {
           const auto t = body.as<Timing>();
           if (t.durationNs >= 0)
-            durations[keyOf(t.commId, t.op, t.peer, t.seq)] = {t.durationNs, t.gapNs, t.clock == kClockKernel};
+            durations[keyOf(t.commId, t.op, t.peer, t.seq)] = t;
           break;
         }
         case RecordType::kPayloadRef: {
@@ -109,7 +105,7 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
     if (auto it = durations.find(key); it != durations.end()) {
       rc.durationNs = it->second.durationNs;
       rc.gapNs = it->second.gapNs;
-      rc.kernelClock = it->second.kernelClock;
+      rc.kernelClock = it->second.clock == kClockKernel;
       ++im.timed;
     }
     if (auto it = payloads.find(key); it != payloads.end()) rc.payload = it->second;

@@ -32,10 +32,6 @@ struct CallRecorder::Span {
   std::vector<Staged> staged;
 };
 
-namespace {
-bool chained(const trace::Timing& t) { return t.groupId == 0 && t.peer < 0 && !t.captured; }
-}  // namespace
-
 CallRecorder::CallRecorder(RecordDevice& device, const Options& options, TimingSink timingSink,
                            PayloadSink payloadSink)
     : device_(device), options_(options), timingSink_(std::move(timingSink)),
@@ -266,7 +262,7 @@ bool CallRecorder::complete(Span* span) {
   } else {
     counters_.timed++;
     timing.eventNs = timing.durationNs = ns;
-    if (chained(timing)) chainGap(span, &timing);
+    if (trace::chainsGap(timing)) chainGap(span, &timing);
   }
   timingSink_(timing);
   for (const Staged& s : span->staged) {

@@ -34,22 +34,15 @@ struct HoldTraffic {
   unsigned long long copyNs;
 };
 
-// peer_pacing: the communicator's chain {end, index} and this collective's place on it (PaceRequest).
-struct HoldPace {
-  unsigned long long* chain;
-  unsigned long long index;
-  long long peerGapNs;
-  unsigned long long lastNs;
-  int known;
-};
+using ranklens::device::PaceRequest;
 
-// A paced hold's end (pacedDeadline), read from its communicator's chain.
+// A paced hold's end (pacedDeadline), read from its communicator's chain {end, index}.
 __device__ __forceinline__ unsigned long long ranklensPacedEnd(unsigned long long start, unsigned long long ns,
-                                                               HoldPace pace) {
-  const volatile unsigned long long* chain = pace.chain;
+                                                               const PaceRequest& pace) {
+  const volatile unsigned long long* chain = reinterpret_cast<unsigned long long*>(pace.chain);
   const unsigned long long index = chain[1];
   __threadfence();  // the end was written before the index
-  return ranklens::device::pacedDeadline(start, ns, chain[0], index, pace.index, pace.known != 0, pace.peerGapNs,
+  return ranklens::device::pacedDeadline(start, ns, chain[0], index, pace.index, pace.known, pace.peerGapNs,
                                          pace.lastNs);
 }
 
@@ -60,9 +53,9 @@ __device__ __forceinline__ unsigned long long ranklensPacedEnd(unsigned long lon
 // communicator's chain for the next collective. One lane per warp waits, so that every warp of a block stays
 // resident as long as the hold, like NCCL's.
 __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const unsigned long long* arrival,
-                                                HoldTraffic traffic, HoldPace pace) {
+                                                HoldTraffic traffic, const PaceRequest& pace) {
   const unsigned long long start = arrival != nullptr ? *arrival : ranklensGlobalTimer();
-  const unsigned long long end = pace.chain != nullptr ? ranklensPacedEnd(start, ns, pace) : start + ns;
+  const unsigned long long end = pace.chain != 0 ? ranklensPacedEnd(start, ns, pace) : start + ns;
   ns = end > start ? end - start : 0;
   if (traffic.vectors > 0) {  // every thread waits for the copy's start, copies, and waits for the end
     const unsigned long long copyFrom = start + ns - min(ns, traffic.copyNs);
@@ -75,8 +68,8 @@ __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const uns
   }
   if ((threadIdx.x & 31) != 0) return;
   while (ranklensGlobalTimer() - start < ns) __nanosleep(500);
-  if (pace.chain != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-    volatile unsigned long long* chain = pace.chain;
+  if (pace.chain != 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+    volatile unsigned long long* chain = reinterpret_cast<unsigned long long*>(pace.chain);
     if (chain[1] < pace.index) {  // a later collective that ran first keeps its place
       chain[0] = end;
       __threadfence();
@@ -94,7 +87,7 @@ extern "C" __global__ void ranklens_HoldArrival(unsigned long long* arrival) { *
   X(Recv) X(Group) X(Hold)
 #define RANKLENS_DEFINE_HOLD(name)                                                                    \
   extern "C" __global__ void ranklens_##name(unsigned long long ns, const unsigned long long* arrival, \
-                                             HoldTraffic traffic, HoldPace pace) {                     \
+                                             HoldTraffic traffic, PaceRequest pace) {                  \
     ranklensHoldFor(ns, arrival, traffic, pace);                                                      \
   }
 RANKLENS_HOLD_KERNELS(RANKLENS_DEFINE_HOLD)
@@ -118,7 +111,7 @@ int check(cudaError_t err, const char* what) {
   return static_cast<int>(err);
 }
 
-using HoldKernel = void (*)(unsigned long long, const unsigned long long*, HoldTraffic, HoldPace);
+using HoldKernel = void (*)(unsigned long long, const unsigned long long*, HoldTraffic, PaceRequest);
 
 struct NamedHold {
   const char* name;
@@ -222,15 +215,13 @@ class CudaDevice final : public StreamDevice {
     uint64_t arrival = request.arrival;
     if (arrival == 0 && (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0 || shape_.traffic > 0))
       if (int err = arrive(stream, &arrival)) return err;
-    const PaceRequest& p = request.pace;
-    if (nanoseconds == 0 && p.chain == 0) return 0;  // a paced hold may end later than its own duration
+    if (nanoseconds == 0 && request.pace.chain == 0) return 0;  // a paced hold may end later than its own duration
     HoldTraffic traffic{};
     if (shape_.traffic > 0 && request.callBytes > 0)
       if (int err = trafficFor(request, &traffic)) return err;
-    const HoldPace pace{reinterpret_cast<unsigned long long*>(p.chain), p.index, p.peerGapNs, p.lastNs, p.known};
     holdKernelFor(request.label)<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
                                    holdSharedBytes_, stream>>>(
-        nanoseconds, reinterpret_cast<const unsigned long long*>(arrival), traffic, pace);
+        nanoseconds, reinterpret_cast<const unsigned long long*>(arrival), traffic, request.pace);
     return check(cudaGetLastError(), "hold kernel launch");
   }
 
@@ -372,7 +363,7 @@ class CudaDevice final : public StreamDevice {
               static_cast<unsigned long long>(shape_.blocks) * shape_.threads * ((64u << 10) / sizeof(uint4)));
           const int64_t copyNs = measure([&] {
             holdKernelFor("Hold")<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
-                                    holdSharedBytes_, stream>>>(1, nullptr, traffic, HoldPace{});
+                                    holdSharedBytes_, stream>>>(1, nullptr, traffic, PaceRequest{});
           });
           if (copyNs > 0) trafficNsPerVector_ = static_cast<double>(copyNs) / static_cast<double>(traffic.vectors);
           c.trafficNsPerByte = trafficNsPerVector_ / sizeof(uint4);

@@ -12,6 +12,7 @@
 
 #include "ranklens/duration_fit.h"
 #include "ranklens/events.h"
+#include "ranklens/job_collectives.h"
 #include "ranklens/recording.h"
 
 namespace ranklens {
@@ -35,20 +36,7 @@ std::string jobOf(const std::string& rankDir) {
   return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : dir.substr(0, slash);
 }
 
-std::map<uint64_t, std::string> jobCommunicatorNames(const trace::Recording& recording) {
-  std::map<std::string, int> seen;
-  std::map<uint64_t, std::string> names;
-  for (const auto& c : recording.comms()) {
-    const std::string shape = c.how + "/" + std::to_string(c.nranks) + "/" + std::to_string(c.color);
-    names[c.commId] = shape + "/" + std::to_string(seen[shape]++);
-  }
-  return names;
-}
-
 namespace {
-
-// One collective of the job as every rank can name it (jobCommunicatorNames) and its sequence.
-using InstanceKey = std::tuple<std::string, uint64_t>;
 
 // Each call's step phase: host time since the "step" marker before it over the time to the next one (-1 before the
 // first marker and after the last).
@@ -107,17 +95,8 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       return false;
     }
   }
-  // The shortest duration of each collective over the ranks that timed it.
-  std::map<InstanceKey, int64_t> transfer;
-  std::vector<std::map<uint64_t, std::string>> names;
-  for (const trace::Recording* rec : ranks) {
-    names.push_back(jobCommunicatorNames(*rec));
-    for (const auto& rc : rec->calls()) {
-      if (rc.durationNs <= 0 || events::isP2p(static_cast<events::Op>(rc.call.op))) continue;
-      auto [it, fresh] = transfer.emplace(InstanceKey{names.back()[rc.call.commId], rc.call.seq}, rc.durationNs);
-      if (!fresh) it->second = std::min(it->second, rc.durationNs);
-    }
-  }
+  // The shortest duration of each collective over the ranks that timed it: its transfer time.
+  const JobCollectives job(ranks, /*withGroups=*/true);
   for (size_t r = 0; r < ranks.size(); ++r) {
     const trace::Recording& recording = *ranks[r];
     std::map<uint64_t, std::string> roles;
@@ -155,8 +134,7 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       if (s.nranks == 1) {
         s.transferNs = s.durationNs;
       } else if (!p2p && ranks.size() > 1) {
-        auto it = transfer.find(InstanceKey{names[r][rc.call.commId], rc.call.seq});
-        if (it != transfer.end()) s.transferNs = it->second;
+        if (const JobCollectives::Instance* in = job.find(r, rc)) s.transferNs = in->shortestNs;
       }
       history->samples.push_back(std::move(s));
     }

@@ -290,7 +290,7 @@ void KernelClock::writeSpanLocked(Span* span, int64_t durationNs, std::vector<tr
   }
   trace::Timing t = span->identity;
   t.durationNs = durationNs;
-  if (durationNs > 0 && span->start != kNoStart && t.groupId == 0 && t.peer < 0) {
+  if (durationNs > 0 && span->start != kNoStart && trace::chainsGap(t)) {
     auto [last, fresh] = lastStop_.try_emplace(t.commId, t.seq, span->stop);
     if (!fresh && last->second.first + 1 == t.seq)
       t.gapNs = static_cast<int64_t>(span->start) - static_cast<int64_t>(last->second.second);

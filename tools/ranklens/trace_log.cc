@@ -63,14 +63,10 @@ bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDi
 }
 
 StepMarks stepMarks(const EventLog& log) {
+  const events::StepMarkers markers = events::stepMarkers(log.stages);
   StepMarks marks;
-  for (const char* kind : {"step", "optimizer"}) {
-    marks.kind = kind;
-    for (const auto& stage : log.stages)
-      if (stage.name == kind && stage.step >= 0) marks.starts.emplace(stage.step, stage.timeNs);
-    if (!marks.starts.empty()) break;
-  }
-  if (marks.starts.empty()) marks.kind = "step";
+  marks.kind = markers.kind;
+  for (const auto& stage : markers.marks) marks.starts.emplace(stage.step, stage.timeNs);
   return marks;
 }
 

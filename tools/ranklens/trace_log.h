@@ -45,9 +45,7 @@ bool writeOutput(const std::string& path, const std::string& text);
 // Earliest time of any record (CLOCK_MONOTONIC ns), 0 for an empty log: where a trace's timeline starts.
 int64_t firstRecordTimeNs(const EventLog& log);
 
-// The steps of a trace: where step k starts (CLOCK_MONOTONIC ns), from the "step" markers
-// (ranklensMarkStage("step", k); train_gpt.py --mark-steps), else from the Python adapter's "optimizer" markers (one
-// after each optimizer step: the next step starts there). The first marker of a number wins.
+// The steps of a trace (events::stepMarkers): where step k starts (CLOCK_MONOTONIC ns).
 struct StepMarks {
   const char* kind = "step";  // the marker name used: "step" or "optimizer"
   std::map<int64_t, int64_t> starts;

@@ -84,13 +84,19 @@ int runWaits(const WaitsOptions& o) {
     return a.waitNs < b.waitNs;
   });
 
+  // Per rank, the medians over the steps after the warm-up: its wait, its step.
+  std::vector<std::pair<int64_t, int64_t>> medians;
+  for (const auto& w : waits)
+    medians.emplace_back(medianAfter(w.steps, o.warmupSteps, &timing::StepWaits::waitNs),
+                         medianAfter(w.steps, o.warmupSteps, &timing::StepWaits::stepNs));
+
   nlohmann::json doc = {{"format", "ranklens-waits"}, {"format_version", kJsonFormatVersion}, {"trace", o.dir},
                         {"warmup_steps", o.warmupSteps}, {"ranks", nlohmann::json::array()}};
-  for (const auto& w : waits) {
+  for (size_t i = 0; i < waits.size(); ++i) {
+    const auto& w = waits[i];
+    const auto [medianWait, medianStep] = medians[i];
     nlohmann::json steps = nlohmann::json::array();
     for (const auto& s : w.steps) steps.push_back({{"step", s.step}, {"step_ns", s.stepNs}, {"wait_ns", s.waitNs}});
-    const int64_t medianWait = medianAfter(w.steps, o.warmupSteps, &timing::StepWaits::waitNs);
-    const int64_t medianStep = medianAfter(w.steps, o.warmupSteps, &timing::StepWaits::stepNs);
     doc["ranks"].push_back({{"rank", w.rank}, {"dir", w.directory}, {"collectives", w.collectives},
                             {"last_to_arrive", w.lastToArrive}, {"wait_ns", w.waitNs},
                             {"median_wait_ns_per_step", medianWait < 0 ? nlohmann::json(nullptr) : nlohmann::json(medianWait)},
@@ -106,9 +112,9 @@ int runWaits(const WaitsOptions& o) {
             << "last to arrive" << std::setw(16) << "waited" << std::setw(16) << "per step" << std::setw(14)
             << "step" << std::setw(10) << "of step" << "   (medians over the steps after " << o.warmupSteps
             << " warm-up)\n";
-  for (const auto& w : waits) {
-    const int64_t medianWait = medianAfter(w.steps, o.warmupSteps, &timing::StepWaits::waitNs);
-    const int64_t medianStep = medianAfter(w.steps, o.warmupSteps, &timing::StepWaits::stepNs);
+  for (size_t i = 0; i < waits.size(); ++i) {
+    const auto& w = waits[i];
+    const auto [medianWait, medianStep] = medians[i];
     std::ostringstream last, share;
     last << w.lastToArrive << " ("
          << (w.collectives ? 100 * w.lastToArrive / w.collectives : 0) << "%)";

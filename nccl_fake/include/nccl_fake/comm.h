@@ -28,6 +28,7 @@ struct ncclComm {
   std::vector<int> worldRanks;  // world rank of every member, in comm-rank order
   bool blocking = true;
   int ranksPerNode = 8;
+  uint64_t paceChain = 0;  // replay, peer_pacing: its chain on the device (StreamDevice::paceChain), set at creation
 
   std::atomic<int> asyncError{ncclSuccess};
   std::atomic<bool> finalized{false};

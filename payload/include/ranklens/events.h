@@ -87,5 +87,14 @@ struct Stage {
   MSGPACK_DEFINE_ARRAY(name, step, timeNs)
 };
 
+// Where a rank's steps start: its "step" markers (ranklensMarkStage("step", k); train_gpt.py --mark-steps), else the
+// Python adapter's "optimizer" markers (one after each optimizer step: the next step starts there). Numbered markers
+// only (step >= 0), the first of each number, in time order.
+struct StepMarkers {
+  const char* kind = "step";  // the marker name used: "step" or "optimizer"
+  std::vector<Stage> marks;
+};
+StepMarkers stepMarkers(const std::vector<Stage>& stages);
+
 }  // namespace events
 }  // namespace ranklens

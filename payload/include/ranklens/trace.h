@@ -74,6 +74,9 @@ struct Timing {
   MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs, clock, gapNs)
 };
 
+// Whether a call's Timing record can carry a gapNs: a collective outside groups, not captured into a CUDA graph.
+inline bool chainsGap(const Timing& t) { return t.groupId == 0 && t.peer < 0 && !t.captured; }
+
 // Where a call's received bytes are stored. A later reference to the same call (commId, kind, peer, seq; see
 // docs/trace-format.md) supersedes an earlier one: that is how edits work, the original blob stays where it was.
 struct PayloadRef {

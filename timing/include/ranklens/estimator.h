@@ -57,9 +57,6 @@ struct History {
 
 // The recorded job a rank directory belongs to: its parent directory when it is named rank<N>, else itself.
 std::string jobOf(const std::string& rankDir);
-// A name every rank of a job gives the same communicator (the commId is per process): its creation call, size,
-// color and order among such communicators on the rank, e.g. "init/2/-1/0".
-std::map<uint64_t, std::string> jobCommunicatorNames(const trace::Recording& recording);
 
 // Adds every timed call of the recorded ranks of one job (calls outside groups; for groups, the first call on each
 // stream with the group's duration, marked grouped), with the transfer time of each collective found on several of

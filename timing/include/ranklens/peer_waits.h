@@ -26,13 +26,12 @@ struct RankWaits {
   uint64_t collectives = 0;   // timed collectives of communicators of several ranks, timed by another rank too
   uint64_t lastToArrive = 0;  // of those, the ones this rank waited in least (its duration the shortest)
   int64_t waitNs = 0;         // the sum of its waits in them
-  // Between consecutive "step" markers, else the Python adapter's "optimizer" markers (none before the first or
-  // after the last).
+  // Between consecutive step markers (events::stepMarkers; none before the first or after the last).
   std::vector<StepWaits> steps;
 };
 
-// One entry per rank given, in that order. Collectives are paired across ranks by communicator (as
-// jobCommunicatorNames names them) and sequence; point-to-point calls and groups are left out.
+// One entry per rank given, in that order. Collectives are paired across ranks as JobCollectives pairs them
+// (job_collectives.h), groups left out.
 std::vector<RankWaits> peerWaits(const std::vector<const trace::Recording*>& ranks);
 
 // How rank `me`'s peers paced a collective (peer_pacing). In the real job every rank ends a collective together,
