@@ -389,13 +389,18 @@ def call_host_times(calls: list, timings: list, skip: int = 0) -> list:
     hold's Timing record or None: grouped calls share one per stream). The stamps' difference is RankLens's host time
     in the call (matching, arrival mark, payload restore, the hold's launch); a hold to the next call's stamp is the
     program's own time."""
-    by_call = {(t["commId"], t["seq"], t["op"], t["peer"]): t for t in timings}
+    rt = _reader()
+    by_call = {rt.call_key(t["commId"], t["op"], t["peer"], t["seq"]): t for t in timings}
     out = []
     for c in calls[skip:]:
-        peer = c["rootOrPeer"] if OPS[c["op"]] in ("Send", "Recv") else -1
-        t = by_call.get((c["commId"], c["seq"], c["op"], peer))
+        t = by_call.get(rt.record_key(rt.CALL, c))
         out.append((OPS[c["op"]], c["bytes"], c["timeNs"], t["startNs"] if t is not None else None))
     return out
+
+
+def p90(values: list) -> float:
+    """The 90th percentile (nearest rank below) of a non-empty list."""
+    return sorted(values)[int(0.9 * (len(values) - 1))]
 
 
 def trace_stats(trace_dir: str, window: tuple[int, int] | None = None, window_stage: str = "step",
@@ -468,8 +473,7 @@ def trace_stats(trace_dir: str, window: tuple[int, int] | None = None, window_st
             inside = [(hold - call) / 1e3 for _, _, call, hold in call_host_times(calls, timings, len(calls) // 10)
                       if hold is not None]
             if inside:
-                rank["replay_call_host_us"] = {"median": statistics.median(inside),
-                                               "p90": sorted(inside)[int(0.9 * (len(inside) - 1))]}
+                rank["replay_call_host_us"] = {"median": statistics.median(inside), "p90": p90(inside)}
         if keep_records:
             rank["_calls"], rank["_timings"], rank["_stages"] = calls, timings, stages
         out["ranks"].append(rank)

@@ -19,11 +19,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ranklens_trace as rt  # noqa: E402
-from record_bench_lib import call_host_times  # noqa: E402
-
-
-def p90(values: list) -> float:
-    return sorted(values)[int(0.9 * (len(values) - 1))]
+from record_bench_lib import call_host_times, p90  # noqa: E402
 
 
 def main(argv=None) -> int:

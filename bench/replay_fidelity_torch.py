@@ -199,6 +199,12 @@ def median_after(step_ms: list[float] | None, warmup: int) -> float | None:
     return statistics.median(step_ms[warmup:])
 
 
+def median_of(runs: list[dict], key: str) -> float | None:
+    """The median of `key` over the runs that have it, None when none has."""
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
 def call_host_text(us) -> str:
     """RankLens's own host time per replayed call (median), for a CHECK line."""
     return "" if us is None else f"; in RankLens {us:.0f} us/call"
@@ -426,12 +432,8 @@ class Bench:
                      **(runs[0] if len(runs) == 1 else {"runs": runs}),
                      "median_step_ms_real": m_real, "median_step_ms_replay": m_rep, "median_step_error": err,
                      "real_run_spread": spread(reals), "replay_run_spread": spread(replays),
-                     "host_held_ms_per_step": statistics.median(h) if (h := [
-                         r["host_held_ms_per_step"] for r in runs if r.get("host_held_ms_per_step") is not None])
-                     else None,
-                     "call_host_us_median": statistics.median(u) if (u := [
-                         r["call_host_us_median"] for r in runs if r.get("call_host_us_median") is not None])
-                     else None,
+                     "host_held_ms_per_step": median_of(runs, "host_held_ms_per_step"),
+                     "call_host_us_median": median_of(runs, "call_host_us_median"),
                      "signature_match": sig_ok,
                      "pass": bool(sig_ok and err is not None and abs(err) <= a.tolerance)}
             self.doc["checks"].append(check)

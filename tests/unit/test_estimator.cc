@@ -223,13 +223,7 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseAndBusyStreams) {
     events::Call c = allReduce4KiB(seq);
     c.stream = stream;
     c.timeNs = timeNs;
-    w->append(trace::RecordType::kCall, c);
-    trace::Timing t;
-    t.seq = seq;
-    t.op = kAllReduce;
-    t.stream = stream;
-    t.durationNs = durationNs;
-    w->append(trace::RecordType::kTiming, t);
+    test::appendTimedCall(*w, c, durationNs);
   };
   auto stage = [&](int64_t step, int64_t timeNs) {
     events::Stage st;

@@ -52,16 +52,7 @@ void writeRank(const std::string& dir, int rank, const std::vector<int64_t>& all
     c.rootOrPeer = op == kAllReduce ? -1 : 1 - rank;
     c.groupId = group;
     c.timeNs = at;
-    w->append(trace::RecordType::kCall, c);
-    trace::Timing t;
-    t.commId = comm;
-    t.seq = seq;
-    t.op = op;
-    t.groupId = group;
-    t.durationNs = ns;
-    t.peer = c.rootOrPeer;
-    t.gapNs = gap;
-    w->append(trace::RecordType::kTiming, t);
+    test::appendTimedCall(*w, c, ns, gap);
   };
   const int steps = static_cast<int>(allReduceNs.size() / 2);
   for (int k = 0; k <= steps; ++k) {
