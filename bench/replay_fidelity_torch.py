@@ -129,6 +129,13 @@ def parse_args(argv=None):
                    help="seconds for the whole benchmark (0: none): no run starts unless the time spent plus the "
                         "longest run so far fits; timing checks then use the repeats completed and say so, and the "
                         "JSON and log are written as always (an outer timeout would lose the checks)")
+    p.add_argument("--recording", metavar="TRACE_DIR",
+                   help="timing: replay this existing recording (of --modes' one mode, made with the same --steps, "
+                        "--micro-batch and --model) instead of recording; --repeats then replays it that many times. "
+                        "Needs only one GPU: with fewer GPUs than ranks, ranks replay one after another")
+    p.add_argument("--recorded-log", metavar="LOG",
+                   help="with --recording: the recorded job's log, whose RESULT lines give the real step times "
+                        "(without it both sides come from the step markers, through `ranklens compare`)")
     add_env_options(p, "timing, profile and value: replay every recording once more per variant")
     p.add_argument("--launcher", choices=("ranklens", "survivor"), default="ranklens",
                    help="ranklens: `ranklens record` / `ranklens replay` with the Python adapter (the product "
@@ -146,6 +153,14 @@ def parse_args(argv=None):
             p.error(f"--record-env {item!r}: want KEY=VALUE")
         args.record_env_map[key] = value
     args.variants = parse_variants(p, args.variant)
+    if args.recording:
+        if len(args.modes.split(",")) != 1 or args.checks != "timing":
+            p.error("--recording replays one mode's recording: give one --modes and --checks timing")
+        args.recording = os.path.abspath(args.recording)
+        if not os.path.isdir(args.recording):
+            p.error(f"--recording {args.recording}: not a directory")
+    elif args.recorded_log:
+        p.error("--recorded-log goes with --recording")
     return args
 
 
@@ -157,8 +172,9 @@ def add_env_options(p: argparse.ArgumentParser, variant_scope: str) -> None:
                    help="extra environment of every replay, e.g. RANKLENS_HOLD_FROM=start")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
                    help=f"{variant_scope}, with this environment added, side by side with the plain replay (e.g. "
-                        "nccl-shape:RANKLENS_HOLD_BLOCKS=24,RANKLENS_HOLD_THREADS=544); checks are reported per "
-                        "variant")
+                        "nccl-shape:RANKLENS_HOLD_BLOCKS=24,RANKLENS_HOLD_THREADS=544); the key lib (lower case) "
+                        "replays with another RankLens libnccl.so.2 instead (e.g. before:lib=old/libnccl.so.2); "
+                        "checks are reported per variant")
 
 
 def parse_variants(p: argparse.ArgumentParser, items: list[str]) -> dict[str, dict[str, str]]:
@@ -285,26 +301,30 @@ class Bench:
         gpus = int(subprocess.run([a.python, "-c", "import torch; print(torch.cuda.device_count())"],
                                   capture_output=True, text=True).stdout.strip() or "1")
         procs = []
+        variant_env = dict(variant_env or {})
+        library = os.path.abspath(variant_env.pop("lib", a.lib))
         for rank in range(a.nproc):
             out_trace = os.path.join(a.work, "traces", f"{name}-replay")
-            extra = {**dict(kv.split("=", 1) for kv in a.replay_env), **(variant_env or {})}
+            extra = {**dict(kv.split("=", 1) for kv in a.replay_env), **variant_env}
             env, unset = clean_env({"CUDA_VISIBLE_DEVICES": str(rank % max(gpus, 1)),
                                     "RANKLENS_TRACE_DIR": out_trace, **extra})
             job = job_argv(a, mode, train_for_rank(rank), one_rank=True)
             if a.launcher == "ranklens":
-                argv = [a.ranklens, "replay", "--lib", a.lib, "--rank", str(rank), "--fidelity", fidelity,
+                argv = [a.ranklens, "replay", "--lib", library, "--rank", str(rank), "--fidelity", fidelity,
                         "--trace", trace, "--", *job]
             elif job[0] == a.python:
-                argv = [a.python, SURVIVOR, "--lib", a.lib, "--rank", str(rank), "--world-size", str(a.nproc),
+                argv = [a.python, SURVIVOR, "--lib", library, "--rank", str(rank), "--world-size", str(a.nproc),
                         "--fidelity", fidelity, "--trace", trace, "--quiet", "--", *job[1:]]
             else:
                 raise SystemExit(f"--launcher survivor runs Python scripts only, not {mode}")
             log_path = os.path.join(a.work, "logs", f"{name}-replay-rank{rank}.log")
             procs.append((rank, log_path, out_trace, argv, env, unset))
         shutil.rmtree(os.path.join(a.work, "traces", f"{name}-replay"), ignore_errors=True)
-        self.log.say(f"replay {name} ({fidelity}), {a.nproc} ranks at once ...")
+        # One replay per GPU at a time: two on one GPU would slow each other down.
+        at_once = min(len(procs), max(gpus, 1))
+        self.log.say(f"replay {name} ({fidelity}), {a.nproc} ranks, {at_once} at a time ...")
         import concurrent.futures as cf
-        with lib.GpuSampler(getattr(a, "sample_gpu", False)) as gpu, cf.ThreadPoolExecutor(len(procs)) as pool:
+        with lib.GpuSampler(getattr(a, "sample_gpu", False)) as gpu, cf.ThreadPoolExecutor(at_once) as pool:
             futures = {rank: pool.submit(lib.run_logged, argv, env, log_path, a.timeout, unset)
                        for rank, log_path, _, argv, env, unset in procs}
         runs = {}
@@ -321,7 +341,7 @@ class Bench:
             self.log.say(f"replay {name} rank {rank}: rc {res['rc']}, {res['wall_s']:.0f} s")
             self.log.append_file(f"{name}-replay-rank{rank}", log_path, max_lines=80)
         run = {"name": name + "-replay", "kind": "replay", "fidelity": fidelity, "mode": mode, "ranks": runs,
-               "variant_env": variant_env or {}, "gpu": gpu.summary(), "gpus": max(gpus, 1),
+               "variant_env": variant_env, "lib": library, "gpu": gpu.summary(), "gpus": max(gpus, 1),
                "trace": os.path.join(a.work, "traces", f"{name}-replay")}
         self.doc["runs"].append(run)
         return run
@@ -404,7 +424,10 @@ class Bench:
             name = f"{mode}-timing" + (f"-{i + 1}" if a.repeats > 1 else "")
             if not self.fits(name):
                 break
-            rec, trace = self.timed(self.record, name, mode, "small", train)
+            if a.recording:  # an existing recording, replayed again each repeat
+                rec, trace = {"results": results_of(a.recorded_log) if a.recorded_log else {}, "gpu": {}}, a.recording
+            else:
+                rec, trace = self.timed(self.record, name, mode, "small", train)
             self.doc.setdefault("sequence_problems", {})[name] = self.sequence_problems(trace)
             calls = lib.recorded_call_counts(trace, a.python)
             for variant, env in a.variants.items():

@@ -270,3 +270,60 @@ def test_replay_call_host_time_pairs_each_call_with_its_hold(tmp_path, capsys):
     assert stats["ranks"][0]["replay_call_host_us"]["median"] == 30.0  # 6 of the 11 calls after the first are large
     assert stats["ranks"][0]["replay_call_host_us"]["p90"] == 250.0
     assert rcht.main([str(tmp_path / "nothing")]) == 2
+
+
+def test_an_existing_recording_is_replayed_without_recording(tmp_path, no_trace_reading, monkeypatch):
+    # (session 12 had only a 1-GPU machine: it replayed a recording made on 2 GPUs in session 11)
+    recording = tmp_path / "rec"
+    recording.mkdir()
+    monkeypatch.setattr(rft, "results_of", lambda log: {r: {"step_ms": [100.0] * 10} for r in range(2)})
+    args = args_for(tmp_path, "--checks", "timing", "--recording", str(recording), "--recorded-log", "rec.log",
+                    "--repeats", "2", "--variant", "nccl:lib=old/libnccl.so.2")
+    bench = FakeBench(args, {"plain": 1.0, "nccl": 1.1})
+    bench.record = lambda *a: pytest.fail("--recording must not record")
+    bench.timing("ddp")
+    assert bench.started == ["ddp-timing-1", "ddp-timing-1-nccl", "ddp-timing-2", "ddp-timing-2-nccl"]
+    checks = {(c["variant"], c["rank"]): c for c in bench.doc["checks"]}
+    assert checks[("plain", 1)]["median_step_error"] == 0 and checks[("plain", 1)]["repeats_done"] == 2
+    assert checks[("nccl", 0)]["median_step_error"] == pytest.approx(0.1)
+
+
+def test_recording_option_is_checked(tmp_path):
+    for extra in (["--recording", str(tmp_path)],  # --checks defaults to timing,value
+                  ["--checks", "timing", "--modes", "ddp,fsdp2", "--recording", str(tmp_path)],
+                  ["--checks", "timing", "--recording", str(tmp_path / "missing")],
+                  ["--recorded-log", "x.log"]):
+        with pytest.raises(SystemExit):
+            args_for(tmp_path, *extra)
+
+
+def test_replays_take_one_gpu_each_and_a_variant_may_change_the_library(tmp_path, monkeypatch):
+    # Two replays on one GPU would slow each other down: with one GPU, ranks replay one after another.
+    import subprocess
+    import threading
+    import time
+
+    args = args_for(tmp_path, "--checks", "timing")
+    bench = rft.Bench(args)
+    running, most, argvs, lock = [0], [0], [], threading.Lock()
+
+    def fake_run_logged(argv, env, log_path, timeout, unset=()):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            argvs.append((argv, env))
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return {"rc": 0, "wall_s": 0.05, "command_line": " ".join(argv)}
+
+    monkeypatch.setattr(rft.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="1\n", stderr=""))
+    monkeypatch.setattr(rft.lib, "run_logged", fake_run_logged)
+    monkeypatch.setattr(rft.lib, "trace_stats_any", lambda *a, **k: {})
+    run = bench.replay_all("x", "ddp", "timing", "t", lambda r: [], {"lib": "old/libnccl.so.2", "RANKLENS_A": "1"})
+    assert most[0] == 1 and len(argvs) == 2
+    for argv, env in argvs:
+        assert argv[argv.index("--lib") + 1] == os.path.abspath("old/libnccl.so.2")
+        assert env["RANKLENS_A"] == "1" and "lib" not in env and env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert run["lib"] == os.path.abspath("old/libnccl.so.2") and run["variant_env"] == {"RANKLENS_A": "1"}
