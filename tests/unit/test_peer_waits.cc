@@ -147,6 +147,18 @@ TEST(PacedDeadline, LaterOfArrivalAndPeersThenTheLastArrivalsDuration) {
   EXPECT_EQ(pacedDeadline(1200, 900, 1700, 5, 5, true, 500, 100), 1700u);   // another block ended it already
 }
 
+// A hold writes its end to the chain (device::advanceChain), unless a later collective is there already.
+TEST(PacedDeadline, TheChainKeepsTheLatestCollective) {
+  unsigned long long chain[2] = {1000, 4};
+  device::advanceChain(chain, 1600, 5);
+  EXPECT_EQ(chain[0], 1600u);
+  EXPECT_EQ(chain[1], 5u);
+  device::advanceChain(chain, 1300, 5);  // another block of the same hold
+  device::advanceChain(chain, 1200, 3);  // an earlier collective that ran late
+  EXPECT_EQ(chain[0], 1600u);
+  EXPECT_EQ(chain[1], 5u);
+}
+
 TEST(PeerWaits, OptimizerMarkersStandInForStepMarkersAndALoneRankWaitsForNobody) {
   const std::string job = ::testing::TempDir() + "/waits-opt-" + std::to_string(getpid());
   writeRank(job + "/rank0", 0, {50'000, 10'000, 100'000, 80'000}, "optimizer");

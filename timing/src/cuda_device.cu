@@ -68,14 +68,8 @@ __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const uns
   }
   if ((threadIdx.x & 31) != 0) return;
   while (ranklensGlobalTimer() - start < ns) __nanosleep(500);
-  if (pace.chain != 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-    volatile unsigned long long* chain = reinterpret_cast<unsigned long long*>(pace.chain);
-    if (chain[1] < pace.index) {  // a later collective that ran first keeps its place
-      chain[0] = end;
-      __threadfence();
-      chain[1] = pace.index;
-    }
-  }
+  if (pace.chain != 0 && blockIdx.x == 0 && threadIdx.x == 0)
+    ranklens::device::advanceChain(reinterpret_cast<unsigned long long*>(pace.chain), end, pace.index);
 }
 
 // One thread, no shared memory: starts as soon as the stream reaches it wherever an SM has a thread and a block's

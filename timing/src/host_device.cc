@@ -64,10 +64,7 @@ class HostDevice final : public StreamDevice {
       const unsigned long long end =
           pacedDeadline(start, ns, chain[0], chain[1], p.index, p.known, p.peerGapNs, p.lastNs);
       ns = end > start ? end - start : 0;
-      if (chain[1] < p.index) {
-        chain[0] = end;
-        chain[1] = p.index;
-      }
+      advanceChain(chain, end, p.index);
     }
     stats_.heldNanoseconds += ns;
     return 0;

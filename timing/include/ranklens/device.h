@@ -54,6 +54,18 @@ inline __host__ __device__ unsigned long long pacedDeadline(unsigned long long s
   return from + lastNs;
 }
 
+// After a paced hold: its end becomes the chain's, unless a later collective that ran first is there already (it
+// keeps its place). The end is written before the index, which is what a reader of the index goes by.
+inline __host__ __device__ void advanceChain(volatile unsigned long long* chain, unsigned long long end,
+                                             unsigned long long index) {
+  if (chain[1] >= index) return;
+  chain[0] = end;
+#ifdef __CUDA_ARCH__
+  __threadfence();
+#endif
+  chain[1] = index;
+}
+
 class StreamDevice {
  public:
   virtual ~StreamDevice() = default;
