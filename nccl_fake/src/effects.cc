@@ -65,6 +65,7 @@ class Effects {
         return peerData(recv, bytes_);
       case Op::kAlltoAll:
         // Chunk j comes from peer j; a clone peer sends what this rank sends to itself (its chunk `rank`).
+        if (fill_ == Fill::kClone) return replicate(recv, send + static_cast<size_t>(rank) * bytes_, n);
         for (int j = 0; j < n; ++j) {
           if (j == rank) continue;
           NCCLCHECK(fromPeers(recv + static_cast<size_t>(j) * bytes_, send + static_cast<size_t>(rank) * bytes_, bytes_));
@@ -98,11 +99,16 @@ class Effects {
     return status(device_.fill(dst, bytes, 1, 0, info_.stream), "fill");
   }
   ncclResult_t gatherInto(char* recv, const char* send, int n, int rank) {
+    if (fill_ == Fill::kClone) return replicate(recv, send, n);  // every slot is this rank's data
     char* mine = recv + static_cast<size_t>(rank) * bytes_;
     NCCLCHECK(copy(mine, send, bytes_));  // own slot first: in-place callers already have it there
     for (int j = 0; j < n; ++j)
       if (j != rank) NCCLCHECK(fromPeers(recv + static_cast<size_t>(j) * bytes_, mine, bytes_));
     return ncclSuccess;
+  }
+  // `src`'s bytes_ into each of the n slots of recv (one launch on the CUDA device).
+  ncclResult_t replicate(char* recv, const char* src, int n) {
+    return status(device_.replicate(recv, src, bytes_, static_cast<size_t>(n), bytes_, info_.stream), "copy");
   }
   ncclResult_t copy(char* dst, const char* src, size_t bytes) {
     if (dst == src) return ncclSuccess;

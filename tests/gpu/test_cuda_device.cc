@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -64,6 +65,33 @@ TEST_F(CudaDevice, CopyIsStreamOrdered) {
   EXPECT_EQ(host.back(), 1.0f);
   device_->free(a);
   device_->free(b);
+}
+
+// Clone fills of all-gathers: one launch writes every slot but the source's own (16-byte vectors when aligned).
+TEST_F(CudaDevice, ReplicateFillsEverySlotButTheSource) {
+  for (size_t bytes : {size_t{1} << 16, size_t{1001}}) {  // vectors; bytes one at a time
+    const size_t slots = 8;
+    char* buf = nullptr;
+    ASSERT_EQ(device_->alloc(reinterpret_cast<void**>(&buf), bytes * slots), 0);
+    ASSERT_EQ(cudaMemsetAsync(buf, 0, bytes * slots, stream_), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(buf + 3 * bytes, 7, bytes, stream_), cudaSuccess);  // slot 3 is the source (in place)
+    ASSERT_EQ(device_->replicate(buf, buf + 3 * bytes, bytes, slots, bytes, stream_), 0)
+        << ranklens::device::lastError();
+    std::vector<char> host(bytes * slots);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), buf, host.size(), cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_EQ(std::count(host.begin(), host.end(), 7), static_cast<long>(host.size())) << bytes;
+    char* other = nullptr;  // a source outside the slots: out of place
+    ASSERT_EQ(device_->alloc(reinterpret_cast<void**>(&other), bytes), 0);
+    ASSERT_EQ(cudaMemsetAsync(other, 9, bytes, stream_), cudaSuccess);
+    ASSERT_EQ(device_->replicate(buf, other, bytes, 3, bytes, stream_), 0);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), buf, host.size(), cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_EQ(std::count(host.begin(), host.begin() + 3 * bytes, 9), static_cast<long>(3 * bytes)) << bytes;
+    EXPECT_EQ(std::count(host.begin() + 3 * bytes, host.end(), 7), static_cast<long>(5 * bytes)) << bytes;
+    device_->free(other);
+    device_->free(buf);
+  }
 }
 
 // Value replay's device staging: a worker thread uploads pinned bytes on the device's own stream; once its fence has

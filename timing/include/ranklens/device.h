@@ -73,6 +73,13 @@ class StreamDevice {
 
   // All return 0 on success, else a cudaError_t-like nonzero code with lastError() set.
   virtual int copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) = 0;
+  // `copies` copies of src's `bytes` at dst, dst + stride, ... (clone fills: an all-gather's N slots). A slot that is
+  // src itself is left alone; no other slot may overlap src. (One copy per slot here; a device may do it at once.)
+  virtual int replicate(void* dst, const void* src, size_t bytes, size_t copies, size_t stride, cudaStream_t stream) {
+    for (size_t i = 0; i < copies; ++i)
+      if (int err = copy(static_cast<char*>(dst) + i * stride, src, bytes, stream)) return err;
+    return 0;
+  }
   // Writes `count` elements of `elemSize` bytes (1, 2, 4 or 8), each equal to the low bytes of `pattern`.
   virtual int fill(void* dst, size_t count, size_t elemSize, uint64_t pattern, cudaStream_t stream) = 0;
   // Keeps `stream` busy for the request's nanoseconds from its arrival mark, or from the moment the hold starts
