@@ -136,9 +136,7 @@ ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
   std::call_once(writerOnce_, [this, rankHint] {
     const std::string dir = settings_.trace_dir + "/" + rankDirName(rankHint);
     ranklens::trace::Manifest manifest;
-    char host[256] = "";
-    gethostname(host, sizeof(host) - 1);
-    manifest.host = host;
+    ranklens::trace::describeHost(&manifest);
     manifest.pid = getpid();
     manifest.rank = envInt("RANK", rankHint);
     manifest.world_size = envInt("WORLD_SIZE", -1);

@@ -52,6 +52,8 @@ struct TraceSpec {
   bool unrelatedCommFirst = false;              // communicator ids shift by one
   int64_t allReduceNs = 1'000'000;              // Timing.durationNs of every AllReduce
   int allGatherClock = ranklens::trace::kClockEvents;  // kClockEstimated: a replay held the estimator's duration
+  std::string cpuModel, gpuName;                        // the manifest's machine (format 1.7); "" / 0: unknown
+  int cpus = 0;
 };
 
 // Rank 1 of 2. Per step k: world AllReduce (seq 2k, 4 MiB) and AllGather (seq 2k+1, 1 KiB), a group of Send and
@@ -62,6 +64,9 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
   manifest.rank = 1;
   manifest.world_size = 2;
   manifest.mode = spec.mode;
+  manifest.cpu_model = spec.cpuModel;
+  manifest.cpus = spec.cpus;
+  manifest.gpu_name = spec.gpuName;
   std::string error;
   auto writer = TraceWriter::create(rankDir, manifest, WriterOptions{}, &error);
   ASSERT_TRUE(writer) << error;
@@ -238,6 +243,20 @@ class CompareTimeline : public ::testing::Test {
     writeTrace(path("optimizer-replayed/rank1"), optimizerMarks);
     writeTrace(path("two/rank0"), TraceSpec{});
     writeTrace(path("two/rank1"), TraceSpec{});
+    TraceSpec machine;
+    machine.cpuModel = "Test CPU 9000";
+    machine.cpus = 32;
+    machine.gpuName = "NVIDIA H200";
+    writeTrace(path("machine-recorded/rank1"), machine);
+    TraceSpec sameMachine = replay;
+    sameMachine.cpuModel = machine.cpuModel;
+    sameMachine.cpus = machine.cpus;
+    sameMachine.gpuName = machine.gpuName;
+    writeTrace(path("machine-same/rank1"), sameMachine);
+    TraceSpec otherMachine = sameMachine;
+    otherMachine.cpus = 16;
+    otherMachine.cpuModel = "Test CPU 7000";
+    writeTrace(path("machine-other/rank1"), otherMachine);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
   static std::string path(const std::string& relative) { return root_ + "/" + relative; }
@@ -258,7 +277,7 @@ std::string CompareTimeline::root_;
 
 TEST_F(CompareTimeline, IdenticalCallsMatchAndStepErrorsSkipWarmup) {
   const json doc = compareJson("identical/rank1", 0);
-  EXPECT_EQ(doc["format_version"], "1.2");
+  EXPECT_EQ(doc["format_version"], "1.3");
   EXPECT_EQ(doc["match"], true);
   EXPECT_EQ(doc["estimated"]["count"], 0);
   EXPECT_EQ(doc["recorded"]["mode"], "record");
@@ -407,6 +426,25 @@ TEST_F(CompareTimeline, TextReportAndJsonFile) {
   const Result quiet = ranklens({"compare", path("recorded/rank1"), path("extra/rank1"), "--quiet"});
   EXPECT_EQ(quiet.rc, 1);
   EXPECT_EQ(quiet.out, "");
+}
+
+// A replay on another kind of machine (processor, CPU count or GPU, manifest format 1.7) is named beside the step
+// times: a host-bound step runs at its machine's speed.
+TEST_F(CompareTimeline, AReplayOnAnotherMachineIsNamedBesideTheStepTimes) {
+  const Result other = ranklens({"compare", path("machine-recorded/rank1"), path("machine-other/rank1")});
+  EXPECT_EQ(other.rc, 0) << other.err;
+  EXPECT_NE(other.out.find("machines differ: CPU Test CPU 9000 against Test CPU 7000; CPUs 32 against 16"),
+            std::string::npos) << other.out;
+  const Result otherJson =
+      ranklens({"compare", path("machine-recorded/rank1"), path("machine-other/rank1"), "--json", "-"});
+  const json doc = parseJson(otherJson.out);
+  EXPECT_EQ(doc["machines_differ"], "CPU Test CPU 9000 against Test CPU 7000; CPUs 32 against 16");
+  EXPECT_EQ(doc["recorded"]["cpus"], 32);
+  EXPECT_EQ(doc["replayed"]["cpu_model"], "Test CPU 7000");
+  for (const char* replayed : {"machine-same/rank1", "identical/rank1"}) {  // the same machine; unknown (format 1.6)
+    const Result same = ranklens({"compare", path("machine-recorded/rank1"), path(replayed)});
+    EXPECT_EQ(same.out.find("machines differ"), std::string::npos) << replayed << "\n" << same.out;
+  }
 }
 
 // Timing.clock kClockEstimated (a replay with timing: estimated or on_mismatch: estimate): the report lists those

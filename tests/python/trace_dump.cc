@@ -215,7 +215,8 @@ json manifestJson(const tr::Manifest& m) {
           {"records_dropped", m.records_dropped}, {"payloads_written", m.payloads_written},
           {"payloads_dropped", m.payloads_dropped}, {"payload_raw_bytes", m.payload_raw_bytes},
           {"payload_compressed_bytes", m.payload_compressed_bytes}, {"segments", m.segments},
-          {"payload_files", m.payload_files}, {"counters", m.counters}};
+          {"payload_files", m.payload_files}, {"counters", m.counters}, {"cpu_model", m.cpu_model},
+          {"cpus", m.cpus}};
 }
 
 json problemJson(const tr::Problem& p, bool withReasons) {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ranklens/events.h"
@@ -50,6 +51,10 @@ TEST(RecordForward, SameResultsErrorsAndVersionAsTheRealLibrary) {
   EXPECT_EQ(t.manifest.mode, "record");
   EXPECT_EQ(t.manifest.nccl_version, 22707);  // the real library's, not RankLens's header version
   EXPECT_NE(t.manifest.writer.find(FAKE_REAL_NCCL), std::string::npos) << t.manifest.writer;
+  // The machine (format 1.7), for comparing a replay made elsewhere (an x86 /proc/cpuinfo names the processor).
+  EXPECT_FALSE(t.manifest.cpu_model.empty());
+  EXPECT_GE(t.manifest.cpus, 1);
+  EXPECT_LE(t.manifest.cpus, static_cast<int>(std::thread::hardware_concurrency()));
   // InitAll's internal ncclCommInitRank calls stay inside the real library: two communicators, not four.
   ASSERT_EQ(t.comms.size(), 2u);
   EXPECT_EQ(t.comms[0].how, "initAll");

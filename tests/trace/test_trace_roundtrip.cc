@@ -836,6 +836,8 @@ TEST(TraceRoundTrip, ManifestFieldsAndCountersAfterClose) {
   EXPECT_EQ(m.pid, given.pid);
   EXPECT_EQ(m.gpu_name, given.gpu_name);
   EXPECT_EQ(m.gpu_uuid, given.gpu_uuid);
+  EXPECT_EQ(m.cpu_model, given.cpu_model);
+  EXPECT_EQ(m.cpus, given.cpus);
   EXPECT_EQ(m.nccl_version, given.nccl_version);
   EXPECT_EQ(m.mode, given.mode);
   EXPECT_EQ(m.writer, given.writer);

@@ -340,6 +340,8 @@ inline Manifest sampleManifest() {
   m.pid = 424242;
   m.gpu_name = "NVIDIA H200";
   m.gpu_uuid = "GPU-01234567-89ab-cdef-0123-456789abcdef";
+  m.cpu_model = "Test CPU @ 2.00GHz";
+  m.cpus = 16;
   m.nccl_version = 22809;
   m.mode = "record";
   m.writer = "ranklens-tests 0.1.0";

@@ -76,7 +76,7 @@ def _zstandard():
 
 FORMAT_NAME = "ranklens-trace"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 6
+FORMAT_MINOR = 7
 SEGMENT_MAGIC = 0x47534C52  # "RLSG"
 PAYLOAD_MAGIC = 0x59504C52  # "RLPY"
 FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserved
@@ -179,6 +179,8 @@ MANIFEST_KEYS: Dict[str, Tuple[str, Any]] = {
     "segments": (_U32, 0), "payload_files": (_U32, 0),
     # 1.1: named counters of the writing library (record mode: payloads skipped and why, captured calls, ...).
     "counters": ("counters", {}),
+    # 1.7: the host's processor and the CPUs the process may run on.
+    "cpu_model": (_S, ""), "cpus": (_I32, 0),
 }
 
 

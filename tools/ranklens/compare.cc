@@ -27,7 +27,7 @@ using events::Call;
 using events::CommInit;
 using nlohmann::json;
 
-constexpr const char* kJsonFormatVersion = "1.2";  // of the --json document: minor for added keys, major for changes
+constexpr const char* kJsonFormatVersion = "1.3";  // of the --json document: minor for added keys, major for changes
                                                      // (1.1: "estimated")
 
 // ------------------------------------------------------------------------------------------------ communicators
@@ -380,7 +380,8 @@ json traceJson(const EventLog& log) {
   for (const auto& problem : log.problems) problems.push_back(problem.describe());
   return {{"dir", log.directory}, {"mode", log.manifest.mode}, {"rank", log.manifest.rank},
           {"closed", log.manifest.closed}, {"communicators", log.comms.size()}, {"calls", log.calls.size()},
-          {"timings", log.timings.size()}, {"problems", problems}};
+          {"timings", log.timings.size()}, {"problems", problems}, {"cpu_model", log.manifest.cpu_model},
+          {"cpus", log.manifest.cpus}, {"gpu_name", log.manifest.gpu_name}};
 }
 
 json countsJson(const MatchCounts& counts) {
@@ -444,6 +445,7 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
           {"divergent_sequences", c.divergences.size()},
           {"first_divergence", divergence},
           {"steps", steps},
+          {"machines_differ", trace::machineDifference(c.recorded->manifest, c.replayed->manifest)},
           {"timing", timing},
           {"estimated", estimated},
           {"recorded_host_time", host},
@@ -537,6 +539,10 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
         << "  median step  recorded " << msText(s.medianRecordedNs) << ", replayed " << msText(s.medianReplayedNs)
         << "\n  median error |" << percentText(s.medianAbsError, false) << "|, signed "
         << percentText(s.medianError, true) << "  ((replayed - recorded) / recorded per step)\n";
+    const std::string machines = trace::machineDifference(c.recorded->manifest, c.replayed->manifest);
+    if (!machines.empty())
+      out << "  machines differ: " << machines << " (a host-bound step runs at its machine's speed: compare "
+          << "replays made side by side on one machine, docs/fidelity.md section 4)\n";
   }
 
   out << "\n" << std::left << std::setw(22) << "Timing.durationNs sum" << std::right << std::setw(14) << "recorded"

@@ -25,9 +25,9 @@ namespace ranklens {
 namespace trace {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 6;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
+constexpr int kFormatMinor = 7;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
                                   // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces;
-                                  // 1.6: Timing.gapNs
+                                  // 1.6: Timing.gapNs; 1.7: manifest cpu_model, cpus
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
@@ -129,10 +129,14 @@ struct Manifest {
   uint64_t payload_raw_bytes = 0, payload_compressed_bytes = 0;
   uint32_t segments = 0, payload_files = 0;
   std::map<std::string, uint64_t> counters;  // 1.1: the writing library's own counters (docs/trace-format.md)
+  // 1.7: the host's processor ("model name" in /proc/cpuinfo, "" unknown) and the CPUs this process may run on (0
+  // unknown): a host-bound step runs at its machine's speed, so a replay elsewhere is compared knowing it.
+  std::string cpu_model;
+  int cpus = 0;
   MSGPACK_DEFINE_MAP(format, version_major, version_minor, rank, world_size, local_rank, host, pid, gpu_name,
                      gpu_uuid, nccl_version, mode, writer, start_time_ns, end_time_ns, env, closed, records_written,
                      records_dropped, payloads_written, payloads_dropped, payload_raw_bytes, payload_compressed_bytes,
-                     segments, payload_files, counters)
+                     segments, payload_files, counters, cpu_model, cpus)
 };
 
 // The process settings a launcher gives each rank (torchrun: OMP_NUM_THREADS=1) that change its speed: kept in the
@@ -143,6 +147,11 @@ constexpr const char* kProcessSettingVariables[] = {"OMP_NUM_THREADS", "MKL_NUM_
 // The launch variables worth keeping (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*, TORCH_*, NCCL_*, framework layout...)
 // and kProcessSettingVariables.
 std::map<std::string, std::string> captureEnvironment();
+// This process's host: name, processor model and the CPUs it may run on (Manifest host, cpu_model, cpus).
+void describeHost(Manifest* manifest);
+// "" when both manifests name the same processor, CPU count and GPU (or a side does not say); else what differs,
+// e.g. "CPUs 16 against 32".
+std::string machineDifference(const Manifest& recorded, const Manifest& replayed);
 uint32_t crc32Bytes(const void* data, size_t size);  // zlib CRC-32, any size
 std::string segmentName(uint32_t index);  // seg-000000.rls
 std::string payloadName(uint32_t index);  // pay-000000.rlp
