@@ -246,6 +246,17 @@ Session* load() {
            s->recording->directory().c_str(), m.mode.c_str());
     for (const auto& p : s->recording->problems())
       WARN("replay_trace: %s (records before it are replayed)", p.describe().c_str());
+    if (s->fidelity != Fidelity::kStructure) {
+      ranklens::trace::Manifest here;
+      ranklens::trace::describeHost(&here);
+      std::string uuid;
+      rt.device().describe(&here.gpu_name, &uuid);
+      const std::string machines = ranklens::trace::machineDifference(m, here);
+      if (!machines.empty())
+        WARN("replay: recorded on another kind of machine (%s): a host-bound step runs at this machine's speed, so "
+             "its step times may differ from the recording's for that alone (docs/fidelity.md section 4)",
+             machines.c_str());
+    }
     std::string historyError;
     if (!st.history.empty()) {
       if (!ranklens::timing::loadHistory(st.history, &s->history, &historyError)) {

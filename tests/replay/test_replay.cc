@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <map>
@@ -414,6 +415,30 @@ TEST(ReplayPeerPacing, EveryCollectiveTheJobTimedIsPacedAndAMissingRankIsNamed) 
   EXPECT_NE(alone.run.output.find("rank 0's cannot be read"), std::string::npos) << alone.run.output;
   EXPECT_EQ(readTrace(alone.traceDir).counter("replay_holds_paced"), 0u);
   EXPECT_GT(readTrace(alone.traceDir).counter("replay_holds"), 0u);
+}
+
+// A recording made on another kind of machine (trace format 1.7 names it): the replay says so at start, since a
+// host-bound step then runs at this machine's speed. Its own machine: nothing said.
+TEST(ReplayRecording, AnotherKindOfMachineIsNamedAtStart) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  Replayed same = replay("machine-same", {{"RANKLENS_FIDELITY", "timing"}});
+  ASSERT_EQ(same.run.status, 0) << same.run.output;
+  EXPECT_EQ(same.run.output.find("another kind of machine"), std::string::npos) << same.run.output;
+
+  const std::string elsewhere = tmpRoot() + "/recorded-elsewhere";
+  std::filesystem::copy(recording().root, elsewhere, std::filesystem::copy_options::recursive);
+  const std::string manifestPath = elsewhere + "/rank1/manifest.msgpack";
+  const std::string bytes = slurp(manifestPath);
+  ranklens::trace::Manifest m = msgpack::unpack(bytes.data(), bytes.size()).get().as<ranklens::trace::Manifest>();
+  ASSERT_FALSE(m.cpu_model.empty());
+  m.cpu_model = "Elsewhere CPU";
+  msgpack::sbuffer packed;
+  msgpack::pack(packed, m);
+  std::ofstream(manifestPath, std::ios::binary | std::ios::trunc).write(packed.data(), packed.size());
+  Replayed other = replay("machine-other", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_REPLAY_TRACE", elsewhere}});
+  ASSERT_EQ(other.run.status, 0) << other.run.output;
+  EXPECT_NE(other.run.output.find("recorded on another kind of machine (CPU Elsewhere CPU against "),
+            std::string::npos) << other.run.output;
 }
 
 TEST(ReplayMismatch, WrongRankIsRefusedWithTheRecordedRanks) {
