@@ -106,7 +106,7 @@ class Effects {
       if (j != rank) NCCLCHECK(fromPeers(recv + static_cast<size_t>(j) * bytes_, mine, bytes_));
     return ncclSuccess;
   }
-  // `src`'s bytes_ into each of the n slots of recv (one launch on the CUDA device).
+  // `src`'s bytes_ into each of the n slots of recv (StreamDevice::replicate; the source's own slot left alone).
   ncclResult_t replicate(char* recv, const char* src, int n) {
     return status(device_.replicate(recv, src, bytes_, static_cast<size_t>(n), bytes_, info_.stream), "copy");
   }

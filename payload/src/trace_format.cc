@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pure, bounded parsers of the trace format (segments, payload blobs, manifest) and small shared helpers. These are
 // what the fuzz targets exercise: no I/O, no allocation beyond the configured limits.
-#include <sched.h>
-#include <unistd.h>
 #include <zlib.h>
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader; zstd is linked statically
 #include <zstd.h>
@@ -10,7 +8,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "ranklens/trace.h"
 
@@ -55,21 +52,6 @@ static std::string indexed(const char* prefix, uint32_t index, const char* suffi
 }
 std::string segmentName(uint32_t index) { return indexed("seg", index, "rls"); }
 std::string payloadName(uint32_t index) { return indexed("pay", index, "rlp"); }
-
-void describeHost(Manifest* manifest) {
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
-  manifest->host = host;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon != std::string::npos) manifest->cpu_model = line.substr(line.find_first_not_of(" \t", colon + 1));
-    break;
-  }
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) manifest->cpus = CPU_COUNT(&set);
-}
 
 std::string machineDifference(const Manifest& recorded, const Manifest& replayed) {
   std::string out;

@@ -2,11 +2,13 @@
 #include "trace_io.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <ctime>
 
 #include <zstd.h>
@@ -172,6 +174,21 @@ bool AppendFile::append(const void* data, size_t size, std::string* error) {
 void AppendFile::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+}
+
+void describeHost(Manifest* manifest) {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  manifest->host = host;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t value = line.find_first_not_of(" \t", line.find(':') + 1);  // (no ':': from 0, the whole line)
+    if (value != std::string::npos) manifest->cpu_model = line.substr(value);
+    break;
+  }
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) manifest->cpus = CPU_COUNT(&set);
 }
 
 }  // namespace trace

@@ -67,9 +67,9 @@ TEST_F(CudaDevice, CopyIsStreamOrdered) {
   device_->free(b);
 }
 
-// Clone fills of all-gathers: one launch writes every slot but the source's own (16-byte vectors when aligned).
+// Clone fills of all-gathers: replicate writes every slot but the source's own, of 16-byte multiples and not.
 TEST_F(CudaDevice, ReplicateFillsEverySlotButTheSource) {
-  for (size_t bytes : {size_t{1} << 16, size_t{1001}}) {  // vectors; bytes one at a time
+  for (size_t bytes : {size_t{1} << 16, size_t{1001}}) {
     const size_t slots = 8;
     char* buf = nullptr;
     ASSERT_EQ(device_->alloc(reinterpret_cast<void**>(&buf), bytes * slots), 0);
