@@ -163,6 +163,17 @@ void checkTrace(const std::string& path, Report* r) {
     } else {
       r->ok("trace " + d.filename().string(), s.str());
     }
+    if (m.cpu_model.empty() && m.cpus <= 0) continue;  // written before format 1.7
+    trace::Manifest here;
+    trace::describeHost(&here);
+    const std::string differs = trace::machineDifference(m, here);  // (no GPU name here: the GPU check says it)
+    r->note("machine " + d.filename().string(),
+            "recorded on " + (m.cpu_model.empty() ? std::string("an unnamed processor") : m.cpu_model) + " (" +
+                (m.cpus > 0 ? std::to_string(m.cpus) : std::string("?")) + " CPUs)" +
+                (differs.empty() ? ", as this machine"
+                                 : "; this machine differs (" + differs + "): a host-bound step runs at its machine's "
+                                   "speed, so replayed step times differ from the recording's for that alone "
+                                   "(docs/fidelity.md section 4)"));
   }
 }
 
