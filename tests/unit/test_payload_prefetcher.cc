@@ -136,6 +136,13 @@ struct FakeDeviceStage {
   }
 };
 
+PayloadPrefetcher::Options optionsOf(uint64_t arenaBytes, int threads) {
+  PayloadPrefetcher::Options options;
+  options.arenaBytes = arenaBytes;
+  options.threads = threads;
+  return options;
+}
+
 void expectPayload(PayloadPrefetcher& p, const RecordedCall* call, int i, std::function<bool()> copied = nullptr,
                    bool* onDevice = nullptr) {
   PayloadPrefetcher::Staged staged;
@@ -153,9 +160,8 @@ TEST(PayloadPrefetcher, InOrderWithASmallArenaEvictionAndAnOversizedPayload) {
   ASSERT_NO_FATAL_FAILURE(f.open());
   const auto& order = f.recording->payloadOrder();
   ASSERT_EQ(order.size(), static_cast<size_t>(kPayloads));
-  PayloadPrefetcher::Options options;
-  options.arenaBytes = 64 << 10;  // a handful of payloads; #13 (~64-448 KB) never fits
-  options.threads = 3;
+  // A handful of payloads; #13 (~64-448 KB) never fits.
+  const PayloadPrefetcher::Options options = optionsOf(64 << 10, 3);
   {
     PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release());
     for (int i = 0; i < kPayloads; ++i) {
@@ -178,9 +184,7 @@ TEST(PayloadPrefetcher, ALaggingCopyDoesNotHoldBackTheMemoryOfLaterOnes) {
   Fixture f;
   ASSERT_NO_FATAL_FAILURE(f.open());
   const auto& order = f.recording->payloadOrder();
-  PayloadPrefetcher::Options options;
-  options.arenaBytes = 64 << 10;
-  options.threads = 2;
+  const PayloadPrefetcher::Options options = optionsOf(64 << 10, 2);
   // The lagging copy completes when the loop is done, or after 5 s: a prefetcher that waited for it (its arena
   // full of completed copies it had not reclaimed) would otherwise hang here.
   std::atomic<bool> lagging{true}, waitedFor{false};
@@ -206,9 +210,7 @@ TEST(PayloadPrefetcher, SkippedAndOutOfOrderCalls) {
   Fixture f;
   ASSERT_NO_FATAL_FAILURE(f.open());
   const auto& order = f.recording->payloadOrder();
-  PayloadPrefetcher::Options options;
-  options.arenaBytes = 1 << 20;
-  options.threads = 2;
+  const PayloadPrefetcher::Options options = optionsOf(1 << 20, 2);
   {
     PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release());
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the workers decode ahead
@@ -279,9 +281,7 @@ TEST(PayloadPrefetcherDevice, PayloadsComeFromDeviceMemoryAndFreePinnedMemoryToD
   ASSERT_NO_FATAL_FAILURE(f.open());
   const auto& order = f.recording->payloadOrder();
   FakeDeviceStage device;
-  PayloadPrefetcher::Options options;
-  options.arenaBytes = 24 << 10;  // pinned: a handful of payloads at a time
-  options.threads = 2;
+  const PayloadPrefetcher::Options options = optionsOf(24 << 10, 2);  // pinned: a handful of payloads at a time
   {
     PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release(), device.stage(256 << 10));
     ASSERT_TRUE(p.deviceReady());
@@ -328,9 +328,7 @@ TEST(PayloadPrefetcherDevice, WorkersPollOnlyTheOldestUploadInFlight) {
   ASSERT_NO_FATAL_FAILURE(f.open());
   FakeDeviceStage device;
   device.latency = 1 << 30;  // nothing completes while the workers poll
-  PayloadPrefetcher::Options options;
-  options.arenaBytes = 1 << 20;
-  options.threads = 2;
+  const PayloadPrefetcher::Options options = optionsOf(1 << 20, 2);
   {
     PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release(), device.stage(1 << 20));
     for (int wait = 0; wait < 200 && device.uploads.load() < kPayloads; ++wait)
@@ -353,9 +351,7 @@ TEST(PayloadPrefetcherDevice, SkippedCallsWithUploadsInFlightLeakNothing) {
   const auto& order = f.recording->payloadOrder();
   FakeDeviceStage device;
   device.latency = 50;  // uploads stay in flight across the skips
-  PayloadPrefetcher::Options options;
-  options.arenaBytes = 1 << 20;
-  options.threads = 2;
+  const PayloadPrefetcher::Options options = optionsOf(1 << 20, 2);
   {
     PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release(), device.stage(1 << 20));
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
