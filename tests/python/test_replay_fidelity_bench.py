@@ -281,7 +281,10 @@ def test_an_existing_recording_is_replayed_without_recording(tmp_path, no_trace_
                     "--repeats", "2", "--variant", "nccl:lib=old/libnccl.so.2")
     bench = FakeBench(args, {"plain": 1.0, "nccl": 1.1})
     bench.record = lambda *a: pytest.fail("--recording must not record")
+    read = []
+    monkeypatch.setattr(rft.lib, "recorded_call_counts", lambda trace, python: read.append(trace) or {})
     bench.timing("ddp")
+    assert read == [str(recording)]  # read once, however many repeats
     assert bench.started == ["ddp-timing-1", "ddp-timing-1-nccl", "ddp-timing-2", "ddp-timing-2-nccl"]
     checks = {(c["variant"], c["rank"]): c for c in bench.doc["checks"]}
     assert checks[("plain", 1)]["median_step_error"] == 0 and checks[("plain", 1)]["repeats_done"] == 2
