@@ -23,6 +23,9 @@ grep -qx '/.carry/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.carry/' >> 
 rm -rf "$OUT" && mkdir -p "$OUT/whl" "$OUT/build"
 
 echo "prepare_frameworks: deepspeed $DEEPSPEED_VERSION (pure-Python wheel)"
+# Building the wheel needs setuptools' bdist_wheel (the `wheel` package), which a fresh Debian Python lacks.
+python3 -c "import wheel" 2>/dev/null || python3 -m pip install -q wheel 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages wheel
 python3 -m pip download -q --no-deps --no-binary=:all: -d "$OUT/build" "deepspeed==$DEEPSPEED_VERSION"
 DS_BUILD_OPS=0 python3 -m pip wheel -q --no-deps --no-build-isolation -w "$OUT/whl" "$OUT/build"/deepspeed-*.tar.gz
 

@@ -146,6 +146,7 @@ ncclResult_t enqueueCheck(CallInfo info) {
   ret = replay::markArrival(&info);
   if (ret == ncclSuccess) ret = applyEffects(info);
   if (ret == ncclSuccess) ret = replay::holdCall(info);
+  ret = replay::settle(ret);
   if (ret == ncclSuccess) replay::holdHost(event.timeNs, info);
   if (nvtxTool) nvtxRangePop();
   return ret;

@@ -77,8 +77,9 @@ ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
       if (ret != ncclSuccess) break;
     }
     if (ret == ncclSuccess) ret = replay::holdGroup(g.pending);
-    if (ret == ncclSuccess) replay::holdHostGroup(startNs, g.pending);
   }
+  ret = replay::settle(ret);
+  if (ret == ncclSuccess) replay::holdHostGroup(startNs, g.pending);
   emitGroupEnd(g, ret);  // every GroupBegin gets its GroupEnd, empty or failed groups too
   resetGroup(g);
   return ret;

@@ -841,6 +841,12 @@ ncclResult_t markArrivals(std::vector<CallInfo>* calls) {
   return ncclSuccess;
 }
 
+ncclResult_t settle(ncclResult_t ret) {
+  if (Runtime::get().device().settle() == 0) return ret;
+  WARN("replay: enqueueing the call's arrival mark failed: %s", ranklens::device::lastError().c_str());
+  return ret == ncclSuccess ? ncclUnhandledCudaError : ret;
+}
+
 ncclResult_t holdCall(const CallInfo& info) {
   Session* s = session;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;

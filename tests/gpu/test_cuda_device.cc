@@ -330,6 +330,95 @@ TEST_F(CudaDevice, MarkedHoldContainsTheCopyBeforeIt) {
   device_->free(dst);
 }
 
+// A call's small copies after its (deferred) arrival mark go into its hold's launch, whatever their alignment;
+// one too large for it, or a fifth, is a copy of its own after the mark. All land, in order, and the hold still
+// lasts its duration from the arrival.
+TEST_F(CudaDevice, SmallCopiesAfterAMarkGoIntoTheHold) {
+  const size_t bytes = 64 << 10;
+  unsigned char *src = nullptr, *dst = nullptr;
+  ASSERT_EQ(device_->alloc(reinterpret_cast<void**>(&src), bytes), 0);
+  ASSERT_EQ(device_->alloc(reinterpret_cast<void**>(&dst), bytes), 0);
+  std::vector<unsigned char> pattern(bytes);
+  for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<unsigned char>(i * 7 + 3);
+  ASSERT_EQ(cudaMemcpy(src, pattern.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  struct Case {
+    size_t dst, src, bytes;
+  };
+  // 16-byte elements at the one-warp limit (8 KiB), 4-byte, odd sizes and offsets: the hold's own copies. Then a
+  // fifth (four go into one launch), one over the limit, and one that overwrites part of an earlier one (order).
+  const std::vector<Case> inHold = {{0, 0, 8192}, {8192, 8192, 4}, {8200, 100, 101}, {9001, 5, 3}};
+  std::vector<Case> more = inHold;
+  for (const Case& c : std::vector<Case>{{32768, 0, 64}, {16384, 0, 8208}, {8192, 40000, 2}}) more.push_back(c);
+  cudaEvent_t before, after;
+  cudaEventCreate(&before);
+  cudaEventCreate(&after);
+  ranklens::device::HoldRequest hold;
+  for (const auto& cases : {inHold, more}) {
+    ASSERT_EQ(cudaMemset(dst, 0, bytes), cudaSuccess);
+    cudaEventRecord(before, stream_);
+    hold = {};
+    hold.nanoseconds = 200'000;
+    hold.label = "AllGather";
+    ASSERT_EQ(device_->arrive(stream_, &hold.arrival), 0);
+    ASSERT_NE(hold.arrival, 0u);
+    for (const auto& c : cases) ASSERT_EQ(device_->copy(dst + c.dst, src + c.src, c.bytes, stream_), 0);
+    ASSERT_EQ(device_->hold(hold, stream_), 0) << ranklens::device::lastError();
+    ASSERT_EQ(device_->settle(), 0);
+    cudaEventRecord(after, stream_);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    std::vector<unsigned char> expected(bytes, 0), back(bytes);
+    for (const auto& c : cases) memcpy(&expected[c.dst], &pattern[c.src], c.bytes);
+    ASSERT_EQ(cudaMemcpy(back.data(), dst, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(back[i], expected[i]) << "byte " << i << " of " << cases.size();
+    float ms = 0;
+    cudaEventElapsedTime(&ms, before, after);
+    EXPECT_GE(ms, 0.2f);
+    EXPECT_LT(ms, 1.0f);
+  }
+  uint64_t stamp = 0;
+  ASSERT_EQ(cudaMemcpy(&stamp, reinterpret_cast<void*>(hold.arrival), 8, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_NE(stamp, 0u) << "the launch that stood for the mark stamps it";
+  device_->free(src);
+  device_->free(dst);
+}
+
+// A call that marked and held nothing: settle() launches the mark with its copies. A fence behind the deferred
+// mark has not passed before that, even with the GPU idle; after it, it passes.
+TEST_F(CudaDevice, SettleEnqueuesAMarkWhoseCallHeldNothingAndItsFences) {
+  int *src = nullptr, *dst = nullptr;
+  ASSERT_EQ(device_->alloc(reinterpret_cast<void**>(&src), 64), 0);
+  ASSERT_EQ(device_->alloc(reinterpret_cast<void**>(&dst), 64), 0);
+  const int value = 0x5eed;
+  ASSERT_EQ(cudaMemcpy(src, &value, 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dst, 0, 64), cudaSuccess);
+  uint64_t arrival = 0, fence = 0;
+  ASSERT_EQ(device_->arrive(stream_, &arrival), 0);
+  ASSERT_EQ(device_->copy(dst, src, 4, stream_), 0);
+  ASSERT_EQ(device_->fence(stream_, &fence), 0);
+  ASSERT_EQ(device_->hold(0, "AllReduce", stream_), 0);  // nothing held: the mark stays deferred or is launched
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  int copied = 0;
+  ASSERT_EQ(device_->settle(), 0);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_TRUE(device_->passed(fence));
+  ASSERT_EQ(cudaMemcpy(&copied, dst, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(copied, value);
+
+  ASSERT_EQ(device_->arrive(stream_, &arrival), 0);
+  ASSERT_EQ(device_->copy(dst + 1, src, 4, stream_), 0);
+  ASSERT_EQ(device_->fence(stream_, &fence), 0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_FALSE(device_->passed(fence)) << "the copy before the fence is not enqueued yet";
+  ASSERT_EQ(device_->settle(), 0);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_TRUE(device_->passed(fence));
+  ASSERT_EQ(cudaMemcpy(&copied, dst + 1, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(copied, value);
+  EXPECT_EQ(device_->settle(), 0) << "nothing left to enqueue";
+  device_->free(src);
+  device_->free(dst);
+}
+
 // hold_traffic: the hold moves memory at the calibrated rate and still ends at its deadline, however large its call.
 TEST(CudaHoldShape, TrafficHoldsEndOnTime) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU";

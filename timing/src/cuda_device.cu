@@ -36,6 +36,52 @@ struct HoldTraffic {
 
 using ranklens::device::PaceRequest;
 
+// Small copies a call's one launch makes as it starts (its hold's, or its arrival mark's when it has no hold): a
+// restored control payload or a clone fill of a few KiB, instead of a cudaMemcpyAsync of its own (CUDA calls are
+// most of a replayed call's host time). Copied by one warp, each in a single batch of loads and then of stores.
+struct StartCopies {
+  static constexpr int kMax = 4;
+  static constexpr unsigned long long kMaxElements = 32 * 16;  // per copy: 16 per lane
+  unsigned long long* stamp = nullptr;  // the arrival mark this launch stands for: given its start
+  int count = 0;
+  struct Copy {
+    void* dst;
+    const void* src;
+    unsigned long long elements;
+    int width;  // bytes per element: 1, 2, 4, 8 or 16, as dst, src and the size allow
+  } copies[kMax] = {};
+};
+
+template <typename T>
+__device__ __forceinline__ void ranklensCopyBatch(void* dst, const void* src, unsigned long long elements) {
+  constexpr int kPerLane = static_cast<int>(StartCopies::kMaxElements / 32);
+  const unsigned lane = threadIdx.x & 31;
+  T v[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k)
+    if (lane + 32ull * k < elements) v[k] = static_cast<const T*>(src)[lane + 32 * k];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k)
+    if (lane + 32ull * k < elements) static_cast<T*>(dst)[lane + 32 * k] = v[k];
+}
+
+// Run by the first warp of the first block, in order (a later copy may read what an earlier one wrote).
+__device__ __forceinline__ void ranklensStartCopies(const StartCopies& c, unsigned long long start) {
+  if (blockIdx.x != 0 || threadIdx.x >= 32) return;
+  if (c.stamp != nullptr && threadIdx.x == 0) *c.stamp = start;
+  for (int i = 0; i < c.count; ++i) {
+    const auto& k = c.copies[i];
+    switch (k.width) {
+      case 16: ranklensCopyBatch<uint4>(k.dst, k.src, k.elements); break;
+      case 8: ranklensCopyBatch<unsigned long long>(k.dst, k.src, k.elements); break;
+      case 4: ranklensCopyBatch<unsigned>(k.dst, k.src, k.elements); break;
+      case 2: ranklensCopyBatch<unsigned short>(k.dst, k.src, k.elements); break;
+      default: ranklensCopyBatch<unsigned char>(k.dst, k.src, k.elements); break;
+    }
+    __syncwarp();
+  }
+}
+
 // A paced hold's end (pacedDeadline), read from its communicator's chain {end, index}.
 __device__ __forceinline__ unsigned long long ranklensPacedEnd(unsigned long long start, unsigned long long ns,
                                                                const PaceRequest& pace) {
@@ -53,8 +99,10 @@ __device__ __forceinline__ unsigned long long ranklensPacedEnd(unsigned long lon
 // communicator's chain for the next collective. One lane per warp waits, so that every warp of a block stays
 // resident as long as the hold, like NCCL's.
 __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const unsigned long long* arrival,
-                                                HoldTraffic traffic, const PaceRequest& pace) {
+                                                HoldTraffic traffic, const PaceRequest& pace,
+                                                const StartCopies& copies) {
   const unsigned long long start = arrival != nullptr ? *arrival : ranklensGlobalTimer();
+  ranklensStartCopies(copies, start);
   const unsigned long long end = pace.chain != 0 ? ranklensPacedEnd(start, ns, pace) : start + ns;
   ns = end > start ? end - start : 0;
   if (traffic.vectors > 0) {  // every thread waits for the copy's start, copies, and waits for the end
@@ -72,17 +120,19 @@ __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const uns
     ranklens::device::advanceChain(reinterpret_cast<unsigned long long*>(pace.chain), end, pace.index);
 }
 
-// One thread, no shared memory: starts as soon as the stream reaches it wherever an SM has a thread and a block's
-// reserved shared memory to spare (beside nearly any kernel) and stamps the time.
-extern "C" __global__ void ranklens_HoldArrival(unsigned long long* arrival) { *arrival = ranklensGlobalTimer(); }
+// One warp, no shared memory: starts as soon as the stream reaches it wherever an SM has a warp and a block's
+// reserved shared memory to spare (beside nearly any kernel), stamps the time and makes the call's small copies.
+extern "C" __global__ void ranklens_HoldArrival(StartCopies copies) {
+  ranklensStartCopies(copies, ranklensGlobalTimer());
+}
 
 #define RANKLENS_HOLD_KERNELS(X) \
   X(AllReduce) X(Broadcast) X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) \
   X(Recv) X(Group) X(Hold)
 #define RANKLENS_DEFINE_HOLD(name)                                                                    \
   extern "C" __global__ void ranklens_##name(unsigned long long ns, const unsigned long long* arrival, \
-                                             HoldTraffic traffic, PaceRequest pace) {                  \
-    ranklensHoldFor(ns, arrival, traffic, pace);                                                      \
+                                             HoldTraffic traffic, PaceRequest pace, StartCopies copies) { \
+    ranklensHoldFor(ns, arrival, traffic, pace, copies);                                              \
   }
 RANKLENS_HOLD_KERNELS(RANKLENS_DEFINE_HOLD)
 
@@ -105,7 +155,7 @@ int check(cudaError_t err, const char* what) {
   return static_cast<int>(err);
 }
 
-using HoldKernel = void (*)(unsigned long long, const unsigned long long*, HoldTraffic, PaceRequest);
+using HoldKernel = void (*)(unsigned long long, const unsigned long long*, HoldTraffic, PaceRequest, StartCopies);
 
 struct NamedHold {
   const char* name;
@@ -182,11 +232,17 @@ class CudaDevice final : public StreamDevice {
 
   int copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) override {
     if (bytes == 0 || dst == src) return 0;
+    if (Deferred* d = deferredOn(stream)) {
+      if (addStartCopy(&d->copies, dst, src, bytes)) return 0;
+      if (int err = flush(d)) return err;
+    }
     return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
   }
 
   int fill(void* dst, size_t count, size_t elemSize, uint64_t pattern, cudaStream_t stream) override {
     if (count == 0) return 0;
+    if (Deferred* d = deferredOn(stream))
+      if (int err = flush(d)) return err;
     switch (elemSize) {
       case 1: return check(cudaMemsetAsync(dst, static_cast<int>(pattern & 0xff), count, stream), "cudaMemsetAsync");
       case 2: return launchFill<uint16_t>(dst, count, pattern, stream);
@@ -207,30 +263,61 @@ class CudaDevice final : public StreamDevice {
     // Unmarked, the default hold (one warp) starts when the stream reaches it; a larger one may wait for SMs, so it
     // is marked here.
     uint64_t arrival = request.arrival;
-    if (arrival == 0 && (shape_.blocks > 1 || shape_.threads > 32 || holdSharedBytes_ > 0 || shape_.traffic > 0))
+    if (arrival == 0 && !deferrable())
       if (int err = arrive(stream, &arrival)) return err;
-    if (nanoseconds == 0 && request.pace.chain == 0) return 0;  // a paced hold may end later than its own duration
+    const bool held = nanoseconds > 0 || request.pace.chain != 0;  // a paced hold may end later than its duration
+    Deferred* d = deferredOn(stream);
+    StartCopies copies;
+    if (d != nullptr && held && reinterpret_cast<uint64_t>(d->copies.stamp) == arrival) {
+      // The hold that stands for the call's deferred mark starts where the mark would have, and makes its copies.
+      copies = d->copies;
+      arrival = 0;
+    } else if (d != nullptr) {
+      if (int err = flush(d)) return err;
+      d = nullptr;
+    }
+    if (!held) return 0;
     HoldTraffic traffic{};
     if (shape_.traffic > 0 && request.callBytes > 0)
       if (int err = trafficFor(request, &traffic)) return err;
     holdKernelFor(request.label)<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
                                    holdSharedBytes_, stream>>>(
-        nanoseconds, reinterpret_cast<const unsigned long long*>(arrival), traffic, request.pace);
-    return check(cudaGetLastError(), "hold kernel launch");
+        nanoseconds, reinterpret_cast<const unsigned long long*>(arrival), traffic, request.pace, copies);
+    const int err = check(cudaGetLastError(), "hold kernel launch");
+    if (d != nullptr) return finish(d, err);
+    return err;
   }
 
   // A ring of device slots: a slot is reused after kArrivalSlots marks, long after its hold ended. No marks with
-  // host callbacks, nor with hold_from: start (every hold then counts from its own start).
+  // host callbacks, nor with hold_from: start (every hold then counts from its own start). With the default hold
+  // shape the mark is deferred: the call's hold (or settle()) launches it, with the small copies enqueued after it.
   int arrive(cudaStream_t stream, uint64_t* arrival) override {
     *arrival = 0;
     if (completion_ == Completion::kHostCallback || shape_.fromStart) return 0;
     unsigned long long* slots = nullptr;
     if (int err = arrivalSlots(&slots)) return err;
     unsigned long long* slot = slots + nextArrival_.fetch_add(1, std::memory_order_relaxed) % kArrivalSlots;
-    ranklens_HoldArrival<<<1, 1, 0, stream>>>(slot);
-    if (int err = check(cudaGetLastError(), "hold mark launch")) return err;
     *arrival = reinterpret_cast<uint64_t>(slot);
-    return 0;
+    StartCopies mark;
+    mark.stamp = slot;
+    if (deferrable()) {
+      if (Deferred* d = deferredOn(stream))  // an earlier mark on the stream goes first
+        if (int err = flush(d)) return err;
+      deferred_.push_back(Deferred{this, stream, mark, {}});
+      return 0;
+    }
+    ranklens_HoldArrival<<<1, 32, 0, stream>>>(mark);
+    return check(cudaGetLastError(), "hold mark launch");
+  }
+
+  int settle() override {
+    int first = 0;
+    for (size_t i = deferred_.size(); i-- > 0;) {
+      if (deferred_[i].owner != this) continue;
+      const int err = flush(&deferred_[i]);
+      if (first == 0) first = err;
+    }
+    return first;
   }
 
   // Chains are handed out from a per-device block of kPaceChains, zeroed at allocation (no collective yet).
@@ -257,7 +344,8 @@ class CudaDevice final : public StreamDevice {
   int allocHost(void** ptr, size_t bytes) override { return check(cudaMallocHost(ptr, bytes), "cudaMallocHost"); }
   int freeHost(void* ptr) override { return check(cudaFreeHost(ptr), "cudaFreeHost"); }
 
-  // Fences are events from a pool; the token is the event handle.
+  // Fences are events from a pool; the token is the event handle. Behind a deferred mark the event is recorded
+  // once the mark's launch is enqueued (its copies are before the fence); until then it has not passed.
   int fence(cudaStream_t stream, uint64_t* token) override {
     cudaEvent_t event = nullptr;
     {
@@ -270,16 +358,28 @@ class CudaDevice final : public StreamDevice {
     if (event == nullptr) {
       if (int err = check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate")) return err;
     }
+    *token = reinterpret_cast<uint64_t>(event);
+    if (Deferred* d = deferredOn(stream)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      unrecorded_.push_back(event);
+      unrecordedCount_.store(unrecorded_.size(), std::memory_order_release);
+      d->fences.push_back(event);
+      return 0;
+    }
     if (int err = check(cudaEventRecord(event, stream), "cudaEventRecord")) {
       release(event);
+      *token = 0;
       return err;
     }
-    *token = reinterpret_cast<uint64_t>(event);
     return 0;
   }
 
   bool passed(uint64_t token) override {
     auto event = reinterpret_cast<cudaEvent_t>(token);
+    if (unrecordedCount_.load(std::memory_order_acquire) > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (std::find(unrecorded_.begin(), unrecorded_.end(), event) != unrecorded_.end()) return false;
+    }
     const cudaError_t state = cudaEventQuery(event);
     if (state == cudaErrorNotReady) return false;
     if (state != cudaSuccess) cudaGetLastError();  // a failed fence is treated as passed: memory must not leak
@@ -357,7 +457,8 @@ class CudaDevice final : public StreamDevice {
               static_cast<unsigned long long>(shape_.blocks) * shape_.threads * ((64u << 10) / sizeof(uint4)));
           const int64_t copyNs = measure([&] {
             holdKernelFor("Hold")<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
-                                    holdSharedBytes_, stream>>>(1, nullptr, traffic, PaceRequest{});
+                                    holdSharedBytes_, stream>>>(1, nullptr, traffic, PaceRequest{},
+                                                                StartCopies{});
           });
           if (copyNs > 0) trafficNsPerVector_ = static_cast<double>(copyNs) / static_cast<double>(traffic.vectors);
           c.trafficNsPerByte = trafficNsPerVector_ / sizeof(uint4);
@@ -390,6 +491,61 @@ class CudaDevice final : public StreamDevice {
   void describe(std::string* name, std::string* uuid) override { describeCurrentCudaDevice(name, uuid); }
 
  private:
+  // What a call on this thread deferred on a stream: its arrival mark (copies.stamp), the small copies enqueued
+  // after it, and the fences after those. Taken into the call's hold launch, or launched on their own by flush().
+  struct Deferred {
+    const CudaDevice* owner;
+    cudaStream_t stream;
+    StartCopies copies;
+    std::vector<cudaEvent_t> fences;
+  };
+  static thread_local std::vector<Deferred> deferred_;
+
+  // Marks are deferred where the hold starts when its stream reaches it: one warp, nothing to wait for.
+  bool deferrable() const {
+    return completion_ == Completion::kKernel && !shape_.fromStart && shape_.blocks == 1 && shape_.threads == 32 &&
+           holdSharedBytes_ == 0 && shape_.traffic <= 0;
+  }
+
+  Deferred* deferredOn(cudaStream_t stream) {
+    for (auto& d : deferred_)
+      if (d.owner == this && d.stream == stream) return &d;
+    return nullptr;
+  }
+
+  // A copy small enough for one warp's batch, in the widest element dst, src and the size allow.
+  static bool addStartCopy(StartCopies* c, void* dst, const void* src, size_t bytes) {
+    if (c->count == StartCopies::kMax) return false;
+    const uintptr_t bits = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes;
+    int width = 16;
+    while (width > 1 && (bits & static_cast<uintptr_t>(width - 1)) != 0) width /= 2;
+    if (bytes / width > StartCopies::kMaxElements) return false;
+    c->copies[c->count++] = StartCopies::Copy{dst, src, bytes / width, width};
+    return true;
+  }
+
+  // Launches a deferred mark with its copies, then records its fences.
+  int flush(Deferred* d) {
+    ranklens_HoldArrival<<<1, 32, 0, d->stream>>>(d->copies);
+    return finish(d, check(cudaGetLastError(), "hold mark launch"));
+  }
+
+  // After the deferred mark's launch (`err` its result): its fences are recorded and it is forgotten.
+  int finish(Deferred* d, int err) {
+    for (cudaEvent_t event : d->fences)
+      if (err == 0) err = check(cudaEventRecord(event, d->stream), "cudaEventRecord");
+    if (!d->fences.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (cudaEvent_t event : d->fences) {
+        auto it = std::find(unrecorded_.begin(), unrecorded_.end(), event);
+        if (it != unrecorded_.end()) unrecorded_.erase(it);
+      }
+      unrecordedCount_.store(unrecorded_.size(), std::memory_order_release);
+    }
+    deferred_.erase(deferred_.begin() + (d - deferred_.data()));
+    return err;
+  }
+
   // The memory a hold moves: traffic x its call's bytes, no more than the hold's launch shape copies in its
   // duration (calibrate() measures the rate), so a hold is never lengthened by its traffic.
   int trafficFor(const HoldRequest& request, HoldTraffic* traffic) {
@@ -454,7 +610,11 @@ class CudaDevice final : public StreamDevice {
   std::atomic<uint64_t> nextArrival_{0};
   std::mutex mu_;
   std::vector<cudaEvent_t> freeEvents_;
+  std::vector<cudaEvent_t> unrecorded_;  // fences behind deferred marks (a few at a time)
+  std::atomic<size_t> unrecordedCount_{0};
 };
+
+thread_local std::vector<CudaDevice::Deferred> CudaDevice::deferred_;
 
 }  // namespace
 

@@ -37,6 +37,9 @@ ncclResult_t markArrivals(std::vector<CallInfo>* calls);
 // recorded duration on that stream.
 ncclResult_t holdCall(const CallInfo& info);
 ncclResult_t holdGroup(const std::vector<CallInfo>& calls);
+// Ends a call or group that marked: enqueues what its marks left deferred on the device (StreamDevice::settle),
+// after an error too, so that nothing is carried into the next call. Returns `ret`, or the settle's error.
+ncclResult_t settle(ncclResult_t ret);
 // host_time: replay. Keeps the calling thread until `startNs` + the recorded call's (or group's) host time.
 void holdHost(int64_t startNs, const CallInfo& info);
 void holdHostGroup(int64_t startNs, const std::vector<CallInfo>& calls);

@@ -94,11 +94,16 @@ class StreamDevice {
   // Marks the moment `stream` reaches this point. A hold given the mark ends its duration after it, so that what
   // is enqueued in between (a receive buffer's copy or fill) and the hold's own wait for SMs count within the
   // recorded duration, as the real call's did. *arrival is 0 where marks do not exist (host device, host callbacks).
+  // The CUDA device may defer the mark: small copies enqueued after it on the stream, and the hold given it, then
+  // go into one launch. The caller ends every call that marked with settle().
   virtual int arrive(cudaStream_t stream, uint64_t* arrival) {
     (void)stream;
     *arrival = 0;
     return 0;
   }
+  // Enqueues whatever this thread's marks left deferred (a mark whose call held nothing, and the copies and fences
+  // after it). Cheap when nothing is deferred.
+  virtual int settle() { return 0; }
   // peer_pacing: a fresh chain (PaceRequest::chain) on the current device for one communicator; 0 where holds are
   // not kernels (host device, host callbacks).
   virtual int paceChain(uint64_t* chain) {
