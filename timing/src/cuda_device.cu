@@ -38,7 +38,7 @@ using ranklens::device::PaceRequest;
 
 // Small copies a call's one launch makes as it starts (its hold's, or its arrival mark's when it has no hold): a
 // restored control payload or a clone fill of a few KiB, instead of a cudaMemcpyAsync of its own (CUDA calls are
-// most of a replayed call's host time). Copied by one warp, each in a single batch of loads and then of stores.
+// most of a replayed call's host time). Copied by one warp, in batches of loads and then of stores.
 struct StartCopies {
   static constexpr int kMax = 4;
   static constexpr unsigned long long kMaxElements = 32 * 16;  // per copy: 16 per lane
@@ -52,25 +52,32 @@ struct StartCopies {
   } copies[kMax] = {};
 };
 
+// Up to 64 bytes of loads per lane in flight, then their stores: few registers, so that the hold kernels that carry
+// this still launch with 1024 threads (their __launch_bounds__) without spilling.
 template <typename T>
 __device__ __forceinline__ void ranklensCopyBatch(void* dst, const void* src, unsigned long long elements) {
-  constexpr int kPerLane = static_cast<int>(StartCopies::kMaxElements / 32);
-  const unsigned lane = threadIdx.x & 31;
-  T v[kPerLane];
+  constexpr int kBatch = sizeof(T) >= 8 ? static_cast<int>(64 / sizeof(T)) : 8;
+  const unsigned n = static_cast<unsigned>(elements);  // at most StartCopies::kMaxElements
+  const T* from = static_cast<const T*>(src) + (threadIdx.x & 31);
+  T* to = static_cast<T*>(dst) + (threadIdx.x & 31);
+  for (unsigned base = threadIdx.x & 31; base < n; base += 32 * kBatch, from += 32 * kBatch, to += 32 * kBatch) {
+    T v[kBatch];
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k)
-    if (lane + 32ull * k < elements) v[k] = static_cast<const T*>(src)[lane + 32 * k];
+    for (int k = 0; k < kBatch; ++k)
+      if (base + 32 * k < n) v[k] = from[32 * k];
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k)
-    if (lane + 32ull * k < elements) static_cast<T*>(dst)[lane + 32 * k] = v[k];
+    for (int k = 0; k < kBatch; ++k)
+      if (base + 32 * k < n) to[32 * k] = v[k];
+  }
 }
 
-// Run by the first warp of the first block, in order (a later copy may read what an earlier one wrote).
-__device__ __forceinline__ void ranklensStartCopies(const StartCopies& c, unsigned long long start) {
+// Run by the first warp of the first block, in order (a later copy may read what an earlier one wrote). Not inlined:
+// its registers and spills stay out of the holds' wait loops.
+__device__ __noinline__ void ranklensStartCopies(const StartCopies& c, unsigned long long start) {
   if (blockIdx.x != 0 || threadIdx.x >= 32) return;
   if (c.stamp != nullptr && threadIdx.x == 0) *c.stamp = start;
   for (int i = 0; i < c.count; ++i) {
-    const auto& k = c.copies[i];
+    const auto& k = c.copies[i];  // read in place: the kernels take `c` as a __grid_constant__
     switch (k.width) {
       case 16: ranklensCopyBatch<uint4>(k.dst, k.src, k.elements); break;
       case 8: ranklensCopyBatch<unsigned long long>(k.dst, k.src, k.elements); break;
@@ -122,16 +129,19 @@ __device__ __forceinline__ void ranklensHoldFor(unsigned long long ns, const uns
 
 // One warp, no shared memory: starts as soon as the stream reaches it wherever an SM has a warp and a block's
 // reserved shared memory to spare (beside nearly any kernel), stamps the time and makes the call's small copies.
-extern "C" __global__ void ranklens_HoldArrival(StartCopies copies) {
+extern "C" __global__ void ranklens_HoldArrival(const __grid_constant__ StartCopies copies) {
   ranklensStartCopies(copies, ranklensGlobalTimer());
 }
 
 #define RANKLENS_HOLD_KERNELS(X) \
   X(AllReduce) X(Broadcast) X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) \
   X(Recv) X(Group) X(Hold)
+// __launch_bounds__(1024): the in-hold copies need registers; capped, an NCCL-shaped hold of up to 1024 threads per
+// block still launches (at most 64 registers per thread).
 #define RANKLENS_DEFINE_HOLD(name)                                                                    \
-  extern "C" __global__ void ranklens_##name(unsigned long long ns, const unsigned long long* arrival, \
-                                             HoldTraffic traffic, PaceRequest pace, StartCopies copies) { \
+  extern "C" __global__ void __launch_bounds__(1024)                                                   \
+      ranklens_##name(unsigned long long ns, const unsigned long long* arrival,                        \
+                      HoldTraffic traffic, PaceRequest pace, const __grid_constant__ StartCopies copies) { \
     ranklensHoldFor(ns, arrival, traffic, pace, copies);                                              \
   }
 RANKLENS_HOLD_KERNELS(RANKLENS_DEFINE_HOLD)
