@@ -7,7 +7,11 @@ the call's hold is enqueued (Timing.startNs): in between come matching, the arri
 the hold's launch. From the hold to the next call is the program's own time. Per op and size class (<= 8 KiB, more),
 over the calls after --skip, medians and p90 of both, in microseconds.
 
-    python3 bench/replay_call_host_time.py TRACE_ROOT_OR_RANK_DIR [--skip 300]
+    python3 bench/replay_call_host_time.py TRACE_ROOT_OR_RANK_DIR [--skip 300] [--recording RECORDED_ROOT]
+
+With --recording (the trace the replay replayed), each row also gives the recorded host time of the same calls
+(Call.hostNs: the real NCCL's call, with the recorder's own few microseconds), so that RankLens's cost per call is
+read beside the real library's.
 
 Reads traces with tools/python/ranklens_trace.py (the independent reader of docs/trace-format.md).
 """
@@ -19,13 +23,14 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ranklens_trace as rt  # noqa: E402
-from record_bench_lib import call_host_times, p90  # noqa: E402
+from record_bench_lib import OPS, call_host_times, p90  # noqa: E402
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="a replay's trace root or one rank directory")
     p.add_argument("--skip", type=int, default=300, help="calls left out at the start (warm-up; default %(default)s)")
+    p.add_argument("--recording", help="the recorded trace root (or rank directory) the replay replayed")
     a = p.parse_args(argv)
     try:
         directories = rt.rank_directories(a.trace)
@@ -45,13 +50,40 @@ def main(argv=None) -> int:
                 if previous_hold is not None:
                     outside.setdefault(key, []).append((call_ns - previous_hold) / 1e3)
             previous_hold = hold_ns
+        recorded = {}
+        if a.recording:
+            try:
+                recorded = recorded_host_times(a.recording, os.path.basename(os.path.normpath(directory)), a.skip)
+            except (rt.TraceFormatError, OSError) as e:
+                print(f"replay_call_host_time: --recording: {e}", file=sys.stderr)
+                return 2
         print(f"{directory}: {len(calls)} calls, {a.skip} skipped")
-        print(f"  {'op':<14}{'size':<8}{'calls':>7}{'in RankLens median':>20}{'p90':>9}{'program median':>17}{'p90':>9}")
+        header = f"  {'op':<14}{'size':<8}{'calls':>7}{'in RankLens median':>20}{'p90':>9}{'program median':>17}{'p90':>9}"
+        print(header + (f"{'recorded median':>18}{'p90':>9}" if a.recording else ""))
         for key in sorted(inside):
             v, w = inside[key], outside.get(key, [0.0])
-            print(f"  {key[0]:<14}{key[1]:<8}{len(v):>7}{statistics.median(v):>17.1f} us{p90(v):>6.1f} us"
-                  f"{statistics.median(w):>14.1f} us{p90(w):>6.1f} us")
+            line = (f"  {key[0]:<14}{key[1]:<8}{len(v):>7}{statistics.median(v):>17.1f} us{p90(v):>6.1f} us"
+                    f"{statistics.median(w):>14.1f} us{p90(w):>6.1f} us")
+            if a.recording:
+                r = recorded.get(key)
+                line += f"{statistics.median(r):>15.1f} us{p90(r):>6.1f} us" if r else f"{'-':>18}{'-':>9}"
+            print(line)
     return 0
+
+
+def recorded_host_times(recording: str, rank_name: str, skip: int) -> dict:
+    """(op, size class) -> the recorded calls' host times in microseconds (Call.hostNs; those without one left out),
+    from `recording`'s directory of the same rank (or `recording` itself when it is a rank directory)."""
+    directory = os.path.join(recording, rank_name)
+    if not os.path.isdir(directory):
+        directory = recording
+    reader = rt.RankReader.open(directory)
+    out: dict = {}
+    for c in [r.fields for r in reader.records() if r.name == "Call"][skip:]:
+        if c["hostNs"] > 0:
+            key = (OPS[c["op"]], "<=8KiB" if c["bytes"] <= 8192 else ">8KiB")
+            out.setdefault(key, []).append(c["hostNs"] / 1e3)
+    return out
 
 
 if __name__ == "__main__":

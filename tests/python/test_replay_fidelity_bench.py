@@ -270,6 +270,18 @@ def test_replay_call_host_time_pairs_each_call_with_its_hold(tmp_path, capsys):
     assert stats["ranks"][0]["replay_call_host_us"]["median"] == 30.0  # 6 of the 11 calls after the first are large
     assert stats["ranks"][0]["replay_call_host_us"]["p90"] == 250.0
     assert rcht.main([str(tmp_path / "nothing")]) == 2
+    # --recording: the recorded host time of the same rank's calls beside (hostNs; the first --skip left out).
+    r = tg.RankWriter(str(tmp_path / "rec" / "rank0"))
+    for seq in range(12):
+        nbytes = 4096 if seq % 2 == 0 else 65536
+        r.record(3, tg.call(0, seq, 3, count=nbytes, nbytes=nbytes, t=seq * 1000, host_ns=14_000 if seq % 2 == 0 else 9_000))
+    r.close()
+    assert rcht.main([str(tmp_path / "rank0"), "--skip", "2", "--recording", str(tmp_path / "rec")]) == 0
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[:2]): line for line in out.splitlines() if line.strip().startswith("AllGather")}
+    assert "recorded median" in out and rows[("AllGather", "<=8KiB")].rstrip().endswith("14.0 us  14.0 us"), out
+    assert rows[("AllGather", ">8KiB")].rstrip().endswith("9.0 us   9.0 us"), out
+    assert rcht.main([str(tmp_path / "rank0"), "--recording", str(tmp_path / "missing")]) == 2
 
 
 def test_an_existing_recording_is_replayed_without_recording(tmp_path, no_trace_reading, monkeypatch):
