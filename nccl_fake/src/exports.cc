@@ -9,6 +9,7 @@
 #include "nccl_fake/comm.h"
 #include "nccl_fake/profiler_plugin.h"
 #include "nccl_fake/record.h"
+#include "nccl_fake/replay.h"
 #include "nccl_fake/runtime.h"
 #include "ranklens_api.h"
 
@@ -48,6 +49,7 @@ ncclResult_t ranklensMarkStage(const char* name, int64_t step) {
   stage.step = step;
   stage.timeNs = monotonicNs();
   if (record::active()) record::noteStage(step);
+  if (replay::active()) replay::noteStage(name);
   Runtime::get().emit(ranklens::trace::RecordType::kStage, stage);
   return ncclSuccess;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -84,6 +85,9 @@ struct Session {
   std::map<std::tuple<uint64_t, int, int>, int64_t> offsets;  // (replayed comm, kind, peer) -> recorded seq - replayed
   Counters counters;
   bool reportedFirst = false;
+  // Calls outside groups of each (op, bytes) since the last "step" marker; inStep: a marker was seen.
+  std::map<std::pair<int, uint64_t>, int> stepOccurrences;
+  bool inStep = false;
   uint64_t warned = 0;
 };
 
@@ -376,7 +380,8 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
   const int nranks = info.comm->nRanks;
   const ranklens::timing::Estimate e =
       s->estimator->estimate(static_cast<int>(info.op), nranks,
-                             ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes, info.comm->name);
+                             ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes, info.comm->name,
+                             false, info.stepOccurrence);
   if (e.extrapolated) s->counters.estimatesExtrapolated++;
   return e.durationNs;
 }
@@ -532,6 +537,14 @@ void rebindOnFirstCall(Session* s, Session::Binding* binding, const CallInfo& in
 
 }  // namespace
 
+void noteStage(const char* name) {
+  Session* s = session;
+  if (s == nullptr || std::strcmp(name, "step") != 0) return;
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->stepOccurrences.clear();
+  s->inStep = true;
+}
+
 ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   Session* s = load();
   info->seq = event.seq;
@@ -618,6 +631,7 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   }
   info->recorded = match;
   if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
+  if (s->inStep && event.groupId == 0) info->stepOccurrence = s->stepOccurrences[{event.op, event.bytes}]++;
   if (match != nullptr && !s->estimateAll) {
     info->durationNs = match->durationNs;
     if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;

@@ -46,3 +46,19 @@ def test_not_a_history_is_refused(tmp_path, capsys):
     path.write_bytes(msgpack.packb({"format": "other"}))
     assert hjb.main([str(path)]) == 2
     assert "not a RankLens history" in capsys.readouterr().err
+
+
+def test_the_same_occurrence_in_the_step_narrows_the_neighbours(tmp_path):
+    # Two all-reduces of one size per step, the first beside compute (300 us), the second alone (100 us), in every
+    # job: the k-th one of the step in the other jobs is the right neighbour. Version 3: derived from the phases.
+    runs = ["/t/a/rank0", "/t/b/rank0", "/t/c/rank0"]
+    samples = [sample(r, 300 if first else 100, (0.2 if first else 0.4) + 0.01 * step)
+               for r in (0, 1, 2) for step in range(3) for first in (1, 0)]
+    result = hjb.analyse(hjb.load(write(tmp_path, samples, runs)), 0.01)
+    assert result["median_abs_error"] > 0.5 and result["median_abs_error_occurrence"] == 0
+    # Version 4 stores it: a stored occurrence wins over the phases (all at one phase here).
+    stored = [s[:10] + [0.5, False, i % 2] for i, s in enumerate(samples)]
+    path = tmp_path / "v4.hist"
+    path.write_bytes(msgpack.packb({"format": "ranklens-history", "version": 4, "runs": runs, "samples": stored}))
+    result = hjb.analyse(hjb.load(str(path)), 0.01)
+    assert result["median_abs_error_phase"] > 0.5 and result["median_abs_error_occurrence"] == 0

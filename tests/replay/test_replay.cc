@@ -328,6 +328,49 @@ TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
   EXPECT_NE(missing.run.output.find("RANKLENS_HISTORY"), std::string::npos) << missing.run.output;
 }
 
+// timing: estimated with a history that knows where in the step each call was: the step's AllReduce is held for
+// what the same call took in the history's runs (300 us), not for the median of every AllReduce of its size (50 us,
+// mostly made elsewhere in the step). The replay counts each op and size's calls from its "step" markers.
+TEST(ReplayEstimated, TheSameCallOfTheStepInTheHistoryIsWhatItIsHeldFor) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  ranklens::timing::History own, h;
+  std::string error;
+  ASSERT_TRUE(ranklens::timing::addRecordedRun(recording().root + "/rank1", &own, &error)) << error;
+  const int allReduce = static_cast<int>(ranklens::events::Op::kAllReduce);
+  for (uint32_t job = 0; job < 3; ++job) {
+    h.runs.push_back("/jobs/" + std::to_string(job) + "/rank1");
+    for (ranklens::timing::HistorySample sample : own.samples) {
+      sample.run = job;
+      if (sample.op == allReduce && sample.stepOccurrence == 0) {
+        sample.durationNs = 300'000;
+        for (int elsewhere = 0; elsewhere < 4; ++elsewhere) {  // the same size later in the step, and faster
+          ranklens::timing::HistorySample later = sample;
+          later.durationNs = 50'000;
+          later.stepOccurrence = 1 + elsewhere;
+          h.samples.push_back(later);
+        }
+      }
+      h.samples.push_back(sample);
+    }
+  }
+  const size_t placed = std::count_if(h.samples.begin(), h.samples.end(), [&](const auto& sample) {
+    return sample.op == allReduce && sample.stepOccurrence == 0;
+  });
+  ASSERT_GE(placed, 3u * 3u) << "the scenario marks its steps: its step AllReduce has a place";
+  const std::string history = tmpRoot() + "/placed.hist";
+  ASSERT_TRUE(ranklens::timing::saveHistory(history, h, &error)) << error;
+  Replayed r = replay("estimated-placed", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
+                                           {"RANKLENS_HISTORY", history}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  size_t held = 0;
+  for (const auto& timing : readTrace(r.traceDir).timings) {
+    if (timing.op != allReduce) continue;
+    EXPECT_EQ(timing.durationNs, 300'000) << "seq " << timing.seq;
+    ++held;
+  }
+  EXPECT_EQ(held, 5u);  // one per step
+}
+
 TEST(ReplayEstimated, EstimateTargetTransferHoldsForTheTransferTimes) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   // This recording's samples, every one observed at 200 us with a transfer time of 100 us (as if every call had

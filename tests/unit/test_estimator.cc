@@ -208,7 +208,7 @@ TEST(EstimatorHistory, BuiltFromARecordedTraceWithGroupsAndRoles) {
 }
 
 // History version 3: each sample says where in its step it was made and whether another stream was busy.
-TEST(EstimatorHistory, SamplesKnowTheirStepPhaseAndBusyStreams) {
+TEST(EstimatorHistory, SamplesKnowTheirStepPhaseOccurrenceAndBusyStreams) {
   const std::string dir = ::testing::TempDir() + "/est-context-" + std::to_string(getpid()) + "/rank0";
   ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
   trace::Manifest m;
@@ -235,7 +235,7 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseAndBusyStreams) {
   add(0, 500, 0xa, 100);         // before the first marker
   stage(0, 1000);
   add(1, 1250, 0xa, 600);        // a quarter into step 0; stream a runs until 1850
-  add(2, 1500, 0xb, 100);        // half-way: stream a still busy
+  add(2, 1500, 0xb, 100);        // half-way: stream a still busy; the step's second 4 KiB AllReduce
   stage(1, 2000);
   add(3, 2900, 0xb, 100);        // 90% into step 1; stream a finished at 1850
   stage(2, 3000);
@@ -246,9 +246,11 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseAndBusyStreams) {
   ASSERT_TRUE(addRecordedRun(dir, &h, &error)) << error;
   ASSERT_EQ(h.samples.size(), 5u);
   const std::vector<double> phases = {-1, 0.25, 0.5, 0.9, -1};
+  const std::vector<int> occurrences = {-1, 0, 1, 0, -1};  // counted per step, op and size
   const std::vector<bool> busy = {false, false, true, false, false};
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_NEAR(h.samples[i].stepPhase, phases[i], 1e-9) << i;
+    EXPECT_EQ(h.samples[i].stepOccurrence, occurrences[i]) << i;
     EXPECT_EQ(h.samples[i].otherStreamsBusy, busy[i]) << i;
   }
   EXPECT_EQ(contextClass(h.samples[2]), "all, step 50-75%");
@@ -259,9 +261,54 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseAndBusyStreams) {
   ASSERT_TRUE(saveHistory(path, h, &error)) << error;
   History back;
   ASSERT_TRUE(loadHistory(path, &back, &error)) << error;
-  EXPECT_EQ(back.version, 3);
+  EXPECT_EQ(back.version, 4);
   EXPECT_NEAR(back.samples[1].stepPhase, 0.25, 1e-9);
+  EXPECT_EQ(back.samples[2].stepOccurrence, 1);
   EXPECT_TRUE(back.samples[2].otherStreamsBusy);
+}
+
+// The same call in other runs of the program (same op, size and place in the step) is the neighbour of choice once
+// there are Estimator::kSamePlace of them: FSDP2's all-gathers of one size take 10-20% longer or shorter depending
+// on the compute beside them, which the same call of another run shares.
+TEST(Estimator, SamplesFromTheSamePlaceOfTheStepArePreferred) {
+  History h;
+  for (uint32_t run = 0; run < 4; ++run) {
+    h.runs.push_back("job" + std::to_string(run) + "/rank0");
+    for (int occurrence = 0; occurrence < 2; ++occurrence) {
+      HistorySample s;
+      s.op = kAllGather;
+      s.nranks = 2;
+      s.bytes = 32u << 20;
+      s.run = run;
+      s.stepPhase = 0.1 + 0.5 * occurrence;
+      s.stepOccurrence = occurrence;
+      s.durationNs = s.transferNs = (occurrence == 0 ? 200'000 : 260'000) + 1'000 * run;  // beside other compute
+      h.samples.push_back(s);
+    }
+  }
+  Estimator e(h, {});
+  const Estimate first = e.estimate(kAllGather, 2, false, 32u << 20, "", false, 0);
+  EXPECT_STREQ(first.method, "same-place median");
+  EXPECT_NEAR(static_cast<double>(first.durationNs), 201'500, 1'000);
+  EXPECT_EQ(first.neighbours, 4);
+  EXPECT_NEAR(static_cast<double>(e.estimate(kAllGather, 2, false, 32u << 20, "", false, 1).durationNs), 261'500, 1'000);
+  // Unknown place: the size's median over both places (the upper middle of the eight).
+  const Estimate anywhere = e.estimate(kAllGather, 2, false, 32u << 20);
+  EXPECT_STREQ(anywhere.method, "same-size median");
+  EXPECT_EQ(anywhere.durationNs, 260'000);
+  // Leave-one-out leaves the sample itself out of its place; leave-one-job-out takes the other jobs' same place.
+  EXPECT_NEAR(static_cast<double>(e.estimateWithout(0).durationNs), 202'000, 1'000);
+  Estimator::Options withoutJob0;
+  withoutJob0.excludeJob = "job0";
+  EXPECT_STREQ(Estimator(h, withoutJob0).estimateWithout(0).method, "same-place median");
+  // Fewer than kSamePlace at that place: the same-size rule.
+  Estimator::Options twoJobsLeft;
+  h.samples.resize(4);  // jobs 0 and 1 only
+  h.runs.resize(2);
+  twoJobsLeft.excludeJob = "job0";
+  EXPECT_STREQ(Estimator(h, twoJobsLeft).estimateWithout(0).method, "same-size median");
+  const Evaluation ev = evaluate(synthetic(3), observedTarget());
+  EXPECT_LT(ev.leaveOneRunOut.at("all").median, 0.02) << "samples without a place are estimated as before";
 }
 
 // Waiting for a late peer makes some samples of one size much longer than the collective itself. A transfer time is

@@ -38,26 +38,31 @@ std::string jobOf(const std::string& rankDir) {
 
 namespace {
 
-// Each call's step phase: host time since the "step" marker before it over the time to the next one (-1 before the
-// first marker and after the last).
-std::vector<double> stepPhases(const trace::Recording& recording) {
+// Each call's step (the index of the "step" marker before it) and phase in it: host time since that marker over the
+// time to the next one. Step -1 and phase -1 before the first marker and after the last.
+struct StepPlace {
+  int step = -1;
+  double phase = -1;
+};
+std::vector<StepPlace> stepPlaces(const trace::Recording& recording) {
   std::vector<int64_t> starts;
   for (const auto& s : recording.stages())
     if (s.name == "step") starts.push_back(s.timeNs);
   std::sort(starts.begin(), starts.end());
-  std::vector<double> phases;
-  phases.reserve(recording.calls().size());
+  std::vector<StepPlace> places;
+  places.reserve(recording.calls().size());
   for (const auto& rc : recording.calls()) {
     const int64_t t = rc.call.timeNs;
     auto next = std::upper_bound(starts.begin(), starts.end(), t);
     if (next == starts.begin() || next == starts.end() || *next == *std::prev(next)) {
-      phases.push_back(-1);
+      places.push_back({});
       continue;
     }
     const int64_t start = *std::prev(next);
-    phases.push_back(static_cast<double>(t - start) / static_cast<double>(*next - start));
+    places.push_back({static_cast<int>(std::prev(next) - starts.begin()),
+                      static_cast<double>(t - start) / static_cast<double>(*next - start)});
   }
-  return phases;
+  return places;
 }
 
 // Whether another stream's call was still running when each call was submitted: its submission time plus its
@@ -107,7 +112,8 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
     // A group's duration on a stream belongs to all of its calls on that stream: their bytes add up.
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> groupBytes;  // (groupId, stream) -> bytes
     std::set<std::pair<uint64_t, uint64_t>> groupsWithP2p;
-    const std::vector<double> phases = stepPhases(recording);
+    const std::vector<StepPlace> places = stepPlaces(recording);
+    std::map<std::tuple<int, int, uint64_t, bool>, int> occurrences;  // (step, op, bytes, grouped) -> samples so far
     const std::vector<bool> busy = otherStreamsBusy(recording);
     for (const auto& rc : recording.calls()) {
       if (rc.call.groupId == 0) continue;
@@ -118,7 +124,7 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       const auto& rc = recording.calls()[i];
       if (rc.durationNs < 0) continue;
       HistorySample s;
-      s.stepPhase = phases[i];
+      s.stepPhase = places[i].phase;
       s.otherStreamsBusy = busy[i];
       s.op = rc.call.op;
       s.datatype = rc.call.datatype;
@@ -136,6 +142,7 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       } else if (!p2p && ranks.size() > 1) {
         if (const JobCollectives::Instance* in = job.find(r, rc)) s.transferNs = in->shortestNs;
       }
+      if (places[i].step >= 0) s.stepOccurrence = occurrences[{places[i].step, s.op, s.bytes, s.grouped}]++;
       history->samples.push_back(std::move(s));
     }
   }
@@ -194,7 +201,7 @@ bool loadHistory(const std::string& path, History* history, std::string* error) 
     msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
     History h;
     handle.get().convert(h);
-    if (h.format != "ranklens-history" || h.version < 1 || h.version > 3) {
+    if (h.format != "ranklens-history" || h.version < 1 || h.version > 4) {
       *error = path + ": not a RankLens history (format '" + h.format + "' version " + std::to_string(h.version) + ")";
       return false;
     }
@@ -250,6 +257,7 @@ int64_t typicalValue(const std::vector<int64_t>& values, EstimateTarget target, 
 }
 
 using Key = std::tuple<int, int, bool, bool>;  // op, nranks, crossesNodes, grouped
+using PlaceKey = std::tuple<Key, std::string, uint64_t, int>;  // + role, bytes, stepOccurrence
 
 struct Neighbourhood {
   std::vector<SizePoint> all;                            // by x
@@ -273,6 +281,7 @@ std::vector<SizePoint> sizePoints(std::map<uint64_t, std::vector<int64_t>>&& byS
 struct Estimator::Impl {
   Options options;
   std::map<Key, Neighbourhood> groups;
+  std::map<PlaceKey, std::vector<int64_t>> places;  // sorted values
   LatencyBandwidthFit fit;
   std::set<int> ops;
   const History* history = nullptr;
@@ -283,7 +292,23 @@ struct Estimator::Impl {
     bool any = false;
     uint64_t bytes = 0;
     int64_t value = 0;
+    int occurrence = -1;
   };
+
+  // The typical value of the samples made at the same place of their steps, with at least kSamePlace of them.
+  bool samePlace(const Key& key, const std::string& role, uint64_t bytes, int occurrence, const Excluded& ex,
+                 Estimate* e) const {
+    if (occurrence < 0) return false;
+    auto it = places.find(PlaceKey{key, role, bytes, occurrence});
+    if (it == places.end()) return false;
+    const bool exclude = ex.any && ex.bytes == bytes && ex.occurrence == occurrence;
+    if (it->second.size() - (exclude ? 1 : 0) < kSamePlace) return false;
+    e->found = true;
+    e->neighbours = static_cast<int>(it->second.size() - (exclude ? 1 : 0));
+    e->method = options.target == EstimateTarget::kTransfer ? "same-place median" : "same-place trimmed mean";
+    e->durationNs = typicalValue(it->second, options.target, exclude, ex.value);
+    return true;
+  }
 
   Estimate local(const std::vector<SizePoint>& points, double xq, const Excluded& ex, const Key& key,
                  uint64_t bytes) const {
@@ -355,9 +380,10 @@ struct Estimator::Impl {
   }
 
   Estimate query(int op, int nranks, bool crosses, bool grouped, uint64_t bytes, const std::string& role,
-                 const Excluded& ex) const {
+                 int occurrence, const Excluded& ex) const {
     const double xq = log2Bytes(bytes);
     Key key{op, nranks, crosses, grouped};
+    if (Estimate e; samePlace(key, role, bytes, occurrence, ex, &e)) return e;
     auto it = groups.find(key);
     if (it == groups.end()) {  // another locality of the same size is better than nothing
       it = groups.find(Key{op, nranks, !crosses, grouped});
@@ -395,11 +421,13 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
     if (!options.excludeJob.empty() && jobOf(history.runs.at(s.run)) == options.excludeJob) continue;
     const Key key{s.op, s.nranks, s.crossesNodes, s.grouped};
     all[key][s.bytes].push_back(value);
+    if (s.stepOccurrence >= 0) impl_->places[PlaceKey{key, s.role, s.bytes, s.stepOccurrence}].push_back(value);
     if (!s.role.empty()) byRole[key][s.role][s.bytes].push_back(value);
     if (!s.grouped) forFit[{s.op, s.nranks, s.bytes}].push_back(value);
     impl_->ops.insert(s.op);
     impl_->count++;
   }
+  for (auto& [place, values] : impl_->places) std::sort(values.begin(), values.end());
   for (auto& [key, sizes] : all) impl_->groups[key].all = sizePoints(std::move(sizes), options.target);
   for (auto& [key, roles] : byRole)
     for (auto& [role, sizes] : roles) impl_->groups[key].byRole[role] = sizePoints(std::move(sizes), options.target);
@@ -417,8 +445,8 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
 Estimator::~Estimator() = default;
 
 Estimate Estimator::estimate(int op, int nranks, bool crossesNodes, uint64_t bytes, const std::string& role,
-                             bool grouped) const {
-  return impl_->query(op, nranks, crossesNodes, grouped, bytes, role, {});
+                             bool grouped, int stepOccurrence) const {
+  return impl_->query(op, nranks, crossesNodes, grouped, bytes, role, stepOccurrence, {});
 }
 
 Estimate Estimator::estimateWithout(size_t index) const {
@@ -427,8 +455,8 @@ Estimate Estimator::estimateWithout(size_t index) const {
   Impl::Excluded ex;
   const bool inHere = impl_->options.excludeJob.empty() ||
                       jobOf(impl_->history->runs.at(s.run)) != impl_->options.excludeJob;
-  if (value > 0 && inHere) ex = {true, s.bytes, value};
-  return impl_->query(s.op, s.nranks, s.crossesNodes, s.grouped, s.bytes, s.role, ex);
+  if (value > 0 && inHere) ex = {true, s.bytes, value, s.stepOccurrence};
+  return impl_->query(s.op, s.nranks, s.crossesNodes, s.grouped, s.bytes, s.role, s.stepOccurrence, ex);
 }
 
 size_t Estimator::samples() const { return impl_->count; }

@@ -60,6 +60,10 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
   c.query->add_option("--nranks", o->nranks, "Communicator size (default 2)");
   c.query->add_flag("--crosses-nodes", o->crossesNodes, "The communicator spans nodes");
   c.query->add_option("--role", o->role, "Communicator name (commName), preferred neighbourhood");
+  c.query->add_option("--step-occurrence", o->stepOccurrence,
+                      "Which call of this op and size in its step (0 = the first): samples made at the same place "
+                      "of their steps are preferred when there are at least 3")
+      ->check(CLI::NonNegativeNumber);
   c.query->footer("Example: ranklens estimate query --history cluster.hist --op AllReduce --bytes 26214400");
   return c;
 }
@@ -204,7 +208,7 @@ int runEstimateQuery(const EstimateOptions& o) {
   const std::string target = targetFor(o, history);
   if (target.empty()) return 1;
   const timing::Estimator estimator(history, estimatorOptions(o, target));
-  const timing::Estimate e = estimator.estimate(op, o.nranks, o.crossesNodes, o.bytes, o.role);
+  const timing::Estimate e = estimator.estimate(op, o.nranks, o.crossesNodes, o.bytes, o.role, false, o.stepOccurrence);
   std::cout << o.op << " " << o.bytes << " bytes, " << o.nranks << " ranks: " << std::fixed << std::setprecision(1)
             << e.durationNs / 1000.0 << " us (" << e.method << ", " << e.neighbours << " neighbours, distance "
             << std::setprecision(2) << e.distance << (e.extrapolated ? ", extrapolated" : "") << ")\n";

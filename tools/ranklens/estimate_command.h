@@ -21,6 +21,7 @@ struct EstimateOptions {
   int nranks = 2;
   bool crossesNodes = false;
   std::string role;
+  int stepOccurrence = -1;  // query --step-occurrence; -1: not given
   std::string target;  // transfer | observed; empty: transfer, or observed when the history has no transfer times
 };
 

@@ -16,6 +16,9 @@ namespace replay {
 
 // A recorded trace is being replayed (replay mode with replay_trace set).
 bool active();
+// A stage marker (ranklensMarkStage): a "step" starts the count of each op and size's calls in the step, which the
+// estimator's same-place rule matches against the history (HistorySample::stepOccurrence).
+void noteStage(const char* name);
 // Matches a new communicator to a recorded one (at creation). ncclInvalidUsage when it cannot be matched and
 // on_mismatch is error (the WARN says why and what to change).
 ncclResult_t onCommCreated(ncclComm* comm);

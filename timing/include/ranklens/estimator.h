@@ -43,13 +43,16 @@ struct HistorySample {
   // running (by its submission time plus its recorded duration) when this one was submitted.
   double stepPhase = -1;
   bool otherStreamsBusy = false;
+  // Version 4: which occurrence of its op and size (and grouping) in its step the call was on its rank: 0 the
+  // first, -1 outside marked steps. The same place in another run of the same program: its neighbour of choice.
+  int stepOccurrence = -1;
   MSGPACK_DEFINE_ARRAY(op, datatype, bytes, nranks, crossesNodes, role, grouped, durationNs, run, transferNs,
-                       stepPhase, otherStreamsBusy)
+                       stepPhase, otherStreamsBusy, stepOccurrence)
 };
 
 struct History {
   std::string format = "ranklens-history";
-  int version = 3;                // 1: no transferNs (read as -1); 2: no stepPhase, otherStreamsBusy
+  int version = 4;  // 1: no transferNs (read as -1); 2: no stepPhase, otherStreamsBusy; 3: no stepOccurrence
   std::vector<std::string> runs;  // the recorded rank directories the samples came from
   std::vector<HistorySample> samples;
   MSGPACK_DEFINE_MAP(format, version, runs, samples)
@@ -83,7 +86,8 @@ struct Estimate {
   int neighbours = 0;      // samples used
   bool extrapolated = false;  // outside the sampled size range of its neighbourhood, or too far from any sample
   bool found = false;      // false: no sample of this op at all (a fixed 20 us + 100 GB/s guess)
-  // "same-size median" | "same-size trimmed mean" | "local-regression" | "latency-bandwidth" | "default"
+  // "same-place median" | "same-place trimmed mean" | "same-size median" | "same-size trimmed mean" |
+  // "local-regression" | "latency-bandwidth" | "default"
   const char* method = "";
 };
 
@@ -104,9 +108,12 @@ class Estimator {
   Estimator(const History& history, const Options& options);
   ~Estimator();
   // grouped: a group's time on one stream, `op` its first call's and `bytes` all its calls' on that stream (what
-  // the history samples of groups hold).
+  // the history samples of groups hold). stepOccurrence (HistorySample::stepOccurrence, -1 unknown): when at least
+  // kSamePlace samples of the same op, size, grouping and role were made at that place of their steps, their typical
+  // value ("same-place"): the same call of another run of the program, which overlapped the same compute.
   Estimate estimate(int op, int nranks, bool crossesNodes, uint64_t bytes, const std::string& role = "",
-                    bool grouped = false) const;
+                    bool grouped = false, int stepOccurrence = -1) const;
+  static constexpr size_t kSamePlace = 3;
   // Leave-one-out: the estimate of sample `index` of the history without that sample.
   Estimate estimateWithout(size_t index) const;
   size_t samples() const;
