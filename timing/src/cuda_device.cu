@@ -53,7 +53,7 @@ struct StartCopies {
 };
 
 // Up to 64 bytes of loads per lane in flight, then their stores: few registers, so that the hold kernels that carry
-// this still launch with 1024 threads (their __launch_bounds__) without spilling.
+// this (capped at 64 registers by their __launch_bounds__) spill little, and only in the copy.
 template <typename T>
 __device__ __forceinline__ void ranklensCopyBatch(void* dst, const void* src, unsigned long long elements) {
   constexpr int kBatch = sizeof(T) >= 8 ? static_cast<int>(64 / sizeof(T)) : 8;
