@@ -43,7 +43,12 @@ echo "prepare_frameworks: Megatron-LM $MEGATRON_TAG"
 src="${MEGATRON_LM_GIT:-}"
 if [[ -z "$src" ]]; then
   src="$OUT/build/Megatron-LM"
-  git clone -q --depth 1 --branch "$MEGATRON_TAG" https://github.com/NVIDIA/Megatron-LM "$src"
+  if ! git clone -q --depth 1 --branch "$MEGATRON_TAG" https://github.com/NVIDIA/Megatron-LM "$src"; then
+    echo "prepare_frameworks: cannot clone Megatron-LM from github.com; DeepSpeed's wheels are ready in $OUT/whl." \
+         "For Megatron, set MEGATRON_LM_GIT to a clone or mirror of NVIDIA/Megatron-LM holding tag $MEGATRON_TAG" >&2
+    rm -rf "$OUT/build"
+    exit 1
+  fi
 fi
 git -C "$src" archive --format=tar.gz -o "$OUT/megatron-lm.tgz" "$MEGATRON_TAG" \
   megatron pretrain_gpt.py gpt_builders.py model_provider.py
