@@ -63,6 +63,10 @@ struct PayloadPrefetcher::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
+  // Workers waiting for arena memory: a release wakes them. Otherwise a release wakes nobody (a wake-up is a system
+  // call on the calling thread, and waking every worker on every call cost a host-bound replay ~18 us per call):
+  // idle workers come by on their own within their wait (reclaim()).
+  int spaceWaiters = 0;
   std::vector<std::thread> workers;
 
   Impl(const Recording& r, const Options& o, Alloc a, Free f, DeviceStage d)
@@ -226,7 +230,7 @@ struct PayloadPrefetcher::Impl {
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
       const bool inFlight = reclaim();
-      bool started = false;
+      bool started = false, starved = false;
       while (startUpload(lock)) started = true;
       while (nextToSchedule < order.size() && entries.count(nextToSchedule)) ++nextToSchedule;
       if (nextToSchedule < order.size()) {
@@ -242,11 +246,16 @@ struct PayloadPrefetcher::Impl {
           entries[position] = std::move(e);
           decode(lock, position);
           started = true;
+        } else {
+          starved = true;
         }
       }
-      if (!started)
+      if (!started) {
+        spaceWaiters += starved;
         cv.wait_for(lock, inFlight || !uploadQueue.empty() ? std::chrono::microseconds(200)
                                                            : std::chrono::milliseconds(20));
+        spaceWaiters -= starved;
+      }
     }
   }
 };
@@ -396,7 +405,7 @@ void PayloadPrefetcher::release(const RecordedCall* call, std::function<bool()> 
   it->second.state = Impl::State::kReleased;
   it->second.copied = std::move(copied);
   im.released.insert(it->first);
-  im.cv.notify_all();
+  if (im.spaceWaiters > 0) im.cv.notify_all();
 }
 
 PrefetchStats PayloadPrefetcher::stats() const {

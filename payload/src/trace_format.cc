@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "ranklens/trace.h"
 
@@ -192,7 +193,11 @@ bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, cons
   } catch (const std::bad_alloc&) {
     return fail("cannot allocate " + std::to_string(ref.rawBytes) + " bytes");
   }
-  const size_t produced = ZSTD_decompress(out->data(), out->size(), data, size);
+  // One decompression context per thread, reused (as the writer reuses its compression context): ZSTD_decompress
+  // creates and initialises one per frame, which cost more than decoding a control payload of a few KiB.
+  static thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  const size_t produced = dctx ? ZSTD_decompressDCtx(dctx.get(), out->data(), out->size(), data, size)
+                               : ZSTD_decompress(out->data(), out->size(), data, size);
   if (ZSTD_isError(produced)) return fail(std::string("zstd: ") + ZSTD_getErrorName(produced));
   if (produced != ref.rawBytes)
     return fail("decompressed " + std::to_string(produced) + " bytes, expected " + std::to_string(ref.rawBytes));
