@@ -85,8 +85,10 @@ struct Session {
   std::map<std::tuple<uint64_t, int, int>, int64_t> offsets;  // (replayed comm, kind, peer) -> recorded seq - replayed
   Counters counters;
   bool reportedFirst = false;
-  // Calls outside groups of each (op, bytes) since the last "step" marker; inStep: a marker was seen.
-  std::map<std::pair<int, uint64_t>, int> stepOccurrences;
+  // Calls outside groups, and groups on a stream, of each (op, bytes, grouped) since the last "step" marker (a
+  // group by its first call's op and its calls' bytes on the stream, as the history counts them); inStep: a marker
+  // was seen.
+  std::map<std::tuple<int, uint64_t, bool>, int> stepOccurrences;
   bool inStep = false;
   uint64_t warned = 0;
 };
@@ -631,7 +633,7 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   }
   info->recorded = match;
   if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
-  if (s->inStep && event.groupId == 0) info->stepOccurrence = s->stepOccurrences[{event.op, event.bytes}]++;
+  if (s->inStep && event.groupId == 0) info->stepOccurrence = s->stepOccurrences[{event.op, event.bytes, false}]++;
   if (match != nullptr && !s->estimateAll) {
     info->durationNs = match->durationNs;
     if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;
@@ -886,11 +888,16 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
       bytes += bytesOf(c);
       if (first.estimated && c.estimated) duration = std::max(duration, c.durationNs);
     }
+    int occurrence = -1;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (s->inStep) occurrence = s->stepOccurrences[{static_cast<int>(first.op), bytes, true}]++;
+    }
     if (first.estimated) {
       const int nranks = first.comm->nRanks;
       const ranklens::timing::Estimate group = s->estimator->estimate(
           static_cast<int>(first.op), nranks, ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes,
-          first.comm->name, true);
+          first.comm->name, true, occurrence);
       if (group.neighbours > 0 && !group.extrapolated) duration = group.durationNs;  // from recorded groups
     }
     NCCLCHECK(holdStream(s, first, duration, restoreNs, first.recorded ? first.recorded->call.groupId : 1, bytes));

@@ -330,7 +330,8 @@ TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
 
 // timing: estimated with a history that knows where in the step each call was: the step's AllReduce is held for
 // what the same call took in the history's runs (300 us), not for the median of every AllReduce of its size (50 us,
-// mostly made elsewhere in the step). The replay counts each op and size's calls from its "step" markers.
+// mostly made elsewhere in the step), and its Send/Recv group likewise (400 us). The replay counts each op and
+// size's calls, and groups on a stream, from its "step" markers.
 TEST(ReplayEstimated, TheSameCallOfTheStepInTheHistoryIsWhatItIsHeldFor) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   ranklens::timing::History own, h;
@@ -341,8 +342,8 @@ TEST(ReplayEstimated, TheSameCallOfTheStepInTheHistoryIsWhatItIsHeldFor) {
     h.runs.push_back("/jobs/" + std::to_string(job) + "/rank1");
     for (ranklens::timing::HistorySample sample : own.samples) {
       sample.run = job;
-      if (sample.op == allReduce && sample.stepOccurrence == 0) {
-        sample.durationNs = 300'000;
+      if ((sample.op == allReduce || sample.grouped) && sample.stepOccurrence == 0) {
+        sample.durationNs = sample.grouped ? 400'000 : 300'000;
         for (int elsewhere = 0; elsewhere < 4; ++elsewhere) {  // the same size later in the step, and faster
           ranklens::timing::HistorySample later = sample;
           later.durationNs = 50'000;
@@ -362,13 +363,18 @@ TEST(ReplayEstimated, TheSameCallOfTheStepInTheHistoryIsWhatItIsHeldFor) {
   Replayed r = replay("estimated-placed", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
                                            {"RANKLENS_HISTORY", history}});
   ASSERT_EQ(r.run.status, 0) << r.run.output;
-  size_t held = 0;
+  size_t held = 0, groups = 0;
   for (const auto& timing : readTrace(r.traceDir).timings) {
+    if (timing.groupId != 0) {  // the step's Send/Recv group: the same group of the step in the history
+      EXPECT_EQ(timing.durationNs, 400'000) << "group " << timing.groupId;
+      ++groups;
+    }
     if (timing.op != allReduce) continue;
     EXPECT_EQ(timing.durationNs, 300'000) << "seq " << timing.seq;
     ++held;
   }
   EXPECT_EQ(held, 5u);  // one per step
+  EXPECT_EQ(groups, 5u);
 }
 
 TEST(ReplayEstimated, EstimateTargetTransferHoldsForTheTransferTimes) {
