@@ -85,11 +85,9 @@ struct Session {
   std::map<std::tuple<uint64_t, int, int>, int64_t> offsets;  // (replayed comm, kind, peer) -> recorded seq - replayed
   Counters counters;
   bool reportedFirst = false;
-  // Calls outside groups, and groups on a stream, of each (op, bytes, grouped) since the last "step" marker (a
-  // group by its first call's op and its calls' bytes on the stream, as the history counts them); inStep: a marker
-  // was seen.
-  std::map<std::tuple<int, uint64_t, bool>, int> stepOccurrences;
-  bool inStep = false;
+  // For the estimator's same-place rule: calls outside groups, and groups on a stream (by their first call's op and
+  // their calls' bytes on it), counted from the program's "step" markers.
+  ranklens::timing::StepOccurrences stepOccurrences;
   uint64_t warned = 0;
 };
 
@@ -376,6 +374,10 @@ bool sameSignature(const ranklens::events::Call& r, const CallInfo& info) {
   return true;
 }
 
+// Whether calls may be held for an estimate (timing: estimated, or on_mismatch: estimate): only then are they
+// counted for the same-place rule (a map update per call, under the session's lock).
+bool estimatesCalls(const Session& s) { return s.estimateAll || s.policy == OnMismatch::kEstimate; }
+
 // A duration for a call the recording does not time (or for every call under timing: estimated).
 // Grouped calls are estimated one by one; holdGroup holds each stream for the longest of them.
 int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
@@ -543,8 +545,7 @@ void noteStage(const char* name) {
   Session* s = session;
   if (s == nullptr || std::strcmp(name, "step") != 0) return;
   std::lock_guard<std::mutex> lock(s->mu);
-  s->stepOccurrences.clear();
-  s->inStep = true;
+  s->stepOccurrences.startStep();
 }
 
 ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
@@ -633,7 +634,8 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   }
   info->recorded = match;
   if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
-  if (s->inStep && event.groupId == 0) info->stepOccurrence = s->stepOccurrences[{event.op, event.bytes, false}]++;
+  if (estimatesCalls(*s) && event.groupId == 0)
+    info->stepOccurrence = s->stepOccurrences.next(event.op, event.bytes, false);
   if (match != nullptr && !s->estimateAll) {
     info->durationNs = match->durationNs;
     if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;
@@ -889,9 +891,9 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
       if (first.estimated && c.estimated) duration = std::max(duration, c.durationNs);
     }
     int occurrence = -1;
-    {
+    if (estimatesCalls(*s)) {
       std::lock_guard<std::mutex> lock(s->mu);
-      if (s->inStep) occurrence = s->stepOccurrences[{static_cast<int>(first.op), bytes, true}]++;
+      occurrence = s->stepOccurrences.next(static_cast<int>(first.op), bytes, true);
     }
     if (first.estimated) {
       const int nranks = first.comm->nRanks;

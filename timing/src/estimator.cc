@@ -113,7 +113,8 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> groupBytes;  // (groupId, stream) -> bytes
     std::set<std::pair<uint64_t, uint64_t>> groupsWithP2p;
     const std::vector<StepPlace> places = stepPlaces(recording);
-    std::map<std::tuple<int, int, uint64_t, bool>, int> occurrences;  // (step, op, bytes, grouped) -> samples so far
+    StepOccurrences occurrences;
+    int step = -1;  // of the sample before
     const std::vector<bool> busy = otherStreamsBusy(recording);
     for (const auto& rc : recording.calls()) {
       if (rc.call.groupId == 0) continue;
@@ -142,7 +143,12 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       } else if (!p2p && ranks.size() > 1) {
         if (const JobCollectives::Instance* in = job.find(r, rc)) s.transferNs = in->shortestNs;
       }
-      if (places[i].step >= 0) s.stepOccurrence = occurrences[{places[i].step, s.op, s.bytes, s.grouped}]++;
+      if (places[i].step != step) {
+        step = places[i].step;
+        if (step >= 0) occurrences.startStep();
+        else occurrences.leave();
+      }
+      s.stepOccurrence = occurrences.next(s.op, s.bytes, s.grouped);
       history->samples.push_back(std::move(s));
     }
   }

@@ -74,8 +74,9 @@ class StreamDevice {
   // All return 0 on success, else a cudaError_t-like nonzero code with lastError() set.
   virtual int copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) = 0;
   // `copies` copies of src's `bytes` at dst, dst + stride, ... (clone fills: an all-gather's N slots). A slot that is
-  // src itself is left alone; no other slot may overlap src. (One copy per slot here; a device may do it at once.)
-  virtual int replicate(void* dst, const void* src, size_t bytes, size_t copies, size_t stride, cudaStream_t stream) {
+  // src itself is left alone; no other slot may overlap src. One copy() per slot: the CUDA device takes small ones
+  // into the call's one launch (arrive()).
+  int replicate(void* dst, const void* src, size_t bytes, size_t copies, size_t stride, cudaStream_t stream) {
     for (size_t i = 0; i < copies; ++i)
       if (int err = copy(static_cast<char*>(dst) + i * stride, src, bytes, stream)) return err;
     return 0;

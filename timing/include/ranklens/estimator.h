@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace ranklens {
@@ -48,6 +49,23 @@ struct HistorySample {
   int stepOccurrence = -1;
   MSGPACK_DEFINE_ARRAY(op, datatype, bytes, nranks, crossesNodes, role, grouped, durationNs, run, transferNs,
                        stepPhase, otherStreamsBusy, stepOccurrence)
+};
+
+// Counts which occurrence of its op, size and grouping each call is in its training step
+// (HistorySample::stepOccurrence): `history build` and a replay count alike, so that a replayed call asks for the
+// place its recorded counterparts were sampled at. -1 before the first step starts and after leave().
+class StepOccurrences {
+ public:
+  void startStep() {
+    counts_.clear();
+    inStep_ = true;
+  }
+  void leave() { inStep_ = false; }
+  int next(int op, uint64_t bytes, bool grouped) { return inStep_ ? counts_[{op, bytes, grouped}]++ : -1; }
+
+ private:
+  std::map<std::tuple<int, uint64_t, bool>, int> counts_;
+  bool inStep_ = false;
 };
 
 struct History {
