@@ -44,7 +44,7 @@ def main(argv=None) -> int:
         timings = [r.fields for r in reader.records() if r.name == "Timing"]
         inside, outside, previous_hold = {}, {}, None
         for op, nbytes, call_ns, hold_ns in call_host_times(calls, timings, a.skip):
-            key = (op, "<=8KiB" if nbytes <= 8192 else ">8KiB")
+            key = (op, size_class(nbytes))
             if hold_ns is not None:
                 inside.setdefault(key, []).append((hold_ns - call_ns) / 1e3)
                 if previous_hold is not None:
@@ -71,6 +71,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def size_class(nbytes: int) -> str:
+    return "<=8KiB" if nbytes <= 8192 else ">8KiB"
+
+
 def recorded_host_times(recording: str, rank_name: str, skip: int) -> dict:
     """(op, size class) -> the recorded calls' host times in microseconds (Call.hostNs; those without one left out),
     from `recording`'s directory of the same rank (or `recording` itself when it is a rank directory)."""
@@ -81,7 +85,7 @@ def recorded_host_times(recording: str, rank_name: str, skip: int) -> dict:
     out: dict = {}
     for c in [r.fields for r in reader.records() if r.name == "Call"][skip:]:
         if c["hostNs"] > 0:
-            key = (OPS[c["op"]], "<=8KiB" if c["bytes"] <= 8192 else ">8KiB")
+            key = (OPS[c["op"]], size_class(c["bytes"]))
             out.setdefault(key, []).append(c["hostNs"] / 1e3)
     return out
 
