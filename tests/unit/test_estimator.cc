@@ -237,16 +237,18 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseOccurrenceAndBusyStreams) {
   add(1, 1250, 0xa, 600);        // a quarter into step 0; stream a runs until 1850
   add(2, 1500, 0xb, 100);        // half-way: stream a still busy; the step's second 4 KiB AllReduce
   stage(1, 2000);
-  add(3, 2900, 0xb, 100);        // 90% into step 1; stream a finished at 1850
+  add(3, 2400, 0xb, -1);         // not timed (e.g. its kernel-clock duration was lost): no sample, but counted,
+                                 // as replay counts it
+  add(4, 2900, 0xb, 100);        // 90% into step 1 (its second 4 KiB AllReduce); stream a finished at 1850
   stage(2, 3000);
-  add(4, 3100, 0xa, 100);        // after the last marker
+  add(5, 3100, 0xa, 100);        // after the last marker
   ASSERT_TRUE(w->close());
 
   History h;
   ASSERT_TRUE(addRecordedRun(dir, &h, &error)) << error;
   ASSERT_EQ(h.samples.size(), 5u);
   const std::vector<double> phases = {-1, 0.25, 0.5, 0.9, -1};
-  const std::vector<int> occurrences = {-1, 0, 1, 0, -1};  // counted per step, op and size
+  const std::vector<int> occurrences = {-1, 0, 1, 1, -1};  // counted per step, op and size, timed or not
   const std::vector<bool> busy = {false, false, true, false, false};
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_NEAR(h.samples[i].stepPhase, phases[i], 1e-9) << i;

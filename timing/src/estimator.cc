@@ -121,8 +121,22 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       groupBytes[{rc.call.groupId, rc.call.stream}] += rc.call.bytes;
       if (events::isP2p(static_cast<events::Op>(rc.call.op))) groupsWithP2p.insert({rc.call.groupId, rc.call.stream});
     }
+    std::set<std::pair<uint64_t, uint64_t>> groupStreamsCounted;  // (groupId, stream)
     for (size_t i = 0; i < recording.calls().size(); ++i) {
       const auto& rc = recording.calls()[i];
+      const bool grouped = rc.call.groupId != 0;
+      const uint64_t bytes = grouped ? groupBytes[{rc.call.groupId, rc.call.stream}] : rc.call.bytes;
+      // Every call replay counts has its place, timed or not: each call outside groups, and each group's first
+      // call on a stream (which carries the stream's duration).
+      int occurrence = -1;
+      if (!grouped || groupStreamsCounted.insert({rc.call.groupId, rc.call.stream}).second) {
+        if (places[i].step != step) {
+          step = places[i].step;
+          if (step >= 0) occurrences.startStep();
+          else occurrences.leave();
+        }
+        occurrence = occurrences.next(rc.call.op, bytes, grouped);
+      }
       if (rc.durationNs < 0) continue;
       HistorySample s;
       s.stepPhase = places[i].phase;
@@ -132,8 +146,8 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       s.nranks = rc.call.nranks;
       s.crossesNodes = crossesNodes(ranksPerNode, rc.call.nranks);
       s.role = roles[rc.call.commId];
-      s.grouped = rc.call.groupId != 0;
-      s.bytes = s.grouped ? groupBytes[{rc.call.groupId, rc.call.stream}] : rc.call.bytes;
+      s.grouped = grouped;
+      s.bytes = bytes;
       s.durationNs = rc.durationNs;
       s.run = run;
       const bool p2p = events::isP2p(static_cast<events::Op>(rc.call.op)) ||
@@ -143,12 +157,7 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       } else if (!p2p && ranks.size() > 1) {
         if (const JobCollectives::Instance* in = job.find(r, rc)) s.transferNs = in->shortestNs;
       }
-      if (places[i].step != step) {
-        step = places[i].step;
-        if (step >= 0) occurrences.startStep();
-        else occurrences.leave();
-      }
-      s.stepOccurrence = occurrences.next(s.op, s.bytes, s.grouped);
+      s.stepOccurrence = occurrence;
       history->samples.push_back(std::move(s));
     }
   }
