@@ -375,6 +375,11 @@ def median_or_none(values: Iterable[float | None]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def mean_or_none(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return statistics.fmean(vals) if vals else None
+
+
 # ------------------------------------------------------------------------------------------------- traces
 
 def _reader():

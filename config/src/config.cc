@@ -520,6 +520,14 @@ const KeyDesc kKeys[] = {
      "own kernel (through NCCL's profiler plugin interface; no events on the calling thread)",
      [](const Input& in, Settings& s) { return parseEnum(in, kTimingClockNames, s.timing_clock); },
      [](const Settings& s) { return std::string(toString(s.timing_clock)); }},
+    {"record_alternate_steps", "RANKLENS_RECORD_ALTERNATE_STEPS", "0",
+     "record, for the overhead benchmark only: from the first step marker on, every other block of this many steps "
+     "is forwarded to the real NCCL without being recorded (step-time A/B within one process); such a trace "
+     "cannot be replayed. 0: off",
+     [](const Input& in, Settings& s) {
+       return parseInt(in, 0, INT_MAX, "a number of steps >= 0 (0: off)", s.record_alternate_steps);
+     },
+     [](const Settings& s) { return std::to_string(s.record_alternate_steps); }},
     {"replay_trace", "RANKLENS_REPLAY_TRACE", "",
      "replay: the recorded trace to replay, a rank directory or a trace root holding rank<RANK>; needed for "
      "fidelity timing and value, optional for structure (calls are then checked against it)",

@@ -245,6 +245,12 @@ Session* load() {
                   "; replay with --world-size " + std::to_string(m.world_size) + " or pick the matching trace";
       return;
     }
+    if (auto it = m.counters.find("calls_unrecorded"); it != m.counters.end() && it->second > 0) {
+      loadError = "replay_trace " + s->recording->directory() + " was recorded with record_alternate_steps (a " +
+                  "benchmark setting): " + std::to_string(it->second) + " of its calls were forwarded without being " +
+                  "recorded, so it cannot be replayed; record again without RANKLENS_RECORD_ALTERNATE_STEPS";
+      return;
+    }
     if (m.mode != "record")
       WARN("replay_trace %s was written in %s mode, not record mode: it has no recorded durations or payloads",
            s->recording->directory().c_str(), m.mode.c_str());

@@ -195,6 +195,30 @@ void stageFirst() {
   EXPECT(ranklensFlush() == ncclSuccess, "flush");
 }
 
+// Steps 0-2, each an AllReduce and a Send/Recv group on comm 0; step 3's marker comes inside step 2's group (after
+// its Send), and step 3 is one more AllReduce. Every result is checked, recorded or not.
+void alternate() {
+  ncclComm_t comms[2] = {};
+  EXPECT(ncclCommInitAll(comms, 2, nullptr) == ncclSuccess, "InitAll");
+  for (int step = 0; step < 3; ++step) {
+    EXPECT(ranklensMarkStage("step", step) == ncclSuccess, "stage %d", step);
+    float send[4] = {1, 2, 3, 4}, recv[4] = {};
+    EXPECT(ncclAllReduce(send, recv, 4, ncclFloat32, ncclSum, comms[0], streamA()) == ncclSuccess, "AllReduce");
+    EXPECT(recv[3] == 8, "AllReduce result %g in step %d", recv[3], step);
+    std::vector<unsigned char> in(64, 0), out(64, 7);
+    EXPECT(ncclGroupStart() == ncclSuccess, "GroupStart");
+    EXPECT(ncclSend(out.data(), 64, ncclUint8, 1, comms[0], streamB()) == ncclSuccess, "Send");
+    if (step == 2) EXPECT(ranklensMarkStage("step", 3) == ncclSuccess, "stage 3 inside a group");
+    EXPECT(ncclRecv(in.data(), 64, ncclUint8, 1, comms[0], streamB()) == ncclSuccess, "Recv");
+    EXPECT(ncclGroupEnd() == ncclSuccess, "GroupEnd");
+    EXPECT(in[0] == 2, "Recv result %d in step %d", in[0], step);
+  }
+  float x[4] = {1, 1, 1, 1};
+  EXPECT(ncclAllReduce(x, x, 4, ncclFloat32, ncclSum, comms[0], streamA()) == ncclSuccess && x[0] == 2,
+         "AllReduce in step 3");
+  EXPECT(ranklensFlush() == ncclSuccess, "flush");
+}
+
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   if (scenario == "forward") forward();
@@ -204,8 +228,10 @@ int main(int argc, char** argv) {
   else if (scenario == "no-real-nccl") noRealNccl();
   else if (scenario == "discover") discover();
   else if (scenario == "stage-first") stageFirst();
+  else if (scenario == "alternate") alternate();
   else {
-    fprintf(stderr, "usage: record_scenario forward|capture|nonblocking|missing-symbol|no-real-nccl|discover\n");
+    fprintf(stderr, "usage: record_scenario forward|capture|nonblocking|missing-symbol|no-real-nccl|discover|"
+                    "stage-first|alternate\n");
     return 2;
   }
   return failures == 0 ? 0 : 1;

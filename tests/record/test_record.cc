@@ -185,6 +185,33 @@ TEST(RecordCapture, PayloadPolicyNoneAllAndFilters) {
   EXPECT_EQ(t.manifest.counters["payloads_skipped_too_large"], 1u);
 }
 
+// record_alternate_steps 1: steps 1 and 3 are forwarded unrecorded (the scenario checks every result); step 2's
+// group stays recorded whole although step 3's marker came inside it.
+TEST(RecordCapture, AlternateStepsForwardEveryOtherBlockUnrecorded) {
+  ScenarioRun all = runScenario("alternate", {{"RANKLENS_PAYLOADS", "none"}});
+  ASSERT_EQ(all.status, 0) << all.output;
+  Trace t = readTrace(all.traceDir);
+  EXPECT_EQ(t.calls.size(), 10u);
+  EXPECT_EQ(t.counter("calls_unrecorded"), 0u);
+
+  ScenarioRun alternating =
+      runScenario("alternate", {{"RANKLENS_PAYLOADS", "none"}, {"RANKLENS_RECORD_ALTERNATE_STEPS", "1"},
+                                {"NCCL_DEBUG", "WARN"}});
+  ASSERT_EQ(alternating.status, 0) << alternating.output;
+  EXPECT_NE(alternating.output.find("record_alternate_steps 1 (a benchmark setting)"), std::string::npos)
+      << alternating.output;
+  t = readTrace(alternating.traceDir);
+  ASSERT_EQ(t.calls.size(), 6u);  // steps 0 and 2: AllReduce, Send, Recv
+  EXPECT_EQ(t.counter("calls_unrecorded"), 4u);
+  EXPECT_EQ(t.calls[3].op, static_cast<int>(Op::kAllReduce));
+  EXPECT_EQ(t.calls[3].seq, 1u);  // unrecorded calls take no sequence number: this trace is not for replay
+  EXPECT_EQ(t.calls[5].op, static_cast<int>(Op::kRecv));
+  EXPECT_EQ(t.groups.size(), 2u);
+  EXPECT_EQ(t.groupBegins.size(), 2u);
+  EXPECT_EQ(t.timings.size(), 4u);  // per recorded step: the AllReduce and the group's stream
+  EXPECT_EQ(t.stages.size(), 4u);   // the markers themselves are always written
+}
+
 // timing_clock: kernel. The fake real NCCL loads RankLens's library as its profiler plugin (NCCL_PROFILER_PLUGIN, set
 // by record mode) and reports each task's channels with made-up GPU timestamps: a task's kernel time is
 // 100 (channels - 1) + 1000 + bytes ns, tasks start 10 us apart (tests/support/fake_real_nccl.cc).

@@ -490,6 +490,24 @@ TEST(ReplayRecording, AnotherKindOfMachineIsNamedAtStart) {
             std::string::npos) << other.run.output;
 }
 
+TEST(ReplayMismatch, ATraceWithUnrecordedStepsIsRefusedNamingTheSetting) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const std::string partial = tmpRoot() + "/recorded-alternating";
+  std::filesystem::copy(recording().root, partial, std::filesystem::copy_options::recursive);
+  const std::string manifestPath = partial + "/rank1/manifest.msgpack";
+  const std::string bytes = slurp(manifestPath);
+  ranklens::trace::Manifest m = msgpack::unpack(bytes.data(), bytes.size()).get().as<ranklens::trace::Manifest>();
+  m.counters["calls_unrecorded"] = 12;
+  msgpack::sbuffer packed;
+  msgpack::pack(packed, m);
+  std::ofstream(manifestPath, std::ios::binary | std::ios::trunc).write(packed.data(), packed.size());
+  Replayed r = replay("replay-alternating", {{"RANKLENS_FIDELITY", "structure"}, {"RANKLENS_REPLAY_TRACE", partial}});
+  EXPECT_EQ(r.run.status, 3) << r.run.output;
+  EXPECT_NE(r.run.output.find("12 of its calls were forwarded without being recorded"), std::string::npos)
+      << r.run.output;
+  EXPECT_NE(r.run.output.find("RANKLENS_RECORD_ALTERNATE_STEPS"), std::string::npos) << r.run.output;
+}
+
 TEST(ReplayMismatch, WrongRankIsRefusedWithTheRecordedRanks) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   Replayed r = replay("wrong-rank", {{"RANK", "2"}});

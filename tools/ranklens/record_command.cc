@@ -78,7 +78,7 @@ void reportRanks(const std::string& traceDir) {
     if (m.records_dropped || m.payloads_dropped)
       std::cout << ", DROPPED " << m.records_dropped << " records / " << m.payloads_dropped << " payloads";
     for (const char* counter : {"payloads_skipped_staging_full", "payloads_skipped_too_large", "timing_errors",
-                                "kernel_clock_unmatched", "kernel_clock_incomplete"}) {
+                                "kernel_clock_unmatched", "kernel_clock_incomplete", "calls_unrecorded"}) {
       auto it = m.counters.find(counter);
       if (it != m.counters.end() && it->second > 0) std::cout << ", " << counter << " " << it->second;
     }

@@ -74,6 +74,7 @@ struct Settings {
   unsigned long long staging_bytes = 256ull << 20;  // pinned host memory for payloads in flight
   StagingFull staging_full = StagingFull::kSkip;
   TimingClock timing_clock = TimingClock::kEvents;
+  int record_alternate_steps = 0;           // benchmark: every other block of this many steps forwarded unrecorded
   // Replay of a recorded trace.
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
   OnMismatch on_mismatch = OnMismatch::kError;
