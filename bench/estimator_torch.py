@@ -6,7 +6,10 @@ and a bucket-size what-if.
 1. History   Record --history-configs (default six: DDP GPT-2-small with bucket_cap_mb 25/50 and micro-batch 4/8,
              FSDP2 with micro-batch 4/8) with `ranklens record` (timing; small payloads) and build one history
              from them with `ranklens history build`. `ranklens estimate eval` gives leave-one-call-out and
-             leave-one-run-out errors per op and size class (target: leave-one-run-out median <= 5%).
+             leave-one-run-out errors per op and size class (target: leave-one-run-out median <= 5%). With
+             --history-repeats N every configuration is recorded N times (all configurations, then all again),
+             and the history built from the first run of each alone is evaluated too: leaving one run out then
+             leaves its configuration's other runs in, which the one-run-per-configuration figure does not.
 2. Held out  Record --heldout (a configuration not in the history: DDP, bucket 40, micro-batch 6) and replay every
              rank with `timing: estimated` and the history, once per --targets (estimate_target observed: durations
              with waits; transfer: the collective's own time): no recorded duration is used. Median step time vs the
@@ -84,6 +87,8 @@ def parse_args(argv=None):
     p.add_argument("--history", help="an existing history file for the heldout and whatif parts (then leave out "
                                      "the history part); default: the one the history part builds under --work")
     p.add_argument("--timeout", type=float, default=200, help="seconds per run (default: %(default)s)")
+    p.add_argument("--history-repeats", type=int, default=1,
+                   help="runs of each history configuration (default: %(default)s)")
     rfz.add_env_options(p, "heldout and whatif: replay once more per variant against the same real runs")
     p.add_argument("--sample-gpu", action="store_true",
                    help="sample every GPU's SM clock and power during each run (nvidia-smi, every 500 ms); the step "
@@ -95,6 +100,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.micro_batch_scale < 1:
         p.error("--micro-batch-scale must be >= 1")
+    if args.history_repeats < 1:
+        p.error("--history-repeats must be >= 1")
     args.variants = rfz.parse_variants(p, args.variant)
     args.lib, args.ranklens, args.json = map(os.path.abspath, (args.lib, args.ranklens, args.json))
     return args
@@ -132,7 +139,8 @@ class EstimatorBench:
         self.history = os.path.abspath(args.history) if args.history else os.path.join(args.work, "cluster.hist")
         self.configs, self.held_out, self.what_if = configurations(args.micro_batch_scale)
         self.doc["configurations"] = {"history": self.configs, "held_out": self.held_out, "what_if": self.what_if}
-        self.traces: dict[str, str] = {}
+        self.traces: dict[str, str] = {}  # name -> its first run's trace
+        self.all_traces: dict[str, list[str]] = {}
         self.real: dict[str, list[dict]] = {}  # name -> per run {rank: median step ms}
 
     def say(self, text: str):
@@ -144,6 +152,7 @@ class EstimatorBench:
                    for rank, r in run["results"].items()}
         self.real.setdefault(name, []).append(medians)
         self.traces.setdefault(name, trace)
+        self.all_traces.setdefault(name, []).append(trace)
         if run["rc"] != 0:
             raise RuntimeError(f"record {run_name or name}: rc {run['rc']}")
         return trace
@@ -157,26 +166,38 @@ class EstimatorBench:
     def part_history(self):
         if self.args.history:
             raise RuntimeError("--history names an existing history: leave the history part out (--parts)")
-        for name, cfg in self.configs.items():
-            self.record(name, cfg)
-        if os.path.exists(self.history):
-            os.remove(self.history)
-        res = self.ranklens("history", "build", *[self.traces[n] for n in self.configs], "-o", self.history,
-                            name="history-build")
-        if res["rc"] != 0:
-            raise RuntimeError("ranklens history build failed")
-        eval_json = os.path.join(self.args.work, "estimate_eval.json")
-        res = self.ranklens("estimate", "eval", "--history", self.history, "--json", eval_json, name="estimate-eval")
-        with open(eval_json, encoding="utf-8") as f:
-            ev = json.load(f)
+        for rep in range(self.args.history_repeats):
+            for name, cfg in self.configs.items():
+                self.record(name, cfg, run_name=name if rep == 0 else f"{name}-run{rep + 1}")
+        ev = self.build_and_eval(self.history, [t for n in self.configs for t in self.all_traces[n]], "")
         self.doc["estimate_eval"] = ev
+        if self.args.history_repeats > 1:
+            first = os.path.join(self.args.work, "cluster-first-runs.hist")
+            one = self.build_and_eval(first, [self.traces[n] for n in self.configs], "-first-runs")
+            self.doc["estimate_eval_one_run_per_configuration"] = one
+            o = (one.get("leave_one_run_out") or {}).get("all") or {}
+            self.say(f"leave-one-run-out with one run per configuration ({one.get('runs')} runs): median "
+                     f"{o.get('median')}, p90 {o.get('p90')} (not a check: no other run of the left-out "
+                     "configuration remains)")
         loro = (ev.get("leave_one_run_out") or {}).get("all") or {}
         check = {"check": "leave_one_run_out", "runs": ev.get("runs"), "samples": ev.get("samples"),
+                 "runs_per_configuration": self.args.history_repeats,
                  "median": loro.get("median"), "p90": loro.get("p90"), "count": loro.get("count"),
                  "pass": loro.get("median") is not None and loro["median"] <= 0.05}
         self.doc["checks"].append(check)
         self.say(f"CHECK leave-one-run-out: median {loro.get('median')}, p90 {loro.get('p90')} over "
                  f"{loro.get('count')} calls of {ev.get('runs')} runs -> {'PASS' if check['pass'] else 'FAIL'}")
+
+    def build_and_eval(self, path: str, traces: list[str], suffix: str) -> dict:
+        """`ranklens history build` of `traces` into `path`, then `ranklens estimate eval` of it."""
+        if os.path.exists(path):
+            os.remove(path)
+        if self.ranklens("history", "build", *traces, "-o", path, name="history-build" + suffix)["rc"] != 0:
+            raise RuntimeError("ranklens history build failed")
+        eval_json = os.path.join(self.args.work, f"estimate_eval{suffix}.json")
+        self.ranklens("estimate", "eval", "--history", path, "--json", eval_json, name="estimate-eval" + suffix)
+        with open(eval_json, encoding="utf-8") as f:
+            return json.load(f)
 
     def compare_steps(self, check: str, reference: str, replay: dict, extra: dict, target: float):
         """Replayed median step per rank vs each real run of `reference` and their mean."""

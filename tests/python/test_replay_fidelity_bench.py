@@ -181,6 +181,40 @@ def test_estimator_replays_keep_replay_env_and_add_each_variant(tmp_path):
     assert all(c["pass"] for c in bench.doc["checks"])
 
 
+def test_estimator_history_repeats_record_every_configuration_again_and_score_one_run_each_too(tmp_path):
+    import estimator_torch as est
+
+    args = est.parse_args(["--lib", "x", "--json", str(tmp_path / "est.json"), "--work", str(tmp_path / "work"),
+                           "--history-repeats", "2"])
+    bench = est.EstimatorBench(args)
+    recorded, built = [], []
+
+    def fake_record(name, cfg, run_name=None):
+        recorded.append(run_name)
+        trace = f"/traces/{run_name}"
+        bench.traces.setdefault(name, trace)
+        bench.all_traces.setdefault(name, []).append(trace)
+        return trace
+
+    def fake_build_and_eval(path, traces, suffix):
+        built.append((suffix, traces))
+        median = 0.02 if suffix == "" else 0.09
+        return {"runs": len(traces), "leave_one_run_out": {"all": {"median": median, "p90": 0.1, "count": 5}}}
+
+    bench.record = fake_record
+    bench.build_and_eval = fake_build_and_eval
+    bench.part_history()
+    names = list(bench.configs)
+    assert recorded == names + [f"{n}-run2" for n in names]  # all configurations, then all again
+    assert built[0] == ("", [t for n in names for t in (f"/traces/{n}", f"/traces/{n}-run2")])
+    assert built[1] == ("-first-runs", [f"/traces/{n}" for n in names])
+    check = bench.doc["checks"][0]
+    assert check["check"] == "leave_one_run_out" and check["pass"] and check["runs_per_configuration"] == 2
+    assert bench.doc["estimate_eval_one_run_per_configuration"]["leave_one_run_out"]["all"]["median"] == 0.09
+    with pytest.raises(SystemExit):
+        est.parse_args(["--lib", "x", "--history-repeats", "0"])
+
+
 def test_estimator_clock_text():
     import estimator_torch as est
 
