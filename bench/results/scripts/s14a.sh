@@ -6,7 +6,7 @@
 #  2. the estimator (#7) on a GPU-bound history of six configurations recorded twice each, the held-out
 #     configuration with every call estimated, and the bucket 25 -> 100 what-if.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 source bench/carry_setup.sh
 PY=/opt/torch/.venv/bin/python; [[ -x $PY ]] || PY=$(command -v python3)
 export PYTHONUNBUFFERED=1
