@@ -150,15 +150,17 @@ def arm_env(args, arm: str, trace_dir: str | None) -> tuple[dict[str, str], list
     return env, [k for k in unset if k not in env]
 
 
-def alternate_blocks(step_ms: list[float], n: int) -> dict:
-    """One rank's steps of an alternate run: blocks of n steps, even blocks recorded, odd ones not; block 0
-    (warm-up) left out. Returns the medians of both kinds, their ratio, and each recorded block's median over the
-    mean of its unrecorded neighbours' (blocks with both neighbours only)."""
+def alternate_blocks(step_ms: list[float], n: int, warmup: int = 3) -> dict:
+    """One rank's steps of an alternate run: blocks of n steps, even blocks recorded, odd ones not; blocks that
+    start within the first `warmup` steps (train_gpt.py's warm-up) and always block 0 left out. Returns the medians
+    of both kinds, their ratio, and each recorded block's median over the mean of its unrecorded neighbours'
+    (blocks with both neighbours kept only)."""
     blocks = [step_ms[i:i + n] for i in range(0, len(step_ms) - len(step_ms) % n, n)]
-    recorded = [v for b, vals in enumerate(blocks) if b > 0 and b % 2 == 0 for v in vals]
-    unrecorded = [v for b, vals in enumerate(blocks) if b % 2 == 1 for v in vals]
+    first = max(1, -(-warmup // n))  # the first block kept
+    recorded = [v for b, vals in enumerate(blocks) if b >= first and b % 2 == 0 for v in vals]
+    unrecorded = [v for b, vals in enumerate(blocks) if b >= first and b % 2 == 1 for v in vals]
     med = [lib.median_or_none(vals) for vals in blocks]
-    local = [med[b] / ((med[b - 1] + med[b + 1]) / 2) for b in range(2, len(blocks) - 1, 2)]
+    local = [med[b] / ((med[b - 1] + med[b + 1]) / 2) for b in range(2, len(blocks) - 1, 2) if b - 1 >= first]
     rec, unrec = lib.median_or_none(recorded), lib.median_or_none(unrecorded)
     return {"recorded_median_ms": rec, "unrecorded_median_ms": unrec,
             "ratio_of_medians": rec / unrec if rec and unrec else None,

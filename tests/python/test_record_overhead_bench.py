@@ -43,8 +43,15 @@ def test_alternate_arm_records_every_other_block_and_marks_steps(tmp_path):
 def test_alternate_blocks_compare_recorded_blocks_with_their_unrecorded_neighbours():
     # blocks of 2: [warm-up] [unrec 10] [rec 11] [unrec 12] [rec 13.2] [unrec 12]; a linear drift of 1 ms per block
     steps = [50, 50, 10, 10, 11, 11, 12, 12, 13.2, 13.2, 12, 12, 99]  # the last, incomplete block is dropped
-    a = rot.alternate_blocks(steps, 2)
+    a = rot.alternate_blocks(steps, 2, warmup=0)
     assert a["recorded_steps"] == 4 and a["unrecorded_steps"] == 6
     assert a["neighbour_ratios"] == [1.0, 1.1]  # 11 / mean(10, 12); 13.2 / mean(12, 12)
     assert a["neighbour_ratio"] == pytest.approx(1.05)
     assert a["ratio_of_medians"] == pytest.approx(12.1 / 12)
+
+
+def test_alternate_blocks_of_one_step_leave_the_warm_up_steps_out():
+    steps = [600, 300, 90, 10, 11, 10, 12, 10]  # steps 0-2 warm-up; then u 10, R 11, u 10, R 12, u 10
+    a = rot.alternate_blocks(steps, 1)
+    assert a["unrecorded_steps"] == 3 and a["recorded_steps"] == 2
+    assert a["neighbour_ratios"] == [1.1, 1.2]
