@@ -46,7 +46,8 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "trace_dir", "nccl_version", "ranks_per_node", "groups",
                                            "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
                                            "payload_comms", "payload_steps", "payload_seqs", "staging_bytes",
-                                           "staging_full", "timing_clock", "replay_trace", "on_mismatch", "completion",
+                                           "staging_full", "timing_clock", "record_alternate_steps", "replay_trace",
+                                           "on_mismatch", "completion",
                                            "host_time", "timing", "history", "estimate_target",
                                            "hold_blocks", "hold_threads", "hold_shared_bytes", "hold_traffic",
                                            "hold_from", "peer_pacing",
@@ -86,6 +87,16 @@ TEST(ConfigEnums, EstimateTargetFromEnvAndYaml) {
   r = fromYaml("estimate_target: shortest\n");
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("expected one of observed|transfer"), std::string::npos) << r.error;
+}
+
+TEST(ConfigValues, RecordAlternateStepsIsACountOfSteps) {
+  LoadResult r = fromEnv({{"RANKLENS_RECORD_ALTERNATE_STEPS", "5"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.record_alternate_steps, 5);
+  EXPECT_EQ(fromYaml("").settings.record_alternate_steps, 0);
+  r = fromYaml("record_alternate_steps: -1\n");
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("a number of steps >= 0"), std::string::npos) << r.error;
 }
 
 TEST(ConfigDefaults, CommentOnlyYamlGivesDefaults) {
@@ -289,7 +300,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
   EXPECT_EQ(r.error,
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
-            "payload_seqs, staging_bytes, staging_full, timing_clock, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
+            "payload_seqs, staging_bytes, staging_full, timing_clock, record_alternate_steps, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_traffic, hold_from, peer_pacing, resync_window, "
             "prefetch_bytes, payload_device_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
@@ -578,7 +589,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_REAL_NCCL", "RANKLENS_PAYLOADS", "RANKLENS_PAYLOAD_MAX_BYTES",
                                          "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
                                          "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL", "RANKLENS_TIMING_CLOCK",
-                                         "RANKLENS_REPLAY_TRACE", "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
+                                         "RANKLENS_RECORD_ALTERNATE_STEPS", "RANKLENS_REPLAY_TRACE", "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
                                          "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
                                          "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_HOLD_TRAFFIC", "RANKLENS_HOLD_FROM",
@@ -586,7 +597,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
-                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip", "events",
+                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip", "events", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "512MiB", "256MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
