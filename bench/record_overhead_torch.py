@@ -15,10 +15,11 @@ process-level runs in the order
               whose blocks of steps are alternately recorded and forwarded unrecorded (--mark-steps added)
 
 repeated --repeats times. Each run's time is the mean over ranks of train_gpt.py's median_step_ms (steps after the
-first 3). The alternate arm needs no baseline: it compares its own recorded and unrecorded steps (the first
-block, warm-up, left out): the ratio of their medians, and for each recorded block its median over the mean of its
-two unrecorded neighbours' (drift cancels), with the median of those. Per arm it reports the median step time over repeats and the ratio to baseline (the median over repeats
-of the per-repeat ratio arm / baseline of the same repeat). For recorded runs it counts the trace's records and
+first 3). The alternate arm needs no baseline: it compares its own recorded and unrecorded steps (blocks that
+start in the first 3 steps left out): the ratio of their medians, and each recorded block's median over the mean of
+its two unrecorded neighbours' (drift cancels), with the median of those. Per arm it reports the median step time
+over repeats and the ratio to baseline (the median over repeats of the per-repeat ratio arm / baseline of the same
+repeat). For recorded runs it counts the trace's records and
 reads the manifests' payload counters (payload_raw_bytes, payload_compressed_bytes, records_dropped,
 payloads_dropped) and the bytes on disk; full-payload traces are deleted once counted (--keep-traces).
 
