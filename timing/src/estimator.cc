@@ -216,7 +216,7 @@ bool loadHistory(const std::string& path, History* history, std::string* error) 
     msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
     History h;
     handle.get().convert(h);
-    if (h.format != "ranklens-history" || h.version < 1 || h.version > 4) {
+    if (h.format != "ranklens-history" || h.version < 1 || h.version > kHistoryVersion) {
       *error = path + ": not a RankLens history (format '" + h.format + "' version " + std::to_string(h.version) + ")";
       return false;
     }

@@ -125,7 +125,7 @@ int runHistoryBuild(const EstimateOptions& o) {
     std::cerr << "error: " << o.output << " exists; pass --append to add runs to it, or choose another file\n";
     return 2;
   }
-  history.version = 3;  // an appended older history gains the newer fields for the new jobs
+  history.version = timing::kHistoryVersion;  // an appended older history gains the newer fields for the new jobs
   // The rank directories of each recorded job together: their calls are paired for the transfer times.
   std::map<std::string, std::vector<std::string>> jobs;
   std::vector<std::string> order;
@@ -161,7 +161,8 @@ int runEstimateEval(const EstimateOptions& o) {
   const std::string target = targetFor(o, history);
   if (target.empty()) return 1;
   const timing::Evaluation ev = timing::evaluate(history, estimatorOptions(o, target));
-  nlohmann::json doc = {{"history", o.history}, {"runs", history.runs.size()}, {"jobs", ev.jobs},
+  nlohmann::json doc = {{"history", o.history}, {"history_version", history.version},
+                        {"runs", history.runs.size()}, {"jobs", ev.jobs},
                         {"samples", history.samples.size()}, {"target", target},
                         {"neighbours", o.neighbours}, {"max_distance", o.maxDistance},
                         {"extrapolated_leave_one_out", ev.extrapolatedLoo},

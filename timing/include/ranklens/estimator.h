@@ -68,9 +68,13 @@ class StepOccurrences {
   bool inStep_ = false;
 };
 
+// The history format written now. 1: no transferNs (read as -1); 2: no stepPhase, otherStreamsBusy; 3: no
+// stepOccurrence.
+constexpr int kHistoryVersion = 4;
+
 struct History {
   std::string format = "ranklens-history";
-  int version = 4;  // 1: no transferNs (read as -1); 2: no stepPhase, otherStreamsBusy; 3: no stepOccurrence
+  int version = kHistoryVersion;
   std::vector<std::string> runs;  // the recorded rank directories the samples came from
   std::vector<HistorySample> samples;
   MSGPACK_DEFINE_MAP(format, version, runs, samples)
