@@ -49,7 +49,7 @@ ncclResult_t ranklensMarkStage(const char* name, int64_t step) {
   stage.step = step;
   stage.timeNs = monotonicNs();
   if (record::active()) record::noteStage(step);
-  if (replay::active()) replay::noteStage(name);
+  if (replay::active()) replay::noteStage(name, stage.timeNs);
   Runtime::get().emit(ranklens::trace::RecordType::kStage, stage);
   return ncclSuccess;
 }

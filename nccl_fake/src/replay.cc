@@ -391,7 +391,7 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
   const ranklens::timing::Estimate e =
       s->estimator->estimate(static_cast<int>(info.op), nranks,
                              ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes, info.comm->name,
-                             false, info.stepOccurrence);
+                             false, info.stepOccurrence, info.stepPhase);
   if (e.extrapolated) s->counters.estimatesExtrapolated++;
   return e.durationNs;
 }
@@ -547,11 +547,11 @@ void rebindOnFirstCall(Session* s, Session::Binding* binding, const CallInfo& in
 
 }  // namespace
 
-void noteStage(const char* name) {
+void noteStage(const char* name, int64_t timeNs) {
   Session* s = session;
   if (s == nullptr || std::strcmp(name, "step") != 0) return;
   std::lock_guard<std::mutex> lock(s->mu);
-  s->stepOccurrences.startStep();
+  s->stepOccurrences.startStep(timeNs);
 }
 
 ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
@@ -640,8 +640,10 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   }
   info->recorded = match;
   if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
-  if (estimatesCalls(*s) && event.groupId == 0)
-    info->stepOccurrence = s->stepOccurrences.next(event.op, event.bytes, false);
+  if (estimatesCalls(*s)) {
+    info->stepPhase = s->stepOccurrences.phase(event.timeNs);  // a group's: its first call's on the stream
+    if (event.groupId == 0) info->stepOccurrence = s->stepOccurrences.next(event.op, event.bytes, false);
+  }
   if (match != nullptr && !s->estimateAll) {
     info->durationNs = match->durationNs;
     if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;
@@ -905,7 +907,7 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
       const int nranks = first.comm->nRanks;
       const ranklens::timing::Estimate group = s->estimator->estimate(
           static_cast<int>(first.op), nranks, ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes,
-          first.comm->name, true, occurrence);
+          first.comm->name, true, occurrence, first.stepPhase);
       if (group.neighbours > 0 && !group.extrapolated) duration = group.durationNs;  // from recorded groups
     }
     NCCLCHECK(holdStream(s, first, duration, restoreNs, first.recorded ? first.recorded->call.groupId : 1, bytes));

@@ -377,6 +377,41 @@ TEST(ReplayEstimated, TheSameCallOfTheStepInTheHistoryIsWhatItIsHeldFor) {
   EXPECT_EQ(groups, 5u);
 }
 
+// Of the samples at the step's place, the replay takes those nearest in phase to its own call: three jobs made the
+// step's AllReduce early in their steps (as this scenario does, 300 us), three others late (phase 0.9, 500 us). The
+// replay measures a call's phase over the previous step's length, so its first step has none and takes all six
+// jobs' samples (their trimmed mean, 400 us: a one-rank history has observed durations); the later steps take the
+// early ones.
+TEST(ReplayEstimated, AtTheSamePlaceTheSamplesNearestInStepPhaseAreHeldFor) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  ranklens::timing::History own, h;
+  std::string error;
+  ASSERT_TRUE(ranklens::timing::addRecordedRun(recording().root + "/rank1", &own, &error)) << error;
+  const int allReduce = static_cast<int>(ranklens::events::Op::kAllReduce);
+  for (uint32_t job = 0; job < 6; ++job) {
+    const bool late = job >= 3;
+    h.runs.push_back("/jobs/" + std::to_string(job) + "/rank1");
+    for (ranklens::timing::HistorySample sample : own.samples) {
+      sample.run = job;
+      if (sample.op == allReduce && sample.stepOccurrence == 0) {
+        ASSERT_LT(sample.stepPhase, 0.4) << "the scenario's step AllReduce comes early in its step";
+        sample.durationNs = late ? 500'000 : 300'000;
+        if (late) sample.stepPhase = 0.9;
+      }
+      h.samples.push_back(sample);
+    }
+  }
+  const std::string history = tmpRoot() + "/phased.hist";
+  ASSERT_TRUE(ranklens::timing::saveHistory(history, h, &error)) << error;
+  Replayed r = replay("estimated-phased", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
+                                           {"RANKLENS_HISTORY", history}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  std::vector<int64_t> held;
+  for (const auto& timing : readTrace(r.traceDir).timings)
+    if (timing.op == allReduce) held.push_back(timing.durationNs);
+  EXPECT_EQ(held, (std::vector<int64_t>{400'000, 300'000, 300'000, 300'000, 300'000}));
+}
+
 TEST(ReplayEstimated, EstimateTargetTransferHoldsForTheTransferTimes) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   // This recording's samples, every one observed at 200 us with a transfer time of 100 us (as if every call had

@@ -316,6 +316,56 @@ TEST(Estimator, SamplesFromTheSamePlaceOfTheStepArePreferred) {
 // Waiting for a late peer makes some samples of one size much longer than the collective itself. A transfer time is
 // estimated by the median, which they do not move; an observed duration by the 10%-trimmed mean, what a replayed
 // stream must be held for on average.
+// Two configurations of one program (same buckets, another micro-batch) make the same call at the same place of
+// their steps, but at another phase and beside other compute: the phase tells a run's twin configuration apart.
+// Jobs a0 and a1 ran at phase ~0.30 (200 us), b0 and b1 at ~0.50 (240 us); two ranks each.
+TEST(Estimator, AtTheSamePlaceTheSamplesNearestInStepPhaseAreChosen) {
+  History h;
+  const struct {
+    const char* job;
+    double phase;
+    int64_t ns;
+  } jobs[] = {{"a0", 0.300, 200'000}, {"a1", 0.305, 201'000}, {"b0", 0.500, 240'000}, {"b1", 0.510, 241'000}};
+  for (const auto& j : jobs) {
+    for (int rank = 0; rank < 2; ++rank) {
+      h.runs.push_back(std::string(j.job) + "/rank" + std::to_string(rank));
+      HistorySample s;
+      s.op = kAllReduce;
+      s.nranks = 2;
+      s.bytes = 16u << 20;
+      s.run = static_cast<uint32_t>(h.runs.size() - 1);
+      s.stepOccurrence = 0;
+      s.stepPhase = j.phase + 0.001 * rank;
+      s.durationNs = s.transferNs = j.ns;  // a transfer time: the same on both ranks of a job
+      h.samples.push_back(s);
+    }
+  }
+  Estimator e(h, {});
+  const Estimate nearA = e.estimate(kAllReduce, 2, false, 16u << 20, "", false, 0, 0.31);
+  EXPECT_STREQ(nearA.method, "same-place median");
+  EXPECT_EQ(nearA.neighbours, 4) << "the four samples within kSamePhase of 0.31";
+  EXPECT_EQ(nearA.durationNs, 201'000);
+  EXPECT_EQ(e.estimate(kAllReduce, 2, false, 16u << 20, "", false, 0, 0.52).durationNs, 241'000);
+  EXPECT_EQ(e.estimate(kAllReduce, 2, false, 16u << 20, "", false, 0).durationNs, 240'000)
+      << "without a phase: the median of all eight (the upper middle)";
+  // None within kSamePhase: the kSamePlace nearest (both of b0, the nearer of b1).
+  const Estimate between = e.estimate(kAllReduce, 2, false, 16u << 20, "", false, 0, 0.45);
+  EXPECT_EQ(between.neighbours, 3);
+  EXPECT_EQ(between.durationNs, 240'000);
+  // Leave-one-job-out: a0 left out, its twin a1 has only two samples within reach, so the nearest of b0 makes the
+  // third; their median is a1's. Without phases it would be b's.
+  Estimator::Options withoutA0;
+  withoutA0.excludeJob = "a0";
+  const Estimate twin = Estimator(h, withoutA0).estimateWithout(0);
+  EXPECT_EQ(twin.neighbours, 3);
+  EXPECT_EQ(twin.durationNs, 201'000);
+  // Leave-one-out skips exactly the sample itself: a0's other rank and a1's two stay.
+  const Estimate self = e.estimateWithout(0);
+  EXPECT_EQ(self.neighbours, 3);
+  EXPECT_EQ(self.durationNs, 201'000);
+  EXPECT_LT(evaluate(h, {}).leaveOneRunOut.at("all").median, 0.01);
+}
+
 TEST(Estimator, ASampledSizeIsItsMedianTransferOrItsTrimmedMeanObservedDuration) {
   History h;
   h.runs = {"job/rank0"};
@@ -371,6 +421,29 @@ void writeRank(const std::string& dir, int rank, const std::vector<int64_t>& all
   t.peer = 1 - rank;
   w->append(trace::RecordType::kTiming, t);
   ASSERT_TRUE(w->close());
+}
+
+// Replay knows a running step's start but not its length: its phase is measured over the previous step's length.
+TEST(StepOccurrencesTest, PhaseIsOverThePreviousStepsLength) {
+  StepOccurrences places;
+  EXPECT_DOUBLE_EQ(places.phase(100), -1) << "outside steps";
+  places.startStep(1'000);
+  EXPECT_DOUBLE_EQ(places.phase(1'500), -1) << "the first step: no length known yet";
+  EXPECT_EQ(places.next(kAllReduce, 64, false), 0);
+  places.startStep(3'000);
+  EXPECT_DOUBLE_EQ(places.phase(3'500), 0.25);
+  EXPECT_DOUBLE_EQ(places.phase(2'000), -1) << "before the step started";
+  EXPECT_EQ(places.next(kAllReduce, 64, false), 0) << "a new step counts again";
+  places.startStep(4'000);
+  EXPECT_DOUBLE_EQ(places.phase(4'500), 0.5);
+  places.leave();
+  EXPECT_DOUBLE_EQ(places.phase(4'600), -1);
+  places.startStep(10'000);
+  EXPECT_DOUBLE_EQ(places.phase(10'500), -1) << "a step after leaving has no previous length";
+  StepOccurrences untimed;  // history build: phases come from the recording, not from here
+  untimed.startStep();
+  untimed.startStep();
+  EXPECT_DOUBLE_EQ(untimed.phase(0), -1);
 }
 
 TEST(EstimatorHistory, TransferTimeIsTheShortestOverTheJobsRanks) {

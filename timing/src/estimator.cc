@@ -274,6 +274,24 @@ int64_t typicalValue(const std::vector<int64_t>& values, EstimateTarget target, 
 using Key = std::tuple<int, int, bool, bool>;  // op, nranks, crossesNodes, grouped
 using PlaceKey = std::tuple<Key, std::string, uint64_t, int>;  // + role, bytes, stepOccurrence
 
+// The samples made at one place of their steps: their values sorted, and by step phase (samples without a phase
+// left out of those).
+struct PlaceSamples {
+  std::vector<int64_t> values;
+  std::vector<std::pair<double, int64_t>> byPhase;  // (stepPhase, value), sorted
+};
+
+// The typical value of values in any order (reordered).
+int64_t typicalOfUnsorted(std::vector<int64_t>* values, EstimateTarget target) {
+  if (target == EstimateTarget::kTransfer) {  // the median (the upper middle), without sorting all
+    auto middle = values->begin() + static_cast<std::ptrdiff_t>(values->size() / 2);
+    std::nth_element(values->begin(), middle, values->end());
+    return *middle;
+  }
+  std::sort(values->begin(), values->end());
+  return typicalValue(*values, target, false, 0);
+}
+
 struct Neighbourhood {
   std::vector<SizePoint> all;                            // by x
   std::map<std::string, std::vector<SizePoint>> byRole;  // by x
@@ -296,7 +314,7 @@ std::vector<SizePoint> sizePoints(std::map<uint64_t, std::vector<int64_t>>&& byS
 struct Estimator::Impl {
   Options options;
   std::map<Key, Neighbourhood> groups;
-  std::map<PlaceKey, std::vector<int64_t>> places;  // sorted values
+  std::map<PlaceKey, PlaceSamples> places;
   LatencyBandwidthFit fit;
   std::set<int> ops;
   const History* history = nullptr;
@@ -308,20 +326,46 @@ struct Estimator::Impl {
     uint64_t bytes = 0;
     int64_t value = 0;
     int occurrence = -1;
+    double phase = -1;
   };
 
-  // The typical value of the samples made at the same place of their steps, with at least kSamePlace of them.
-  bool samePlace(const Key& key, const std::string& role, uint64_t bytes, int occurrence, const Excluded& ex,
-                 Estimate* e) const {
+  // The typical value of the samples made at the same place of their steps, with at least kSamePlace of them; with
+  // a phase, of the ones made within kSamePhase of it, or else of the kSamePlace nearest in phase.
+  bool samePlace(const Key& key, const std::string& role, uint64_t bytes, int occurrence, double phase,
+                 const Excluded& ex, Estimate* e) const {
     if (occurrence < 0) return false;
     auto it = places.find(PlaceKey{key, role, bytes, occurrence});
     if (it == places.end()) return false;
+    const PlaceSamples& place = it->second;
     const bool exclude = ex.any && ex.bytes == bytes && ex.occurrence == occurrence;
-    if (it->second.size() - (exclude ? 1 : 0) < kSamePlace) return false;
+    if (place.values.size() < kSamePlace + (exclude ? 1 : 0)) return false;
     e->found = true;
-    e->neighbours = static_cast<int>(it->second.size() - (exclude ? 1 : 0));
     e->method = options.target == EstimateTarget::kTransfer ? "same-place median" : "same-place trimmed mean";
-    e->durationNs = typicalValue(it->second, options.target, exclude, ex.value);
+    const auto& by = place.byPhase;
+    if (phase < 0 || by.size() < kSamePlace + (exclude ? 1 : 0)) {
+      e->neighbours = static_cast<int>(place.values.size() - (exclude ? 1 : 0));
+      e->durationNs = typicalValue(place.values, options.target, exclude, ex.value);
+      return true;
+    }
+    // Walk out from the phase asked for: every sample within kSamePhase, and at least the kSamePlace nearest.
+    auto right = std::lower_bound(by.begin(), by.end(), std::make_pair(phase, INT64_MIN));
+    auto left = right;
+    bool skipped = !exclude;
+    std::vector<int64_t> values;
+    values.reserve(64);
+    while (left != by.begin() || right != by.end()) {
+      const bool takeLeft = right == by.end() || (left != by.begin() && phase - std::prev(left)->first <=
+                                                                            right->first - phase);
+      const auto& [p, value] = takeLeft ? *--left : *right++;
+      if (values.size() >= kSamePlace && std::fabs(p - phase) > kSamePhase) break;
+      if (!skipped && value == ex.value && p == ex.phase) {
+        skipped = true;
+        continue;
+      }
+      values.push_back(value);
+    }
+    e->neighbours = static_cast<int>(values.size());
+    e->durationNs = typicalOfUnsorted(&values, options.target);
     return true;
   }
 
@@ -395,10 +439,10 @@ struct Estimator::Impl {
   }
 
   Estimate query(int op, int nranks, bool crosses, bool grouped, uint64_t bytes, const std::string& role,
-                 int occurrence, const Excluded& ex) const {
+                 int occurrence, double phase, const Excluded& ex) const {
     const double xq = log2Bytes(bytes);
     Key key{op, nranks, crosses, grouped};
-    if (Estimate e; samePlace(key, role, bytes, occurrence, ex, &e)) return e;
+    if (Estimate e; samePlace(key, role, bytes, occurrence, phase, ex, &e)) return e;
     auto it = groups.find(key);
     if (it == groups.end()) {  // another locality of the same size is better than nothing
       it = groups.find(Key{op, nranks, !crosses, grouped});
@@ -436,13 +480,20 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
     if (!options.excludeJob.empty() && jobOf(history.runs.at(s.run)) == options.excludeJob) continue;
     const Key key{s.op, s.nranks, s.crossesNodes, s.grouped};
     all[key][s.bytes].push_back(value);
-    if (s.stepOccurrence >= 0) impl_->places[PlaceKey{key, s.role, s.bytes, s.stepOccurrence}].push_back(value);
+    if (s.stepOccurrence >= 0) {
+      PlaceSamples& place = impl_->places[PlaceKey{key, s.role, s.bytes, s.stepOccurrence}];
+      place.values.push_back(value);
+      if (s.stepPhase >= 0) place.byPhase.push_back({s.stepPhase, value});
+    }
     if (!s.role.empty()) byRole[key][s.role][s.bytes].push_back(value);
     if (!s.grouped) forFit[{s.op, s.nranks, s.bytes}].push_back(value);
     impl_->ops.insert(s.op);
     impl_->count++;
   }
-  for (auto& [place, values] : impl_->places) std::sort(values.begin(), values.end());
+  for (auto& [key, place] : impl_->places) {
+    std::sort(place.values.begin(), place.values.end());
+    std::sort(place.byPhase.begin(), place.byPhase.end());
+  }
   for (auto& [key, sizes] : all) impl_->groups[key].all = sizePoints(std::move(sizes), options.target);
   for (auto& [key, roles] : byRole)
     for (auto& [role, sizes] : roles) impl_->groups[key].byRole[role] = sizePoints(std::move(sizes), options.target);
@@ -460,8 +511,8 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
 Estimator::~Estimator() = default;
 
 Estimate Estimator::estimate(int op, int nranks, bool crossesNodes, uint64_t bytes, const std::string& role,
-                             bool grouped, int stepOccurrence) const {
-  return impl_->query(op, nranks, crossesNodes, grouped, bytes, role, stepOccurrence, {});
+                             bool grouped, int stepOccurrence, double stepPhase) const {
+  return impl_->query(op, nranks, crossesNodes, grouped, bytes, role, stepOccurrence, stepPhase, {});
 }
 
 Estimate Estimator::estimateWithout(size_t index) const {
@@ -470,8 +521,9 @@ Estimate Estimator::estimateWithout(size_t index) const {
   Impl::Excluded ex;
   const bool inHere = impl_->options.excludeJob.empty() ||
                       jobOf(impl_->history->runs.at(s.run)) != impl_->options.excludeJob;
-  if (value > 0 && inHere) ex = {true, s.bytes, value, s.stepOccurrence};
-  return impl_->query(s.op, s.nranks, s.crossesNodes, s.grouped, s.bytes, s.role, s.stepOccurrence, ex);
+  if (value > 0 && inHere) ex = {true, s.bytes, value, s.stepOccurrence, s.stepPhase};
+  return impl_->query(s.op, s.nranks, s.crossesNodes, s.grouped, s.bytes, s.role, s.stepOccurrence, s.stepPhase,
+                      ex);
 }
 
 size_t Estimator::samples() const { return impl_->count; }

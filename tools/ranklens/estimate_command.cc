@@ -64,6 +64,11 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
                       "Which call of this op and size in its step (0 = the first): samples made at the same place "
                       "of their steps are preferred when there are at least 3")
       ->check(CLI::NonNegativeNumber);
+  c.query->add_option("--step-phase", o->stepPhase,
+                      "Where in its step the call is made (0 = at the step marker, 1 = at the next): with "
+                      "--step-occurrence, the samples of that place made within 0.02 of it are preferred (or the 3 "
+                      "nearest): those of the same configuration")
+      ->check(CLI::Range(0.0, 1.0));
   c.query->footer("Example: ranklens estimate query --history cluster.hist --op AllReduce --bytes 26214400");
   return c;
 }
@@ -209,7 +214,8 @@ int runEstimateQuery(const EstimateOptions& o) {
   const std::string target = targetFor(o, history);
   if (target.empty()) return 1;
   const timing::Estimator estimator(history, estimatorOptions(o, target));
-  const timing::Estimate e = estimator.estimate(op, o.nranks, o.crossesNodes, o.bytes, o.role, false, o.stepOccurrence);
+  const timing::Estimate e =
+      estimator.estimate(op, o.nranks, o.crossesNodes, o.bytes, o.role, false, o.stepOccurrence, o.stepPhase);
   std::cout << o.op << " " << o.bytes << " bytes, " << o.nranks << " ranks: " << std::fixed << std::setprecision(1)
             << e.durationNs / 1000.0 << " us (" << e.method << ", " << e.neighbours << " neighbours, distance "
             << std::setprecision(2) << e.distance << (e.extrapolated ? ", extrapolated" : "") << ")\n";

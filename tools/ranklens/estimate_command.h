@@ -22,6 +22,7 @@ struct EstimateOptions {
   bool crossesNodes = false;
   std::string role;
   int stepOccurrence = -1;  // query --step-occurrence; -1: not given
+  double stepPhase = -1;    // query --step-phase; -1: not given
   std::string target;  // transfer | observed; empty: transfer, or observed when the history has no transfer times
 };
 

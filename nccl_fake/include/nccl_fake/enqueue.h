@@ -31,6 +31,7 @@ struct CallInfo {
   int64_t durationNs = -1;  // recorded or estimated duration of the call, -1 none
   bool estimated = false;
   int stepOccurrence = -1;  // which call of its op and size in the current step (replay; -1 outside marked steps)
+  double stepPhase = -1;    // where in the step it was made, over the previous step's length (replay; -1 unknown)
   uint64_t arrival = 0;  // mark of the stream's arrival at the call, before its effects (replay::markArrival)
   // What replay::restorePayload copied into the receive buffer, and from where (its hold subtracts the copy's
   // calibrated cost when it counts from its own start). Set while the call's effects are applied.

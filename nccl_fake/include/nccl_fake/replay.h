@@ -16,9 +16,10 @@ namespace replay {
 
 // A recorded trace is being replayed (replay mode with replay_trace set).
 bool active();
-// A stage marker (ranklensMarkStage): a "step" starts the count of each op and size's calls in the step, which the
-// estimator's same-place rule matches against the history (HistorySample::stepOccurrence).
-void noteStage(const char* name);
+// A stage marker (ranklensMarkStage) at host time `timeNs` (monotonic): a "step" starts the count of each op and
+// size's calls in the step, which the estimator's same-place rule matches against the history
+// (HistorySample::stepOccurrence), and the clock of their phase in it (over the previous step's length).
+void noteStage(const char* name, int64_t timeNs);
 // Matches a new communicator to a recorded one (at creation). ncclInvalidUsage when it cannot be matched and
 // on_mismatch is error (the WARN says why and what to change).
 ncclResult_t onCommCreated(ncclComm* comm);

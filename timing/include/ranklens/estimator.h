@@ -56,16 +56,29 @@ struct HistorySample {
 // place its recorded counterparts were sampled at. -1 before the first step starts and after leave().
 class StepOccurrences {
  public:
-  void startStep() {
+  // A step starts; `timeNs` is its marker's host time (monotonic), -1 when the caller does not track phases.
+  void startStep(int64_t timeNs = -1) {
     counts_.clear();
+    previousLengthNs_ = inStep_ && timeNs >= 0 && stepStartNs_ >= 0 ? timeNs - stepStartNs_ : -1;
+    stepStartNs_ = timeNs;
     inStep_ = true;
   }
-  void leave() { inStep_ = false; }
+  void leave() {
+    inStep_ = false;
+    stepStartNs_ = previousLengthNs_ = -1;
+  }
   int next(int op, uint64_t bytes, bool grouped) { return inStep_ ? counts_[{op, bytes, grouped}]++ : -1; }
+  // Where in the current step `timeNs` falls (HistorySample::stepPhase), over the previous step's length: a running
+  // step's own length is not known yet. -1 in the first step, outside steps, or without times.
+  double phase(int64_t timeNs) const {
+    if (!inStep_ || previousLengthNs_ <= 0 || timeNs < stepStartNs_) return -1;
+    return static_cast<double>(timeNs - stepStartNs_) / static_cast<double>(previousLengthNs_);
+  }
 
  private:
   std::map<std::tuple<int, uint64_t, bool>, int> counts_;
   bool inStep_ = false;
+  int64_t stepStartNs_ = -1, previousLengthNs_ = -1;
 };
 
 // The history format written now. 1: no transferNs (read as -1); 2: no stepPhase, otherStreamsBusy; 3: no
@@ -133,9 +146,14 @@ class Estimator {
   // the history samples of groups hold). stepOccurrence (HistorySample::stepOccurrence, -1 unknown): when at least
   // kSamePlace samples of the same op, size, grouping and role were made at that place of their steps, their typical
   // value ("same-place"): the same call of another run of the program, which overlapped the same compute.
+  // stepPhase (HistorySample::stepPhase, -1 unknown) narrows those to the ones made within kSamePhase of it, or the
+  // kSamePlace nearest in phase when fewer are that near. Another configuration of the same program (another
+  // micro-batch, the same buckets) makes the same calls at the same places, but beside other compute and at another
+  // phase; another run of the same configuration makes them at the same phase.
   Estimate estimate(int op, int nranks, bool crossesNodes, uint64_t bytes, const std::string& role = "",
-                    bool grouped = false, int stepOccurrence = -1) const;
+                    bool grouped = false, int stepOccurrence = -1, double stepPhase = -1) const;
   static constexpr size_t kSamePlace = 3;
+  static constexpr double kSamePhase = 0.02;
   // Leave-one-out: the estimate of sample `index` of the history without that sample.
   Estimate estimateWithout(size_t index) const;
   size_t samples() const;
