@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Writes a history without the rank directories whose path contains a given text, for an evaluation of part of a
+history whose traces are gone (e.g. the first run of each configuration alone: --drop=-run2/).
+
+    bench/history_subset.py IN.hist OUT.hist --drop TEXT [--drop TEXT ...]
+"""
+import argparse
+import sys
+
+import msgpack
+
+RUN_FIELD = 8  # HistorySample::run, the index into History::runs (timing/include/ranklens/estimator.h)
+
+
+def subset(history: dict, drop: list) -> dict:
+    keep = [i for i, run in enumerate(history["runs"]) if not any(text in run for text in drop)]
+    index = {old: new for new, old in enumerate(keep)}
+    out = dict(history)
+    out["runs"] = [history["runs"][i] for i in keep]
+    out["samples"] = []
+    for sample in history["samples"]:
+        if sample[RUN_FIELD] in index:
+            sample = list(sample)
+            sample[RUN_FIELD] = index[sample[RUN_FIELD]]
+            out["samples"].append(sample)
+    return out
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input")
+    parser.add_argument("output")
+    parser.add_argument("--drop", action="append", required=True, help="leave out runs whose path contains this")
+    args = parser.parse_args(argv)
+    with open(args.input, "rb") as f:
+        history = msgpack.unpack(f, raw=False, strict_map_key=False)
+    if history.get("format") != "ranklens-history":
+        sys.exit(f"{args.input}: not a RankLens history")
+    out = subset(history, args.drop)
+    if not out["runs"]:
+        sys.exit(f"{args.input}: --drop leaves no run")
+    with open(args.output, "wb") as f:
+        msgpack.pack(out, f)
+    print(f"{args.output}: {len(out['runs'])} of {len(history['runs'])} runs, "
+          f"{len(out['samples'])} of {len(history['samples'])} samples")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
