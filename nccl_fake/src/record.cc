@@ -610,10 +610,11 @@ void flush() {
            "channels)", static_cast<unsigned long long>(clock->stats().pending));
     if (auto* writer = Runtime::get().writer()) {
       const ranklens::timing::KernelClockStats k = clock->stats();
-      const std::pair<const char*, uint64_t> values[] = {{"kernel_clock_timed", k.timed},
-                                                         {"kernel_clock_unmatched", k.unmatched},
-                                                         {"kernel_clock_incomplete", k.incomplete},
-                                                         {"kernel_clock_foreign_tasks", k.foreignTasks}};
+      const std::pair<const char*, uint64_t> values[] = {
+          {"kernel_clock_timed", k.timed},
+          {ranklens::trace::counter::kKernelClockUnmatched, k.unmatched},
+          {ranklens::trace::counter::kKernelClockIncomplete, k.incomplete},
+          {"kernel_clock_foreign_tasks", k.foreignTasks}};
       for (const auto& [name, value] : values) writer->setCounter(name, value);
     }
   }
@@ -622,15 +623,15 @@ void flush() {
     const std::pair<const char*, uint64_t> values[] = {
         {"timings_measured", s.timed},
         {"timings_captured_in_graph", s.captured},
-        {"timing_errors", s.timingErrors},
+        {ranklens::trace::counter::kTimingErrors, s.timingErrors},
         {"payloads_staged", s.payloadsStaged},
         {"payload_bytes_staged", s.payloadBytesStaged},
-        {"payloads_skipped_staging_full", s.payloadsSkippedFull},
-        {"payloads_skipped_too_large", s.payloadsSkippedTooLarge},
+        {ranklens::trace::counter::kPayloadsSkippedStagingFull, s.payloadsSkippedFull},
+        {ranklens::trace::counter::kPayloadsSkippedTooLarge, s.payloadsSkippedTooLarge},
         {"payloads_skipped_captured", s.payloadsSkippedCaptured},
         {"payload_copy_failures", s.payloadsFailed},
         {"staging_waits", s.waitsForStaging},
-        {"calls_unrecorded", state().callsUnrecorded.load(std::memory_order_relaxed)},
+        {ranklens::trace::counter::kCallsUnrecorded, state().callsUnrecorded.load(std::memory_order_relaxed)},
     };
     for (const auto& [name, value] : values) writer->setCounter(name, value);
   }

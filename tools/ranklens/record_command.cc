@@ -77,8 +77,10 @@ void reportRanks(const std::string& traceDir) {
               << " MiB on disk)";
     if (m.records_dropped || m.payloads_dropped)
       std::cout << ", DROPPED " << m.records_dropped << " records / " << m.payloads_dropped << " payloads";
-    for (const char* counter : {"payloads_skipped_staging_full", "payloads_skipped_too_large", "timing_errors",
-                                "kernel_clock_unmatched", "kernel_clock_incomplete", "calls_unrecorded"}) {
+    namespace shown = trace::counter;
+    for (const char* counter : {shown::kPayloadsSkippedStagingFull, shown::kPayloadsSkippedTooLarge,
+                                shown::kTimingErrors, shown::kKernelClockUnmatched, shown::kKernelClockIncomplete,
+                                shown::kCallsUnrecorded}) {
       auto it = m.counters.find(counter);
       if (it != m.counters.end() && it->second > 0) std::cout << ", " << counter << " " << it->second;
     }

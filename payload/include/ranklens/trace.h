@@ -139,6 +139,17 @@ struct Manifest {
                      segments, payload_files, counters, cpu_model, cpus)
 };
 
+// Manifest::counters that a reader other than the writing recorder looks up (`ranklens record`'s summary, replay's
+// refusal of a partly recorded trace). docs/trace-format.md lists every counter.
+namespace counter {
+inline constexpr const char kPayloadsSkippedStagingFull[] = "payloads_skipped_staging_full";
+inline constexpr const char kPayloadsSkippedTooLarge[] = "payloads_skipped_too_large";
+inline constexpr const char kTimingErrors[] = "timing_errors";
+inline constexpr const char kKernelClockUnmatched[] = "kernel_clock_unmatched";
+inline constexpr const char kKernelClockIncomplete[] = "kernel_clock_incomplete";
+inline constexpr const char kCallsUnrecorded[] = "calls_unrecorded";
+}  // namespace counter
+
 // The process settings a launcher gives each rank (torchrun: OMP_NUM_THREADS=1) that change its speed: kept in the
 // manifest, and restored by `ranklens replay --trace` where the caller sets none (a rank started alone would run with
 // every core as OpenMP threads).
