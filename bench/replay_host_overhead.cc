@@ -55,9 +55,7 @@ bool writeRecording(const std::string& root, int calls, bool payloads, std::stri
     c.nranks = 2;
     c.rootOrPeer = -1;
     w->append(ranklens::trace::RecordType::kCall, c);
-    ranklens::trace::Timing t;
-    t.seq = c.seq;
-    t.op = c.op;
+    ranklens::trace::Timing t = ranklens::trace::timingOf(c);
     t.durationNs = 20'000;
     w->append(ranklens::trace::RecordType::kTiming, t);
     if (payloads) {

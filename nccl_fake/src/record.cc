@@ -423,14 +423,7 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   event.bytes = ranklens::events::receivedBytes(a.op, a.count, a.datatype, event.nranks, event.rank, a.root);
   event.timeNs = monotonicNs();
 
-  ranklens::trace::Timing identity;
-  identity.commId = event.commId;
-  identity.seq = event.seq;
-  identity.op = event.op;
-  identity.stream = event.stream;
-  identity.groupId = event.groupId;
-  identity.startNs = event.timeNs;
-  identity.peer = p2p ? a.root : -1;
+  const ranklens::trace::Timing identity = ranklens::trace::timingOf(event);
 
   // The kernel clock times a call NCCL runs as one task of its own kernel on a blocking communicator of several
   // ranks, unless its payload is stored (the copy waits for an event after the call).

@@ -39,13 +39,7 @@ inline std::unique_ptr<trace::TraceWriter> recordedRank(const std::string& dir, 
 // Appends a call and its Timing record: the call's identity, `durationNs` and `gapNs`.
 inline void appendTimedCall(trace::TraceWriter& w, const events::Call& c, int64_t durationNs, int64_t gapNs = -1) {
   w.append(trace::RecordType::kCall, c);
-  trace::Timing t;
-  t.commId = c.commId;
-  t.seq = c.seq;
-  t.op = c.op;
-  t.stream = c.stream;
-  t.groupId = c.groupId;
-  t.peer = events::isP2p(static_cast<events::Op>(c.op)) ? c.rootOrPeer : -1;
+  trace::Timing t = trace::timingOf(c);
   t.durationNs = durationNs;
   t.gapNs = gapNs;
   w.append(trace::RecordType::kTiming, t);

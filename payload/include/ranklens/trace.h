@@ -74,6 +74,20 @@ struct Timing {
   MSGPACK_DEFINE_ARRAY(commId, seq, op, stream, groupId, startNs, durationNs, captured, peer, eventNs, clock, gapNs)
 };
 
+// The Timing record of a call, before its duration is known: the call's identity (communicator, sequence, op,
+// stream, group, peer) and its submission time.
+inline Timing timingOf(const events::Call& call) {
+  Timing t;
+  t.commId = call.commId;
+  t.seq = call.seq;
+  t.op = call.op;
+  t.stream = call.stream;
+  t.groupId = call.groupId;
+  t.startNs = call.timeNs;
+  t.peer = events::isP2p(static_cast<events::Op>(call.op)) ? call.rootOrPeer : -1;
+  return t;
+}
+
 // Whether a call's Timing record can carry a gapNs: a collective outside groups, not captured into a CUDA graph.
 inline bool chainsGap(const Timing& t) { return t.groupId == 0 && t.peer < 0 && !t.captured; }
 
