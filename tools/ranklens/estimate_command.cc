@@ -60,15 +60,18 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
   c.query->add_option("--nranks", o->nranks, "Communicator size (default 2)");
   c.query->add_flag("--crosses-nodes", o->crossesNodes, "The communicator spans nodes");
   c.query->add_option("--role", o->role, "Communicator name (commName), preferred neighbourhood");
-  c.query->add_option("--step-occurrence", o->stepOccurrence,
-                      "Which call of this op and size in its step (0 = the first): samples made at the same place "
-                      "of their steps are preferred when there are at least 3")
-      ->check(CLI::NonNegativeNumber);
+  CLI::Option* occurrence =
+      c.query
+          ->add_option("--step-occurrence", o->stepOccurrence,
+                       "Which call of this op and size in its step (0 = the first): samples made at the same place "
+                       "of their steps are preferred when there are at least 3")
+          ->check(CLI::NonNegativeNumber);
   c.query->add_option("--step-phase", o->stepPhase,
                       "Where in its step the call is made (0 = at the step marker, 1 = at the next): with "
                       "--step-occurrence, the samples of that place made within 0.02 of it are preferred (or the 3 "
                       "nearest): those of the same configuration")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs(occurrence);
   c.query->footer("Example: ranklens estimate query --history cluster.hist --op AllReduce --bytes 26214400");
   return c;
 }
