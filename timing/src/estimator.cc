@@ -560,13 +560,15 @@ ErrorStats errorStats(std::vector<double> errors) {
 namespace {
 
 void addError(std::map<std::string, std::vector<double>>* errors, const HistorySample& s, int64_t value,
-              int64_t estimateNs) {
-  const double e = std::fabs(static_cast<double>(estimateNs - value)) / static_cast<double>(value);
+              const Estimate& estimate) {
+  const double e = std::fabs(static_cast<double>(estimate.durationNs - value)) / static_cast<double>(value);
   (*errors)[errorClass(s)].push_back(e);
   (*errors)["all"].push_back(e);
   // The same errors by the call's context (history version 3): where in the step, and beside other streams' calls.
   (*errors)[contextClass(s)].push_back(e);
   (*errors)[s.otherStreamsBusy ? "all, other streams busy" : "all, other streams idle"].push_back(e);
+  // And by the rule that made the estimate: how far each rule is to be trusted.
+  (*errors)[std::string("all, by ") + estimate.method].push_back(e);
 }
 
 }  // namespace
@@ -583,7 +585,7 @@ Evaluation evaluate(const History& history, const Estimator::Options& options) {
     if (value <= 0) continue;
     const Estimate e = all.estimateWithout(i);
     out.extrapolatedLoo += e.extrapolated;
-    addError(&loo, history.samples[i], value, e.durationNs);
+    addError(&loo, history.samples[i], value, e);
   }
   if (jobs.size() > 1) {
     for (const std::string& job : jobs) {
@@ -596,7 +598,7 @@ Evaluation evaluate(const History& history, const Estimator::Options& options) {
         if (value <= 0 || jobOf(history.runs[s.run]) != job) continue;
         const Estimate e = others.estimateWithout(i);  // the job's own samples are not in `others` anyway
         out.extrapolatedLoro += e.extrapolated;
-        addError(&loro, s, value, e.durationNs);
+        addError(&loro, s, value, e);
       }
     }
   }

@@ -171,7 +171,7 @@ struct ErrorStats {
 };
 struct Evaluation {
   // key: "<op> <size class>", "all", and by context: "all, step 0-25%" .. "all, outside marked steps", "all,
-  // other streams busy" / "idle"
+  // other streams busy" / "idle", and by the rule that estimated: "all, by same-place median" (Estimate::method)
   std::map<std::string, ErrorStats> leaveOneOut, leaveOneRunOut;
   size_t extrapolatedLoo = 0, extrapolatedLoro = 0;
   size_t jobs = 0;  // recorded jobs in the history
