@@ -17,3 +17,15 @@ carry_frameworks() {
   [[ -f $3/pretrain_gpt.py ]] || { mkdir -p "$3" && tar xzf .carry/frameworks/megatron-lm.tgz -C "$3"; } \
     || { echo "unpacking .carry/frameworks/megatron-lm.tgz into $3 failed" >&2; return 1; }
 }
+
+# carry_env: what every GPU-side results script sets up first, from the repository root: PY (the machine's torch
+# interpreter), unbuffered Python output, the carried yaml-cpp on LD_LIBRARY_PATH, C (the commit the carried build
+# was made from, .carry/COMMIT), /tmp/meta.txt (date, GPUs, CPUs) and the adapter beside the carried launcher.
+carry_env() {
+  PY=/opt/torch/.venv/bin/python; [[ -x $PY ]] || PY=$(command -v python3)
+  export PYTHONUNBUFFERED=1
+  export LD_LIBRARY_PATH=$PWD/.carry/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # yaml-cpp (Debian 12)
+  C=$(head -1 .carry/COMMIT)
+  { date -u +%FT%TZ; nvidia-smi -L; nproc; lscpu | grep "Model name"; } > /tmp/meta.txt 2>&1
+  carry_adapter .carry
+}

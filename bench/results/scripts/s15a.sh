@@ -5,12 +5,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 source bench/carry_setup.sh
-PY=/opt/torch/.venv/bin/python; [[ -x $PY ]] || PY=$(command -v python3)
-export PYTHONUNBUFFERED=1
-export LD_LIBRARY_PATH=$PWD/.carry/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # yaml-cpp (Debian 12) for the carried build
-C=$(head -1 .carry/COMMIT)
-{ date -u +%FT%TZ; nvidia-smi -L; nproc; lscpu | grep "Model name"; } > /tmp/meta.txt 2>&1
-carry_adapter .carry
+carry_env
 RANKLENS_COMMIT=$C timeout 570 $PY bench/estimator_torch.py --lib .carry/lib/libnccl.so.2 --ranklens .carry/bin/ranklens \
   --python $PY --micro-batch-scale 4 --steps 25 --real-repeats 2 --history-repeats 2 --targets transfer \
   --parts history,heldout,whatif --json $OUT/estimator_phase_mb4x-$C.json --work /tmp/est --timeout 60 \
