@@ -3,7 +3,9 @@
 """Writes a history without the rank directories whose path contains a given text, for an evaluation of part of a
 history whose traces are gone (e.g. the first run of each configuration alone: --drop=-run2/).
 
-    bench/history_subset.py IN.hist OUT.hist --drop TEXT [--drop TEXT ...]
+    bench/history_subset.py IN.hist OUT.hist [--drop TEXT ...] [--max-samples N]
+
+--max-samples keeps the first N samples of each run kept (small seeds for tests/fuzz/corpus/fuzz_history).
 """
 import argparse
 import sys
@@ -13,17 +15,21 @@ import msgpack
 RUN_FIELD = 8  # HistorySample::run, the index into History::runs (timing/include/ranklens/estimator.h)
 
 
-def subset(history: dict, drop: list) -> dict:
+def subset(history: dict, drop: list, max_samples: int | None = None) -> dict:
     keep = [i for i, run in enumerate(history["runs"]) if not any(text in run for text in drop)]
     index = {old: new for new, old in enumerate(keep)}
     out = dict(history)
     out["runs"] = [history["runs"][i] for i in keep]
     out["samples"] = []
+    taken = [0] * len(keep)
     for sample in history["samples"]:
-        if sample[RUN_FIELD] in index:
-            sample = list(sample)
-            sample[RUN_FIELD] = index[sample[RUN_FIELD]]
-            out["samples"].append(sample)
+        run = index.get(sample[RUN_FIELD])
+        if run is None or (max_samples is not None and taken[run] >= max_samples):
+            continue
+        taken[run] += 1
+        sample = list(sample)
+        sample[RUN_FIELD] = run
+        out["samples"].append(sample)
     return out
 
 
@@ -31,13 +37,16 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input")
     parser.add_argument("output")
-    parser.add_argument("--drop", action="append", required=True, help="leave out runs whose path contains this")
+    parser.add_argument("--drop", action="append", default=[], help="leave out runs whose path contains this")
+    parser.add_argument("--max-samples", type=int, help="keep the first N samples of each run kept")
     args = parser.parse_args(argv)
+    if not args.drop and args.max_samples is None:
+        parser.error("nothing to leave out: give --drop and/or --max-samples")
     with open(args.input, "rb") as f:
         history = msgpack.unpack(f, raw=False, strict_map_key=False)
     if history.get("format") != "ranklens-history":
         sys.exit(f"{args.input}: not a RankLens history")
-    out = subset(history, args.drop)
+    out = subset(history, args.drop, args.max_samples)
     if not out["runs"]:
         sys.exit(f"{args.input}: --drop leaves no run")
     with open(args.output, "wb") as f:

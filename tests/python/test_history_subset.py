@@ -35,3 +35,18 @@ def test_dropping_every_run_is_refused(tmp_path):
                                    "samples": [sample(0, 100)]}))
     with pytest.raises(SystemExit, match="leaves no run"):
         history_subset.main([str(src), str(tmp_path / "out.hist"), "--drop=/t/"])
+
+
+def test_max_samples_keeps_the_first_ones_of_each_run(tmp_path):
+    src = tmp_path / "in.hist"
+    src.write_bytes(msgpack.packb({"format": "ranklens-history", "version": 4, "runs": ["/t/a/rank0", "/t/b/rank0"],
+                                   "samples": [sample(r, 100 * (r + 1) + i) for r in (0, 1) for i in range(5)]}))
+    out = tmp_path / "out.hist"
+    history_subset.main([str(src), str(out), "--max-samples", "2"])
+    kept = [(s[8], s[9]) for s in msgpack.unpackb(out.read_bytes(), raw=False)["samples"]]
+    assert kept == [(0, 100_000), (0, 101_000), (1, 200_000), (1, 201_000)]
+
+
+def test_nothing_to_leave_out_is_an_error(tmp_path):
+    with pytest.raises(SystemExit):
+        history_subset.main([str(tmp_path / "in.hist"), str(tmp_path / "out.hist")])

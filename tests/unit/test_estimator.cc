@@ -150,6 +150,58 @@ TEST(EstimatorHistory, SaveLoadRoundTripAndClearErrors) {
   EXPECT_NE(error.find("corrupt history"), std::string::npos) << error;
 }
 
+// A history is shared between users and machines: a sample the estimator cannot use is refused with its index and
+// what is wrong, never estimated from (a NaN phase would break the ordering of a place's samples).
+TEST(EstimatorHistory, ASampleTheEstimatorCannotUseIsRefusedByIndex) {
+  const struct {
+    void (*damage)(HistorySample*);
+    const char* says;
+  } cases[] = {
+      {[](HistorySample* s) { s->run = 99; }, "sample 5 names run 99 of 2"},
+      {[](HistorySample* s) { s->op = 42; }, "sample 5 has an unknown operation 42"},
+      {[](HistorySample* s) { s->nranks = 0; }, "sample 5 has a communicator of 0 ranks"},
+      {[](HistorySample* s) { s->durationNs = -5; }, "sample 5 has a negative duration"},
+      {[](HistorySample* s) { s->transferNs = -7; }, "sample 5 has a negative transfer time"},
+      {[](HistorySample* s) { s->stepPhase = std::nan(""); }, "sample 5 has a step phase that is not a phase"},
+      {[](HistorySample* s) { s->stepPhase = -0.5; }, "sample 5 has a step phase that is not a phase"},
+      {[](HistorySample* s) { s->stepPhase = 5e33; }, "sample 5 has a step phase that is not a phase"},
+      {[](HistorySample* s) { s->stepOccurrence = -2; }, "sample 5 has a negative place in its step"},
+  };
+  for (const auto& c : cases) {
+    History h = synthetic(2);
+    c.damage(&h.samples[5]);
+    msgpack::sbuffer bytes;
+    msgpack::pack(bytes, h);
+    History back;
+    std::string error;
+    EXPECT_FALSE(parseHistory(bytes.data(), bytes.size(), "cluster.hist", &back, &error)) << c.says;
+    EXPECT_NE(error.find(std::string("cluster.hist: corrupt history (") + c.says), std::string::npos) << error;
+    EXPECT_TRUE(back.samples.empty()) << "nothing is handed out";
+  }
+  // A damaged element count (4 billion samples in a few bytes) is refused, not allocated.
+  {
+    msgpack::sbuffer bytes;
+    msgpack::packer<msgpack::sbuffer> pack(bytes);
+    pack.pack_map(4);
+    pack.pack(std::string("format")), pack.pack(std::string("ranklens-history"));
+    pack.pack(std::string("version")), pack.pack(kHistoryVersion);
+    pack.pack(std::string("runs")), pack.pack_array(0);
+    pack.pack(std::string("samples")), pack.pack_array(0xffffffffu);
+    History back;
+    std::string error;
+    EXPECT_FALSE(parseHistory(bytes.data(), bytes.size(), "huge.hist", &back, &error));
+    EXPECT_NE(error.find("huge.hist: corrupt history (array size overflow"), std::string::npos) << error;
+  }
+  History newer = synthetic(1);
+  newer.version = kHistoryVersion + 1;
+  msgpack::sbuffer bytes;
+  msgpack::pack(bytes, newer);
+  History back;
+  std::string error;
+  EXPECT_FALSE(parseHistory(bytes.data(), bytes.size(), "new.hist", &back, &error));
+  EXPECT_NE(error.find("reads versions 1 to " + std::to_string(kHistoryVersion)), std::string::npos) << error;
+}
+
 TEST(EstimatorHistory, BuiltFromARecordedTraceWithGroupsAndRoles) {
   const std::string dir = ::testing::TempDir() + "/est-trace-" + std::to_string(getpid()) + "/rank0";
   ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);

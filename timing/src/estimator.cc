@@ -1,31 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
+// Estimates from a History (estimator.h: the rules) and their evaluation, leaving out one call or one job.
 #include "ranklens/estimator.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
 #include <map>
-#include <set>
-#include <sstream>
 #include <tuple>
 
 #include "ranklens/duration_fit.h"
 #include "ranklens/events.h"
-#include "ranklens/job_collectives.h"
-#include "ranklens/recording.h"
 
 namespace ranklens {
 namespace timing {
-
-// ------------------------------------------------------------------------------------------------------- history
-
-int localWorldSize(const trace::Manifest& manifest) {
-  auto it = manifest.env.find("LOCAL_WORLD_SIZE");
-  return it == manifest.env.end() ? -1 : atoi(it->second.c_str());
-}
-
-bool crossesNodes(int localWorldSize, int nranks) { return localWorldSize > 0 && nranks > localWorldSize; }
 
 std::string jobOf(const std::string& rankDir) {
   std::string dir = rankDir;
@@ -34,205 +20,6 @@ std::string jobOf(const std::string& rankDir) {
   const std::string base = slash == std::string::npos ? dir : dir.substr(slash + 1);
   if (base.rfind("rank", 0) != 0) return dir;
   return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : dir.substr(0, slash);
-}
-
-namespace {
-
-// Each call's step (the index of the "step" marker before it) and phase in it: host time since that marker over the
-// time to the next one. Step -1 and phase -1 before the first marker and after the last.
-struct StepPlace {
-  int step = -1;
-  double phase = -1;
-};
-std::vector<StepPlace> stepPlaces(const trace::Recording& recording) {
-  std::vector<int64_t> starts;
-  for (const auto& s : recording.stages())
-    if (s.name == "step") starts.push_back(s.timeNs);
-  std::sort(starts.begin(), starts.end());
-  std::vector<StepPlace> places;
-  places.reserve(recording.calls().size());
-  for (const auto& rc : recording.calls()) {
-    const int64_t t = rc.call.timeNs;
-    auto next = std::upper_bound(starts.begin(), starts.end(), t);
-    if (next == starts.begin() || next == starts.end() || *next == *std::prev(next)) {
-      places.push_back({});
-      continue;
-    }
-    const int64_t start = *std::prev(next);
-    places.push_back({static_cast<int>(std::prev(next) - starts.begin()),
-                      static_cast<double>(t - start) / static_cast<double>(*next - start)});
-  }
-  return places;
-}
-
-// Whether another stream's call was still running when each call was submitted: its submission time plus its
-// recorded duration (a group's, on its first call) after this call's submission.
-std::vector<bool> otherStreamsBusy(const trace::Recording& recording) {
-  const auto& calls = recording.calls();
-  std::vector<size_t> order(calls.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return calls[a].call.timeNs < calls[b].call.timeNs; });
-  std::map<uint64_t, int64_t> busyUntil;  // stream -> end of its latest timed call
-  std::vector<bool> busy(calls.size(), false);
-  for (size_t i : order) {
-    const auto& rc = calls[i];
-    for (const auto& [stream, until] : busyUntil)
-      if (stream != rc.call.stream && until > rc.call.timeNs) busy[i] = true;
-    if (rc.durationNs > 0) {
-      int64_t& until = busyUntil[rc.call.stream];
-      until = std::max(until, rc.call.timeNs + rc.durationNs);
-    }
-  }
-  return busy;
-}
-
-}  // namespace
-
-bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* history, std::string* error) {
-  for (const trace::Recording* rec : ranks) {
-    if (std::find(history->runs.begin(), history->runs.end(), rec->directory()) != history->runs.end()) {
-      *error = rec->directory() + ": already in the history";
-      return false;
-    }
-    if (rec->manifest().mode != "record") {
-      *error = rec->directory() + ": a " + rec->manifest().mode + " trace; only recorded runs carry measured durations";
-      return false;
-    }
-  }
-  // The shortest duration of each collective over the ranks that timed it: its transfer time.
-  const JobCollectives job(ranks, /*withGroups=*/true);
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const trace::Recording& recording = *ranks[r];
-    std::map<uint64_t, std::string> roles;
-    for (const auto& c : recording.comms()) roles[c.commId] = c.name;
-    const uint32_t run = static_cast<uint32_t>(history->runs.size());
-    const int ranksPerNode = localWorldSize(recording.manifest());
-    history->runs.push_back(recording.directory());
-    // A group's duration on a stream belongs to all of its calls on that stream: their bytes add up.
-    std::map<std::pair<uint64_t, uint64_t>, uint64_t> groupBytes;  // (groupId, stream) -> bytes
-    std::set<std::pair<uint64_t, uint64_t>> groupsWithP2p;
-    const std::vector<StepPlace> places = stepPlaces(recording);
-    StepOccurrences occurrences;
-    int step = -1;  // of the sample before
-    const std::vector<bool> busy = otherStreamsBusy(recording);
-    for (const auto& rc : recording.calls()) {
-      if (rc.call.groupId == 0) continue;
-      groupBytes[{rc.call.groupId, rc.call.stream}] += rc.call.bytes;
-      if (events::isP2p(static_cast<events::Op>(rc.call.op))) groupsWithP2p.insert({rc.call.groupId, rc.call.stream});
-    }
-    std::set<std::pair<uint64_t, uint64_t>> groupStreamsCounted;  // (groupId, stream)
-    for (size_t i = 0; i < recording.calls().size(); ++i) {
-      const auto& rc = recording.calls()[i];
-      const bool grouped = rc.call.groupId != 0;
-      const uint64_t bytes = grouped ? groupBytes[{rc.call.groupId, rc.call.stream}] : rc.call.bytes;
-      // Every call replay counts has its place, timed or not: each call outside groups, and each group's first
-      // call on a stream (which carries the stream's duration).
-      int occurrence = -1;
-      if (!grouped || groupStreamsCounted.insert({rc.call.groupId, rc.call.stream}).second) {
-        if (places[i].step != step) {
-          step = places[i].step;
-          if (step >= 0) occurrences.startStep();
-          else occurrences.leave();
-        }
-        occurrence = occurrences.next(rc.call.op, bytes, grouped);
-      }
-      if (rc.durationNs < 0) continue;
-      HistorySample s;
-      s.stepPhase = places[i].phase;
-      s.otherStreamsBusy = busy[i];
-      s.op = rc.call.op;
-      s.datatype = rc.call.datatype;
-      s.nranks = rc.call.nranks;
-      s.crossesNodes = crossesNodes(ranksPerNode, rc.call.nranks);
-      s.role = roles[rc.call.commId];
-      s.grouped = grouped;
-      s.bytes = bytes;
-      s.durationNs = rc.durationNs;
-      s.run = run;
-      const bool p2p = events::isP2p(static_cast<events::Op>(rc.call.op)) ||
-                       (s.grouped && groupsWithP2p.count({rc.call.groupId, rc.call.stream}));
-      if (s.nranks == 1) {
-        s.transferNs = s.durationNs;
-      } else if (!p2p && ranks.size() > 1) {
-        if (const JobCollectives::Instance* in = job.find(r, rc)) s.transferNs = in->shortestNs;
-      }
-      s.stepOccurrence = occurrence;
-      history->samples.push_back(std::move(s));
-    }
-  }
-  return true;
-}
-
-bool addRecordedJob(const std::vector<std::string>& rankDirs, History* history, std::string* error) {
-  std::vector<std::unique_ptr<trace::Recording>> open;
-  std::vector<const trace::Recording*> ranks;
-  for (const auto& dir : rankDirs) {
-    open.push_back(trace::Recording::open(dir, -1, error));
-    if (!open.back()) return false;
-    ranks.push_back(open.back().get());
-  }
-  return addRecordedJob(ranks, history, error);
-}
-
-bool addRecordedRun(const std::string& rankDir, History* history, std::string* error) {
-  return addRecordedJob(std::vector<std::string>{rankDir}, history, error);
-}
-
-bool addRecordedRun(const trace::Recording& recording, History* history, std::string* error) {
-  return addRecordedJob(std::vector<const trace::Recording*>{&recording}, history, error);
-}
-
-bool hasTransferTimes(const History& history) {
-  return std::any_of(history.samples.begin(), history.samples.end(),
-                     [](const HistorySample& s) { return s.nranks > 1 && s.transferNs > 0; });
-}
-
-bool saveHistory(const std::string& path, const History& history, std::string* error) {
-  msgpack::sbuffer buffer;
-  msgpack::pack(buffer, history);
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  out.write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-  out.close();
-  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": cannot write the history";
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
-}
-
-bool loadHistory(const std::string& path, History* history, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ": cannot open the history (build one: ranklens history build TRACE_DIRS -o " + path + ")";
-    return false;
-  }
-  std::stringstream data;
-  data << in.rdbuf();
-  const std::string bytes = data.str();
-  try {
-    msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
-    History h;
-    handle.get().convert(h);
-    if (h.format != "ranklens-history" || h.version < 1 || h.version > kHistoryVersion) {
-      *error = path + ": not a RankLens history (format '" + h.format + "' version " + std::to_string(h.version) + ")";
-      return false;
-    }
-    for (const auto& s : h.samples) {
-      if (s.run >= h.runs.size() || s.durationNs < 0) {  // (version 1 samples read transferNs as -1)
-        *error = path + ": corrupt history (a sample names run " + std::to_string(s.run) + " of " +
-                 std::to_string(h.runs.size()) + " or has a negative duration)";
-        return false;
-      }
-    }
-    *history = std::move(h);
-    return true;
-  } catch (const std::exception& e) {
-    *error = path + ": corrupt history (" + e.what() + ")";
-    return false;
-  }
 }
 
 // ----------------------------------------------------------------------------------------------------- estimator
@@ -544,7 +331,7 @@ std::string errorClass(const HistorySample& sample) {
 std::string contextClass(const HistorySample& sample) {
   if (sample.stepPhase < 0) return "all, outside marked steps";
   static const char* kQuarters[] = {"all, step 0-25%", "all, step 25-50%", "all, step 50-75%", "all, step 75-100%"};
-  return kQuarters[std::clamp(static_cast<int>(sample.stepPhase * 4), 0, 3)];
+  return kQuarters[static_cast<int>(std::min(sample.stepPhase, 0.99) * 4)];
 }
 
 ErrorStats errorStats(std::vector<double> errors) {

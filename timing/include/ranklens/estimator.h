@@ -114,6 +114,9 @@ bool crossesNodes(int localWorldSize, int nranks);
 bool hasTransferTimes(const History& history);
 bool saveHistory(const std::string& path, const History& history, std::string* error);
 bool loadHistory(const std::string& path, History* history, std::string* error);
+// A history file's bytes (`name` in messages): false with the reason -- the sample and what is wrong with it -- when
+// it is not a history this RankLens reads, or a sample could mislead the estimator.
+bool parseHistory(const char* data, size_t size, const std::string& name, History* history, std::string* error);
 
 struct Estimate {
   int64_t durationNs = 0;
