@@ -98,7 +98,7 @@ bool parseNpy(const std::vector<uint8_t>& image, NpyArray* out, std::string* rea
   const std::string header(reinterpret_cast<const char*>(image.data() + headerStart), headerLength);
   DictParser p{header};
   NpyArray a;
-  bool haveDescr = false, haveShape = false;
+  bool haveDescr = false, haveShape = false, haveOrder = false;
   if (!p.eat('{')) {
     *reason = "malformed .npy header (no dict)";
     return false;
@@ -107,6 +107,11 @@ bool parseNpy(const std::vector<uint8_t>& image, NpyArray* out, std::string* rea
     std::string key;
     if (!p.str(&key) || !p.eat(':')) {
       *reason = "malformed .npy header";
+      return false;
+    }
+    // A key given twice would leave its value ambiguous (a second shape added its dimensions to the first's).
+    if ((key == "descr" && haveDescr) || (key == "shape" && haveShape) || (key == "fortran_order" && haveOrder)) {
+      *reason = "duplicate key '" + key + "' in .npy header";
       return false;
     }
     if (key == "descr") {
@@ -122,6 +127,7 @@ bool parseNpy(const std::vector<uint8_t>& image, NpyArray* out, std::string* rea
         return false;
       }
       a.fortranOrder = w == "True";
+      haveOrder = true;
     } else if (key == "shape") {
       if (!p.eat('(')) {
         *reason = "malformed shape in .npy header";

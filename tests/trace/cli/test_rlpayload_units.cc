@@ -209,6 +209,23 @@ TEST(Npy, HeaderIsVersion1AlignedAndParses) {
   EXPECT_FALSE(parseNpy(image, &a, &reason));
 }
 
+// Found by fuzz_npy: a header naming its shape twice gave a shape whose product was not the element count.
+TEST(Npy, AKeyGivenTwiceIsRefused) {
+  for (const char* dict : {"{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), 'shape': (2, 3), }",
+                           "{'descr': '<i8', 'descr': '<f8', 'fortran_order': False, 'shape': (6,), }",
+                           "{'descr': '<i8', 'fortran_order': False, 'fortran_order': True, 'shape': (6,), }"}) {
+    std::string header = std::string("\x93NUMPY\x01\x00", 8) + "xx" + dict + "\n";
+    header[8] = static_cast<char>(header.size() - 10);
+    header[9] = 0;
+    std::vector<uint8_t> image(header.begin(), header.end());
+    image.resize(image.size() + 48);
+    NpyArray a;
+    std::string reason;
+    EXPECT_FALSE(parseNpy(image, &a, &reason)) << dict;
+    EXPECT_NE(reason.find("duplicate key"), std::string::npos) << reason;
+  }
+}
+
 // ------------------------------------------------------------------------------------------ appendEditedPayload
 
 class EditApi : public ::testing::Test {
