@@ -245,7 +245,8 @@ Session* load() {
                   "; replay with --world-size " + std::to_string(m.world_size) + " or pick the matching trace";
       return;
     }
-    if (auto it = m.counters.find(ranklens::trace::counter::kCallsUnrecorded); it != m.counters.end() && it->second > 0) {
+    const auto it = m.counters.find(ranklens::trace::counter::kCallsUnrecorded);
+    if (it != m.counters.end() && it->second > 0) {
       loadError = "replay_trace " + s->recording->directory() + " was recorded with record_alternate_steps (a " +
                   "benchmark setting): " + std::to_string(it->second) + " of its calls were forwarded without being " +
                   "recorded, so it cannot be replayed; record again without RANKLENS_RECORD_ALTERNATE_STEPS";
