@@ -21,7 +21,6 @@ int localWorldSize(const trace::Manifest& manifest) {
 
 bool crossesNodes(int localWorldSize, int nranks) { return localWorldSize > 0 && nranks > localWorldSize; }
 
-
 namespace {
 
 // Each call's step (the index of the "step" marker before it) and phase in it: host time since that marker over the
