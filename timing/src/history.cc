@@ -172,5 +172,6 @@ bool hasTransferTimes(const History& history) {
   return std::any_of(history.samples.begin(), history.samples.end(),
                      [](const HistorySample& s) { return s.nranks > 1 && s.transferNs > 0; });
 }
+
 }  // namespace timing
 }  // namespace ranklens
