@@ -50,3 +50,13 @@ def test_max_samples_keeps_the_first_ones_of_each_run(tmp_path):
 def test_nothing_to_leave_out_is_an_error(tmp_path):
     with pytest.raises(SystemExit):
         history_subset.main([str(tmp_path / "in.hist"), str(tmp_path / "out.hist")])
+
+
+def test_drop_phases_forgets_every_phase(tmp_path):
+    src = tmp_path / "in.hist"
+    src.write_bytes(msgpack.packb({"format": "ranklens-history", "version": 4, "runs": ["/t/a/rank0"],
+                                   "samples": [sample(0, 100), sample(0, 101)]}))
+    out = tmp_path / "out.hist"
+    history_subset.main([str(src), str(out), "--drop-phases"])
+    h = msgpack.unpackb(out.read_bytes(), raw=False)
+    assert [s[10] for s in h["samples"]] == [-1.0, -1.0] and [s[12] for s in h["samples"]] == [0, 0]
