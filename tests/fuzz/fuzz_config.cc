@@ -7,13 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "ranklens/config.h"
-
-namespace {
-void check(bool condition) {
-  if (!condition) __builtin_trap();
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ranklens::config;

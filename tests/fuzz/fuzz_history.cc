@@ -7,13 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "fuzz_check.h"
 #include "ranklens/estimator.h"
-
-namespace {
-void check(bool condition) {
-  if (!condition) __builtin_trap();
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ranklens::timing;

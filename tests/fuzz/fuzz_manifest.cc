@@ -6,13 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "fuzz_check.h"
 #include "ranklens/trace.h"
-
-namespace {
-void check(bool condition) {
-  if (!condition) __builtin_trap();
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ranklens::trace;

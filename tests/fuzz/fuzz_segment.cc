@@ -7,6 +7,7 @@
 #include <exception>
 #include <string>
 
+#include "fuzz_check.h"
 #include "ranklens/events.h"
 #include "ranklens/trace.h"
 
@@ -23,10 +24,6 @@ void convert(const msgpack::object& body) {
     msgpack::pack(again, record);
   } catch (const std::exception&) {
   }
-}
-
-void check(bool condition) {
-  if (!condition) __builtin_trap();
 }
 
 }  // namespace
