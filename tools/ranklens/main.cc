@@ -196,6 +196,14 @@ int runReplay(const ReplayOptions& o) {
   // A trace_dir from the config file or the caller's environment wins; otherwise events go to a fresh directory.
   std::string traceDir = loaded.settings.trace_dir;
   if (traceDir.empty() && !o.noEvents) env["RANKLENS_TRACE_DIR"] = traceDir = defaultTraceDir();
+  // The library writes no events over an earlier trace (it says so only under NCCL_DEBUG), and the summary or the
+  // comparison after the run would then read the earlier run's: refuse before starting.
+  if (const fs::path held = fs::path(traceDir) / ("rank" + std::to_string(o.rank)) / "manifest.msgpack";
+      !traceDir.empty() && fs::exists(held)) {
+    std::cerr << "error: the event directory " << traceDir << " already holds a trace of rank " << o.rank << " ("
+              << held.parent_path().string() << "); choose a new --trace-dir (or trace_dir), or remove that one\n";
+    return 2;
+  }
   if (!o.quiet)
     std::cerr << "ranklens: replaying rank " << o.rank << " of " << worldSize << " ("
               << ranklens::config::toString(loaded.settings.fidelity)
