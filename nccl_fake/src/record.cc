@@ -636,7 +636,21 @@ namespace capture {
 #include "nccl_api.def"
 #undef NCCL_FAKE_API
 
+namespace {
+// A recording whose trace cannot be written would be lost whole: a communicator is refused instead, before the real
+// NCCL creates it, with the reason in ncclGetLastError. (`ranklens record` checks its directory before starting.)
+ncclResult_t refuseWithoutTrace(int rankHint) {
+  recorder();  // first: its device describes the GPU in the manifest written when the trace opens
+  if (Runtime::get().traceWritable(rankHint)) return ncclSuccess;
+  const std::string why = lastErrorText();
+  WARN("record: %s; no communicator is created, so that the job does not run unrecorded: point RANKLENS_TRACE_DIR "
+       "(trace_dir) at a new directory", why.c_str());
+  return ncclInvalidUsage;
+}
+}  // namespace
+
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  NCCLCHECK(refuseWithoutTrace(rank));
   ncclResult_t ret = REAL(ncclCommInitRank)(comm, nranks, commId, rank);
   if (accepted(ret) && comm) registerComm(*comm, nranks, rank, currentDevice(), "init", nullptr, -1, -1, nullptr, ret);
   return ret;
@@ -644,6 +658,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t* config) {
+  NCCLCHECK(refuseWithoutTrace(rank));
   ncclResult_t ret = REAL(ncclCommInitRankConfig)(comm, nranks, commId, rank, config);
   if (accepted(ret) && comm) registerComm(*comm, nranks, rank, currentDevice(), "init", nullptr, -1, -1, config, ret);
   return ret;
@@ -651,6 +666,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId c
 
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
                                       ncclConfig_t* config) {
+  NCCLCHECK(refuseWithoutTrace(myrank));
   ncclResult_t ret = REAL(ncclCommInitRankScalable)(newcomm, nranks, myrank, nId, commIds, config);
   if (accepted(ret) && newcomm)
     registerComm(*newcomm, nranks, myrank, currentDevice(), "initScalable", nullptr, -1, -1, config, ret);
@@ -658,6 +674,7 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myran
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  NCCLCHECK(refuseWithoutTrace(0));
   ncclResult_t ret = REAL(ncclCommInitAll)(comms, ndev, devlist);
   if (accepted(ret) && comms)
     for (int i = 0; i < ndev; ++i)

@@ -195,6 +195,19 @@ void stageFirst() {
   EXPECT(ranklensFlush() == ncclSuccess, "flush");
 }
 
+// RANKLENS_TRACE_DIR already holds this rank's trace: every communicator is refused before the real NCCL creates it.
+void unwritableTrace() {
+  ncclComm_t comms[2] = {};
+  const ncclResult_t all = ncclCommInitAll(comms, 2, nullptr);
+  EXPECT(all == ncclInvalidUsage, "InitAll returned %d", static_cast<int>(all));
+  printf("last error: %s\n", ncclGetLastError(nullptr));
+  ncclUniqueId id;
+  EXPECT(ncclGetUniqueId(&id) == ncclSuccess, "GetUniqueId");
+  ncclComm_t one = nullptr;
+  const ncclResult_t rank = ncclCommInitRank(&one, 1, id, 0);
+  EXPECT(rank == ncclInvalidUsage, "InitRank returned %d", static_cast<int>(rank));
+}
+
 // Steps 0-2, each an AllReduce and a Send/Recv group on comm 0; step 3's marker comes inside step 2's group (after
 // its Send), and step 3 is one more AllReduce. Every result is checked, recorded or not.
 void alternate() {
@@ -229,6 +242,7 @@ int main(int argc, char** argv) {
   else if (scenario == "discover") discover();
   else if (scenario == "stage-first") stageFirst();
   else if (scenario == "alternate") alternate();
+  else if (scenario == "unwritable-trace") unwritableTrace();
   else {
     fprintf(stderr, "usage: record_scenario forward|capture|nonblocking|missing-symbol|no-real-nccl|discover|"
                     "stage-first|alternate\n");

@@ -345,6 +345,23 @@ TEST(RecordDiscovery, FindsTheWheelOfTheActiveVirtualEnvironment) {
   EXPECT_NE(run.output.find("nvidia-nccl wheel in $VIRTUAL_ENV"), std::string::npos) << run.output;
 }
 
+// A second recording into a directory holding the rank's trace would be lost whole (the library never overwrites a
+// trace): its communicators are refused with the reason, and the first recording is left as it was.
+TEST(RecordWriter, ADirectoryHoldingTheRanksTraceRefusesCommunicators) {
+  ScenarioRun first = runScenario("capture", {});
+  ASSERT_EQ(first.status, 0) << first.output;
+  const size_t calls = readTrace(first.traceDir).calls.size();
+  const std::string root = first.traceDir.substr(0, first.traceDir.rfind('/'));
+  ScenarioRun second = runScenario("unwritable-trace", {{"RANKLENS_TRACE_DIR", root}});
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(second.output.find("last error: record: RANKLENS_TRACE_DIR: " + first.traceDir +
+                               ": already holds a trace"),
+            std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("no communicator is created"), std::string::npos) << second.output;
+  EXPECT_EQ(readTrace(first.traceDir).calls.size(), calls);
+}
+
 TEST(RecordWriter, AStageBeforeTheFirstCommunicatorGetsRecordModesTrace) {
   ScenarioRun run = runScenario("stage-first", {{"RANKLENS_PAYLOADS", "all"}, {"FAKE_REAL_NCCL_SPIN_US", "0"}});
   ASSERT_EQ(run.status, 0) << run.output;

@@ -46,6 +46,9 @@ class Runtime {
     return writer && writer->appendPayload(ref, data, bytes, ranklens::trace::BackPressure::kWait);
   }
   ranklens::trace::TraceWriter* writer() { return eventWriter(-1); }
+  // Whether this process's trace can be written, opening it if needed (`rankHint` as for emit): false only when
+  // trace_dir is set and its rank directory cannot be created or already holds a trace (lastErrorText() says why).
+  bool traceWritable(int rankHint) { return settings_.trace_dir.empty() || eventWriter(rankHint) != nullptr; }
   // The writer if it exists already (never creates it).
   ranklens::trace::TraceWriter* existingWriter() {
     return writerReady_.load(std::memory_order_acquire) ? writer_.get() : nullptr;
