@@ -409,17 +409,18 @@ bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string*
   return writeFileAtomically(rankDir + "/index.msgpack", buffer.data(), buffer.size(), error);
 }
 
+bool holdsTrace(const std::string& dir) { return access((dir + "/manifest.msgpack").c_str(), F_OK) == 0; }
+
 std::vector<std::string> rankDirectories(const std::string& traceDir) {
   std::vector<std::string> out;
-  if (access((traceDir + "/manifest.msgpack").c_str(), F_OK) == 0) return {traceDir};
+  if (holdsTrace(traceDir)) return {traceDir};
   DIR* d = opendir(traceDir.c_str());
   if (d == nullptr) return out;
   // rank<R> directories in rank order, then any other directory holding a manifest (e.g. ranklens-pid<P>).
   std::vector<std::tuple<int, long, std::string>> found;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name == "." || name == ".." || access((traceDir + "/" + name + "/manifest.msgpack").c_str(), F_OK) != 0)
-      continue;
+    if (name == "." || name == ".." || !holdsTrace(traceDir + "/" + name)) continue;
     const std::string digits = name.rfind("rank", 0) == 0 ? name.substr(4) : "";
     const bool numbered = !digits.empty() && digits.size() <= 9 &&
                           digits.find_first_not_of("0123456789") == std::string::npos &&
@@ -439,12 +440,12 @@ bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDi
     return false;
   }
   closedir(d);
-  if (access((path + "/manifest.msgpack").c_str(), F_OK) == 0) {
+  if (holdsTrace(path)) {
     *rankDir = path;
     return true;
   }
   const std::string wanted = path + "/rank" + std::to_string(rank);
-  if (rank >= 0 && access((wanted + "/manifest.msgpack").c_str(), F_OK) == 0) {
+  if (rank >= 0 && holdsTrace(wanted)) {
     *rankDir = wanted;
     return true;
   }

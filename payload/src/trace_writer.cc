@@ -252,7 +252,7 @@ TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, const Manifest& manifest,
                                                  const WriterOptions& options, std::string* error) {
   if (!makeDirectories(rankDir, error)) return nullptr;
-  if (access((rankDir + "/manifest.msgpack").c_str(), F_OK) == 0) {
+  if (holdsTrace(rankDir)) {
     *error = rankDir + ": already holds a trace (manifest.msgpack exists); choose another directory";
     return nullptr;
   }

@@ -198,10 +198,10 @@ int runReplay(const ReplayOptions& o) {
   if (traceDir.empty() && !o.noEvents) env["RANKLENS_TRACE_DIR"] = traceDir = defaultTraceDir();
   // The library writes no events over an earlier trace (it says so only under NCCL_DEBUG), and the summary or the
   // comparison after the run would then read the earlier run's: refuse before starting.
-  if (const fs::path held = fs::path(traceDir) / ("rank" + std::to_string(o.rank)) / "manifest.msgpack";
-      !traceDir.empty() && fs::exists(held)) {
+  if (const std::string rankDir = traceDir + "/rank" + std::to_string(o.rank);
+      !traceDir.empty() && ranklens::trace::holdsTrace(rankDir)) {
     std::cerr << "error: the event directory " << traceDir << " already holds a trace of rank " << o.rank << " ("
-              << held.parent_path().string() << "); choose a new --trace-dir (or trace_dir), or remove that one\n";
+              << rankDir << "); choose a new --trace-dir (or trace_dir), or remove that one\n";
     return 2;
   }
   if (!o.quiet)

@@ -330,6 +330,9 @@ class TraceReader {
 bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
                          const Edit& edit, int zstdLevel, std::string* error);
 
+// Whether `dir` is a rank directory holding a trace: its manifest.msgpack exists (also after a crashed writer).
+// TraceWriter::create never writes into one.
+bool holdsTrace(const std::string& dir);
 // The rank directories of a trace (a rank directory itself, or a directory of rank<R>/ directories).
 std::vector<std::string> rankDirectories(const std::string& traceDir);
 // The one rank directory a trace argument names: `path` itself when it holds a manifest, else its rank<rank> child
