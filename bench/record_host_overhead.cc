@@ -15,21 +15,30 @@
 // profiler plugin for every call, through RankLens or not, so the real side pays that too; compare its real median
 // with an events run's to see NCCL's own share. A 1-rank communicator launches no kernel and keeps events.
 //
+// --probe adds two sides that wrap the real NCCL call in what the recorder must do on the GPU, without RankLens:
+// a capture query and two event records through the CUDA runtime, and the same through the driver's entry points
+// (cuStreamIsCapturing, cuEventRecord). --poller adds a thread that queries those sides' events every 100 us as the
+// recorder's background thread does (one query of the end event, two elapsed times). Together they split the added
+// time into CUDA's floor, the background thread's contention and RankLens's own work.
+//
 // --device host runs without a GPU (RANKLENS_DEVICE=host, host buffers, no CUDA calls): with the fake real NCCL of
 // tests/support as --real it measures RankLens's own bookkeeping per call, without CUDA events or NCCL's work.
 //
 //   record_host_overhead --real /path/libnccl.so.2 --ranklens build/release/nccl_fake/libnccl.so.2
 //       [--calls 20000] [--batch 200] [--count 1] [--ranks 1|2] [--clock events|kernel] [--device cuda|host]
-//       [--payloads none|small|all] [--trace-dir DIR] [--json]
+//       [--payloads none|small|all] [--trace-dir DIR] [--probe [--poller]] [--json]
+#include <cuda.h>  // driver types only: the entry points come from cudaGetDriverEntryPointByVersion
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -75,6 +84,32 @@ void check(cudaError_t err, const char* what) {
   }
 }
 
+template <typename Fn>
+Fn driverEntry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  check(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found), name);
+  if (found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    fprintf(stderr, "record_host_overhead: the driver has no %s\n", name);
+    exit(2);
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+// What the recorder does around one call on the GPU, without RankLens: events taken round-robin from a ring large
+// enough that the poller never sees one re-recorded within a pass.
+struct EventRing {
+  static constexpr size_t kSize = 4096;
+  std::vector<cudaEvent_t> events;
+  std::atomic<uint64_t> recorded{0};  // pairs recorded so far
+  void create() {
+    events.resize(kSize);
+    for (auto& e : events) check(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  cudaEvent_t start(uint64_t pair) const { return events[(2 * pair) % kSize]; }
+  cudaEvent_t end(uint64_t pair) const { return events[(2 * pair + 1) % kSize]; }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,7 +118,7 @@ int main(int argc, char** argv) {
   std::string clock = "events", device = "cuda";
   int calls = 20000, batch = 200, ranks = 1;
   size_t count = 1;
-  bool json = false;
+  bool json = false, probe = false, poller = false;
   app.add_option("--real", realPath, "the real libnccl.so.2")->required();
   app.add_option("--ranklens", ranklensPath, "RankLens's libnccl.so.2")->required();
   app.add_option("--calls", calls, "calls per side")->check(CLI::PositiveNumber);
@@ -97,6 +132,12 @@ int main(int argc, char** argv) {
   app.add_option("--payloads", payloads, "RANKLENS_PAYLOADS for the recorder")
       ->check(CLI::IsMember({"none", "small", "all"}));
   app.add_option("--trace-dir", traceDir, "where the recorder writes its trace (must not exist)");
+  app.add_flag("--probe", probe,
+               "also time the real call wrapped in a capture query and two event records, through the CUDA runtime "
+               "and through the driver's entry points (one GPU)");
+  app.add_flag("--poller", poller, "with --probe: a thread queries the probe sides' events every 100 us, as the "
+                                   "recorder's background thread does")
+      ->needs("--probe");
   app.add_flag("--json", json, "print one JSON object instead of text");
   CLI11_PARSE(app, argc, argv);
 
@@ -107,6 +148,10 @@ int main(int argc, char** argv) {
   setenv("RANKLENS_TIMING_CLOCK", clock.c_str(), 1);
   setenv("RANKLENS_DEVICE", device.c_str(), 1);
   const bool cuda = device == "cuda";
+  if (probe && (!cuda || ranks != 1)) {
+    fprintf(stderr, "record_host_overhead: --probe needs --device cuda and --ranks 1\n");
+    return 2;
+  }
 
   void* real = open(realPath);
   void* ours = open(ranklensPath);
@@ -143,45 +188,108 @@ int main(int argc, char** argv) {
     for (int r = 0; r < ranks && cuda; ++r) check(cudaStreamSynchronize(streams[r]), "cudaStreamSynchronize");
   };
 
-  std::vector<double> tReal, tOurs;
-  tReal.reserve(calls);
-  tOurs.reserve(calls);
+  // Sides: 0 the real NCCL, 1 RankLens, 2 and 3 (--probe) the real NCCL inside the recorder's CUDA work, through
+  // the runtime and through the driver.
+  const int sides = probe ? 4 : 2;
+  std::vector<double> samples[4];
+  for (auto& v : samples) v.reserve(calls);
+  using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  using EventRecordFn = CUresult (*)(CUevent, CUstream);
+  IsCapturingFn cuIsCapturing = nullptr;
+  EventRecordFn cuRecord = nullptr;
+  EventRing rings[2];  // sides 2 and 3
+  if (probe) {
+    cuIsCapturing = driverEntry<IsCapturingFn>("cuStreamIsCapturing");
+    cuRecord = driverEntry<EventRecordFn>("cuEventRecord");
+    for (auto& ring : rings) ring.create();
+  }
+  auto realCall = [&](int r) {
+    return realAllReduce(buffers[r], buffers[r], count, ncclFloat32, ncclSum, comms[r], streams[r]) == ncclSuccess;
+  };
   // One side's share of a step: a call of every rank (grouped when there are several); false on failure.
-  auto side = [&](bool useOurs) {
+  auto side = [&](int which) {
+    if (which >= 2) {  // --probe: one rank
+      EventRing& ring = rings[which - 2];
+      const uint64_t pair = ring.recorded.load(std::memory_order_relaxed);
+      bool ok;
+      if (which == 2) {
+        cudaStreamCaptureStatus status;
+        ok = cudaStreamIsCapturing(streams[0], &status) == cudaSuccess &&
+             cudaEventRecord(ring.start(pair), streams[0]) == cudaSuccess && realCall(0) &&
+             cudaEventRecord(ring.end(pair), streams[0]) == cudaSuccess;
+      } else {
+        CUstreamCaptureStatus status;
+        ok = cuIsCapturing(streams[0], &status) == CUDA_SUCCESS && cuRecord(ring.start(pair), streams[0]) == CUDA_SUCCESS &&
+             realCall(0) && cuRecord(ring.end(pair), streams[0]) == CUDA_SUCCESS;
+      }
+      ring.recorded.store(pair + 1, std::memory_order_release);
+      return ok;
+    }
+    const bool useOurs = which == 1;
     const bool grouped = ranks > 1;
     if (grouped && groupStart[useOurs]() != ncclSuccess) return false;
     for (int r = 0; r < ranks; ++r)
-      if ((useOurs ? oursAllReduce : realAllReduce)(buffers[r], buffers[r], count, ncclFloat32, ncclSum, comms[r],
-                                                    streams[r]) != ncclSuccess)
+      if (!(useOurs ? oursAllReduce(buffers[r], buffers[r], count, ncclFloat32, ncclSum, comms[r], streams[r]) ==
+                          ncclSuccess
+                    : realCall(r)))
         return false;
     return !grouped || groupEnd[useOurs]() == ncclSuccess;
   };
+  std::atomic<bool> stopPoller{false};
+  std::thread pollerThread;
+  if (poller) {
+    pollerThread = std::thread([&] {
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      uint64_t seen[2] = {0, 0};
+      while (!stopPoller.load(std::memory_order_relaxed)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        for (int k = 0; k < 2; ++k) {
+          const uint64_t upTo = rings[k].recorded.load(std::memory_order_acquire);
+          for (; seen[k] < upTo; ++seen[k]) {
+            if (cudaEventQuery(rings[k].end(seen[k])) != cudaSuccess) break;  // later pairs are later on the stream
+            float ms;
+            cudaEventElapsedTime(&ms, rings[k].start(seen[k]), rings[k].end(seen[k]));
+            if (seen[k] > 0) cudaEventElapsedTime(&ms, rings[k].end(seen[k] - 1), rings[k].start(seen[k]));
+          }
+          cudaGetLastError();
+        }
+      }
+    });
+  }
   // Warm-up: event pools, lazy module loading, the trace writer.
   for (int i = 0; i < 2 * batch; ++i) {
-    if (!side(false) || !side(true)) {
-      fprintf(stderr, "record_host_overhead: warm-up ncclAllReduce failed\n");
-      return 2;
+    for (int which = 0; which < sides; ++which) {
+      if (!side(which)) {
+        fprintf(stderr, "record_host_overhead: warm-up ncclAllReduce failed\n");
+        return 2;
+      }
     }
   }
   synchronize();
   using Clock = std::chrono::steady_clock;
   for (int done = 0; done < calls; done += batch) {
     for (int i = 0; i < batch; ++i) {
-      const bool oursFirst = (i & 1) != 0;  // alternate which side goes first
-      for (int which = 0; which < 2; ++which) {
-        const bool useOurs = (which == 0) == oursFirst;
+      for (int k = 0; k < sides; ++k) {
+        const int which = (k + i) % sides;  // rotate which side goes first
         auto t0 = Clock::now();
-        const bool ok = side(useOurs);
+        const bool ok = side(which);
         auto t1 = Clock::now();
         if (!ok) {
           fprintf(stderr, "record_host_overhead: ncclAllReduce failed\n");
           return 2;
         }
-        (useOurs ? tOurs : tReal).push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / ranks);
+        samples[which].push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / ranks);
       }
     }
     synchronize();
   }
+  if (poller) {
+    stopPoller = true;
+    pollerThread.join();
+  }
+  const std::vector<double>& tReal = samples[0];
+  const std::vector<double>& tOurs = samples[1];
   oursFlush();
   for (int r = 0; r < ranks; ++r) oursDestroy(comms[r]);
 
@@ -206,15 +314,24 @@ int main(int argc, char** argv) {
 
   const double medReal = percentile(tReal, 0.5), medOurs = percentile(tOurs, 0.5);
   const double p90Real = percentile(tReal, 0.9), p90Ours = percentile(tOurs, 0.9);
+  // --probe: the real call inside the recorder's CUDA work alone, added over the real call's median.
+  const double addedRuntime = probe ? percentile(samples[2], 0.5) - medReal : 0;
+  const double addedDriver = probe ? percentile(samples[3], 0.5) - medReal : 0;
+  char probeJson[256] = "";
+  if (probe)
+    snprintf(probeJson, sizeof(probeJson),
+             ", \"probe_poller\": %s, \"added_median_ns_runtime_events\": %.1f, "
+             "\"added_median_ns_driver_events\": %.1f",
+             poller ? "true" : "false", addedRuntime, addedDriver);
   if (json) {
     printf("{\"device\": \"%s\", \"payloads\": \"%s\", \"clock\": \"%s\", \"ranks\": %d, \"samples_per_side\": %zu, "
            "\"count\": %zu, "
            "\"median_ns_real\": %.1f, "
            "\"median_ns_ranklens\": %.1f, \"added_median_ns\": %.1f, \"p90_ns_real\": %.1f, \"p90_ns_ranklens\": %.1f, "
            "\"added_p90_ns\": %.1f, \"cuda_event_record_median_ns\": %.1f, "
-           "\"cuda_stream_is_capturing_median_ns\": %.1f}\n",
+           "\"cuda_stream_is_capturing_median_ns\": %.1f%s}\n",
            device.c_str(), payloads.c_str(), clock.c_str(), ranks, tReal.size(), count, medReal, medOurs, medOurs - medReal, p90Real, p90Ours,
-           p90Ours - p90Real, medRecord, medCapturing);
+           p90Ours - p90Real, medRecord, medCapturing, probeJson);
   } else {
     printf("payloads %s, clock %s, %d rank(s), %zu calls per side, %zu float32 per all-reduce\n", payloads.c_str(),
            clock.c_str(), ranks, tReal.size(), count);
@@ -224,6 +341,11 @@ int main(int argc, char** argv) {
     if (cuda)
       printf("  floor: cudaEventRecord median %.1f ns (x2 per call), cudaStreamIsCapturing median %.1f ns\n",
              medRecord, medCapturing);
+    if (probe) {
+      printf("  the real call in the recorder's CUDA work alone (%s): added median %.1f ns through the runtime, "
+             "%.1f ns through the driver\n",
+             poller ? "with a polling thread" : "no polling thread", addedRuntime, addedDriver);
+    }
   }
   return 0;
 }
