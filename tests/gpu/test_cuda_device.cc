@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ranklens/device.h"
+#include "ranklens/record_device.h"
 
 namespace {
 
@@ -487,6 +488,41 @@ TEST(CudaEffects, AllGatherClonesIntoEverySlot) {
   ncclMemFree(recv);
   ncclCommDestroy(comm);
   cudaStreamDestroy(stream);
+}
+
+// Record mode's CUDA primitives (driver entry points for the per-call ones): the events around a hold time it, an
+// event is pending until the stream reaches it, and a stream under graph capture reads as capturing.
+TEST_F(CudaDevice, RecordDeviceTimesAHoldAndSeesCapture) {
+  std::string why;
+  auto rec = ranklens::device::makeCudaRecordDevice(&why);
+  ASSERT_NE(rec, nullptr) << why;
+  int dev = -1;
+  ASSERT_EQ(rec->currentDevice(&dev), 0);
+  std::vector<ranklens::device::RecordDevice::Event> events;
+  ASSERT_EQ(rec->createEvents(dev, 2, &events), 0) << ranklens::device::lastError();
+  EXPECT_FALSE(rec->capturing(stream_));
+  ASSERT_EQ(rec->recordEvent(events[0], stream_), 0) << ranklens::device::lastError();
+  ASSERT_EQ(device_->hold(2000000, "test", stream_), 0);  // 2 ms
+  ASSERT_EQ(rec->recordEvent(events[1], stream_), 0) << ranklens::device::lastError();
+  EXPECT_EQ(rec->queryEvent(events[1]), ranklens::device::RecordDevice::kPending);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(rec->queryEvent(events[1]), 0);
+  int64_t ns = 0;
+  ASSERT_EQ(rec->elapsedNs(events[0], events[1], &ns), 0) << ranklens::device::lastError();
+  EXPECT_GE(ns, 1900000);
+  EXPECT_LT(ns, 20000000);
+
+  cudaStream_t captured;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&captured, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(captured, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_TRUE(rec->capturing(captured));
+  EXPECT_FALSE(rec->capturing(stream_));
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(captured, &graph), cudaSuccess);
+  EXPECT_FALSE(rec->capturing(captured));
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(captured);
+  for (auto e : events) rec->destroyEvent(e);
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Record-mode primitives on the CUDA runtime. Nothing here synchronises the calling thread: events are recorded,
 // copies are enqueued, and only the background thread queries.
+#include <cuda.h>  // driver types only: the entry points come from cudaGetDriverEntryPointByVersion
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "cuda_util.h"
 #include "ranklens/device.h"
@@ -51,6 +53,36 @@ int onDevice(int device, Body body) {
   return result;
 }
 
+// The two CUDA calls record mode makes on the job's thread for every NCCL call, taken from the driver: the runtime's
+// wrappers add their own bookkeeping to each (measured by bench/record_host_overhead --probe). Null when this driver
+// lacks them; the runtime's calls are used then.
+struct DriverCalls {
+  using EventRecordFn = CUresult (*)(CUevent, CUstream);
+  using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  EventRecordFn eventRecord = nullptr;
+  IsCapturingFn isCapturing = nullptr;
+
+  static DriverCalls resolve() {
+    DriverCalls calls;
+    calls.eventRecord = reinterpret_cast<EventRecordFn>(entry("cuEventRecord"));
+    calls.isCapturing = reinterpret_cast<IsCapturingFn>(entry("cuStreamIsCapturing"));
+    if (calls.eventRecord == nullptr || calls.isCapturing == nullptr) calls = DriverCalls();
+    return calls;
+  }
+
+ private:
+  static void* entry(const char* name) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return fn;
+  }
+};
+
 class CudaRecordDevice final : public RecordDevice {
  public:
   const char* name() const override { return "cuda"; }
@@ -70,7 +102,12 @@ class CudaRecordDevice final : public RecordDevice {
   }
   void destroyEvent(Event event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
   int recordEvent(Event event, cudaStream_t stream) override {
-    return check(cudaEventRecord(static_cast<cudaEvent_t>(event), stream), "cudaEventRecord");
+    if (driver_.eventRecord == nullptr)
+      return check(cudaEventRecord(static_cast<cudaEvent_t>(event), stream), "cudaEventRecord");
+    const CUresult err = driver_.eventRecord(static_cast<CUevent>(event), stream);
+    if (err == CUDA_SUCCESS) return 0;
+    setError("cuda record device: cuEventRecord: CUresult " + std::to_string(static_cast<int>(err)));
+    return static_cast<int>(err);
   }
   int queryEvent(Event event) override {
     cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
@@ -86,6 +123,11 @@ class CudaRecordDevice final : public RecordDevice {
     return 0;
   }
   bool capturing(cudaStream_t stream) override {
+    if (driver_.isCapturing != nullptr) {
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      // An error counts as capturing: the call is then reported as captured rather than timed with events.
+      return driver_.isCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+    }
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     cudaError_t err = cudaStreamIsCapturing(stream, &status);
     if (err != cudaSuccess) {
@@ -134,6 +176,7 @@ class CudaRecordDevice final : public RecordDevice {
     });
   }
 
+  const DriverCalls driver_ = DriverCalls::resolve();
   std::mutex mu_;
   std::map<int, cudaStream_t> sideStreams_;
 };
