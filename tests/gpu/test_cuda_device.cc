@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA stream device and the library's effects on real GPU memory. Skips itself without a GPU.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
 
@@ -460,6 +461,12 @@ TEST(CudaHoldShape, TrafficHoldsEndOnTime) {
 // Through the public API on device memory (CTest sets RANKLENS_DEVICE=cuda; fill is clone by default).
 TEST(CudaEffects, AllGatherClonesIntoEverySlot) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  // A real libnccl.so.2 found first on the library path would wait forever for 7 peers: fail at once instead.
+  Dl_info where{};
+  ASSERT_NE(dlsym(RTLD_DEFAULT, "ranklensFlush"), nullptr)
+      << "this test needs RankLens's libnccl.so.2, but "
+      << (dladdr(reinterpret_cast<void*>(&ncclGetUniqueId), &where) && where.dli_fname ? where.dli_fname : "another")
+      << " was loaded: put RankLens's nccl_fake/ build directory first on LD_LIBRARY_PATH";
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t comm;
