@@ -18,7 +18,7 @@ run() {  # run NAME COMMAND...: the command's output into the log, its status an
   echo "$name rc=$rc"; grep -E "^RESULT|Error|error:|WARN|invalid" /tmp/$name.out | head -8
 }
 rm -rf /tmp/g16 /tmp/g16-*
-run plain env -u NCCL_DEBUG $PY -m torch.distributed.run --standalone --nproc-per-node 1 "${prog[@]}"
+run plain env -u NCCL_DEBUG LD_LIBRARY_PATH=$PWD/.carry/deps $PY -m torch.distributed.run --standalone --nproc-per-node 1 "${prog[@]}"
 run record .carry/bin/ranklens record --lib .carry/lib/libnccl.so.2 --trace /tmp/g16 -- \
   $PY -m torch.distributed.run --standalone --nproc-per-node 1 "${prog[@]}"
 .carry/bin/ranklens trace summary /tmp/g16 >> $log 2>&1
