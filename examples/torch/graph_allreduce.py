@@ -11,8 +11,8 @@ Each step is captured once and launched --launches times: a matrix product, an a
 not captured), each buffer refilled with this rank's value + 1 before every launch. Eager all-reduces of both sizes
 come before the capture (the communicator is created outside it, as PyTorch requires) and after the last launch.
 
-Output: `launch <i> big <float> small <float>` (element 0 of each buffer after launch i; a real job gives the sum
-of (rank + 1) over ranks) and one line `RESULT {json}` with rank, world_size, launches, eager_big, eager_small and
+Output: `launch <i> big <float> small <float> ms <float>` (element 0 of each buffer after launch i, where a real job
+gives the sum of (rank + 1) over ranks, and the launch's GPU time) and one line `RESULT {json}` with rank, world_size, launches, eager_big, eager_small and
 the per-launch values. Exit code 0 when every value is finite.
 """
 import argparse
@@ -60,20 +60,24 @@ def main():
         step()
 
     launches = []
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for i in range(args.launches):
         big.fill_(value)
         small.fill_(value)
+        begin.record()
         graph.replay()
+        end.record()
         torch.cuda.synchronize()
-        launches.append({"big": big[0].item(), "small": small[0].item()})
-        print(f"launch {i} big {launches[-1]['big']} small {launches[-1]['small']}", flush=True)
+        launches.append({"big": big[0].item(), "small": small[0].item(), "ms": begin.elapsed_time(end)})
+        print(f"launch {i} big {launches[-1]['big']} small {launches[-1]['small']} ms {launches[-1]['ms']:.3f}",
+              flush=True)
 
     big.fill_(value)
     small.fill_(value)
     step()
     torch.cuda.synchronize()
     eager = {"eager_big": big[0].item(), "eager_small": small[0].item()}
-    values = [eager["eager_big"], eager["eager_small"]] + [v for launch in launches for v in launch.values()]
+    values = [eager["eager_big"], eager["eager_small"]] + [launch[k] for launch in launches for k in ("big", "small")]
     finite = all(math.isfinite(v) for v in values)
     print("RESULT " + json.dumps({"rank": rank, "world_size": world, "launches": launches, **eager,
                                   "all_finite": finite}), flush=True)

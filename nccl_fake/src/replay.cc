@@ -645,10 +645,12 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
     info->stepPhase = s->stepOccurrences.phase(event.timeNs);  // a group's: its first call's on the stream
     if (event.groupId == 0) info->stepOccurrence = s->stepOccurrences.next(event.op, event.bytes, false);
   }
-  if (match != nullptr && !s->estimateAll) {
-    info->durationNs = match->durationNs;
-    if (match->durationNs < 0 && (match->call.groupId == 0)) c.untimed++;
+  if (match != nullptr && !s->estimateAll && (match->durationNs >= 0 || match->call.groupId != 0)) {
+    info->durationNs = match->durationNs;  // a later call of a recorded group has none: the first holds the group
   } else if (match != nullptr || s->policy == OnMismatch::kEstimate) {
+    // Also a recorded call without a duration (captured into a CUDA graph, or its timing lost): it took time all
+    // the same, and under a capture the hold becomes part of the program's graph.
+    if (match != nullptr && !s->estimateAll) c.untimed++;
     info->durationNs = estimateNs(s, *info, event.bytes);
     info->estimated = true;
     c.estimated++;
@@ -890,6 +892,8 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
   for (const CallInfo& first : calls) {
     if (std::find(done.begin(), done.end(), first.stream) != done.end()) continue;
     done.push_back(first.stream);
+    // Captured into a CUDA graph when recorded: no duration, so estimated like an unmatched group.
+    const bool untimed = first.recorded && !first.estimated && first.recorded->captured;
     int64_t duration = first.recorded && !first.estimated ? first.durationNs : -1;
     int64_t restoreNs = 0;
     uint64_t bytes = 0;
@@ -904,14 +908,21 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
       std::lock_guard<std::mutex> lock(s->mu);
       occurrence = s->stepOccurrences.next(static_cast<int>(first.op), bytes, true);
     }
-    if (first.estimated) {
+    CallInfo held = first;
+    if (first.estimated || untimed) {
       const int nranks = first.comm->nRanks;
       const ranklens::timing::Estimate group = s->estimator->estimate(
           static_cast<int>(first.op), nranks, ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes,
           first.comm->name, true, occurrence, first.stepPhase);
-      if (group.neighbours > 0 && !group.extrapolated) duration = group.durationNs;  // from recorded groups
+      if (untimed || (group.neighbours > 0 && !group.extrapolated)) duration = group.durationNs;  // recorded groups
+      held.estimated = true;
     }
-    NCCLCHECK(holdStream(s, first, duration, restoreNs, first.recorded ? first.recorded->call.groupId : 1, bytes));
+    if (untimed) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->counters.untimed++;
+      s->counters.estimated++;
+    }
+    NCCLCHECK(holdStream(s, held, duration, restoreNs, first.recorded ? first.recorded->call.groupId : 1, bytes));
   }
   return ncclSuccess;
 }

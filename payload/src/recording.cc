@@ -2,6 +2,7 @@
 #include "ranklens/recording.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace ranklens {
 namespace trace {
@@ -54,6 +55,7 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
 
   std::unordered_map<CallKey, Timing, CallKeyHash> durations;
   std::unordered_map<CallKey, PayloadRef, CallKeyHash> payloads;
+  std::unordered_set<CallKey, CallKeyHash> captured;
   std::string decodeError;
   const bool scanned = im.reader->scan([&](RecordType type, const msgpack::object& body, const Location&) {
     try {
@@ -68,7 +70,10 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
         }
         case RecordType::kTiming: {
           const auto t = body.as<Timing>();
-          if (t.durationNs >= 0)
+          // A captured call's Timing carries 0, not a duration: the call ran later, at each launch of its graph.
+          if (t.captured)
+            captured.insert(keyOf(t.commId, t.op, t.peer, t.seq));
+          else if (t.durationNs >= 0)
             durations[keyOf(t.commId, t.op, t.peer, t.seq)] = t;
           break;
         }
@@ -107,6 +112,8 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
       rc.gapNs = it->second.gapNs;
       rc.kernelClock = it->second.clock == kClockKernel;
       ++im.timed;
+    } else {
+      rc.captured = captured.count(key) > 0;
     }
     if (auto it = payloads.find(key); it != payloads.end()) rc.payload = it->second;
     im.index[key] = i;

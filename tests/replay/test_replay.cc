@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <map>
 #include <sstream>
@@ -232,6 +233,77 @@ TEST(ReplayRecording, StructureReplayWithATraceChecksCallsButHoldsNothing) {
   Trace t = readTrace(r.traceDir);
   EXPECT_EQ(t.counter("replay_mismatches"), 0u);
   EXPECT_EQ(t.counter("replay_holds"), 0u);
+}
+
+// A copy of a rank's trace (without payloads) in which the Timing records `capture` picks say what record mode writes
+// for a call captured into a CUDA graph: captured, 0 ns. Returns how many it changed.
+size_t copyWithCapturedTimings(const std::string& from, const std::string& to,
+                               const std::function<bool(const ranklens::trace::Timing&)>& capture) {
+  using namespace ranklens::trace;
+  std::string error;
+  auto reader = TraceReader::open(from, Limits{}, &error);
+  EXPECT_NE(reader, nullptr) << error;
+  if (!reader) return 0;
+  auto writer = TraceWriter::create(to, reader->manifest(), WriterOptions{}, &error);
+  EXPECT_NE(writer, nullptr) << error;
+  if (!writer) return 0;
+  size_t changed = 0;
+  reader->scan([&](RecordType type, const msgpack::object& body, const Location&) {
+    if (type == RecordType::kPayloadRef) return true;  // the payload files are not copied
+    if (type != RecordType::kTiming) return writer->append(type, body);
+    Timing t = body.as<Timing>();
+    if (capture(t)) {
+      t.captured = true;
+      t.durationNs = 0;
+      ++changed;
+    }
+    return writer->append(type, t);
+  });
+  EXPECT_TRUE(writer->close()) << writer->lastError();
+  return changed;
+}
+
+// Calls the recording has no duration for, because they were captured into a CUDA graph (record mode writes a
+// captured Timing of 0 ns), took time all the same: the replay holds them for an estimate from the recording's timed
+// calls (under a capture the hold joins the program's graph), counts them, and history leaves them out.
+TEST(ReplayRecording, CallsCapturedInAGraphAreHeldForAnEstimate) {
+  const Recorded rec = recordScenario("to-capture", {{"RANKLENS_PAYLOADS", "none"}});
+  ASSERT_EQ(rec.status, 0) << rec.log;
+  const std::string root = tmpRoot() + "/captured";
+  size_t lone = 0, grouped = 0;
+  const size_t changed = copyWithCapturedTimings(rec.root + "/rank1", root + "/rank1", [&](const auto& t) {
+    if (t.groupId == 0 && t.op == static_cast<int>(ranklens::events::Op::kAllReduce) && lone < 2) return ++lone > 0;
+    if (t.groupId != 0 && grouped < 1) return ++grouped > 0;
+    return false;
+  });
+  ASSERT_EQ(changed, 3u);
+  std::string error;
+  auto recording = ranklens::trace::Recording::open(root, 1, &error);
+  ASSERT_NE(recording, nullptr) << error;
+  size_t captured = 0;
+  for (const auto& rc : recording->calls()) {
+    if (!rc.captured) continue;
+    ++captured;
+    EXPECT_EQ(rc.durationNs, -1);
+  }
+  EXPECT_EQ(captured, 3u);
+  ranklens::timing::History history;
+  ASSERT_TRUE(ranklens::timing::addRecordedRun(*recording, &history, &error)) << error;
+  for (const auto& sample : history.samples) EXPECT_GT(sample.durationNs, 0);
+
+  Replayed r = replay("captured-replay", {{"RANKLENS_REPLAY_TRACE", root}, {"RANKLENS_FIDELITY", "timing"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  Trace t = readTrace(r.traceDir);
+  EXPECT_EQ(t.counter("replay_mismatches"), 0u);
+  EXPECT_EQ(t.counter("replay_untimed"), 3u);
+  EXPECT_EQ(t.counter("replay_estimated"), 3u);
+  size_t estimatedTimings = 0;
+  for (const auto& timing : t.timings) estimatedTimings += timing.clock == ranklens::trace::kClockEstimated;
+  EXPECT_EQ(estimatedTimings, 3u);
+  // Held for estimates fitted to the recorded calls (~200 us each), not for nothing.
+  const uint64_t extraNs = t.counter("replay_held_ns") - recordedHoldNs(readTrace(root + "/rank1"));
+  EXPECT_GT(extraNs, 3 * 50'000u);
+  EXPECT_LT(extraNs, 3 * 5'000'000u);
 }
 
 TEST(ReplayMismatch, ErrorPolicyFailsTheCallAndNamesBothSides) {

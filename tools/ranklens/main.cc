@@ -61,7 +61,8 @@ void printReplayCounters(const std::string& rankDir) {
   std::cout << "\nReplay of the recording: " << get("replay_calls") << " calls, " << get("replay_calls_matched")
             << " matched, " << get("replay_mismatches") << " mismatched (" << get("replay_resyncs")
             << " resynchronised, " << get("replay_extra_calls") << " extra), " << get("replay_estimated")
-            << " estimated (" << get("replay_estimates_extrapolated") << " extrapolated), "
+            << " estimated (" << get("replay_estimates_extrapolated") << " extrapolated, " << get("replay_untimed")
+            << " recorded without a duration: captured in a CUDA graph or lost), "
             << get("replay_payloads_restored") << " payloads restored, " << get("replay_filled_without_payload")
             << " filled without payload; communicators " << get("replay_comms_matched") << " matched, "
             << get("replay_comms_unmatched") << " unmatched, " << get("replay_comms_rebound") << " rebound\n"
