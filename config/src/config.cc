@@ -28,6 +28,7 @@ constexpr const char* kDeviceNames[] = {"auto", "cuda", "host"};
 constexpr const char* kPayloadsNames[] = {"none", "small", "all"};
 constexpr const char* kStagingFullNames[] = {"skip", "wait"};
 constexpr const char* kTimingClockNames[] = {"events", "kernel"};
+constexpr const char* kCapturedTimingNames[] = {"events", "off"};
 constexpr const char* kHoldFromNames[] = {"arrival", "start"};
 constexpr const char* kPeerPacingNames[] = {"off", "recorded"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
@@ -520,6 +521,11 @@ const KeyDesc kKeys[] = {
      "own kernel (through NCCL's profiler plugin interface; no events on the calling thread)",
      [](const Input& in, Settings& s) { return parseEnum(in, kTimingClockNames, s.timing_clock); },
      [](const Settings& s) { return std::string(toString(s.timing_clock)); }},
+    {"captured_timing", "RANKLENS_CAPTURED_TIMING", "events",
+     "record: a call captured into a CUDA graph is timed by two event nodes added to the graph, at the first launch "
+     "of it that completes (events), or has no duration (off: the graph gets nothing of RankLens's)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kCapturedTimingNames, s.captured_timing); },
+     [](const Settings& s) { return std::string(toString(s.captured_timing)); }},
     {"record_alternate_steps", "RANKLENS_RECORD_ALTERNATE_STEPS", "0",
      "record, for the overhead benchmark only: from the first step marker on, every other block of this many steps "
      "is forwarded to the real NCCL without being recorded (step-time A/B within one process); such a trace "
@@ -840,6 +846,7 @@ const char* toString(DeviceKind v) { return enumName(v, kDeviceNames); }
 const char* toString(Payloads v) { return enumName(v, kPayloadsNames); }
 const char* toString(StagingFull v) { return enumName(v, kStagingFullNames); }
 const char* toString(TimingClock v) { return enumName(v, kTimingClockNames); }
+const char* toString(CapturedTiming v) { return enumName(v, kCapturedTimingNames); }
 const char* toString(HoldFrom v) { return enumName(v, kHoldFromNames); }
 const char* toString(PeerPacing v) { return enumName(v, kPeerPacingNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }

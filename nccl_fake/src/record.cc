@@ -164,6 +164,7 @@ CallRecorder* recorder() {
     options.payloads = s.payloads != ranklens::config::Payloads::kNone;
     options.stagingBytes = s.staging_bytes;
     options.waitWhenFull = s.staging_full == ranklens::config::StagingFull::kWait;
+    options.timeCaptured = s.captured_timing == ranklens::config::CapturedTiming::kEvents;
     // The trace may have been opened before this first communicator (a stage marker came first): name the GPU now.
     if (auto* writer = rt.existingWriter()) {
       std::string gpuName, gpuUuid;
@@ -277,6 +278,8 @@ void registerComm(ncclComm_t handle, int nranks, int rank, int cudaDev, const ch
   static std::once_flag exitHandler;
   std::call_once(exitHandler, [] {
     atexit([] {
+      // Captured calls whose graph never completed a launch: written now, without a duration.
+      if (CallRecorder* r = state().recorder.get()) r->finishCaptured();
       flush();
       if (KernelClock* clock = state().kernelClock.get()) {
         clock->abandonPending();  // written with duration -1 and counted, never silently missing
@@ -616,6 +619,7 @@ void flush() {
     const std::pair<const char*, uint64_t> values[] = {
         {"timings_measured", s.timed},
         {"timings_captured_in_graph", s.captured},
+        {"timings_captured_measured", s.capturedTimed},
         {ranklens::trace::counter::kTimingErrors, s.timingErrors},
         {"payloads_staged", s.payloadsStaged},
         {"payload_bytes_staged", s.payloadBytesStaged},

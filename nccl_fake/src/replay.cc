@@ -893,7 +893,8 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
     if (std::find(done.begin(), done.end(), first.stream) != done.end()) continue;
     done.push_back(first.stream);
     // Captured into a CUDA graph when recorded: no duration, so estimated like an unmatched group.
-    const bool untimed = first.recorded && !first.estimated && first.recorded->captured;
+    const bool untimed =
+        first.recorded && !first.estimated && first.recorded->captured && first.recorded->durationNs < 0;
     int64_t duration = first.recorded && !first.estimated ? first.durationNs : -1;
     int64_t restoreNs = 0;
     uint64_t bytes = 0;

@@ -70,8 +70,9 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
         }
         case RecordType::kTiming: {
           const auto t = body.as<Timing>();
-          // A captured call's Timing carries 0, not a duration: the call ran later, at each launch of its graph.
-          if (t.captured)
+          // A captured call ran at each launch of its graph: its Timing has the first launch's duration, or 0 when
+          // no launch was timed, which is no duration.
+          if (t.captured && t.durationNs <= 0)
             captured.insert(keyOf(t.commId, t.op, t.peer, t.seq));
           else if (t.durationNs >= 0)
             durations[keyOf(t.commId, t.op, t.peer, t.seq)] = t;
@@ -111,6 +112,7 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
       rc.durationNs = it->second.durationNs;
       rc.gapNs = it->second.gapNs;
       rc.kernelClock = it->second.clock == kClockKernel;
+      rc.captured = it->second.captured;
       ++im.timed;
     } else {
       rc.captured = captured.count(key) > 0;

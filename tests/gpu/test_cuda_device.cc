@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "ranklens/device.h"
+#include "ranklens/call_recorder.h"
 #include "ranklens/record_device.h"
 
 namespace {
@@ -530,6 +532,70 @@ TEST_F(CudaDevice, RecordDeviceTimesAHoldAndSeesCapture) {
   if (graph) cudaGraphDestroy(graph);
   cudaStreamDestroy(captured);
   for (auto e : events) rec->destroyEvent(e);
+}
+
+// A call captured into a CUDA graph is timed at a launch of the graph: the recorder's events become graph nodes, and
+// the Timing (captured) written after the first launch has that launch's duration (a 2 ms hold inside the graph).
+TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
+  std::string why;
+  auto rec = ranklens::device::makeCudaRecordDevice(&why);
+  ASSERT_NE(rec, nullptr) << why;
+  std::mutex mu;
+  std::vector<ranklens::trace::Timing> timings;
+  ranklens::timing::CallRecorder::Options options;
+  ranklens::timing::CallRecorder recorder(
+      *rec, options,
+      [&](const ranklens::trace::Timing& t) {
+        std::lock_guard<std::mutex> lock(mu);
+        timings.push_back(t);
+      },
+      [](const ranklens::trace::PayloadRef&, const void*, size_t) {});
+  int dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  recorder.prepareDevice(dev);
+  cudaStream_t captured;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&captured, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(captured, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ranklens::trace::Timing identity;
+  identity.commId = 1;
+  identity.seq = 9;
+  auto* span = recorder.begin(dev, captured, identity);
+  ASSERT_NE(span, nullptr) << ranklens::device::lastError();
+  ASSERT_EQ(device_->hold(2000000, "captured", captured), 0) << ranklens::device::lastError();
+  recorder.end(span, {});
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(captured, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_GE(nodes, 3u);  // the hold and the two event nodes
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(timings.empty()) << "written before any launch";
+  }
+  for (int launch = 0; launch < 2; ++launch) ASSERT_EQ(cudaGraphLaunch(exec, captured), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(captured), cudaSuccess);
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!timings.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  recorder.finishCaptured();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(timings.size(), 1u);
+  EXPECT_TRUE(timings[0].captured);
+  EXPECT_EQ(timings[0].seq, 9u);
+  EXPECT_GE(timings[0].durationNs, 1900000);
+  EXPECT_LT(timings[0].durationNs, 20000000);
+  EXPECT_EQ(recorder.stats().capturedTimed, 1u);
+  recorder.stop();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(captured);
 }
 
 }  // namespace

@@ -16,6 +16,9 @@ using Event = RecordDevice::Event;
 
 namespace {
 constexpr int kIdleMicros = 1000;  // background polling interval while nothing is pending
+// Events left in CUDA graphs are never reused; past this many, captured calls get no duration (a program that
+// captures without end, e.g. recompiling, does not grow the recorder without bound).
+constexpr size_t kMaxRetiredEvents = size_t{1} << 16;
 }  // namespace
 
 struct CallRecorder::DevicePool {
@@ -28,6 +31,7 @@ struct CallRecorder::Span {
   cudaStream_t stream = nullptr;
   Event events[3] = {nullptr, nullptr, nullptr};  // start, end, copies done
   bool copies = false;
+  bool captured = false;  // its events are nodes of a CUDA graph
   trace::Timing identity;
   std::vector<Staged> staged;
 };
@@ -54,6 +58,8 @@ CallRecorder::~CallRecorder() {
   drain(2'000'000'000);
   stop();
   for (auto& [comm, kept] : chain_) giveEvents(kept.device, &kept.end, 1);
+  for (Span* span : captured_) delete span;
+  for (Event e : retired_) device_.destroyEvent(e);
   for (Span* span : freeSpans_) delete span;
   for (auto& [dev, pool] : pools_)
     for (Event e : pool->free) device_.destroyEvent(e);
@@ -88,10 +94,11 @@ void CallRecorder::prepareDevice(int device) {
   if (takeEvents(device, 3, events)) giveEvents(device, events, 3);
 }
 
-bool CallRecorder::takeEvents(int device, size_t n, Event* out) {
+bool CallRecorder::takeEvents(int device, size_t n, Event* out, bool create) {
   DevicePool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mu);
   if (p.free.size() < n) {
+    if (!create) return false;
     // Rare (warm-up, or more calls in flight than ever before): create a batch on this thread.
     if (device_.createEvents(device, std::max(options_.eventBatch, n), &p.free) != 0 && p.free.size() < n)
       return false;
@@ -120,18 +127,127 @@ bool CallRecorder::reportCaptured(cudaStream_t stream, const trace::Timing& iden
   return true;
 }
 
-CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const trace::Timing& identity) {
-  if (stopped_.load(std::memory_order_relaxed)) return nullptr;
-  if (reportCaptured(stream, identity)) return nullptr;
-  Span* span = nullptr;
+CallRecorder::Span* CallRecorder::takeSpan() {
   {
     std::lock_guard<std::mutex> lock(spansMu_);
     if (!freeSpans_.empty()) {
-      span = freeSpans_.back();
+      Span* span = freeSpans_.back();
       freeSpans_.pop_back();
+      return span;
     }
   }
-  if (span == nullptr) span = new Span();
+  return new Span();
+}
+
+void CallRecorder::writeCaptured(const trace::Timing& identity, int64_t durationNs) {
+  trace::Timing timing = identity;
+  timing.captured = true;
+  timing.durationNs = durationNs;
+  if (durationNs > 0) timing.eventNs = durationNs;
+  timingSink_(timing);
+}
+
+CallRecorder::Span* CallRecorder::beginCaptured(int device, cudaStream_t stream, const trace::Timing& identity) {
+  counters_.captured++;
+  bool room = false;
+  if (options_.timeCaptured) {
+    std::lock_guard<std::mutex> lock(capturedMu_);
+    room = retired_.size() + 2 * captured_.size() + 2 <= kMaxRetiredEvents;
+  }
+  if (room) {
+    Span* span = takeSpan();
+    span->device = device;
+    span->stream = stream;
+    span->identity = identity;
+    span->copies = false;
+    span->captured = true;
+    span->staged.clear();
+    // From the pool as it is: creating events is no business of a capture.
+    if (!takeEvents(device, 2, span->events, false)) {
+      span->events[0] = span->events[1] = nullptr;
+      span->captured = false;
+      recycle(span);
+    } else if (device_.recordEventInCapture(span->events[0], stream) == 0) {
+      return span;
+    } else {
+      counters_.timingErrors++;
+      retireCaptured(span);  // whether the failed record reached the graph is unknown
+    }
+  }
+  writeCaptured(identity, 0);
+  return nullptr;
+}
+
+void CallRecorder::endCaptured(Span* span, size_t payloads) {
+  if (payloads > 0) countCapturedPayloads(payloads);
+  // A non-blocking communicator may finish the call after the capture ended: its end can no longer join the graph.
+  if (!device_.capturing(span->stream) || device_.recordEventInCapture(span->events[1], span->stream) != 0) {
+    writeCaptured(span->identity, 0);
+    retireCaptured(span);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(capturedMu_);
+  captured_.push_back(span);
+}
+
+void CallRecorder::retireCaptured(Span* span) {
+  {
+    std::lock_guard<std::mutex> lock(capturedMu_);
+    for (Event& e : span->events)
+      if (e) retired_.push_back(e);
+  }
+  span->events[0] = span->events[1] = span->events[2] = nullptr;
+  span->captured = false;
+  recycle(span);
+}
+
+void CallRecorder::pollCaptured() {
+  std::vector<std::pair<trace::Timing, int64_t>> measured;
+  {
+    std::lock_guard<std::mutex> lock(capturedMu_);
+    auto keep = captured_.begin();
+    for (Span* span : captured_) {
+      // Complete and positive: both events from the same launch. Between launches the start may already be a
+      // newer launch's while the end is the older one's; an event never recorded (no launch yet) has no time.
+      int64_t ns = -1;
+      if (device_.queryEvent(span->events[1]) == 0 && device_.queryEvent(span->events[0]) == 0 &&
+          device_.elapsedNs(span->events[0], span->events[1], &ns) == 0 && ns > 0) {
+        measured.emplace_back(span->identity, ns);
+        retired_.push_back(span->events[0]);
+        retired_.push_back(span->events[1]);
+        span->events[0] = span->events[1] = nullptr;
+        span->captured = false;
+        recycle(span);
+      } else {
+        *keep++ = span;
+      }
+    }
+    captured_.erase(keep, captured_.end());
+  }
+  for (const auto& [identity, ns] : measured) {
+    counters_.capturedTimed++;
+    writeCaptured(identity, ns);
+  }
+}
+
+void CallRecorder::finishCaptured() {
+  if (stopped_) return;
+  pollCaptured();
+  std::vector<Span*> left;
+  {
+    std::lock_guard<std::mutex> lock(capturedMu_);
+    left.swap(captured_);
+  }
+  for (Span* span : left) {
+    writeCaptured(span->identity, 0);
+    retireCaptured(span);
+  }
+}
+
+CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const trace::Timing& identity) {
+  if (stopped_.load(std::memory_order_relaxed)) return nullptr;
+  if (device_.capturing(stream)) return beginCaptured(device, stream, identity);
+  Span* span = takeSpan();
   span->device = device;
   span->stream = stream;
   span->identity = identity;
@@ -152,6 +268,10 @@ CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const t
 
 void CallRecorder::abandon(Span* span) {
   if (span == nullptr) return;
+  if (span->captured) {
+    retireCaptured(span);
+    return;
+  }
   giveEvents(span->device, span->events, 2);
   span->events[0] = span->events[1] = nullptr;
   recycle(span);
@@ -196,6 +316,10 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
   if (span == nullptr) return;
   if (stopped_.load(std::memory_order_relaxed)) {  // at exit: no GPU work any more
     abandon(span);
+    return;
+  }
+  if (span->captured) {
+    endCaptured(span, payloads.size());
     return;
   }
   if (device_.recordEvent(span->events[1], span->stream) != 0) {
@@ -326,6 +450,7 @@ void CallRecorder::run() {
       else *keep++ = span;
     }
     pending.erase(keep, pending.end());
+    pollCaptured();
     if (done > 0) {
       std::lock_guard<std::mutex> lock(pendingMu_);
       finished_ += done;
@@ -345,6 +470,7 @@ RecorderStats CallRecorder::stats() const {
   RecorderStats s;
   s.timed = counters_.timed;
   s.captured = counters_.captured;
+  s.capturedTimed = counters_.capturedTimed;
   s.timingErrors = counters_.timingErrors;
   s.payloadsStaged = counters_.payloadsStaged;
   s.payloadBytesStaged = counters_.payloadBytesStaged;

@@ -109,6 +109,10 @@ class CudaRecordDevice final : public RecordDevice {
     setError("cuda record device: cuEventRecord: CUresult " + std::to_string(static_cast<int>(err)));
     return static_cast<int>(err);
   }
+  int recordEventInCapture(Event event, cudaStream_t stream) override {
+    return check(cudaEventRecordWithFlags(static_cast<cudaEvent_t>(event), stream, cudaEventRecordExternal),
+                 "cudaEventRecordWithFlags (external, in a graph capture)");
+  }
   int queryEvent(Event event) override {
     cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (err == cudaErrorNotReady) return kPending;

@@ -49,6 +49,10 @@ class HostRecordDevice final : public RecordDevice {
     stats_.eventsRecorded++;
     return 0;
   }
+  int recordEventInCapture(Event, cudaStream_t) override {
+    setError("host record device: no CUDA graphs on the host");
+    return 1;
+  }
   int queryEvent(Event) override { return 0; }
   int elapsedNs(Event start, Event end, int64_t* nanoseconds) override {
     auto* s = static_cast<HostEvent*>(start);

@@ -25,6 +25,8 @@ enum class Payloads { kNone, kSmall, kAll };
 enum class StagingFull { kSkip, kWait };
 // Record mode: where a call's duration comes from (trace::Timing.clock).
 enum class TimingClock { kEvents, kKernel };
+// Record: calls captured into a CUDA graph are timed at a launch of the graph (event nodes in it), or not at all.
+enum class CapturedTiming { kEvents, kOff };
 // Replay: what happens to a call that does not match the recording.
 enum class OnMismatch { kError, kWarn, kEstimate };
 // Replay: how a stream is held for a call's duration.
@@ -74,6 +76,7 @@ struct Settings {
   unsigned long long staging_bytes = 256ull << 20;  // pinned host memory for payloads in flight
   StagingFull staging_full = StagingFull::kSkip;
   TimingClock timing_clock = TimingClock::kEvents;
+  CapturedTiming captured_timing = CapturedTiming::kEvents;
   int record_alternate_steps = 0;           // benchmark: every other block of this many steps forwarded unrecorded
   // Replay of a recorded trace.
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
@@ -131,6 +134,7 @@ const char* toString(DeviceKind);
 const char* toString(Payloads);
 const char* toString(StagingFull);
 const char* toString(TimingClock);
+const char* toString(CapturedTiming);
 const char* toString(HoldFrom);
 const char* toString(PeerPacing);
 const char* toString(OnMismatch);

@@ -44,7 +44,7 @@ struct RecordedCall {
   // GPU duration from the call's Timing record; for a call in a group, the first call on each stream carries the
   // duration of the whole group on that stream and the others carry -1. -1: not measured (captured, lost).
   int64_t durationNs = -1;
-  bool captured = false;     // its Timing says it was captured into a CUDA graph: it ran at each graph launch, untimed
+  bool captured = false;     // captured into a CUDA graph (ran at each launch): durationNs is a launch's, or -1
   bool kernelClock = false;  // durationNs is NCCL's kernel time (Timing.clock), without the host launch
   int64_t gapNs = -1;        // Timing.gapNs: since the communicator's previous collective ended; -1 unknown
   std::optional<PayloadRef> payload;

@@ -7,8 +7,10 @@
 // call, into pinned staging memory; the job's stream then waits for the copy, because its next kernel may overwrite
 // the buffer. A background thread queries the events, turns them into Timing records and hands staged payloads to
 // the trace writer, which compresses them on its own threads. Staging memory is bounded: when it is full a payload
-// is skipped (counted) or, if configured, the caller waits for space. Under CUDA graph capture nothing is enqueued:
-// the call is reported as captured, with no duration.
+// is skipped (counted) or, if configured, the caller waits for space. Under CUDA graph capture the two events become
+// nodes of the graph (never reused afterwards: each launch records them again) and the background thread writes the
+// call's Timing (captured) at the first launch it sees complete, or with no duration at exit if none did; payloads
+// of captured calls are not stored.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,7 +41,8 @@ struct PayloadRequest {
 
 struct RecorderStats {
   uint64_t timed = 0;               // Timing records with a measured duration
-  uint64_t captured = 0;            // spans inside a CUDA graph capture (no duration)
+  uint64_t captured = 0;            // spans inside a CUDA graph capture
+  uint64_t capturedTimed = 0;       // of those, timed at a launch of their graph
   uint64_t timingErrors = 0;        // event failures: the Timing record carries duration -1
   uint64_t payloadsStaged = 0, payloadBytesStaged = 0;
   uint64_t payloadsSkippedFull = 0;      // staging memory full (staging_full: skip)
@@ -58,6 +61,7 @@ class CallRecorder {
     bool waitWhenFull = false;
     size_t eventBatch = 128;    // events created at a time when a device's pool runs dry
     int pollMicros = 100;       // background polling interval while spans are pending
+    bool timeCaptured = true;   // captured calls: event nodes in the graph (captured_timing), else no duration
   };
   using TimingSink = std::function<void(const trace::Timing&)>;
   using PayloadSink = std::function<void(const trace::PayloadRef&, const void*, size_t)>;
@@ -77,8 +81,9 @@ class CallRecorder {
   // True when `stream` is being captured into a CUDA graph; the call is then reported as captured (a Timing
   // record with no duration). For calls timed otherwise (the kernel clock).
   bool reportCaptured(cudaStream_t stream, const trace::Timing& identity);
-  // Before the real call: a span for `stream`, or nullptr when the stream is capturing a CUDA graph (the captured
-  // Timing record has then already been written) or events are unavailable (counted as an error).
+  // Before the real call: a span for `stream`, or nullptr when events are unavailable (counted as an error) or the
+  // stream is capturing a CUDA graph and the call cannot be timed in it (its captured Timing, with no duration, has
+  // then already been written).
   Span* begin(int device, cudaStream_t stream, const trace::Timing& identity);
   // After the real call was accepted: records the end, enqueues the payload copies, hands the span on.
   void end(Span* span, const std::vector<PayloadRequest>& payloads);
@@ -87,8 +92,12 @@ class CallRecorder {
   // Counts payloads that could not be staged because the call was captured into a CUDA graph.
   void countCapturedPayloads(size_t n);
 
-  // Waits until every span handed on so far is written; false after `timeoutNs` (at once once stopped).
+  // Waits until every span handed on so far is written; false after `timeoutNs` (at once once stopped). Captured
+  // calls whose graph has not run are not waited for: a graph may never be launched.
   bool drain(int64_t timeoutNs);
+  // At exit, before stop(): the captured calls no launch of their graph has completed get their Timing, with no
+  // duration (after one last look at their events).
+  void finishCaptured();
   // Ends the background thread; afterwards nothing touches the GPU (begin() returns nullptr). For process exit:
   // call it before the CUDA runtime is torn down.
   void stop();
@@ -101,7 +110,8 @@ class CallRecorder {
     size_t offset = 0, bytes = 0;
   };
   DevicePool& pool(int device);
-  bool takeEvents(int device, size_t n, device::RecordDevice::Event* out);
+  // `create`: make a batch when the pool runs short (never under a graph capture).
+  bool takeEvents(int device, size_t n, device::RecordDevice::Event* out, bool create = true);
   void giveEvents(int device, const device::RecordDevice::Event* events, size_t n);
   bool stage(const PayloadRequest& request, bool mayWait, Staged* out);
   void releaseStaging(size_t offset, size_t bytes);
@@ -116,6 +126,13 @@ class CallRecorder {
   };
   void chainGap(Span* span, trace::Timing* timing);  // background thread: Timing.gapNs, and keeps the span's end
   void recycle(Span* span);
+  Span* takeSpan();
+  // Captured calls (begin/end under a graph capture).
+  Span* beginCaptured(int device, cudaStream_t stream, const trace::Timing& identity);
+  void endCaptured(Span* span, size_t payloads);
+  void retireCaptured(Span* span);  // its events stay in the graph: out of the pool for good
+  void writeCaptured(const trace::Timing& identity, int64_t durationNs);
+  void pollCaptured();              // writes the Timing of every captured call whose graph launch completed
 
   device::RecordDevice& device_;
   const Options options_;
@@ -142,10 +159,13 @@ class CallRecorder {
   std::atomic<bool> stopped_{false};
 
   struct Counters {
-    std::atomic<uint64_t> timed{0}, captured{0}, timingErrors{0}, payloadsStaged{0}, payloadBytesStaged{0},
+    std::atomic<uint64_t> timed{0}, captured{0}, capturedTimed{0}, timingErrors{0}, payloadsStaged{0}, payloadBytesStaged{0},
         payloadsSkippedFull{0}, payloadsSkippedTooLarge{0}, payloadsSkippedCaptured{0}, payloadsFailed{0},
         waitsForStaging{0};
   } counters_;
+  std::mutex capturedMu_;
+  std::vector<Span*> captured_;         // captured calls waiting for a launch of their graph
+  std::vector<device::RecordDevice::Event> retired_;  // events left in graphs, destroyed with the recorder
   std::map<uint64_t, ChainEnd> chain_;  // by communicator; background thread only (then the destructor)
   std::thread thread_;
 };

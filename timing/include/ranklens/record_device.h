@@ -31,6 +31,9 @@ class RecordDevice {
   virtual int createEvents(int device, size_t count, std::vector<Event>* out) = 0;
   virtual void destroyEvent(Event event) = 0;
   virtual int recordEvent(Event event, cudaStream_t stream) = 0;
+  // Records `event` as a node of the CUDA graph `stream` is capturing (cudaEventRecordExternal): every launch of the
+  // graph records it again, so it must never be reused. The host device has no graphs: nonzero.
+  virtual int recordEventInCapture(Event event, cudaStream_t stream) = 0;
   virtual int queryEvent(Event event) = 0;  // 0 complete, kPending, else an error
   virtual int elapsedNs(Event start, Event end, int64_t* nanoseconds) = 0;
   // True while `stream` is being captured into a CUDA graph (also when the query itself fails: then nothing may be

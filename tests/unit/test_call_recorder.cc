@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: Apache-2.0
+// The recorder's handling of calls captured into a CUDA graph, on a fake record device that captures: no GPU needed.
+// A captured call's events become graph nodes; its Timing (captured) is written once a launch of the graph completes,
+// with that launch's duration, or at exit with none; those events never go back to the pool.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "ranklens/call_recorder.h"
+
+namespace {
+
+using ranklens::device::RecordDevice;
+using ranklens::timing::CallRecorder;
+using ranklens::trace::Timing;
+
+struct FakeEvent {
+  bool recorded = false, pending = false, inGraph = false;
+  int64_t ns = 0;
+};
+
+// Streams listed in `capturingStreams` are capturing a graph. Events recorded in a capture are stamped only by launch().
+class CapturingDevice final : public RecordDevice {
+ public:
+  std::mutex mu;
+  std::set<cudaStream_t> capturingStreams;
+  std::vector<FakeEvent*> graph;  // events recorded into the capture, in order
+  std::set<FakeEvent*> eagerRecorded;
+  int64_t clock = 1000;
+
+  // A launch of the graph: every node records again, `ns` apart, in capture order.
+  void launch(int64_t ns) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (FakeEvent* e : graph) {
+      clock += ns;
+      e->recorded = true;
+      e->pending = false;
+      e->ns = clock;
+    }
+  }
+  // The graph's events at these times at once, e.g. a launch under way whose start node ran and whose end node still
+  // shows the previous launch.
+  void stamp(const std::vector<int64_t>& times) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < times.size() && i < graph.size(); ++i) {
+      graph[i]->recorded = true;
+      graph[i]->pending = false;
+      graph[i]->ns = times[i];
+    }
+  }
+
+  const char* name() const override { return "capturing-fake"; }
+  int currentDevice(int* device) override {
+    *device = 0;
+    return 0;
+  }
+  void describe(std::string*, std::string*) override {}
+  int createEvents(int, size_t count, std::vector<Event>* out) override {
+    for (size_t i = 0; i < count; ++i) out->push_back(new FakeEvent());
+    return 0;
+  }
+  void destroyEvent(Event event) override { delete static_cast<FakeEvent*>(event); }
+  int recordEvent(Event event, cudaStream_t stream) override {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(capturingStreams.count(stream), 0u) << "a plain event record into a capture";
+    auto* e = static_cast<FakeEvent*>(event);
+    EXPECT_FALSE(e->inGraph) << "an event of a graph was reused";
+    e->recorded = true;
+    e->ns = (clock += 100);
+    eagerRecorded.insert(e);
+    return 0;
+  }
+  int recordEventInCapture(Event event, cudaStream_t stream) override {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(capturingStreams.count(stream), 1u);
+    auto* e = static_cast<FakeEvent*>(event);
+    e->inGraph = true;
+    graph.push_back(e);
+    return 0;
+  }
+  int queryEvent(Event event) override {
+    std::lock_guard<std::mutex> lock(mu);
+    return static_cast<FakeEvent*>(event)->pending ? kPending : 0;  // as CUDA: never recorded counts as complete
+  }
+  int elapsedNs(Event start, Event end, int64_t* nanoseconds) override {
+    std::lock_guard<std::mutex> lock(mu);
+    auto *s = static_cast<FakeEvent*>(start), *e = static_cast<FakeEvent*>(end);
+    if (!s->recorded || !e->recorded) return 1;
+    *nanoseconds = e->ns - s->ns;
+    return 0;
+  }
+  bool capturing(cudaStream_t stream) override {
+    std::lock_guard<std::mutex> lock(mu);
+    return capturingStreams.count(stream) > 0;
+  }
+  int allocPinned(void**, size_t) override { return 1; }
+  void freePinned(void*) override {}
+  int sideStream(int, cudaStream_t*) override { return 1; }
+  int streamWaitEvent(cudaStream_t, Event) override { return 1; }
+  int copyToHost(void*, const void*, size_t, cudaStream_t) override { return 1; }
+  void prepareBackgroundThread() override {}
+};
+
+const auto kCaptured = reinterpret_cast<cudaStream_t>(0x100);
+const auto kEager = reinterpret_cast<cudaStream_t>(0x200);
+
+struct Recorded {
+  std::mutex mu;
+  std::vector<Timing> timings;
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return timings.size();
+  }
+};
+
+Timing identity(uint64_t seq) {
+  Timing t;
+  t.commId = 1;
+  t.seq = seq;
+  t.op = 2;
+  return t;
+}
+
+// Waits (up to 2 s) until `n` Timing records were written.
+bool waitFor(Recorded& out, size_t n) {
+  for (int i = 0; i < 2000 && out.size() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return out.size() >= n;
+}
+
+class CapturedCalls : public ::testing::Test {
+ protected:
+  CallRecorder::Options options() {
+    CallRecorder::Options o;
+    o.eventBatch = 8;
+    o.pollMicros = 50;
+    return o;
+  }
+  void make(const CallRecorder::Options& o) {
+    recorder_ = std::make_unique<CallRecorder>(
+        device_, o, [this](const Timing& t) {
+          std::lock_guard<std::mutex> lock(out_.mu);
+          out_.timings.push_back(t);
+        },
+        [](const ranklens::trace::PayloadRef&, const void*, size_t) {});
+    recorder_->prepareDevice(0);
+  }
+  void TearDown() override {
+    if (recorder_) recorder_->stop();
+    recorder_.reset();
+  }
+  CapturingDevice device_;
+  Recorded out_;
+  std::unique_ptr<CallRecorder> recorder_;
+};
+
+TEST_F(CapturedCalls, TimedAtTheFirstCompletedLaunchOfTheirGraph) {
+  make(options());
+  device_.capturingStreams.insert(kCaptured);
+  CallRecorder::Span* span = recorder_->begin(0, kCaptured, identity(7));
+  ASSERT_NE(span, nullptr);
+  recorder_->end(span, {});
+  device_.capturingStreams.clear();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(out_.size(), 0u) << "no launch yet: nothing to write";
+  ASSERT_EQ(device_.graph.size(), 2u);
+
+  device_.launch(5000);  // the graph's start and end nodes 5 us apart
+  ASSERT_TRUE(waitFor(out_, 1));
+  const Timing t = out_.timings[0];
+  EXPECT_EQ(t.seq, 7u);
+  EXPECT_TRUE(t.captured);
+  EXPECT_EQ(t.durationNs, 5000);
+  EXPECT_EQ(t.eventNs, 5000);
+  EXPECT_EQ(recorder_->stats().captured, 1u);
+  EXPECT_EQ(recorder_->stats().capturedTimed, 1u);
+
+  // Later launches write nothing more; eager calls never get the graph's events (the fake fails a test if they do).
+  device_.launch(9000);
+  for (uint64_t seq = 8; seq < 40; ++seq) {
+    CallRecorder::Span* eager = recorder_->begin(0, kEager, identity(seq));
+    ASSERT_NE(eager, nullptr);
+    recorder_->end(eager, {});
+  }
+  ASSERT_TRUE(recorder_->drain(2'000'000'000));
+  recorder_->finishCaptured();
+  ASSERT_EQ(out_.size(), 33u);
+  size_t captured = 0;
+  for (const Timing& timing : out_.timings) captured += timing.captured;
+  EXPECT_EQ(captured, 1u);
+}
+
+TEST_F(CapturedCalls, AStartNewerThanItsEndIsWaitedOut) {
+  make(options());
+  device_.capturingStreams.insert(kCaptured);
+  CallRecorder::Span* span = recorder_->begin(0, kCaptured, identity(3));
+  ASSERT_NE(span, nullptr);
+  recorder_->end(span, {});
+  device_.capturingStreams.clear();
+  // The next launch's start node has run, its end not yet: the end still shows the previous launch's time.
+  device_.stamp({900'000, 800'000});
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(out_.size(), 0u) << "start newer than end: not a duration";
+  device_.launch(2500);
+  ASSERT_TRUE(waitFor(out_, 1));
+  EXPECT_EQ(out_.timings[0].durationNs, 2500);
+}
+
+TEST_F(CapturedCalls, AGraphNeverLaunchedGetsNoDurationAtExit) {
+  make(options());
+  device_.capturingStreams.insert(kCaptured);
+  recorder_->end(recorder_->begin(0, kCaptured, identity(4)), {});
+  device_.capturingStreams.clear();
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(out_.size(), 0u);
+  recorder_->finishCaptured();
+  ASSERT_EQ(out_.size(), 1u);
+  EXPECT_TRUE(out_.timings[0].captured);
+  EXPECT_EQ(out_.timings[0].durationNs, 0);
+  EXPECT_EQ(recorder_->stats().capturedTimed, 0u);
+  device_.launch(1000);  // too late: written once only
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(out_.size(), 1u);
+}
+
+TEST_F(CapturedCalls, OffPutsNothingIntoTheGraph) {
+  CallRecorder::Options o = options();
+  o.timeCaptured = false;
+  make(o);
+  device_.capturingStreams.insert(kCaptured);
+  EXPECT_EQ(recorder_->begin(0, kCaptured, identity(5)), nullptr);
+  EXPECT_TRUE(device_.graph.empty());
+  ASSERT_EQ(out_.size(), 1u);
+  EXPECT_TRUE(out_.timings[0].captured);
+  EXPECT_EQ(out_.timings[0].durationNs, 0);
+}
+
+TEST_F(CapturedCalls, AFailedCallLeavesItsEventsOutOfThePool) {
+  make(options());
+  device_.capturingStreams.insert(kCaptured);
+  CallRecorder::Span* span = recorder_->begin(0, kCaptured, identity(6));
+  ASSERT_NE(span, nullptr);
+  recorder_->abandon(span);  // the real call failed: nothing written, and its start event stays out of the pool
+  device_.capturingStreams.clear();
+  for (uint64_t seq = 7; seq < 30; ++seq) recorder_->end(recorder_->begin(0, kEager, identity(seq)), {});
+  ASSERT_TRUE(recorder_->drain(2'000'000'000));
+  recorder_->finishCaptured();
+  EXPECT_EQ(out_.size(), 23u);
+  for (const Timing& t : out_.timings) EXPECT_FALSE(t.captured);
+}
+
+TEST_F(CapturedCalls, AnEmptyPoolUnderCaptureMeansNoDurationNotNewEvents) {
+  CallRecorder::Options o = options();
+  o.eventBatch = 2;
+  make(o);  // prepareDevice made 3 events
+  device_.capturingStreams.insert(kCaptured);
+  CallRecorder::Span* first = recorder_->begin(0, kCaptured, identity(1));
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(recorder_->begin(0, kCaptured, identity(2)), nullptr);  // one event left: untimed, written at once
+  ASSERT_EQ(out_.size(), 1u);
+  EXPECT_EQ(out_.timings[0].seq, 2u);
+  EXPECT_EQ(out_.timings[0].durationNs, 0);
+  recorder_->end(first, {});
+  EXPECT_EQ(recorder_->stats().captured, 2u);
+}
+
+}  // namespace
