@@ -58,7 +58,11 @@ CallRecorder::~CallRecorder() {
   drain(2'000'000'000);
   stop();
   for (auto& [comm, kept] : chain_) giveEvents(kept.device, &kept.end, 1);
-  for (Span* span : captured_) delete span;
+  for (Span* span : captured_) {
+    for (Event e : span->events)
+      if (e) device_.destroyEvent(e);
+    delete span;
+  }
   for (Event e : retired_) device_.destroyEvent(e);
   for (Span* span : freeSpans_) delete span;
   for (auto& [dev, pool] : pools_)
