@@ -598,4 +598,50 @@ TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
   cudaStreamDestroy(captured);
 }
 
+// A hold captured into a CUDA graph marks its arrival in a slot of its own: the graph writes it at every launch, so
+// no eager mark may share it, however many follow (more than the eager ring holds). The graph's hold still lasts.
+TEST_F(CudaDevice, ACapturedArrivalMarkKeepsItsSlot) {
+  cudaStream_t captured;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&captured, cudaStreamNonBlocking), cudaSuccess);
+  uint64_t warm = 0;
+  ASSERT_EQ(device_->arrive(stream_, &warm), 0);  // the slots exist before the capture (no cudaMalloc inside it)
+  ASSERT_EQ(device_->settle(), 0);
+  ASSERT_EQ(cudaStreamBeginCapture(captured, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ranklens::device::HoldRequest hold;
+  hold.nanoseconds = 1000000;
+  hold.label = "captured";
+  ASSERT_EQ(device_->arrive(captured, &hold.arrival), 0) << ranklens::device::lastError();
+  ASSERT_NE(hold.arrival, 0u);
+  ASSERT_EQ(device_->hold(hold, captured), 0) << ranklens::device::lastError();
+  ASSERT_EQ(device_->settle(), 0);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(captured, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < (1 << 16) + 1000; ++i) {
+    uint64_t arrival = 0;
+    ASSERT_EQ(device_->arrive(stream_, &arrival), 0);
+    ASSERT_NE(arrival, hold.arrival) << "eager mark " << i << " took the captured mark's slot";
+    if (i % 4096 == 0) ASSERT_EQ(device_->settle(), 0);
+  }
+  ASSERT_EQ(device_->settle(), 0);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  cudaEvent_t before, after;
+  cudaEventCreate(&before);
+  cudaEventCreate(&after);
+  cudaEventRecord(before, captured);
+  ASSERT_EQ(cudaGraphLaunch(exec, captured), cudaSuccess);
+  cudaEventRecord(after, captured);
+  ASSERT_EQ(cudaStreamSynchronize(captured), cudaSuccess);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, before, after);
+  EXPECT_GE(ms, 0.95f);
+  EXPECT_LT(ms, 20.0f);
+  cudaEventDestroy(before);
+  cudaEventDestroy(after);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(captured);
+}
+
 }  // namespace

@@ -298,15 +298,29 @@ class CudaDevice final : public StreamDevice {
     return err;
   }
 
-  // A ring of device slots: a slot is reused after kArrivalSlots marks, long after its hold ended. No marks with
-  // host callbacks, nor with hold_from: start (every hold then counts from its own start). With the default hold
-  // shape the mark is deferred: the call's hold (or settle()) launches it, with the small copies enqueued after it.
+  // A ring of device slots: a slot is reused after kArrivalSlots marks, long after its hold ended. A mark captured
+  // into a CUDA graph runs again at every launch of the graph, so it gets a slot of its own, never reused; past
+  // kCapturedArrivalSlots such marks a captured hold counts from its own start. No marks with host callbacks, nor
+  // with hold_from: start (every hold then counts from its own start). With the default hold shape the mark is
+  // deferred: the call's hold (or settle()) launches it, with the small copies enqueued after it.
   int arrive(cudaStream_t stream, uint64_t* arrival) override {
     *arrival = 0;
     if (completion_ == Completion::kHostCallback || shape_.fromStart) return 0;
     unsigned long long* slots = nullptr;
     if (int err = arrivalSlots(&slots)) return err;
-    unsigned long long* slot = slots + nextArrival_.fetch_add(1, std::memory_order_relaxed) % kArrivalSlots;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;  // unknown: no mark rather than one in a slot that may be shared
+    }
+    unsigned long long* slot = nullptr;
+    if (capture != cudaStreamCaptureStatusNone) {
+      const uint64_t n = nextCapturedArrival_.fetch_add(1, std::memory_order_relaxed);
+      if (n >= kCapturedArrivalSlots) return 0;
+      slot = slots + kArrivalSlots + n;
+    } else {
+      slot = slots + nextArrival_.fetch_add(1, std::memory_order_relaxed) % kArrivalSlots;
+    }
     *arrival = reinterpret_cast<uint64_t>(slot);
     StartCopies mark;
     mark.stamp = slot;
@@ -575,9 +589,10 @@ class CudaDevice final : public StreamDevice {
     return perDevice(scratch_, 2 * kScratchHalfVectors * sizeof(uint4), "hold traffic scratch", scratch);
   }
 
-  // The current device's ring of arrival stamps.
+  // The current device's ring of arrival stamps, then the slots of captured marks.
   int arrivalSlots(unsigned long long** slots) {
-    return perDevice(arrivals_, kArrivalSlots * sizeof(unsigned long long), "hold stamps", slots);
+    return perDevice(arrivals_, (kArrivalSlots + kCapturedArrivalSlots) * sizeof(unsigned long long), "hold stamps",
+                     slots);
   }
 
   // The current device's entry of `table`, allocated (`bytes`) at its first use: on the device of the caller's
@@ -608,6 +623,7 @@ class CudaDevice final : public StreamDevice {
   const HoldShape shape_;
   size_t holdSharedBytes_ = 0;
   static constexpr size_t kArrivalSlots = 1u << 16;
+  static constexpr size_t kCapturedArrivalSlots = 1u << 14;
   static constexpr int kMaxDevices = 64;
   unsigned long long* arrivals_[kMaxDevices] = {};  // per device, kept for the process's life
   static constexpr size_t kPaceChains = 4096;
@@ -618,6 +634,7 @@ class CudaDevice final : public StreamDevice {
   cudaStream_t uploadStreams_[kMaxDevices] = {};  // value replay's payload uploads, kept for the process's life
   double trafficNsPerVector_ = 0;     // measured by calibrate()
   std::atomic<uint64_t> nextArrival_{0};
+  std::atomic<uint64_t> nextCapturedArrival_{0};  // over all devices: a bound, not an index per device
   std::mutex mu_;
   std::vector<cudaEvent_t> freeEvents_;
   std::vector<cudaEvent_t> unrecorded_;  // fences behind deferred marks (a few at a time)
