@@ -644,4 +644,23 @@ TEST_F(CudaDevice, ACapturedArrivalMarkKeepsItsSlot) {
   cudaStreamDestroy(captured);
 }
 
+// A call that marked its arrival and then neither held nor copied anything: settle() launches nothing (its stamp
+// has no reader), and a fence behind the mark still passes.
+TEST_F(CudaDevice, SettleLaunchesNoMarkForACallWithNothingToDo) {
+  uint64_t arrival = 0, fence = 0;
+  ASSERT_EQ(device_->arrive(stream_, &arrival), 0);
+  ASSERT_NE(arrival, 0u);
+  const unsigned long long sentinel = 0x5e771e;
+  ASSERT_EQ(cudaMemcpy(reinterpret_cast<void*>(arrival), &sentinel, sizeof(sentinel), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(device_->fence(stream_, &fence), 0);
+  ASSERT_EQ(device_->hold(0, "AllReduce", stream_), 0);
+  ASSERT_EQ(device_->settle(), 0);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_TRUE(device_->passed(fence));
+  unsigned long long stamp = 0;
+  ASSERT_EQ(cudaMemcpy(&stamp, reinterpret_cast<void*>(arrival), sizeof(stamp), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(stamp, sentinel) << "a mark kernel ran for a call that held nothing";
+}
+
 }  // namespace

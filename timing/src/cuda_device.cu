@@ -334,11 +334,13 @@ class CudaDevice final : public StreamDevice {
     return check(cudaGetLastError(), "hold mark launch");
   }
 
+  // A mark still deferred here belongs to a call that held nothing: no hold reads its stamp, so it is launched only
+  // for the copies it carries (its fences are recorded either way).
   int settle() override {
     int first = 0;
     for (size_t i = deferred_.size(); i-- > 0;) {
       if (deferred_[i].owner != this) continue;
-      const int err = flush(&deferred_[i]);
+      const int err = deferred_[i].copies.count > 0 ? flush(&deferred_[i]) : finish(&deferred_[i], 0);
       if (first == 0) first = err;
     }
     return first;
