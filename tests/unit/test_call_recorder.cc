@@ -32,14 +32,15 @@ class CapturingDevice final : public RecordDevice {
   std::set<FakeEvent*> eagerRecorded;
   int64_t clock = 1000;
 
-  // A launch of the graph: every node records again, `ns` apart, in capture order.
-  void launch(int64_t ns) {
+  // A launch of the graph: every node records again, `ns` apart, in capture order. `first`: the nodes from there on
+  // only (a later capture's graph).
+  void launch(int64_t ns, size_t first = 0) {
     std::lock_guard<std::mutex> lock(mu);
-    for (FakeEvent* e : graph) {
+    for (size_t i = first; i < graph.size(); ++i) {
       clock += ns;
-      e->recorded = true;
-      e->pending = false;
-      e->ns = clock;
+      graph[i]->recorded = true;
+      graph[i]->pending = false;
+      graph[i]->ns = clock;
     }
   }
   // The graph's events at these times at once, e.g. a launch under way whose start node ran and whose end node still
@@ -84,6 +85,7 @@ class CapturingDevice final : public RecordDevice {
   }
   int queryEvent(Event event) override {
     std::lock_guard<std::mutex> lock(mu);
+    ++queries;
     return static_cast<FakeEvent*>(event)->pending ? kPending : 0;  // as CUDA: never recorded counts as complete
   }
   int elapsedNs(Event start, Event end, int64_t* nanoseconds) override {
@@ -97,6 +99,12 @@ class CapturingDevice final : public RecordDevice {
     std::lock_guard<std::mutex> lock(mu);
     return capturingStreams.count(stream) > 0;
   }
+  uint64_t captureId(cudaStream_t stream) override {
+    std::lock_guard<std::mutex> lock(mu);
+    return capturingStreams.count(stream) ? captureIdNow : 0;
+  }
+  uint64_t captureIdNow = 1;
+  int queries = 0;
   int allocPinned(void**, size_t) override { return 1; }
   void freePinned(void*) override {}
   int sideStream(int, cudaStream_t*) override { return 1; }
@@ -207,6 +215,37 @@ TEST_F(CapturedCalls, AStartNewerThanItsEndIsWaitedOut) {
   device_.launch(2500);
   ASSERT_TRUE(waitFor(out_, 1));
   EXPECT_EQ(out_.timings[0].durationNs, 2500);
+}
+
+// A graph captured and never launched does not hold up a later capture's calls, and costs the background thread one
+// look per pass, not one per call.
+TEST_F(CapturedCalls, AGraphNeverLaunchedNeitherBlocksAnotherNorCostsAPollPerCall) {
+  make(options());
+  std::vector<CallRecorder::Span*> warm;  // the pool grows outside captures only: 60 calls in flight at once
+  for (uint64_t seq = 0; seq < 60; ++seq) warm.push_back(recorder_->begin(0, kEager, identity(1000 + seq)));
+  for (CallRecorder::Span* span : warm) recorder_->abandon(span);
+  device_.capturingStreams.insert(kCaptured);
+  device_.captureIdNow = 1;
+  for (uint64_t seq = 0; seq < 50; ++seq) recorder_->end(recorder_->begin(0, kCaptured, identity(seq)), {});
+  device_.captureIdNow = 2;  // a second capture on the same stream
+  CallRecorder::Span* later = recorder_->begin(0, kCaptured, identity(50));
+  ASSERT_NE(later, nullptr);
+  recorder_->end(later, {});
+  device_.capturingStreams.clear();
+  int before = 0;
+  {
+    std::lock_guard<std::mutex> lock(device_.mu);
+    before = device_.queries;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // about 30 passes
+  {
+    std::lock_guard<std::mutex> lock(device_.mu);
+    EXPECT_LT(device_.queries - before, 30 * 2 * 4) << "captured calls looked at one by one every pass";
+  }
+  device_.launch(7000, device_.graph.size() - 2);  // the second graph only
+  ASSERT_TRUE(waitFor(out_, 1));
+  EXPECT_EQ(out_.timings[0].seq, 50u);
+  EXPECT_EQ(out_.timings[0].durationNs, 7000);
 }
 
 TEST_F(CapturedCalls, AGraphNeverLaunchedGetsNoDurationAtExit) {

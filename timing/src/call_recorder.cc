@@ -32,6 +32,7 @@ struct CallRecorder::Span {
   Event events[3] = {nullptr, nullptr, nullptr};  // start, end, copies done
   bool copies = false;
   bool captured = false;  // its events are nodes of a CUDA graph
+  uint64_t captureId = 0;  // of that graph's capture
   trace::Timing identity;
   std::vector<Staged> staged;
 };
@@ -165,6 +166,7 @@ CallRecorder::Span* CallRecorder::beginCaptured(int device, cudaStream_t stream,
     span->identity = identity;
     span->copies = false;
     span->captured = true;
+    span->captureId = device_.captureId(stream);
     span->staged.clear();
     // From the pool as it is: creating events is no business of a capture.
     if (!takeEvents(device, 2, span->events, false)) {
@@ -209,12 +211,17 @@ void CallRecorder::pollCaptured() {
   std::vector<std::pair<trace::Timing, int64_t>> measured;
   {
     std::lock_guard<std::mutex> lock(capturedMu_);
+    // One graph's calls are measurable together, once a launch of it has completed: after the first that is not,
+    // the rest of its capture waits for the next pass (a graph never launched costs one look per pass).
+    std::vector<uint64_t> waiting;
     auto keep = captured_.begin();
     for (Span* span : captured_) {
       // Complete and positive: both events from the same launch. Between launches the start may already be a
       // newer launch's while the end is the older one's; an event never recorded (no launch yet) has no time.
       int64_t ns = -1;
-      if (device_.queryEvent(span->events[1]) == 0 && device_.queryEvent(span->events[0]) == 0 &&
+      const bool blocked = span->captureId != 0 &&
+                           std::find(waiting.begin(), waiting.end(), span->captureId) != waiting.end();
+      if (!blocked && device_.queryEvent(span->events[1]) == 0 && device_.queryEvent(span->events[0]) == 0 &&
           device_.elapsedNs(span->events[0], span->events[1], &ns) == 0 && ns > 0) {
         measured.emplace_back(span->identity, ns);
         retired_.push_back(span->events[0]);
@@ -223,6 +230,7 @@ void CallRecorder::pollCaptured() {
         span->captured = false;
         recycle(span);
       } else {
+        if (!blocked && span->captureId != 0) waiting.push_back(span->captureId);
         *keep++ = span;
       }
     }

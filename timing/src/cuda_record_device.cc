@@ -140,6 +140,15 @@ class CudaRecordDevice final : public RecordDevice {
     }
     return status != cudaStreamCaptureStatusNone;
   }
+  uint64_t captureId(cudaStream_t stream) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    if (cudaStreamGetCaptureInfo(stream, &status, &id) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return status == cudaStreamCaptureStatusActive ? id : 0;
+  }
   int allocPinned(void** ptr, size_t bytes) override {
     return check(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable), "cudaHostAlloc (pinned staging)");
   }

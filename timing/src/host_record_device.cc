@@ -65,6 +65,7 @@ class HostRecordDevice final : public RecordDevice {
     return 0;
   }
   bool capturing(cudaStream_t) override { return false; }
+  uint64_t captureId(cudaStream_t) override { return 0; }
   int allocPinned(void** ptr, size_t bytes) override {
     *ptr = malloc(bytes);
     if (*ptr == nullptr) {

@@ -39,6 +39,8 @@ class RecordDevice {
   // True while `stream` is being captured into a CUDA graph (also when the query itself fails: then nothing may be
   // enqueued on it that the capture would not allow).
   virtual bool capturing(cudaStream_t stream) = 0;
+  // The id of the capture `stream` is in (unique per capture in the process); 0 when not capturing or unknown.
+  virtual uint64_t captureId(cudaStream_t stream) = 0;
   virtual int allocPinned(void** ptr, size_t bytes) = 0;
   virtual void freePinned(void* ptr) = 0;
   // One non-blocking stream per device for payload copies, created on first use.
