@@ -270,15 +270,16 @@ class CudaDevice final : public StreamDevice {
       return check(cudaLaunchHostFunc(stream, holdOnHost, reinterpret_cast<void*>(static_cast<uintptr_t>(nanoseconds))),
                    "cudaLaunchHostFunc");
     }
+    const bool held = nanoseconds > 0 || request.pace.chain != 0;  // a paced hold may end later than its duration
+    if (!held) return 0;  // nothing to enqueue: a mark deferred on the stream is left to settle()
     // Unmarked, the default hold (one warp) starts when the stream reaches it; a larger one may wait for SMs, so it
     // is marked here.
     uint64_t arrival = request.arrival;
     if (arrival == 0 && !deferrable())
       if (int err = arrive(stream, &arrival)) return err;
-    const bool held = nanoseconds > 0 || request.pace.chain != 0;  // a paced hold may end later than its duration
     Deferred* d = deferredOn(stream);
     StartCopies copies;
-    if (d != nullptr && held && reinterpret_cast<uint64_t>(d->copies.stamp) == arrival) {
+    if (d != nullptr && reinterpret_cast<uint64_t>(d->copies.stamp) == arrival) {
       // The hold that stands for the call's deferred mark starts where the mark would have, and makes its copies.
       copies = d->copies;
       arrival = 0;
@@ -286,7 +287,6 @@ class CudaDevice final : public StreamDevice {
       if (int err = flush(d)) return err;
       d = nullptr;
     }
-    if (!held) return 0;
     HoldTraffic traffic{};
     if (shape_.traffic > 0 && request.callBytes > 0)
       if (int err = trafficFor(request, &traffic)) return err;
