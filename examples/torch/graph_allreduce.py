@@ -28,6 +28,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launches", type=int, default=5, help="graph launches (default 5)")
     parser.add_argument("--size", type=int, default=1 << 20, help="float32 elements of the large buffer")
+    parser.add_argument("--eager", action="store_true",
+                        help="run the step once, eagerly, where it would be captured, and launch nothing: the same "
+                             "NCCL calls with none captured (a recording to replay the graphed program against)")
     args = parser.parse_args()
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -55,13 +58,17 @@ def main():
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
 
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    graph = None
+    if args.eager:
         step()
+    else:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
 
     launches = []
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for i in range(args.launches):
+    for i in range(args.launches if graph is not None else 0):
         big.fill_(value)
         small.fill_(value)
         begin.record()

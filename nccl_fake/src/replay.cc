@@ -42,6 +42,7 @@ struct Counters {
   uint64_t estimatesExtrapolated = 0;
   uint64_t untimed = 0;  // matched, but the recording has no duration for it (captured in a graph, lost)
   uint64_t payloadsRestored = 0, payloadBytesRestored = 0, payloadFailures = 0, filledWithoutPayload = 0;
+  uint64_t payloadsSkippedCaptured = 0;  // a recorded payload not restored: the call is captured into a CUDA graph
   uint64_t holds = 0, heldNs = 0, hostHeldNs = 0;
   uint64_t hostCappedNs = 0;  // host_time: own: recorded host time above the cap, not replayed
   uint64_t pacedHolds = 0;    // peer_pacing: holds that knew their peers' pace
@@ -708,6 +709,23 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
   }
   ranklens::trace::PayloadPrefetcher::Staged staged;
   std::string error;
+  auto& device = Runtime::get().device();
+  if (device.capturing(info.stream)) {
+    // A copy captured into a graph would put this one recording's bytes into the buffer at every launch of the
+    // graph (and its fence would be an event of the capture): the recorded run did not capture this call.
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      WARN("replay: %s comm %lu seq %lu is captured into a CUDA graph, but the recording has its payload (the "
+           "recorded run did not capture it): not restored, the receive buffer gets the fill semantics "
+           "(replay_payloads_skipped_captured counts such calls)",
+           info.opName, static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq));
+    });
+    if (s->prefetcher->acquire(rc, &staged, &error) || staged.data) s->prefetcher->release(rc, nullptr);
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->counters.payloadsSkippedCaptured++;
+    s->counters.filledWithoutPayload++;
+    return false;
+  }
   if (!s->prefetcher->acquire(rc, &staged, &error) || staged.bytes != bytes) {
     WARN("replay: %s comm %lu seq %lu: recorded payload unusable (%s); the receive buffer gets the fill semantics",
          info.opName, static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq),
@@ -723,7 +741,6 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
   ranklens_restore_payload(info.comm->id, info.seq, info.opName, info.recvbuff, staged.data, staged.bytes);
   info.restoredBytes = staged.bytes;
   info.restoredFromDevice = staged.onDevice;
-  auto& device = Runtime::get().device();
   uint64_t fence = 0;
   const int copyErr = device.copy(info.recvbuff, staged.data, staged.bytes, info.stream);
   const int fenceErr = copyErr == 0 ? device.fence(info.stream, &fence) : 0;
@@ -958,6 +975,7 @@ void finish() {
         {"replay_payload_bytes_restored", c.payloadBytesRestored},
         {"replay_payload_failures", c.payloadFailures},
         {"replay_filled_without_payload", c.filledWithoutPayload},
+        {"replay_payloads_skipped_captured", c.payloadsSkippedCaptured},
         {"replay_comms_matched", c.commsMatched},
         {"replay_comms_unmatched", c.commsUnmatched},
         {"replay_comms_rebound", c.commsRebound},

@@ -105,6 +105,11 @@ class StreamDevice {
   // Enqueues whatever this thread's marks left deferred (a mark whose call held nothing, and the copies and fences
   // after it). Cheap when nothing is deferred.
   virtual int settle() { return 0; }
+  // True while `stream` is being captured into a CUDA graph (also when the query fails). The host device has none.
+  virtual bool capturing(cudaStream_t stream) {
+    (void)stream;
+    return false;
+  }
   // peer_pacing: a fresh chain (PaceRequest::chain) on the current device for one communicator; 0 where holds are
   // not kernels (host device, host callbacks).
   virtual int paceChain(uint64_t* chain) {
