@@ -767,6 +767,9 @@ namespace {
 ranklens::device::PaceRequest paceOf(const Session& s, const CallInfo& info, int64_t restoreNs, bool kernelTime) {
   ranklens::device::PaceRequest pace;
   if (!s.pacing || info.comm->paceChain == 0 || ranklens::events::isP2p(info.op)) return pace;
+  // A hold captured into a CUDA graph runs at every launch with the index of its capture: the chain would hand a
+  // later launch the end an earlier launch wrote. Captured holds keep their own duration.
+  if (Runtime::get().device().capturing(info.stream)) return pace;
   pace.chain = info.comm->paceChain;
   pace.index = info.seq + 1;
   const RecordedCall* rc = info.recorded;
