@@ -514,6 +514,8 @@ TEST_F(CudaDevice, RecordDeviceTimesAHoldAndSeesCapture) {
   ASSERT_EQ(device_->hold(2000000, "test", stream_), 0);  // 2 ms
   ASSERT_EQ(rec->recordEvent(events[1], stream_), 0) << ranklens::device::lastError();
   EXPECT_EQ(rec->queryEvent(events[1]), ranklens::device::RecordDevice::kPending);
+  int64_t early = 0;
+  EXPECT_EQ(rec->elapsedNs(events[0], events[1], &early), ranklens::device::RecordDevice::kPending);
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   EXPECT_EQ(rec->queryEvent(events[1]), 0);
   int64_t ns = 0;

@@ -120,9 +120,9 @@ class CudaRecordDevice final : public RecordDevice {
   }
   int elapsedNs(Event start, Event end, int64_t* nanoseconds) override {
     float ms = 0;
-    if (int err = check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)),
-                        "cudaEventElapsedTime"))
-      return err;
+    const cudaError_t state = cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end));
+    if (state == cudaErrorNotReady) return kPending;
+    if (int err = check(state, "cudaEventElapsedTime")) return err;
     *nanoseconds = static_cast<int64_t>(static_cast<double>(ms) * 1e6 + 0.5);
     return 0;
   }

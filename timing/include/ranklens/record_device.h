@@ -35,6 +35,7 @@ class RecordDevice {
   // graph records it again, so it must never be reused. The host device has no graphs: nonzero.
   virtual int recordEventInCapture(Event event, cudaStream_t stream) = 0;
   virtual int queryEvent(Event event) = 0;  // 0 complete, kPending, else an error
+  // kPending while either event has not completed: one call both checks and measures.
   virtual int elapsedNs(Event start, Event end, int64_t* nanoseconds) = 0;
   // True while `stream` is being captured into a CUDA graph (also when the query itself fails: then nothing may be
   // enqueued on it that the capture would not allow).
