@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 16, call J (nvidia-h200, one GPU): the recorder's host time per call before and after its background thread
 # stopped querying each span's end event before asking for its elapsed time (.carry/lib_before: the library of
-# b5ce0c3's parent, .carry/lib: this commit's). record_host_overhead --probe, 1-rank communicator, 3 rounds, the two
+# 6c74f37's parent, .carry/lib: 6c74f37's). record_host_overhead --probe, 1-rank communicator, 3 rounds, the two
 # builds alternating (order swapped each round); then the GPU tests.
 set -u
 cd "$(dirname "$0")/../../.."
