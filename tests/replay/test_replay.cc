@@ -101,6 +101,22 @@ Replayed replay(const std::string& name, std::map<std::string, std::string> extr
   return r;
 }
 
+// The shared recording's rank 1 as a duration history (a one-rank history: observed durations, no transfer times).
+ranklens::timing::History recordedHistory() {
+  ranklens::timing::History h;
+  std::string error;
+  if (!ranklens::timing::addRecordedRun(recording().root + "/rank1", &h, &error)) ADD_FAILURE() << error;
+  return h;
+}
+
+// `h` saved as tmpRoot()/name; the path.
+std::string savedHistory(const std::string& name, const ranklens::timing::History& h) {
+  const std::string path = tmpRoot() + "/" + name;
+  std::string error;
+  if (!ranklens::timing::saveHistory(path, h, &error)) ADD_FAILURE() << error;
+  return path;
+}
+
 // What the recorded durations add up to: one per call outside groups, one per stream of each group.
 uint64_t recordedHoldNs(const Trace& t) {
   uint64_t total = 0;
@@ -371,9 +387,7 @@ TEST(ReplayEstimated, GroupSimulateEndAnswersWithTheEstimator) {
   const double us = atof(r.output.c_str() + at + key.size());
   // The replayed recording is the replay's history: the same estimate from it here (a one-rank history: observed
   // durations). The fake's durations follow the machine's load, so the value itself is not fixed; the estimate is.
-  ranklens::timing::History own;
-  std::string error;
-  ASSERT_TRUE(ranklens::timing::addRecordedRun(recording().root + "/rank1", &own, &error)) << error;
+  const ranklens::timing::History own = recordedHistory();
   const int allReduce = static_cast<int>(ranklens::events::Op::kAllReduce);
   const auto sample = std::find_if(own.samples.begin(), own.samples.end(),
                                    [&](const auto& x) { return x.op == allReduce && !x.grouped; });
@@ -388,11 +402,7 @@ TEST(ReplayEstimated, GroupSimulateEndAnswersWithTheEstimator) {
 
 TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
   ASSERT_EQ(recording().status, 0) << recording().log;
-  const std::string history = tmpRoot() + "/own.hist";
-  ranklens::timing::History h;
-  std::string error;
-  ASSERT_TRUE(ranklens::timing::addRecordedRun(recording().root + "/rank1", &h, &error)) << error;
-  ASSERT_TRUE(ranklens::timing::saveHistory(history, h, &error)) << error;
+  const std::string history = savedHistory("own.hist", recordedHistory());
   Replayed r = replay("estimated", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
                                     {"RANKLENS_HISTORY", history}});
   ASSERT_EQ(r.run.status, 0) << r.run.output;
@@ -419,9 +429,8 @@ TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
 // size's calls, and groups on a stream, from its "step" markers.
 TEST(ReplayEstimated, TheSameCallOfTheStepInTheHistoryIsWhatItIsHeldFor) {
   ASSERT_EQ(recording().status, 0) << recording().log;
-  ranklens::timing::History own, h;
-  std::string error;
-  ASSERT_TRUE(ranklens::timing::addRecordedRun(recording().root + "/rank1", &own, &error)) << error;
+  const ranklens::timing::History own = recordedHistory();
+  ranklens::timing::History h;
   const int allReduce = static_cast<int>(ranklens::events::Op::kAllReduce);
   for (uint32_t job = 0; job < 3; ++job) {
     h.runs.push_back("/jobs/" + std::to_string(job) + "/rank1");
@@ -443,8 +452,7 @@ TEST(ReplayEstimated, TheSameCallOfTheStepInTheHistoryIsWhatItIsHeldFor) {
     return sample.op == allReduce && sample.stepOccurrence == 0;
   });
   ASSERT_GE(placed, 3u * 3u) << "the scenario marks its steps: its step AllReduce has a place";
-  const std::string history = tmpRoot() + "/placed.hist";
-  ASSERT_TRUE(ranklens::timing::saveHistory(history, h, &error)) << error;
+  const std::string history = savedHistory("placed.hist", h);
   Replayed r = replay("estimated-placed", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
                                            {"RANKLENS_HISTORY", history}});
   ASSERT_EQ(r.run.status, 0) << r.run.output;
@@ -469,9 +477,8 @@ TEST(ReplayEstimated, TheSameCallOfTheStepInTheHistoryIsWhatItIsHeldFor) {
 // early ones.
 TEST(ReplayEstimated, AtTheSamePlaceTheSamplesNearestInStepPhaseAreHeldFor) {
   ASSERT_EQ(recording().status, 0) << recording().log;
-  ranklens::timing::History own, h;
-  std::string error;
-  ASSERT_TRUE(ranklens::timing::addRecordedRun(recording().root + "/rank1", &own, &error)) << error;
+  const ranklens::timing::History own = recordedHistory();
+  ranklens::timing::History h;
   const int allReduce = static_cast<int>(ranklens::events::Op::kAllReduce);
   for (uint32_t job = 0; job < 6; ++job) {
     const bool late = job >= 3;
@@ -486,8 +493,7 @@ TEST(ReplayEstimated, AtTheSamePlaceTheSamplesNearestInStepPhaseAreHeldFor) {
       h.samples.push_back(sample);
     }
   }
-  const std::string history = tmpRoot() + "/phased.hist";
-  ASSERT_TRUE(ranklens::timing::saveHistory(history, h, &error)) << error;
+  const std::string history = savedHistory("phased.hist", h);
   Replayed r = replay("estimated-phased", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
                                            {"RANKLENS_HISTORY", history}});
   ASSERT_EQ(r.run.status, 0) << r.run.output;
@@ -503,15 +509,12 @@ TEST(ReplayEstimated, EstimateTargetTransferHoldsForTheTransferTimes) {
   // waited for a peer as long as it transferred). Fixed values: the fake's measured durations vary with the load of
   // the machine, and the two targets are summarised differently (a trimmed mean, a median), so noisy values would
   // not keep the ratio at one half.
-  const std::string history = tmpRoot() + "/half-transfer.hist";
-  ranklens::timing::History h;
-  std::string error;
-  ASSERT_TRUE(ranklens::timing::addRecordedRun(recording().root + "/rank1", &h, &error)) << error;
+  ranklens::timing::History h = recordedHistory();
   for (auto& sample : h.samples) {
     sample.durationNs = 200'000;
     sample.transferNs = 100'000;
   }
-  ASSERT_TRUE(ranklens::timing::saveHistory(history, h, &error)) << error;
+  const std::string history = savedHistory("half-transfer.hist", h);
   auto heldNs = [&](const char* name, const char* target) {
     Replayed r = replay(name, {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
                                {"RANKLENS_HISTORY", history}, {"RANKLENS_ESTIMATE_TARGET", target}});
