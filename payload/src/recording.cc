@@ -42,6 +42,18 @@ struct Recording::Impl {
 Recording::Recording() : impl_(std::make_unique<Impl>()) {}
 Recording::~Recording() = default;
 
+bool JobRecordings::open(const std::vector<std::string>& rankDirs, std::string* error) {
+  for (const auto& dir : rankDirs) {
+    owned.push_back(Recording::open(dir, -1, error));
+    if (!owned.back()) {
+      owned.pop_back();
+      return false;
+    }
+    ranks.push_back(owned.back().get());
+  }
+  return true;
+}
+
 std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, std::string* error) {
   std::string dir;
   if (!resolveRankDirectory(path, rank, &dir, error)) {

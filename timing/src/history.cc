@@ -150,14 +150,8 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
 }
 
 bool addRecordedJob(const std::vector<std::string>& rankDirs, History* history, std::string* error) {
-  std::vector<std::unique_ptr<trace::Recording>> open;
-  std::vector<const trace::Recording*> ranks;
-  for (const auto& dir : rankDirs) {
-    open.push_back(trace::Recording::open(dir, -1, error));
-    if (!open.back()) return false;
-    ranks.push_back(open.back().get());
-  }
-  return addRecordedJob(ranks, history, error);
+  trace::JobRecordings job;
+  return job.open(rankDirs, error) && addRecordedJob(job.ranks, history, error);
 }
 
 bool addRecordedRun(const std::string& rankDir, History* history, std::string* error) {

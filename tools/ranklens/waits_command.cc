@@ -60,25 +60,22 @@ int runWaits(const WaitsOptions& o) {
               << "directories), found " << dirs.size() << "\n";
     return 2;
   }
-  std::vector<std::unique_ptr<trace::Recording>> open;
-  std::vector<const trace::Recording*> ranks;
-  for (const auto& dir : dirs) {
-    std::string error;
-    open.push_back(trace::Recording::open(dir, -1, &error));
-    if (!open.back()) {
-      std::cerr << "error: " << error << "\n";
-      return 1;
-    }
-    for (const auto& p : open.back()->problems())
+  trace::JobRecordings job;
+  std::string error;
+  if (!job.open(dirs, &error)) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  for (const trace::Recording* rank : job.ranks) {
+    for (const auto& p : rank->problems())
       std::cerr << "warning: " << p.describe() << "; the records before it are used\n";
-    if (open.back()->manifest().mode != "record") {
-      std::cerr << "error: " << dir << " is a " << open.back()->manifest().mode
+    if (rank->manifest().mode != "record") {
+      std::cerr << "error: " << rank->directory() << " is a " << rank->manifest().mode
                 << " trace; waits are measured in recorded runs\n";
       return 2;
     }
-    ranks.push_back(open.back().get());
   }
-  const std::vector<timing::RankWaits> waits = timing::peerWaits(ranks);
+  const std::vector<timing::RankWaits> waits = timing::peerWaits(job.ranks);
   // The rank the others wait for: the one that waited least in total.
   const auto least = std::min_element(waits.begin(), waits.end(), [](const auto& a, const auto& b) {
     return a.waitNs < b.waitNs;

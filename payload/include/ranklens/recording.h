@@ -81,5 +81,13 @@ class Recording {
   std::unique_ptr<Impl> impl_;
 };
 
+// The recordings of one job's ranks, opened together (history build, `ranklens trace waits`).
+struct JobRecordings {
+  std::vector<std::unique_ptr<Recording>> owned;
+  std::vector<const Recording*> ranks;  // the same, in the order of the directories given
+  // Opens every rank directory; false with `error` (the first that cannot be read) otherwise.
+  bool open(const std::vector<std::string>& rankDirs, std::string* error);
+};
+
 }  // namespace trace
 }  // namespace ranklens
