@@ -6,13 +6,14 @@ replays a job that launches its communication through torch.cuda.CUDAGraph.
     ranklens record --trace /tmp/g -- torchrun --nproc-per-node 2 examples/torch/graph_allreduce.py
     ranklens replay --trace /tmp/g --rank 1 -- python3 examples/torch/graph_allreduce.py
 
-Each step is captured once and launched --launches times: a matrix product, an all-reduce of a 4 MiB buffer
-(gradients) and of a 16-element one (a control value, small enough that record mode would store its payload when
-not captured), each buffer refilled with this rank's value + 1 before every launch. Eager all-reduces of both sizes
+Each step is captured once and launched --launches times: a matrix product and an all-reduce of a 4 MiB buffer
+(gradients; --buckets such pairs), then an all-reduce of a 16-element one (a control value, small enough that record
+mode would store its payload when not captured), each buffer refilled with this rank's value + 1 before every
+launch. Eager all-reduces of both sizes
 come before the capture (the communicator is created outside it, as PyTorch requires) and after the last launch.
 
 Output: `launch <i> big <float> small <float> ms <float>` (element 0 of each buffer after launch i, where a real job
-gives the sum of (rank + 1) over ranks, and the launch's GPU time) and one line `RESULT {json}` with rank, world_size, launches, eager_big, eager_small and
+gives the sum of (rank + 1) over ranks with --buckets 1, and the launch's GPU time) and one line `RESULT {json}` with rank, world_size, launches, eager_big, eager_small and
 the per-launch values. Exit code 0 when every value is finite.
 """
 import argparse
@@ -28,6 +29,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launches", type=int, default=5, help="graph launches (default 5)")
     parser.add_argument("--size", type=int, default=1 << 20, help="float32 elements of the large buffer")
+    parser.add_argument("--matmul", type=int, default=512, help="size of the step's square matrix product (512)")
+    parser.add_argument("--buckets", type=int, default=1,
+                        help="all-reduces of the large buffer per step, each after a matrix product (default 1)")
     parser.add_argument("--eager", action="store_true",
                         help="run the step once, eagerly, where it would be captured, and launch nothing: the same "
                              "NCCL calls with none captured (a recording to replay the graphed program against)")
@@ -41,11 +45,12 @@ def main():
 
     big = torch.full((args.size,), value, device="cuda")
     small = torch.full((16,), value, device="cuda")
-    weight = torch.randn(512, 512, device="cuda", generator=torch.Generator("cuda").manual_seed(rank))
+    weight = torch.randn(args.matmul, args.matmul, device="cuda", generator=torch.Generator("cuda").manual_seed(rank))
 
     def step():
-        out = weight @ weight
-        dist.all_reduce(big)
+        for _ in range(args.buckets):
+            out = weight @ weight
+            dist.all_reduce(big)
         dist.all_reduce(small)
         return out
 
