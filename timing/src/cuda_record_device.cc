@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Record-mode primitives on the CUDA runtime. Nothing here synchronises the calling thread: events are recorded,
-// copies are enqueued, and only the background thread queries.
+// Record-mode primitives on the CUDA runtime (the two made for every call through the driver's entry points).
+// Nothing here synchronises the calling thread: events are recorded, copies are enqueued, and only the background
+// thread queries.
 #include <cuda.h>  // driver types only: the entry points come from cudaGetDriverEntryPointByVersion
 #include <cuda_runtime.h>
 
