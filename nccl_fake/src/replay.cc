@@ -560,6 +560,8 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   Session* s = load();
   info->seq = event.seq;
   if (s == nullptr) return ncclSuccess;
+  // Asked once for the call: its mark, its payload and its pacing depend on it.
+  if (s->fidelity != Fidelity::kStructure) info->captured = Runtime::get().device().capturing(info->stream);
   std::unique_lock<std::mutex> lock(s->mu);
   Counters& c = s->counters;
   c.calls++;
@@ -709,8 +711,7 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
   }
   ranklens::trace::PayloadPrefetcher::Staged staged;
   std::string error;
-  auto& device = Runtime::get().device();
-  if (device.capturing(info.stream)) {
+  if (info.captured) {
     // A copy captured into a graph would put this one recording's bytes into the buffer at every launch of the
     // graph (and its fence would be an event of the capture): the recorded run did not capture this call.
     static std::once_flag warned;
@@ -741,6 +742,7 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
   ranklens_restore_payload(info.comm->id, info.seq, info.opName, info.recvbuff, staged.data, staged.bytes);
   info.restoredBytes = staged.bytes;
   info.restoredFromDevice = staged.onDevice;
+  auto& device = Runtime::get().device();
   uint64_t fence = 0;
   const int copyErr = device.copy(info.recvbuff, staged.data, staged.bytes, info.stream);
   const int fenceErr = copyErr == 0 ? device.fence(info.stream, &fence) : 0;
@@ -769,7 +771,7 @@ ranklens::device::PaceRequest paceOf(const Session& s, const CallInfo& info, int
   if (!s.pacing || info.comm->paceChain == 0 || ranklens::events::isP2p(info.op)) return pace;
   // A hold captured into a CUDA graph runs at every launch with the index of its capture: the chain would hand a
   // later launch the end an earlier launch wrote. Captured holds keep their own duration.
-  if (Runtime::get().device().capturing(info.stream)) return pace;
+  if (info.captured) return pace;
   pace.chain = info.comm->paceChain;
   pace.index = info.seq + 1;
   const RecordedCall* rc = info.recorded;
@@ -862,7 +864,7 @@ void holdHostGroup(int64_t startNs, const std::vector<CallInfo>& calls) {
 
 namespace {
 ncclResult_t arriveOn(const CallInfo& info, uint64_t* arrival) {
-  if (Runtime::get().device().arrive(info.stream, arrival) == 0) return ncclSuccess;
+  if (Runtime::get().device().arrive(info.stream, info.captured, arrival) == 0) return ncclSuccess;
   WARN("replay: %s: marking the stream's arrival failed: %s", info.opName, ranklens::device::lastError().c_str());
   return ncclUnhandledCudaError;
 }
@@ -912,9 +914,9 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
   for (const CallInfo& first : calls) {
     if (std::find(done.begin(), done.end(), first.stream) != done.end()) continue;
     done.push_back(first.stream);
-    // Captured into a CUDA graph when recorded: no duration, so estimated like an unmatched group.
-    const bool untimed =
-        first.recorded && !first.estimated && first.recorded->captured && first.recorded->durationNs < 0;
+    // Recorded without a duration (captured into a CUDA graph, or its timing lost): estimated like an unmatched group,
+    // as planCall does for a call outside groups.
+    const bool untimed = first.recorded && !first.estimated && first.recorded->durationNs < 0;
     int64_t duration = first.recorded && !first.estimated ? first.durationNs : -1;
     int64_t restoreNs = 0;
     uint64_t bytes = 0;

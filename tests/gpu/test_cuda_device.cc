@@ -172,7 +172,7 @@ TEST_F(CudaDevice, PacedHoldsWaitForTheirPeersRecordedPace) {
     ranklens::device::HoldRequest r;
     r.nanoseconds = ownNs;
     r.label = "AllReduce";
-    EXPECT_EQ(device_->arrive(stream_, &r.arrival), 0);
+    EXPECT_EQ(device_->arrive(stream_, false, &r.arrival), 0);
     r.pace = {chain, index, known, gapNs, lastNs};
     EXPECT_EQ(device_->hold(r, stream_), 0);
   };
@@ -306,7 +306,7 @@ TEST_F(CudaDevice, MarkedHoldContainsTheCopyBeforeIt) {
     ranklens::device::HoldRequest hold;
     hold.nanoseconds = 2'000'000;
     hold.label = "AllGather";
-    if (marked) EXPECT_EQ(device_->arrive(stream_, &hold.arrival), 0);
+    if (marked) EXPECT_EQ(device_->arrive(stream_, false, &hold.arrival), 0);
     EXPECT_EQ(device_->copy(dst, src, bytes, stream_), 0);
     EXPECT_EQ(device_->hold(hold, stream_), 0);
     cudaEventRecord(after, stream_);
@@ -363,7 +363,7 @@ TEST_F(CudaDevice, SmallCopiesAfterAMarkGoIntoTheHold) {
     hold = {};
     hold.nanoseconds = 200'000;
     hold.label = "AllGather";
-    ASSERT_EQ(device_->arrive(stream_, &hold.arrival), 0);
+    ASSERT_EQ(device_->arrive(stream_, false, &hold.arrival), 0);
     ASSERT_NE(hold.arrival, 0u);
     for (const auto& c : cases) ASSERT_EQ(device_->copy(dst + c.dst, src + c.src, c.bytes, stream_), 0);
     ASSERT_EQ(device_->hold(hold, stream_), 0) << ranklens::device::lastError();
@@ -396,7 +396,7 @@ TEST_F(CudaDevice, SettleEnqueuesAMarkWhoseCallHeldNothingAndItsFences) {
   ASSERT_EQ(cudaMemcpy(src, &value, 4, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemset(dst, 0, 64), cudaSuccess);
   uint64_t arrival = 0, fence = 0;
-  ASSERT_EQ(device_->arrive(stream_, &arrival), 0);
+  ASSERT_EQ(device_->arrive(stream_, false, &arrival), 0);
   ASSERT_EQ(device_->copy(dst, src, 4, stream_), 0);
   ASSERT_EQ(device_->fence(stream_, &fence), 0);
   ASSERT_EQ(device_->hold(0, "AllReduce", stream_), 0);  // nothing held: the mark stays deferred or is launched
@@ -408,7 +408,7 @@ TEST_F(CudaDevice, SettleEnqueuesAMarkWhoseCallHeldNothingAndItsFences) {
   ASSERT_EQ(cudaMemcpy(&copied, dst, 4, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(copied, value);
 
-  ASSERT_EQ(device_->arrive(stream_, &arrival), 0);
+  ASSERT_EQ(device_->arrive(stream_, false, &arrival), 0);
   ASSERT_EQ(device_->copy(dst + 1, src, 4, stream_), 0);
   ASSERT_EQ(device_->fence(stream_, &fence), 0);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -448,7 +448,7 @@ TEST(CudaHoldShape, TrafficHoldsEndOnTime) {
     hold.label = "AllReduce";
     hold.callBytes = callBytes;
     cudaEventRecord(before, stream);
-    ASSERT_EQ(device->arrive(stream, &hold.arrival), 0);
+    ASSERT_EQ(device->arrive(stream, false, &hold.arrival), 0);
     ASSERT_EQ(device->hold(hold, stream), 0) << ranklens::device::lastError();
     cudaEventRecord(after, stream);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -606,13 +606,13 @@ TEST_F(CudaDevice, ACapturedArrivalMarkKeepsItsSlot) {
   cudaStream_t captured;
   ASSERT_EQ(cudaStreamCreateWithFlags(&captured, cudaStreamNonBlocking), cudaSuccess);
   uint64_t warm = 0;
-  ASSERT_EQ(device_->arrive(stream_, &warm), 0);  // the slots exist before the capture (no cudaMalloc inside it)
+  ASSERT_EQ(device_->arrive(stream_, false, &warm), 0);  // the slots exist before the capture (no cudaMalloc inside it)
   ASSERT_EQ(device_->settle(), 0);
   ASSERT_EQ(cudaStreamBeginCapture(captured, cudaStreamCaptureModeGlobal), cudaSuccess);
   ranklens::device::HoldRequest hold;
   hold.nanoseconds = 1000000;
   hold.label = "captured";
-  ASSERT_EQ(device_->arrive(captured, &hold.arrival), 0) << ranklens::device::lastError();
+  ASSERT_EQ(device_->arrive(captured, true, &hold.arrival), 0) << ranklens::device::lastError();
   ASSERT_NE(hold.arrival, 0u);
   ASSERT_EQ(device_->hold(hold, captured), 0) << ranklens::device::lastError();
   ASSERT_EQ(device_->settle(), 0);
@@ -622,7 +622,7 @@ TEST_F(CudaDevice, ACapturedArrivalMarkKeepsItsSlot) {
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   for (int i = 0; i < (1 << 16) + 1000; ++i) {
     uint64_t arrival = 0;
-    ASSERT_EQ(device_->arrive(stream_, &arrival), 0);
+    ASSERT_EQ(device_->arrive(stream_, false, &arrival), 0);
     ASSERT_NE(arrival, hold.arrival) << "eager mark " << i << " took the captured mark's slot";
     if (i % 4096 == 0) ASSERT_EQ(device_->settle(), 0);
   }
@@ -648,9 +648,9 @@ TEST_F(CudaDevice, ACapturedArrivalMarkKeepsItsSlot) {
 
 // A call that marked its arrival and then neither held nor copied anything: settle() launches nothing (its stamp
 // has no reader), and a fence behind the mark still passes.
-TEST_F(CudaDevice, SettleLaunchesNoMarkForACallWithNothingToDo) {
+TEST_F(CudaDevice, SettleLaunchesNoMarkWhenTheCallHeldAndCopiedNothing) {
   uint64_t arrival = 0, fence = 0;
-  ASSERT_EQ(device_->arrive(stream_, &arrival), 0);
+  ASSERT_EQ(device_->arrive(stream_, false, &arrival), 0);
   ASSERT_NE(arrival, 0u);
   const unsigned long long sentinel = 0x5e771e;
   ASSERT_EQ(cudaMemcpy(reinterpret_cast<void*>(arrival), &sentinel, sizeof(sentinel), cudaMemcpyHostToDevice),

@@ -38,7 +38,7 @@ class MarkingDevice final : public StreamDevice {
     holdsFromMarks += request.arrival != 0;
     return host_->hold(request, stream);
   }
-  int arrive(cudaStream_t, uint64_t* arrival) override {
+  int arrive(cudaStream_t, bool, uint64_t* arrival) override {
     *arrival = ++marks;
     ++unsettled;
     return 0;

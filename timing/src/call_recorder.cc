@@ -124,11 +124,8 @@ void CallRecorder::giveEvents(int device, const Event* events, size_t n) {
 
 bool CallRecorder::reportCaptured(cudaStream_t stream, const trace::Timing& identity) {
   if (!device_.capturing(stream)) return false;
-  trace::Timing timing = identity;
-  timing.captured = true;
-  timing.durationNs = 0;
   counters_.captured++;
-  timingSink_(timing);
+  writeCaptured(identity, 0);
   return true;
 }
 
@@ -208,7 +205,7 @@ void CallRecorder::retireCaptured(Span* span) {
 }
 
 void CallRecorder::pollCaptured() {
-  std::vector<std::pair<trace::Timing, int64_t>> measured;
+  std::vector<std::pair<Span*, int64_t>> measured;
   {
     std::lock_guard<std::mutex> lock(capturedMu_);
     // One graph's calls are measurable together, once a launch of it has completed: after the first that is not,
@@ -223,12 +220,7 @@ void CallRecorder::pollCaptured() {
                            std::find(waiting.begin(), waiting.end(), span->captureId) != waiting.end();
       if (!blocked && device_.queryEvent(span->events[1]) == 0 && device_.queryEvent(span->events[0]) == 0 &&
           device_.elapsedNs(span->events[0], span->events[1], &ns) == 0 && ns > 0) {
-        measured.emplace_back(span->identity, ns);
-        retired_.push_back(span->events[0]);
-        retired_.push_back(span->events[1]);
-        span->events[0] = span->events[1] = nullptr;
-        span->captured = false;
-        recycle(span);
+        measured.emplace_back(span, ns);
       } else {
         if (!blocked && span->captureId != 0) waiting.push_back(span->captureId);
         *keep++ = span;
@@ -236,9 +228,10 @@ void CallRecorder::pollCaptured() {
     }
     captured_.erase(keep, captured_.end());
   }
-  for (const auto& [identity, ns] : measured) {
+  for (const auto& [span, ns] : measured) {
     counters_.capturedTimed++;
-    writeCaptured(identity, ns);
+    writeCaptured(span->identity, ns);
+    retireCaptured(span);
   }
 }
 

@@ -276,7 +276,7 @@ class CudaDevice final : public StreamDevice {
     // is marked here.
     uint64_t arrival = request.arrival;
     if (arrival == 0 && !deferrable())
-      if (int err = arrive(stream, &arrival)) return err;
+      if (int err = arrive(stream, capturing(stream), &arrival)) return err;
     Deferred* d = deferredOn(stream);
     StartCopies copies;
     if (d != nullptr && reinterpret_cast<uint64_t>(d->copies.stamp) == arrival) {
@@ -303,18 +303,13 @@ class CudaDevice final : public StreamDevice {
   // kCapturedArrivalSlots such marks a captured hold counts from its own start. No marks with host callbacks, nor
   // with hold_from: start (every hold then counts from its own start). With the default hold shape the mark is
   // deferred: the call's hold (or settle()) launches it, with the small copies enqueued after it.
-  int arrive(cudaStream_t stream, uint64_t* arrival) override {
+  int arrive(cudaStream_t stream, bool captured, uint64_t* arrival) override {
     *arrival = 0;
     if (completion_ == Completion::kHostCallback || shape_.fromStart) return 0;
     unsigned long long* slots = nullptr;
     if (int err = arrivalSlots(&slots)) return err;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;  // unknown: no mark rather than one in a slot that may be shared
-    }
     unsigned long long* slot = nullptr;
-    if (capture != cudaStreamCaptureStatusNone) {
+    if (captured) {
       const uint64_t n = nextCapturedArrival_.fetch_add(1, std::memory_order_relaxed);
       if (n >= kCapturedArrivalSlots) return 0;
       slot = slots + kArrivalSlots + n;
@@ -475,7 +470,7 @@ class CudaDevice final : public StreamDevice {
       c.holdFixedNs = std::max<int64_t>(0, measure([&] {
                                              HoldRequest request;
                                              request.nanoseconds = kHoldNs;
-                                             arrive(stream, &request.arrival);
+                                             arrive(stream, false, &request.arrival);
                                              hold(request, stream);
                                            }) - kHoldNs);
       if (shape_.traffic > 0) {

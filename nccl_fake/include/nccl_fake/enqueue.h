@@ -33,6 +33,7 @@ struct CallInfo {
   int stepOccurrence = -1;  // which call of its op and size in the current step (replay; -1 outside marked steps)
   double stepPhase = -1;    // where in the step it was made, over the previous step's length (replay; -1 unknown)
   uint64_t arrival = 0;  // mark of the stream's arrival at the call, before its effects (replay::markArrival)
+  bool captured = false;  // its stream is capturing a CUDA graph (replay, asked once by planCall)
   // What replay::restorePayload copied into the receive buffer, and from where (its hold subtracts the copy's
   // calibrated cost when it counts from its own start). Set while the call's effects are applied.
   mutable uint64_t restoredBytes = 0;

@@ -96,9 +96,12 @@ class StreamDevice {
   // is enqueued in between (a receive buffer's copy or fill) and the hold's own wait for SMs count within the
   // recorded duration, as the real call's did. *arrival is 0 where marks do not exist (host device, host callbacks).
   // The CUDA device may defer the mark: small copies enqueued after it on the stream, and the hold given it, then
-  // go into one launch. The caller ends every call that marked with settle().
-  virtual int arrive(cudaStream_t stream, uint64_t* arrival) {
+  // go into one launch. The caller ends every call that marked with settle(). `captured`: the stream is capturing a
+  // CUDA graph (capturing(), which the caller asked once for the call): the mark then runs at every launch of the
+  // graph and gets a slot no other mark reuses.
+  virtual int arrive(cudaStream_t stream, bool captured, uint64_t* arrival) {
     (void)stream;
+    (void)captured;
     *arrival = 0;
     return 0;
   }
