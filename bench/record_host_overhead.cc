@@ -18,7 +18,7 @@
 // --probe adds two sides that wrap the real NCCL call in what the recorder must do on the GPU, without RankLens:
 // a capture query and two event records through the CUDA runtime, and the same through the driver's entry points
 // (cuStreamIsCapturing, cuEventRecord). --poller adds a thread that queries those sides' events every 100 us as the
-// recorder's background thread does (one query of the end event, two elapsed times). Together they split the added
+// recorder's background thread did until 6c74f37 (one query of the end event, two elapsed times). Together they split the added
 // time into CUDA's floor, the background thread's contention and RankLens's own work.
 //
 // --device host runs without a GPU (RANKLENS_DEVICE=host, host buffers, no CUDA calls): with the fake real NCCL of

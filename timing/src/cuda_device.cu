@@ -329,14 +329,7 @@ class CudaDevice final : public StreamDevice {
     return check(cudaGetLastError(), "hold mark launch");
   }
 
-  bool capturing(cudaStream_t stream) override {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-      cudaGetLastError();
-      return true;
-    }
-    return status != cudaStreamCaptureStatusNone;
-  }
+  bool capturing(cudaStream_t stream) override { return streamCapturing(stream); }
 
   // A mark still deferred here belongs to a call that held nothing: no hold reads its stamp, so it is launched only
   // for the copies it carries (its fences are recorded either way).

@@ -32,6 +32,15 @@ void describeCurrentCudaDevice(std::string* name, std::string* uuid) {
   *uuid = text;
 }
 
+bool streamCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 namespace {
 
 void setError(const std::string& text) { const_cast<std::string&>(lastError()) = text; }
@@ -133,13 +142,7 @@ class CudaRecordDevice final : public RecordDevice {
       // An error counts as capturing: the call is then reported as captured rather than timed with events.
       return driver_.isCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
     }
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    cudaError_t err = cudaStreamIsCapturing(stream, &status);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return true;
-    }
-    return status != cudaStreamCaptureStatusNone;
+    return streamCapturing(stream);
   }
   uint64_t captureId(cudaStream_t stream) override {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
