@@ -21,8 +21,9 @@ namespace {
 bool isRooted(Op op) { return op == Op::kBroadcast || op == Op::kReduce || op == Op::kGather || op == Op::kScatter; }
 bool isReduction(Op op) { return op == Op::kAllReduce || op == Op::kReduce || op == Op::kReduceScatter; }
 
-// NCCL's ArgsCheck: root (peer for P2P) range, datatype, reduction operator, then buffers.
-ncclResult_t argsCheck(const CallInfo& info) {
+// NCCL's ArgsCheck: root (peer for P2P) range, datatype, reduction operator, then buffers. A user operator's
+// scalar is taken into the call here, as NCCL does at enqueue: the operator may be destroyed once the call returns.
+ncclResult_t argsCheck(CallInfo& info) {
   ncclComm* comm = info.comm;
   if ((isRooted(info.op) || ranklens::events::isP2p(info.op)) && (info.root < 0 || info.root >= comm->nRanks)) {
     WARN("%s : invalid root %d (root should be in the 0..%d range)", info.opName, info.root, comm->nRanks);
@@ -40,14 +41,16 @@ ncclResult_t argsCheck(const CallInfo& info) {
     if (info.redop >= ncclNumOps) {
       std::lock_guard<std::mutex> lock(comm->mu);
       long index = static_cast<long>(userRedOpMangle(comm, info.redop)) - ncclNumOps;
-      if (index < 0 || static_cast<size_t>(index) >= comm->userOps.size() || comm->userOps[index] == ncclNumTypes) {
+      if (index < 0 || static_cast<size_t>(index) >= comm->userOps.size() ||
+          comm->userOps[index].datatype == ncclNumTypes) {
         WARN("%s : reduction operation %d unknown to this communicator", info.opName, static_cast<int>(info.redop));
         return ncclInvalidArgument;
       }
-      if (info.count > 0 && comm->userOps[index] != info.datatype) {
+      if (info.count > 0 && comm->userOps[index].datatype != info.datatype) {
         WARN("Data type supplied to user-created ncclRedOp_t does not match type given to reduction operation");
         return ncclInvalidArgument;
       }
+      info.premulScalar = comm->userOps[index].scalar;
     }
   }
   // Real NCCL checks pointers only with NCCL_CHECK_POINTERS=1 and otherwise faults on the GPU later; RankLens always

@@ -2,7 +2,8 @@
 // What a call writes into its receive buffer when nothing was recorded (config `fill:`):
 //   clone  - as if every peer held this rank's data ("every peer is a clone of me"), which keeps symmetric
 //            protocols (size exchanges, shape checks, object all-gathers) self-consistent. A reduction's result is
-//            this rank's data whatever the operator: exact for max/min/avg, 1/N of the real value for sum;
+//            what N equal contributions reduce to: N x data for a sum (so that DDP's pre-divided gradients keep
+//            their size), data^N for a product, this rank's data for max/min/avg (StreamDevice::reduceCopies);
 //   keep   - receive buffers are never touched;
 //   zero   - everything received from peers is zero;
 //   poison - everything received from peers is NaN (floating types) or 0xFF bytes, to expose consumers of
@@ -47,9 +48,9 @@ class Effects {
     if (n == 1) return alone(recv, send);
     switch (info_.op) {
       case Op::kAllReduce:
-        return fromPeers(recv, send, bytes_);
+        return reducedFromPeers(recv, send, n);
       case Op::kReduce:
-        return amRoot ? fromPeers(recv, send, bytes_) : ncclSuccess;
+        return amRoot ? reducedFromPeers(recv, send, n) : ncclSuccess;
       case Op::kBroadcast:
         // Root: the result is its own data. Others: a clone root holds what this rank's buffer holds.
         if (amRoot) return copy(recv, send, bytes_);
@@ -59,7 +60,7 @@ class Effects {
       case Op::kGather:
         return amRoot ? gatherInto(recv, send, n, rank) : ncclSuccess;
       case Op::kReduceScatter:
-        return fromPeers(recv, send + static_cast<size_t>(rank) * bytes_, bytes_);
+        return reducedFromPeers(recv, send + static_cast<size_t>(rank) * bytes_, n);
       case Op::kScatter:
         if (amRoot) return copy(recv, send + static_cast<size_t>(rank) * bytes_, bytes_);
         return peerData(recv, bytes_);
@@ -82,13 +83,36 @@ class Effects {
   }
 
  private:
-  // No peers: every operation reduces to NCCL's local copy (send -> recv where out of place).
+  // No peers: every operation reduces to NCCL's local copy (send -> recv where out of place), except that a
+  // PreMulSum still multiplies by its scalar.
   ncclResult_t alone(char* recv, const char* send) {
     if (info_.op == Op::kSend) return ncclSuccess;
     if (info_.op == Op::kRecv) return copy(recv, static_cast<const char*>(info_.selfSendbuff), bytes_);
+    if (info_.op == Op::kAllReduce || info_.op == Op::kReduce || info_.op == Op::kReduceScatter)
+      return reduced(recv, send, 1);
     return copy(recv, send, bytes_);
   }
-  // A result that depends on peers' data: under clone it equals `own`; else zero/poison.
+  // A reduction's result: under clone, what `copies` contributions equal to `own` reduce to; else zero/poison.
+  ncclResult_t reducedFromPeers(char* dst, const char* own, int copies) {
+    if (fill_ != Fill::kClone) return fillWith(dst, bytes_);
+    return reduced(dst, own, copies);
+  }
+  ncclResult_t reduced(char* dst, const char* own, int copies) {
+    ranklens::device::Reduction reduction;
+    reduction.datatype = static_cast<int>(info_.datatype);
+    reduction.copies = static_cast<uint64_t>(copies);
+    switch (info_.redop) {
+      case ncclSum: break;
+      case ncclProd: reduction.product = true; break;
+      case ncclMax: case ncclMin: case ncclAvg: return copy(dst, own, bytes_);
+      default:  // a user operator: PreMulSum, the only kind NCCL has
+        reduction.premul = true;
+        reduction.scalar = info_.premulScalar;
+    }
+    if (copies == 1 && !reduction.premul) return copy(dst, own, bytes_);
+    return status(device_.reduceCopies(dst, own, info_.count, reduction, info_.stream), "reduction");
+  }
+  // A result that depends on peers' data (no reduction): under clone it equals `own`; else zero/poison.
   ncclResult_t fromPeers(char* dst, const char* own, size_t bytes) {
     if (fill_ == Fill::kClone) return copy(dst, own, bytes);
     return fillWith(dst, bytes);

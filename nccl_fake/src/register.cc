@@ -164,14 +164,19 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
     return ncclInvalidArgument;
   }
   if (residence == ncclScalarHostImmediate) NCCLCHECK(ptrCheck(scalar, "ncclRedOpCreatePreMulSum", "scalar"));
+  // Like NCCL: a host scalar is read now, a device scalar each time a reduction with the operator runs.
+  ncclComm::UserRedOp userOp;
+  userOp.datatype = datatype;
+  if (residence == ncclScalarHostImmediate) memcpy(&userOp.scalar.bits, scalar, datatypeSize(datatype));
+  else userOp.scalar.at = scalar;
   std::lock_guard<std::mutex> lock(comm->mu);
   size_t slot = comm->userOps.size();
   if (!comm->freeUserOps.empty()) {  // NCCL reuses the most recently freed slot first
     slot = comm->freeUserOps.back();
     comm->freeUserOps.pop_back();
-    comm->userOps[slot] = datatype;
+    comm->userOps[slot] = userOp;
   } else {
-    comm->userOps.push_back(datatype);
+    comm->userOps.push_back(userOp);
   }
   *op = static_cast<ncclRedOp_t>(userRedOpMangle(comm, ncclNumOps + static_cast<int>(slot)));
   return ncclSuccess;
@@ -194,11 +199,12 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   NCCLCHECK(commAlive(comm, "ncclRedOpDestroy"));
   std::lock_guard<std::mutex> lock(comm->mu);
   long slot = static_cast<long>(userRedOpMangle(comm, op)) - ncclNumOps;
-  if (slot < 0 || static_cast<size_t>(slot) >= comm->userOps.size() || comm->userOps[slot] == ncclNumTypes) {
+  if (slot < 0 || static_cast<size_t>(slot) >= comm->userOps.size() ||
+      comm->userOps[slot].datatype == ncclNumTypes) {
     WARN("ncclRedOpDestroy : operator unknown to this communicator.");
     return ncclInvalidArgument;
   }
-  comm->userOps[slot] = ncclNumTypes;
+  comm->userOps[slot] = ncclComm::UserRedOp{};
   comm->freeUserOps.push_back(static_cast<size_t>(slot));
   return ncclSuccess;
 }

@@ -25,14 +25,16 @@ class MarkingDevice final : public StreamDevice {
   explicit MarkingDevice(std::unique_ptr<StreamDevice> host) : host_(std::move(host)) {}
   const char* name() const override { return "marking host"; }
   int copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) override {
-    if (failCopies > 0) {
-      --failCopies;
-      return 1;
-    }
+    if (failing()) return 1;
     return host_->copy(dst, src, bytes, stream);
   }
   int fill(void* dst, size_t count, size_t elemSize, uint64_t pattern, cudaStream_t stream) override {
     return host_->fill(dst, count, elemSize, pattern, stream);
+  }
+  int reduceCopies(void* dst, const void* src, size_t count, const ranklens::device::Reduction& reduction,
+                   cudaStream_t stream) override {
+    if (failing()) return 1;
+    return host_->reduceCopies(dst, src, count, reduction, stream);
   }
   int hold(const ranklens::device::HoldRequest& request, cudaStream_t stream) override {
     holdsFromMarks += request.arrival != 0;
@@ -61,9 +63,15 @@ class MarkingDevice final : public StreamDevice {
   }
   Calibration calibrate() override { return host_->calibrate(); }
 
-  int marks = 0, unsettled = 0, settles = 0, holdsFromMarks = 0, failCopies = 0;
+  int marks = 0, unsettled = 0, settles = 0, holdsFromMarks = 0;
+  int failEffects = 0;  // the next copies or reductions that fail
 
  private:
+  bool failing() {
+    if (failEffects == 0) return false;
+    --failEffects;
+    return true;
+  }
   std::unique_ptr<StreamDevice> host_;
 };
 
@@ -119,8 +127,8 @@ TEST(ReplaySettle, EveryCallAndGroupThatMarkedIsSettled) {
     EXPECT_EQ(device->unsettled, 0) << "call " << i;
   }
   EXPECT_EQ(device->holdsFromMarks, 2);
-  // seq 3: its receive buffer's copy fails: the call fails, and its mark is settled all the same.
-  device->failCopies = 1;
+  // seq 3: its receive buffer's effect (a clone sum) fails: the call fails, and its mark is settled all the same.
+  device->failEffects = 1;
   EXPECT_EQ(allReduce(stream), ncclUnhandledCudaError);
   EXPECT_EQ(device->unsettled, 0);
   // seq 4 and 5 in a group on two streams: one mark per stream, both settled at the group's end.

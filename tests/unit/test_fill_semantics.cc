@@ -8,7 +8,12 @@
 //   peerData   (data only a peer can provide, no clone rule: Recv, non-root Scatter): clone = 0, keep = untouched,
 //              zero = 0, poison = poison;
 //   own        (this rank's own contribution where NCCL puts it): this rank's data, except keep = untouched.
+//   summed     (a sum over the communicator): clone = what kRanks copies of this rank's data add up to (N x data,
+//              rounded once to the datatype; integers wrap), otherwise as fromPeers.
 // Buffers hold element bit patterns (uintN_t of the datatype's width), so NaNs compare exactly.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
 
@@ -106,6 +111,46 @@ std::vector<typename TC::Bits> fromPeers(const std::vector<typename TC::Bits>& o
   return {};
 }
 
+// One element times n, rounded once to the datatype (the test's reference: exact product in double, then CUDA's own
+// round-to-nearest conversion; fp8 saturating). Integers wrap modulo 2^bits.
+template <typename TC>
+typename TC::Bits timesN(typename TC::Bits bits, unsigned n) {
+  using Bits = typename TC::Bits;
+  double v = 0;
+  switch (TC::type) {
+    case ncclFloat16: { __half_raw r; r.x = static_cast<uint16_t>(bits); v = __half2float(__half(r)); break; }
+    case ncclBfloat16: { __nv_bfloat16_raw r; r.x = static_cast<uint16_t>(bits); v = __bfloat162float(__nv_bfloat16(r)); break; }
+    case ncclFloat32: { float f; memcpy(&f, &bits, 4); v = f; break; }
+    case ncclFloat64: memcpy(&v, &bits, 8); break;
+    case ncclFloat8e4m3: case ncclFloat8e5m2: {
+      const auto kind = TC::type == ncclFloat8e4m3 ? __NV_E4M3 : __NV_E5M2;
+      v = __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(bits), kind)));
+      break;
+    }
+    default: return static_cast<Bits>(static_cast<uint64_t>(bits) * n);
+  }
+  v *= n;
+  Bits out = 0;
+  switch (TC::type) {
+    case ncclFloat16: out = __half_raw(__double2half(v)).x; break;
+    case ncclBfloat16: out = __nv_bfloat16_raw(__double2bfloat16(v)).x; break;
+    case ncclFloat32: { const float f = static_cast<float>(v); memcpy(&out, &f, 4); break; }
+    case ncclFloat64: memcpy(&out, &v, 8); break;
+    default:
+      out = __nv_cvt_double_to_fp8(v, __NV_SATFINITE, TC::type == ncclFloat8e4m3 ? __NV_E4M3 : __NV_E5M2);
+  }
+  return out;
+}
+
+template <typename TC>
+std::vector<typename TC::Bits> summed(const std::vector<typename TC::Bits>& own,
+                                      const std::vector<typename TC::Bits>& before, unsigned ranks) {
+  if (fillMode() != Fill::kClone) return fromPeers<TC>(own, before);
+  std::vector<typename TC::Bits> out(own.size());
+  for (size_t i = 0; i < own.size(); ++i) out[i] = timesN<TC>(own[i], ranks);
+  return out;
+}
+
 template <typename TC>
 std::vector<typename TC::Bits> peerData(const std::vector<typename TC::Bits>& before) {
   using Bits = typename TC::Bits;
@@ -197,8 +242,7 @@ TYPED_TEST_SUITE(FillSemantics, AllTypes, TypeNames);
 
 // ---------------------------------------------------------------------------------------------------- AllReduce
 
-// NOTE (reported): under clone the result is this rank's data whatever the operator (effects.cc fromPeers: "under clone
-// it equals `own`"), not what N clones would reduce to (N x data for ncclSum). Tested as implemented.
+// Under clone a sum is what kRanks clones of this rank add up to; max (below) is this rank's data.
 TYPED_TEST(FillSemantics, AllReduceOutOfPlace) {
   using Bits = typename TestFixture::Bits;
   const auto send = ramp<Bits>(kCount, 1);
@@ -206,7 +250,7 @@ TYPED_TEST(FillSemantics, AllReduceOutOfPlace) {
   const auto before = recv;
   ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), kCount, TestFixture::type, ncclSum, this->comm(), nullptr),
             ncclSuccess);
-  EXPECT_TRUE(sameBits(recv, fromPeers<TypeParam>(send, before)));
+  EXPECT_TRUE(sameBits(recv, summed<TypeParam>(send, before, kRanks)));
   EXPECT_TRUE(sameBits(send, ramp<Bits>(kCount, 1)));  // the send buffer is never written
 }
 
@@ -228,7 +272,7 @@ TYPED_TEST(FillSemantics, ReduceAtRoot) {
   const auto before = recv;
   ASSERT_EQ(ncclReduce(send.data(), recv.data(), kCount, TestFixture::type, ncclSum, kRank, this->comm(), nullptr),
             ncclSuccess);
-  EXPECT_TRUE(sameBits(recv, fromPeers<TypeParam>(send, before)));
+  EXPECT_TRUE(sameBits(recv, summed<TypeParam>(send, before, kRanks)));
 }
 
 TYPED_TEST(FillSemantics, ReduceAtRootInPlace) {
@@ -237,7 +281,7 @@ TYPED_TEST(FillSemantics, ReduceAtRootInPlace) {
   const auto before = buf;
   ASSERT_EQ(ncclReduce(buf.data(), buf.data(), kCount, TestFixture::type, ncclSum, kRank, this->comm(), nullptr),
             ncclSuccess);
-  EXPECT_TRUE(sameBits(buf, fromPeers<TypeParam>(before, before)));
+  EXPECT_TRUE(sameBits(buf, summed<TypeParam>(before, before, kRanks)));
 }
 
 TYPED_TEST(FillSemantics, ReduceAtNonRootLeavesRecvUntouched) {
@@ -364,7 +408,7 @@ TYPED_TEST(FillSemantics, ReduceScatterOutOfPlace) {
   const auto before = recv;
   ASSERT_EQ(ncclReduceScatter(send.data(), recv.data(), kCount, TestFixture::type, ncclSum, this->comm(), nullptr),
             ncclSuccess);
-  EXPECT_TRUE(sameBits(recv, fromPeers<TypeParam>(slice(send, kRank), before)));
+  EXPECT_TRUE(sameBits(recv, summed<TypeParam>(slice(send, kRank), before, kRanks)));
   EXPECT_TRUE(sameBits(send, ramp<Bits>(kRanks * kCount, 1)));
 }
 
@@ -377,7 +421,7 @@ TYPED_TEST(FillSemantics, ReduceScatterInPlace) {
                               this->comm(), nullptr),
             ncclSuccess);
   auto expected = before;
-  place(&expected, kRank, fromPeers<TypeParam>(slice(before, kRank), slice(before, kRank)));
+  place(&expected, kRank, summed<TypeParam>(slice(before, kRank), slice(before, kRank), kRanks));
   EXPECT_TRUE(sameBits(buf, expected));
 }
 
@@ -560,7 +604,7 @@ TYPED_TEST(FillSemantics, GroupAppliesEffectsAtOutermostGroupEnd) {
   EXPECT_TRUE(sameBits(gathered, freshN));
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);  // outermost end: every effect, as if each call ran alone
 
-  EXPECT_TRUE(sameBits(reduced, fromPeers<TypeParam>(send, fresh1)));
+  EXPECT_TRUE(sameBits(reduced, summed<TypeParam>(send, fresh1, kRanks)));
   EXPECT_TRUE(sameBits(received, peerData<TypeParam>(fresh1)));
   auto expected = freshN;
   for (int j = 0; j < kRanks; ++j) {
@@ -605,7 +649,7 @@ TYPED_TEST(FillSemantics, FailingCallCancelsTheWholeGroup) {
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
   EXPECT_TRUE(sameBits(received, peerData<TypeParam>(before)));
   EXPECT_EQ(ncclAllReduce(send.data(), reduced.data(), kCount, t, ncclSum, c, nullptr), ncclSuccess);
-  EXPECT_TRUE(sameBits(reduced, fromPeers<TypeParam>(send, before)));
+  EXPECT_TRUE(sameBits(reduced, summed<TypeParam>(send, before, kRanks)));
 }
 
 TYPED_TEST(FillSemantics, SimulatedGroupHasNoEffect) {
@@ -678,6 +722,128 @@ TYPED_TEST(FillSemantics, OneRankCommReductionsReturnOwnData) {
   recv = before;
   ASSERT_EQ(ncclReduceScatter(send.data(), recv.data(), kCount, t, ncclSum, c, nullptr), ncclSuccess);
   EXPECT_TRUE(sameBits(recv, own<TypeParam>(send, before)));
+}
+
+// ------------------------------------------------------------------------------ reductions, hand-computed values
+
+// One element reduced over a communicator of `ranks` ranks (this rank 0 at the root), through the public API; the
+// element's bits in and out.
+template <typename Bits>
+Bits reduceOne(Bits in, ncclDataType_t type, ncclRedOp_t op, int ranks, ncclComm_t comm = nullptr) {
+  CommPtr owned;
+  if (comm == nullptr) {
+    owned = makeComm(ranks, 0);
+    comm = owned.get();
+  }
+  Bits out = sentinel<Bits>();
+  EXPECT_EQ(ncclAllReduce(&in, &out, 1, type, op, comm, nullptr), ncclSuccess);
+  return out;
+}
+
+// Rounded once, to nearest even: 3 x (1 + 2^-23) = 3 + 1.5 ulp, a tie, goes to the even neighbour (3 + 2 ulp).
+TEST(CloneReduction, SumsRoundOnceToNearestEven) {
+  if (fillMode() != Fill::kClone) GTEST_SKIP() << "clone semantics";
+  EXPECT_EQ(reduceOne<uint32_t>(0x3F800001u, ncclFloat32, ncclSum, 3), 0x40400002u);
+  EXPECT_EQ(reduceOne<uint16_t>(0x3F81, ncclBfloat16, ncclSum, 3), 0x4042);  // 3 x 1.0078125 -> 3.03125
+  EXPECT_EQ(reduceOne<uint16_t>(0x3E00, ncclFloat16, ncclSum, 3), 0x4480);   // 3 x 1.5 = 4.5
+  EXPECT_EQ(reduceOne<uint8_t>(0x3C, ncclFloat8e4m3, ncclSum, 3), 0x49);     // 3 x 1.5 = 4.5
+  EXPECT_EQ(reduceOne<uint8_t>(0x3E, ncclFloat8e5m2, ncclSum, 3), 0x44);     // 4.5 is a tie in e5m2: 4.0
+  EXPECT_EQ(reduceOne<uint64_t>(0x3FB999999999999Aull, ncclFloat64, ncclSum, 3), 0x3FD3333333333334ull);  // 0.3..04
+  EXPECT_EQ(reduceOne<uint32_t>(0x3FC00000u, ncclFloat32, ncclSum, 4), 0x40C00000u);  // 4 x 1.5 = 6
+}
+
+TEST(CloneReduction, OverflowGivesInfinityOrFp8sLargestFiniteValue) {
+  if (fillMode() != Fill::kClone) GTEST_SKIP() << "clone semantics";
+  EXPECT_EQ(reduceOne<uint16_t>(0x7BFF, ncclFloat16, ncclSum, 4), 0x7C00);   // 4 x 65504 -> +inf
+  EXPECT_EQ(reduceOne<uint16_t>(0xFBFF, ncclFloat16, ncclSum, 4), 0xFC00);   // -inf
+  EXPECT_EQ(reduceOne<uint8_t>(0x7E, ncclFloat8e4m3, ncclSum, 3), 0x7E);     // 3 x 448 -> 448
+  EXPECT_EQ(reduceOne<uint8_t>(0x7B, ncclFloat8e5m2, ncclSum, 3), 0x7B);     // 3 x 57344 -> 57344
+  EXPECT_EQ(reduceOne<uint16_t>(0x7E00, ncclFloat16, ncclSum, 4) & 0x7E00, 0x7E00);  // NaN stays NaN
+}
+
+TEST(CloneReduction, IntegersWrap) {
+  if (fillMode() != Fill::kClone) GTEST_SKIP() << "clone semantics";
+  EXPECT_EQ(reduceOne<uint8_t>(100, ncclInt8, ncclSum, 3), 44);     // 300 mod 256
+  EXPECT_EQ(reduceOne<uint8_t>(0xFD, ncclInt8, ncclSum, 3), 0xF7);  // -3 x 3 = -9
+  EXPECT_EQ(reduceOne<uint8_t>(7, ncclUint8, ncclProd, 3), 87);     // 343 mod 256
+  EXPECT_EQ(reduceOne<uint64_t>(1ull << 63, ncclUint64, ncclSum, 3), 1ull << 63);
+  EXPECT_EQ(reduceOne<uint32_t>(0xFFFFFFFFu, ncclInt32, ncclProd, 3), 0xFFFFFFFFu);  // (-1)^3
+  EXPECT_EQ(reduceOne<uint32_t>(0xFFFFFFFFu, ncclInt32, ncclProd, 4), 1u);           // (-1)^4
+}
+
+TEST(CloneReduction, ProductMaxMinAvg) {
+  if (fillMode() != Fill::kClone) GTEST_SKIP() << "clone semantics";
+  EXPECT_EQ(reduceOne<uint32_t>(0x3FC00000u, ncclFloat32, ncclProd, 3), 0x40580000u);  // 1.5^3 = 3.375
+  EXPECT_EQ(reduceOne<uint16_t>(0x3E00, ncclFloat16, ncclProd, 4), 0x4510);            // 1.5^4 = 5.0625
+  for (ncclRedOp_t op : {ncclMax, ncclMin, ncclAvg}) {
+    EXPECT_EQ(reduceOne<uint32_t>(0x3FC00000u, ncclFloat32, op, 3), 0x3FC00000u) << op;
+    EXPECT_EQ(reduceOne<uint8_t>(0xFD, ncclInt8, op, 5), 0xFD) << op;
+  }
+}
+
+// PreMulSum: each contribution is multiplied by the scalar (rounded to the type), then summed. A host scalar is read
+// when the operator is created, a device scalar when the reduction runs, and the operator may be destroyed once the
+// call has returned, even inside a group (NCCL takes the scalar at the call).
+TEST(CloneReduction, PreMulSumScalarResidence) {
+  if (fillMode() == Fill::kKeep) GTEST_SKIP() << "keep never writes a receive buffer";
+  for (int ranks : {1, 3}) {
+    SCOPED_TRACE(ranks);
+    CommPtr comm = makeComm(ranks, 0);
+    const bool clone = fillMode() == Fill::kClone || ranks == 1;
+    const uint32_t expectHalf = ranks == 1 ? 0x3FC00000u : 0x40900000u;  // 3 x 0.5 = 1.5, or 3 x 1.5 = 4.5
+    float scalar = 0.5f;
+    ncclRedOp_t immediate, onDevice;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&immediate, &scalar, ncclFloat32, ncclScalarHostImmediate, comm.get()),
+              ncclSuccess);
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&onDevice, &scalar, ncclFloat32, ncclScalarDevice, comm.get()), ncclSuccess);
+    scalar = 2.0f;  // read by the device operator's next reduction, not by the immediate one
+    const uint32_t three = 0x40400000u;  // 3.0f
+    const uint32_t viaImmediate = reduceOne<uint32_t>(three, ncclFloat32, immediate, ranks, comm.get());
+    const uint32_t viaDevice = reduceOne<uint32_t>(three, ncclFloat32, onDevice, ranks, comm.get());
+    if (clone) {
+      EXPECT_EQ(viaImmediate, expectHalf);
+      EXPECT_EQ(viaDevice, ranks == 1 ? 0x40C00000u : 0x41900000u);  // 3 x 2 = 6, or 3 x 6 = 18
+    } else {
+      EXPECT_NE(viaImmediate, 0x40400000u);  // zero or poison, never the input
+    }
+    // Destroyed between the call and the group's end: the call keeps the scalar it was given.
+    uint32_t in = three, out = sentinel<uint32_t>();
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(&in, &out, 1, ncclFloat32, immediate, comm.get(), nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRedOpDestroy(immediate, comm.get()), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    if (clone) EXPECT_EQ(out, expectHalf);
+    EXPECT_EQ(ncclRedOpDestroy(onDevice, comm.get()), ncclSuccess);
+  }
+}
+
+// On one rank PreMulSum is NCCL's exact result in every mode but keep: s x data rounded to the type.
+TEST(CloneReduction, OneRankPreMulSumOfEveryFloatType) {
+  if (fillMode() == Fill::kKeep) GTEST_SKIP() << "keep never writes a receive buffer";
+  CommPtr comm = makeComm(1, 0);
+  struct Case {
+    ncclDataType_t type;
+    uint64_t x, scalar, expected;
+  } cases[] = {
+      {ncclFloat16, 0x4200, 0x3800, 0x3E00},      // 3 x 0.5 = 1.5
+      {ncclBfloat16, 0x4040, 0x3F00, 0x3FC0},     // 3 x 0.5 = 1.5
+      {ncclFloat8e4m3, 0x7E, 0x40, 0x7E},         // 448 x 2 saturates at 448
+      {ncclFloat8e5m2, 0x42, 0x38, 0x3E},         // 3 x 0.5 = 1.5
+      {ncclFloat64, 0x4008000000000000ull, 0x3FE0000000000000ull, 0x3FF8000000000000ull},
+      {ncclInt8, 0xFD, 0x03, 0xF7},               // -3 x 3 = -9
+      {ncclUint32, 0x80000001u, 0x02, 0x02},      // wraps
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(static_cast<int>(c.type));
+    ncclRedOp_t op;
+    uint64_t scalar = c.scalar, in = c.x, out = 0;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, c.type, ncclScalarHostImmediate, comm.get()), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(&in, &out, 1, c.type, op, comm.get(), nullptr), ncclSuccess);
+    const size_t width = c.type == ncclFloat64 ? 8 : c.type == ncclUint32 ? 4 : c.type == ncclInt8 ||
+                         c.type == ncclFloat8e4m3 || c.type == ncclFloat8e5m2 ? 1 : 2;
+    EXPECT_EQ(out, c.expected) << "width " << width;  // little-endian: the element's bits, zero above
+    EXPECT_EQ(ncclRedOpDestroy(op, comm.get()), ncclSuccess);
+  }
 }
 
 }  // namespace

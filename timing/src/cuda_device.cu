@@ -15,6 +15,7 @@
 
 #include "cuda_util.h"
 #include "ranklens/device.h"
+#include "reduce_copies.h"
 
 // Hold kernels, one per operation so that profilers (torch.profiler, Nsight) show which call a hold stands for.
 // One thread waits on the GPU's global nanosecond timer: a 1-CTA kernel lets concurrent streams overlap, unlike
@@ -153,9 +154,22 @@ __global__ void ranklensFill(T* dst, size_t count, T value) {
     dst[i] = value;
 }
 
+// StreamDevice::reduceCopies, one kernel per datatype.
+template <int kType>
+__global__ void ranklensReduceCopies(void* dst, const void* src, size_t count, ranklens::device::Reduction r) {
+  ranklens::device::reduce_copies::reduceRange<kType>(dst, src, count, r,
+                                                      blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x,
+                                                      static_cast<size_t>(gridDim.x) * blockDim.x);
+}
+
 namespace ranklens {
 namespace device {
 namespace {
+
+using ReduceKernel = void (*)(void*, const void*, size_t, Reduction);
+#define RANKLENS_CUDA_REDUCE(type) ranklensReduceCopies<type>,
+constexpr ReduceKernel kReduceKernels[] = {RANKLENS_REDUCE_TYPES(RANKLENS_CUDA_REDUCE)};
+static_assert(sizeof(kReduceKernels) / sizeof(kReduceKernels[0]) == kReductionTypes, "one kernel per datatype");
 
 void setError(const std::string& text) { const_cast<std::string&>(lastError()) = text; }
 
@@ -235,6 +249,7 @@ class CudaDevice final : public StreamDevice {
     cudaFuncGetAttributes(&attributes, ranklensFill<uint16_t>);
     cudaFuncGetAttributes(&attributes, ranklensFill<uint32_t>);
     cudaFuncGetAttributes(&attributes, ranklensFill<unsigned long long>);
+    for (ReduceKernel kernel : kReduceKernels) cudaFuncGetAttributes(&attributes, kernel);
     cudaGetLastError();
   }
 
@@ -260,6 +275,22 @@ class CudaDevice final : public StreamDevice {
       case 8: return launchFill<unsigned long long>(dst, count, pattern, stream);
       default: setError("cuda device: fill: bad element size"); return 1;
     }
+  }
+
+  int reduceCopies(void* dst, const void* src, size_t count, const Reduction& reduction,
+                   cudaStream_t stream) override {
+    if (count == 0) return 0;
+    if (reduction.datatype < 0 || reduction.datatype >= kReductionTypes) {
+      setError("cuda device: reduceCopies: bad datatype");
+      return 1;
+    }
+    if (Deferred* d = deferredOn(stream))
+      if (int err = flush(d)) return err;
+    const int threads = 256;
+    const size_t blocks = std::min<size_t>((count + threads - 1) / threads, 1024);
+    kReduceKernels[reduction.datatype]<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(dst, src, count,
+                                                                                               reduction);
+    return check(cudaGetLastError(), "reduction kernel launch");
   }
 
   using StreamDevice::hold;

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "ranklens/device.h"
+#include "reduce_copies.h"
 
 namespace ranklens {
 namespace device {
@@ -20,6 +21,11 @@ const std::string& lastError() {
 namespace {
 
 void setError(const std::string& text) { const_cast<std::string&>(lastError()) = text; }
+
+using ReduceRange = void (*)(void*, const void*, size_t, const Reduction&, size_t, size_t);
+#define RANKLENS_HOST_REDUCE(type) reduce_copies::reduceRange<type>,
+constexpr ReduceRange kReduceRanges[] = {RANKLENS_REDUCE_TYPES(RANKLENS_HOST_REDUCE)};
+static_assert(sizeof(kReduceRanges) / sizeof(kReduceRanges[0]) == kReductionTypes, "one function per datatype");
 
 class HostDevice final : public StreamDevice {
  public:
@@ -48,6 +54,16 @@ class HostDevice final : public StreamDevice {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.fills++;
     stats_.bytesFilled += count * elemSize;
+    return 0;
+  }
+
+  int reduceCopies(void* dst, const void* src, size_t count, const Reduction& reduction, cudaStream_t) override {
+    if (count == 0) return 0;
+    if (dst == nullptr || src == nullptr) return fail("reduceCopies: null pointer");
+    if (reduction.datatype < 0 || reduction.datatype >= kReductionTypes) return fail("reduceCopies: bad datatype");
+    kReduceRanges[reduction.datatype](dst, src, count, reduction, 0, 1);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.reductions++;
     return 0;
   }
 

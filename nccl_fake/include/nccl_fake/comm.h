@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nccl_fake/core.h"
+#include "ranklens/device.h"
 
 constexpr uint64_t kCommMagic = 0x0280028000000002ull;  // like NCCL's NCCL_MAGIC guard words
 
@@ -38,7 +39,11 @@ struct ncclComm {
   std::mutex mu;  // guards the sequences and user reduction ops below
   uint64_t collSeq = 0;
   std::map<int, uint64_t> sendSeq, recvSeq;  // per peer
-  std::vector<ncclDataType_t> userOps;       // PreMulSum ops: index = op - ncclNumOps; ncclNumTypes = free slot
+  struct UserRedOp {
+    ncclDataType_t datatype = ncclNumTypes;  // ncclNumTypes: a free slot
+    ranklens::device::Scalar scalar;         // its PreMulSum scalar
+  };
+  std::vector<UserRedOp> userOps;            // index = op - ncclNumOps
   std::vector<size_t> freeUserOps;           // freed slots, most recent last
   std::map<void*, size_t> registrations;     // handle -> size
   uint64_t endMagic = kCommMagic;

@@ -24,6 +24,7 @@ struct CallInfo {
   int root;           // root, peer for Send/Recv, -1 when not applicable
   ncclComm* comm;
   cudaStream_t stream;
+  ranklens::device::Scalar premulScalar{};  // redop is a user (PreMulSum) operator: its scalar, taken at the call
   const void* selfSendbuff = nullptr;  // Recv from self: the matching Send's buffer (paired at ncclGroupEnd)
   // Replay of a recording (replay.h): the matched recorded call and the planned hold.
   const ranklens::trace::RecordedCall* recorded = nullptr;

@@ -66,6 +66,29 @@ inline __host__ __device__ void advanceChain(volatile unsigned long long* chain,
   chain[1] = index;
 }
 
+// A PreMulSum operator's scalar, a value of the reduction's datatype: its bytes when NCCL read it at the operator's
+// creation (ncclScalarHostImmediate), or where to read it when the reduction runs (ncclScalarDevice).
+struct Scalar {
+  uint64_t bits = 0;            // little-endian, in the datatype's width
+  const void* at = nullptr;     // when set, read here instead of `bits`
+};
+
+// A reduction whose `copies` contributions all equal this rank's (fill: clone, every peer a copy of this rank), or
+// NCCL's result on a one-rank communicator (copies 1). Each element x becomes y = x, or y = s*x rounded to the
+// datatype for a PreMulSum (each rank multiplies its own contribution), then copies*y (sum, exact in double
+// precision and rounded once to the datatype) or y^copies (product, by squaring in double precision); fp8 saturates
+// to its largest finite value, as NCCL's fp8 types convert; integers wrap modulo 2^bits; NaN payloads are not kept.
+// NCCL's ring adds one contribution at a time and rounds each partial sum, so a real job whose ranks held equal data
+// may differ from this in the last bits.
+struct Reduction {
+  int datatype = 0;        // ncclDataType_t's value, ncclInt8 (0) .. ncclFloat8e5m2 (11)
+  bool product = false;    // ncclProd; otherwise a sum (ncclSum, PreMulSum)
+  uint64_t copies = 1;
+  bool premul = false;     // PreMulSum: multiply each contribution by `scalar` first
+  Scalar scalar;
+};
+constexpr int kReductionTypes = 12;  // datatypes a Reduction takes: ncclNumTypes in NCCL 2.28
+
 class StreamDevice {
  public:
   virtual ~StreamDevice() = default;
@@ -83,6 +106,9 @@ class StreamDevice {
   }
   // Writes `count` elements of `elemSize` bytes (1, 2, 4 or 8), each equal to the low bytes of `pattern`.
   virtual int fill(void* dst, size_t count, size_t elemSize, uint64_t pattern, cudaStream_t stream) = 0;
+  // `count` elements of `src` reduced as `reduction` says into `dst` (which may be `src`, element for element).
+  virtual int reduceCopies(void* dst, const void* src, size_t count, const Reduction& reduction,
+                           cudaStream_t stream) = 0;
   // Keeps `stream` busy for the request's nanoseconds from its arrival mark, or from the moment the hold starts
   // executing when it has none.
   virtual int hold(const HoldRequest& request, cudaStream_t stream) = 0;
@@ -156,7 +182,7 @@ class StreamDevice {
 enum class Completion { kKernel, kHostCallback };
 
 struct HostStats {
-  uint64_t copies = 0, fills = 0, holds = 0, bytesCopied = 0, bytesFilled = 0, heldNanoseconds = 0;
+  uint64_t copies = 0, fills = 0, reductions = 0, holds = 0, bytesCopied = 0, bytesFilled = 0, heldNanoseconds = 0;
 };
 
 // Host memory, effects applied synchronously in call order (a host "stream" is the calling thread); holds are
