@@ -52,6 +52,15 @@ ncclResult_t argsCheck(CallInfo& info) {
       }
       info.premulScalar = comm->userOps[index].scalar;
     }
+    // NCCL 2.28.9's one-rank path has no fp8 PreMulSum kernel (its host code tests __CUDA_ARCH__, which only device
+    // code defines) and returns ncclInvalidArgument without a word, for ncclAvg too (a PreMulSum by 1/N for floats).
+    // A replayed program must meet the error its real run met; RankLens says why.
+    const bool fp8 = info.datatype == ncclFloat8e4m3 || info.datatype == ncclFloat8e5m2;
+    if (fp8 && comm->nRanks == 1 && info.count > 0 && (info.redop == ncclAvg || info.redop >= ncclNumOps)) {
+      WARN("%s : NCCL 2.28.9 returns ncclInvalidArgument for ncclAvg and PreMulSum on fp8 data on a one-rank "
+           "communicator (it has no such one-rank kernel); RankLens answers the same", info.opName);
+      return ncclInvalidArgument;
+    }
   }
   // Real NCCL checks pointers only with NCCL_CHECK_POINTERS=1 and otherwise faults on the GPU later; RankLens always
   // checks for NULL when data would move, returning the code NCCL's pointer check returns.
