@@ -51,6 +51,8 @@ struct Counters {
 
 struct Session {
   std::mutex mu;
+  // Null when there is no recording (timing: estimated with a history and no replay_trace): every call is held
+  // for its estimate, and nothing is matched.
   std::unique_ptr<ranklens::trace::Recording> recording;
   std::unique_ptr<ranklens::trace::PayloadPrefetcher> prefetcher;
   // Durations for calls without a recorded one: from `history`, or, without it, from the replayed recording.
@@ -221,11 +223,62 @@ int64_t hostTimeToReplay(Session* s, int key, int64_t recordedNs) {
   return it->second;
 }
 
+// The estimator over s->history, for the configured target (transfer needs a history with transfer times).
+void makeEstimator(Session* s, const ranklens::config::Settings& st) {
+  ranklens::timing::Estimator::Options estimates;
+  estimates.target = st.estimate_target == ranklens::config::EstimateTarget::kTransfer
+                         ? ranklens::timing::EstimateTarget::kTransfer
+                         : ranklens::timing::EstimateTarget::kObserved;
+  if (estimates.target == ranklens::timing::EstimateTarget::kTransfer &&
+      !ranklens::timing::hasTransferTimes(s->history)) {
+    // A lone rank's own recording (no history) or a history of format 1 has no transfer times: what it has is
+    // better than the fixed model.
+    if (!st.history.empty())
+      WARN("replay: history %s has no transfer times (built from one rank of each job, or by a RankLens before "
+           "format 2); estimates use observed durations (estimate_target observed). Rebuild it with `ranklens "
+           "history build` from every rank's trace of each job",
+           st.history.c_str());
+    estimates.target = ranklens::timing::EstimateTarget::kObserved;
+  }
+  s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, estimates);
+}
+
+// No recording: `timing: estimated` with a `history` holds every call for its estimate (a job at a scale never
+// recorded). Nothing to match, no payloads, no recorded host time; locality from ranks_per_node.
+Session* loadEstimatesOnly(const ranklens::config::Settings& st) {
+  auto s = std::make_unique<Session>();
+  s->fidelity = st.fidelity;
+  s->policy = OnMismatch::kEstimate;
+  s->estimateAll = true;
+  s->hostTime = false;
+  std::string historyError;
+  if (!ranklens::timing::loadHistory(st.history, &s->history, &historyError)) {
+    loadError = "history: " + historyError;
+    return nullptr;
+  }
+  makeEstimator(s.get(), st);
+  s->localWorldSize = st.ranks_per_node;
+  s->calibration = Runtime::get().device().calibrate();
+  INFO(kSubInit | kSubRanklens,
+       "replaying without a recording at %s fidelity: every call held for its estimate from history %s (%zu "
+       "samples), %d ranks per node; hold fixed cost %ld ns",
+       ranklens::config::toString(s->fidelity), st.history.c_str(), s->history.samples.size(), st.ranks_per_node,
+       static_cast<long>(s->calibration.holdFixedNs));
+  return s.release();
+}
+
 Session* load() {
   std::call_once(loadOnce, [] {
     Runtime& rt = Runtime::get();
     const auto& st = rt.settings();
-    if (st.mode != ranklens::config::Mode::kReplay || st.replay_trace.empty()) return;
+    if (st.mode != ranklens::config::Mode::kReplay) return;
+    if (st.replay_trace.empty()) {
+      // Without a recording only estimated timing has anything to replay (Runtime refuses other fidelities).
+      if (st.fidelity == Fidelity::kStructure) return;
+      session = loadEstimatesOnly(st);
+      if (session != nullptr) Runtime::get().setBeforeClose([] { finish(); });
+      return;
+    }
     auto s = std::make_unique<Session>();
     s->fidelity = st.fidelity;
     s->policy = st.on_mismatch;
@@ -282,22 +335,7 @@ Session* load() {
     } else if (m.mode == "record" && !ranklens::timing::addRecordedRun(*s->recording, &s->history, &historyError)) {
       WARN("replay: estimates use a fixed model: %s", historyError.c_str());
     }
-    ranklens::timing::Estimator::Options estimates;
-    estimates.target = st.estimate_target == ranklens::config::EstimateTarget::kTransfer
-                           ? ranklens::timing::EstimateTarget::kTransfer
-                           : ranklens::timing::EstimateTarget::kObserved;
-    if (estimates.target == ranklens::timing::EstimateTarget::kTransfer &&
-        !ranklens::timing::hasTransferTimes(s->history)) {
-      // A lone rank's own recording (no history) or a history of format 1 has no transfer times: what it has is
-      // better than the fixed model.
-      if (!st.history.empty())
-        WARN("replay: history %s has no transfer times (built from one rank of each job, or by a RankLens before "
-             "format 2); estimates use observed durations (estimate_target observed). Rebuild it with `ranklens "
-             "history build` from every rank's trace of each job",
-             st.history.c_str());
-      estimates.target = ranklens::timing::EstimateTarget::kObserved;
-    }
-    s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, estimates);
+    makeEstimator(s.get(), st);
     s->localWorldSize = ranklens::timing::localWorldSize(m);
     if (st.host_time == ranklens::config::HostTime::kOwn) s->hostCaps = ownHostCaps(*s->recording);
     if (st.peer_pacing == ranklens::config::PeerPacing::kRecorded && s->fidelity != Fidelity::kStructure) {
@@ -438,6 +476,7 @@ ncclResult_t onCommCreated(ncclComm* comm) {
   if (s->pacing && Runtime::get().device().paceChain(&comm->paceChain) != 0)  // at creation: may synchronise
     WARN("replay: peer_pacing: communicator %lu is not paced: %s", static_cast<unsigned long>(comm->id),
          ranklens::device::lastError().c_str());
+  if (!s->recording) return ncclSuccess;  // estimates only: nothing to match
   const auto& comms = s->recording->comms();
   const bool split = comm->how == "split" || comm->how == "shrink";
   int64_t recordedParent = -1;
@@ -482,7 +521,7 @@ ncclResult_t onCommCreated(ncclComm* comm) {
 bool recordedSplitChild(const ncclComm* parent, int color, int key, int* nranks, int* rank,
                         std::vector<int>* worldRanks) {
   Session* s = load();
-  if (s == nullptr) return false;
+  if (s == nullptr || !s->recording) return false;
   std::lock_guard<std::mutex> lock(s->mu);
   auto it = s->bindingOf.find(parent->id);
   if (it == s->bindingOf.end()) return false;
@@ -565,6 +604,14 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   std::unique_lock<std::mutex> lock(s->mu);
   Counters& c = s->counters;
   c.calls++;
+  if (!s->recording) {  // estimates only
+    info->stepPhase = s->stepOccurrences.phase(event.timeNs);
+    if (event.groupId == 0) info->stepOccurrence = s->stepOccurrences.next(event.op, event.bytes, false);
+    info->durationNs = estimateNs(s, *info, event.bytes);
+    info->estimated = true;
+    c.estimated++;
+    return ncclSuccess;
+  }
   auto bound = s->bindingOf.find(info->comm->id);
   Session::Binding* binding = bound == s->bindingOf.end() ? nullptr : &bound->second;
   if (binding != nullptr && !binding->called) {
@@ -991,10 +1038,17 @@ void finish() {
         {"replay_payload_bytes_uploaded", p.bytesUploaded},
         {"replay_payloads_from_device", p.fromDevice},
         {"replay_payload_upload_failures", p.uploadFailures},
-        {"replay_recorded_calls", s->recording->callCount()},
+        {"replay_recorded_calls", s->recording ? s->recording->callCount() : 0},
         {"replay_hold_fixed_ns", static_cast<uint64_t>(s->calibration.holdFixedNs)},
     };
     for (const auto& [name, value] : values) writer->setCounter(name, value);
+  }
+  if (!s->recording) {
+    INFO(kSubRanklens, "replay summary (no recording): %lu calls, each held for its estimate (%lu extrapolated "
+         "beyond the history), %lu holds",
+         static_cast<unsigned long>(c.calls), static_cast<unsigned long>(c.estimatesExtrapolated),
+         static_cast<unsigned long>(c.holds));
+    return;
   }
   const bool faithful = c.mismatches == 0 && c.commsUnmatched == 0 && c.payloadFailures == 0;
   char line[512];

@@ -61,11 +61,18 @@ void Runtime::load() {
          ranklens::config::toString(settings_.payloads));
     return;
   }
-  if (settings_.fidelity != Fidelity::kStructure && settings_.replay_trace.empty()) {
+  // Without a recording, timing fidelity can still hold every call for its estimate from a history.
+  const bool estimatesOnly = settings_.fidelity == Fidelity::kTiming &&
+                             settings_.timing == ranklens::config::TimingSource::kEstimated &&
+                             !settings_.history.empty();
+  if (settings_.fidelity != Fidelity::kStructure && settings_.replay_trace.empty() && !estimatesOnly) {
     status_ = ncclInvalidUsage;
     statusMessage_ = std::string("fidelity '") + ranklens::config::toString(settings_.fidelity) +
                      "' replays a recording: set RANKLENS_REPLAY_TRACE to the recorded trace (ranklens replay "
                      "--trace DIR), or RANKLENS_FIDELITY=structure";
+    if (settings_.fidelity == Fidelity::kTiming)
+      statusMessage_ += ", or hold every call for an estimate without a recording: RANKLENS_TIMING=estimated and "
+                        "RANKLENS_HISTORY=<a file from `ranklens history build`> (ranklens replay --history FILE)";
     return;
   }
   if (device_ == nullptr) {

@@ -423,6 +423,38 @@ TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
   EXPECT_NE(missing.run.output.find("RANKLENS_HISTORY"), std::string::npos) << missing.run.output;
 }
 
+// No recording at all (a scale never recorded): timing: estimated with a history holds every call for its estimate,
+// matches nothing and counts no mismatch. Without the history, timing fidelity is refused with both ways out.
+TEST(ReplayEstimated, WithoutARecordingEveryCallIsHeldForItsEstimate) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const std::string history = savedHistory("own-for-unrecorded.hist", recordedHistory());
+  Replayed r = replay("estimated-unrecorded", {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"},
+                                               {"RANKLENS_TIMING", "estimated"}, {"RANKLENS_HISTORY", history},
+                                               {"RANKLENS_FILL", "clone"},
+                                               // no recording to size the scenario's split: the table does
+                                               {"RANKLENS_GROUPS", "[{members: [1, 3], color: 1}]"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  Trace t = readTrace(r.traceDir);
+  Trace recorded = readTrace(recording().root + "/rank1");
+  EXPECT_GT(t.counter("replay_calls"), 0u);
+  EXPECT_EQ(t.counter("replay_estimated"), t.counter("replay_calls"));
+  EXPECT_EQ(t.counter("replay_calls_matched"), 0u);
+  EXPECT_EQ(t.counter("replay_mismatches"), 0u);
+  EXPECT_EQ(t.counter("replay_comms_unmatched"), 0u);
+  EXPECT_EQ(t.counter("replay_recorded_calls"), 0u);
+  for (const auto& timing : t.timings) EXPECT_EQ(timing.clock, ranklens::trace::kClockEstimated);
+  EXPECT_EQ(r.run.output.find("differs from the recording"), std::string::npos) << r.run.output;
+  // The same program and a history of its own recording: about the recorded total, as with the recording.
+  const double ratio = static_cast<double>(t.counter("replay_held_ns")) / static_cast<double>(recordedHoldNs(recorded));
+  EXPECT_GT(ratio, 0.7);
+  EXPECT_LT(ratio, 1.3);
+
+  Replayed refused = replay("unrecorded-no-history", {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"}});
+  EXPECT_NE(refused.run.status, 0) << refused.run.output;
+  EXPECT_NE(refused.run.output.find("RANKLENS_REPLAY_TRACE"), std::string::npos) << refused.run.output;
+  EXPECT_NE(refused.run.output.find("RANKLENS_TIMING=estimated"), std::string::npos) << refused.run.output;
+}
+
 // timing: estimated with a history that knows where in the step each call was: the step's AllReduce is held for
 // what the same call took in the history's runs (300 us), not for the median of every AllReduce of its size (50 us,
 // mostly made elsewhere in the step), and its Send/Recv group likewise (400 us). The replay counts each op and

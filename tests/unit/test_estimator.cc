@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ranklens/duration_fit.h"
 #include "ranklens/estimator.h"
 #include "ranklens/events.h"
 #include "ranklens/trace.h"
@@ -95,6 +96,24 @@ TEST(Estimator, FarOutsideTheSamplesItSaysSoAndUsesTheLatencyBandwidthFit) {
   EXPECT_FALSE(unknown.found);
   EXPECT_TRUE(unknown.extrapolated);
   EXPECT_STREQ(unknown.method, "default");
+}
+
+// The fallback fits bus bytes (nccl-tests' factors), so an all-reduce's line carries over to an all-gather never
+// sampled and to a larger communicator: same bus bandwidth, same latency.
+TEST(LatencyBandwidthFit, CarriesOverToOtherOpsAndSizesInBusBytes) {
+  using ranklens::timing::busBytes;
+  ranklens::timing::LatencyBandwidthFit fit;
+  std::vector<ranklens::timing::DurationSample> samples;
+  for (uint64_t bytes : {1ull << 20, 1ull << 24, 1ull << 28})  // 2 ranks: bus bytes = bytes; 10 us + 100 GB/s
+    samples.push_back({kAllReduce, 2, bytes, 10'000 + static_cast<int64_t>(bytes / 100)});
+  fit.fit(samples);
+  EXPECT_EQ(fit.estimateNs(kAllReduce, 2, 1 << 26), 10'000 + (1 << 26) / 100);
+  // 8 ranks: 2 x 7/8 of the bytes cross each link.
+  EXPECT_NEAR(fit.estimateNs(kAllReduce, 8, 1 << 26), 10'000 + 1.75 * (1 << 26) / 100, 2);
+  // An all-gather receiving 64 MiB on 8 ranks moves 7/8 of it.
+  EXPECT_NEAR(fit.estimateNs(kAllGather, 8, 1 << 26), 10'000 + 0.875 * (1 << 26) / 100, 2);
+  EXPECT_DOUBLE_EQ(busBytes(kAllGather, 8, 1 << 26), 0.875 * (1 << 26));
+  EXPECT_DOUBLE_EQ(busBytes(kAllReduce, 1, 1 << 26), 0.0);  // one rank moves nothing
 }
 
 TEST(Estimator, TheSameRoleIsPreferred) {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "ranklens/events.h"
+
 namespace ranklens {
 namespace timing {
 
@@ -24,12 +26,23 @@ BytesLine fitBytesLine(const std::vector<WeightedPoint>& points) {
   return line;
 }
 
-// Ordinary least squares of duration on bytes. A negative latency (noise, one size only) degrades to the mean
+double busBytes(int op, int nranks, uint64_t bytes) {
+  using events::Op;
+  const double n = std::max(nranks, 1), b = static_cast<double>(bytes);
+  switch (static_cast<Op>(op)) {
+    case Op::kAllReduce: return b * 2 * (n - 1) / n;
+    case Op::kAllGather: case Op::kAlltoAll: case Op::kGather: return b * (n - 1) / n;  // received: n chunks
+    case Op::kReduceScatter: case Op::kScatter: return b * (n - 1);                       // received: one chunk
+    default: return b;  // Broadcast, Reduce, Send, Recv
+  }
+}
+
+// Ordinary least squares of duration on (bus) bytes. A negative latency (noise, one size only) degrades to the mean
 // duration as a constant, which is what the samples support.
 LatencyBandwidthFit::Line LatencyBandwidthFit::solve(const std::vector<const DurationSample*>& samples) {
   std::vector<WeightedPoint> points;
   for (const DurationSample* s : samples)
-    points.push_back({static_cast<double>(s->bytes), static_cast<double>(s->durationNs), 1.0});
+    points.push_back({busBytes(s->op, s->nranks, s->bytes), static_cast<double>(s->durationNs), 1.0});
   const BytesLine fitted = fitBytesLine(points);
   Line line{fitted.at(0), fitted.nsPerByte};
   if (line.latencyNs < 0) line = {fitted.meanNs, 0};
@@ -52,9 +65,9 @@ int64_t LatencyBandwidthFit::estimateNs(int op, int nranks, uint64_t bytes) cons
   for (const auto& key : {std::make_pair(op, nranks), std::make_pair(op, -1), std::make_pair(-1, -1)}) {
     auto it = models_.find(key);
     if (it != models_.end())
-      return static_cast<int64_t>(it->second.latencyNs + it->second.nsPerByte * static_cast<double>(bytes));
+      return static_cast<int64_t>(it->second.latencyNs + it->second.nsPerByte * busBytes(op, nranks, bytes));
   }
-  return 20'000 + static_cast<int64_t>(static_cast<double>(bytes) / 100.0);  // 100 GB/s = 0.01 ns/byte
+  return 20'000 + static_cast<int64_t>(busBytes(op, nranks, bytes) / 100.0);  // 100 GB/s = 0.01 ns/byte
 }
 
 }  // namespace timing

@@ -45,7 +45,7 @@ std::string defaultTraceDir() {
 }
 
 // How faithful the replay of a recording was, from the counters the library left in the replay trace's manifest.
-void printReplayCounters(const std::string& rankDir) {
+void printReplayCounters(const std::string& rankDir, bool ofRecording = true) {
   std::string error;
   auto reader = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &error);
   if (!reader) return;
@@ -56,6 +56,14 @@ void printReplayCounters(const std::string& rankDir) {
   };
   if (c.find("replay_calls") == c.end()) {
     std::cout << "\nReplay: no counters in " << rankDir << " (the program did not exit normally?)\n";
+    return;
+  }
+  if (!ofRecording) {
+    std::cout << "\nReplay without a recording: " << get("replay_calls") << " calls, each held for its estimate ("
+              << get("replay_estimates_extrapolated") << " extrapolated beyond the history); held on the call streams: "
+              << std::fixed << std::setprecision(2) << get("replay_held_ns") / 1e6 << " ms in "
+              << get("replay_holds") << " holds"
+              << (reader->manifest().gpu_name.empty() ? " (host device: GPU time accounted, not waited)" : "") << "\n";
     return;
   }
   std::cout << "\nReplay of the recording: " << get("replay_calls") << " calls, " << get("replay_calls_matched")
@@ -81,7 +89,7 @@ void printReplayCounters(const std::string& rankDir) {
 
 struct ReplayOptions {
   int rank = -1, worldSize = -1;
-  std::string lib, config, fill, device, groups, traceDir, trace, fidelity, onMismatch, override = "both";
+  std::string lib, config, fill, device, groups, traceDir, trace, fidelity, onMismatch, history, override = "both";
   bool noEvents = false, quiet = false, noPythonAdapter = false;
   std::vector<std::string> command;
 };
@@ -140,9 +148,12 @@ bool checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std:
 }
 
 int runReplay(const ReplayOptions& o) {
-  if (!o.fidelity.empty() && o.fidelity != "structure" && o.trace.empty()) {
+  // Without --trace: structure, or with --history timing from estimates.
+  const bool estimatesOnly = o.trace.empty() && !o.history.empty() && o.fidelity != "structure";
+  if (!o.fidelity.empty() && o.fidelity != "structure" && o.trace.empty() && !(estimatesOnly && o.fidelity == "timing")) {
     std::cerr << "error: --fidelity " << o.fidelity << " replays a recording: give --trace DIR (the directory "
-              << "`RANKLENS_MODE=record` wrote, or one rank<R> inside it)\n";
+              << "`RANKLENS_MODE=record` wrote, or one rank<R> inside it)"
+              << (o.fidelity == "timing" ? ", or --history FILE to hold every call for its estimate" : "") << "\n";
     return 2;
   }
   int worldSize = o.worldSize;
@@ -177,9 +188,13 @@ int runReplay(const ReplayOptions& o) {
   if (!o.trace.empty()) {
     env["RANKLENS_REPLAY_TRACE"] = fs::absolute(o.trace).string();
     env["RANKLENS_FIDELITY"] = o.fidelity.empty() ? "timing" : o.fidelity;
+  } else if (estimatesOnly) {
+    env["RANKLENS_FIDELITY"] = "timing";
+    env["RANKLENS_TIMING"] = "estimated";
   } else if (!o.fidelity.empty()) {
     env["RANKLENS_FIDELITY"] = o.fidelity;
   }
+  if (!o.history.empty()) env["RANKLENS_HISTORY"] = fs::absolute(o.history).string();
   if (!o.onMismatch.empty()) env["RANKLENS_ON_MISMATCH"] = o.onMismatch;
   ranklens::tools::pointAtLibrary(lib, o.override, &env);
   if (!o.noPythonAdapter) {
@@ -217,6 +232,7 @@ int runReplay(const ReplayOptions& o) {
     std::cerr << "ranklens: " << o.command[0] << " exited with status " << exitCode << "\n";
     if (!traceDir.empty() && fs::exists(traceDir)) {
       if (o.trace.empty()) {
+        if (estimatesOnly) printReplayCounters(traceDir + "/rank" + std::to_string(o.rank), false);
         std::cout << "\nSignature summary (" << traceDir << "):\n";
         ranklens::tools::printTraceSummary(traceDir, false, std::cout, std::cerr);
       } else {
@@ -298,9 +314,14 @@ int main(int argc, char** argv) {
                  "picked by --rank; or a rank directory")
       ->check(CLI::ExistingDirectory);
   rp->add_option("--fidelity", replay.fidelity,
-                 "structure (calls only), timing (+ recorded durations; default with --trace), value (+ recorded "
-                 "payloads)")
+                 "structure (calls only), timing (+ recorded durations; default with --trace, or with --history "
+                 "alone: estimated durations), value (+ recorded payloads)")
       ->check(CLI::IsMember({"structure", "timing", "value"}));
+  rp->add_option("--history", replay.history,
+                 "Duration history (`ranklens history build`; RANKLENS_HISTORY). Without --trace: timing fidelity, "
+                 "every call held for its estimate (a job never recorded at this scale). With --trace: the "
+                 "estimates for --on-mismatch estimate and timing: estimated")
+      ->check(CLI::ExistingFile);
   rp->add_option("--on-mismatch", replay.onMismatch,
                  "A call the recording lacks: error (default), warn, estimate (RANKLENS_ON_MISMATCH)")
       ->check(CLI::IsMember({"error", "warn", "estimate"}));

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// A latency-bandwidth model of collective durations fitted to recorded calls: duration = latency + bytes / bandwidth
-// per (op, communicator size), by least squares: the estimator's fallback when no sample is near (estimator.h).
+// A latency-bandwidth model of collective durations fitted to recorded calls: duration = latency + bus bytes / bus
+// bandwidth per (op, communicator size), by least squares: the estimator's fallback when no sample is near
+// (estimator.h). Bus bytes are nccl-tests' (the bytes each rank moves over its busiest link: an all-reduce's
+// 2(n-1)/n of its size), so that a fit of one operation or size of communicator carries over to another.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +25,9 @@ struct WeightedPoint {
 };
 BytesLine fitBytesLine(const std::vector<WeightedPoint>& points);  // points not empty, weights > 0
 
+// nccl-tests' bus bytes of a call that receives `bytes` (events::receivedBytes) on a communicator of `nranks`.
+double busBytes(int op, int nranks, uint64_t bytes);
+
 struct DurationSample {
   int op = 0;
   int nranks = 0;
@@ -33,7 +38,8 @@ struct DurationSample {
 class LatencyBandwidthFit {
  public:
   void fit(const std::vector<DurationSample>& samples);
-  // Falls back from (op, nranks) to op to all samples to a fixed 20 us + 100 GB/s when nothing was fitted.
+  // Falls back from (op, nranks) to op to all samples (in bus bytes) to a fixed 20 us + 100 GB/s of bus bytes when
+  // nothing was fitted.
   int64_t estimateNs(int op, int nranks, uint64_t bytes) const;
   size_t models() const { return models_.size(); }
 
