@@ -116,6 +116,17 @@ TEST(LatencyBandwidthFit, CarriesOverToOtherOpsAndSizesInBusBytes) {
   EXPECT_DOUBLE_EQ(busBytes(kAllReduce, 1, 1 << 26), 0.0);  // one rank moves nothing
 }
 
+// Large messages whose least-squares line would start below zero (as the shipped DDP trace's all-reduces: 28-89 MiB,
+// 154-553 us) keep their bandwidth, through the origin, instead of one mean duration for every size.
+TEST(LatencyBandwidthFit, ANegativeLatencyKeepsTheBandwidth) {
+  ranklens::timing::LatencyBandwidthFit fit;
+  fit.fit({{kAllReduce, 2, 29415424, 154240}, {kAllReduce, 2, 34129920, 162784}, {kAllReduce, 2, 92962816, 552576}});
+  const int64_t small = fit.estimateNs(kAllReduce, 2, 29415424), large = fit.estimateNs(kAllReduce, 2, 92962816);
+  EXPECT_LT(small, 250'000);
+  EXPECT_GT(large, 450'000);
+  EXPECT_NEAR(static_cast<double>(large) / static_cast<double>(small), 92962816.0 / 29415424.0, 1e-5);
+}
+
 TEST(Estimator, TheSameRoleIsPreferred) {
   History h = synthetic(1);
   for (auto& s : h.samples) s.role = "dp";

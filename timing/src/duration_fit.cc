@@ -37,15 +37,22 @@ double busBytes(int op, int nranks, uint64_t bytes) {
   }
 }
 
-// Ordinary least squares of duration on (bus) bytes. A negative latency (noise, one size only) degrades to the mean
-// duration as a constant, which is what the samples support.
+// Ordinary least squares of duration on (bus) bytes. A negative latency (large messages only, whose line through
+// their spread points below zero) becomes a line through the origin: their bandwidth is what the samples support.
 LatencyBandwidthFit::Line LatencyBandwidthFit::solve(const std::vector<const DurationSample*>& samples) {
   std::vector<WeightedPoint> points;
   for (const DurationSample* s : samples)
     points.push_back({busBytes(s->op, s->nranks, s->bytes), static_cast<double>(s->durationNs), 1.0});
   const BytesLine fitted = fitBytesLine(points);
   Line line{fitted.at(0), fitted.nsPerByte};
-  if (line.latencyNs < 0) line = {fitted.meanNs, 0};
+  if (line.latencyNs < 0) {
+    double xy = 0, xx = 0;
+    for (const WeightedPoint& p : points) {
+      xy += p.bytes * p.ns;
+      xx += p.bytes * p.bytes;
+    }
+    line = xx > 0 ? Line{0, xy / xx} : Line{fitted.meanNs, 0};
+  }
   return line;
 }
 
