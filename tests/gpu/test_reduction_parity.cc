@@ -114,6 +114,24 @@ std::string hexAt(const TypeInfo& t, const std::vector<unsigned char>& v, long i
   return text;
 }
 
+// A type's inputs on the device, its output and a scalar's 8 bytes.
+struct DeviceBuffers {
+  void *in = nullptr, *out = nullptr, *scalar = nullptr;
+  explicit DeviceBuffers(const std::vector<unsigned char>& inputs)
+      : ok_(cudaMalloc(&in, inputs.size()) == cudaSuccess && cudaMalloc(&out, inputs.size()) == cudaSuccess &&
+            cudaMalloc(&scalar, 8) == cudaSuccess &&
+            cudaMemcpy(in, inputs.data(), inputs.size(), cudaMemcpyHostToDevice) == cudaSuccess) {}
+  ~DeviceBuffers() {
+    cudaFree(in);
+    cudaFree(out);
+    cudaFree(scalar);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_;
+};
+
 // The CUDA device's kernel and the host device's loop share their element code: the same bits for every datatype,
 // sums and products of 1, 3 and 64 copies, PreMulSums with the scalar immediate or in (device) memory.
 TEST(ReduceCopies, CudaDeviceMatchesTheHostDeviceBitForBit) {
@@ -128,11 +146,9 @@ TEST(ReduceCopies, CudaDeviceMatchesTheHostDeviceBitForBit) {
     SCOPED_TRACE(t.name);
     const auto in = inputsFor(t);
     const size_t count = in.size() / t.width;
-    void *dIn = nullptr, *dOut = nullptr, *dScalar = nullptr;
-    ASSERT_EQ(cudaMalloc(&dIn, in.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&dOut, in.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&dScalar, 8), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(dIn, in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    DeviceBuffers buffers(in);
+    ASSERT_TRUE(buffers.ok());
+    void *dIn = buffers.in, *dOut = buffers.out, *dScalar = buffers.scalar;
     std::vector<Reduction> cases;
     for (bool product : {false, true})
       for (uint64_t copies : {1, 3, 64}) {
@@ -171,9 +187,6 @@ TEST(ReduceCopies, CudaDeviceMatchesTheHostDeviceBitForBit) {
       EXPECT_EQ(i, -1) << "element " << i << " in " << hexAt(t, in, i) << ": GPU " << hexAt(t, got, i) << ", host "
                        << hexAt(t, expected, i);
     }
-    cudaFree(dIn);
-    cudaFree(dOut);
-    cudaFree(dScalar);
   }
   cudaStreamDestroy(stream);
 }
@@ -234,11 +247,9 @@ TEST(OneRankReductions, SameBitsAsTheRealNccl) {
     SCOPED_TRACE(t.name);
     const auto in = inputsFor(t);
     const size_t count = in.size() / t.width;
-    void *dIn = nullptr, *dOut = nullptr, *dScalar = nullptr;
-    ASSERT_EQ(cudaMalloc(&dIn, in.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&dOut, in.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&dScalar, 8), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(dIn, in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    DeviceBuffers buffers(in);
+    ASSERT_TRUE(buffers.ok());
+    void *dIn = buffers.in, *dOut = buffers.out, *dScalar = buffers.scalar;
     // Runs one reduction through a side; a PreMulSum operator is created on it from `scalar` (host or device).
     auto run = [&](Side& side, ncclRedOp_t op, const uint64_t* scalar, bool onDevice, ncclResult_t* result) {
       std::vector<unsigned char> out(in.size());
@@ -281,9 +292,6 @@ TEST(OneRankReductions, SameBitsAsTheRealNccl) {
       compare((what + " host").c_str(), static_cast<ncclRedOp_t>(0), &scalar, false);
       compare((what + " device").c_str(), static_cast<ncclRedOp_t>(0), &scalar, true);
     }
-    cudaFree(dIn);
-    cudaFree(dOut);
-    cudaFree(dScalar);
   }
   EXPECT_EQ(compared, 12 * 13);
   EXPECT_EQ(refused, 2 * 9) << "the real NCCL refuses exactly fp8's avg and PreMulSums";
