@@ -127,6 +127,30 @@ TEST(LatencyBandwidthFit, ANegativeLatencyKeepsTheBandwidth) {
   EXPECT_NEAR(static_cast<double>(large) / static_cast<double>(small), 92962816.0 / 29415424.0, 1e-5);
 }
 
+// A history that marks steps: a call before the first step (NCCL's connection set-up, 200 ms for 16 bytes) is its
+// own size's estimate, but no fallback line carries it to other sizes or operations.
+TEST(Estimator, CallsBeforeTheFirstMarkedStepStayOutOfTheFallbackFits) {
+  History h;
+  h.runs = {"job/rank0"};
+  auto sample = [&](int op, uint64_t bytes, int64_t ns, double phase) {
+    HistorySample s;
+    s.op = op;
+    s.nranks = 2;
+    s.bytes = bytes;
+    s.durationNs = ns;
+    s.stepPhase = phase;
+    h.samples.push_back(s);
+  };
+  sample(kAllGather, 16, 200'000'000, -1);  // before step 0
+  for (uint64_t bytes : {1ull << 20, 1ull << 24})
+    for (int i = 0; i < 3; ++i) sample(kAllReduce, bytes, 10'000 + static_cast<int64_t>(bytes / 100), 0.5);
+  Estimator e(h, observedTarget());
+  EXPECT_EQ(e.estimate(kAllGather, 2, false, 16).durationNs, 200'000'000);  // the same call: what it took
+  const Estimate other = e.estimate(kAllGather, 2, false, 1 << 20);
+  EXPECT_TRUE(other.extrapolated);
+  EXPECT_LT(other.durationNs, 1'000'000) << "the set-up call's 200 ms carried to a 1 MiB all-gather";
+}
+
 TEST(Estimator, TheSameRoleIsPreferred) {
   History h = synthetic(1);
   for (auto& s : h.samples) s.role = "dp";

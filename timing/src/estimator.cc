@@ -261,6 +261,11 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
   std::map<Key, std::map<uint64_t, std::vector<int64_t>>> all;
   std::map<Key, std::map<std::string, std::map<uint64_t, std::vector<int64_t>>>> byRole;
   std::map<std::tuple<int, int, uint64_t>, std::vector<int64_t>> forFit;  // ungrouped: (op, nranks, bytes)
+  // The fallback fits leave out calls made before the first marked step when the history marks steps: a
+  // communicator's first calls include NCCL's connection set-up (a 16-byte all-gather of 217 ms), which a line
+  // through each size's typical value would carry to every size.
+  const bool marksSteps = std::any_of(history.samples.begin(), history.samples.end(),
+                                      [](const HistorySample& s) { return s.stepPhase >= 0; });
   for (const HistorySample& s : history.samples) {
     const int64_t value = valueOf(s, options.target);
     if (value <= 0) continue;
@@ -273,7 +278,7 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
       if (s.stepPhase >= 0) place.byPhase.push_back({s.stepPhase, value});
     }
     if (!s.role.empty()) byRole[key][s.role][s.bytes].push_back(value);
-    if (!s.grouped) forFit[{s.op, s.nranks, s.bytes}].push_back(value);
+    if (!s.grouped && (!marksSteps || s.stepPhase >= 0)) forFit[{s.op, s.nranks, s.bytes}].push_back(value);
     impl_->ops.insert(s.op);
     impl_->count++;
   }
