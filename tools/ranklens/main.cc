@@ -64,6 +64,11 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true) {
               << std::fixed << std::setprecision(2) << get("replay_held_ns") / 1e6 << " ms in "
               << get("replay_holds") << " holds"
               << (reader->manifest().gpu_name.empty() ? " (host device: GPU time accounted, not waited)" : "") << "\n";
+    if (get("replay_estimates_extrapolated") > 0)
+      std::cout << "note: an extrapolated estimate had no sample of its operation and communicator size within a "
+                   "factor of two of its bytes: it comes from a latency-bandwidth line in bus bytes at the history's "
+                   "bandwidth (ranklens estimate query --history FILE --op OP --bytes B --nranks N shows each); "
+                   "record a job of this size to replace it\n";
     return;
   }
   std::cout << "\nReplay of the recording: " << get("replay_calls") << " calls, " << get("replay_calls_matched")
