@@ -44,6 +44,7 @@ events::Call allReduce4KiB(uint64_t seq) {
   return c;
 }
 constexpr int kAllGather = static_cast<int>(events::Op::kAllGather);
+constexpr int kBroadcast = static_cast<int>(events::Op::kBroadcast);
 
 // 12 us + bytes at 200 GB/s: what the samples of an AllReduce on 2 ranks follow.
 int64_t truth(uint64_t bytes) { return 12'000 + static_cast<int64_t>(static_cast<double>(bytes) / 200.0); }
@@ -114,6 +115,16 @@ TEST(LatencyBandwidthFit, CarriesOverToOtherOpsAndSizesInBusBytes) {
   EXPECT_NEAR(fit.estimateNs(kAllGather, 8, 1 << 26), 10'000 + 0.875 * (1 << 26) / 100, 2);
   EXPECT_DOUBLE_EQ(busBytes(kAllGather, 8, 1 << 26), 0.875 * (1 << 26));
   EXPECT_DOUBLE_EQ(busBytes(kAllReduce, 1, 1 << 26), 0.0);  // one rank moves nothing
+}
+
+// Two small broadcasts (12 and 308 bytes: 23 and 58 us, the shipped DDP trace's) make a steep line that says nothing
+// about 89 MiB: there the all-ops line, fitted to large all-reduces, is used instead.
+TEST(LatencyBandwidthFit, ALineIsNotStretchedFarBeyondTheSizesItSaw) {
+  ranklens::timing::LatencyBandwidthFit fit;
+  fit.fit({{kBroadcast, 2, 12, 22784}, {kBroadcast, 2, 308, 58144}, {kAllReduce, 2, 29415424, 154240},
+           {kAllReduce, 2, 34129920, 162784}, {kAllReduce, 2, 92962816, 552576}});
+  EXPECT_LT(fit.estimateNs(kBroadcast, 8, 92962816), 2'000'000);  // the broadcasts' own line: 11 s
+  EXPECT_NEAR(fit.estimateNs(kBroadcast, 8, 200), 22784 + (58144 - 22784) * (200.0 - 12) / 296, 2);  // in range
 }
 
 // Large messages whose least-squares line would start below zero (as the shipped DDP trace's all-reduces: 28-89 MiB,

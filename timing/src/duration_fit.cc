@@ -53,6 +53,7 @@ LatencyBandwidthFit::Line LatencyBandwidthFit::solve(const std::vector<const Dur
     }
     line = xx > 0 ? Line{0, xy / xx} : Line{fitted.meanNs, 0};
   }
+  for (const WeightedPoint& p : points) line.maxBusBytes = std::max(line.maxBusBytes, p.bytes);
   return line;
 }
 
@@ -69,12 +70,21 @@ void LatencyBandwidthFit::fit(const std::vector<DurationSample>& samples) {
 }
 
 int64_t LatencyBandwidthFit::estimateNs(int op, int nranks, uint64_t bytes) const {
+  const double bus = busBytes(op, nranks, bytes);
+  const Line* chosen = nullptr;
+  const Line* widest = nullptr;
   for (const auto& key : {std::make_pair(op, nranks), std::make_pair(op, -1), std::make_pair(-1, -1)}) {
     auto it = models_.find(key);
-    if (it != models_.end())
-      return static_cast<int64_t>(it->second.latencyNs + it->second.nsPerByte * busBytes(op, nranks, bytes));
+    if (it == models_.end()) continue;
+    if (widest == nullptr || it->second.maxBusBytes > widest->maxBusBytes) widest = &it->second;
+    if (bus <= 2 * it->second.maxBusBytes) {
+      chosen = &it->second;
+      break;
+    }
   }
-  return 20'000 + static_cast<int64_t>(busBytes(op, nranks, bytes) / 100.0);  // 100 GB/s = 0.01 ns/byte
+  if (chosen == nullptr) chosen = widest;
+  if (chosen != nullptr) return static_cast<int64_t>(chosen->latencyNs + chosen->nsPerByte * bus);
+  return 20'000 + static_cast<int64_t>(bus / 100.0);  // 100 GB/s = 0.01 ns/byte
 }
 
 }  // namespace timing

@@ -39,13 +39,15 @@ class LatencyBandwidthFit {
  public:
   void fit(const std::vector<DurationSample>& samples);
   // Falls back from (op, nranks) to op to all samples (in bus bytes) to a fixed 20 us + 100 GB/s of bus bytes when
-  // nothing was fitted.
+  // nothing was fitted. A line is used only up to twice the largest bus bytes it was fitted to (a slope between two
+  // small messages is protocol latency, not bandwidth); beyond every line's range, the line that saw the largest.
   int64_t estimateNs(int op, int nranks, uint64_t bytes) const;
   size_t models() const { return models_.size(); }
 
  private:
   struct Line {
     double latencyNs = 0, nsPerByte = 0;
+    double maxBusBytes = 0;  // the largest sample it was fitted to
   };
   static Line solve(const std::vector<const DurationSample*>& samples);
   std::map<std::pair<int, int>, Line> models_;  // (op, nranks); nranks -1: any size; op -1: any op
