@@ -29,3 +29,11 @@ carry_env() {
   { date -u +%FT%TZ; nvidia-smi -L; nproc; lscpu | grep "Model name"; } > /tmp/meta.txt 2>&1
   carry_adapter .carry
 }
+
+# carry_real_nccl: SITE (the torch interpreter's site-packages) and REAL (the wheel's real libnccl.so.2 there), for
+# the GPU tests that compare RankLens with the real NCCL and for record mode. Call after carry_env.
+carry_real_nccl() {
+  SITE=$($PY -c 'import site; print(site.getsitepackages()[0])')
+  REAL=$(find "$SITE" -path '*nvidia/nccl/lib/libnccl.so.2' | head -1)
+  [[ -n $REAL ]] || echo "carry_real_nccl: no nvidia/nccl/lib/libnccl.so.2 under $SITE" >&2
+}
