@@ -60,6 +60,8 @@ struct Session {
   std::unique_ptr<ranklens::timing::Estimator> estimator;
   bool estimateAll = false;  // timing: estimated
   int localWorldSize = -1;   // the recorded job's, for the estimator's locality (read once)
+  bool historySpansNodes = false;  // some history sample's communicator spanned nodes
+  bool warnedLocality = false;     // the WARN that no sample did, for a communicator that does, was given
   ranklens::device::StreamDevice::Calibration calibration;
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
@@ -241,6 +243,8 @@ void makeEstimator(Session* s, const ranklens::config::Settings& st) {
     estimates.target = ranklens::timing::EstimateTarget::kObserved;
   }
   s->estimator = std::make_unique<ranklens::timing::Estimator>(s->history, estimates);
+  s->historySpansNodes = std::any_of(s->history.samples.begin(), s->history.samples.end(),
+                                     [](const ranklens::timing::HistorySample& h) { return h.crossesNodes; });
 }
 
 // No recording: `timing: estimated` with a `history` holds every call for its estimate (a job at a scale never
@@ -428,10 +432,17 @@ bool estimatesCalls(const Session& s) { return s.estimateAll || s.policy == OnMi
 // Grouped calls are estimated one by one; holdGroup holds each stream for the longest of them.
 int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
   const int nranks = info.comm->nRanks;
+  const bool crosses = ranklens::timing::crossesNodes(s->localWorldSize, nranks);
+  if (crosses && !s->historySpansNodes && !s->warnedLocality) {
+    s->warnedLocality = true;
+    WARN("replay: communicator %lu (%d ranks) spans nodes (more than %d ranks per node), but no call in the duration "
+         "history did: its estimates assume the history's one-node bandwidth and are too short. Add a recording of "
+         "a multi-node job to the history (ranklens history build --append)",
+         static_cast<unsigned long>(info.comm->id), nranks, s->localWorldSize);
+  }
   const ranklens::timing::Estimate e =
-      s->estimator->estimate(static_cast<int>(info.op), nranks,
-                             ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes, info.comm->name,
-                             false, info.stepOccurrence, info.stepPhase);
+      s->estimator->estimate(static_cast<int>(info.op), nranks, crosses, bytes, info.comm->name, false,
+                             info.stepOccurrence, info.stepPhase);
   if (e.extrapolated) s->counters.estimatesExtrapolated++;
   return e.durationNs;
 }

@@ -468,6 +468,18 @@ TEST(ReplayEstimated, WithoutARecordingEveryCallIsHeldForItsEstimate) {
   EXPECT_EQ(r.run.output.find("differs from the recording"), std::string::npos) << r.run.output;
   expectFlatHolds(t, flat);  // the same program: every size is in the history
   EXPECT_EQ(t.timings.size(), recorded.timings.size());
+  EXPECT_EQ(r.run.output.find("spans nodes"), std::string::npos) << r.run.output;  // 8 ranks per node by default
+
+  // Two ranks per node: the 4-rank world communicator spans nodes, which no call of the history did. Said once.
+  Replayed multiNode = replay("estimated-unrecorded-nodes",
+                              {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"},
+                               {"RANKLENS_TIMING", "estimated"}, {"RANKLENS_HISTORY", history},
+                               {"RANKLENS_FILL", "clone"}, {"RANKLENS_RANKS_PER_NODE", "2"},
+                               {"RANKLENS_GROUPS", "[{members: [1, 3], color: 1}]"}});
+  ASSERT_EQ(multiNode.run.status, 0) << multiNode.run.output;
+  const size_t at = multiNode.run.output.find("spans nodes");
+  ASSERT_NE(at, std::string::npos) << multiNode.run.output;
+  EXPECT_EQ(multiNode.run.output.find("spans nodes", at + 1), std::string::npos) << "warned more than once";
 
   Replayed refused = replay("unrecorded-no-history", {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"}});
   EXPECT_NE(refused.run.status, 0) << refused.run.output;
