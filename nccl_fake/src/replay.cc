@@ -247,28 +247,47 @@ void makeEstimator(Session* s, const ranklens::config::Settings& st) {
                                      [](const ranklens::timing::HistorySample& h) { return h.crossesNodes; });
 }
 
-// No recording: `timing: estimated` with a `history` holds every call for its estimate (a job at a scale never
-// recorded). Nothing to match, no payloads, no recorded host time; locality from ranks_per_node.
-Session* loadEstimatesOnly(const ranklens::config::Settings& st) {
-  auto s = std::make_unique<Session>();
-  s->fidelity = st.fidelity;
-  s->policy = OnMismatch::kEstimate;
-  s->estimateAll = true;
-  s->hostTime = false;
-  std::string historyError;
-  if (!ranklens::timing::loadHistory(st.history, &s->history, &historyError)) {
-    loadError = "history: " + historyError;
-    return nullptr;
+// The recording of `replay_trace` into the session, checked against this process (world size, a benchmark-only
+// recording), its damage and machine reported. False with loadError set when it cannot be replayed.
+bool openRecording(Session* s, const ranklens::config::Settings& st) {
+  std::string error;
+  s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
+  if (!s->recording) {
+    loadError = "replay_trace: " + error;
+    return false;
   }
-  makeEstimator(s.get(), st);
-  s->localWorldSize = st.ranks_per_node;
-  s->calibration = Runtime::get().device().calibrate();
-  INFO(kSubInit | kSubRanklens,
-       "replaying without a recording at %s fidelity: every call held for its estimate from history %s (%zu "
-       "samples), %d ranks per node; hold fixed cost %ld ns",
-       ranklens::config::toString(s->fidelity), st.history.c_str(), s->history.samples.size(), st.ranks_per_node,
-       static_cast<long>(s->calibration.holdFixedNs));
-  return s.release();
+  const auto& m = s->recording->manifest();
+  const int worldSize = envInt("WORLD_SIZE");
+  if (m.world_size > 0 && worldSize > 0 && m.world_size != worldSize) {
+    loadError = "replay_trace " + s->recording->directory() + " was recorded with WORLD_SIZE " +
+                std::to_string(m.world_size) + " but this process has WORLD_SIZE " + std::to_string(worldSize) +
+                "; replay with --world-size " + std::to_string(m.world_size) + " or pick the matching trace";
+    return false;
+  }
+  const auto it = m.counters.find(ranklens::trace::counter::kCallsUnrecorded);
+  if (it != m.counters.end() && it->second > 0) {
+    loadError = "replay_trace " + s->recording->directory() + " was recorded with record_alternate_steps (a " +
+                "benchmark setting): " + std::to_string(it->second) + " of its calls were forwarded without being " +
+                "recorded, so it cannot be replayed; record again without RANKLENS_RECORD_ALTERNATE_STEPS";
+    return false;
+  }
+  if (m.mode != "record")
+    WARN("replay_trace %s was written in %s mode, not record mode: it has no recorded durations or payloads",
+         s->recording->directory().c_str(), m.mode.c_str());
+  for (const auto& p : s->recording->problems())
+    WARN("replay_trace: %s (records before it are replayed)", p.describe().c_str());
+  if (s->fidelity != Fidelity::kStructure) {
+    ranklens::trace::Manifest here;
+    ranklens::trace::describeHost(&here);
+    std::string uuid;
+    Runtime::get().device().describe(&here.gpu_name, &uuid);
+    const std::string machines = ranklens::trace::machineDifference(m, here);
+    if (!machines.empty())
+      WARN("replay: recorded on another kind of machine (%s): a host-bound step runs at this machine's speed, so "
+           "its step times may differ from the recording's for that alone (docs/fidelity.md section 4)",
+           machines.c_str());
+  }
+  return true;
 }
 
 Session* load() {
@@ -276,56 +295,16 @@ Session* load() {
     Runtime& rt = Runtime::get();
     const auto& st = rt.settings();
     if (st.mode != ranklens::config::Mode::kReplay) return;
-    if (st.replay_trace.empty()) {
-      // Without a recording only estimated timing has anything to replay (Runtime refuses other fidelities).
-      if (st.fidelity == Fidelity::kStructure) return;
-      session = loadEstimatesOnly(st);
-      if (session != nullptr) Runtime::get().setBeforeClose([] { finish(); });
-      return;
-    }
+    // Without a recording only estimated timing has anything to replay (Runtime refuses other fidelities there).
+    const bool recorded = !st.replay_trace.empty();
+    if (!recorded && st.fidelity == Fidelity::kStructure) return;
     auto s = std::make_unique<Session>();
     s->fidelity = st.fidelity;
-    s->policy = st.on_mismatch;
+    s->policy = recorded ? st.on_mismatch : OnMismatch::kEstimate;  // no recording: every call is one it lacks
     s->window = st.resync_window;
     s->hostTime = st.host_time != ranklens::config::HostTime::kIgnore;
     s->estimateAll = st.timing == ranklens::config::TimingSource::kEstimated;
-    std::string error;
-    s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
-    if (!s->recording) {
-      loadError = "replay_trace: " + error;
-      return;
-    }
-    const auto& m = s->recording->manifest();
-    const int worldSize = envInt("WORLD_SIZE");
-    if (m.world_size > 0 && worldSize > 0 && m.world_size != worldSize) {
-      loadError = "replay_trace " + s->recording->directory() + " was recorded with WORLD_SIZE " +
-                  std::to_string(m.world_size) + " but this process has WORLD_SIZE " + std::to_string(worldSize) +
-                  "; replay with --world-size " + std::to_string(m.world_size) + " or pick the matching trace";
-      return;
-    }
-    const auto it = m.counters.find(ranklens::trace::counter::kCallsUnrecorded);
-    if (it != m.counters.end() && it->second > 0) {
-      loadError = "replay_trace " + s->recording->directory() + " was recorded with record_alternate_steps (a " +
-                  "benchmark setting): " + std::to_string(it->second) + " of its calls were forwarded without being " +
-                  "recorded, so it cannot be replayed; record again without RANKLENS_RECORD_ALTERNATE_STEPS";
-      return;
-    }
-    if (m.mode != "record")
-      WARN("replay_trace %s was written in %s mode, not record mode: it has no recorded durations or payloads",
-           s->recording->directory().c_str(), m.mode.c_str());
-    for (const auto& p : s->recording->problems())
-      WARN("replay_trace: %s (records before it are replayed)", p.describe().c_str());
-    if (s->fidelity != Fidelity::kStructure) {
-      ranklens::trace::Manifest here;
-      ranklens::trace::describeHost(&here);
-      std::string uuid;
-      rt.device().describe(&here.gpu_name, &uuid);
-      const std::string machines = ranklens::trace::machineDifference(m, here);
-      if (!machines.empty())
-        WARN("replay: recorded on another kind of machine (%s): a host-bound step runs at this machine's speed, so "
-             "its step times may differ from the recording's for that alone (docs/fidelity.md section 4)",
-             machines.c_str());
-    }
+    if (recorded && !openRecording(s.get(), st)) return;
     std::string historyError;
     if (!st.history.empty()) {
       if (!ranklens::timing::loadHistory(st.history, &s->history, &historyError)) {
@@ -336,13 +315,15 @@ Session* load() {
       loadError = "timing: estimated needs a duration history: set RANKLENS_HISTORY to a file built with `ranklens "
                   "history build <recorded traces> -o FILE`";
       return;
-    } else if (m.mode == "record" && !ranklens::timing::addRecordedRun(*s->recording, &s->history, &historyError)) {
+    } else if (s->recording->manifest().mode == "record" &&
+               !ranklens::timing::addRecordedRun(*s->recording, &s->history, &historyError)) {
       WARN("replay: estimates use a fixed model: %s", historyError.c_str());
     }
     makeEstimator(s.get(), st);
-    s->localWorldSize = ranklens::timing::localWorldSize(m);
-    if (st.host_time == ranklens::config::HostTime::kOwn) s->hostCaps = ownHostCaps(*s->recording);
-    if (st.peer_pacing == ranklens::config::PeerPacing::kRecorded && s->fidelity != Fidelity::kStructure) {
+    // Locality: the recorded job's ranks per node, or without a recording the virtual topology's.
+    s->localWorldSize = recorded ? ranklens::timing::localWorldSize(s->recording->manifest()) : st.ranks_per_node;
+    if (recorded && st.host_time == ranklens::config::HostTime::kOwn) s->hostCaps = ownHostCaps(*s->recording);
+    if (recorded && st.peer_pacing == ranklens::config::PeerPacing::kRecorded && s->fidelity != Fidelity::kStructure) {
       std::string why;
       if (st.completion != ranklens::config::Completion::kKernel)
         WARN("replay: peer_pacing: recorded needs completion: kernel; holds are not paced");
@@ -352,7 +333,7 @@ Session* load() {
     auto& device = rt.device();
     if (s->fidelity != Fidelity::kStructure) s->calibration = device.calibrate();
     s->controlPayloadBytes = st.payload_max_bytes;
-    if (s->fidelity != Fidelity::kStructure && !s->recording->payloadOrder().empty()) {
+    if (recorded && s->fidelity != Fidelity::kStructure && !s->recording->payloadOrder().empty()) {
       ranklens::trace::PayloadPrefetcher::Options options;
       options.arenaBytes = st.prefetch_bytes;
       if (s->fidelity == Fidelity::kTiming) {
@@ -392,12 +373,20 @@ Session* load() {
              "pinned host memory",
              static_cast<unsigned long long>(std::min<uint64_t>(st.payload_device_bytes, options.arenaBytes)));
     }
+    const std::string what =
+        recorded ? s->recording->directory()
+                 : "no recording: every call held for its estimate from history " + st.history + " (" +
+                       std::to_string(s->history.samples.size()) + " samples), " + std::to_string(st.ranks_per_node) +
+                       " ranks per node";
+    const ranklens::trace::Manifest none;
+    const ranklens::trace::Manifest& m = recorded ? s->recording->manifest() : none;
     INFO(kSubInit | kSubRanklens,
          "replaying %s (rank %d of %d, %zu calls, %zu timed, %zu payloads, %zu communicators) at %s fidelity, "
          "on_mismatch %s; holds %d x %d threads, shared %s, traffic %g (%.0f GB/s), from %s; hold fixed cost %ld ns, "
          "copy %ld ns + %.4f ns/byte",
-         s->recording->directory().c_str(), m.rank, m.world_size, s->recording->callCount(),
-         s->recording->timedCount(), s->recording->payloadOrder().size(), s->recording->comms().size(),
+         what.c_str(), m.rank, m.world_size, recorded ? s->recording->callCount() : 0,
+         recorded ? s->recording->timedCount() : 0, recorded ? s->recording->payloadOrder().size() : 0,
+         recorded ? s->recording->comms().size() : 0,
          ranklens::config::toString(s->fidelity), ranklens::config::toString(s->policy), st.hold_blocks,
          st.hold_threads, settingText(st, "hold_shared_bytes").c_str(), st.hold_traffic,
          s->calibration.trafficNsPerByte > 0 ? 1.0 / s->calibration.trafficNsPerByte : 0.0,
@@ -606,23 +595,13 @@ void noteStage(const char* name, int64_t timeNs) {
   s->stepOccurrences.startStep(timeNs);
 }
 
-ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
-  Session* s = load();
-  info->seq = event.seq;
-  if (s == nullptr) return ncclSuccess;
-  // Asked once for the call: its mark, its payload and its pacing depend on it.
-  if (s->fidelity != Fidelity::kStructure) info->captured = Runtime::get().device().capturing(info->stream);
-  std::unique_lock<std::mutex> lock(s->mu);
+// The recorded call that `info` replays, or nullptr: its communicator rebound at its first call, the call matched by
+// sequence and signature, resynchronised when the program skipped recorded calls. A call the recording lacks is
+// counted and reported; under on_mismatch: error it fails (ncclInvalidUsage, the lock released).
+ncclResult_t matchRecorded(Session* s, CallInfo* info, const ranklens::events::Call& event,
+                           std::unique_lock<std::mutex>* lock, const RecordedCall** out) {
   Counters& c = s->counters;
-  c.calls++;
-  if (!s->recording) {  // estimates only
-    info->stepPhase = s->stepOccurrences.phase(event.timeNs);
-    if (event.groupId == 0) info->stepOccurrence = s->stepOccurrences.next(event.op, event.bytes, false);
-    info->durationNs = estimateNs(s, *info, event.bytes);
-    info->estimated = true;
-    c.estimated++;
-    return ncclSuccess;
-  }
+  const RecordedCall* match = nullptr;
   auto bound = s->bindingOf.find(info->comm->id);
   Session::Binding* binding = bound == s->bindingOf.end() ? nullptr : &bound->second;
   if (binding != nullptr && !binding->called) {
@@ -636,7 +615,6 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   }
   const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info->op));
   const int peer = kind == SeqKind::kCollective ? -1 : info->root;
-  const RecordedCall* match = nullptr;
   const RecordedCall* expected = nullptr;
   int64_t* offset = nullptr;
   if (binding != nullptr) {
@@ -684,7 +662,7 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
                                                          expected->call.redop)
                                           : std::string("recorded: (no call at this sequence: the recording ends)");
     if (s->policy == OnMismatch::kError) {
-      lock.unlock();
+      lock->unlock();
       WARN("replay: %s call differs from the recording %s\n  %s\n  %s%s\n  call site:%s\n  Set "
            "RANKLENS_ON_MISMATCH=warn (replay it without recording) or estimate (estimated duration) to continue",
            first ? "first" : "a", s->recording->directory().c_str(), replayed.c_str(), recorded.c_str(),
@@ -693,12 +671,30 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
       return ncclInvalidUsage;
     }
     if (first || ++s->warned % 1000 == 0) {
-      lock.unlock();
+      lock->unlock();
       WARN("replay: %s call differs from the recording%s (%lu so far)\n  %s\n  %s\n  call site:%s",
            first ? "first" : "a", match ? " (resynchronised: the program skipped recorded calls)" : "",
            static_cast<unsigned long>(c.mismatches), replayed.c_str(), recorded.c_str(), callSite().c_str());
-      lock.lock();
+      lock->lock();
     }
+  }
+  *out = match;
+  return ncclSuccess;
+}
+
+ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
+  Session* s = load();
+  info->seq = event.seq;
+  if (s == nullptr) return ncclSuccess;
+  // Asked once for the call: its mark, its payload and its pacing depend on it.
+  if (s->fidelity != Fidelity::kStructure) info->captured = Runtime::get().device().capturing(info->stream);
+  std::unique_lock<std::mutex> lock(s->mu);
+  Counters& c = s->counters;
+  c.calls++;
+  const RecordedCall* match = nullptr;  // none without a recording: every call is then estimated
+  if (s->recording) {
+    const ncclResult_t matched = matchRecorded(s, info, event, &lock, &match);
+    if (matched != ncclSuccess) return matched;
   }
   info->recorded = match;
   if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
