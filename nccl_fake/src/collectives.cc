@@ -18,8 +18,8 @@ size_t datatypeSize(ncclDataType_t datatype) { return ranklens::events::datatype
 
 namespace {
 
-bool isRooted(Op op) { return op == Op::kBroadcast || op == Op::kReduce || op == Op::kGather || op == Op::kScatter; }
-bool isReduction(Op op) { return op == Op::kAllReduce || op == Op::kReduce || op == Op::kReduceScatter; }
+using ranklens::events::isReduction;
+using ranklens::events::isRooted;
 
 // NCCL's ArgsCheck: root (peer for P2P) range, datatype, reduction operator, then buffers. A user operator's
 // scalar is taken into the call here, as NCCL does at enqueue: the operator may be destroyed once the call returns.

@@ -88,8 +88,7 @@ class Effects {
   ncclResult_t alone(char* recv, const char* send) {
     if (info_.op == Op::kSend) return ncclSuccess;
     if (info_.op == Op::kRecv) return copy(recv, static_cast<const char*>(info_.selfSendbuff), bytes_);
-    if (info_.op == Op::kAllReduce || info_.op == Op::kReduce || info_.op == Op::kReduceScatter)
-      return reduced(recv, send, 1);
+    if (ranklens::events::isReduction(info_.op)) return reduced(recv, send, 1);
     return copy(recv, send, bytes_);
   }
   // A reduction's result: under clone, what `copies` contributions equal to `own` reduce to; else zero/poison.

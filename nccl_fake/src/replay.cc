@@ -399,9 +399,8 @@ Session* load() {
 }
 
 bool sameSignature(const ranklens::events::Call& r, const CallInfo& info) {
-  const bool rooted = info.op == Op::kBroadcast || info.op == Op::kReduce || info.op == Op::kGather ||
-                      info.op == Op::kScatter || ranklens::events::isP2p(info.op);
-  const bool reduction = info.op == Op::kAllReduce || info.op == Op::kReduce || info.op == Op::kReduceScatter;
+  const bool rooted = ranklens::events::isRooted(info.op) || ranklens::events::isP2p(info.op);
+  const bool reduction = ranklens::events::isReduction(info.op);
   if (r.op != static_cast<int>(info.op) || r.datatype != static_cast<int>(info.datatype) || r.count != info.count)
     return false;
   if (rooted && r.rootOrPeer != info.root) return false;

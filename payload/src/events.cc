@@ -24,6 +24,8 @@ const char* opName(Op op) {
 }
 
 bool isP2p(Op op) { return op == Op::kSend || op == Op::kRecv; }
+bool isRooted(Op op) { return op == Op::kBroadcast || op == Op::kReduce || op == Op::kGather || op == Op::kScatter; }
+bool isReduction(Op op) { return op == Op::kAllReduce || op == Op::kReduce || op == Op::kReduceScatter; }
 
 namespace {
 struct DatatypeRow {

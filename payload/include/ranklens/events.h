@@ -24,6 +24,8 @@ enum class Op : int {
 };
 const char* opName(Op op);
 bool isP2p(Op op);
+bool isRooted(Op op);     // Broadcast, Reduce, Gather, Scatter: a root argument
+bool isReduction(Op op);  // AllReduce, Reduce, ReduceScatter: a reduction operator
 // ncclDataType_t values as stored in records: bytes per element (0 for invalid values) and NCCL-style names.
 size_t datatypeBytes(int datatype);
 const char* datatypeName(int datatype);  // "float32", "bfloat16", ...; "invalid" otherwise
