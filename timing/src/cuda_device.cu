@@ -212,13 +212,16 @@ int64_t median(std::vector<int64_t> v) {
   return v[v.size() / 2];
 }
 
+// Grid-stride kernels over `count` elements (fills, reductions): 256 threads a block, at most 1024 blocks.
+constexpr int kElementThreads = 256;
+unsigned elementBlocks(size_t count) {
+  return static_cast<unsigned>(std::min<size_t>((count + kElementThreads - 1) / kElementThreads, 1024));
+}
+
 template <typename T>
 int launchFill(void* dst, size_t count, uint64_t pattern, cudaStream_t stream) {
-  const int threads = 256;
-  size_t blocks = (count + threads - 1) / threads;
-  if (blocks > 1024) blocks = 1024;
-  ranklensFill<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<T*>(dst), count,
-                                                                          static_cast<T>(pattern));
+  ranklensFill<T><<<elementBlocks(count), kElementThreads, 0, stream>>>(static_cast<T*>(dst), count,
+                                                                         static_cast<T>(pattern));
   return check(cudaGetLastError(), "fill kernel launch");
 }
 
@@ -286,10 +289,8 @@ class CudaDevice final : public StreamDevice {
     }
     if (Deferred* d = deferredOn(stream))
       if (int err = flush(d)) return err;
-    const int threads = 256;
-    const size_t blocks = std::min<size_t>((count + threads - 1) / threads, 1024);
-    kReduceKernels[reduction.datatype]<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(dst, src, count,
-                                                                                               reduction);
+    kReduceKernels[reduction.datatype]<<<elementBlocks(count), kElementThreads, 0, stream>>>(dst, src, count,
+                                                                                              reduction);
     return check(cudaGetLastError(), "reduction kernel launch");
   }
 

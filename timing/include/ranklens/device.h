@@ -182,7 +182,7 @@ class StreamDevice {
 enum class Completion { kKernel, kHostCallback };
 
 struct HostStats {
-  uint64_t copies = 0, fills = 0, reductions = 0, holds = 0, bytesCopied = 0, bytesFilled = 0, heldNanoseconds = 0;
+  uint64_t copies = 0, fills = 0, holds = 0, bytesCopied = 0, bytesFilled = 0, heldNanoseconds = 0;
 };
 
 // Host memory, effects applied synchronously in call order (a host "stream" is the calling thread); holds are
