@@ -154,8 +154,8 @@ bool checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std:
 
 int runReplay(const ReplayOptions& o) {
   // Without --trace: structure, or with --history timing from estimates.
-  const bool estimatesOnly = o.trace.empty() && !o.history.empty() && o.fidelity != "structure";
-  if (!o.fidelity.empty() && o.fidelity != "structure" && o.trace.empty() && !(estimatesOnly && o.fidelity == "timing")) {
+  const bool estimatesOnly = o.trace.empty() && !o.history.empty() && (o.fidelity.empty() || o.fidelity == "timing");
+  if (o.trace.empty() && !o.fidelity.empty() && o.fidelity != "structure" && !estimatesOnly) {
     std::cerr << "error: --fidelity " << o.fidelity << " replays a recording: give --trace DIR (the directory "
               << "`RANKLENS_MODE=record` wrote, or one rank<R> inside it)"
               << (o.fidelity == "timing" ? ", or --history FILE to hold every call for its estimate" : "") << "\n";
