@@ -425,7 +425,8 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
     s->warnedLocality = true;
     WARN("replay: communicator %lu (%d ranks) spans nodes (more than %d ranks per node), but no call in the duration "
          "history did: its estimates assume the history's one-node bandwidth and are too short. Add a recording of "
-         "a multi-node job to the history (ranklens history build --append)",
+         "a multi-node job (ranklens history build --append) or the cluster's nccl-tests output across nodes "
+         "(ranklens history import-nccl-tests --append) to the history",
          static_cast<unsigned long>(info.comm->id), nranks, s->localWorldSize);
   }
   const ranklens::timing::Estimate e =

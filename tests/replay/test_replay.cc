@@ -481,6 +481,53 @@ TEST(ReplayEstimated, WithoutARecordingEveryCallIsHeldForItsEstimate) {
   ASSERT_NE(at, std::string::npos) << multiNode.run.output;
   EXPECT_EQ(multiNode.run.output.find("spans nodes", at + 1), std::string::npos) << "warned more than once";
 
+  // The same with nccl-tests samples across nodes in the history (`history import-nccl-tests`: benchmark samples of a
+  // 4-rank communicator on 2 hosts, three times the flat duration): no WARN, and the world communicator's calls are
+  // held for the cluster's time across nodes, the 2-rank split's (within a node) for the recorded one.
+  ranklens::timing::History withNcclTests = flat;
+  for (auto& sample : withNcclTests.samples) sample.transferNs = sample.durationNs;
+  withNcclTests.runs.push_back(std::string(ranklens::timing::kNcclTestsRunPrefix) + "/logs/4ranks.log:all:1");
+  for (const auto& sample : flat.samples) {
+    if (sample.nranks != 4) continue;
+    ranklens::timing::HistorySample b = sample;
+    b.crossesNodes = b.benchmark = true;
+    b.durationNs = b.transferNs = 3 * sample.durationNs;
+    b.role.clear();
+    b.stepOccurrence = -1;
+    b.stepPhase = -1;
+    b.run = static_cast<uint32_t>(withNcclTests.runs.size() - 1);
+    withNcclTests.samples.push_back(b);
+  }
+  const std::string ncclTestsHistory = savedHistory("own-and-nccl-tests.hist", withNcclTests);
+  Replayed acrossNodes = replay("estimated-unrecorded-nccl-tests",
+                                {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"},
+                                 {"RANKLENS_TIMING", "estimated"}, {"RANKLENS_HISTORY", ncclTestsHistory},
+                                 {"RANKLENS_FILL", "clone"}, {"RANKLENS_RANKS_PER_NODE", "2"},
+                                 {"RANKLENS_GROUPS", "[{members: [1, 3], color: 1}]"}});
+  ASSERT_EQ(acrossNodes.run.status, 0) << acrossNodes.run.output;
+  EXPECT_EQ(acrossNodes.run.output.find("spans nodes"), std::string::npos) << acrossNodes.run.output;
+  Trace across = readTrace(acrossNodes.traceDir);
+  std::map<uint64_t, int> sizeOf;
+  for (const auto& c : across.comms) sizeOf[c.commId] = c.nranks;
+  std::set<int64_t> flatDurations, benchmarkDurations;
+  for (const auto& sample : flat.samples) {
+    flatDurations.insert(sample.durationNs);
+    if (sample.nranks == 4) benchmarkDurations.insert(3 * sample.durationNs);
+  }
+  size_t acrossHeld = 0, withinHeld = 0;
+  for (const auto& timing : across.timings) {
+    if (timing.durationNs <= 0) continue;
+    if (sizeOf.at(timing.commId) == 4) {
+      EXPECT_EQ(benchmarkDurations.count(timing.durationNs), 1u) << "seq " << timing.seq << ": " << timing.durationNs;
+      ++acrossHeld;
+    } else {
+      EXPECT_EQ(flatDurations.count(timing.durationNs), 1u) << "seq " << timing.seq << ": " << timing.durationNs;
+      ++withinHeld;
+    }
+  }
+  EXPECT_GT(acrossHeld, 0u);
+  EXPECT_GT(withinHeld, 0u);
+
   Replayed refused = replay("unrecorded-no-history", {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"}});
   EXPECT_NE(refused.run.status, 0) << refused.run.output;
   EXPECT_NE(refused.run.output.find("RANKLENS_REPLAY_TRACE"), std::string::npos) << refused.run.output;

@@ -108,11 +108,11 @@ TEST(LatencyBandwidthFit, CarriesOverToOtherOpsAndSizesInBusBytes) {
   for (uint64_t bytes : {1ull << 20, 1ull << 24, 1ull << 28})  // 2 ranks: bus bytes = bytes; 10 us + 100 GB/s
     samples.push_back({kAllReduce, 2, bytes, 10'000 + static_cast<int64_t>(bytes / 100)});
   fit.fit(samples);
-  EXPECT_EQ(fit.estimateNs(kAllReduce, 2, 1 << 26), 10'000 + (1 << 26) / 100);
+  EXPECT_EQ(fit.estimateNs(kAllReduce, 2, false, 1 << 26), 10'000 + (1 << 26) / 100);
   // 8 ranks: 2 x 7/8 of the bytes cross each link.
-  EXPECT_NEAR(fit.estimateNs(kAllReduce, 8, 1 << 26), 10'000 + 1.75 * (1 << 26) / 100, 2);
+  EXPECT_NEAR(fit.estimateNs(kAllReduce, 8, false, 1 << 26), 10'000 + 1.75 * (1 << 26) / 100, 2);
   // An all-gather receiving 64 MiB on 8 ranks moves 7/8 of it.
-  EXPECT_NEAR(fit.estimateNs(kAllGather, 8, 1 << 26), 10'000 + 0.875 * (1 << 26) / 100, 2);
+  EXPECT_NEAR(fit.estimateNs(kAllGather, 8, false, 1 << 26), 10'000 + 0.875 * (1 << 26) / 100, 2);
   EXPECT_DOUBLE_EQ(busBytes(kAllGather, 8, 1 << 26), 0.875 * (1 << 26));
   EXPECT_DOUBLE_EQ(busBytes(kAllReduce, 1, 1 << 26), 0.0);  // one rank moves nothing
 }
@@ -123,8 +123,9 @@ TEST(LatencyBandwidthFit, ALineIsNotStretchedFarBeyondTheSizesItSaw) {
   ranklens::timing::LatencyBandwidthFit fit;
   fit.fit({{kBroadcast, 2, 12, 22784}, {kBroadcast, 2, 308, 58144}, {kAllReduce, 2, 29415424, 154240},
            {kAllReduce, 2, 34129920, 162784}, {kAllReduce, 2, 92962816, 552576}});
-  EXPECT_LT(fit.estimateNs(kBroadcast, 8, 92962816), 2'000'000);  // the broadcasts' own line: 11 s
-  EXPECT_NEAR(fit.estimateNs(kBroadcast, 8, 200), 22784 + (58144 - 22784) * (200.0 - 12) / 296, 2);  // in range
+  EXPECT_LT(fit.estimateNs(kBroadcast, 8, false, 92962816), 2'000'000);  // the broadcasts' own line: 11 s
+  EXPECT_NEAR(fit.estimateNs(kBroadcast, 8, false, 200), 22784 + (58144 - 22784) * (200.0 - 12) / 296,
+              2);  // in range
 }
 
 // Large messages whose least-squares line would start below zero (as the shipped DDP trace's all-reduces: 28-89 MiB,
@@ -132,7 +133,8 @@ TEST(LatencyBandwidthFit, ALineIsNotStretchedFarBeyondTheSizesItSaw) {
 TEST(LatencyBandwidthFit, ANegativeLatencyKeepsTheBandwidth) {
   ranklens::timing::LatencyBandwidthFit fit;
   fit.fit({{kAllReduce, 2, 29415424, 154240}, {kAllReduce, 2, 34129920, 162784}, {kAllReduce, 2, 92962816, 552576}});
-  const int64_t small = fit.estimateNs(kAllReduce, 2, 29415424), large = fit.estimateNs(kAllReduce, 2, 92962816);
+  const int64_t small = fit.estimateNs(kAllReduce, 2, false, 29415424);
+  const int64_t large = fit.estimateNs(kAllReduce, 2, false, 92962816);
   EXPECT_LT(small, 250'000);
   EXPECT_GT(large, 450'000);
   EXPECT_NEAR(static_cast<double>(large) / static_cast<double>(small), 92962816.0 / 29415424.0, 1e-5);
@@ -380,7 +382,7 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseOccurrenceAndBusyStreams) {
   ASSERT_TRUE(saveHistory(path, h, &error)) << error;
   History back;
   ASSERT_TRUE(loadHistory(path, &back, &error)) << error;
-  EXPECT_EQ(back.version, 4);
+  EXPECT_EQ(back.version, kHistoryVersion);
   EXPECT_NEAR(back.samples[1].stepPhase, 0.25, 1e-9);
   EXPECT_EQ(back.samples[2].stepOccurrence, 1);
   EXPECT_TRUE(back.samples[2].otherStreamsBusy);

@@ -59,30 +59,41 @@ LatencyBandwidthFit::Line LatencyBandwidthFit::solve(const std::vector<const Dur
 
 void LatencyBandwidthFit::fit(const std::vector<DurationSample>& samples) {
   models_.clear();
-  std::map<std::pair<int, int>, std::vector<const DurationSample*>> groups;
+  std::map<std::tuple<int, int, int>, std::vector<const DurationSample*>> groups;
   for (const DurationSample& s : samples) {
     if (s.durationNs < 0) continue;
-    groups[{s.op, s.nranks}].push_back(&s);
-    groups[{s.op, -1}].push_back(&s);
-    groups[{-1, -1}].push_back(&s);
+    const int locality = s.crossesNodes ? 1 : 0;
+    for (int l : {locality, -1}) {
+      groups[{s.op, s.nranks, l}].push_back(&s);
+      groups[{s.op, -1, l}].push_back(&s);
+      groups[{-1, -1, l}].push_back(&s);
+    }
   }
   for (const auto& [key, group] : groups) models_[key] = solve(group);
 }
 
-int64_t LatencyBandwidthFit::estimateNs(int op, int nranks, uint64_t bytes) const {
+int64_t LatencyBandwidthFit::estimateNs(int op, int nranks, bool crossesNodes, uint64_t bytes) const {
   const double bus = busBytes(op, nranks, bytes);
+  const int locality = crossesNodes ? 1 : 0;
   const Line* chosen = nullptr;
-  const Line* widest = nullptr;
-  for (const auto& key : {std::make_pair(op, nranks), std::make_pair(op, -1), std::make_pair(-1, -1)}) {
+  const Line* widest[2] = {nullptr, nullptr};  // [1]: of this locality
+  for (const auto& key : {std::make_tuple(op, nranks, locality), std::make_tuple(op, -1, locality),
+                          std::make_tuple(op, nranks, -1), std::make_tuple(op, -1, -1),
+                          std::make_tuple(-1, -1, locality), std::make_tuple(-1, -1, -1)}) {
     auto it = models_.find(key);
     if (it == models_.end()) continue;
-    if (widest == nullptr || it->second.maxBusBytes > widest->maxBusBytes) widest = &it->second;
-    if (bus <= 2 * it->second.maxBusBytes) {
-      chosen = &it->second;
+    const Line* line = &it->second;
+    for (int same : {0, 1}) {
+      if (same && std::get<2>(key) != locality) continue;
+      if (widest[same] == nullptr || line->maxBusBytes > widest[same]->maxBusBytes) widest[same] = line;
+    }
+    if (bus <= 2 * line->maxBusBytes) {
+      chosen = line;
       break;
     }
   }
-  if (chosen == nullptr) chosen = widest;
+  // Beyond every line's range: the widest of this locality (another's bandwidth is not this one's), else any.
+  if (chosen == nullptr) chosen = widest[1] != nullptr ? widest[1] : widest[0];
   if (chosen != nullptr) return static_cast<int64_t>(chosen->latencyNs + chosen->nsPerByte * bus);
   return 20'000 + static_cast<int64_t>(bus / 100.0);  // 100 GB/s = 0.01 ns/byte
 }

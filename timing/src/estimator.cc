@@ -14,6 +14,7 @@ namespace ranklens {
 namespace timing {
 
 std::string jobOf(const std::string& rankDir) {
+  if (rankDir.rfind(kNcclTestsRunPrefix, 0) == 0) return rankDir;
   std::string dir = rankDir;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const size_t slash = dir.rfind('/');
@@ -21,6 +22,8 @@ std::string jobOf(const std::string& rankDir) {
   if (base.rfind("rank", 0) != 0) return dir;
   return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : dir.substr(0, slash);
 }
+
+bool crossesNodes(int localWorldSize, int nranks) { return localWorldSize > 0 && nranks > localWorldSize; }
 
 // ----------------------------------------------------------------------------------------------------- estimator
 
@@ -100,7 +103,8 @@ std::vector<SizePoint> sizePoints(std::map<uint64_t, std::vector<int64_t>>&& byS
 
 struct Estimator::Impl {
   Options options;
-  std::map<Key, Neighbourhood> groups;
+  std::map<Key, Neighbourhood> groups;      // recorded calls
+  std::map<Key, Neighbourhood> benchmarks;  // benchmark samples (HistorySample::benchmark)
   std::map<PlaceKey, PlaceSamples> places;
   LatencyBandwidthFit fit;
   std::set<int> ops;
@@ -114,6 +118,7 @@ struct Estimator::Impl {
     int64_t value = 0;
     int occurrence = -1;
     double phase = -1;
+    bool benchmark = false;  // in `benchmarks`, not `groups`
   };
 
   // The typical value of the samples made at the same place of their steps, with at least kSamePlace of them; with
@@ -196,7 +201,7 @@ struct Estimator::Impl {
     e.extrapolated = xq < lo - 1e-9 || xq > hi + 1e-9 || nearest > options.maxDistance;
     if (nearest > options.maxDistance) {
       e.method = "latency-bandwidth";
-      e.durationNs = fit.estimateNs(std::get<0>(key), std::get<1>(key), bytes);
+      e.durationNs = fit.estimateNs(std::get<0>(key), std::get<1>(key), std::get<2>(key), bytes);
       return e;
     }
     for (const Chosen& c : chosen) {
@@ -225,32 +230,46 @@ struct Estimator::Impl {
     return e;
   }
 
+  // The neighbourhood of `key` in `from` (the samples of its role first): found only when `from` has `key`.
+  Estimate near(const std::map<Key, Neighbourhood>& from, const Key& key, const std::string& role, double xq,
+                uint64_t bytes, const Excluded& ex) const {
+    auto it = from.find(key);
+    if (it == from.end()) return {};
+    if (!role.empty()) {
+      auto r = it->second.byRole.find(role);
+      if (r != it->second.byRole.end()) {
+        Estimate e = local(r->second, xq, ex, key, bytes);
+        if (e.found) return e;
+      }
+    }
+    return local(it->second.all, xq, ex, key, bytes);
+  }
+
   Estimate query(int op, int nranks, bool crosses, bool grouped, uint64_t bytes, const std::string& role,
                  int occurrence, double phase, const Excluded& ex) const {
     const double xq = log2Bytes(bytes);
     Key key{op, nranks, crosses, grouped};
     if (Estimate e; samePlace(key, role, bytes, occurrence, phase, ex, &e)) return e;
-    auto it = groups.find(key);
-    if (it == groups.end()) {  // another locality of the same size is better than nothing
-      it = groups.find(Key{op, nranks, !crosses, grouped});
-    }
-    if (it != groups.end()) {
-      if (!role.empty()) {
-        auto r = it->second.byRole.find(role);
-        if (r != it->second.byRole.end()) {
-          Estimate e = local(r->second, xq, ex, key, bytes);
-          if (e.found) return e;
-        }
-      }
-      Estimate e = local(it->second.all, xq, ex, key, bytes);
-      if (e.found) return e;
-    }
+    // Recorded calls first (they ran beside the program's compute), then benchmark samples of the same
+    // communicator (nccl-tests: the cluster's bandwidth, across nodes too), before any line.
+    const Excluded none;
+    const Estimate recorded = near(groups, key, role, xq, bytes, ex.benchmark ? none : ex);
+    const auto isNear = [](const Estimate& e) { return e.found && std::string(e.method) != "latency-bandwidth"; };
+    if (isNear(recorded)) return recorded;
+    const Estimate benchmark = near(benchmarks, key, role, xq, bytes, ex.benchmark ? ex : none);
+    if (isNear(benchmark)) return benchmark;
+    if (recorded.found) return recorded;
+    if (benchmark.found) return benchmark;
+    // Another locality of the same communicator size is better than nothing.
+    if (Estimate e = near(groups, Key{op, nranks, !crosses, grouped}, role, xq, bytes, ex.benchmark ? none : ex);
+        e.found)
+      return e;
     Estimate e;
     e.found = ops.count(op) != 0;
     e.extrapolated = true;
     e.distance = INFINITY;
     e.method = e.found ? "latency-bandwidth" : "default";
-    e.durationNs = fit.estimateNs(op, nranks, bytes);
+    e.durationNs = fit.estimateNs(op, nranks, crosses, bytes);
     return e;
   }
 };
@@ -258,12 +277,15 @@ struct Estimator::Impl {
 Estimator::Estimator(const History& history, const Options& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   impl_->history = &history;
-  std::map<Key, std::map<uint64_t, std::vector<int64_t>>> all;
-  std::map<Key, std::map<std::string, std::map<uint64_t, std::vector<int64_t>>>> byRole;
-  std::map<std::tuple<int, int, uint64_t>, std::vector<int64_t>> forFit;  // ungrouped: (op, nranks, bytes)
+  // [0] recorded calls, [1] benchmark samples.
+  std::map<Key, std::map<uint64_t, std::vector<int64_t>>> all[2];
+  std::map<Key, std::map<std::string, std::map<uint64_t, std::vector<int64_t>>>> byRole[2];
+  // Ungrouped: (op, nranks, crossesNodes, bytes).
+  std::map<std::tuple<int, int, bool, uint64_t>, std::vector<int64_t>> forFit;
   // The fallback fits leave out calls made before the first marked step when the history marks steps: a
   // communicator's first calls include NCCL's connection set-up (a 16-byte all-gather of 217 ms), which a line
-  // through each size's typical value would carry to every size.
+  // through each size's typical value would carry to every size. Benchmark samples (nccl-tests) are steady-state
+  // calls made after their own warm-up: kept.
   const bool marksSteps = std::any_of(history.samples.begin(), history.samples.end(),
                                       [](const HistorySample& s) { return s.stepPhase >= 0; });
   for (const HistorySample& s : history.samples) {
@@ -271,14 +293,15 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
     if (value <= 0) continue;
     if (!options.excludeJob.empty() && jobOf(history.runs.at(s.run)) == options.excludeJob) continue;
     const Key key{s.op, s.nranks, s.crossesNodes, s.grouped};
-    all[key][s.bytes].push_back(value);
+    all[s.benchmark][key][s.bytes].push_back(value);
     if (s.stepOccurrence >= 0) {
       PlaceSamples& place = impl_->places[PlaceKey{key, s.role, s.bytes, s.stepOccurrence}];
       place.values.push_back(value);
       if (s.stepPhase >= 0) place.byPhase.push_back({s.stepPhase, value});
     }
-    if (!s.role.empty()) byRole[key][s.role][s.bytes].push_back(value);
-    if (!s.grouped && (!marksSteps || s.stepPhase >= 0)) forFit[{s.op, s.nranks, s.bytes}].push_back(value);
+    if (!s.role.empty()) byRole[s.benchmark][key][s.role][s.bytes].push_back(value);
+    if (!s.grouped && (!marksSteps || s.stepPhase >= 0 || s.benchmark))
+      forFit[{s.op, s.nranks, s.crossesNodes, s.bytes}].push_back(value);
     impl_->ops.insert(s.op);
     impl_->count++;
   }
@@ -286,16 +309,19 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
     std::sort(place.values.begin(), place.values.end());
     std::sort(place.byPhase.begin(), place.byPhase.end());
   }
-  for (auto& [key, sizes] : all) impl_->groups[key].all = sizePoints(std::move(sizes), options.target);
-  for (auto& [key, roles] : byRole)
-    for (auto& [role, sizes] : roles) impl_->groups[key].byRole[role] = sizePoints(std::move(sizes), options.target);
+  for (int kind = 0; kind < 2; ++kind) {
+    auto& into = kind == 0 ? impl_->groups : impl_->benchmarks;
+    for (auto& [key, sizes] : all[kind]) into[key].all = sizePoints(std::move(sizes), options.target);
+    for (auto& [key, roles] : byRole[kind])
+      for (auto& [role, sizes] : roles) into[key].byRole[role] = sizePoints(std::move(sizes), options.target);
+  }
   // The fallback line through each size's typical value (one point per size: the many samples of one size do not
   // outweigh the rest).
   std::vector<DurationSample> fitSamples;
   for (auto& [k, values] : forFit) {
     std::sort(values.begin(), values.end());
-    fitSamples.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k),
-                          typicalValue(values, options.target, false, 0)});
+    fitSamples.push_back({std::get<0>(k), std::get<1>(k), std::get<3>(k), typicalValue(values, options.target, false, 0),
+                          std::get<2>(k)});
   }
   impl_->fit.fit(fitSamples);
 }
@@ -313,7 +339,7 @@ Estimate Estimator::estimateWithout(size_t index) const {
   Impl::Excluded ex;
   const bool inHere = impl_->options.excludeJob.empty() ||
                       jobOf(impl_->history->runs.at(s.run)) != impl_->options.excludeJob;
-  if (value > 0 && inHere) ex = {true, s.bytes, value, s.stepOccurrence, s.stepPhase};
+  if (value > 0 && inHere) ex = {true, s.bytes, value, s.stepOccurrence, s.stepPhase, s.benchmark};
   return impl_->query(s.op, s.nranks, s.crossesNodes, s.grouped, s.bytes, s.role, s.stepOccurrence, s.stepPhase,
                       ex);
 }
@@ -369,12 +395,16 @@ Evaluation evaluate(const History& history, const Estimator::Options& options) {
   Evaluation out;
   std::map<std::string, std::vector<double>> loo, loro;
   Estimator all(history, options);
+  // Recorded calls are judged, what a replay asks for; benchmark samples only serve as neighbours.
   std::set<std::string> jobs;
-  for (const auto& run : history.runs) jobs.insert(jobOf(run));
+  for (const auto& run : history.runs) {
+    if (run.rfind(kNcclTestsRunPrefix, 0) == 0) out.benchmarkRuns++;
+    else jobs.insert(jobOf(run));
+  }
   out.jobs = jobs.size();
   for (size_t i = 0; i < history.samples.size(); ++i) {
     const int64_t value = valueOf(history.samples[i], options.target);
-    if (value <= 0) continue;
+    if (value <= 0 || history.samples[i].benchmark) continue;
     const Estimate e = all.estimateWithout(i);
     out.extrapolatedLoo += e.extrapolated;
     addError(&loo, history.samples[i], value, e);
@@ -387,7 +417,7 @@ Evaluation evaluate(const History& history, const Estimator::Options& options) {
       for (size_t i = 0; i < history.samples.size(); ++i) {
         const HistorySample& s = history.samples[i];
         const int64_t value = valueOf(s, options.target);
-        if (value <= 0 || jobOf(history.runs[s.run]) != job) continue;
+        if (value <= 0 || s.benchmark || jobOf(history.runs[s.run]) != job) continue;
         const Estimate e = others.estimateWithout(i);  // the job's own samples are not in `others` anyway
         out.extrapolatedLoro += e.extrapolated;
         addError(&loro, s, value, e);
@@ -396,6 +426,23 @@ Evaluation evaluate(const History& history, const Estimator::Options& options) {
   }
   for (auto& [k, v] : loo) out.leaveOneOut[k] = errorStats(std::move(v));
   for (auto& [k, v] : loro) out.leaveOneRunOut[k] = errorStats(std::move(v));
+  return out;
+}
+
+std::map<std::string, ErrorStats> evaluateAgainst(const Estimator& estimator, const History& judged,
+                                                  EstimateTarget target, size_t* extrapolated) {
+  std::map<std::string, std::vector<double>> errors;
+  *extrapolated = 0;
+  for (const HistorySample& s : judged.samples) {
+    const int64_t value = valueOf(s, target);
+    if (value <= 0 || s.benchmark) continue;
+    const Estimate e = estimator.estimate(s.op, s.nranks, s.crossesNodes, s.bytes, s.role, s.grouped,
+                                          s.stepOccurrence, s.stepPhase);
+    *extrapolated += e.extrapolated;
+    addError(&errors, s, value, e);
+  }
+  std::map<std::string, ErrorStats> out;
+  for (auto& [k, v] : errors) out[k] = errorStats(std::move(v));
   return out;
 }
 

@@ -19,8 +19,6 @@ int localWorldSize(const trace::Manifest& manifest) {
   return it == manifest.env.end() ? -1 : atoi(it->second.c_str());
 }
 
-bool crossesNodes(int localWorldSize, int nranks) { return localWorldSize > 0 && nranks > localWorldSize; }
-
 namespace {
 
 // Each call's step (the index of the "step" marker before it) and phase in it: host time since that marker over the

@@ -8,9 +8,11 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "ranklens/estimator.h"
 #include "ranklens/events.h"
+#include "ranklens/nccl_tests_import.h"
 #include "ranklens/trace.h"
 #include "trace_log.h"
 
@@ -32,6 +34,36 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
   c.build->add_flag("-a,--append", o->append, "Add to an existing history file (a run already in it is refused)");
   c.build->footer("Example: ranklens history build /scratch/run42 /scratch/run43 -o cluster.hist\n"
                   "         ranklens history build /scratch/run44 -o cluster.hist --append");
+  c.importNcclTests = history->add_subcommand(
+      "import-nccl-tests",
+      "Add the cluster's nccl-tests results (the text all_reduce_perf & co. print) to a history: each size's "
+      "out-of-place and in-place time becomes a transfer time of a communicator of the listed ranks, spanning nodes "
+      "when they sit on several hosts. Calls of communicators or sizes that no recording has (a job across nodes "
+      "never recorded) are then estimated from the cluster's own bandwidth");
+  c.importNcclTests->add_option("logs", o->logs, "nccl-tests output files (several tests one after another are "
+                                                 "fine; mpirun --tag-output prefixes too)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  c.importNcclTests->add_option("-o,--output", o->output, "History file to write")->required();
+  c.importNcclTests->add_flag("-a,--append", o->append,
+                              "Add to an existing history file (a test of a file already in it is refused)");
+  c.importNcclTests->add_option("--op", o->importOp,
+                                "Operation of a test whose name the output lacks ('# Collective test starting: "
+                                "...'); a named test's is its own")
+      ->check(CLI::IsMember({"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AlltoAll", "Gather",
+                             "Scatter", "Send"}));
+  c.importNcclTests->add_option("--nranks", o->importNranks,
+                                "Communicator size of a test whose device list the output lacks (else the ranks "
+                                "listed)")
+      ->check(CLI::PositiveNumber);
+  c.importNcclTests->add_option("--ranks-per-node", o->importRanksPerNode,
+                                "GPUs per node (default: the most ranks listed on one host)")
+      ->check(CLI::PositiveNumber);
+  c.importNcclTests->footer(
+      "Example: mpirun -np 64 -N 8 ./all_reduce_perf -b 8 -e 8G -f 2 -g 1 > ar64.log\n"
+      "         ranklens history import-nccl-tests ar64.log ag64.log rs64.log -o cluster.hist --append\n"
+      "         ranklens estimate query --history cluster.hist --op AllReduce --bytes 1073741824 --nranks 64 "
+      "--crosses-nodes");
 
   auto* estimate = app.add_subcommand("estimate", "Estimated durations from a history");
   estimate->require_subcommand(1);
@@ -52,7 +84,12 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
                     "transfer)")
         ->check(CLI::IsMember({"observed", "transfer"}));
   }
-  c.eval->footer("Example: ranklens estimate eval --history cluster.hist --json eval.json");
+  c.eval->add_option("--against", o->against,
+                     "Estimate every sample of this other history from --history instead (no leaving out): how well "
+                     "one history, e.g. nccl-tests imports, predicts another job's calls")
+      ->check(CLI::ExistingFile);
+  c.eval->footer("Example: ranklens estimate eval --history cluster.hist --json eval.json\n"
+                 "         ranklens estimate eval --history nccl-tests.hist --against run42.hist");
   c.query->add_option("--op", o->op, "Operation (AllReduce, AllGather, ...)")
       ->check(CLI::IsMember({"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AlltoAll", "Gather",
                              "Scatter", "Send", "Recv"}));
@@ -120,12 +157,10 @@ timing::Estimator::Options estimatorOptions(const EstimateOptions& o, const std:
   return options;
 }
 
-}  // namespace
-
-int runHistoryBuild(const EstimateOptions& o) {
-  timing::History history;
+// The history `--output` names, loaded when appending: 0, or the exit code after saying why not.
+int historyToWrite(const EstimateOptions& o, timing::History* history) {
   std::string error;
-  if (o.append && fs::exists(o.output) && !timing::loadHistory(o.output, &history, &error)) {
+  if (o.append && fs::exists(o.output) && !timing::loadHistory(o.output, history, &error)) {
     std::cerr << "error: " << error << "\n";
     return 1;
   }
@@ -133,7 +168,26 @@ int runHistoryBuild(const EstimateOptions& o) {
     std::cerr << "error: " << o.output << " exists; pass --append to add runs to it, or choose another file\n";
     return 2;
   }
-  history.version = timing::kHistoryVersion;  // an appended older history gains the newer fields for the new jobs
+  history->version = timing::kHistoryVersion;  // an appended older history gains the newer fields for the new jobs
+  return 0;
+}
+
+bool saveHistoryOrSay(const std::string& path, const timing::History& history) {
+  std::string error;
+  if (timing::saveHistory(path, history, &error)) {
+    std::cout << path << ": " << history.runs.size() << " runs, " << history.samples.size() << " samples\n";
+    return true;
+  }
+  std::cerr << "error: " << error << "\n";
+  return false;
+}
+
+}  // namespace
+
+int runHistoryBuild(const EstimateOptions& o) {
+  timing::History history;
+  std::string error;
+  if (const int rc = historyToWrite(o, &history)) return rc;
   // The rank directories of each recorded job together: their calls are paired for the transfer times.
   std::map<std::string, std::vector<std::string>> jobs;
   std::vector<std::string> order;
@@ -155,19 +209,94 @@ int runHistoryBuild(const EstimateOptions& o) {
     std::cerr << "ranklens: " << job << ": " << jobs[job].size() << " rank(s), " << history.samples.size() - before
               << " samples, " << transfer << " with a transfer time\n";
   }
-  if (!timing::saveHistory(o.output, history, &error)) {
-    std::cerr << "error: " << error << "\n";
-    return 1;
-  }
-  std::cout << o.output << ": " << history.runs.size() << " runs, " << history.samples.size() << " samples\n";
+  if (!saveHistoryOrSay(o.output, history)) return 1;
   return failures ? 1 : 0;
 }
+
+int runHistoryImportNcclTests(const EstimateOptions& o) {
+  timing::History history;
+  if (const int rc = historyToWrite(o, &history)) return rc;
+  timing::NcclTestsOptions options;
+  options.op = o.importOp;
+  options.nranks = o.importNranks;
+  options.ranksPerNode = o.importRanksPerNode;
+  for (const std::string& log : o.logs) {
+    std::ifstream in(log, std::ios::binary);
+    if (!in) {
+      std::cerr << "error: " << log << ": cannot open it\n";
+      return 1;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    std::vector<timing::NcclTestsRun> runs;
+    std::string error;
+    // Absolute: the run names the file wherever the history is used next.
+    if (!timing::importNcclTests(text.str(), fs::absolute(log).string(), options, &history, &runs, &error)) {
+      std::cerr << "error: " << error << "\nnothing written to " << o.output << "\n";
+      return 1;
+    }
+    for (const timing::NcclTestsRun& r : runs) {
+      std::cerr << "ranklens: " << log << ":" << r.line << ": " << (r.test.empty() ? "(unnamed test)" : r.test)
+                << " as " << events::opName(static_cast<events::Op>(r.op))
+                << (r.op == static_cast<int>(events::Op::kSend) ? " (grouped with a Recv)" : "")
+                << ", " << r.nranks << " ranks on " << r.nodes << " node(s)" << (r.crossesNodes ? " (spans nodes)" : "")
+                << ": " << r.rows << " sizes, " << r.samples << " samples, " << r.minBytes << " to " << r.maxBytes
+                << " bytes received" << (r.graph ? ", CUDA graph launches" : "");
+      if (r.rowsWrong) std::cerr << "; " << r.rowsWrong << " time(s) left out: nccl-tests found wrong results";
+      if (r.rowsEmpty) std::cerr << "; " << r.rowsEmpty << " row(s) of 0 bytes left out";
+      std::cerr << "\n";
+    }
+  }
+  return saveHistoryOrSay(o.output, history) ? 0 : 1;
+}
+
+namespace {
+
+std::string percent(double v) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(2) << v * 100 << "%";
+  return s.str();
+}
+
+// eval --against: every sample of another history estimated from this one.
+int runEstimateEvalAgainst(const EstimateOptions& o, const timing::History& history, const std::string& target) {
+  timing::History judged;
+  if (!loadHistoryOrSay(o.against, &judged)) return 1;
+  if (target == "transfer" && !timing::hasTransferTimes(judged)) {
+    std::cerr << "error: --against " << o.against << " has no transfer times to judge (each job recorded on one "
+              << "rank only); rebuild it from every rank's trace, or pass --target observed\n";
+    return 1;
+  }
+  const timing::Estimator estimator(history, estimatorOptions(o, target));
+  size_t extrapolated = 0;
+  const auto errors = timing::evaluateAgainst(estimator, judged, estimatorOptions(o, target).target, &extrapolated);
+  nlohmann::json doc = {{"history", o.history},      {"history_version", history.version},
+                        {"against", o.against},      {"against_samples", judged.samples.size()},
+                        {"samples", history.samples.size()}, {"target", target},
+                        {"neighbours", o.neighbours}, {"max_distance", o.maxDistance},
+                        {"extrapolated", extrapolated}};
+  std::cout << o.against << " (" << judged.samples.size() << " samples) estimated from " << o.history << " ("
+            << history.samples.size() << " samples); target: " << target << "\n\n"
+            << std::left << std::setw(28) << "op / size class" << std::right << std::setw(9) << "calls"
+            << std::setw(10) << "median" << std::setw(10) << "p90" << "\n";
+  for (const auto& [key, stats] : errors) {
+    std::cout << std::left << std::setw(28) << key << std::right << std::setw(9) << stats.count << std::setw(10)
+              << percent(stats.median) << std::setw(10) << percent(stats.p90) << "\n";
+    doc["errors"][key] = {{"count", stats.count}, {"median", stats.median}, {"p90", stats.p90}};
+  }
+  std::cout << "\nrelative error |estimate - recorded| / recorded (" << target << "); extrapolated estimates: "
+            << extrapolated << "\n";
+  return writeJson(o.json, doc) ? 0 : 1;
+}
+
+}  // namespace
 
 int runEstimateEval(const EstimateOptions& o) {
   timing::History history;
   if (!loadHistoryOrSay(o.history, &history)) return 1;
   const std::string target = targetFor(o, history);
   if (target.empty()) return 1;
+  if (!o.against.empty()) return runEstimateEvalAgainst(o, history, target);
   const timing::Evaluation ev = timing::evaluate(history, estimatorOptions(o, target));
   nlohmann::json doc = {{"history", o.history}, {"history_version", history.version},
                         {"runs", history.runs.size()}, {"jobs", ev.jobs},
@@ -182,18 +311,13 @@ int runEstimateEval(const EstimateOptions& o) {
             << std::setw(10) << "median" << std::setw(10) << "p90" << "\n"
             << std::left << std::setw(28) << "" << std::right << std::setw(29) << "leave one call out"
             << "   | " << std::setw(29) << "leave one job out" << "\n";
-  auto pct = [](double v) {
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(2) << v * 100 << "%";
-    return s.str();
-  };
   for (const auto& [key, loo] : ev.leaveOneOut) {
     auto it = ev.leaveOneRunOut.find(key);
     std::cout << std::left << std::setw(28) << key << std::right << std::setw(9) << loo.count << std::setw(10)
-              << pct(loo.median) << std::setw(10) << pct(loo.p90) << "   | ";
+              << percent(loo.median) << std::setw(10) << percent(loo.p90) << "   | ";
     if (it != ev.leaveOneRunOut.end())
-      std::cout << std::setw(9) << it->second.count << std::setw(10) << pct(it->second.median) << std::setw(10)
-                << pct(it->second.p90);
+      std::cout << std::setw(9) << it->second.count << std::setw(10) << percent(it->second.median) << std::setw(10)
+                << percent(it->second.p90);
     else
       std::cout << std::setw(29) << "(one job)";
     std::cout << "\n";

@@ -293,6 +293,7 @@ int main(int argc, char** argv) {
       "  ranklens doctor --python /opt/venv/bin/python --trace /scratch/run42\n"
       "  ranklens history build /scratch/run42 /scratch/run43 -o cluster.hist\n"
       "  ranklens estimate eval --history cluster.hist --target transfer\n"
+      "  ranklens history import-nccl-tests all_reduce_64ranks.log -o cluster.hist --append\n"
       "Exit codes: record and replay return the program's exit code (128+N if killed by signal N; 127 if it cannot start;\n"
       "  2 for bad usage before it starts); compare 0 match, 1 differ; other commands 0 ok, 1 failure; all 2 for\n"
       "  bad usage (compare and timeline: also for an unreadable trace).\n"
@@ -380,6 +381,7 @@ int main(int argc, char** argv) {
     if (record->parsed()) return ranklens::tools::runRecord(recordOptions);
     if (doctor->parsed()) return ranklens::tools::runDoctor(doctorOptions);
     if (estimateCommands.build->parsed()) return ranklens::tools::runHistoryBuild(estimateOptions);
+    if (estimateCommands.importNcclTests->parsed()) return ranklens::tools::runHistoryImportNcclTests(estimateOptions);
     if (estimateCommands.eval->parsed()) return ranklens::tools::runEstimateEval(estimateOptions);
     if (estimateCommands.query->parsed()) return ranklens::tools::runEstimateQuery(estimateOptions);
     if (summary->parsed()) return ranklens::tools::printTraceSummary(summaryDir, summaryJson, std::cout, std::cerr);

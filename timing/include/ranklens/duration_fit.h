@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -33,15 +34,19 @@ struct DurationSample {
   int nranks = 0;
   uint64_t bytes = 0;
   int64_t durationNs = 0;
+  bool crossesNodes = false;  // the communicator spans nodes
 };
 
 class LatencyBandwidthFit {
  public:
   void fit(const std::vector<DurationSample>& samples);
-  // Falls back from (op, nranks) to op to all samples (in bus bytes) to a fixed 20 us + 100 GB/s of bus bytes when
-  // nothing was fitted. A line is used only up to twice the largest bus bytes it was fitted to (a slope between two
-  // small messages is protocol latency, not bandwidth); beyond every line's range, the line that saw the largest.
-  int64_t estimateNs(int op, int nranks, uint64_t bytes) const;
+  // Falls back from (op, nranks, locality) to the op's communicators of any size with the same locality, then of
+  // either locality, then to all ops (in bus bytes), and to a fixed 20 us + 100 GB/s of bus bytes when nothing was
+  // fitted: a communicator that spans nodes takes its bandwidth from others that did (nccl-tests imports, multi-node
+  // recordings) before any of one node. A line is used only up to twice the largest bus bytes it was fitted to (a
+  // slope between two small messages is protocol latency, not bandwidth); beyond every line's range, the line that
+  // saw the largest.
+  int64_t estimateNs(int op, int nranks, bool crossesNodes, uint64_t bytes) const;
   size_t models() const { return models_.size(); }
 
  private:
@@ -50,7 +55,8 @@ class LatencyBandwidthFit {
     double maxBusBytes = 0;  // the largest sample it was fitted to
   };
   static Line solve(const std::vector<const DurationSample*>& samples);
-  std::map<std::pair<int, int>, Line> models_;  // (op, nranks); nranks -1: any size; op -1: any op
+  // (op, nranks, locality): nranks -1 any size, op -1 any op, locality 1 spans nodes, 0 within one, -1 either.
+  std::map<std::tuple<int, int, int>, Line> models_;
 };
 
 }  // namespace timing

@@ -7,7 +7,9 @@
 // median of transfer times, the 10%-trimmed mean of observed durations (replay sums those over a step) -- and,
 // between sampled sizes, a local weighted regression of those values on bytes (latency + bytes / bandwidth, locally)
 // over the nearest sizes in log2(bytes), falling back to a latency-bandwidth fit when the nearest size is too far
-// away. Every estimate says how far its neighbours were and whether it extrapolates.
+// away. Samples imported from nccl-tests (benchmark samples, nccl_tests_import.h) are neighbours only where no
+// recorded call of the same communicator is near: recorded calls ran beside the program's compute. Every estimate
+// says how far its neighbours were and whether it extrapolates.
 #pragma once
 
 #include <msgpack.hpp>
@@ -47,8 +49,12 @@ struct HistorySample {
   // Version 4: which occurrence of its op and size (and grouping) in its step the call was on its rank: 0 the
   // first, -1 outside marked steps. The same place in another run of the same program: its neighbour of choice.
   int stepOccurrence = -1;
+  // Version 5: measured by a benchmark (nccl-tests, `ranklens history import-nccl-tests`), not in a training step:
+  // every rank arrived together, nothing computed beside it, so its duration is a transfer time. The latency-
+  // bandwidth fallback uses such samples although they lie outside marked steps.
+  bool benchmark = false;
   MSGPACK_DEFINE_ARRAY(op, datatype, bytes, nranks, crossesNodes, role, grouped, durationNs, run, transferNs,
-                       stepPhase, otherStreamsBusy, stepOccurrence)
+                       stepPhase, otherStreamsBusy, stepOccurrence, benchmark)
 };
 
 // Counts which occurrence of its op, size and grouping each call is in its training step
@@ -82,18 +88,23 @@ class StepOccurrences {
 };
 
 // The history format written now. 1: no transferNs (read as -1); 2: no stepPhase, otherStreamsBusy; 3: no
-// stepOccurrence.
-constexpr int kHistoryVersion = 4;
+// stepOccurrence; 4: no benchmark.
+constexpr int kHistoryVersion = 5;
+
+// How History::runs names a run imported from nccl-tests output.
+constexpr const char* kNcclTestsRunPrefix = "nccl-tests:";
 
 struct History {
   std::string format = "ranklens-history";
   int version = kHistoryVersion;
-  std::vector<std::string> runs;  // the recorded rank directories the samples came from
+  // The recorded rank directories the samples came from, and "nccl-tests:<file>:<test>" for imported benchmarks.
+  std::vector<std::string> runs;
   std::vector<HistorySample> samples;
   MSGPACK_DEFINE_MAP(format, version, runs, samples)
 };
 
-// The recorded job a rank directory belongs to: its parent directory when it is named rank<N>, else itself.
+// The recorded job a rank directory belongs to: its parent directory when it is named rank<N>, else itself (an
+// imported benchmark run is a job of its own).
 std::string jobOf(const std::string& rankDir);
 
 // Adds every timed call of the recorded ranks of one job (calls outside groups; for groups, the first call on each
@@ -167,7 +178,8 @@ class Estimator {
 };
 
 // Leave-one-out over calls and leave-one-run-out over recorded jobs (all ranks of a job left out together: they
-// share transfer times): relative errors |estimate - value| / value for options.target.
+// share transfer times): relative errors |estimate - value| / value for options.target, of recorded calls (benchmark
+// samples are neighbours, never judged).
 struct ErrorStats {
   size_t count = 0;
   double median = 0, p90 = 0;
@@ -177,9 +189,15 @@ struct Evaluation {
   // other streams busy" / "idle", and by the rule that estimated: "all, by same-place median" (Estimate::method)
   std::map<std::string, ErrorStats> leaveOneOut, leaveOneRunOut;
   size_t extrapolatedLoo = 0, extrapolatedLoro = 0;
-  size_t jobs = 0;  // recorded jobs in the history
+  size_t jobs = 0;           // recorded jobs in the history
+  size_t benchmarkRuns = 0;  // imported nccl-tests runs (neighbours only: not judged)
 };
 Evaluation evaluate(const History& history, const Estimator::Options& options);
+// Every recorded call of `judged` (a sample with a value for `target`, not a benchmark's) estimated by `estimator`,
+// built from another history, none left out: relative errors in evaluate's rows. `extrapolated` counts the
+// estimates that extrapolated.
+std::map<std::string, ErrorStats> evaluateAgainst(const Estimator& estimator, const History& judged,
+                                                  EstimateTarget target, size_t* extrapolated);
 const char* sizeClass(uint64_t bytes);  // "<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB"
 // The rows of the error tables (evaluate, and any other estimate judged the same way): "<op> <size class>".
 std::string errorClass(const HistorySample& sample);
