@@ -526,6 +526,14 @@ const KeyDesc kKeys[] = {
      "of it that completes (events), or has no duration (off: the graph gets nothing of RankLens's)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCapturedTimingNames, s.captured_timing); },
      [](const Settings& s) { return std::string(toString(s.captured_timing)); }},
+    {"timing_poll_us", "RANKLENS_TIMING_POLL_US", "100",
+     "record: how often (microseconds) the background thread looks for finished calls while some are pending, to "
+     "write their Timing records and store their payloads; its event queries share the CUDA driver with the job's "
+     "thread, so a longer interval costs the job's calls less and keeps staged payloads longer",
+     [](const Input& in, Settings& s) {
+       return parseInt(in, 10, 100000, "microseconds, 10..100000", s.timing_poll_us);
+     },
+     [](const Settings& s) { return std::to_string(s.timing_poll_us); }},
     {"record_alternate_steps", "RANKLENS_RECORD_ALTERNATE_STEPS", "0",
      "record, for the overhead benchmark only: from the first step marker on, every other block of this many steps "
      "is forwarded to the real NCCL without being recorded (step-time A/B within one process); such a trace "

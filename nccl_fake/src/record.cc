@@ -165,6 +165,7 @@ CallRecorder* recorder() {
     options.stagingBytes = s.staging_bytes;
     options.waitWhenFull = s.staging_full == ranklens::config::StagingFull::kWait;
     options.timeCaptured = s.captured_timing == ranklens::config::CapturedTiming::kEvents;
+    options.pollMicros = s.timing_poll_us;
     // The trace may have been opened before this first communicator (a stage marker came first): name the GPU now.
     if (auto* writer = rt.existingWriter()) {
       std::string gpuName, gpuUuid;
