@@ -600,6 +600,74 @@ TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
   cudaStreamDestroy(captured);
 }
 
+// A payload is what the call received, although the job's stream overwrites the buffer right after the call (its
+// next kernel may): the copy is ordered after the call's end and before what follows on the stream. The call (a
+// 1 ms hold, then the "received" bytes written) is timed without the copy.
+TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt) {
+  std::string why;
+  auto rec = ranklens::device::makeCudaRecordDevice(&why);
+  ASSERT_NE(rec, nullptr) << why;
+  std::mutex mu;
+  std::vector<ranklens::trace::Timing> timings;
+  std::vector<std::vector<unsigned char>> stored;
+  ranklens::timing::CallRecorder::Options options;
+  options.payloads = true;
+  options.stagingBytes = 1 << 20;
+  ranklens::timing::CallRecorder recorder(
+      *rec, options,
+      [&](const ranklens::trace::Timing& t) {
+        std::lock_guard<std::mutex> lock(mu);
+        timings.push_back(t);
+      },
+      [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes) {
+        std::lock_guard<std::mutex> lock(mu);
+        const auto* p = static_cast<const unsigned char*>(data);
+        stored.emplace_back(p, p + bytes);
+      });
+  std::string error;
+  ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
+  int dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  recorder.prepareDevice(dev);
+  constexpr size_t kBytes = 64 << 10;
+  void* received = nullptr;
+  ASSERT_EQ(cudaMalloc(&received, kBytes), cudaSuccess);
+  constexpr int kCalls = 8;
+  for (int call = 0; call < kCalls; ++call) {
+    ranklens::trace::Timing identity;
+    identity.commId = 1;
+    identity.seq = static_cast<uint64_t>(call);
+    auto* span = recorder.begin(dev, stream_, identity);
+    ASSERT_NE(span, nullptr) << ranklens::device::lastError();
+    ASSERT_EQ(device_->hold(1000000, "call", stream_), 0);
+    ASSERT_EQ(cudaMemsetAsync(received, 0x10 + call, kBytes, stream_), cudaSuccess);
+    ranklens::timing::PayloadRequest request;
+    request.ref.commId = 1;
+    request.ref.seq = static_cast<uint64_t>(call);
+    request.src = received;
+    request.bytes = kBytes;
+    recorder.end(span, {request});
+    ASSERT_EQ(cudaMemsetAsync(received, 0xEE, kBytes, stream_), cudaSuccess);  // the job's next kernel
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ASSERT_TRUE(recorder.drain(5'000'000'000));
+  recorder.stop();
+  cudaFree(received);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(stored.size(), static_cast<size_t>(kCalls));
+  ASSERT_EQ(timings.size(), static_cast<size_t>(kCalls));
+  for (int call = 0; call < kCalls; ++call) {
+    ASSERT_EQ(stored[call].size(), kBytes);
+    EXPECT_EQ(std::count(stored[call].begin(), stored[call].end(), static_cast<unsigned char>(0x10 + call)),
+              static_cast<long>(kBytes))
+        << "call " << call;
+    EXPECT_GE(timings[call].durationNs, 950000) << "call " << call;
+    EXPECT_LT(timings[call].durationNs, 20000000) << "call " << call;
+  }
+  EXPECT_EQ(recorder.stats().payloadsStaged, static_cast<uint64_t>(kCalls));
+  EXPECT_EQ(recorder.stats().payloadsFailed, 0u);
+}
+
 // A hold captured into a CUDA graph marks its arrival in a slot of its own: the graph writes it at every launch, so
 // no eager mark may share it, however many follow (more than the eager ring holds). The graph's hold still lasts.
 TEST_F(CudaDevice, ACapturedArrivalMarkKeepsItsSlot) {

@@ -107,8 +107,6 @@ class CapturingDevice final : public RecordDevice {
   int queries = 0;
   int allocPinned(void**, size_t) override { return 1; }
   void freePinned(void*) override {}
-  int sideStream(int, cudaStream_t*) override { return 1; }
-  int streamWaitEvent(cudaStream_t, Event) override { return 1; }
   int copyToHost(void*, const void*, size_t, cudaStream_t) override { return 1; }
   void prepareBackgroundThread() override {}
 };

@@ -6,8 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "cuda_util.h"
@@ -157,13 +155,6 @@ class CudaRecordDevice final : public RecordDevice {
     return check(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable), "cudaHostAlloc (pinned staging)");
   }
   void freePinned(void* ptr) override { cudaFreeHost(ptr); }
-  int sideStream(int device, cudaStream_t* stream) override {
-    // Highest priority: the job's stream waits for this copy (the buffer may be overwritten by its next kernel).
-    return ownStream(sideStreams_, device, stream);
-  }
-  int streamWaitEvent(cudaStream_t stream, Event event) override {
-    return check(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
-  }
   int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream) override {
     if (bytes == 0) return 0;
     return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync (payload)");
@@ -176,26 +167,7 @@ class CudaRecordDevice final : public RecordDevice {
   }
 
  private:
-  int ownStream(std::map<int, cudaStream_t>& streams, int device, cudaStream_t* stream) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = streams.find(device);
-    if (it != streams.end()) {
-      *stream = it->second;
-      return 0;
-    }
-    return onDevice(device, [&] {
-      int lowest = 0, greatest = 0;
-      cudaDeviceGetStreamPriorityRange(&lowest, &greatest);
-      if (int err = check(cudaStreamCreateWithPriority(stream, cudaStreamNonBlocking, greatest), "cudaStreamCreate"))
-        return err;
-      streams[device] = *stream;
-      return 0;
-    });
-  }
-
   const DriverCalls driver_ = DriverCalls::resolve();
-  std::mutex mu_;
-  std::map<int, cudaStream_t> sideStreams_;
 };
 
 }  // namespace

@@ -3,9 +3,9 @@
 // synchronising the caller (DESIGN.md, principle 1).
 //
 // The training thread brackets each real call (or each stream of a group) with two events from a pool: begin()
-// before the real call, end() after it. Payload copies are enqueued by end() on a side stream that waits for the
-// call, into pinned staging memory; the job's stream then waits for the copy, because its next kernel may overwrite
-// the buffer. A background thread queries the events, turns them into Timing records and hands staged payloads to
+// before the real call, end() after it. Payload copies are enqueued by end() on the call's stream after its end
+// event, into pinned staging memory: after the call, and before the job's next kernel, which may overwrite the
+// buffer. A background thread queries the events, turns them into Timing records and hands staged payloads to
 // the trace writer, which compresses them on its own threads. Staging memory is bounded: when it is full a payload
 // is skipped (counted) or, if configured, the caller waits for space. Under CUDA graph capture the two events become
 // nodes of the graph (never reused afterwards: each launch records them again) and the background thread writes the

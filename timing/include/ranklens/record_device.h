@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GPU primitives record mode needs to time a call and copy what it received, without synchronising the caller:
-// events from a pool recorded around the real call, a side stream that copies the received buffer into pinned
-// memory, and queries made by a background thread. The CUDA implementation uses the CUDA runtime; the host one keeps
+// events from a pool recorded around the real call, a copy of the received buffer into pinned memory after it on
+// the call's stream, and queries made by a background thread. The CUDA implementation uses the CUDA runtime; the host one keeps
 // timestamps and copies at once, so CI (no GPU) runs the whole recorder against a fake NCCL on host memory.
 #pragma once
 
@@ -44,9 +44,7 @@ class RecordDevice {
   virtual uint64_t captureId(cudaStream_t stream) = 0;
   virtual int allocPinned(void** ptr, size_t bytes) = 0;
   virtual void freePinned(void* ptr) = 0;
-  // One non-blocking stream per device for payload copies, created on first use.
-  virtual int sideStream(int device, cudaStream_t* stream) = 0;
-  virtual int streamWaitEvent(cudaStream_t stream, Event event) = 0;
+  // Enqueues a copy of a received buffer into pinned memory on `stream` (the call's own stream).
   virtual int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream) = 0;
   // Called once on the background thread that queries events: lets it query while another thread captures a graph.
   virtual void prepareBackgroundThread() = 0;
