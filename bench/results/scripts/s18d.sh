@@ -34,7 +34,11 @@ for build, payloads, poll in [("before", "small", 100), ("after", "small", 100),
 PY
 for build in before after; do
   echo "== trace summary, $build, payloads small, round 8"
-  .carry/bin/ranklens trace summary /tmp/hod-$build-small-100-8/rank0 2>&1 | grep -i -E "payload|calls|timing" | head -12
+  ls -R /tmp/hod-$build-small-100-8 | head -5
+  for d in /tmp/hod-$build-small-100-8 /tmp/hod-$build-small-100-8/rank0; do
+    .carry/bin/ranklens trace summary "$d" > /tmp/summary.txt 2>&1 && break
+  done
+  grep -i -E "payload|calls|timing" /tmp/summary.txt | head -12
 done > "$OUT/payload_stream_traces-$C.txt"
 cat "$OUT/payload_stream_traces-$C.txt"
 cp /tmp/meta.txt "$OUT/meta_s18d-$C.txt"
