@@ -21,12 +21,17 @@
 // recorder's background thread did until 6c74f37 (one query of the end event, two elapsed times). Together they split the added
 // time into CUDA's floor, the background thread's contention and RankLens's own work.
 //
+// --gpu-bound BYTES measures GPU time instead: every call follows a cudaMemsetAsync of BYTES on its stream (the
+// job's compute, long enough that the GPU, not the host, sets the pace), and blocks of --batch such pairs alternate
+// between the two sides, each block timed by two events around it. The difference of the sides' median time per pair
+// is what the recorder adds on the GPU (its events and payload copies in the stream), beside the host time above.
+//
 // --device host runs without a GPU (RANKLENS_DEVICE=host, host buffers, no CUDA calls): with the fake real NCCL of
 // tests/support as --real it measures RankLens's own bookkeeping per call, without CUDA events or NCCL's work.
 //
 //   record_host_overhead --real /path/libnccl.so.2 --ranklens build/release/nccl_fake/libnccl.so.2
 //       [--calls 20000] [--batch 200] [--count 1] [--ranks 1|2] [--clock events|kernel] [--device cuda|host]
-//       [--payloads none|small|all] [--trace-dir DIR] [--probe [--poller]] [--json]
+//       [--payloads none|small|all] [--trace-dir DIR] [--probe [--poller]] [--gpu-bound BYTES] [--json]
 #include <cuda.h>  // driver types only: the entry points come from cudaGetDriverEntryPointByVersion
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -138,6 +143,11 @@ int main(int argc, char** argv) {
   app.add_flag("--poller", poller, "with --probe: a thread queries the probe sides' events every 100 us, as the "
                                    "recorder's background thread does")
       ->needs("--probe");
+  size_t gpuBoundBytes = 0;
+  app.add_option("--gpu-bound", gpuBoundBytes,
+                 "measure GPU time per call instead: each call follows a memset of this many bytes on its stream, in "
+                 "blocks of --batch per side (one GPU)")
+      ->excludes("--probe");
   app.add_flag("--json", json, "print one JSON object instead of text");
   CLI11_PARSE(app, argc, argv);
 
@@ -148,6 +158,10 @@ int main(int argc, char** argv) {
   setenv("RANKLENS_TIMING_CLOCK", clock.c_str(), 1);
   setenv("RANKLENS_DEVICE", device.c_str(), 1);
   const bool cuda = device == "cuda";
+  if (gpuBoundBytes > 0 && (!cuda || ranks != 1)) {
+    fprintf(stderr, "record_host_overhead: --gpu-bound needs --device cuda and --ranks 1\n");
+    return 2;
+  }
   if (probe && (!cuda || ranks != 1)) {
     fprintf(stderr, "record_host_overhead: --probe needs --device cuda and --ranks 1\n");
     return 2;
@@ -267,6 +281,45 @@ int main(int argc, char** argv) {
     }
   }
   synchronize();
+  if (gpuBoundBytes > 0) {
+    void* filler = nullptr;
+    check(cudaMalloc(&filler, gpuBoundBytes), "cudaMalloc (filler)");
+    cudaEvent_t blockStart, blockEnd;
+    check(cudaEventCreate(&blockStart), "cudaEventCreate");
+    check(cudaEventCreate(&blockEnd), "cudaEventCreate");
+    std::vector<double> perPair[2];
+    for (int block = 0; block < 2 * (calls / batch + 1); ++block) {
+      for (int k = 0; k < 2; ++k) {
+        const int which = (k + block) % 2;  // alternate which side goes first
+        check(cudaEventRecord(blockStart, streams[0]), "cudaEventRecord");
+        for (int i = 0; i < batch; ++i) {
+          check(cudaMemsetAsync(filler, i & 0xff, gpuBoundBytes, streams[0]), "cudaMemsetAsync (filler)");
+          if (!side(which)) {
+            fprintf(stderr, "record_host_overhead: ncclAllReduce failed\n");
+            return 2;
+          }
+        }
+        check(cudaEventRecord(blockEnd, streams[0]), "cudaEventRecord");
+        check(cudaEventSynchronize(blockEnd), "cudaEventSynchronize");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, blockStart, blockEnd), "cudaEventElapsedTime");
+        if (block >= 2) perPair[which].push_back(ms * 1e6 / batch);  // the first blocks warm up
+      }
+    }
+    oursFlush();
+    oursDestroy(comms[0]);
+    const double real = percentile(perPair[0], 0.5), ours = percentile(perPair[1], 0.5);
+    if (json)
+      printf("{\"device\": \"cuda\", \"payloads\": \"%s\", \"clock\": \"%s\", \"gpu_bound_bytes\": %zu, "
+             "\"blocks_per_side\": %zu, \"batch\": %d, \"gpu_ns_per_call_real\": %.1f, "
+             "\"gpu_ns_per_call_ranklens\": %.1f, \"gpu_added_ns\": %.1f}\n",
+             payloads.c_str(), clock.c_str(), gpuBoundBytes, perPair[0].size(), batch, real, ours, ours - real);
+    else
+      printf("GPU time per memset + call (%zu bytes), payloads %s: real NCCL %.1f ns, through RankLens %.1f ns, "
+             "added %.1f ns (%zu blocks of %d per side)\n",
+             gpuBoundBytes, payloads.c_str(), real, ours, ours - real, perPair[0].size(), batch);
+    return 0;
+  }
   using Clock = std::chrono::steady_clock;
   for (int done = 0; done < calls; done += batch) {
     for (int i = 0; i < batch; ++i) {
