@@ -601,8 +601,9 @@ TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
 }
 
 // A payload is what the call received, although the job's stream overwrites the buffer right after the call (its
-// next kernel may): the copy is ordered after the call's end and before what follows on the stream. The call (a
-// 1 ms hold, then the "received" bytes written) is timed without the copy.
+// next kernel may): the copy is ordered after the call's end and before what follows on the stream, through the
+// copy kernel (up to 64 KiB, aligned or not) and through the copy engine (larger). The call (a 1 ms hold, then the
+// "received" bytes written) is timed without the copy.
 TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt) {
   std::string why;
   auto rec = ranklens::device::makeCudaRecordDevice(&why);
@@ -612,7 +613,7 @@ TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt)
   std::vector<std::vector<unsigned char>> stored;
   ranklens::timing::CallRecorder::Options options;
   options.payloads = true;
-  options.stagingBytes = 1 << 20;
+  options.stagingBytes = 16 << 20;
   ranklens::timing::CallRecorder recorder(
       *rec, options,
       [&](const ranklens::trace::Timing& t) {
@@ -629,10 +630,15 @@ TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt)
   int dev = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
   recorder.prepareDevice(dev);
-  constexpr size_t kBytes = 64 << 10;
-  void* received = nullptr;
-  ASSERT_EQ(cudaMalloc(&received, kBytes), cudaSuccess);
-  constexpr int kCalls = 8;
+  constexpr size_t kBuffer = 4 << 20;
+  unsigned char* received = nullptr;
+  ASSERT_EQ(cudaMalloc(&received, kBuffer), cudaSuccess);
+  struct Call {
+    size_t offset, bytes;
+  };
+  const Call calls[] = {{0, 4}, {1, 7}, {0, 4096}, {3, 5000}, {0, 64 << 10}, {0, (64 << 10) + 16}, {5, 1 << 20},
+                        {0, (3 << 20) + 3}};
+  const int kCalls = static_cast<int>(sizeof(calls) / sizeof(calls[0]));
   for (int call = 0; call < kCalls; ++call) {
     ranklens::trace::Timing identity;
     identity.commId = 1;
@@ -640,14 +646,14 @@ TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt)
     auto* span = recorder.begin(dev, stream_, identity);
     ASSERT_NE(span, nullptr) << ranklens::device::lastError();
     ASSERT_EQ(device_->hold(1000000, "call", stream_), 0);
-    ASSERT_EQ(cudaMemsetAsync(received, 0x10 + call, kBytes, stream_), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(received, 0x10 + call, kBuffer, stream_), cudaSuccess);
     ranklens::timing::PayloadRequest request;
     request.ref.commId = 1;
     request.ref.seq = static_cast<uint64_t>(call);
-    request.src = received;
-    request.bytes = kBytes;
+    request.src = received + calls[call].offset;
+    request.bytes = calls[call].bytes;
     recorder.end(span, {request});
-    ASSERT_EQ(cudaMemsetAsync(received, 0xEE, kBytes, stream_), cudaSuccess);  // the job's next kernel
+    ASSERT_EQ(cudaMemsetAsync(received, 0xEE, kBuffer, stream_), cudaSuccess);  // the job's next kernel
   }
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   ASSERT_TRUE(recorder.drain(5'000'000'000));
@@ -657,10 +663,10 @@ TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt)
   ASSERT_EQ(stored.size(), static_cast<size_t>(kCalls));
   ASSERT_EQ(timings.size(), static_cast<size_t>(kCalls));
   for (int call = 0; call < kCalls; ++call) {
-    ASSERT_EQ(stored[call].size(), kBytes);
+    ASSERT_EQ(stored[call].size(), calls[call].bytes);
     EXPECT_EQ(std::count(stored[call].begin(), stored[call].end(), static_cast<unsigned char>(0x10 + call)),
-              static_cast<long>(kBytes))
-        << "call " << call;
+              static_cast<long>(calls[call].bytes))
+        << "call " << call << " (" << calls[call].bytes << " bytes at offset " << calls[call].offset << ")";
     EXPECT_GE(timings[call].durationNs, 950000) << "call " << call;
     EXPECT_LT(timings[call].durationNs, 20000000) << "call " << call;
   }

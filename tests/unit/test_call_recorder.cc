@@ -107,6 +107,7 @@ class CapturingDevice final : public RecordDevice {
   int queries = 0;
   int allocPinned(void**, size_t) override { return 1; }
   void freePinned(void*) override {}
+  int prepareDevice(int) override { return 0; }
   int copyToHost(void*, const void*, size_t, cudaStream_t) override { return 1; }
   void prepareBackgroundThread() override {}
 };

@@ -97,6 +97,7 @@ CallRecorder::DevicePool& CallRecorder::pool(int device) {
 void CallRecorder::prepareDevice(int device) {
   Event events[3];
   if (takeEvents(device, 3, events)) giveEvents(device, events, 3);
+  if (options_.payloads) device_.prepareDevice(device);  // a failure shows at the first copy, which is counted
 }
 
 bool CallRecorder::takeEvents(int device, size_t n, Event* out, bool create) {

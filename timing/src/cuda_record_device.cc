@@ -5,12 +5,15 @@
 #include <cuda.h>  // driver types only: the entry points come from cudaGetDriverEntryPointByVersion
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
 #include "cuda_util.h"
 #include "ranklens/device.h"
 #include "ranklens/record_device.h"
+#include "record_copy.h"
 
 namespace ranklens {
 namespace device {
@@ -152,11 +155,38 @@ class CudaRecordDevice final : public RecordDevice {
     return status == cudaStreamCaptureStatusActive ? id : 0;
   }
   int allocPinned(void** ptr, size_t bytes) override {
-    return check(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable), "cudaHostAlloc (pinned staging)");
+    // Mapped too: a small payload is written into it by a kernel (copyToHost).
+    if (int err = check(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable | cudaHostAllocMapped),
+                        "cudaHostAlloc (pinned staging)"))
+      return err;
+    void* onDevice = nullptr;
+    if (cudaHostGetDevicePointer(&onDevice, *ptr, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;  // not addressable from the GPU: every copy goes through a copy engine
+    }
+    mappedDevice_.store(reinterpret_cast<uintptr_t>(onDevice), std::memory_order_relaxed);
+    mappedBytes_.store(bytes, std::memory_order_relaxed);
+    mappedHost_.store(reinterpret_cast<uintptr_t>(*ptr), std::memory_order_release);
+    return 0;
   }
-  void freePinned(void* ptr) override { cudaFreeHost(ptr); }
+  void freePinned(void* ptr) override {
+    if (reinterpret_cast<uintptr_t>(ptr) == mappedHost_.load(std::memory_order_acquire)) mappedHost_.store(0);
+    cudaFreeHost(ptr);
+  }
+  int prepareDevice(int device) override {
+    return onDevice(device, [] { return check(loadRecordCopy(), "loading the payload copy kernel"); });
+  }
   int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream) override {
     if (bytes == 0) return 0;
+    // Up to 64 KiB a kernel writes the bytes into the mapped staging memory: a copy engine's D2H round trip would
+    // stall the job's stream about 10 us whatever the size (H200). Larger copies take the copy engine's bandwidth.
+    const uintptr_t host = mappedHost_.load(std::memory_order_acquire);
+    const auto at = reinterpret_cast<uintptr_t>(dst);
+    if (bytes <= kKernelCopyMaxBytes && host != 0 && at >= host &&
+        at + bytes <= host + mappedBytes_.load(std::memory_order_relaxed)) {
+      void* onDevice = reinterpret_cast<void*>(mappedDevice_.load(std::memory_order_relaxed) + (at - host));
+      return check(launchRecordCopy(onDevice, src, bytes, stream), "payload copy kernel");
+    }
     return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync (payload)");
   }
   void prepareBackgroundThread() override {
@@ -167,7 +197,11 @@ class CudaRecordDevice final : public RecordDevice {
   }
 
  private:
+  static constexpr size_t kKernelCopyMaxBytes = 64 << 10;
   const DriverCalls driver_ = DriverCalls::resolve();
+  // The staging memory's mapping (one allocation per recorder, made before its first call).
+  std::atomic<uintptr_t> mappedHost_{0}, mappedDevice_{0};
+  std::atomic<size_t> mappedBytes_{0};
 };
 
 }  // namespace

@@ -75,6 +75,7 @@ class HostRecordDevice final : public RecordDevice {
     return 0;
   }
   void freePinned(void* ptr) override { free(ptr); }
+  int prepareDevice(int) override { return 0; }
   int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t) override {
     if (bytes == 0) return 0;
     if (dst == nullptr || src == nullptr) {

@@ -44,7 +44,9 @@ class RecordDevice {
   virtual uint64_t captureId(cudaStream_t stream) = 0;
   virtual int allocPinned(void** ptr, size_t bytes) = 0;
   virtual void freePinned(void* ptr) = 0;
-  // Enqueues a copy of a received buffer into pinned memory on `stream` (the call's own stream).
+  // Loads what copyToHost launches on `device` (at communicator creation: a first launch could synchronise).
+  virtual int prepareDevice(int device) = 0;
+  // Enqueues a copy of a received buffer into pinned memory (allocPinned's) on `stream`, the call's own stream.
   virtual int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream) = 0;
   // Called once on the background thread that queries events: lets it query while another thread captures a graph.
   virtual void prepareBackgroundThread() = 0;
