@@ -290,15 +290,26 @@ void CallRecorder::recycle(Span* span) {
 
 void CallRecorder::countCapturedPayloads(size_t n) { counters_.payloadsSkippedCaptured += n; }
 
+namespace {
+// The completion flag's place after a payload's bytes in staging (8-byte aligned; staging ranges are 256-aligned).
+size_t flagOffset(size_t bytes) { return (bytes + 15) / 16 * 16; }
+}  // namespace
+
+uint64_t* CallRecorder::doneFlag(const Staged& s) const {
+  return reinterpret_cast<uint64_t*>(staging_ + s.offset + flagOffset(s.bytes));
+}
+
 bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* out) {
   std::unique_lock<std::mutex> lock(stagingMu_);
-  if (staging_ == nullptr || FreeList::rounded(request.bytes) > stagingSize_) {
+  const size_t reserved = flagOffset(request.bytes) + sizeof(uint64_t);
+  if (staging_ == nullptr || FreeList::rounded(reserved) > stagingSize_) {
     counters_.payloadsSkippedTooLarge++;
     return false;
   }
   for (bool waited = false;; waited = true) {
-    if (stagingFree_.take(request.bytes, &out->offset)) {
+    if (stagingFree_.take(reserved, &out->offset)) {
       out->bytes = request.bytes;
+      out->reserved = reserved;
       if (waited) counters_.waitsForStaging++;
       return true;
     }
@@ -341,28 +352,36 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
     // job's next kernel, which may overwrite the received buffer. (A side stream would need that order through two
     // cross-stream waits and one more event record: about 2.5 us more on the calling thread, and the job's stream
     // would wait for the copy all the same.)
+    bool needEvent = false;
     for (const PayloadRequest& request : payloads) {
       Staged staged;
       staged.ref = request.ref;
       // Waiting for space is only safe while this span holds none: its own copies are freed after it is handed on.
       if (!stage(request, span->staged.empty(), &staged)) continue;
-      if (device_.copyToHost(staging_ + staged.offset, request.src, request.bytes, span->stream) != 0) {
+      uint64_t* done = doneFlag(staged);
+      *done = 0;  // whatever an earlier payload left there is not this copy's token
+      const uint64_t token = copyTokens_.fetch_add(1, std::memory_order_relaxed) + 1;
+      const int copied = device_.copyToHost(staging_ + staged.offset, request.src, request.bytes, span->stream,
+                                            done, token);
+      if (copied != 0 && copied != RecordDevice::kSignalled) {
         counters_.payloadsFailed++;
-        releaseStaging(staged.offset, staged.bytes);
+        releaseStaging(staged.offset, staged.reserved);
         continue;
       }
+      if (copied == RecordDevice::kSignalled) staged.token = token;
+      else needEvent = true;
       counters_.payloadsStaged++;
       counters_.payloadBytesStaged += request.bytes;
       span->staged.push_back(staged);
     }
-    if (!span->staged.empty()) {
+    if (needEvent) {
       if (takeEvents(span->device, 1, &span->events[2]) && device_.recordEvent(span->events[2], span->stream) == 0) {
         span->copies = true;
       } else {
         // Nothing will say when the copies are done: their bytes are not stored, and their staging is never given
         // back (a copy still under way must not write into space another payload was given).
         counters_.payloadsFailed += span->staged.size();
-        span->staged.clear();
+        span->staged.clear();  // the signalled ones too: simpler, and this never happens but after a CUDA error
         if (span->events[2] != nullptr) giveEvents(span->device, &span->events[2], 1);
         span->events[2] = nullptr;
       }
@@ -378,6 +397,8 @@ bool CallRecorder::complete(Span* span) {
   // whether the call is done (one CUDA call per span instead of a query and then the time: the fewer calls this
   // thread makes, the less the job's thread waits for the driver behind it).
   if (span->copies && device_.queryEvent(span->events[2]) == RecordDevice::kPending) return false;
+  for (const Staged& s : span->staged)
+    if (s.token != 0 && __atomic_load_n(doneFlag(s), __ATOMIC_ACQUIRE) != s.token) return false;
   trace::Timing timing = span->identity;
   int64_t ns = -1;
   const int state = device_.elapsedNs(span->events[0], span->events[1], &ns);
@@ -394,7 +415,7 @@ bool CallRecorder::complete(Span* span) {
   timingSink_(timing);
   for (const Staged& s : span->staged) {
     payloadSink_(s.ref, staging_ + s.offset, s.bytes);
-    releaseStaging(s.offset, s.bytes);
+    releaseStaging(s.offset, s.reserved);
   }
   giveEvents(span->device, span->events, span->copies ? 3 : 2);  // a kept end event was taken out (chainGap)
   span->events[0] = span->events[1] = span->events[2] = nullptr;

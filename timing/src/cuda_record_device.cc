@@ -176,16 +176,26 @@ class CudaRecordDevice final : public RecordDevice {
   int prepareDevice(int device) override {
     return onDevice(device, [] { return check(loadRecordCopy(), "loading the payload copy kernel"); });
   }
-  int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream) override {
-    if (bytes == 0) return 0;
-    // Up to 64 KiB a kernel writes the bytes into the mapped staging memory: a copy engine's D2H round trip would
-    // stall the job's stream about 10 us whatever the size (H200). Larger copies take the copy engine's bandwidth.
+  int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream, uint64_t* done,
+                 uint64_t token) override {
+    if (bytes == 0) {
+      *done = token;
+      return kSignalled;
+    }
+    // Up to 64 KiB a kernel writes the bytes into the mapped staging memory, and says when they are there: a copy
+    // engine's D2H round trip, and the event after it, stalled the job's stream about 10 us whatever the size
+    // (H200). Larger copies take the copy engine's bandwidth.
     const uintptr_t host = mappedHost_.load(std::memory_order_acquire);
-    const auto at = reinterpret_cast<uintptr_t>(dst);
-    if (bytes <= kKernelCopyMaxBytes && host != 0 && at >= host &&
-        at + bytes <= host + mappedBytes_.load(std::memory_order_relaxed)) {
-      void* onDevice = reinterpret_cast<void*>(mappedDevice_.load(std::memory_order_relaxed) + (at - host));
-      return check(launchRecordCopy(onDevice, src, bytes, stream), "payload copy kernel");
+    const auto at = reinterpret_cast<uintptr_t>(dst), flag = reinterpret_cast<uintptr_t>(done);
+    const uintptr_t end = host + mappedBytes_.load(std::memory_order_relaxed);
+    if (bytes <= kKernelCopyMaxBytes && host != 0 && at >= host && at + bytes <= end && flag >= host &&
+        flag + sizeof(uint64_t) <= end) {
+      const uintptr_t device = mappedDevice_.load(std::memory_order_relaxed);
+      if (int err = check(launchRecordCopy(reinterpret_cast<void*>(device + (at - host)), src, bytes,
+                                           reinterpret_cast<uint64_t*>(device + (flag - host)), token, stream),
+                          "payload copy kernel"))
+        return err;
+      return kSignalled;
     }
     return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync (payload)");
   }

@@ -76,17 +76,22 @@ class HostRecordDevice final : public RecordDevice {
   }
   void freePinned(void* ptr) override { free(ptr); }
   int prepareDevice(int) override { return 0; }
-  int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t) override {
-    if (bytes == 0) return 0;
-    if (dst == nullptr || src == nullptr) {
+  // As the CUDA device: up to 64 KiB the copy says itself when it is done (kSignalled), larger ones are followed by
+  // an event, so that CI runs both of the recorder's ways.
+  int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t, uint64_t* done, uint64_t token) override {
+    if (bytes > 0 && (dst == nullptr || src == nullptr)) {
       setError("host record device: copy with a null pointer");
       return 1;
     }
-    memcpy(dst, src, bytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.copies++;
-    stats_.bytesCopied += bytes;
-    return 0;
+    if (bytes > 0) memcpy(dst, src, bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.copies += bytes > 0;
+      stats_.bytesCopied += bytes;
+    }
+    if (bytes > (64u << 10)) return 0;
+    __atomic_store_n(done, token, __ATOMIC_RELEASE);
+    return kSignalled;
   }
   void prepareBackgroundThread() override {}
 

@@ -5,27 +5,28 @@
 // H200, bench/results/record/record_gpu_overhead_payload_stream-*.jsonl).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "record_copy.h"
 
 namespace {
 
-// Grid-stride copy, 16 bytes at a time when both ends allow it. The fence makes the writes to host memory visible
-// to the host by the time the event after this kernel completes.
-extern "C" __global__ void ranklens_RecordPayload(unsigned char* dst, const unsigned char* src, size_t bytes) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  size_t done = 0;
+// One block: 16 bytes at a time when both ends allow it. Every thread's writes are fenced at system scope before
+// the block's barrier; then one thread writes the token, which the host reads as "the bytes are in place" (no event
+// needed after the copy: one CUDA call fewer on the job's thread, and no wait for idle on its stream).
+extern "C" __global__ void ranklens_RecordPayload(unsigned char* dst, const unsigned char* src, size_t bytes,
+                                                  volatile unsigned long long* done, unsigned long long token) {
+  size_t copied = 0;
   if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
     const size_t vectors = bytes / 16;
-    for (size_t i = first; i < vectors; i += stride)
+    for (size_t i = threadIdx.x; i < vectors; i += blockDim.x)
       reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
-    done = vectors * 16;
+    copied = vectors * 16;
   }
-  for (size_t i = done + first; i < bytes; i += stride) dst[i] = src[i];
+  for (size_t i = copied + threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
   __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) *done = token;
 }
 
 }  // namespace
@@ -33,12 +34,10 @@ extern "C" __global__ void ranklens_RecordPayload(unsigned char* dst, const unsi
 namespace ranklens {
 namespace device {
 
-cudaError_t launchRecordCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-  constexpr unsigned kThreads = 256;
-  const size_t units = std::max<size_t>(1, bytes / 16);
-  const unsigned blocks = static_cast<unsigned>(std::min<size_t>(32, (units + kThreads - 1) / kThreads));
-  ranklens_RecordPayload<<<blocks, kThreads, 0, stream>>>(static_cast<unsigned char*>(dst),
-                                                          static_cast<const unsigned char*>(src), bytes);
+cudaError_t launchRecordCopy(void* dst, const void* src, size_t bytes, uint64_t* done, uint64_t token,
+                             cudaStream_t stream) {
+  ranklens_RecordPayload<<<1, 512, 0, stream>>>(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
+                                                bytes, reinterpret_cast<volatile unsigned long long*>(done), token);
   return cudaGetLastError();
 }
 

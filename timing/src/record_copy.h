@@ -6,12 +6,15 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace ranklens {
 namespace device {
 
-// Copies from device memory to mapped pinned host memory (its device address) on `stream`.
-cudaError_t launchRecordCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+// Copies from device memory to mapped pinned host memory (device addresses of both) on `stream`, one block, then
+// writes `token` to `done` once every byte is visible to the host.
+cudaError_t launchRecordCopy(void* dst, const void* src, size_t bytes, uint64_t* done, uint64_t token,
+                             cudaStream_t stream);
 // Loads the kernel on the current device now: with lazy module loading its first launch could synchronise.
 cudaError_t loadRecordCopy();
 

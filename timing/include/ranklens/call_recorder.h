@@ -108,12 +108,15 @@ class CallRecorder {
   struct Staged {
     trace::PayloadRef ref;
     size_t offset = 0, bytes = 0;
+    size_t reserved = 0;  // taken from staging: the bytes, and the copy's completion flag after them
+    uint64_t token = 0;   // the flag's value once the copy is done (RecordDevice::kSignalled); 0: an event says so
   };
   DevicePool& pool(int device);
   // `create`: make a batch when the pool runs short (never under a graph capture).
   bool takeEvents(int device, size_t n, device::RecordDevice::Event* out, bool create = true);
   void giveEvents(int device, const device::RecordDevice::Event* events, size_t n);
   bool stage(const PayloadRequest& request, bool mayWait, Staged* out);
+  uint64_t* doneFlag(const Staged& s) const;  // in staging, after the bytes
   void releaseStaging(size_t offset, size_t bytes);
   void run();
   bool complete(Span* span);  // background thread: false while the span's work is pending
@@ -157,6 +160,7 @@ class CallRecorder {
   uint64_t handedOn_ = 0, finished_ = 0;
   bool stop_ = false;
   std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> copyTokens_{0};
 
   struct Counters {
     std::atomic<uint64_t> timed{0}, captured{0}, capturedTimed{0}, timingErrors{0}, payloadsStaged{0}, payloadBytesStaged{0},
