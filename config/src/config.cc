@@ -526,7 +526,7 @@ const KeyDesc kKeys[] = {
      "of it that completes (events), or has no duration (off: the graph gets nothing of RankLens's)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCapturedTimingNames, s.captured_timing); },
      [](const Settings& s) { return std::string(toString(s.captured_timing)); }},
-    {"timing_poll_us", "RANKLENS_TIMING_POLL_US", "100",
+    {"timing_poll_us", "RANKLENS_TIMING_POLL_US", "2000",
      "record: how often (microseconds) the background thread looks for finished calls while some are pending, to "
      "write their Timing records and store their payloads; its event queries share the CUDA driver with the job's "
      "thread, so a longer interval costs the job's calls less and keeps staged payloads longer",

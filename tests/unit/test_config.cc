@@ -600,7 +600,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
-                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip", "events", "events", "100", "0",
+                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip", "events", "events", "2000", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "512MiB", "256MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -652,7 +652,7 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
   EXPECT_EQ(s.timing_clock, TimingClock::kKernel);
   EXPECT_EQ(s.captured_timing, CapturedTiming::kOff);
   EXPECT_EQ(fromYaml("").settings.captured_timing, CapturedTiming::kEvents);
-  EXPECT_EQ(fromYaml("").settings.timing_poll_us, 100);
+  EXPECT_EQ(fromYaml("").settings.timing_poll_us, 2000);
   EXPECT_EQ(fromYaml("timing_poll_us: 2000\n").settings.timing_poll_us, 2000);
   EXPECT_EQ(fromYaml("timing_poll_us: 2000\n", {{"RANKLENS_TIMING_POLL_US", "500"}}).settings.timing_poll_us, 500);
   r = fromYaml("", {{"RANKLENS_TIMING_POLL_US", "5"}});

@@ -447,8 +447,9 @@ void CallRecorder::run() {
     {
       // Polling, not woken per span: a futex wake on the job's thread for every call would cost it microseconds.
       std::unique_lock<std::mutex> lock(pendingMu_);
-      const auto interval = pending.empty() && incoming_.empty() ? std::chrono::microseconds(kIdleMicros)
-                                                                  : std::chrono::microseconds(options_.pollMicros);
+      const bool idle = pending.empty() && incoming_.empty();
+      const auto interval = std::chrono::microseconds(idle ? std::max(kIdleMicros, options_.pollMicros)
+                                                           : options_.pollMicros);
       pendingCv_.wait_for(lock, interval, [this] { return stop_; });
       if (stop_) return;  // stop() comes after drain(); whatever is still pending is abandoned, not waited for
       pending.insert(pending.end(), incoming_.begin(), incoming_.end());

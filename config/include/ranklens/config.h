@@ -77,7 +77,7 @@ struct Settings {
   StagingFull staging_full = StagingFull::kSkip;
   TimingClock timing_clock = TimingClock::kEvents;
   CapturedTiming captured_timing = CapturedTiming::kEvents;
-  int timing_poll_us = 100;
+  int timing_poll_us = 2000;
   int record_alternate_steps = 0;           // benchmark: every other block of this many steps forwarded unrecorded
   // Replay of a recorded trace.
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>

@@ -60,7 +60,7 @@ class CallRecorder {
     size_t stagingBytes = 256u << 20;
     bool waitWhenFull = false;
     size_t eventBatch = 128;    // events created at a time when a device's pool runs dry
-    int pollMicros = 100;       // background polling interval while spans are pending
+    int pollMicros = 2000;      // background polling interval while spans are pending (timing_poll_us)
     bool timeCaptured = true;   // captured calls: event nodes in the graph (captured_timing), else no duration
   };
   using TimingSink = std::function<void(const trace::Timing&)>;
