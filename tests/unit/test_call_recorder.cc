@@ -108,7 +108,7 @@ class CapturingDevice final : public RecordDevice {
   int allocPinned(void**, size_t) override { return 1; }
   void freePinned(void*) override {}
   int prepareDevice(int) override { return 0; }
-  int copyToHost(void*, const void*, size_t, cudaStream_t, uint64_t*, uint64_t) override { return 1; }
+  int copyToHost(int, void*, const void*, size_t, cudaStream_t, uint64_t*, uint64_t) override { return 1; }
   void prepareBackgroundThread() override {}
 };
 

@@ -361,8 +361,8 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
       uint64_t* done = doneFlag(staged);
       *done = 0;  // whatever an earlier payload left there is not this copy's token
       const uint64_t token = copyTokens_.fetch_add(1, std::memory_order_relaxed) + 1;
-      const int copied = device_.copyToHost(staging_ + staged.offset, request.src, request.bytes, span->stream,
-                                            done, token);
+      const int copied = device_.copyToHost(span->device, staging_ + staged.offset, request.src, request.bytes,
+                                            span->stream, done, token);
       if (copied != 0 && copied != RecordDevice::kSignalled) {
         counters_.payloadsFailed++;
         releaseStaging(staged.offset, staged.reserved);

@@ -176,7 +176,7 @@ class CudaRecordDevice final : public RecordDevice {
   int prepareDevice(int device) override {
     return onDevice(device, [] { return check(loadRecordCopy(), "loading the payload copy kernel"); });
   }
-  int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream, uint64_t* done,
+  int copyToHost(int device, void* dst, const void* src, size_t bytes, cudaStream_t stream, uint64_t* done,
                  uint64_t token) override {
     if (bytes == 0) {
       *done = token;
@@ -190,12 +190,14 @@ class CudaRecordDevice final : public RecordDevice {
     const uintptr_t end = host + mappedBytes_.load(std::memory_order_relaxed);
     if (bytes <= kKernelCopyMaxBytes && host != 0 && at >= host && at + bytes <= end && flag >= host &&
         flag + sizeof(uint64_t) <= end) {
-      const uintptr_t device = mappedDevice_.load(std::memory_order_relaxed);
-      if (int err = check(launchRecordCopy(reinterpret_cast<void*>(device + (at - host)), src, bytes,
-                                           reinterpret_cast<uint64_t*>(device + (flag - host)), token, stream),
-                          "payload copy kernel"))
-        return err;
-      return kSignalled;
+      const uintptr_t mapped = mappedDevice_.load(std::memory_order_relaxed);
+      // A kernel goes to the current device's context: the stream's device must be current (a memcpy need not).
+      const int launched = onDevice(device, [&] {
+        return check(launchRecordCopy(reinterpret_cast<void*>(mapped + (at - host)), src, bytes,
+                                      reinterpret_cast<uint64_t*>(mapped + (flag - host)), token, stream),
+                     "payload copy kernel");
+      });
+      return launched != 0 ? launched : kSignalled;
     }
     return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync (payload)");
   }

@@ -78,7 +78,8 @@ class HostRecordDevice final : public RecordDevice {
   int prepareDevice(int) override { return 0; }
   // As the CUDA device: up to 64 KiB the copy says itself when it is done (kSignalled), larger ones are followed by
   // an event, so that CI runs both of the recorder's ways.
-  int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t, uint64_t* done, uint64_t token) override {
+  int copyToHost(int, void* dst, const void* src, size_t bytes, cudaStream_t, uint64_t* done,
+                 uint64_t token) override {
     if (bytes > 0 && (dst == nullptr || src == nullptr)) {
       setError("host record device: copy with a null pointer");
       return 1;

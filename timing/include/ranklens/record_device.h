@@ -46,12 +46,13 @@ class RecordDevice {
   virtual void freePinned(void* ptr) = 0;
   // Loads what copyToHost launches on `device` (at communicator creation: a first launch could synchronise).
   virtual int prepareDevice(int device) = 0;
-  // Enqueues a copy of a received buffer into pinned memory (allocPinned's) on `stream`, the call's own stream.
+  // Enqueues a copy of a received buffer into pinned memory (allocPinned's) on `stream`, the call's own stream, which
+  // belongs to `device` (one thread may drive several devices: the current one may be another).
   // `done` (8 bytes of the same memory, not overlapping dst, set to 0 by the caller) is where a device that can -- a
   // copy kernel -- writes `token` (nonzero) once the bytes are in place: it then returns kSignalled, and no event
   // needs to follow the copy. Otherwise 0: the caller orders completion with an event after it.
   static constexpr int kSignalled = -2;
-  virtual int copyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream, uint64_t* done,
+  virtual int copyToHost(int device, void* dst, const void* src, size_t bytes, cudaStream_t stream, uint64_t* done,
                          uint64_t token) = 0;
   // Called once on the background thread that queries events: lets it query while another thread captures a graph.
   virtual void prepareBackgroundThread() = 0;
