@@ -35,9 +35,6 @@ class HostDevice final : public StreamDevice {
     if (bytes == 0) return 0;
     if (dst == nullptr || src == nullptr) return fail("copy: null pointer");
     memmove(dst, src, bytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.copies++;
-    stats_.bytesCopied += bytes;
     return 0;
   }
 
@@ -51,9 +48,6 @@ class HostDevice final : public StreamDevice {
     } else {
       for (size_t i = 0; i < count; ++i) memcpy(out + i * elemSize, &pattern, elemSize);  // little-endian low bytes
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.fills++;
-    stats_.bytesFilled += count * elemSize;
     return 0;
   }
 
@@ -67,20 +61,16 @@ class HostDevice final : public StreamDevice {
 
   // A paced hold is accounted as the CUDA device's kernel would end it, counting from now on the host's clock.
   int hold(const HoldRequest& request, cudaStream_t) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.holds++;
-    uint64_t ns = request.nanoseconds;
     if (const PaceRequest& p = request.pace; p.chain != 0) {
+      std::lock_guard<std::mutex> lock(mu_);  // the chain is shared by the streams of one communicator
       auto* chain = reinterpret_cast<unsigned long long*>(p.chain);
       timespec t;
       clock_gettime(CLOCK_MONOTONIC, &t);
       const unsigned long long start = static_cast<unsigned long long>(t.tv_sec) * 1'000'000'000ull + t.tv_nsec;
       const unsigned long long end =
-          pacedDeadline(start, ns, chain[0], chain[1], p.index, p.known, p.peerGapNs, p.lastNs);
-      ns = end > start ? end - start : 0;
+          pacedDeadline(start, request.nanoseconds, chain[0], chain[1], p.index, p.known, p.peerGapNs, p.lastNs);
       advanceChain(chain, end, p.index);
     }
-    stats_.heldNanoseconds += ns;
     return 0;
   }
 
@@ -126,29 +116,18 @@ class HostDevice final : public StreamDevice {
   }
   Calibration calibrate() override { return {}; }  // holds are accounted exactly; copies take no stream time
 
-  HostStats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-
  private:
   int fail(const char* what) {
     setError(std::string("host device: ") + what);
     return 1;
   }
-  mutable std::mutex mu_;
-  HostStats stats_;
+  std::mutex mu_;
   std::deque<std::array<unsigned long long, 2>> chains_;  // peer_pacing: {end, index}, stable addresses
 };
 
 }  // namespace
 
 std::unique_ptr<StreamDevice> makeHostDevice() { return std::make_unique<HostDevice>(); }
-
-HostStats hostStats(const StreamDevice& hostDevice) {
-  const auto* host = dynamic_cast<const HostDevice*>(&hostDevice);
-  return host ? host->stats() : HostStats{};
-}
 
 }  // namespace device
 }  // namespace ranklens

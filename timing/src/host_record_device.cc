@@ -5,7 +5,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "ranklens/device.h"
 #include "ranklens/record_device.h"
@@ -45,8 +44,6 @@ class HostRecordDevice final : public RecordDevice {
     auto* e = static_cast<HostEvent*>(event);
     e->ns = nowNs();
     e->recorded = true;
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.eventsRecorded++;
     return 0;
   }
   int recordEventInCapture(Event, cudaStream_t) override {
@@ -85,34 +82,16 @@ class HostRecordDevice final : public RecordDevice {
       return 1;
     }
     if (bytes > 0) memcpy(dst, src, bytes);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.copies += bytes > 0;
-      stats_.bytesCopied += bytes;
-    }
     if (bytes > (64u << 10)) return 0;
     __atomic_store_n(done, token, __ATOMIC_RELEASE);
     return kSignalled;
   }
   void prepareBackgroundThread() override {}
-
-  HostRecordStats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  HostRecordStats stats_;
 };
 
 }  // namespace
 
 std::unique_ptr<RecordDevice> makeHostRecordDevice() { return std::make_unique<HostRecordDevice>(); }
-
-HostRecordStats hostRecordStats(const RecordDevice& hostDevice) {
-  return static_cast<const HostRecordDevice&>(hostDevice).stats();
-}
 
 }  // namespace device
 }  // namespace ranklens

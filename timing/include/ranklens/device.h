@@ -181,14 +181,9 @@ class StreamDevice {
 // concurrent streams serialise and each adds 20-60 us).
 enum class Completion { kKernel, kHostCallback };
 
-struct HostStats {
-  uint64_t copies = 0, fills = 0, holds = 0, bytesCopied = 0, bytesFilled = 0, heldNanoseconds = 0;
-};
-
 // Host memory, effects applied synchronously in call order (a host "stream" is the calling thread); holds are
-// accounted, not slept, because the calling thread must never be blocked.
+// not slept (the calling thread must never be blocked): a paced hold only advances its chain.
 std::unique_ptr<StreamDevice> makeHostDevice();
-HostStats hostStats(const StreamDevice& hostDevice);
 
 // The launch shape of a hold kernel. One block of one warp lets compute use every other SM; NCCL's kernels take one
 // block per channel (512-640 threads, their own shared memory), and compute that overlaps them is slowed by the

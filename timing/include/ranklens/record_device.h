@@ -58,12 +58,7 @@ class RecordDevice {
   virtual void prepareBackgroundThread() = 0;
 };
 
-struct HostRecordStats {
-  uint64_t eventsRecorded = 0, copies = 0, bytesCopied = 0;
-};
-
 std::unique_ptr<RecordDevice> makeHostRecordDevice();
-HostRecordStats hostRecordStats(const RecordDevice& hostDevice);
 // nullptr (and `why` set) when no usable CUDA device is present. Touches no CUDA context until first used.
 std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why);
 
