@@ -302,7 +302,8 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
             "payload_seqs, staging_bytes, staging_full, timing_clock, captured_timing, timing_poll_us, "
-            "record_alternate_steps, replay_trace, on_mismatch, completion, host_time, timing, history, estimate_target, hold_blocks, "
+            "record_alternate_steps, replay_trace, on_mismatch, completion, host_time, timing, history, "
+            "estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_traffic, hold_from, peer_pacing, resync_window, "
             "prefetch_bytes, payload_device_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
@@ -592,7 +593,8 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
                                          "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL", "RANKLENS_TIMING_CLOCK",
                                          "RANKLENS_CAPTURED_TIMING", "RANKLENS_TIMING_POLL_US",
-                                         "RANKLENS_RECORD_ALTERNATE_STEPS", "RANKLENS_REPLAY_TRACE", "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
+                                         "RANKLENS_RECORD_ALTERNATE_STEPS", "RANKLENS_REPLAY_TRACE",
+                                         "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
                                          "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
                                          "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_HOLD_TRAFFIC", "RANKLENS_HOLD_FROM",
@@ -600,7 +602,8 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
-                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip", "events", "events", "2000", "0",
+                                             "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip",
+                                             "events", "events", "2000", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "512MiB", "256MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {

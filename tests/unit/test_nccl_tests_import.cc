@@ -40,10 +40,11 @@ std::string output(const std::string& test, int hosts, int perHost, const std::s
     for (int l = 0; l < perHost; ++l)
       s << "#  Rank " << h * perHost + l << " Group  0 Pid " << 100 + l << " on node" << h << " device  " << l
         << " [0000:1b:00] NVIDIA H200\n";
-  s << "#\n#                                                              out-of-place                       in-place\n"
-    << "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  "
-       "#wrong\n"
-    << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)\n"
+  s << "#\n#                                              out-of-place                       in-place\n"
+    << "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   "
+       "busbw  #wrong\n"
+    << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  "
+       "(GB/s)\n"
     << rows << "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1.0\n#\n# Collective test concluded: " << test
     << "\n";
   return s.str();
@@ -165,7 +166,8 @@ TEST(NcclTestsImport, RefusalsNameTheLineAndTheFix) {
   duplicated.replace(duplicated.find("Rank 1 "), 7, "Rank 0 ");
   std::string cpu = output("all_reduce_perf", 1, 2, row);
   cpu.replace(cpu.find(" time "), 6, " cputime ");
-  std::string badTime = output("all_reduce_perf", 1, 2, "  1024  256  float  sum  -1  fast  0.1  0.1  0  21.0  0.1  0.1  0\n");
+  std::string badTime =
+      output("all_reduce_perf", 1, 2, "  1024  256  float  sum  -1  fast  0.1  0.1  0  21.0  0.1  0.1  0\n");
   struct Case {
     std::string text, expected;
     NcclTestsOptions options;
@@ -218,7 +220,8 @@ TEST(NcclTestsImport, APastedTableNeedsTheOperationAndTheSize) {
 }
 
 TEST(NcclTestsImport, TheSameFileTwiceIsRefused) {
-  const std::string text = output("all_reduce_perf", 1, 2, "  1024  256  float  sum  -1  20.0  0.1  0.1  0  21.0  0.1  0.1  0\n");
+  const std::string text =
+      output("all_reduce_perf", 1, 2, "  1024  256  float  sum  -1  20.0  0.1  0.1  0  21.0  0.1  0.1  0\n");
   History h;
   std::vector<NcclTestsRun> runs;
   std::string error;
@@ -235,9 +238,8 @@ TEST(NcclTestsImport, TheBenchmarkMarkSurvivesTheHistoryFile) {
   History h;
   std::vector<NcclTestsRun> runs;
   std::string error;
-  ASSERT_TRUE(import(output("all_reduce_perf", 2, 8, "  1024  256  float  sum  -1  20.0  0.1  0.1  0  21.0  0.1  0.1  0\n"),
-                     &h, &runs, &error))
-      << error;
+  const std::string row = "  1024  256  float  sum  -1  20.0  0.1  0.1  0  21.0  0.1  0.1  0\n";
+  ASSERT_TRUE(import(output("all_reduce_perf", 2, 8, row), &h, &runs, &error)) << error;
   char path[] = "/tmp/ranklens-nccl-tests-XXXXXX";
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);

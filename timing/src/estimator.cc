@@ -320,8 +320,8 @@ Estimator::Estimator(const History& history, const Options& options) : impl_(std
   std::vector<DurationSample> fitSamples;
   for (auto& [k, values] : forFit) {
     std::sort(values.begin(), values.end());
-    fitSamples.push_back({std::get<0>(k), std::get<1>(k), std::get<3>(k), typicalValue(values, options.target, false, 0),
-                          std::get<2>(k)});
+    fitSamples.push_back({std::get<0>(k), std::get<1>(k), std::get<3>(k),
+                          typicalValue(values, options.target, false, 0), std::get<2>(k)});
   }
   impl_->fit.fit(fitSamples);
 }

@@ -36,8 +36,9 @@ namespace device {
 
 cudaError_t launchRecordCopy(void* dst, const void* src, size_t bytes, uint64_t* done, uint64_t token,
                              cudaStream_t stream) {
-  ranklens_RecordPayload<<<1, 512, 0, stream>>>(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
-                                                bytes, reinterpret_cast<volatile unsigned long long*>(done), token);
+  ranklens_RecordPayload<<<1, 512, 0, stream>>>(static_cast<unsigned char*>(dst),
+                                                static_cast<const unsigned char*>(src), bytes,
+                                                reinterpret_cast<volatile unsigned long long*>(done), token);
   return cudaGetLastError();
 }
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GPU primitives record mode needs to time a call and copy what it received, without synchronising the caller:
 // events from a pool recorded around the real call, a copy of the received buffer into pinned memory after it on
-// the call's stream, and queries made by a background thread. The CUDA implementation uses the CUDA runtime; the host one keeps
-// timestamps and copies at once, so CI (no GPU) runs the whole recorder against a fake NCCL on host memory.
+// the call's stream, and queries made by a background thread. The CUDA implementation uses the CUDA runtime; the
+// host one keeps timestamps and copies at once, so CI (no GPU) runs the whole recorder against a fake NCCL on host
+// memory.
 #pragma once
 
 #include <cuda_runtime_api.h>
