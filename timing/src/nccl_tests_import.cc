@@ -298,7 +298,9 @@ class Importer {
     if (t.size() < c.needed || !parseUnsigned(t[c.size], &size) || !parseUnsigned(t[c.count], &count))
       return true;  // not a result row: launcher or library messages between the rows
     const int datatype = datatypeOf(t[c.type]);
-    if (datatype < 0) return refuse("unknown data type '" + t[c.type] + "'");
+    if (datatype < 0)
+      return refuse("unknown data type '" + t[c.type] + "' (known: int8, uint8, int32, uint32, int64, uint64, half, "
+                    "float, double, bfloat16, f8e4m3, f8e5m2); leave such rows out of the file to import the rest");
     if (!layout()) return false;
     current_.rows++;
     if (size == 0) {
