@@ -155,10 +155,12 @@ class CudaRecordDevice final : public RecordDevice {
     return status == cudaStreamCaptureStatusActive ? id : 0;
   }
   int allocPinned(void** ptr, size_t bytes) override {
-    // Mapped too: a small payload is written into it by a kernel (copyToHost).
-    if (int err = check(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable | cudaHostAllocMapped),
-                        "cudaHostAlloc (pinned staging)"))
-      return err;
+    // Mapped too: a small payload is written into it by a kernel (copyToHost). Where mapping is refused, plain
+    // pinned memory: every copy then goes through a copy engine.
+    if (cudaHostAlloc(ptr, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+      cudaGetLastError();
+      return check(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable), "cudaHostAlloc (pinned staging)");
+    }
     void* onDevice = nullptr;
     if (cudaHostGetDevicePointer(&onDevice, *ptr, 0) != cudaSuccess) {
       cudaGetLastError();
