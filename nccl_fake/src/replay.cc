@@ -40,6 +40,7 @@ namespace {
 struct Counters {
   uint64_t calls = 0, matched = 0, mismatches = 0, resyncs = 0, recordedSkipped = 0, extra = 0, estimated = 0;
   uint64_t estimatesExtrapolated = 0;
+  uint64_t estimatesFromBenchmarks = 0;  // from nccl-tests samples of the history (no recorded call was near)
   uint64_t untimed = 0;  // matched, but the recording has no duration for it (captured in a graph, lost)
   uint64_t payloadsRestored = 0, payloadBytesRestored = 0, payloadFailures = 0, filledWithoutPayload = 0;
   uint64_t payloadsSkippedCaptured = 0;  // a recorded payload not restored: the call is captured into a CUDA graph
@@ -433,6 +434,7 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
       s->estimator->estimate(static_cast<int>(info.op), nranks, crosses, bytes, info.comm->name, false,
                              info.stepOccurrence, info.stepPhase);
   if (e.extrapolated) s->counters.estimatesExtrapolated++;
+  if (e.benchmark) s->counters.estimatesFromBenchmarks++;
   return e.durationNs;
 }
 
@@ -991,7 +993,13 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
       const ranklens::timing::Estimate group = s->estimator->estimate(
           static_cast<int>(first.op), nranks, ranklens::timing::crossesNodes(s->localWorldSize, nranks), bytes,
           first.comm->name, true, occurrence, first.stepPhase);
-      if (untimed || (group.neighbours > 0 && !group.extrapolated)) duration = group.durationNs;  // recorded groups
+      if (untimed || (group.neighbours > 0 && !group.extrapolated)) {  // recorded groups
+        duration = group.durationNs;
+        if (group.benchmark) {
+          std::lock_guard<std::mutex> lock(s->mu);
+          s->counters.estimatesFromBenchmarks++;
+        }
+      }
       held.estimated = true;
     }
     if (untimed) {
@@ -1024,6 +1032,7 @@ void finish() {
         {"replay_extra_calls", c.extra},
         {"replay_estimated", c.estimated},
         {"replay_estimates_extrapolated", c.estimatesExtrapolated},
+        {"replay_estimates_from_benchmarks", c.estimatesFromBenchmarks},
         {"replay_untimed", c.untimed},
         {"replay_host_capped_ns", c.hostCappedNs},
         {"replay_holds_paced", c.pacedHolds},
@@ -1052,9 +1061,9 @@ void finish() {
   }
   if (!s->recording) {
     INFO(kSubRanklens, "replay summary (no recording): %lu calls, each held for its estimate (%lu extrapolated "
-         "beyond the history), %lu holds",
+         "beyond the history, %lu from nccl-tests samples), %lu holds",
          static_cast<unsigned long>(c.calls), static_cast<unsigned long>(c.estimatesExtrapolated),
-         static_cast<unsigned long>(c.holds));
+         static_cast<unsigned long>(c.estimatesFromBenchmarks), static_cast<unsigned long>(c.holds));
     return;
   }
   const bool faithful = c.mismatches == 0 && c.commsUnmatched == 0 && c.payloadFailures == 0;

@@ -527,6 +527,8 @@ TEST(ReplayEstimated, WithoutARecordingEveryCallIsHeldForItsEstimate) {
   }
   EXPECT_GT(acrossHeld, 0u);
   EXPECT_GT(withinHeld, 0u);
+  EXPECT_GT(across.counter("replay_estimates_from_benchmarks"), 0u);
+  EXPECT_EQ(readTrace(multiNode.traceDir).counter("replay_estimates_from_benchmarks"), 0u);
 
   Replayed refused = replay("unrecorded-no-history", {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"}});
   EXPECT_NE(refused.run.status, 0) << refused.run.output;

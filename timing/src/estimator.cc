@@ -256,7 +256,8 @@ struct Estimator::Impl {
     const Estimate recorded = near(groups, key, role, xq, bytes, ex.benchmark ? none : ex);
     const auto isNear = [](const Estimate& e) { return e.found && std::string(e.method) != "latency-bandwidth"; };
     if (isNear(recorded)) return recorded;
-    const Estimate benchmark = near(benchmarks, key, role, xq, bytes, ex.benchmark ? ex : none);
+    Estimate benchmark = near(benchmarks, key, role, xq, bytes, ex.benchmark ? ex : none);
+    benchmark.benchmark = benchmark.found;
     if (isNear(benchmark)) return benchmark;
     if (recorded.found) return recorded;
     if (benchmark.found) return benchmark;

@@ -60,7 +60,8 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true) {
   }
   if (!ofRecording) {
     std::cout << "\nReplay without a recording: " << get("replay_calls") << " calls, each held for its estimate ("
-              << get("replay_estimates_extrapolated") << " extrapolated beyond the history); held on the call streams: "
+              << get("replay_estimates_extrapolated") << " extrapolated beyond the history, "
+              << get("replay_estimates_from_benchmarks") << " from nccl-tests samples); held on the call streams: "
               << std::fixed << std::setprecision(2) << get("replay_held_ns") / 1e6 << " ms in "
               << get("replay_holds") << " holds"
               << (reader->manifest().gpu_name.empty() ? " (host device: GPU time accounted, not waited)" : "") << "\n";
@@ -74,7 +75,8 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true) {
   std::cout << "\nReplay of the recording: " << get("replay_calls") << " calls, " << get("replay_calls_matched")
             << " matched, " << get("replay_mismatches") << " mismatched (" << get("replay_resyncs")
             << " resynchronised, " << get("replay_extra_calls") << " extra), " << get("replay_estimated")
-            << " estimated (" << get("replay_estimates_extrapolated") << " extrapolated, " << get("replay_untimed")
+            << " estimated (" << get("replay_estimates_extrapolated") << " extrapolated, "
+            << get("replay_estimates_from_benchmarks") << " from nccl-tests samples, " << get("replay_untimed")
             << " recorded without a duration: captured in a CUDA graph or lost), "
             << get("replay_payloads_restored") << " payloads restored, " << get("replay_filled_without_payload")
             << " filled without payload; communicators " << get("replay_comms_matched") << " matched, "

@@ -135,6 +135,7 @@ struct Estimate {
   int neighbours = 0;      // samples used
   bool extrapolated = false;  // outside the sampled size range of its neighbourhood, or too far from any sample
   bool found = false;      // false: no sample of this op at all (a fixed 20 us + 100 GB/s guess)
+  bool benchmark = false;  // from benchmark samples (nccl-tests imports): no recorded call was near
   // "same-place median" | "same-place trimmed mean" | "same-size median" | "same-size trimmed mean" |
   // "local-regression" | "latency-bandwidth" | "default"
   const char* method = "";
