@@ -262,6 +262,53 @@ TEST(NcclTestsImport, TheBenchmarkMarkSurvivesTheHistoryFile) {
   for (const HistorySample& s : v4.samples) EXPECT_FALSE(s.benchmark);
 }
 
+// nccl-tests' JSON output (-J) of a run on one H200 gives the samples its text output gives, to the text's rounding
+// (two decimals of a microsecond); its refusals say where in the JSON.
+TEST(NcclTestsImport, JsonOutputReadsAsItsText) {
+  for (const char* test : {"all_reduce_1gpu", "sendrecv_1gpu"}) {
+    History fromJson, fromText;
+    std::vector<NcclTestsRun> runs;
+    std::string error;
+    const std::string base = std::string(RANKLENS_TEST_DATA "/nccl-tests/") + test;
+    ASSERT_TRUE(import(readFile(base + ".json"), &fromJson, &runs, &error, {}, base + ".json")) << error;
+    ASSERT_TRUE(import(readFile(base + ".txt"), &fromText, &runs, &error, {}, base + ".txt")) << error;
+    ASSERT_EQ(fromJson.samples.size(), 12u) << test;
+    ASSERT_EQ(fromJson.samples.size(), fromText.samples.size());
+    for (size_t i = 0; i < fromJson.samples.size(); ++i) {
+      const HistorySample &j = fromJson.samples[i], &t = fromText.samples[i];
+      EXPECT_EQ(j.op, t.op);
+      EXPECT_EQ(j.bytes, t.bytes);
+      EXPECT_EQ(j.grouped, t.grouped);
+      EXPECT_EQ(j.nranks, t.nranks);
+      EXPECT_NEAR(static_cast<double>(j.durationNs), static_cast<double>(t.durationNs), 5.0) << test << " " << i;
+    }
+    EXPECT_EQ(runs[0].test, runs[1].test);
+  }
+  const std::string json = readFile(RANKLENS_TEST_DATA "/nccl-tests/all_reduce_1gpu.json");
+  struct Case {
+    std::string text, expected;
+  } cases[] = {
+      {"{\"results\": [", "not JSON nccl-tests wrote"},
+      {"{\"args\": [\"./all_reduce_perf\"], \"results\": [1]}", "results[0] is not an object"},
+      {"{\"args\": [\"./all_reduce_perf\"], \"config\": {\"aggregated_iterations\": 4}, \"results\": []}",
+       "(config): agg iters 4"},
+      {"{\"args\": [\"./all_reduce_perf\"], \"results\": [{\"size\": 8, \"count\": 2, \"type\": \"float\", "
+       "\"out_of_place\": {\"cpu_time\": 3.5}}]}",
+       "(results): the times are CPU times"},
+      {"{\"args\": [\"./all_reduce_perf\"], \"config\": {\"devices\": [{\"rank\": 0, \"hostname\": \"a\"}]}, "
+       "\"results\": [{\"size\": 8, \"count\": 2, \"type\": \"float\", \"out_of_place\": {\"time\": \"fast\"}}]}",
+       "(results[0]): time 'fast' is not a duration"},
+  };
+  for (const Case& c : cases) {
+    History h;
+    std::vector<NcclTestsRun> runs;
+    std::string error;
+    EXPECT_FALSE(import(c.text, &h, &runs, &error)) << c.expected;
+    EXPECT_NE(error.find(c.expected), std::string::npos) << error;
+    EXPECT_TRUE(h.samples.empty());
+  }
+}
+
 std::vector<HistorySample> lineSamples(int op, int nranks, bool crosses, double usPerMiB, bool benchmark, uint32_t run,
                                        double latencyUs = 20) {
   std::vector<HistorySample> out;

@@ -12,6 +12,8 @@
 #include <optional>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "ranklens/events.h"
 
 namespace ranklens {
@@ -91,8 +93,10 @@ struct RankLine {
 
 class Importer {
  public:
-  Importer(const std::string& name, const NcclTestsOptions& options, const History& history)
-      : name_(name), options_(options), history_(history) {}
+  // `labels`: where each line of `text` came from, when it was made from another format (JSON), else empty.
+  Importer(const std::string& name, const NcclTestsOptions& options, const History& history,
+           std::vector<std::string> labels = {})
+      : name_(name), options_(options), history_(history), labels_(std::move(labels)) {}
 
   bool run(const std::string& text, History* out, std::vector<NcclTestsRun>* runs, std::string* error) {
     std::istringstream in(text);
@@ -130,7 +134,9 @@ class Importer {
 
  private:
   bool fail(std::string* error) {
-    *error = name_ + ":" + std::to_string(lineNo_) + ": " + why_;
+    *error = name_ + (labels_.empty() ? ":" + std::to_string(lineNo_)
+                                      : " (" + labels_.at(std::min<size_t>(lineNo_, labels_.size()) - 1) + ")") +
+             ": " + why_;
     return false;
   }
   bool refuse(const std::string& why) {
@@ -320,6 +326,7 @@ class Importer {
     }
     for (size_t placement = 0; placement < c.times.size(); ++placement) {
       const std::string& timeText = t[c.times[placement]];
+      if (timeText == "N/A") continue;  // that placement was not run (JSON: null)
       char* end = nullptr;
       const double us = std::strtod(timeText.c_str(), &end);
       if (timeText.empty() || *end != '\0' || !std::isfinite(us) || us <= 0 || us > 1e12)
@@ -357,6 +364,7 @@ class Importer {
   const std::string name_;
   const NcclTestsOptions options_;
   const History& history_;
+  const std::vector<std::string> labels_;
   int lineNo_ = 0;
   std::string why_;
   bool open_ = false, layoutKnown_ = false, truncatedDevices_ = false;
@@ -369,12 +377,113 @@ class Importer {
 
 }  // namespace
 
+namespace {
+
+// nccl-tests' JSON output (-J FILE / --output_file FILE.json, 2.17 and later) as the text it stands for, with each
+// line's place in the JSON for messages: the same checks then apply to both. Empty with `error` set when it is not
+// such a file.
+bool jsonAsText(const std::string& json, std::string* text, std::vector<std::string>* labels, std::string* error) {
+  const nlohmann::json doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    *error = "not JSON nccl-tests wrote (a JSON object with 'results')";
+    return false;
+  }
+  auto line = [&](const std::string& content, const std::string& label) {
+    *text += content + "\n";
+    labels->push_back(label);
+  };
+  auto string = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  std::string test;
+  auto args = doc.find("args");
+  if (args != doc.end() && args->is_array() && !args->empty() && (*args)[0].is_string()) {
+    test = (*args)[0].get<std::string>();
+    test = test.substr(test.find_last_of('/') == std::string::npos ? 0 : test.find_last_of('/') + 1);
+  }
+  line("# Collective test starting: " + test, "args[0]");
+  const nlohmann::json* devices = nullptr;  // "config": {"devices": [...]} (JSON version 3), or at the top level
+  if (auto config = doc.find("config"); config != doc.end() && config->is_object()) {
+    const auto agg = config->value("aggregated_iterations", nlohmann::json(1));
+    const auto graph = config->value("graph", nlohmann::json(0));
+    line("# nThread 1 agg iters: " + string(agg) + " graph: " + string(graph), "config");
+    if (auto d = config->find("devices"); d != config->end()) devices = &*d;
+  }
+  if (auto d = doc.find("devices"); devices == nullptr && d != doc.end()) devices = &*d;
+  if (devices != nullptr && devices->is_array()) {
+    for (size_t i = 0; i < devices->size(); ++i) {
+      const nlohmann::json& d = (*devices)[i];
+      if (!d.is_object()) continue;
+      line("# Rank " + string(d.value("rank", nlohmann::json(-1))) + " Group " +
+               string(d.value("group", nlohmann::json(0))) + " Pid 0 on " +
+               string(d.value("hostname", nlohmann::json("?"))) + " device 0",
+           "config.devices[" + std::to_string(i) + "]");
+    }
+  }
+  auto results = doc.find("results");
+  if (results == doc.end() || !results->is_array()) {
+    *error = "no 'results' list (nccl-tests' JSON output has one per run)";
+    return false;
+  }
+  bool cpu = false;
+  for (const auto& r : *results)
+    for (const char* place : {"out_of_place", "in_place"})
+      if (r.is_object() && r.contains(place) && r[place].is_object() && r[place].contains("cpu_time")) cpu = true;
+  line(std::string("# size count type redop root ") + (cpu ? "cputime" : "time") + " algbw busbw #wrong " +
+           (cpu ? "cputime" : "time") + " algbw busbw #wrong",
+       "results");
+  for (size_t i = 0; i < results->size(); ++i) {
+    const nlohmann::json& r = (*results)[i];
+    const std::string label = "results[" + std::to_string(i) + "]";
+    if (!r.is_object()) {
+      *error = label + " is not an object";
+      return false;
+    }
+    std::string row = string(r.value("size", nlohmann::json("?"))) + " " +
+                      string(r.value("count", nlohmann::json("?"))) + " " +
+                      string(r.value("type", nlohmann::json("?"))) + " " +
+                      string(r.value("redop", nlohmann::json("none"))) + " " +
+                      string(r.value("root", nlohmann::json(-1)));
+    for (const char* place : {"out_of_place", "in_place"}) {
+      const auto p = r.find(place);
+      if (p == r.end() || !p->is_object()) {  // null: that placement was not run
+        row += " N/A 0 0 N/A";
+        continue;
+      }
+      const nlohmann::json time = p->value("time", p->value("cpu_time", nlohmann::json("N/A")));
+      const nlohmann::json wrong = p->value("nwrong", nlohmann::json(nullptr));
+      row += " " + string(time) + " 0 0 " +
+             (wrong.is_number() ? std::to_string(static_cast<long long>(wrong.get<double>())) : std::string("N/A"));
+    }
+    line(row, label);
+  }
+  return true;
+}
+
+}  // namespace
+
 bool importNcclTests(const std::string& text, const std::string& name, const NcclTestsOptions& options,
                      History* history, std::vector<NcclTestsRun>* runs, std::string* error) {
   History added;
   std::vector<NcclTestsRun> found;
-  Importer importer(name, options, *history);
-  if (!importer.run(text, &added, &found, error)) return false;
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') {  // nccl-tests' JSON output
+    std::string asText, why;
+    std::vector<std::string> labels;
+    bool converted = false;
+    try {
+      converted = jsonAsText(text, &asText, &labels, &why);
+    } catch (const std::exception& e) {  // a value of an unexpected type
+      why = std::string("unexpected JSON (") + e.what() + ")";
+    }
+    if (!converted) {
+      *error = name + ": " + why;
+      return false;
+    }
+    Importer importer(name, options, *history, std::move(labels));
+    if (!importer.run(asText, &added, &found, error)) return false;
+  } else {
+    Importer importer(name, options, *history);
+    if (!importer.run(text, &added, &found, error)) return false;
+  }
   history->runs.insert(history->runs.end(), added.runs.begin(), added.runs.end());
   history->samples.insert(history->samples.end(), added.samples.begin(), added.samples.end());
   runs->insert(runs->end(), found.begin(), found.end());

@@ -40,8 +40,9 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
       "out-of-place and in-place time becomes a transfer time of a communicator of the listed ranks, spanning nodes "
       "when they sit on several hosts. Calls of communicators or sizes that no recording has (a job across nodes "
       "never recorded) are then estimated from the cluster's own bandwidth");
-  c.importNcclTests->add_option("logs", o->logs, "nccl-tests output files (several tests one after another are "
-                                                 "fine; mpirun --tag-output prefixes too)")
+  c.importNcclTests->add_option("logs", o->logs, "nccl-tests output files: the text they print (several tests one "
+                                                 "after another are fine; mpirun --tag-output prefixes too), or "
+                                                 "their JSON output (-J FILE.json)")
       ->required()
       ->check(CLI::ExistingFile);
   c.importNcclTests->add_option("-o,--output", o->output, "History file to write")->required();

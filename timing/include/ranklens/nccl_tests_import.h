@@ -40,7 +40,8 @@ struct NcclTestsRun {
 // and a sample per result row and placement. False with "<name>:<line>: <reason>" and `history` unchanged when the
 // output cannot be read as nccl-tests results, or holds nothing to import, or a run of this file is already in the
 // history. Accepts the outputs of nccl-tests 2.x (column order from its header line; `mpirun --tag-output` prefixes;
-// several tests one after another).
+// several tests one after another) and its JSON output (-J, a text starting with '{'; messages then name the place in
+// the JSON, e.g. "results[3]", instead of a line).
 bool importNcclTests(const std::string& text, const std::string& name, const NcclTestsOptions& options,
                      History* history, std::vector<NcclTestsRun>* runs, std::string* error);
 
