@@ -300,13 +300,15 @@ int runEstimateEval(const EstimateOptions& o) {
   if (!o.against.empty()) return runEstimateEvalAgainst(o, history, target);
   const timing::Evaluation ev = timing::evaluate(history, estimatorOptions(o, target));
   nlohmann::json doc = {{"history", o.history}, {"history_version", history.version},
-                        {"runs", history.runs.size()}, {"jobs", ev.jobs},
+                        {"runs", history.runs.size()}, {"jobs", ev.jobs}, {"benchmark_runs", ev.benchmarkRuns},
                         {"samples", history.samples.size()}, {"target", target},
                         {"neighbours", o.neighbours}, {"max_distance", o.maxDistance},
                         {"extrapolated_leave_one_out", ev.extrapolatedLoo},
                         {"extrapolated_leave_one_run_out", ev.extrapolatedLoro}};
-  std::cout << o.history << ": " << ev.jobs << " recorded jobs (" << history.runs.size() << " ranks), "
-            << history.samples.size() << " samples; target: " << target << "\n\n"
+  std::cout << o.history << ": " << ev.jobs << " recorded jobs (" << history.runs.size() - ev.benchmarkRuns
+            << " ranks)";
+  if (ev.benchmarkRuns > 0) std::cout << " and " << ev.benchmarkRuns << " nccl-tests runs (neighbours, not judged)";
+  std::cout << ", " << history.samples.size() << " samples; target: " << target << "\n\n"
             << std::left << std::setw(28) << "op / size class" << std::right << std::setw(9) << "calls"
             << std::setw(10) << "median" << std::setw(10) << "p90" << "   | " << std::setw(9) << "calls"
             << std::setw(10) << "median" << std::setw(10) << "p90" << "\n"
@@ -330,6 +332,9 @@ int runEstimateEval(const EstimateOptions& o) {
   std::cout << "\nrelative error |estimate - recorded| / recorded (" << target
             << "); extrapolated estimates: " << ev.extrapolatedLoo
             << " (leave one call out), " << ev.extrapolatedLoro << " (leave one job out)\n";
+  if (ev.leaveOneOut.empty() && ev.benchmarkRuns > 0)
+    std::cout << "note: no recorded call to judge (nccl-tests samples only); to see how well they predict a job, "
+                 "ranklens estimate eval --history " << o.history << " --against JOB.hist\n";
   return writeJson(o.json, doc) ? 0 : 1;
 }
 
