@@ -70,14 +70,18 @@ int onDevice(int device, Body body) {
 struct DriverCalls {
   using EventRecordFn = CUresult (*)(CUevent, CUstream);
   using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  using LaunchKernelFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                      CUstream, void**, void**);
   EventRecordFn eventRecord = nullptr;
   IsCapturingFn isCapturing = nullptr;
+  LaunchKernelFn launchKernel = nullptr;  // the payload copy kernel (null: the runtime's launch)
 
   static DriverCalls resolve() {
     DriverCalls calls;
     calls.eventRecord = reinterpret_cast<EventRecordFn>(entry("cuEventRecord"));
     calls.isCapturing = reinterpret_cast<IsCapturingFn>(entry("cuStreamIsCapturing"));
     if (calls.eventRecord == nullptr || calls.isCapturing == nullptr) calls = DriverCalls();
+    calls.launchKernel = reinterpret_cast<LaunchKernelFn>(entry("cuLaunchKernel"));
     return calls;
   }
 
@@ -176,7 +180,12 @@ class CudaRecordDevice final : public RecordDevice {
     cudaFreeHost(ptr);
   }
   int prepareDevice(int device) override {
-    return onDevice(device, [] { return check(loadRecordCopy(), "loading the payload copy kernel"); });
+    return onDevice(device, [&] {
+      cudaFunction_t function = nullptr;
+      if (int err = check(loadRecordCopy(&function), "loading the payload copy kernel")) return err;
+      if (device >= 0 && device < kDevices) copyKernels_[device].store(function, std::memory_order_release);
+      return 0;
+    });
   }
   int copyToHost(int device, void* dst, const void* src, size_t bytes, cudaStream_t stream, uint64_t* done,
                  uint64_t token) override {
@@ -193,11 +202,25 @@ class CudaRecordDevice final : public RecordDevice {
     if (bytes <= kKernelCopyMaxBytes && host != 0 && at >= host && at + bytes <= end && flag >= host &&
         flag + sizeof(uint64_t) <= end) {
       const uintptr_t mapped = mappedDevice_.load(std::memory_order_relaxed);
+      void* onGpu = reinterpret_cast<void*>(mapped + (at - host));
+      auto* flagOnGpu = reinterpret_cast<uint64_t*>(mapped + (flag - host));
       // A kernel goes to the current device's context: the stream's device must be current (a memcpy need not).
       const int launched = onDevice(device, [&] {
-        return check(launchRecordCopy(reinterpret_cast<void*>(mapped + (at - host)), src, bytes,
-                                      reinterpret_cast<uint64_t*>(mapped + (flag - host)), token, stream),
-                     "payload copy kernel");
+        // Through the driver where the kernel's handle is known (prepareDevice): the runtime's launch adds its own
+        // bookkeeping on the job's thread.
+        cudaFunction_t function =
+            device >= 0 && device < kDevices ? copyKernels_[device].load(std::memory_order_acquire) : nullptr;
+        if (function != nullptr && driver_.launchKernel != nullptr) {
+          unsigned long long tokenArg = token;
+          void* args[] = {&onGpu, const_cast<void**>(&src), &bytes, &flagOnGpu, &tokenArg};
+          const CUresult err = driver_.launchKernel(reinterpret_cast<CUfunction>(function), 1, 1, 1, 512, 1, 1, 0,
+                                                    stream, args, nullptr);
+          if (err == CUDA_SUCCESS) return 0;
+          setError("cuda record device: payload copy kernel: cuLaunchKernel: CUresult " +
+                   std::to_string(static_cast<int>(err)));
+          return static_cast<int>(err);
+        }
+        return check(launchRecordCopy(onGpu, src, bytes, flagOnGpu, token, stream), "payload copy kernel");
       });
       return launched != 0 ? launched : kSignalled;
     }
@@ -212,6 +235,8 @@ class CudaRecordDevice final : public RecordDevice {
 
  private:
   static constexpr size_t kKernelCopyMaxBytes = 64 << 10;
+  static constexpr int kDevices = 64;
+  std::atomic<cudaFunction_t> copyKernels_[kDevices] = {};  // by device, from prepareDevice
   const DriverCalls driver_ = DriverCalls::resolve();
   // The staging memory's mapping (one allocation per recorder, made before its first call).
   std::atomic<uintptr_t> mappedHost_{0}, mappedDevice_{0};

@@ -42,9 +42,10 @@ cudaError_t launchRecordCopy(void* dst, const void* src, size_t bytes, uint64_t*
   return cudaGetLastError();
 }
 
-cudaError_t loadRecordCopy() {
+cudaError_t loadRecordCopy(cudaFunction_t* function) {
   cudaFuncAttributes attributes;
-  return cudaFuncGetAttributes(&attributes, ranklens_RecordPayload);
+  if (cudaError_t err = cudaFuncGetAttributes(&attributes, ranklens_RecordPayload); err != cudaSuccess) return err;
+  return cudaGetFuncBySymbol(function, reinterpret_cast<const void*>(ranklens_RecordPayload));
 }
 
 }  // namespace device

@@ -15,8 +15,9 @@ namespace device {
 // writes `token` to `done` once every byte is visible to the host.
 cudaError_t launchRecordCopy(void* dst, const void* src, size_t bytes, uint64_t* done, uint64_t token,
                              cudaStream_t stream);
-// Loads the kernel on the current device now: with lazy module loading its first launch could synchronise.
-cudaError_t loadRecordCopy();
+// Loads the kernel on the current device now (with lazy module loading its first launch could synchronise), and
+// gives its handle there (a CUfunction), to launch it through the driver.
+cudaError_t loadRecordCopy(cudaFunction_t* function);
 
 }  // namespace device
 }  // namespace ranklens
