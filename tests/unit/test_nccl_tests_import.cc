@@ -82,6 +82,11 @@ TEST(NcclTestsImport, ReadsEveryTestOfRealOutput) {
     EXPECT_EQ(jobOf(h.runs[i]), h.runs[i]);  // each its own job, whatever the file is called
   }
   EXPECT_EQ(runs[1].rowsEmpty, 1u);  // all_gather's 0-byte row
+  // The bytes each sample receives, through RankLens's bus factors, give back nccl-tests' own busbw column (its
+  // highest per test, to the file's two decimals): every size conversion of the nine tests checked against
+  // nccl-tests' formulas.
+  const double busbw[] = {234.16, 187.77, 293.76, 303.65, 181.25, 205.95, 274.90, 263.59, 227.30};
+  for (size_t i = 0; i < runs.size(); ++i) EXPECT_NEAR(runs[i].peakBusGBps, busbw[i], 0.1) << tests[i];
   // all_reduce_perf's first row: 8 bytes, 22.43 us out of place, 22.80 in place.
   const HistorySample& first = h.samples[0];
   EXPECT_EQ(first.op, kAllReduce);

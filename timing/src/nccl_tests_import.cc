@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ranklens/duration_fit.h"
 #include "ranklens/events.h"
 
 namespace ranklens {
@@ -357,6 +358,9 @@ class Importer {
       current_.samples++;
       current_.minBytes = current_.samples == 1 ? bytes : std::min(current_.minBytes, bytes);
       current_.maxBytes = std::max(current_.maxBytes, bytes);
+      // nccl-tests' busbw: bus bytes over the time (a sendrecv's, its size: what each direction moves).
+      const double bus = sendRecv ? static_cast<double>(size) : busBytes(s.op, s.nranks, s.bytes);
+      current_.peakBusGBps = std::max(current_.peakBusGBps, bus / static_cast<double>(s.durationNs));
     }
     return true;
   }

@@ -242,7 +242,8 @@ int runHistoryImportNcclTests(const EstimateOptions& o) {
                 << (r.op == static_cast<int>(events::Op::kSend) ? " (grouped with a Recv)" : "")
                 << ", " << r.nranks << " ranks on " << r.nodes << " node(s)" << (r.crossesNodes ? " (spans nodes)" : "")
                 << ": " << r.rows << " sizes, " << r.samples << " samples, " << r.minBytes << " to " << r.maxBytes
-                << " bytes received" << (r.graph ? ", CUDA graph launches" : "");
+                << " bytes received, peak bus bandwidth " << std::fixed << std::setprecision(1) << r.peakBusGBps
+                << " GB/s" << (r.graph ? ", CUDA graph launches" : "");
       if (r.rowsWrong) std::cerr << "; " << r.rowsWrong << " time(s) left out: nccl-tests found wrong results";
       if (r.rowsEmpty) std::cerr << "; " << r.rowsEmpty << " row(s) of 0 bytes left out";
       std::cerr << "\n";

@@ -33,6 +33,7 @@ struct NcclTestsRun {
   size_t rowsWrong = 0;          // rows left out: nccl-tests found wrong results (#wrong > 0)
   size_t rowsEmpty = 0;          // rows left out: 0 bytes
   uint64_t minBytes = 0, maxBytes = 0;  // of the samples (received bytes)
+  double peakBusGBps = 0;        // the highest bus bandwidth of its samples (nccl-tests' busbw): a check on the import
   bool graph = false;            // measured with CUDA graph launches (-G): no host launch time in it
 };
 
