@@ -430,7 +430,7 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   const ranklens::trace::Timing identity = ranklens::trace::timingOf(event);
 
   // The kernel clock times a call NCCL runs as one task of its own kernel on a blocking communicator of several
-  // ranks, unless its payload is stored (the copy waits for an event after the call).
+  // ranks, unless its payload is stored (a payload goes through the call recorder's span, which times with events).
   const bool wantsPayload = wantPayload(*comm, a.op, event.seq, event.bytes);
   KernelClock* clock = state().kernelClock.get();
   const char* func = clock != nullptr ? ranklens::timing::kernelClockFunc(event.op) : nullptr;

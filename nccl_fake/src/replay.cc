@@ -417,6 +417,12 @@ bool sameSignature(const ranklens::events::Call& r, const CallInfo& info) {
 // counted for the same-place rule (a map update per call, under the session's lock).
 bool estimatesCalls(const Session& s) { return s.estimateAll || s.policy == OnMismatch::kEstimate; }
 
+// Counts what an estimate that is held came from (under the session's lock).
+void countEstimate(Counters& c, const ranklens::timing::Estimate& e) {
+  if (e.extrapolated) c.estimatesExtrapolated++;
+  if (e.benchmark) c.estimatesFromBenchmarks++;
+}
+
 // A duration for a call the recording does not time (or for every call under timing: estimated).
 // Grouped calls are estimated one by one; holdGroup holds each stream for the longest of them.
 int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
@@ -433,8 +439,7 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
   const ranklens::timing::Estimate e =
       s->estimator->estimate(static_cast<int>(info.op), nranks, crosses, bytes, info.comm->name, false,
                              info.stepOccurrence, info.stepPhase);
-  if (e.extrapolated) s->counters.estimatesExtrapolated++;
-  if (e.benchmark) s->counters.estimatesFromBenchmarks++;
+  countEstimate(s->counters, e);
   return e.durationNs;
 }
 
@@ -995,10 +1000,8 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
           first.comm->name, true, occurrence, first.stepPhase);
       if (untimed || (group.neighbours > 0 && !group.extrapolated)) {  // recorded groups
         duration = group.durationNs;
-        if (group.benchmark) {
-          std::lock_guard<std::mutex> lock(s->mu);
-          s->counters.estimatesFromBenchmarks++;
-        }
+        std::lock_guard<std::mutex> lock(s->mu);
+        countEstimate(s->counters, group);
       }
       held.estimated = true;
     }

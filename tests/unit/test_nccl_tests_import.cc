@@ -245,14 +245,11 @@ TEST(NcclTestsImport, TheBenchmarkMarkSurvivesTheHistoryFile) {
   std::string error;
   const std::string row = "  1024  256  float  sum  -1  20.0  0.1  0.1  0  21.0  0.1  0.1  0\n";
   ASSERT_TRUE(import(output("all_reduce_perf", 2, 8, row), &h, &runs, &error)) << error;
-  char path[] = "/tmp/ranklens-nccl-tests-XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
+  const std::string path = ::testing::TempDir() + "/nccl-tests-" + std::to_string(getpid()) + ".hist";
   ASSERT_TRUE(saveHistory(path, h, &error)) << error;
   History back;
   ASSERT_TRUE(loadHistory(path, &back, &error)) << error;
-  std::remove(path);
+  std::remove(path.c_str());
   ASSERT_EQ(back.samples.size(), 2u);
   EXPECT_EQ(back.version, 5);
   EXPECT_TRUE(back.samples[0].benchmark);

@@ -291,8 +291,10 @@ void CallRecorder::recycle(Span* span) {
 void CallRecorder::countCapturedPayloads(size_t n) { counters_.payloadsSkippedCaptured += n; }
 
 namespace {
-// The completion flag's place after a payload's bytes in staging (8-byte aligned; staging ranges are 256-aligned).
+// The completion flag's place after a payload's bytes in staging (8-byte aligned; staging ranges are 256-aligned),
+// and the staging a payload takes: its bytes and the flag.
 size_t flagOffset(size_t bytes) { return (bytes + 15) / 16 * 16; }
+size_t stagedBytes(size_t bytes) { return flagOffset(bytes) + sizeof(uint64_t); }
 }  // namespace
 
 uint64_t* CallRecorder::doneFlag(const Staged& s) const {
@@ -301,7 +303,7 @@ uint64_t* CallRecorder::doneFlag(const Staged& s) const {
 
 bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* out) {
   std::unique_lock<std::mutex> lock(stagingMu_);
-  const size_t reserved = flagOffset(request.bytes) + sizeof(uint64_t);
+  const size_t reserved = stagedBytes(request.bytes);
   if (staging_ == nullptr || FreeList::rounded(reserved) > stagingSize_) {
     counters_.payloadsSkippedTooLarge++;
     return false;
@@ -309,7 +311,6 @@ bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* ou
   for (bool waited = false;; waited = true) {
     if (stagingFree_.take(reserved, &out->offset)) {
       out->bytes = request.bytes;
-      out->reserved = reserved;
       if (waited) counters_.waitsForStaging++;
       return true;
     }
@@ -365,7 +366,7 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
                                             span->stream, done, token);
       if (copied != 0 && copied != RecordDevice::kSignalled) {
         counters_.payloadsFailed++;
-        releaseStaging(staged.offset, staged.reserved);
+        releaseStaging(staged.offset, stagedBytes(staged.bytes));
         continue;
       }
       if (copied == RecordDevice::kSignalled) staged.token = token;
@@ -415,7 +416,7 @@ bool CallRecorder::complete(Span* span) {
   timingSink_(timing);
   for (const Staged& s : span->staged) {
     payloadSink_(s.ref, staging_ + s.offset, s.bytes);
-    releaseStaging(s.offset, s.reserved);
+    releaseStaging(s.offset, stagedBytes(s.bytes));
   }
   giveEvents(span->device, span->events, span->copies ? 3 : 2);  // a kept end event was taken out (chainGap)
   span->events[0] = span->events[1] = span->events[2] = nullptr;

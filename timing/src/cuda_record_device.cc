@@ -193,13 +193,12 @@ class CudaRecordDevice final : public RecordDevice {
       *done = token;
       return kSignalled;
     }
-    // Up to 64 KiB a kernel writes the bytes into the mapped staging memory, and says when they are there: a copy
-    // engine's D2H round trip, and the event after it, stalled the job's stream about 10 us whatever the size
-    // (H200). Larger copies take the copy engine's bandwidth.
+    // Up to kSignalledCopyMaxBytes a kernel writes the bytes into the mapped staging memory and says when they are
+    // there; larger copies take the copy engine's bandwidth.
     const uintptr_t host = mappedHost_.load(std::memory_order_acquire);
     const auto at = reinterpret_cast<uintptr_t>(dst), flag = reinterpret_cast<uintptr_t>(done);
     const uintptr_t end = host + mappedBytes_.load(std::memory_order_relaxed);
-    if (bytes <= kKernelCopyMaxBytes && host != 0 && at >= host && at + bytes <= end && flag >= host &&
+    if (bytes <= kSignalledCopyMaxBytes && host != 0 && at >= host && at + bytes <= end && flag >= host &&
         flag + sizeof(uint64_t) <= end) {
       const uintptr_t mapped = mappedDevice_.load(std::memory_order_relaxed);
       void* onGpu = reinterpret_cast<void*>(mapped + (at - host));
@@ -234,7 +233,6 @@ class CudaRecordDevice final : public RecordDevice {
   }
 
  private:
-  static constexpr size_t kKernelCopyMaxBytes = 64 << 10;
   static constexpr int kDevices = 64;
   std::atomic<cudaFunction_t> copyKernels_[kDevices] = {};  // by device, from prepareDevice
   const DriverCalls driver_ = DriverCalls::resolve();

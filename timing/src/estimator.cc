@@ -13,8 +13,10 @@
 namespace ranklens {
 namespace timing {
 
+bool isBenchmarkRun(const std::string& run) { return run.rfind(kNcclTestsRunPrefix, 0) == 0; }
+
 std::string jobOf(const std::string& rankDir) {
-  if (rankDir.rfind(kNcclTestsRunPrefix, 0) == 0) return rankDir;
+  if (isBenchmarkRun(rankDir)) return rankDir;
   std::string dir = rankDir;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const size_t slash = dir.rfind('/');
@@ -254,7 +256,8 @@ struct Estimator::Impl {
     // communicator (nccl-tests: the cluster's bandwidth, across nodes too), before any line.
     const Excluded none;
     const Estimate recorded = near(groups, key, role, xq, bytes, ex.benchmark ? none : ex);
-    const auto isNear = [](const Estimate& e) { return e.found && std::string(e.method) != "latency-bandwidth"; };
+    // Near: a sample within maxDistance answered (farther, local() falls back to the latency-bandwidth line).
+    const auto isNear = [&](const Estimate& e) { return e.found && e.distance <= options.maxDistance; };
     if (isNear(recorded)) return recorded;
     Estimate benchmark = near(benchmarks, key, role, xq, bytes, ex.benchmark ? ex : none);
     benchmark.benchmark = benchmark.found;
@@ -399,7 +402,7 @@ Evaluation evaluate(const History& history, const Estimator::Options& options) {
   // Recorded calls are judged, what a replay asks for; benchmark samples only serve as neighbours.
   std::set<std::string> jobs;
   for (const auto& run : history.runs) {
-    if (run.rfind(kNcclTestsRunPrefix, 0) == 0) out.benchmarkRuns++;
+    if (isBenchmarkRun(run)) out.benchmarkRuns++;
     else jobs.insert(jobOf(run));
   }
   out.jobs = jobs.size();

@@ -73,8 +73,8 @@ class HostRecordDevice final : public RecordDevice {
   }
   void freePinned(void* ptr) override { free(ptr); }
   int prepareDevice(int) override { return 0; }
-  // As the CUDA device: up to 64 KiB the copy says itself when it is done (kSignalled), larger ones are followed by
-  // an event, so that CI runs both of the recorder's ways.
+  // As the CUDA device (kSignalledCopyMaxBytes): small copies signal their completion, larger ones are followed by
+  // an event.
   int copyToHost(int, void* dst, const void* src, size_t bytes, cudaStream_t, uint64_t* done,
                  uint64_t token) override {
     if (bytes > 0 && (dst == nullptr || src == nullptr)) {
@@ -82,7 +82,7 @@ class HostRecordDevice final : public RecordDevice {
       return 1;
     }
     if (bytes > 0) memcpy(dst, src, bytes);
-    if (bytes > (64u << 10)) return 0;
+    if (bytes > kSignalledCopyMaxBytes) return 0;
     __atomic_store_n(done, token, __ATOMIC_RELEASE);
     return kSignalled;
   }

@@ -29,12 +29,13 @@ using events::Op;
 struct TestOp {
   const char* stem;
   Op op;
+  bool sendRecv = false;  // an iteration is a group of a send and a receive of `size` each
 };
 constexpr TestOp kTests[] = {{"all_reduce", Op::kAllReduce},       {"all_gather", Op::kAllGather},
                              {"reduce_scatter", Op::kReduceScatter}, {"alltoall", Op::kAlltoAll},
                              {"broadcast", Op::kBroadcast},         {"reduce", Op::kReduce},
                              {"gather", Op::kGather},               {"scatter", Op::kScatter},
-                             {"sendrecv", Op::kSend}};
+                             {"sendrecv", Op::kSend, true}};
 
 // nccl-tests' type names (its test_typenames), as ncclDataType_t values.
 int datatypeOf(const std::string& name) {
@@ -113,7 +114,7 @@ class Importer {
         return fail(error);
       }
     }
-    if (!finishBlock()) return fail(error);
+    finishBlock();
     if (samples_.empty()) {
       *error = name_ + ": no nccl-tests results to import (expected a test's output: '# Collective test starting: "
                        "all_reduce_perf', its device list and a table of size, count, type, redop, root, time, "
@@ -149,8 +150,8 @@ class Importer {
     return std::string(kNcclTestsRunPrefix) + name_ + ":" + r.test + ":" + std::to_string(r.line);
   }
 
-  bool startBlock(const std::string& test) {
-    if (!finishBlock()) return false;
+  void startBlock(const std::string& test) {
+    finishBlock();
     open_ = true;
     current_ = NcclTestsRun{};
     current_.test = test;
@@ -159,16 +160,18 @@ class Importer {
     columns_.reset();
     layoutKnown_ = false;
     truncatedDevices_ = false;
-    return true;
+    sendRecv_ = false;
   }
 
-  bool finishBlock() {
+  void finishBlock() {
     if (open_ && current_.rows > 0) done_.push_back(current_);
     open_ = false;
-    return true;
   }
 
-  bool ensureBlock() { return open_ || startBlock(""); }
+  // Lines of a test without "Collective test starting" (older nccl-tests, a pasted table) open one.
+  void ensureBlock() {
+    if (!open_) startBlock("");
+  }
 
   bool headerLine(const std::string& content) {
     const std::vector<std::string> t = tokens(content);
@@ -176,9 +179,13 @@ class Importer {
     static const std::string kStarting = "Collective test starting:";
     if (const size_t at = content.find(kStarting); at != std::string::npos) {
       const std::vector<std::string> name = tokens(content.substr(at + kStarting.size()));
-      return startBlock(name.empty() ? "" : name[0]);
+      startBlock(name.empty() ? "" : name[0]);
+      return true;
     }
-    if (content.find("Collective test concluded:") != std::string::npos) return finishBlock();
+    if (content.find("Collective test concluded:") != std::string::npos) {
+      finishBlock();
+      return true;
+    }
     if (t[0] == "nThread") return runParameters(content);
     if (t[0] == "Rank" && t.size() >= 8 && t[2] == "Group" && t[6] == "on") return rankLine(t, content);
     if (std::find(t.begin(), t.end(), "size") != t.end() && std::find(t.begin(), t.end(), "count") != t.end() &&
@@ -189,7 +196,7 @@ class Importer {
 
   // "# nThread 1 nGpus 2 minBytes 8 ... agg iters: 1 validation: 1 graph: 0 unalign: 0"
   bool runParameters(const std::string& content) {
-    if (!ensureBlock()) return false;
+    ensureBlock();
     auto valueAfter = [&](const std::string& key, int* value) {
       const size_t at = content.find(key);
       if (at == std::string::npos) return true;
@@ -208,7 +215,7 @@ class Importer {
 
   // "#  Rank  0 Group  0 Pid    662 on         vm device  0 [0000:00:06] NVIDIA H200"
   bool rankLine(const std::vector<std::string>& t, const std::string& content) {
-    if (!ensureBlock()) return false;
+    ensureBlock();
     if (layoutKnown_) return refuse("a device list line after the results of its test began");
     RankLine r;
     if (!parseInt(t[1], &r.rank) || r.rank < 0 || !parseInt(t[3], &r.group))
@@ -225,7 +232,7 @@ class Importer {
   }
 
   bool columnHeader(const std::vector<std::string>& t) {
-    if (!ensureBlock()) return false;
+    ensureBlock();
     Columns c;
     bool haveSize = false, haveCount = false, haveType = false;
     for (size_t i = 0; i < t.size(); ++i) {
@@ -290,6 +297,7 @@ class Importer {
                       "all_gather_perf, reduce_scatter_perf, alltoall_perf, broadcast_perf, reduce_perf, "
                       "gather_perf, scatter_perf, sendrecv_perf)");
       current_.op = static_cast<int>(found->op);
+      sendRecv_ = found->sendRecv;
     }
     layoutKnown_ = true;
     return true;
@@ -316,7 +324,7 @@ class Importer {
     }
     const uint64_t n = static_cast<uint64_t>(current_.nranks);
     const Op op = static_cast<Op>(current_.op);
-    const bool sendRecv = current_.test.rfind("sendrecv_perf", 0) == 0;
+    const bool sendRecv = sendRecv_;
     // Received bytes (Call.bytes) from nccl-tests' size column: the whole buffer, of which a reduce-scatter or a
     // scatter receives one rank's share; a sendrecv iteration sends and receives `size`.
     uint64_t bytes = size;
@@ -372,6 +380,7 @@ class Importer {
   int lineNo_ = 0;
   std::string why_;
   bool open_ = false, layoutKnown_ = false, truncatedDevices_ = false;
+  bool sendRecv_ = false;  // the open test is sendrecv_perf (from kTests)
   NcclTestsRun current_;
   std::vector<RankLine> ranks_;
   std::optional<Columns> columns_;

@@ -107,8 +107,7 @@ class CallRecorder {
   struct DevicePool;
   struct Staged {
     trace::PayloadRef ref;
-    size_t offset = 0, bytes = 0;
-    size_t reserved = 0;  // taken from staging: the bytes, and the copy's completion flag after them
+    size_t offset = 0, bytes = 0;  // staging taken: stagedBytes(bytes), the bytes and their completion flag
     uint64_t token = 0;   // the flag's value once the copy is done (RecordDevice::kSignalled); 0: an event says so
   };
   DevicePool& pool(int device);

@@ -91,8 +91,9 @@ class StepOccurrences {
 // stepOccurrence; 4: no benchmark.
 constexpr int kHistoryVersion = 5;
 
-// How History::runs names a run imported from nccl-tests output.
+// How History::runs names a run imported from nccl-tests output, and whether a run is one.
 constexpr const char* kNcclTestsRunPrefix = "nccl-tests:";
+bool isBenchmarkRun(const std::string& run);
 
 struct History {
   std::string format = "ranklens-history";

@@ -53,6 +53,10 @@ class RecordDevice {
   // copy kernel -- writes `token` (nonzero) once the bytes are in place: it then returns kSignalled, and no event
   // needs to follow the copy. Otherwise 0: the caller orders completion with an event after it.
   static constexpr int kSignalled = -2;
+  // Copies up to this size signal their own completion (a kernel on a GPU: a copy engine's round trip stalled the
+  // stream about 10 us whatever the size on H200); larger ones are followed by an event. The host device does the
+  // same, so that CI runs both of the recorder's ways.
+  static constexpr size_t kSignalledCopyMaxBytes = 64 << 10;
   virtual int copyToHost(int device, void* dst, const void* src, size_t bytes, cudaStream_t stream, uint64_t* done,
                          uint64_t token) = 0;
   // Called once on the background thread that queries events: lets it query while another thread captures a graph.
