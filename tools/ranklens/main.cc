@@ -69,7 +69,8 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true) {
       std::cout << "note: an extrapolated estimate had no sample of its operation and communicator size within a "
                    "factor of two of its bytes: it comes from a latency-bandwidth line in bus bytes at the history's "
                    "bandwidth (ranklens estimate query --history FILE --op OP --bytes B --nranks N shows each); "
-                   "record a job of this size to replace it\n";
+                   "record a job of this size, or import the cluster's nccl-tests output at it (ranklens history "
+                   "import-nccl-tests), to replace it\n";
     return;
   }
   std::cout << "\nReplay of the recording: " << get("replay_calls") << " calls, " << get("replay_calls_matched")
