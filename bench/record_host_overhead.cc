@@ -26,12 +26,21 @@
 // between the two sides, each block timed by two events around it. The difference of the sides' median time per pair
 // is what the recorder adds on the GPU (its events and payload copies in the stream), beside the host time above.
 //
+// --contended SHAPE measures GPU time per call too, on a stream held by a gate (cuStreamWaitValue32) until each block
+// of --batch calls is enqueued, so that the host's pace does not count, while a thread keeps another stream full of
+// kernels whose blocks spin --busy-ns ns on every SM (SHAPE threads: every thread slot taken; shared: one block per
+// SM held by its shared memory, room beside it; none: no other stream). A 1-rank all-reduce launches nothing, so the
+// real side is the floor and RankLens's side is its events and payload copies: how long the recorder's copy kernel
+// waits for an SM when the job's compute fills the GPU (RANKLENS_PAYLOAD_COPY_PRIORITY,
+// RANKLENS_PAYLOAD_COPY_KERNEL_BYTES choose how it copies).
+//
 // --device host runs without a GPU (RANKLENS_DEVICE=host, host buffers, no CUDA calls): with the fake real NCCL of
 // tests/support as --real it measures RankLens's own bookkeeping per call, without CUDA events or NCCL's work.
 //
 //   record_host_overhead --real /path/libnccl.so.2 --ranklens build/release/nccl_fake/libnccl.so.2
 //       [--calls 20000] [--batch 200] [--count 1] [--ranks 1|2] [--clock events|kernel] [--device cuda|host]
-//       [--payloads none|small|all] [--trace-dir DIR] [--probe [--poller]] [--gpu-bound BYTES] [--json]
+//       [--payloads none|small|all] [--trace-dir DIR] [--probe [--poller]] [--gpu-bound BYTES]
+//       [--contended none|threads|shared [--busy-ns NS]] [--json]
 #include <cuda.h>  // driver types only: the entry points come from cudaGetDriverEntryPointByVersion
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -47,6 +56,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "busy_sms.h"
 
 namespace {
 
@@ -148,6 +159,16 @@ int main(int argc, char** argv) {
                  "measure GPU time per call instead: each call follows a memset of this many bytes on its stream, in "
                  "blocks of --batch per side (one GPU)")
       ->excludes("--probe");
+  std::string contended;
+  unsigned long long busyNs = 20000;
+  app.add_option("--contended", contended,
+                 "measure GPU time per call on a gated stream while another stream keeps the SMs busy: threads "
+                 "(every thread slot), shared (one block per SM by shared memory), none (no other stream)")
+      ->check(CLI::IsMember({"none", "threads", "shared"}))
+      ->excludes("--probe")
+      ->excludes("--gpu-bound");
+  app.add_option("--busy-ns", busyNs, "with --contended: how long each busy block spins (ns)")
+      ->check(CLI::Range(1000ull, 100000000ull));
   app.add_flag("--json", json, "print one JSON object instead of text");
   CLI11_PARSE(app, argc, argv);
 
@@ -158,8 +179,8 @@ int main(int argc, char** argv) {
   setenv("RANKLENS_TIMING_CLOCK", clock.c_str(), 1);
   setenv("RANKLENS_DEVICE", device.c_str(), 1);
   const bool cuda = device == "cuda";
-  if (gpuBoundBytes > 0 && (!cuda || ranks != 1)) {
-    fprintf(stderr, "record_host_overhead: --gpu-bound needs --device cuda and --ranks 1\n");
+  if ((gpuBoundBytes > 0 || !contended.empty()) && (!cuda || ranks != 1)) {
+    fprintf(stderr, "record_host_overhead: --gpu-bound and --contended need --device cuda and --ranks 1\n");
     return 2;
   }
   if (probe && (!cuda || ranks != 1)) {
@@ -281,9 +302,43 @@ int main(int argc, char** argv) {
     }
   }
   synchronize();
-  if (gpuBoundBytes > 0) {
+  if (gpuBoundBytes > 0 || !contended.empty()) {
     void* filler = nullptr;
-    check(cudaMalloc(&filler, gpuBoundBytes), "cudaMalloc (filler)");
+    if (gpuBoundBytes > 0) check(cudaMalloc(&filler, gpuBoundBytes), "cudaMalloc (filler)");
+    // --contended: the gate the stream waits at until a block is enqueued, and the busy stream's feeder.
+    using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+    WaitValueFn waitValue = nullptr;
+    volatile uint32_t* gate = nullptr;
+    void* gateOnGpu = nullptr;
+    uint32_t gateValue = 0;
+    std::atomic<bool> stopBusy{false};
+    std::thread busyThread;
+    BusySms busy;
+    if (!contended.empty()) {
+      waitValue = driverEntry<WaitValueFn>("cuStreamWaitValue32");
+      void* gateHost = nullptr;
+      check(cudaHostAlloc(&gateHost, sizeof(uint32_t), cudaHostAllocMapped), "cudaHostAlloc (gate)");
+      check(cudaHostGetDevicePointer(&gateOnGpu, gateHost, 0), "cudaHostGetDevicePointer (gate)");
+      gate = static_cast<volatile uint32_t*>(gateHost);
+      *gate = 0;
+      if (contended != "none") {
+        check(busy.init(contended == "threads" ? BusySms::Shape::kThreads : BusySms::Shape::kShared, busyNs, 4),
+              "busy kernel");
+        busyThread = std::thread([&] {
+          cudaStream_t busyStream;
+          check(cudaStreamCreateWithFlags(&busyStream, cudaStreamNonBlocking), "cudaStreamCreate (busy)");
+          constexpr int kAhead = 3;  // kernels queued ahead, so that the SMs never drain between them
+          cudaEvent_t queued[kAhead];
+          for (auto& e : queued) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+          for (uint64_t k = 0; !stopBusy.load(std::memory_order_relaxed); ++k) {
+            if (k >= kAhead) check(cudaEventSynchronize(queued[k % kAhead]), "cudaEventSynchronize (busy)");
+            check(busy.launch(busyStream), "busy kernel launch");
+            check(cudaEventRecord(queued[k % kAhead], busyStream), "cudaEventRecord (busy)");
+          }
+          check(cudaStreamSynchronize(busyStream), "cudaStreamSynchronize (busy)");
+        });
+      }
+    }
     cudaEvent_t blockStart, blockEnd;
     check(cudaEventCreate(&blockStart), "cudaEventCreate");
     check(cudaEventCreate(&blockEnd), "cudaEventCreate");
@@ -291,33 +346,51 @@ int main(int argc, char** argv) {
     for (int block = 0; block < 2 * (calls / batch + 1); ++block) {
       for (int k = 0; k < 2; ++k) {
         const int which = (k + block) % 2;  // alternate which side goes first
+        if (waitValue != nullptr &&
+            waitValue(streams[0], reinterpret_cast<CUdeviceptr>(gateOnGpu), ++gateValue, CU_STREAM_WAIT_VALUE_GEQ) !=
+                CUDA_SUCCESS) {
+          fprintf(stderr, "record_host_overhead: cuStreamWaitValue32 failed\n");
+          return 2;
+        }
         check(cudaEventRecord(blockStart, streams[0]), "cudaEventRecord");
         for (int i = 0; i < batch; ++i) {
-          check(cudaMemsetAsync(filler, i & 0xff, gpuBoundBytes, streams[0]), "cudaMemsetAsync (filler)");
+          if (filler != nullptr)
+            check(cudaMemsetAsync(filler, i & 0xff, gpuBoundBytes, streams[0]), "cudaMemsetAsync (filler)");
           if (!side(which)) {
             fprintf(stderr, "record_host_overhead: ncclAllReduce failed\n");
             return 2;
           }
         }
         check(cudaEventRecord(blockEnd, streams[0]), "cudaEventRecord");
+        if (gate != nullptr) __atomic_store_n(gate, gateValue, __ATOMIC_RELEASE);
         check(cudaEventSynchronize(blockEnd), "cudaEventSynchronize");
         float ms = 0;
         check(cudaEventElapsedTime(&ms, blockStart, blockEnd), "cudaEventElapsedTime");
         if (block >= 2) perPair[which].push_back(ms * 1e6 / batch);  // the first blocks warm up
       }
     }
+    stopBusy = true;
+    if (busyThread.joinable()) busyThread.join();
     oursFlush();
     oursDestroy(comms[0]);
     const double real = percentile(perPair[0], 0.5), ours = percentile(perPair[1], 0.5);
+    const char* priority = getenv("RANKLENS_PAYLOAD_COPY_PRIORITY");
+    const char* kernelBytes = getenv("RANKLENS_PAYLOAD_COPY_KERNEL_BYTES");
     if (json)
       printf("{\"device\": \"cuda\", \"payloads\": \"%s\", \"clock\": \"%s\", \"gpu_bound_bytes\": %zu, "
+             "\"contended\": \"%s\", \"busy_ns\": %llu, \"busy_blocks_per_sm\": %d, \"count\": %zu, "
+             "\"payload_copy_priority\": \"%s\", \"payload_copy_kernel_bytes\": \"%s\", "
              "\"blocks_per_side\": %zu, \"batch\": %d, \"gpu_ns_per_call_real\": %.1f, "
              "\"gpu_ns_per_call_ranklens\": %.1f, \"gpu_added_ns\": %.1f}\n",
-             payloads.c_str(), clock.c_str(), gpuBoundBytes, perPair[0].size(), batch, real, ours, ours - real);
+             payloads.c_str(), clock.c_str(), gpuBoundBytes, contended.c_str(), contended.empty() ? 0ull : busyNs,
+             busy.blocksPerSm(), count, priority ? priority : "", kernelBytes ? kernelBytes : "", perPair[0].size(),
+             batch, real, ours, ours - real);
     else
-      printf("GPU time per memset + call (%zu bytes), payloads %s: real NCCL %.1f ns, through RankLens %.1f ns, "
-             "added %.1f ns (%zu blocks of %d per side)\n",
-             gpuBoundBytes, payloads.c_str(), real, ours, ours - real, perPair[0].size(), batch);
+      printf("GPU time per %scall (%s), payloads %s: real NCCL %.1f ns, through RankLens %.1f ns, added %.1f ns "
+             "(%zu blocks of %d per side)\n",
+             filler != nullptr ? "memset + " : "",
+             contended.empty() ? "GPU-bound" : ("gated, busy SMs: " + contended).c_str(), payloads.c_str(), real, ours,
+             ours - real, perPair[0].size(), batch);
     return 0;
   }
   using Clock = std::chrono::steady_clock;

@@ -29,6 +29,7 @@ constexpr const char* kPayloadsNames[] = {"none", "small", "all"};
 constexpr const char* kStagingFullNames[] = {"skip", "wait"};
 constexpr const char* kTimingClockNames[] = {"events", "kernel"};
 constexpr const char* kCapturedTimingNames[] = {"events", "off"};
+constexpr const char* kCopyPriorityNames[] = {"high", "stream"};
 constexpr const char* kHoldFromNames[] = {"arrival", "start"};
 constexpr const char* kPeerPacingNames[] = {"off", "recorded"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
@@ -534,6 +535,17 @@ const KeyDesc kKeys[] = {
        return parseInt(in, 10, 100000, "microseconds, 10..100000", s.timing_poll_us);
      },
      [](const Settings& s) { return std::to_string(s.timing_poll_us); }},
+    {"payload_copy_kernel_bytes", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "64KiB",
+     "record: a stored payload up to this size is copied off the GPU by a one-block kernel on the call's stream, "
+     "which signals its own completion (no copy engine round trip, no event); larger ones, and all when 0, by a "
+     "copy engine followed by an event",
+     [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_copy_kernel_bytes); },
+     [](const Settings& s) { return showBytes(s.payload_copy_kernel_bytes); }},
+    {"payload_copy_priority", "RANKLENS_PAYLOAD_COPY_PRIORITY", "high",
+     "record: the launch priority of the payload copy kernel: high (the device's greatest stream priority: it takes "
+     "the first free SM slot ahead of the job's pending compute blocks) or stream (its stream's priority)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kCopyPriorityNames, s.payload_copy_priority); },
+     [](const Settings& s) { return std::string(toString(s.payload_copy_priority)); }},
     {"record_alternate_steps", "RANKLENS_RECORD_ALTERNATE_STEPS", "0",
      "record, for the overhead benchmark only: from the first step marker on, every other block of this many steps "
      "is forwarded to the real NCCL without being recorded (step-time A/B within one process); such a trace "
@@ -855,6 +867,7 @@ const char* toString(Payloads v) { return enumName(v, kPayloadsNames); }
 const char* toString(StagingFull v) { return enumName(v, kStagingFullNames); }
 const char* toString(TimingClock v) { return enumName(v, kTimingClockNames); }
 const char* toString(CapturedTiming v) { return enumName(v, kCapturedTimingNames); }
+const char* toString(CopyPriority v) { return enumName(v, kCopyPriorityNames); }
 const char* toString(HoldFrom v) { return enumName(v, kHoldFromNames); }
 const char* toString(PeerPacing v) { return enumName(v, kPeerPacingNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }

@@ -150,11 +150,15 @@ CallRecorder* recorder() {
     Runtime& rt = Runtime::get();
     const auto& s = rt.settings();
     std::string why;
-    if (s.device != ranklens::config::DeviceKind::kHost) st.device = ranklens::device::makeCudaRecordDevice(&why);
+    ranklens::device::CopyOptions copies;
+    copies.kernelMaxBytes = s.payload_copy_kernel_bytes;
+    copies.highPriority = s.payload_copy_priority == ranklens::config::CopyPriority::kHigh;
+    if (s.device != ranklens::config::DeviceKind::kHost)
+      st.device = ranklens::device::makeCudaRecordDevice(&why, copies);
     if (!st.device) {
       if (s.device == ranklens::config::DeviceKind::kCuda)
         WARN("record: device 'cuda' requested but no usable GPU (%s); timing uses host clocks", why.c_str());
-      st.device = ranklens::device::makeHostRecordDevice();
+      st.device = ranklens::device::makeHostRecordDevice(copies);
     }
     for (const std::string& op : s.payload_ops)
       for (int i = 0; i <= static_cast<int>(Op::kRecv); ++i)

@@ -602,11 +602,13 @@ TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
 
 // A payload is what the call received, although the job's stream overwrites the buffer right after the call (its
 // next kernel may): the copy is ordered after the call's end and before what follows on the stream, through the
-// copy kernel (up to 64 KiB, aligned or not) and through the copy engine (larger). The call (a 1 ms hold, then the
-// "received" bytes written) is timed without the copy.
-TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt) {
+// copy kernel (up to 64 KiB, aligned or not; at high and at the stream's priority) and through the copy engine
+// (larger, or every size with payload_copy_kernel_bytes 0). The call (a 1 ms hold, then the "received" bytes
+// written) is timed without the copy.
+void expectStoresWhatTheCallReceived(ranklens::device::CopyOptions copies, cudaStream_t stream_,
+                                     ranklens::device::StreamDevice* device_) {
   std::string why;
-  auto rec = ranklens::device::makeCudaRecordDevice(&why);
+  auto rec = ranklens::device::makeCudaRecordDevice(&why, copies);
   ASSERT_NE(rec, nullptr) << why;
   std::mutex mu;
   std::vector<ranklens::trace::Timing> timings;
@@ -672,6 +674,24 @@ TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt)
   }
   EXPECT_EQ(recorder.stats().payloadsStaged, static_cast<uint64_t>(kCalls));
   EXPECT_EQ(recorder.stats().payloadsFailed, 0u);
+}
+
+TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt) {
+  ranklens::device::CopyOptions copies;
+  {
+    SCOPED_TRACE("copy kernel up to 64 KiB at high priority (the default)");
+    expectStoresWhatTheCallReceived(copies, stream_, device_.get());
+  }
+  {
+    SCOPED_TRACE("copy kernel at the stream's priority");
+    copies.highPriority = false;
+    expectStoresWhatTheCallReceived(copies, stream_, device_.get());
+  }
+  {
+    SCOPED_TRACE("every payload through the copy engine");
+    copies.kernelMaxBytes = 0;
+    expectStoresWhatTheCallReceived(copies, stream_, device_.get());
+  }
 }
 
 // A hold captured into a CUDA graph marks its arrival in a slot of its own: the graph writes it at every launch, so

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -303,6 +304,67 @@ TEST_F(CapturedCalls, AnEmptyPoolUnderCaptureMeansNoDurationNotNewEvents) {
   EXPECT_EQ(out_.timings[0].durationNs, 0);
   recorder_->end(first, {});
   EXPECT_EQ(recorder_->stats().captured, 2u);
+}
+
+// The host record device takes the CUDA device's two ways by the same threshold (payload_copy_kernel_bytes), so that
+// CI runs both: up to it a copy signals its own completion, above it (and for every size at 0) an event must follow.
+// Through the recorder, both ways store the bytes the call received.
+TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
+  unsigned char src[64] = {};
+  for (int i = 0; i < 64; ++i) src[i] = static_cast<unsigned char>(i + 1);
+  unsigned char dst[64] = {};
+  uint64_t done = 0;
+  ranklens::device::CopyOptions copies;
+  copies.kernelMaxBytes = 32;
+  auto host = ranklens::device::makeHostRecordDevice(copies);
+  EXPECT_EQ(host->copyToHost(0, dst, src, 32, nullptr, &done, 7), RecordDevice::kSignalled);
+  EXPECT_EQ(done, 7u);
+  done = 0;
+  EXPECT_EQ(host->copyToHost(0, dst, src, 33, nullptr, &done, 8), 0);
+  EXPECT_EQ(done, 0u) << "an event orders this copy: no flag";
+  EXPECT_EQ(memcmp(dst, src, 33), 0);
+  copies.kernelMaxBytes = 0;
+  host = ranklens::device::makeHostRecordDevice(copies);
+  EXPECT_EQ(host->copyToHost(0, dst, src, 1, nullptr, &done, 9), 0);
+  EXPECT_EQ(host->copyToHost(0, dst, src, 0, nullptr, &done, 10), RecordDevice::kSignalled) << "nothing to copy";
+
+  for (size_t threshold : {size_t{0}, size_t{1} << 20}) {
+    SCOPED_TRACE("payload_copy_kernel_bytes " + std::to_string(threshold));
+    copies.kernelMaxBytes = threshold;
+    host = ranklens::device::makeHostRecordDevice(copies);
+    std::mutex mu;
+    std::vector<std::vector<unsigned char>> stored;
+    CallRecorder::Options options;
+    options.payloads = true;
+    options.stagingBytes = 1 << 20;
+    options.pollMicros = 50;
+    CallRecorder recorder(*host, options, [](const Timing&) {},
+                          [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes) {
+                            std::lock_guard<std::mutex> lock(mu);
+                            const auto* p = static_cast<const unsigned char*>(data);
+                            stored.emplace_back(p, p + bytes);
+                          });
+    std::string error;
+    ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
+    recorder.prepareDevice(0);
+    for (uint64_t seq = 0; seq < 3; ++seq) {
+      CallRecorder::Span* span = recorder.begin(0, kEager, identity(seq));
+      ASSERT_NE(span, nullptr);
+      ranklens::timing::PayloadRequest request;
+      request.ref.commId = 1;
+      request.ref.seq = seq;
+      request.src = src + seq;
+      request.bytes = 16 + seq;
+      recorder.end(span, {request});
+    }
+    ASSERT_TRUE(recorder.drain(2'000'000'000));
+    recorder.stop();
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(stored.size(), 3u);
+    for (size_t seq = 0; seq < 3; ++seq)
+      EXPECT_EQ(stored[seq], std::vector<unsigned char>(src + seq, src + seq + 16 + seq)) << "call " << seq;
+    EXPECT_EQ(recorder.stats().payloadsFailed, 0u);
+  }
 }
 
 }  // namespace

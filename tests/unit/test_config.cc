@@ -47,6 +47,7 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
                                            "payload_comms", "payload_steps", "payload_seqs", "staging_bytes",
                                            "staging_full", "timing_clock", "captured_timing", "timing_poll_us",
+                                           "payload_copy_kernel_bytes", "payload_copy_priority",
                                            "record_alternate_steps", "replay_trace",
                                            "on_mismatch", "completion",
                                            "host_time", "timing", "history", "estimate_target",
@@ -302,7 +303,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
             "payload_seqs, staging_bytes, staging_full, timing_clock, captured_timing, timing_poll_us, "
-            "record_alternate_steps, replay_trace, on_mismatch, completion, host_time, timing, history, "
+            "payload_copy_kernel_bytes, payload_copy_priority, record_alternate_steps, replay_trace, on_mismatch, completion, host_time, timing, history, "
             "estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_traffic, hold_from, peer_pacing, resync_window, "
             "prefetch_bytes, payload_device_bytes, break_at)");
@@ -593,6 +594,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
                                          "RANKLENS_PAYLOAD_SEQS", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL", "RANKLENS_TIMING_CLOCK",
                                          "RANKLENS_CAPTURED_TIMING", "RANKLENS_TIMING_POLL_US",
+                                         "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "RANKLENS_PAYLOAD_COPY_PRIORITY",
                                          "RANKLENS_RECORD_ALTERNATE_STEPS", "RANKLENS_REPLAY_TRACE",
                                          "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
@@ -603,7 +605,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip",
-                                             "events", "events", "2000", "0",
+                                             "events", "events", "2000", "64KiB", "high", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "512MiB", "256MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -667,6 +669,16 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
   r = fromYaml("", {{"RANKLENS_TIMING_CLOCK", "profiler"}});
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.error.find("expected one of events|kernel"), std::string::npos) << r.error;
+  EXPECT_EQ(fromYaml("").settings.payload_copy_kernel_bytes, 65536u);
+  EXPECT_EQ(fromYaml("payload_copy_kernel_bytes: 0\n").settings.payload_copy_kernel_bytes, 0u);
+  EXPECT_EQ(fromYaml("payload_copy_kernel_bytes: 0\n", {{"RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "8KiB"}})
+                .settings.payload_copy_kernel_bytes,
+            8192u);
+  EXPECT_EQ(fromYaml("").settings.payload_copy_priority, CopyPriority::kHigh);
+  EXPECT_EQ(fromYaml("payload_copy_priority: stream\n").settings.payload_copy_priority, CopyPriority::kStream);
+  r = fromYaml("", {{"RANKLENS_PAYLOAD_COPY_PRIORITY", "low"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("expected one of high|stream"), std::string::npos) << r.error;
 }
 
 TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {

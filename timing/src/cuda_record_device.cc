@@ -70,18 +70,17 @@ int onDevice(int device, Body body) {
 struct DriverCalls {
   using EventRecordFn = CUresult (*)(CUevent, CUstream);
   using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
-  using LaunchKernelFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                      CUstream, void**, void**);
+  using LaunchKernelFn = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
   EventRecordFn eventRecord = nullptr;
   IsCapturingFn isCapturing = nullptr;
-  LaunchKernelFn launchKernel = nullptr;  // the payload copy kernel (null: the runtime's launch)
+  LaunchKernelFn launchKernel = nullptr;  // the payload copy kernel, cuLaunchKernelEx (null: the runtime's launch)
 
   static DriverCalls resolve() {
     DriverCalls calls;
     calls.eventRecord = reinterpret_cast<EventRecordFn>(entry("cuEventRecord"));
     calls.isCapturing = reinterpret_cast<IsCapturingFn>(entry("cuStreamIsCapturing"));
     if (calls.eventRecord == nullptr || calls.isCapturing == nullptr) calls = DriverCalls();
-    calls.launchKernel = reinterpret_cast<LaunchKernelFn>(entry("cuLaunchKernel"));
+    calls.launchKernel = reinterpret_cast<LaunchKernelFn>(entry("cuLaunchKernelEx"));
     return calls;
   }
 
@@ -100,6 +99,7 @@ struct DriverCalls {
 
 class CudaRecordDevice final : public RecordDevice {
  public:
+  explicit CudaRecordDevice(const CopyOptions& copies) : copies_(copies) {}
   const char* name() const override { return "cuda"; }
   int currentDevice(int* device) override { return check(cudaGetDevice(device), "cudaGetDevice"); }
   void describe(std::string* name, std::string* uuid) override { describeCurrentCudaDevice(name, uuid); }
@@ -183,7 +183,13 @@ class CudaRecordDevice final : public RecordDevice {
     return onDevice(device, [&] {
       cudaFunction_t function = nullptr;
       if (int err = check(loadRecordCopy(&function), "loading the payload copy kernel")) return err;
-      if (device >= 0 && device < kDevices) copyKernels_[device].store(function, std::memory_order_release);
+      int least = 0, greatest = 0;
+      if (int err = check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange"))
+        return err;
+      if (device >= 0 && device < kDevices) {
+        copyPriorities_[device].store(greatest, std::memory_order_relaxed);
+        copyKernels_[device].store(function, std::memory_order_release);
+      }
       return 0;
     });
   }
@@ -193,12 +199,12 @@ class CudaRecordDevice final : public RecordDevice {
       *done = token;
       return kSignalled;
     }
-    // Up to kSignalledCopyMaxBytes a kernel writes the bytes into the mapped staging memory and says when they are
-    // there; larger copies take the copy engine's bandwidth.
+    // Up to CopyOptions::kernelMaxBytes a kernel writes the bytes into the mapped staging memory and says when they
+    // are there; larger copies take the copy engine's bandwidth.
     const uintptr_t host = mappedHost_.load(std::memory_order_acquire);
     const auto at = reinterpret_cast<uintptr_t>(dst), flag = reinterpret_cast<uintptr_t>(done);
     const uintptr_t end = host + mappedBytes_.load(std::memory_order_relaxed);
-    if (bytes <= kSignalledCopyMaxBytes && host != 0 && at >= host && at + bytes <= end && flag >= host &&
+    if (bytes <= copies_.kernelMaxBytes && host != 0 && at >= host && at + bytes <= end && flag >= host &&
         flag + sizeof(uint64_t) <= end) {
       const uintptr_t mapped = mappedDevice_.load(std::memory_order_relaxed);
       void* onGpu = reinterpret_cast<void*>(mapped + (at - host));
@@ -212,14 +218,24 @@ class CudaRecordDevice final : public RecordDevice {
         if (function != nullptr && driver_.launchKernel != nullptr) {
           unsigned long long tokenArg = token;
           void* args[] = {&onGpu, const_cast<void**>(&src), &bytes, &flagOnGpu, &tokenArg};
-          const CUresult err = driver_.launchKernel(reinterpret_cast<CUfunction>(function), 1, 1, 1, 512, 1, 1, 0,
-                                                    stream, args, nullptr);
+          CUlaunchAttribute priority = {};
+          priority.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+          priority.value.priority = copyPriorities_[device].load(std::memory_order_relaxed);
+          CUlaunchConfig config = {};
+          config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+          config.blockDimX = kCopyThreads;
+          config.blockDimY = config.blockDimZ = 1;
+          config.hStream = stream;
+          config.attrs = &priority;
+          config.numAttrs = copies_.highPriority ? 1 : 0;
+          const CUresult err = driver_.launchKernel(&config, reinterpret_cast<CUfunction>(function), args, nullptr);
           if (err == CUDA_SUCCESS) return 0;
-          setError("cuda record device: payload copy kernel: cuLaunchKernel: CUresult " +
+          setError("cuda record device: payload copy kernel: cuLaunchKernelEx: CUresult " +
                    std::to_string(static_cast<int>(err)));
           return static_cast<int>(err);
         }
-        return check(launchRecordCopy(onGpu, src, bytes, flagOnGpu, token, stream), "payload copy kernel");
+        return check(launchRecordCopy(onGpu, src, bytes, flagOnGpu, token, stream, kCopyThreads),
+                     "payload copy kernel");
       });
       return launched != 0 ? launched : kSignalled;
     }
@@ -234,7 +250,10 @@ class CudaRecordDevice final : public RecordDevice {
 
  private:
   static constexpr int kDevices = 64;
+  static constexpr unsigned kCopyThreads = 512;
+  const CopyOptions copies_;
   std::atomic<cudaFunction_t> copyKernels_[kDevices] = {};  // by device, from prepareDevice
+  std::atomic<int> copyPriorities_[kDevices] = {};           // the device's greatest stream priority
   const DriverCalls driver_ = DriverCalls::resolve();
   // The staging memory's mapping (one allocation per recorder, made before its first call).
   std::atomic<uintptr_t> mappedHost_{0}, mappedDevice_{0};
@@ -243,7 +262,7 @@ class CudaRecordDevice final : public RecordDevice {
 
 }  // namespace
 
-std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why) {
+std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why, const CopyOptions& copies) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -251,7 +270,7 @@ std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why) {
     cudaGetLastError();
     return nullptr;
   }
-  return std::make_unique<CudaRecordDevice>();
+  return std::make_unique<CudaRecordDevice>(copies);
 }
 
 }  // namespace device

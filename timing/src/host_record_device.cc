@@ -28,6 +28,7 @@ int64_t nowNs() {
 
 class HostRecordDevice final : public RecordDevice {
  public:
+  explicit HostRecordDevice(const CopyOptions& copies) : copies_(copies) {}
   const char* name() const override { return "host"; }
   int currentDevice(int* device) override {
     *device = 0;
@@ -73,8 +74,8 @@ class HostRecordDevice final : public RecordDevice {
   }
   void freePinned(void* ptr) override { free(ptr); }
   int prepareDevice(int) override { return 0; }
-  // As the CUDA device (kSignalledCopyMaxBytes): small copies signal their completion, larger ones are followed by
-  // an event.
+  // As the CUDA device (CopyOptions::kernelMaxBytes): small copies signal their completion, larger ones are followed
+  // by an event.
   int copyToHost(int, void* dst, const void* src, size_t bytes, cudaStream_t, uint64_t* done,
                  uint64_t token) override {
     if (bytes > 0 && (dst == nullptr || src == nullptr)) {
@@ -82,16 +83,21 @@ class HostRecordDevice final : public RecordDevice {
       return 1;
     }
     if (bytes > 0) memcpy(dst, src, bytes);
-    if (bytes > kSignalledCopyMaxBytes) return 0;
+    if (bytes > copies_.kernelMaxBytes) return 0;
     __atomic_store_n(done, token, __ATOMIC_RELEASE);
     return kSignalled;
   }
   void prepareBackgroundThread() override {}
+
+ private:
+  const CopyOptions copies_;
 };
 
 }  // namespace
 
-std::unique_ptr<RecordDevice> makeHostRecordDevice() { return std::make_unique<HostRecordDevice>(); }
+std::unique_ptr<RecordDevice> makeHostRecordDevice(const CopyOptions& copies) {
+  return std::make_unique<HostRecordDevice>(copies);
+}
 
 }  // namespace device
 }  // namespace ranklens

@@ -27,6 +27,7 @@ enum class StagingFull { kSkip, kWait };
 enum class TimingClock { kEvents, kKernel };
 // Record: calls captured into a CUDA graph are timed at a launch of the graph (event nodes in it), or not at all.
 enum class CapturedTiming { kEvents, kOff };
+enum class CopyPriority { kHigh, kStream };
 // Replay: what happens to a call that does not match the recording.
 enum class OnMismatch { kError, kWarn, kEstimate };
 // Replay: how a stream is held for a call's duration.
@@ -78,6 +79,8 @@ struct Settings {
   TimingClock timing_clock = TimingClock::kEvents;
   CapturedTiming captured_timing = CapturedTiming::kEvents;
   int timing_poll_us = 2000;
+  unsigned long long payload_copy_kernel_bytes = 65536;  // payloads up to this size copied by a kernel
+  CopyPriority payload_copy_priority = CopyPriority::kHigh;
   int record_alternate_steps = 0;           // benchmark: every other block of this many steps forwarded unrecorded
   // Replay of a recorded trace.
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
@@ -136,6 +139,7 @@ const char* toString(Payloads);
 const char* toString(StagingFull);
 const char* toString(TimingClock);
 const char* toString(CapturedTiming);
+const char* toString(CopyPriority);
 const char* toString(HoldFrom);
 const char* toString(PeerPacing);
 const char* toString(OnMismatch);

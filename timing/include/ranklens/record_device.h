@@ -53,19 +53,26 @@ class RecordDevice {
   // copy kernel -- writes `token` (nonzero) once the bytes are in place: it then returns kSignalled, and no event
   // needs to follow the copy. Otherwise 0: the caller orders completion with an event after it.
   static constexpr int kSignalled = -2;
-  // Copies up to this size signal their own completion (a kernel on a GPU: a copy engine's round trip stalled the
-  // stream about 10 us whatever the size on H200); larger ones are followed by an event. The host device does the
-  // same, so that CI runs both of the recorder's ways.
-  static constexpr size_t kSignalledCopyMaxBytes = 64 << 10;
   virtual int copyToHost(int device, void* dst, const void* src, size_t bytes, cudaStream_t stream, uint64_t* done,
                          uint64_t token) = 0;
   // Called once on the background thread that queries events: lets it query while another thread captures a graph.
   virtual void prepareBackgroundThread() = 0;
 };
 
-std::unique_ptr<RecordDevice> makeHostRecordDevice();
+// How copyToHost copies a received buffer (payload_copy_kernel_bytes, payload_copy_priority).
+struct CopyOptions {
+  // Copies up to this size signal their own completion (a kernel on a GPU: a copy engine's round trip stalled the
+  // stream about 10 us whatever the size on H200); larger ones, and every one when 0, are followed by an event. The
+  // host device does the same, so that CI runs both of the recorder's ways.
+  size_t kernelMaxBytes = 64 << 10;
+  // The copy kernel is launched at the device's greatest stream priority, whatever its stream's: on a GPU whose SMs
+  // are full of the job's compute it takes the first free slot instead of queueing behind pending compute blocks.
+  bool highPriority = true;
+};
+
+std::unique_ptr<RecordDevice> makeHostRecordDevice(const CopyOptions& copies = {});
 // nullptr (and `why` set) when no usable CUDA device is present. Touches no CUDA context until first used.
-std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why);
+std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why, const CopyOptions& copies = {});
 
 }  // namespace device
 }  // namespace ranklens
