@@ -38,7 +38,7 @@ for round in 1 2 3; do
     run contended_long $way $round --calls 1000 --batch 50 --contended shared --busy-ns 200000
     run contended_long $way $round --calls 1000 --batch 50 --contended threads --busy-ns 200000
     run gpu_bound $way $round --calls 4000 --batch 200 --gpu-bound 134217728
-    run host $way $round --calls 30000 --probe
+    run host $way $round --calls 20000 --probe
   done
 done
 python3 - "$out" <<'PY'
