@@ -6,6 +6,10 @@
 
 #include <cstddef>
 
+// One block spinning `ns` ns on `stream`: what a call of several ranks launches (NCCL's kernel), which a 1-rank call
+// does not.
+cudaError_t launchSpin(cudaStream_t stream, unsigned long long ns, unsigned threads);
+
 class BusySms {
  public:
   enum class Shape {

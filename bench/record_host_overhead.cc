@@ -32,7 +32,9 @@
 // SM held by its shared memory, room beside it; none: no other stream). A 1-rank all-reduce launches nothing, so the
 // real side is the floor and RankLens's side is its events and payload copies: how long the recorder's copy kernel
 // waits for an SM when the job's compute fills the GPU (RANKLENS_PAYLOAD_COPY_PRIORITY,
-// RANKLENS_PAYLOAD_COPY_KERNEL_BYTES choose how it copies).
+// RANKLENS_PAYLOAD_COPY_KERNEL_BYTES choose how it copies). --nccl-like-ns NS puts a one-block kernel of NS ns on the
+// call's stream before each call of both sides, as NCCL's kernel would be for a call of several ranks: it waits for an
+// SM first, and the copy kernel after it may take the slot it frees.
 //
 // --device host runs without a GPU (RANKLENS_DEVICE=host, host buffers, no CUDA calls): with the fake real NCCL of
 // tests/support as --real it measures RankLens's own bookkeeping per call, without CUDA events or NCCL's work.
@@ -40,7 +42,7 @@
 //   record_host_overhead --real /path/libnccl.so.2 --ranklens build/release/nccl_fake/libnccl.so.2
 //       [--calls 20000] [--batch 200] [--count 1] [--ranks 1|2] [--clock events|kernel] [--device cuda|host]
 //       [--payloads none|small|all] [--trace-dir DIR] [--probe [--poller]] [--gpu-bound BYTES]
-//       [--contended none|threads|shared [--busy-ns NS]] [--json]
+//       [--contended none|threads|shared [--busy-ns NS] [--nccl-like-ns NS]] [--json]
 #include <cuda.h>  // driver types only: the entry points come from cudaGetDriverEntryPointByVersion
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -169,6 +171,11 @@ int main(int argc, char** argv) {
       ->excludes("--gpu-bound");
   app.add_option("--busy-ns", busyNs, "with --contended: how long each busy block spins (ns)")
       ->check(CLI::Range(1000ull, 100000000ull));
+  unsigned long long ncclLikeNs = 0;
+  app.add_option("--nccl-like-ns", ncclLikeNs,
+                 "with --contended: a one-block kernel of this many ns before each call, standing in for NCCL's "
+                 "kernel (a 1-rank call launches none)")
+      ->needs("--contended");
   app.add_flag("--json", json, "print one JSON object instead of text");
   CLI11_PARSE(app, argc, argv);
 
@@ -356,6 +363,7 @@ int main(int argc, char** argv) {
         for (int i = 0; i < batch; ++i) {
           if (filler != nullptr)
             check(cudaMemsetAsync(filler, i & 0xff, gpuBoundBytes, streams[0]), "cudaMemsetAsync (filler)");
+          if (ncclLikeNs > 0) check(launchSpin(streams[0], ncclLikeNs, 512), "NCCL-like kernel");
           if (!side(which)) {
             fprintf(stderr, "record_host_overhead: ncclAllReduce failed\n");
             return 2;
@@ -378,12 +386,13 @@ int main(int argc, char** argv) {
     const char* kernelBytes = getenv("RANKLENS_PAYLOAD_COPY_KERNEL_BYTES");
     if (json)
       printf("{\"device\": \"cuda\", \"payloads\": \"%s\", \"clock\": \"%s\", \"gpu_bound_bytes\": %zu, "
-             "\"contended\": \"%s\", \"busy_ns\": %llu, \"busy_blocks_per_sm\": %d, \"count\": %zu, "
+             "\"contended\": \"%s\", \"busy_ns\": %llu, \"busy_blocks_per_sm\": %d, \"nccl_like_ns\": %llu, "
+             "\"count\": %zu, "
              "\"payload_copy_priority\": \"%s\", \"payload_copy_kernel_bytes\": \"%s\", "
              "\"blocks_per_side\": %zu, \"batch\": %d, \"gpu_ns_per_call_real\": %.1f, "
              "\"gpu_ns_per_call_ranklens\": %.1f, \"gpu_added_ns\": %.1f}\n",
              payloads.c_str(), clock.c_str(), gpuBoundBytes, contended.c_str(), contended.empty() ? 0ull : busyNs,
-             busy.blocksPerSm(), count, priority ? priority : "", kernelBytes ? kernelBytes : "", perPair[0].size(),
+             busy.blocksPerSm(), ncclLikeNs, count, priority ? priority : "", kernelBytes ? kernelBytes : "", perPair[0].size(),
              batch, real, ours, ours - real);
     else
       printf("GPU time per %scall (%s), payloads %s: real NCCL %.1f ns, through RankLens %.1f ns, added %.1f ns "
