@@ -17,6 +17,11 @@ extern "C" __global__ void ranklens_bench_Busy(unsigned long long ns) {
 
 }  // namespace
 
+cudaError_t loadSpin() {
+  cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, ranklens_bench_Busy);
+}
+
 cudaError_t launchSpin(cudaStream_t stream, unsigned long long ns, unsigned threads) {
   ranklens_bench_Busy<<<1, threads, 0, stream>>>(ns);
   return cudaGetLastError();

@@ -9,6 +9,9 @@
 // One block spinning `ns` ns on `stream`: what a call of several ranks launches (NCCL's kernel), which a 1-rank call
 // does not.
 cudaError_t launchSpin(cudaStream_t stream, unsigned long long ns, unsigned threads);
+// Loads the kernel now: with lazy module loading its first launch may synchronise the device, which deadlocks behind
+// a stream held at a gate that the host opens only after that launch.
+cudaError_t loadSpin();
 
 class BusySms {
  public:

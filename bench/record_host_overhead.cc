@@ -322,6 +322,7 @@ int main(int argc, char** argv) {
     std::thread busyThread;
     BusySms busy;
     if (!contended.empty()) {
+      check(loadSpin(), "loading the spinning kernel");
       waitValue = driverEntry<WaitValueFn>("cuStreamWaitValue32");
       void* gateHost = nullptr;
       check(cudaHostAlloc(&gateHost, sizeof(uint32_t), cudaHostAllocMapped), "cudaHostAlloc (gate)");
