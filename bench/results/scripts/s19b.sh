@@ -24,16 +24,18 @@ run() {
   local kind=$1 way=$2 round=$3; shift 3
   local payloads=small; [[ $way == none ]] && payloads=none
   n=$((n + 1))
-  line=$(env $(way_env $way) timeout 60 .carry/bin/record_host_overhead --real "$REAL" --ranklens $lib \
+  line=$(env $(way_env $way) timeout 40 .carry/bin/record_host_overhead --real "$REAL" --ranklens $lib \
            --payloads $payloads --trace-dir /tmp/s19b-$n --json "$@") \
     && echo "{\"kind\": \"$kind\", \"way\": \"$way\", \"round\": $round, ${line#\{}" >> "$out" \
-    || echo "$kind $way round $round failed: $*"
+    || { echo "$kind $way round $round failed: $*"; return 1; }
 }
 for round in 1 2; do
   ways="high stream engine none"; [[ $((round % 2)) == 0 ]] && ways="none engine stream high"
   for way in $ways; do
     for shape in none shared threads; do
-      run nccl_like $way $round --calls 2000 --batch 100 --contended $shape --busy-ns 20000 --nccl-like-ns 5000
+      [[ $shape == none && -n ${skip_none:-} ]] && continue
+      run nccl_like $way $round --calls 2000 --batch 100 --contended $shape --busy-ns 20000 --nccl-like-ns 5000 \
+        || { [[ $shape == none ]] && skip_none=1; }
     done
     run nccl_like_long $way $round --calls 1000 --batch 50 --contended threads --busy-ns 200000 --nccl-like-ns 5000
   done
