@@ -7,8 +7,13 @@
 # 3 rounds) ran out of time: without a busy stream the stand-in's first launch loaded its module behind the closed
 # gate and hung until the per-run limit. Its 12 lines (round 1, busy shapes) are kept; this runs 2 rounds, 200 us
 # blocks for the threads shape only.
+# S19B_SHAPES, S19B_ROUNDS and S19B_LONG (0: no 200 us blocks) narrow it (s19c.sh).
 set -u
 cd "$(dirname "$0")/../../.."
+shapes=${S19B_SHAPES:-none shared threads}
+rounds=${S19B_ROUNDS:-1 2}
+long=${S19B_LONG:-1}
+traces=$(mktemp -d /tmp/s19b-XXXXXX)  # a fresh trace directory per run, also on a machine that ran this before
 source bench/carry_setup.sh; carry_env; carry_real_nccl
 lib=.carry/lib/libnccl.so.2
 out=$OUT/record_copy_contended_nccl_like-$C.jsonl
@@ -25,19 +30,19 @@ run() {
   local payloads=small; [[ $way == none ]] && payloads=none
   n=$((n + 1))
   line=$(env $(way_env $way) timeout 40 .carry/bin/record_host_overhead --real "$REAL" --ranklens $lib \
-           --payloads $payloads --trace-dir /tmp/s19b-$n --json "$@") \
+           --payloads $payloads --trace-dir $traces/$n --json "$@") \
     && echo "{\"kind\": \"$kind\", \"way\": \"$way\", \"round\": $round, ${line#\{}" >> "$out" \
     || { echo "$kind $way round $round failed: $*"; return 1; }
 }
-for round in 1 2; do
+for round in $rounds; do
   ways="high stream engine none"; [[ $((round % 2)) == 0 ]] && ways="none engine stream high"
   for way in $ways; do
-    for shape in none shared threads; do
+    for shape in $shapes; do
       [[ $shape == none && -n ${skip_none:-} ]] && continue
       run nccl_like $way $round --calls 2000 --batch 100 --contended $shape --busy-ns 20000 --nccl-like-ns 5000 \
         || { [[ $shape == none ]] && skip_none=1; }
     done
-    run nccl_like_long $way $round --calls 1000 --batch 50 --contended threads --busy-ns 200000 --nccl-like-ns 5000
+    [[ $long == 1 ]] && run nccl_like_long $way $round --calls 1000 --batch 50 --contended threads --busy-ns 200000 --nccl-like-ns 5000
   done
 done
 python3 - "$out" <<'PY'
