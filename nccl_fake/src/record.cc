@@ -434,11 +434,11 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   const ranklens::trace::Timing identity = ranklens::trace::timingOf(event);
 
   // The kernel clock times a call NCCL runs as one task of its own kernel on a blocking communicator of several
-  // ranks, unless its payload is stored (a payload goes through the call recorder's span, which times with events).
+  // ranks. A payload it stores goes through a span of the call recorder that times nothing (beginPayloads).
   const bool wantsPayload = wantPayload(*comm, a.op, event.seq, event.bytes);
   KernelClock* clock = state().kernelClock.get();
   const char* func = clock != nullptr ? ranklens::timing::kernelClockFunc(event.op) : nullptr;
-  const bool kernelTimed = func != nullptr && comm->blocking && event.nranks > 1 && a.count > 0 && !wantsPayload;
+  const bool kernelTimed = func != nullptr && comm->blocking && event.nranks > 1 && a.count > 0;
   KernelClock::Task task;
   if (kernelTimed) {
     task.func = func;
@@ -456,6 +456,7 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
     } else if (!rec->reportCaptured(a.stream, identity)) {
       kspan = clock->open(identity);
       clock->expect(kspan, comm->id, event.rank, task);
+      if (wantsPayload) span = rec->beginPayloads(comm->cudaDev, a.stream, identity);
       clock->beginLaunch();
     }
   }
@@ -502,12 +503,16 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
     it = std::prev(g.streams.end());
   } else if (it->kspan != nullptr && !kernelTimed) {
     // A call the kernel clock cannot time joined this stream: its whole share of the group moves to events (no GPU
-    // work of the group is enqueued before its end, so the start event still precedes all of it).
+    // work of the group is enqueued before its end, so the start event still precedes all of it), which also carry
+    // its payloads.
     clock->cancel(it->kspan);
     it->kspan = nullptr;
+    rec->abandon(it->span);
     it->span = rec->begin(comm->cudaDev, a.stream, it->identity);
   }
   if (it->kspan != nullptr) clock->expect(it->kspan, comm->id, event.rank, task);
+  if (it->kspan != nullptr && it->span == nullptr && !payloads.empty())
+    it->span = rec->beginPayloads(comm->cudaDev, a.stream, it->identity);
   for (auto& p : payloads) it->payloads.push_back(p);
   return result;
 }

@@ -604,9 +604,10 @@ TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
 // next kernel may): the copy is ordered after the call's end and before what follows on the stream, through the
 // copy kernel (up to 64 KiB, aligned or not; at high and at the stream's priority) and through the copy engine
 // (larger, or every size with payload_copy_kernel_bytes 0). The call (a 1 ms hold, then the "received" bytes
-// written) is timed without the copy.
+// written) is timed without the copy; one the recorder does not time (`timed` false: beginPayloads, the kernel
+// clock's calls) gets no Timing record, and its payloads are stored all the same.
 void expectStoresWhatTheCallReceived(ranklens::device::CopyOptions copies, cudaStream_t stream_,
-                                     ranklens::device::StreamDevice* device_) {
+                                     ranklens::device::StreamDevice* device_, bool timed = true) {
   std::string why;
   auto rec = ranklens::device::makeCudaRecordDevice(&why, copies);
   ASSERT_NE(rec, nullptr) << why;
@@ -645,7 +646,7 @@ void expectStoresWhatTheCallReceived(ranklens::device::CopyOptions copies, cudaS
     ranklens::trace::Timing identity;
     identity.commId = 1;
     identity.seq = static_cast<uint64_t>(call);
-    auto* span = recorder.begin(dev, stream_, identity);
+    auto* span = timed ? recorder.begin(dev, stream_, identity) : recorder.beginPayloads(dev, stream_, identity);
     ASSERT_NE(span, nullptr) << ranklens::device::lastError();
     ASSERT_EQ(device_->hold(1000000, "call", stream_), 0);
     ASSERT_EQ(cudaMemsetAsync(received, 0x10 + call, kBuffer, stream_), cudaSuccess);
@@ -663,12 +664,13 @@ void expectStoresWhatTheCallReceived(ranklens::device::CopyOptions copies, cudaS
   cudaFree(received);
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(stored.size(), static_cast<size_t>(kCalls));
-  ASSERT_EQ(timings.size(), static_cast<size_t>(kCalls));
+  ASSERT_EQ(timings.size(), timed ? static_cast<size_t>(kCalls) : 0u);
   for (int call = 0; call < kCalls; ++call) {
     ASSERT_EQ(stored[call].size(), calls[call].bytes);
     EXPECT_EQ(std::count(stored[call].begin(), stored[call].end(), static_cast<unsigned char>(0x10 + call)),
               static_cast<long>(calls[call].bytes))
         << "call " << call << " (" << calls[call].bytes << " bytes at offset " << calls[call].offset << ")";
+    if (!timed) continue;
     EXPECT_GE(timings[call].durationNs, 950000) << "call " << call;
     EXPECT_LT(timings[call].durationNs, 20000000) << "call " << call;
   }
@@ -691,6 +693,11 @@ TEST_F(CudaDevice, RecorderStoresWhatTheCallReceivedBeforeTheStreamOverwritesIt)
     SCOPED_TRACE("every payload through the copy engine");
     copies.kernelMaxBytes = 0;
     expectStoresWhatTheCallReceived(copies, stream_, device_.get());
+  }
+  {
+    SCOPED_TRACE("calls the recorder does not time (the kernel clock's), both ways of copying");
+    expectStoresWhatTheCallReceived(copies, stream_, device_.get(), false);
+    expectStoresWhatTheCallReceived(ranklens::device::CopyOptions(), stream_, device_.get(), false);
   }
 }
 

@@ -9,7 +9,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,8 +36,10 @@ struct ScenarioRun {
 };
 
 // Runs a scenario with the record-mode environment plus `extra`; returns its exit status and output.
-ScenarioRun runScenario(const std::string& scenario, const std::map<std::string, std::string>& extra) {
-  const std::string dir = trace_test::freshDir(TEST_TMP_DIR, scenario + "-" + std::to_string(getpid()));
+// `tag` keeps a run's trace apart from another run of the same scenario in the same test.
+ScenarioRun runScenario(const std::string& scenario, const std::map<std::string, std::string>& extra,
+                        const std::string& tag = "") {
+  const std::string dir = trace_test::freshDir(TEST_TMP_DIR, scenario + tag + "-" + std::to_string(getpid()));
   std::map<std::string, std::string> env = {{"RANKLENS_MODE", "record"},   {"RANKLENS_DEVICE", "host"},
                                             {"RANKLENS_REAL_NCCL", FAKE_REAL_NCCL}, {"RANKLENS_TRACE_DIR", dir},
                                             {"RANK", "0"},                {"FAKE_REAL_NCCL_SPIN_US", "300"}};
@@ -257,25 +261,65 @@ TEST(RecordKernelClock, DurationsAreNcclsKernelTimes) {
   EXPECT_EQ(t.manifest.counters["kernel_clock_incomplete"], 0u);
 }
 
-// Calls whose payload is stored keep CUDA events (the copy waits for the call's end event); in a group, a stream
-// whose calls are not all kernel-timed moves wholly to events.
-TEST(RecordKernelClock, StoredPayloadsKeepEvents) {
-  ScenarioRun run = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"}});
+// Calls whose payload is stored keep the kernel clock: their payloads go through spans that time nothing (no event
+// on the calling thread but after a copy engine's copy). Every call is timed as without payloads, and every payload is
+// the one a recording with CUDA events stores.
+TEST(RecordKernelClock, StoredPayloadsKeepTheKernelClock) {
+  ScenarioRun kernel = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"}}, "-kernel");
+  ASSERT_EQ(kernel.status, 0) << kernel.output;
+  ScenarioRun bare =
+      runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"}, {"RANKLENS_PAYLOADS", "none"}}, "-bare");
+  ASSERT_EQ(bare.status, 0) << bare.output;
+  ScenarioRun events = runScenario("capture", {}, "-events");
+  ASSERT_EQ(events.status, 0) << events.output;
+  Trace t = readTrace(kernel.traceDir), withoutPayloads = readTrace(bare.traceDir),
+        withEvents = readTrace(events.traceDir);
+
+  auto kernelTimings = [](const Trace& trace) {
+    std::map<std::tuple<uint64_t, uint64_t, uint64_t>, int64_t> byCall;  // (comm, seq, stream): kernel duration
+    for (const auto& timing : trace.timings)
+      if (timing.clock == ranklens::trace::kClockKernel) byCall[{timing.commId, timing.seq, timing.stream}] = timing.durationNs;
+    return byCall;
+  };
+  ASSERT_EQ(t.timings.size(), 6u);
+  EXPECT_EQ(kernelTimings(t).size(), 5u) << "every call but the 1-rank child's";
+  EXPECT_EQ(kernelTimings(t), kernelTimings(withoutPayloads));
+  EXPECT_EQ(t.manifest.counters["kernel_clock_timed"], 5u);
+
+  ASSERT_EQ(t.payloads.size(), 5u);
+  ASSERT_EQ(withEvents.payloads.size(), 5u);
+  EXPECT_EQ(t.counter("payloads_staged"), 5u);
+  EXPECT_EQ(t.counter("payload_copy_failures"), 0u);
+  for (size_t i = 0; i < t.payloads.size(); ++i) {
+    const auto& p = t.payloads[i];
+    const auto same = std::find_if(withEvents.payloads.begin(), withEvents.payloads.end(), [&](const auto& q) {
+      return q.commId == p.commId && q.seq == p.seq && q.op == p.op && q.peer == p.peer;
+    });
+    ASSERT_NE(same, withEvents.payloads.end()) << "payload " << i;
+    std::vector<uint8_t> ours, theirs;
+    ranklens::trace::Problem problem;
+    ASSERT_TRUE(t.reader->readPayload(p, &ours, &problem)) << problem.describe();
+    ASSERT_TRUE(withEvents.reader->readPayload(*same, &theirs, &problem)) << problem.describe();
+    EXPECT_EQ(ours, theirs) << "comm " << p.commId << " seq " << p.seq;
+    EXPECT_FALSE(ours.empty());
+  }
+}
+
+// A payload bigger than payload_copy_kernel_bytes goes through a copy engine, followed by an event: under the kernel
+// clock too, and with every size there (0).
+TEST(RecordKernelClock, CopyEnginePayloadsKeepTheKernelClock) {
+  ScenarioRun run = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"},
+                                            {"RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "0"}});
   ASSERT_EQ(run.status, 0) << run.output;
   Trace t = readTrace(run.traceDir);
-  ASSERT_EQ(t.timings.size(), 6u);
-  ASSERT_EQ(t.payloads.size(), 5u);
-  int kernel = 0;
-  for (const auto& timing : t.timings) {
-    if (timing.clock != ranklens::trace::kClockKernel) {
-      EXPECT_GE(timing.durationNs, 250'000);  // host device: the fake spins 300 us per call
-      continue;
-    }
-    ++kernel;
-    EXPECT_EQ(timing.durationNs, 1100 + 131072);  // only the 128 KiB AllReduce stores no payload
+  EXPECT_EQ(t.manifest.counters["kernel_clock_timed"], 5u);
+  EXPECT_EQ(t.payloads.size(), 5u);
+  EXPECT_EQ(t.counter("payload_copy_failures"), 0u);
+  for (const auto& p : t.payloads) {
+    std::vector<uint8_t> bytes;
+    ranklens::trace::Problem problem;
+    EXPECT_TRUE(t.reader->readPayload(p, &bytes, &problem)) << problem.describe();
   }
-  EXPECT_EQ(kernel, 1);
-  EXPECT_EQ(t.manifest.counters["kernel_clock_timed"], 1u);
 }
 
 // NCCL loads one profiler plugin: when the job already names one, RankLens says so and keeps CUDA events.

@@ -31,6 +31,7 @@ struct CallRecorder::Span {
   cudaStream_t stream = nullptr;
   Event events[3] = {nullptr, nullptr, nullptr};  // start, end, copies done
   bool copies = false;
+  bool timed = true;      // false: beginPayloads (no start or end event, no Timing record)
   bool captured = false;  // its events are nodes of a CUDA graph
   uint64_t captureId = 0;  // of that graph's capture
   trace::Timing identity;
@@ -258,6 +259,7 @@ CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const t
   span->stream = stream;
   span->identity = identity;
   span->copies = false;
+  span->timed = true;
   span->staged.clear();
   if (!takeEvents(device, 2, span->events) || device_.recordEvent(span->events[0], stream) != 0) {
     counters_.timingErrors++;
@@ -269,6 +271,18 @@ CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const t
     recycle(span);
     return nullptr;
   }
+  return span;
+}
+
+CallRecorder::Span* CallRecorder::beginPayloads(int device, cudaStream_t stream, const trace::Timing& identity) {
+  if (stopped_.load(std::memory_order_relaxed) || device_.capturing(stream)) return nullptr;
+  Span* span = takeSpan();
+  span->device = device;
+  span->stream = stream;
+  span->identity = identity;
+  span->copies = false;
+  span->timed = false;
+  span->staged.clear();
   return span;
 }
 
@@ -340,7 +354,7 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
     endCaptured(span, payloads.size());
     return;
   }
-  if (device_.recordEvent(span->events[1], span->stream) != 0) {
+  if (span->timed && device_.recordEvent(span->events[1], span->stream) != 0) {
     counters_.timingErrors++;
     trace::Timing timing = span->identity;
     timing.durationNs = -1;
@@ -388,6 +402,10 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
       }
     }
   }
+  if (!span->timed && span->staged.empty()) {  // nothing was staged: nothing to wait for
+    recycle(span);
+    return;
+  }
   std::lock_guard<std::mutex> lock(pendingMu_);
   incoming_.push_back(span);
   handedOn_++;
@@ -400,20 +418,21 @@ bool CallRecorder::complete(Span* span) {
   if (span->copies && device_.queryEvent(span->events[2]) == RecordDevice::kPending) return false;
   for (const Staged& s : span->staged)
     if (s.token != 0 && __atomic_load_n(doneFlag(s), __ATOMIC_ACQUIRE) != s.token) return false;
-  trace::Timing timing = span->identity;
-  int64_t ns = -1;
-  const int state = device_.elapsedNs(span->events[0], span->events[1], &ns);
-  if (state == RecordDevice::kPending) return false;
-  const bool timed = state == 0;
-  if (!timed) {
-    counters_.timingErrors++;
-    timing.durationNs = timing.eventNs = -1;
-  } else {
-    counters_.timed++;
-    timing.eventNs = timing.durationNs = ns;
-    if (trace::chainsGap(timing)) chainGap(span, &timing);
+  if (span->timed) {
+    trace::Timing timing = span->identity;
+    int64_t ns = -1;
+    const int state = device_.elapsedNs(span->events[0], span->events[1], &ns);
+    if (state == RecordDevice::kPending) return false;
+    if (state != 0) {
+      counters_.timingErrors++;
+      timing.durationNs = timing.eventNs = -1;
+    } else {
+      counters_.timed++;
+      timing.eventNs = timing.durationNs = ns;
+      if (trace::chainsGap(timing)) chainGap(span, &timing);
+    }
+    timingSink_(timing);
   }
-  timingSink_(timing);
   for (const Staged& s : span->staged) {
     payloadSink_(s.ref, staging_ + s.offset, s.bytes);
     releaseStaging(s.offset, stagedBytes(s.bytes));

@@ -85,6 +85,10 @@ class CallRecorder {
   // stream is capturing a CUDA graph and the call cannot be timed in it (its captured Timing, with no duration, has
   // then already been written).
   Span* begin(int device, cudaStream_t stream, const trace::Timing& identity);
+  // Before the real call, for a call another clock times (the kernel clock) whose payload is stored: a span that only
+  // carries the payload copies, so that the calling thread records no event but where a copy engine's copy needs
+  // one to say it is done. nullptr once stopped, or while `stream` is capturing a CUDA graph.
+  Span* beginPayloads(int device, cudaStream_t stream, const trace::Timing& identity);
   // After the real call was accepted: records the end, enqueues the payload copies, hands the span on.
   void end(Span* span, const std::vector<PayloadRequest>& payloads);
   // The real call failed: nothing is recorded.
