@@ -275,7 +275,7 @@ CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const t
 }
 
 CallRecorder::Span* CallRecorder::beginPayloads(int device, cudaStream_t stream, const trace::Timing& identity) {
-  if (stopped_.load(std::memory_order_relaxed) || device_.capturing(stream)) return nullptr;
+  if (stopped_.load(std::memory_order_relaxed)) return nullptr;
   Span* span = takeSpan();
   span->device = device;
   span->stream = stream;

@@ -87,7 +87,7 @@ class CallRecorder {
   Span* begin(int device, cudaStream_t stream, const trace::Timing& identity);
   // Before the real call, for a call another clock times (the kernel clock) whose payload is stored: a span that only
   // carries the payload copies, so that the calling thread records no event but where a copy engine's copy needs
-  // one to say it is done. nullptr once stopped, or while `stream` is capturing a CUDA graph.
+  // one to say it is done. The caller has found `stream` not capturing (reportCaptured). nullptr once stopped.
   Span* beginPayloads(int device, cudaStream_t stream, const trace::Timing& identity);
   // After the real call was accepted: records the end, enqueues the payload copies, hands the span on.
   void end(Span* span, const std::vector<PayloadRequest>& payloads);
