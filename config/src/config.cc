@@ -656,6 +656,10 @@ const KeyDesc kKeys[] = {
      "replay (value): pinned host memory holding payloads decoded ahead of their calls by worker threads",
      [](const Input& in, Settings& s) { return parseBytes(in, 1 << 20, s.prefetch_bytes); },
      [](const Settings& s) { return showBytes(s.prefetch_bytes); }},
+    {"prefetch_threads", "RANKLENS_PREFETCH_THREADS", "0",
+     "replay (value): worker threads decoding recorded payloads ahead of their calls; 0: a quarter of the cores, 2..8",
+     [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.prefetch_threads); },
+     [](const Settings& s) { return std::to_string(s.prefetch_threads); }},
     {"payload_device_bytes", "RANKLENS_PAYLOAD_DEVICE_BYTES", "256MiB",
      "replay (timing, value): device memory that recorded payloads move into ahead of their calls, so that a "
      "restore is a copy within the GPU; 0: restore from pinned host memory",

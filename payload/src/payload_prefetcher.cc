@@ -201,28 +201,26 @@ struct PayloadPrefetcher::Impl {
     return !released.empty();
   }
 
-  // Decodes the payload of entry `position` (already inserted with memory reserved) without holding the lock.
+  // Decodes the payload of entry `position` (already inserted with memory reserved) straight into that memory,
+  // without holding the lock: nothing else touches an entry while it is kDecoding (no eviction, no discard).
   void decode(std::unique_lock<std::mutex>& lock, size_t position) {
     const RecordedCall* call = order[position];
+    Entry& e = entries.at(position);  // std::map: the reference outlives other insertions
+    uint8_t* const dst = e.data;
+    const size_t bytes = e.bytes;
     lock.unlock();
-    static thread_local std::vector<uint8_t> scratch;
     Problem problem;
-    const bool ok = recording.readPayload(*call->payload, &scratch, &problem);
+    const bool ok = recording.readPayload(*call->payload, dst, bytes, &problem);
     lock.lock();
-    Entry& e = entries[position];
-    if (ok && scratch.size() == e.bytes) {
-      memcpy(e.data, scratch.data(), scratch.size());
+    if (ok) {
       e.state = State::kReady;
       stats.decoded++;
       stats.bytesDecoded += e.bytes;
     } else {
       e.state = State::kFailed;
-      e.error = ok ? problem.file + ": payload of " + std::to_string(scratch.size()) + " bytes, its reference says " +
-                         std::to_string(e.bytes)
-                   : problem.describe();
+      e.error = problem.describe();
       stats.failures++;
     }
-    if (scratch.capacity() > (64u << 20)) std::vector<uint8_t>().swap(scratch);
     cv.notify_all();
   }
 

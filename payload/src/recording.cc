@@ -161,5 +161,9 @@ bool Recording::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Pr
   return impl_->reader->readPayload(ref, out, problem);
 }
 
+bool Recording::readPayload(const PayloadRef& ref, uint8_t* out, size_t outBytes, Problem* problem) const {
+  return impl_->reader->readPayload(ref, out, outBytes, problem);
+}
+
 }  // namespace trace
 }  // namespace ranklens

@@ -160,8 +160,11 @@ bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const
   return true;
 }
 
-bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
-                   std::vector<uint8_t>* out, std::string* reason) {
+namespace {
+
+// Every bound of a payload blob checked against `ref` and `limits`, before anything is allocated for it.
+bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
+                       std::string* reason) {
   auto fail = [&](std::string text) {
     if (reason) *reason = std::move(text);
     return false;
@@ -188,22 +191,49 @@ bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, cons
   if (ref.rawBytes > static_cast<uint64_t>(size) * 32768 + (128u << 10))
     return fail("zstd frame of " + std::to_string(size) + " bytes cannot hold the " + std::to_string(ref.rawBytes) +
                 " bytes it declares");
-  try {
-    out->resize(ref.rawBytes);
-  } catch (const std::bad_alloc&) {
-    return fail("cannot allocate " + std::to_string(ref.rawBytes) + " bytes");
-  }
+  return true;
+}
+
+// Decompresses a checked frame into `out` (ref.rawBytes long) and checks what came out.
+bool inflatePayload(const uint8_t* data, size_t size, const PayloadRef& ref, uint8_t* out, std::string* reason) {
+  auto fail = [&](std::string text) {
+    if (reason) *reason = std::move(text);
+    return false;
+  };
   // One decompression context per thread, reused (as the writer reuses its compression context): ZSTD_decompress
   // creates and initialises one per frame, which cost more than decoding a control payload of a few KiB.
   static thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-  const size_t produced = dctx ? ZSTD_decompressDCtx(dctx.get(), out->data(), out->size(), data, size)
-                               : ZSTD_decompress(out->data(), out->size(), data, size);
+  const size_t produced = dctx ? ZSTD_decompressDCtx(dctx.get(), out, ref.rawBytes, data, size)
+                               : ZSTD_decompress(out, ref.rawBytes, data, size);
   if (ZSTD_isError(produced)) return fail(std::string("zstd: ") + ZSTD_getErrorName(produced));
   if (produced != ref.rawBytes)
     return fail("decompressed " + std::to_string(produced) + " bytes, expected " + std::to_string(ref.rawBytes));
-  if (crc32Bytes(out->data(), out->size()) != ref.rawCrc32)
-    return fail("CRC-32 of the decompressed bytes does not match");
+  if (crc32Bytes(out, ref.rawBytes) != ref.rawCrc32) return fail("CRC-32 of the decompressed bytes does not match");
   return true;
+}
+
+}  // namespace
+
+bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
+                   std::vector<uint8_t>* out, std::string* reason) {
+  if (!checkPayloadFrame(data, size, ref, limits, reason)) return false;
+  try {
+    out->resize(ref.rawBytes);
+  } catch (const std::bad_alloc&) {
+    if (reason) *reason = "cannot allocate " + std::to_string(ref.rawBytes) + " bytes";
+    return false;
+  }
+  return inflatePayload(data, size, ref, out->data(), reason);
+}
+
+bool decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits, uint8_t* out,
+                       size_t outBytes, std::string* reason) {
+  if (!checkPayloadFrame(data, size, ref, limits, reason)) return false;
+  if (outBytes != ref.rawBytes) {
+    if (reason) *reason = "payload of " + std::to_string(ref.rawBytes) + " bytes, room for " + std::to_string(outBytes);
+    return false;
+  }
+  return inflatePayload(data, size, ref, out, reason);
 }
 
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason) {

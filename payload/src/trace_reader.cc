@@ -321,6 +321,18 @@ std::vector<PayloadRef> TraceReader::payloads() const {
 }
 
 bool TraceReader::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem) {
+  return readBlob(ref, problem, [&](const uint8_t* blob, size_t size, std::string* reason) {
+    return decodePayload(blob, size, ref, impl_->limits, out, reason);
+  });
+}
+
+bool TraceReader::readPayload(const PayloadRef& ref, uint8_t* out, size_t outBytes, Problem* problem) {
+  return readBlob(ref, problem, [&](const uint8_t* blob, size_t size, std::string* reason) {
+    return decodePayloadInto(blob, size, ref, impl_->limits, out, outBytes, reason);
+  });
+}
+
+bool TraceReader::readBlob(const PayloadRef& ref, Problem* problem, const BlobDecoder& decode) {
   const std::string path = impl_->dir + "/" + payloadName(ref.file);
   auto fail = [&](std::string reason, bool truncated = false) {
     if (problem) *problem = Problem{path, ref.offset, std::move(reason), truncated};
@@ -359,12 +371,16 @@ bool TraceReader::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, 
     return fail(reason, outOfBounds && ref.offset >= kFileHeaderBytes && ref.offset <= fileSize &&
                             ref.compressedBytes > fileSize - ref.offset);
   }
-  std::vector<uint8_t> blob(ref.compressedBytes);
-  const bool readOk = pread(fd, blob.data(), blob.size(), static_cast<off_t>(ref.offset)) ==
-                      static_cast<ssize_t>(blob.size());
+  // A buffer per thread, kept between payloads (a fresh one costs a page fault per 4 KiB at every read) unless large.
+  static thread_local std::vector<uint8_t> blob;
+  if (blob.size() < ref.compressedBytes) blob.resize(ref.compressedBytes);
+  const bool readOk = pread(fd, blob.data(), ref.compressedBytes, static_cast<off_t>(ref.offset)) ==
+                      static_cast<ssize_t>(ref.compressedBytes);
   ::close(fd);
+  const bool decoded = readOk && decode(blob.data(), ref.compressedBytes, &reason);
+  if (blob.size() > (64u << 20)) std::vector<uint8_t>().swap(blob);
   if (!readOk) return fail("short read");
-  if (!decodePayload(blob.data(), blob.size(), ref, impl_->limits, out, &reason)) return fail(reason);
+  if (!decoded) return fail(reason);
   return true;
 }
 

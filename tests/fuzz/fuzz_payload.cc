@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// libFuzzer target: decodePayload on arbitrary bytes. Input layout: rawBytes u32 LE, rawCrc32 u32 LE, then the blob
+// libFuzzer target: decodePayload, and decodePayloadInto beside it (they must agree), on arbitrary bytes. Input layout: rawBytes u32 LE, rawCrc32 u32 LE, then the blob
 // (compressedBytes = the rest), which is what the seeds in corpus/fuzz_payload hold. The reader's payload limit is
 // 1 MiB here: decodePayload allocates up to the limit for a frame whose declared size matches the reference, and
 // the default (16 GiB) would only exercise the allocator.
@@ -30,11 +30,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string reason;
   // A private copy of exactly the blob, so reading past it is an ASan error.
   std::vector<uint8_t> blob(data + 8, data + size);
-  if (decodePayload(blob.data(), blob.size(), ref, limits, &out, &reason)) {
+  const bool decoded = decodePayload(blob.data(), blob.size(), ref, limits, &out, &reason);
+  if (decoded) {
     check(out.size() == rawBytes);
     check(crc32Bytes(out.data(), out.size()) == rawCrc32);
   } else {
     check(!reason.empty());
+  }
+  // Into caller memory of exactly rawBytes (bounded here, as decodePayload bounds its allocation by the limit): the
+  // same verdict and bytes; one byte less room is refused.
+  if (rawBytes <= limits.maxPayloadBytes) {
+    std::vector<uint8_t> into(rawBytes);
+    std::string why;
+    check(decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), into.size(), &why) == decoded);
+    check(!decoded || into == out);
+    check(decoded || !why.empty());
+    if (rawBytes > 0) check(!decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), rawBytes - 1, &why));
   }
   // The same blob with a reference that is off by one in each size must never be accepted.
   ref.compressedBytes = blob.size() + 1;

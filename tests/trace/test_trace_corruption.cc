@@ -486,14 +486,42 @@ TEST_F(TraceCorruption, EveryBitFlipInAPayloadBlobIsCaught) {
     EXPECT_EQ(problem.file, payPath(dir_, ref));
     EXPECT_EQ(problem.offset, ref.offset);
     EXPECT_FALSE(problem.reason.empty());
-    // The neighbours in the same file are untouched.
+    // Into caller memory (value replay's prefetcher), the same refusal.
+    std::vector<uint8_t> room(ref.rawBytes);
+    Problem intoProblem;
+    EXPECT_FALSE(reader->readPayload(*back, room.data(), room.size(), &intoProblem));
+    EXPECT_EQ(intoProblem.file, problem.file);
+    EXPECT_EQ(intoProblem.offset, problem.offset);
+    EXPECT_EQ(intoProblem.reason, problem.reason);
+    // The neighbours in the same file are untouched, read either way.
     for (const PayloadRef& other : refs_) {
       if (other.file != ref.file || other.offset == ref.offset) continue;
       std::vector<uint8_t> ok;
       EXPECT_TRUE(reader->readPayload(other, &ok, &problem)) << problem.describe();
+      std::vector<uint8_t> into(other.rawBytes);
+      EXPECT_TRUE(reader->readPayload(other, into.data(), into.size(), &problem)) << problem.describe();
+      EXPECT_EQ(into, ok);
     }
   }
   restore();
+}
+
+// Into caller memory: room that is not exactly the payload's size is refused, naming both sizes, and nothing is
+// written past the room given.
+TEST_F(TraceCorruption, APayloadReadIntoTheWrongRoomIsRefused) {
+  ASSERT_FALSE(refs_.empty());
+  auto reader = openReader(pristine_);
+  ASSERT_NE(reader, nullptr);
+  const PayloadRef ref = refs_[1];
+  ASSERT_GT(ref.rawBytes, 1u);
+  std::vector<uint8_t> room(ref.rawBytes + 8, 0xAB);
+  Problem problem;
+  EXPECT_FALSE(reader->readPayload(ref, room.data(), ref.rawBytes - 1, &problem));
+  EXPECT_NE(problem.reason.find("room for " + std::to_string(ref.rawBytes - 1)), std::string::npos) << problem.reason;
+  EXPECT_FALSE(reader->readPayload(ref, room.data(), ref.rawBytes + 1, &problem));
+  ASSERT_TRUE(reader->readPayload(ref, room.data(), ref.rawBytes, &problem)) << problem.describe();
+  EXPECT_EQ(std::string(room.begin(), room.begin() + static_cast<long>(ref.rawBytes)), blobs_.at(ref.seq));
+  for (size_t i = ref.rawBytes; i < room.size(); ++i) EXPECT_EQ(room[i], 0xAB) << "byte " << i;
 }
 
 // The byte offset and size of the Frame_Content_Size field of a zstd frame header (RFC 8878 3.1.1.1).

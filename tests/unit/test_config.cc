@@ -54,7 +54,7 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "hold_blocks", "hold_threads", "hold_shared_bytes", "hold_traffic",
                                            "hold_from", "peer_pacing",
                                            "resync_window",
-                                           "prefetch_bytes", "payload_device_bytes", "break_at"};
+                                           "prefetch_bytes", "prefetch_threads", "payload_device_bytes", "break_at"};
 
 void expectDefaults(const Settings& s) {
   EXPECT_EQ(s.mode, Mode::kReplay);
@@ -306,7 +306,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
             "payload_copy_kernel_bytes, payload_copy_priority, record_alternate_steps, replay_trace, on_mismatch, completion, host_time, timing, history, "
             "estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_traffic, hold_from, peer_pacing, resync_window, "
-            "prefetch_bytes, payload_device_bytes, break_at)");
+            "prefetch_bytes, prefetch_threads, payload_device_bytes, break_at)");
   expectDefaults(r.settings);  // a failed load does not leak half-applied values
 
   r = fromYaml("{mode: replay,  bogus: 2}");
@@ -601,13 +601,13 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
                                          "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_HOLD_TRAFFIC", "RANKLENS_HOLD_FROM",
                                          "RANKLENS_PEER_PACING", "RANKLENS_RESYNC_WINDOW",
-                                         "RANKLENS_PREFETCH_BYTES", "RANKLENS_PAYLOAD_DEVICE_BYTES",
+                                         "RANKLENS_PREFETCH_BYTES", "RANKLENS_PREFETCH_THREADS", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "256MiB", "skip",
                                              "events", "events", "2000", "64KiB", "high", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
-                                             "512MiB", "256MiB", ""};
+                                             "512MiB", "0", "256MiB", ""};
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
     EXPECT_EQ(rows[i].env, envs[i]);
@@ -697,6 +697,11 @@ TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {
   EXPECT_EQ(s.payload_device_bytes, 0ull);
   EXPECT_EQ(s.break_comm, 3);
   EXPECT_EQ(s.break_seq, 120);
+  EXPECT_EQ(s.prefetch_threads, 0);
+  EXPECT_EQ(fromYaml("prefetch_threads: 8\n").settings.prefetch_threads, 8);
+  r = fromYaml("", {{"RANKLENS_PREFETCH_THREADS", "65"}});
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("threads, 0..64"), std::string::npos) << r.error;
 }
 
 TEST(ConfigReplay, HoldShape) {

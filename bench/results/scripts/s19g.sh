@@ -4,7 +4,8 @@
 # receive what they send, 0.5 GB of fp32 gradients per step, as each rank of a 2-rank job does), micro-batch 16,
 # 15 steps: the job without RankLens, recorded with payloads all (staging_full: wait), then replayed at timing
 # fidelity and at value fidelity (payload_device_bytes default, and 0: from pinned memory); median step times
-# (steps 4-15) and the replay's prefetch counters.
+# (steps 4-15) and the replay's prefetch counters. S19G_RUNS lists other replays (s19h.sh): value-tN sets
+# RANKLENS_PREFETCH_THREADS=N, value-pinned RANKLENS_PAYLOAD_DEVICE_BYTES=0.
 set -u
 cd "$(dirname "$0")/../../.."
 source bench/carry_setup.sh; carry_env; carry_real_nccl
@@ -29,8 +30,12 @@ PY
   RANKLENS_STAGING_FULL=wait timeout 200 $R record --lib $L --trace $W/rec --payloads all -- \
     $PY -m torch.distributed.run --standalone --nproc-per-node 1 $T > $W/rec.log 2>&1
   echo "record (payloads all) rc=$? median_step_ms $(step $W/rec.log) trace $(du -sh $W/rec | cut -f1)"
-  for run in timing value value-pinned; do
-    fid=${run%-pinned}; extra=""; [[ $run == value-pinned ]] && extra="RANKLENS_PAYLOAD_DEVICE_BYTES=0"
+  for run in ${S19G_RUNS:-timing value value-pinned}; do
+    fid=${run%%-*}; extra=""
+    case $run in
+      *-pinned) extra="RANKLENS_PAYLOAD_DEVICE_BYTES=0" ;;
+      *-t*) extra="RANKLENS_PREFETCH_THREADS=${run##*-t}" ;;
+    esac
     env $extra timeout 150 $R replay --lib $L --rank 0 --fidelity $fid --trace $W/rec --trace-dir $W/out-$run -- \
       $PY $T > $W/$run.log 2>&1
     echo "replay $run rc=$? median_step_ms $(step $W/$run.log)"
@@ -38,5 +43,5 @@ PY
     echo "    $(counters $W/out-$run/rank0)"
   done
 } 2>&1 | tee "$log"
-for f in base rec timing value value-pinned; do echo "===== $f"; tail -n 25 $W/$f.log; done >> "$log"
+for f in base rec ${S19G_RUNS:-timing value value-pinned}; do echo "===== $f"; tail -n 25 $W/$f.log; done >> "$log"
 cp /tmp/meta.txt "$OUT/meta_s19g-$C.txt"

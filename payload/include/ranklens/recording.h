@@ -70,6 +70,7 @@ class Recording {
   // All recorded calls in submission order.
   const std::vector<RecordedCall>& calls() const;
   bool readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem) const;
+  bool readPayload(const PayloadRef& ref, uint8_t* out, size_t outBytes, Problem* problem) const;  // ref.rawBytes
   // GroupEnd.hostNs of a recorded group; -1 when unknown.
   int64_t groupHostNs(uint64_t groupId) const;
   // The stage markers (ranklensMarkStage), in trace order.

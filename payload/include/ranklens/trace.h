@@ -283,6 +283,9 @@ bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const
 // Decode one payload blob (a zstd frame) with every bound checked against `ref` and `limits`.
 bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
                    std::vector<uint8_t>* out, std::string* reason);
+// The same into memory the caller owns, `outBytes` long (it must be ref.rawBytes): no allocation, no extra copy.
+bool decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits, uint8_t* out,
+                       size_t outBytes, std::string* reason);
 // Parse a manifest image (msgpack map); accepts any 1.x minor version.
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason);
 
@@ -313,11 +316,16 @@ class TraceReader {
   std::optional<PayloadRef> payload(uint64_t commId, int op, int peer, uint64_t seq) const;
   std::vector<PayloadRef> payloads() const;  // the effective reference of each call, in (comm, kind, peer, seq) order
   bool readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem);
+  // Into `out`, `outBytes` long (ref.rawBytes): value replay decodes straight into its pinned staging memory.
+  bool readPayload(const PayloadRef& ref, uint8_t* out, size_t outBytes, Problem* problem);
   uint32_t segmentCount() const;
 
  private:
   struct Impl;
   friend bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string* error);
+  // Reads ref's blob (file, header and bounds checked) and hands it to `decode`.
+  using BlobDecoder = std::function<bool(const uint8_t* blob, size_t size, std::string* reason)>;
+  bool readBlob(const PayloadRef& ref, Problem* problem, const BlobDecoder& decode);
   explicit TraceReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
