@@ -131,16 +131,25 @@ bool CallRecorder::reportCaptured(cudaStream_t stream, const trace::Timing& iden
   return true;
 }
 
-CallRecorder::Span* CallRecorder::takeSpan() {
+CallRecorder::Span* CallRecorder::takeSpan(int device, cudaStream_t stream, const trace::Timing& identity) {
+  Span* span = nullptr;
   {
     std::lock_guard<std::mutex> lock(spansMu_);
     if (!freeSpans_.empty()) {
-      Span* span = freeSpans_.back();
+      span = freeSpans_.back();
       freeSpans_.pop_back();
-      return span;
     }
   }
-  return new Span();
+  if (span == nullptr) span = new Span();
+  span->device = device;
+  span->stream = stream;
+  span->identity = identity;
+  span->copies = false;
+  span->timed = true;
+  span->captured = false;
+  span->captureId = 0;
+  span->staged.clear();
+  return span;
 }
 
 void CallRecorder::writeCaptured(const trace::Timing& identity, int64_t durationNs) {
@@ -159,14 +168,9 @@ CallRecorder::Span* CallRecorder::beginCaptured(int device, cudaStream_t stream,
     room = retired_.size() + 2 * captured_.size() + 2 <= kMaxRetiredEvents;
   }
   if (room) {
-    Span* span = takeSpan();
-    span->device = device;
-    span->stream = stream;
-    span->identity = identity;
-    span->copies = false;
+    Span* span = takeSpan(device, stream, identity);
     span->captured = true;
     span->captureId = device_.captureId(stream);
-    span->staged.clear();
     // From the pool as it is: creating events is no business of a capture.
     if (!takeEvents(device, 2, span->events, false)) {
       span->events[0] = span->events[1] = nullptr;
@@ -254,13 +258,7 @@ void CallRecorder::finishCaptured() {
 CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const trace::Timing& identity) {
   if (stopped_.load(std::memory_order_relaxed)) return nullptr;
   if (device_.capturing(stream)) return beginCaptured(device, stream, identity);
-  Span* span = takeSpan();
-  span->device = device;
-  span->stream = stream;
-  span->identity = identity;
-  span->copies = false;
-  span->timed = true;
-  span->staged.clear();
+  Span* span = takeSpan(device, stream, identity);
   if (!takeEvents(device, 2, span->events) || device_.recordEvent(span->events[0], stream) != 0) {
     counters_.timingErrors++;
     trace::Timing timing = identity;
@@ -276,13 +274,8 @@ CallRecorder::Span* CallRecorder::begin(int device, cudaStream_t stream, const t
 
 CallRecorder::Span* CallRecorder::beginPayloads(int device, cudaStream_t stream, const trace::Timing& identity) {
   if (stopped_.load(std::memory_order_relaxed)) return nullptr;
-  Span* span = takeSpan();
-  span->device = device;
-  span->stream = stream;
-  span->identity = identity;
-  span->copies = false;
+  Span* span = takeSpan(device, stream, identity);
   span->timed = false;
-  span->staged.clear();
   return span;
 }
 

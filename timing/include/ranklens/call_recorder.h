@@ -132,7 +132,8 @@ class CallRecorder {
   };
   void chainGap(Span* span, trace::Timing* timing);  // background thread: Timing.gapNs, and keeps the span's end
   void recycle(Span* span);
-  Span* takeSpan();
+  // A span from the free list (or new), set up for a call on `stream`: timed, not captured, nothing staged.
+  Span* takeSpan(int device, cudaStream_t stream, const trace::Timing& identity);
   // Captured calls (begin/end under a graph capture).
   Span* beginCaptured(int device, cudaStream_t stream, const trace::Timing& identity);
   void endCaptured(Span* span, size_t payloads);
