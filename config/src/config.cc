@@ -507,6 +507,13 @@ const KeyDesc kKeys[] = {
      "record: store payloads only of calls whose per-communicator sequence number is in this range",
      [](const Input& in, Settings& s) { return parseRange(in, s.payload_seqs); },
      [](const Settings& s) { return showRange(s.payload_seqs); }},
+    {"payload_zstd_level", "RANKLENS_PAYLOAD_ZSTD_LEVEL", "-1",
+     "record: the zstd level payloads are compressed at (negative: zstd's fast levels); a value replay decodes "
+     "them again, so it bounds both full-payload recording and value replay",
+     [](const Input& in, Settings& s) {
+       return parseInt(in, -100, 19, "a zstd level, -100..19", s.payload_zstd_level);
+     },
+     [](const Settings& s) { return std::to_string(s.payload_zstd_level); }},
     {"staging_bytes", "RANKLENS_STAGING_BYTES", "256MiB",
      "record: pinned host memory for payloads copied off the GPU and not yet compressed (allocated at the first "
      "communicator when payloads are on); a larger message is skipped and counted",

@@ -560,10 +560,10 @@ void installWriterSetup() {
     if (auto* device = state().device.get()) device->describe(&manifest->gpu_name, &manifest->gpu_uuid);
     manifest->writer = describeWriter(s, lib);
     if (s.payloads != ranklens::config::Payloads::kNone) {
-      // Full capture is bounded by compression (measured: ~1.5 GB/s of gradients per rank for DDP on 2x H200):
-      // a quarter of the cores, 2..8, and zstd's fastest level.
+      // Full capture is bounded by compression (measured: ~1.5 GB/s of gradients per rank for DDP on 2x H200 at
+      // level 1): a quarter of the cores, 2..8, and payload_zstd_level (a fast level by default).
       writer->compressionThreads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
-      writer->zstdLevel = 1;
+      writer->zstdLevel = s.payload_zstd_level;
       writer->queueBytes = std::max<size_t>(writer->queueBytes, 256u << 20);
       writer->recordReserveBytes = 16u << 20;  // a stalled payload stream never crowds out call records
     }

@@ -216,6 +216,27 @@ TEST(RecordCapture, AlternateStepsForwardEveryOtherBlockUnrecorded) {
   EXPECT_EQ(t.stages.size(), 4u);   // the markers themselves are always written
 }
 
+// Payloads are compressed at payload_zstd_level (a fast level by default), recorded in each PayloadRef, and read back
+// whatever the level.
+TEST(RecordCapture, PayloadsAtTheConfiguredZstdLevel) {
+  for (const char* level : {"", "3"}) {
+    SCOPED_TRACE(std::string("RANKLENS_PAYLOAD_ZSTD_LEVEL '") + level + "'");
+    std::map<std::string, std::string> env;
+    if (*level) env["RANKLENS_PAYLOAD_ZSTD_LEVEL"] = level;
+    ScenarioRun run = runScenario("capture", env, *level ? "-level" : "-default");
+    ASSERT_EQ(run.status, 0) << run.output;
+    Trace t = readTrace(run.traceDir);
+    ASSERT_EQ(t.payloads.size(), 5u);
+    for (const auto& p : t.payloads) {
+      EXPECT_EQ(p.zstdLevel, *level ? 3 : -1);
+      std::vector<uint8_t> bytes;
+      ranklens::trace::Problem problem;
+      EXPECT_TRUE(t.reader->readPayload(p, &bytes, &problem)) << problem.describe();
+      EXPECT_EQ(bytes.size(), p.rawBytes);
+    }
+  }
+}
+
 // timing_clock: kernel. The fake real NCCL loads RankLens's library as its profiler plugin (NCCL_PROFILER_PLUGIN, set
 // by record mode) and reports each task's channels with made-up GPU timestamps: a task's kernel time is
 // 100 (channels - 1) + 1000 + bytes ns, tasks start 10 us apart (tests/support/fake_real_nccl.cc).

@@ -75,6 +75,7 @@ struct Settings {
   Range payload_steps;                      // step numbers (ranklensMarkStage); all by default
   Range payload_seqs;                       // per-communicator sequence numbers; all by default
   unsigned long long staging_bytes = 256ull << 20;  // pinned host memory for payloads in flight
+  int payload_zstd_level = -1;             // zstd level of stored payloads (negative: fast levels)
   StagingFull staging_full = StagingFull::kSkip;
   TimingClock timing_clock = TimingClock::kEvents;
   CapturedTiming captured_timing = CapturedTiming::kEvents;
