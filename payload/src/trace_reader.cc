@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <tuple>
 
 #include "ranklens/trace.h"
@@ -373,7 +374,12 @@ bool TraceReader::readBlob(const PayloadRef& ref, Problem* problem, const BlobDe
   }
   // A buffer per thread, kept between payloads (a fresh one costs a page fault per 4 KiB at every read) unless large.
   static thread_local std::vector<uint8_t> blob;
-  if (blob.size() < ref.compressedBytes) blob.resize(ref.compressedBytes);
+  try {
+    if (blob.size() < ref.compressedBytes) blob.resize(ref.compressedBytes);
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    return fail("cannot allocate " + std::to_string(ref.compressedBytes) + " bytes to read the blob");
+  }
   const bool readOk = pread(fd, blob.data(), ref.compressedBytes, static_cast<off_t>(ref.offset)) ==
                       static_cast<ssize_t>(ref.compressedBytes);
   ::close(fd);
