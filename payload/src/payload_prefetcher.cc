@@ -336,10 +336,13 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
     it = next;
   }
   auto it = im.entries.find(position);
+  bool waited = false;
   if (it == im.entries.end()) {
     im.stats.waits++;
+    waited = true;
     Impl::Entry e;
     e.bytes = call->payload->rawBytes;
+    bool scheduled = false;  // a worker took this payload on while the loop below waited without the lock
     // Room: evict what was decoded furthest ahead, then wait for copies in flight; else an own allocation.
     while (!im.reserve(e.bytes, &e.data, &e.reserved)) {
       if (FreeList::rounded(e.bytes) > im.options.arenaBytes || im.arena == nullptr) break;
@@ -359,22 +362,31 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
         if (!decoding) break;  // fragmented by acquired entries: use an own allocation
       }
       im.cv.wait_for(lock, std::chrono::microseconds(200));
-    }
-    if (e.data == nullptr) {
-      im.stats.oversized++;
-      e.data = static_cast<uint8_t*>(im.alloc(std::max<size_t>(e.bytes, 1)));
-      e.own = true;
-      if (e.data == nullptr) {
-        *error = "cannot allocate " + std::to_string(e.bytes) + " bytes of pinned memory for a payload";
-        return false;
+      if (im.entries.count(position)) {
+        scheduled = true;  // decoding it here too would write into the worker's memory beside it
+        break;
       }
     }
-    it = im.entries.emplace(position, std::move(e)).first;
-    if (im.nextToSchedule == position) ++im.nextToSchedule;
-    im.decode(lock, position);
-    it = im.entries.find(position);
-  } else if (it->second.state == Impl::State::kDecoding) {
-    im.stats.waits++;
+    if (scheduled) {
+      it = im.entries.find(position);
+    } else {
+      if (e.data == nullptr) {
+        im.stats.oversized++;
+        e.data = static_cast<uint8_t*>(im.alloc(std::max<size_t>(e.bytes, 1)));
+        e.own = true;
+        if (e.data == nullptr) {
+          *error = "cannot allocate " + std::to_string(e.bytes) + " bytes of pinned memory for a payload";
+          return false;
+        }
+      }
+      it = im.entries.emplace(position, std::move(e)).first;
+      if (im.nextToSchedule == position) ++im.nextToSchedule;
+      im.decode(lock, position);
+      it = im.entries.find(position);
+    }
+  }
+  if (it->second.state == Impl::State::kDecoding) {
+    if (!waited) im.stats.waits++;
     im.cv.wait(lock, [&] { return im.entries.at(position).state != Impl::State::kDecoding; });
     it = im.entries.find(position);
   }
