@@ -14,7 +14,6 @@
 #include <memory>
 #include <shared_mutex>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -560,9 +559,9 @@ void installWriterSetup() {
     if (auto* device = state().device.get()) device->describe(&manifest->gpu_name, &manifest->gpu_uuid);
     manifest->writer = describeWriter(s, lib);
     if (s.payloads != ranklens::config::Payloads::kNone) {
-      // Full capture is bounded by compression (measured: ~1.5 GB/s of gradients per rank for DDP on 2x H200 at
-      // level 1): a quarter of the cores, 2..8, and payload_zstd_level (a fast level by default).
-      writer->compressionThreads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
+      // Full capture spends these threads compressing (~1.5 GB/s of gradients per rank for DDP on 2x H200 at level 1,
+      // an older measurement; session 19 found it bounded elsewhere too): payload_zstd_level, a fast level by default.
+      writer->compressionThreads = workerThreads();
       writer->zstdLevel = s.payload_zstd_level;
       writer->queueBytes = std::max<size_t>(writer->queueBytes, 256u << 20);
       writer->recordReserveBytes = 16u << 20;  // a stalled payload stream never crowds out call records

@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "nccl_fake/runtime.h"
@@ -342,9 +341,7 @@ Session* load() {
         options.arenaBytes =
             std::min<uint64_t>(st.prefetch_bytes, std::max<uint64_t>(16ull << 20, 4 * s->controlPayloadBytes));
       }
-      options.threads = st.prefetch_threads > 0
-                            ? st.prefetch_threads
-                            : static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u));
+      options.threads = st.prefetch_threads > 0 ? st.prefetch_threads : workerThreads();
       // Payloads move on into device memory (on the device current now, the replayed rank's), a timing replay's
       // control values into no more than its pinned arena.
       ranklens::trace::PayloadPrefetcher::DeviceStage stage;

@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 namespace nccl_fake {
 
@@ -26,6 +28,8 @@ int64_t realtimeNs() {
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
+
+int workerThreads() { return static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u)); }
 
 Runtime& Runtime::get() {
   // Never destroyed: frameworks call NCCL (destroy, abort) from atexit handlers and static destructors.

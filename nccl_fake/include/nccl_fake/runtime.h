@@ -87,5 +87,8 @@ class Runtime {
 
 int64_t monotonicNs();
 int64_t realtimeNs();
+// How many threads RankLens's own background work takes (payload compression in record, payload decoding in value
+// replay): a quarter of the cores, 2..8, so that the job keeps the rest.
+int workerThreads();
 
 }  // namespace nccl_fake
