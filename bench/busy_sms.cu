@@ -28,7 +28,6 @@ cudaError_t launchSpin(cudaStream_t stream, unsigned long long ns, unsigned thre
 }
 
 cudaError_t BusySms::init(Shape shape, unsigned long long blockNs, int waves) {
-  shape_ = shape;
   blockNs_ = blockNs;
   int device = 0, sms = 0;
   if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;

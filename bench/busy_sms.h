@@ -23,10 +23,8 @@ class BusySms {
   cudaError_t init(Shape shape, unsigned long long blockNs, int waves);
   cudaError_t launch(cudaStream_t stream) const;
   int blocksPerSm() const { return blocksPerSm_; }
-  unsigned grid() const { return grid_; }
 
  private:
-  Shape shape_ = Shape::kThreads;
   unsigned long long blockNs_ = 0;
   unsigned threads_ = 0, grid_ = 0;
   size_t sharedBytes_ = 0;

@@ -347,6 +347,11 @@ int main(int argc, char** argv) {
         });
       }
     }
+    // Before any return: a thread left running (not joined) would end the program with std::terminate.
+    auto stopBusyThread = [&] {
+      stopBusy = true;
+      if (busyThread.joinable()) busyThread.join();
+    };
     cudaEvent_t blockStart, blockEnd;
     check(cudaEventCreate(&blockStart), "cudaEventCreate");
     check(cudaEventCreate(&blockEnd), "cudaEventCreate");
@@ -358,6 +363,7 @@ int main(int argc, char** argv) {
             waitValue(streams[0], reinterpret_cast<CUdeviceptr>(gateOnGpu), ++gateValue, CU_STREAM_WAIT_VALUE_GEQ) !=
                 CUDA_SUCCESS) {
           fprintf(stderr, "record_host_overhead: cuStreamWaitValue32 failed\n");
+          stopBusyThread();
           return 2;
         }
         check(cudaEventRecord(blockStart, streams[0]), "cudaEventRecord");
@@ -367,6 +373,7 @@ int main(int argc, char** argv) {
           if (ncclLikeNs > 0) check(launchSpin(streams[0], ncclLikeNs, 512), "NCCL-like kernel");
           if (!side(which)) {
             fprintf(stderr, "record_host_overhead: ncclAllReduce failed\n");
+            stopBusyThread();
             return 2;
           }
         }
@@ -378,8 +385,7 @@ int main(int argc, char** argv) {
         if (block >= 2) perPair[which].push_back(ms * 1e6 / batch);  // the first blocks warm up
       }
     }
-    stopBusy = true;
-    if (busyThread.joinable()) busyThread.join();
+    stopBusyThread();
     oursFlush();
     oursDestroy(comms[0]);
     const double real = percentile(perPair[0], 0.5), ours = percentile(perPair[1], 0.5);
