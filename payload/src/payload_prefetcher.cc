@@ -338,6 +338,9 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
   auto it = im.entries.find(position);
   bool waited = false;
   if (it == im.entries.end()) {
+    // The program has moved past the payloads before this one: the workers go on from here (they may still take
+    // this one on while the loop below waits for room), never back to one the program skipped or has used.
+    im.nextToSchedule = std::max(im.nextToSchedule, position);
     im.stats.waits++;
     waited = true;
     Impl::Entry e;
@@ -380,7 +383,7 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
         }
       }
       it = im.entries.emplace(position, std::move(e)).first;
-      if (im.nextToSchedule == position) ++im.nextToSchedule;
+      im.nextToSchedule = std::max(im.nextToSchedule, position + 1);  // else a worker decodes it again once released
       im.decode(lock, position);
       it = im.entries.find(position);
     }
