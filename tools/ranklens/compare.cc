@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ranklens/host_time.h"
+#include "text_format.h"
 #include "trace_log.h"
 
 namespace ranklens {
@@ -450,19 +451,6 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
           {"estimated", estimated},
           {"recorded_host_time", host},
           {"match", c.matches()}};
-}
-
-std::string msText(double ns) {
-  std::ostringstream text;
-  text << std::fixed << std::setprecision(3) << ns / 1e6 << " ms";
-  return text.str();
-}
-
-std::string percentText(double fraction, bool withSign) {
-  std::ostringstream text;
-  if (withSign) text << std::showpos;
-  text << std::fixed << std::setprecision(2) << fraction * 100 << "%";
-  return text.str();
 }
 
 void printCall(const char* side, const Call* call, std::ostream& out) {

@@ -14,6 +14,7 @@
 #include "ranklens/events.h"
 #include "ranklens/nccl_tests_import.h"
 #include "ranklens/trace.h"
+#include "text_format.h"
 #include "trace_log.h"
 
 namespace ranklens {
@@ -254,12 +255,6 @@ int runHistoryImportNcclTests(const EstimateOptions& o) {
 
 namespace {
 
-std::string percent(double v) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(2) << v * 100 << "%";
-  return s.str();
-}
-
 // eval --against: every sample of another history estimated from this one.
 int runEstimateEvalAgainst(const EstimateOptions& o, const timing::History& history, const std::string& target) {
   timing::History judged;
@@ -283,7 +278,7 @@ int runEstimateEvalAgainst(const EstimateOptions& o, const timing::History& hist
             << std::setw(10) << "median" << std::setw(10) << "p90" << "\n";
   for (const auto& [key, stats] : errors) {
     std::cout << std::left << std::setw(28) << key << std::right << std::setw(9) << stats.count << std::setw(10)
-              << percent(stats.median) << std::setw(10) << percent(stats.p90) << "\n";
+              << percentText(stats.median) << std::setw(10) << percentText(stats.p90) << "\n";
     doc["errors"][key] = {{"count", stats.count}, {"median", stats.median}, {"p90", stats.p90}};
   }
   std::cout << "\nrelative error |estimate - recorded| / recorded (" << target << "); extrapolated estimates: "
@@ -318,10 +313,10 @@ int runEstimateEval(const EstimateOptions& o) {
   for (const auto& [key, loo] : ev.leaveOneOut) {
     auto it = ev.leaveOneRunOut.find(key);
     std::cout << std::left << std::setw(28) << key << std::right << std::setw(9) << loo.count << std::setw(10)
-              << percent(loo.median) << std::setw(10) << percent(loo.p90) << "   | ";
+              << percentText(loo.median) << std::setw(10) << percentText(loo.p90) << "   | ";
     if (it != ev.leaveOneRunOut.end())
-      std::cout << std::setw(9) << it->second.count << std::setw(10) << percent(it->second.median) << std::setw(10)
-                << percent(it->second.p90);
+      std::cout << std::setw(9) << it->second.count << std::setw(10) << percentText(it->second.median) << std::setw(10)
+                << percentText(it->second.p90);
     else
       std::cout << std::setw(29) << "(one job)";
     std::cout << "\n";

@@ -13,6 +13,7 @@
 #include "ranklens/peer_waits.h"
 #include "ranklens/recording.h"
 #include "ranklens/trace.h"
+#include "text_format.h"
 #include "trace_log.h"
 
 namespace ranklens {
@@ -31,12 +32,7 @@ int64_t medianAfter(const std::vector<timing::StepWaits>& steps, int warmup, int
   return v[v.size() / 2];
 }
 
-std::string ms(int64_t ns) {
-  std::ostringstream text;
-  if (ns < 0) return "-";
-  text << std::fixed << std::setprecision(2) << static_cast<double>(ns) / 1e6 << " ms";
-  return text.str();
-}
+std::string ms(int64_t ns) { return ns < 0 ? "-" : msText(static_cast<double>(ns), 2); }
 
 }  // namespace
 
