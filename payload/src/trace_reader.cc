@@ -3,6 +3,7 @@
 // random access by call, bounded payload reads. Damage becomes a Problem; nothing here trusts a length.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sanitizer/asan_interface.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -383,7 +384,11 @@ bool TraceReader::readBlob(const PayloadRef& ref, Problem* problem, const BlobDe
   const bool readOk = pread(fd, blob.data(), ref.compressedBytes, static_cast<off_t>(ref.offset)) ==
                       static_cast<ssize_t>(ref.compressedBytes);
   ::close(fd);
+  // The buffer may be larger than this blob: poisoned past its end, a decoder that reads past the blob still fails
+  // under AddressSanitizer (no-ops in other builds).
+  ASAN_POISON_MEMORY_REGION(blob.data() + ref.compressedBytes, blob.size() - ref.compressedBytes);
   const bool decoded = readOk && decode(blob.data(), ref.compressedBytes, &reason);
+  ASAN_UNPOISON_MEMORY_REGION(blob.data() + ref.compressedBytes, blob.size() - ref.compressedBytes);
   if (blob.size() > (64u << 20)) std::vector<uint8_t>().swap(blob);
   if (!readOk) return fail("short read");
   if (!decoded) return fail(reason);
