@@ -19,12 +19,12 @@ carry_frameworks() {
 }
 
 # carry_env: what every GPU-side results script sets up first, from the repository root: PY (the machine's torch
-# interpreter), unbuffered Python output, the carried yaml-cpp on LD_LIBRARY_PATH, C (the commit the carried build
+# interpreter), unbuffered Python output, the carried yaml-cpp and ISA-L on LD_LIBRARY_PATH, C (the commit the carried build
 # was made from, .carry/COMMIT), /tmp/meta.txt (date, GPUs, CPUs) and the adapter beside the carried launcher.
 carry_env() {
   PY=/opt/torch/.venv/bin/python; [[ -x $PY ]] || PY=$(command -v python3)
   export PYTHONUNBUFFERED=1
-  export LD_LIBRARY_PATH=$PWD/.carry/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # yaml-cpp (Debian 12)
+  export LD_LIBRARY_PATH=$PWD/.carry/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # yaml-cpp, ISA-L (Debian 12)
   C=$(head -1 .carry/COMMIT)
   { date -u +%FT%TZ; nvidia-smi -L; nproc; lscpu | grep "Model name"; } > /tmp/meta.txt 2>&1
   carry_adapter .carry

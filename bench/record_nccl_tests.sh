@@ -29,7 +29,7 @@ and writes OUT/record_nccl_tests.json and OUT/record_nccl_tests.log.
 Options (defaults in brackets; relative paths are taken from the current directory):
   --bin-dir DIR     nccl-tests binaries (*_perf), or a folder holding nccl-tests-bin.tar.xz to unpack
                     into the work directory [.carry/nccl-tests]
-  --lib-dir DIR     folder of RankLens's libnccl.so.2 (and libyaml-cpp.so.0.7) [.carry/lib]
+  --lib-dir DIR     folder of RankLens's libnccl.so.2 (and libyaml-cpp.so.0.7, libisal.so.2) [.carry/lib]
   --real-nccl PATH  the real libnccl.so.2 [the pip wheel's, found from --python's sys.path]
   --python PY       interpreter for discovery and the summary (needs msgpack to count records)
                     [/opt/torch/.venv/bin/python if present, else python3]

@@ -10,7 +10,7 @@
 #      one GPU (what the README's main-job command does).
 # Run from the repository root with the carried build (see bench/README.md):
 #   OUT=/tmp/out bench/run_launcher_acceptance.sh
-# .carry/ holds bin/{ranklens,nccl_minitrain}, lib/{libnccl.so.2,libyaml-cpp.so.0.7} and cudart/libcudart.so.13
+# .carry/ holds bin/{ranklens,nccl_minitrain}, lib/{libnccl.so.2,libyaml-cpp.so.0.7,libisal.so.2} and cudart/libcudart.so.13
 # (nccl_minitrain's, from the CUDA toolkit; kept apart so that torch does not pick it up).
 # Everything lands under $OUT (logs, JSON, traces); the exit status is 0 when every check passed.
 set -u

@@ -9,6 +9,9 @@
 #   bench/run_trace_store_bench.sh --benchmark_filter=meta   # extra flags go to the benchmark binary
 #   OUT=/tmp/x.json bench/run_trace_store_bench.sh       # write elsewhere
 #   WAIT_IDLE_S=0 bench/run_trace_store_bench.sh         # do not wait for idle CPUs first (default: up to 600 s)
+#   BIN=/tmp/old/trace_store_bench bench/run_trace_store_bench.sh   # another build of the benchmark (e.g. an older
+#                                                        # commit's, for a before/after): not rebuilt; the JSON
+#                                                        # still names this checkout's commit, so say which in OUT
 #
 # On a shared machine other processes distort the numbers. The script waits (up to WAIT_IDLE_S) until the CPUs are
 # at most 10% busy over 3 s, and records how much CPU time other processes used during the run
@@ -20,15 +23,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SCRIPT_COMMAND="bench/run_trace_store_bench.sh"
 (($#)) && SCRIPT_COMMAND+="$(printf ' %q' "$@")"
-for var in WAIT_IDLE_S OUT REPS TMPDIR; do  # the settings given, as they were given
+for var in WAIT_IDLE_S OUT REPS TMPDIR BIN; do  # the settings given, as they were given
   if [[ -n "${!var+x}" ]]; then SCRIPT_COMMAND="$var=$(printf '%q' "${!var}") $SCRIPT_COMMAND"; fi
 done
 REPS="${REPS:-7}"
 OUT="${OUT:-bench/results/trace_store_bench.json}"
 
-cmake --preset release >/dev/null
-cmake --build --preset release --target trace_store_bench
-BIN=build/release/bench/trace_store_bench
+if [[ -z "${BIN:-}" ]]; then
+  cmake --preset release >/dev/null
+  cmake --build --preset release --target trace_store_bench
+  BIN=build/release/bench/trace_store_bench
+fi
 [[ -x "$BIN" ]] || { echo "run_trace_store_bench.sh: $BIN was not built (is libbenchmark-dev installed?)" >&2; exit 1; }
 
 SCRATCH="${TMPDIR:-/tmp}"

@@ -16,6 +16,7 @@
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -391,14 +392,16 @@ void BM_ZstdCompress(benchmark::State& state, int level, int dtype, size_t bytes
   state.counters["ratio"] = compressed ? static_cast<double>(seq * bytes) / compressed : 0.0;
 }
 
-// Baseline: zlib CRC-32 alone (the writer computes it over every raw payload, the reader over every decoded one,
-// on top of zstd's own content checksum).
-void BM_Crc32(benchmark::State& state, int dtype) {
+// CRC-32 alone (the writer computes it over every raw payload, the reader over every decoded one, on top of zstd's
+// own content checksum): the trace format's (ISA-L), and zlib's crc32() beside it, which computed it until session
+// 20 (same values).
+void BM_Crc32(benchmark::State& state, int dtype, bool zlib) {
   const std::vector<uint8_t>& data = pool(dtype);
   uint64_t done = 0;
   OtherLoad load;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(trace::crc32Bytes(data.data(), data.size()));
+    if (zlib) benchmark::DoNotOptimize(crc32(0L, data.data(), static_cast<uInt>(data.size())));
+    else benchmark::DoNotOptimize(trace::crc32Bytes(data.data(), data.size()));
     done += data.size();
   }
   load.report(state);
@@ -578,7 +581,7 @@ void registerAll() {
         ->UseRealTime()
         ->Iterations((1 << 18) / batch);
   for (int threads : {1, 2})
-    for (int level : {1, 3})
+    for (int level : {-1, 1, 3})
       for (int dtype : {kF32, kBf16})
         for (size_t bytes : kSizes)
           benchmark::RegisterBenchmark(
@@ -586,7 +589,7 @@ void registerAll() {
               BM_PayloadWrite, threads, level, dtype, bytes)
               ->UseRealTime()
               ->MinTime(0.25);
-  for (int level : {1, 3})
+  for (int level : {-1, 1, 3})
     for (int dtype : {kF32, kBf16})
       for (size_t bytes : kSizes)
         for (bool reuse : {false, true})
@@ -596,13 +599,15 @@ void registerAll() {
               ->UseRealTime()
               ->MinTime(0.2);
   for (int dtype : {kF32, kBf16})
-    benchmark::RegisterBenchmark((std::string("crc32/") + dtypeName(dtype) + "/8MiB").c_str(), BM_Crc32, dtype)
-        ->UseRealTime()
-        ->MinTime(0.1);
+    for (bool zlib : {false, true})
+      benchmark::RegisterBenchmark((std::string(zlib ? "crc32_zlib/" : "crc32/") + dtypeName(dtype) + "/8MiB").c_str(),
+                                   BM_Crc32, dtype, zlib)
+          ->UseRealTime()
+          ->MinTime(0.1);
   benchmark::RegisterBenchmark("read/scan/count", BM_ReadScan, false)->UseRealTime()->MinTime(0.2);
   benchmark::RegisterBenchmark("read/scan/decode_call", BM_ReadScan, true)->UseRealTime()->MinTime(0.2);
   const char* kModes[] = {"read/payload", "read/decode_in_memory", "zstd/decompress"};
-  for (int level : {1, 3})
+  for (int level : {-1, 1, 3})  // -1: payload_zstd_level's default
     for (int dtype : {kF32, kBf16})
       for (size_t bytes : kSizes)
         for (int mode : {0, 1, 2})

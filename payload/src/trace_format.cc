@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pure, bounded parsers of the trace format (segments, payload blobs, manifest) and small shared helpers. These are
 // what the fuzz targets exercise: no I/O, no allocation beyond the configured limits.
-#include <zlib.h>
+#include <isa-l/crc.h>
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader; zstd is linked statically
 #include <zstd.h>
 
@@ -34,14 +34,7 @@ const char* recordTypeName(RecordType type) {
 }
 
 uint32_t crc32Bytes(const void* data, size_t size) {
-  uLong running = crc32(0L, Z_NULL, 0);
-  const auto* bytes = static_cast<const Bytef*>(data);
-  for (size_t done = 0; done < size;) {  // zlib takes uInt lengths: feed large buffers in slices
-    const size_t slice = std::min<size_t>(size - done, 1u << 30);
-    running = crc32(running, bytes + done, static_cast<uInt>(slice));
-    done += slice;
-  }
-  return static_cast<uint32_t>(running);
+  return crc32_gzip_refl(0, static_cast<const unsigned char*>(data), size);  // zlib's crc32(), any length
 }
 
 std::string Problem::describe() const { return file + ": offset " + std::to_string(offset) + ": " + reason; }

@@ -177,7 +177,7 @@ void describeHost(Manifest* manifest);
 // "" when both manifests name the same processor, CPU count and GPU (or a side does not say); else what differs,
 // e.g. "CPUs 16 against 32".
 std::string machineDifference(const Manifest& recorded, const Manifest& replayed);
-uint32_t crc32Bytes(const void* data, size_t size);  // zlib CRC-32, any size
+uint32_t crc32Bytes(const void* data, size_t size);  // CRC-32 as zlib computes it (ISA-L), any size
 std::string segmentName(uint32_t index);  // seg-000000.rls
 std::string payloadName(uint32_t index);  // pay-000000.rlp
 
