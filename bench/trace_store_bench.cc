@@ -512,7 +512,8 @@ void BM_ReadScan(benchmark::State& state, bool decode) {
 
 // mode 0: TraceReader::readPayload (open + pread + decodePayload, fresh output vector per payload);
 // 1: trace::decodePayload on the blob already in memory (fresh vector); 2: baseline, ZSTD_decompressDCtx with one
-// reused context and one reused output buffer, no CRC.
+// reused context and one reused output buffer, no CRC; 3: baseline, mode 2 plus zlib's CRC-32 of the output (the
+// checksum decodePayload computed until session 20).
 void BM_ReadPayload(benchmark::State& state, int level, int dtype, size_t bytes, int mode) {
   ReadFixture& f = payloadFixture(level, dtype, bytes);
   if (!f.reader) {
@@ -544,6 +545,7 @@ void BM_ReadPayload(benchmark::State& state, int level, int dtype, size_t bytes,
                                              ref.compressedBytes);
         ok = !ZSTD_isError(n) && n == ref.rawBytes;
         if (!ok) reason = ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output";
+        if (ok && mode == 3) ok = crc32(0L, reused.data(), static_cast<uInt>(n)) == ref.rawCrc32;
         benchmark::DoNotOptimize(reused.data());
       }
       if (!ok) {
@@ -606,11 +608,11 @@ void registerAll() {
           ->MinTime(0.1);
   benchmark::RegisterBenchmark("read/scan/count", BM_ReadScan, false)->UseRealTime()->MinTime(0.2);
   benchmark::RegisterBenchmark("read/scan/decode_call", BM_ReadScan, true)->UseRealTime()->MinTime(0.2);
-  const char* kModes[] = {"read/payload", "read/decode_in_memory", "zstd/decompress"};
+  const char* kModes[] = {"read/payload", "read/decode_in_memory", "zstd/decompress", "zstd/decompress_zlib_crc32"};
   for (int level : {-1, 1, 3})  // -1: payload_zstd_level's default
     for (int dtype : {kF32, kBf16})
       for (size_t bytes : kSizes)
-        for (int mode : {0, 1, 2})
+        for (int mode : {0, 1, 2, 3})
           benchmark::RegisterBenchmark(benchName(kModes[mode], dtype, bytes, level).c_str(), BM_ReadPayload, level,
                                        dtype, bytes, mode)
               ->UseRealTime()
