@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Intel ISA-L (Debian/Ubuntu: libisal-dev), for the trace format's CRC-32: the same polynomial and values as zlib's
-# crc32(), computed with carry-less multiplication (measured 10-15x faster on the dev VM, bench/README.md), which
-# matters because every payload byte is checksummed when recorded and again when replayed. Shared library only in
+# crc32(), computed with carry-less multiplication (5.6x faster on the dev VM, bench/README.md), which matters
+# because every payload byte is checksummed when recorded and again when replayed. Shared library only in
 # Debian: a build run elsewhere needs libisal.so.2 beside libnccl.so.2 or on LD_LIBRARY_PATH (README, Dependencies).
 if(NOT TARGET ISAL::isal)
   find_path(ISAL_INCLUDE_DIR isa-l/crc.h)
