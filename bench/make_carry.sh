@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Prepares .carry/ (ignored by git) for the GPU machines, which have no Debian build dependencies: builds the release
+# preset, copies the library, the tools and GPU test binaries the results scripts run (debug info stripped, to stay
+# within the device tool's 64 MiB carry), the Debian shared libraries they need and the image lacks (yaml-cpp, ISA-L)
+# into .carry/deps and beside libnccl.so.2, and the commit into .carry/COMMIT. Leaves .carry/nccl-tests,
+# .carry/frameworks, .carry/pywhl and .carry/old alone.
+#   bench/make_carry.sh
+# Then: run with carry [".carry"]; the scripts source bench/carry_setup.sh (carry_env puts .carry/deps on
+# LD_LIBRARY_PATH).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cmake --preset release > /dev/null
+cmake --build --preset release -j"$(nproc)"
+mkdir -p .carry/bin .carry/lib .carry/deps
+for name in ranklens rlpayload record_host_overhead replay_host_overhead hold_completion test_cuda_device \
+            test_reduction_parity; do
+  built=$(find build/release -name "$name" -type f -perm -u+x | head -1)
+  [[ -n $built ]] || { echo "make_carry: $name was not built" >&2; exit 1; }
+  cp "$built" .carry/bin/ && strip --strip-debug ".carry/bin/$name"
+done
+cp -L build/release/nccl_fake/libnccl.so.2 .carry/lib/ && strip --strip-debug .carry/lib/libnccl.so.2
+mapfile -t debian < <(ldd .carry/lib/libnccl.so.2 .carry/bin/* | awk '/libyaml-cpp|libisal/ {print $3}' | sort -u)
+((${#debian[@]} >= 2)) || { echo "make_carry: expected yaml-cpp and ISA-L among the libraries, found: ${debian[*]}" >&2; exit 1; }
+cp -L "${debian[@]}" .carry/deps/
+cp -L "${debian[@]}" .carry/lib/
+git rev-parse --short HEAD > .carry/COMMIT
+if [[ -n $(git status --porcelain --untracked-files=no) ]]; then
+  echo "make_carry: warning: uncommitted changes are in this build; .carry/COMMIT says $(cat .carry/COMMIT)" >&2
+fi
+du -sh .carry/* | sed 's/^/make_carry: /'
