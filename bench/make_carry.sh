@@ -21,7 +21,8 @@ for name in ranklens rlpayload record_host_overhead replay_host_overhead hold_co
   cp "$built" .carry/bin/ && strip --strip-debug ".carry/bin/$name"
 done
 cp -L build/release/nccl_fake/libnccl.so.2 .carry/lib/ && strip --strip-debug .carry/lib/libnccl.so.2
-mapfile -t debian < <(ldd .carry/lib/libnccl.so.2 .carry/bin/* | awk '/libyaml-cpp|libisal/ {print $3}' | sort -u)
+# (from the build tree's library: the carried one finds its neighbours in .carry/lib once they are there)
+mapfile -t debian < <(ldd build/release/nccl_fake/libnccl.so.2 | awk '/libyaml-cpp|libisal/ {print $3}' | sort -u)
 ((${#debian[@]} >= 2)) || { echo "make_carry: expected yaml-cpp and ISA-L among the libraries, found: ${debian[*]}" >&2; exit 1; }
 cp -L "${debian[@]}" .carry/deps/
 cp -L "${debian[@]}" .carry/lib/
