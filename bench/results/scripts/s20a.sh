@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session 20, call A (nvidia-h200; the session had under 3 minutes of device time): does the carried build with ISA-L
+# Session 20, call A (nvidia-h200; not run in session 20: too little device time was left to start a machine), about
+# one minute of device time: does the carried build with ISA-L
 # (f6072d5 and later) load and pass the GPU tests there, and how fast does the machine's disk take writes (the
 # suspected bound of full-payload recording; s19k.sh has the full comparison).
 set -u
