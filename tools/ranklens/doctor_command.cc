@@ -46,26 +46,6 @@ struct Report {
   }
 };
 
-std::string capture(const std::string& command, int* status) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    *status = -1;
-    return out;
-  }
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-  *status = pclose(pipe);
-  return out;
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // Run in the job's interpreter with RankLens preloaded; prints KEY=VALUE lines.
 constexpr const char* kProbe = R"PY(
 import ctypes, os, sys
@@ -182,8 +162,10 @@ void checkTrace(const std::string& path, Report* r) {
 int runDoctor(const DoctorOptions& o) {
   Report r;
   const std::string lib = findLibrary(o.lib);
+  std::string unloadable;
   if (lib.empty()) r.fail("library", libraryNotFound());
-  else r.ok("library", lib + " (" + std::to_string(fs::file_size(lib) / 1024) + " KiB)");
+  else if (!libraryLoads(lib, &unloadable)) r.fail("library", unloadable);
+  else r.ok("library", lib + " (" + std::to_string(fs::file_size(lib) / 1024) + " KiB; its shared libraries resolve)");
 
   std::map<std::string, std::string> env;
   if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,47 @@ std::string findLibrary(const std::string& given) {
 std::string libraryNotFound() {
   return "cannot find RankLens's libnccl.so.2 next to " + selfDir().string() +
          " (looked in ../nccl_fake and ../lib); build it or pass --lib PATH";
+}
+
+std::string capture(const std::string& command, int* status) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    *status = -1;
+    return out;
+  }
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  *status = pclose(pipe);
+  return out;
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+bool libraryLoads(const std::string& lib, std::string* error) {
+  int status = 0;
+  const std::string out = capture("ldd " + quote(lib) + " 2>/dev/null", &status);
+  std::string missing;
+  size_t at = 0;
+  while ((at = out.find("=> not found", at)) != std::string::npos) {
+    const size_t lineStart = out.rfind('\n', at) == std::string::npos ? 0 : out.rfind('\n', at) + 1;
+    std::string name = out.substr(lineStart, at - lineStart);
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t") + 1);
+    missing += (missing.empty() ? "" : ", ") + name;
+    at += 12;
+  }
+  if (missing.empty()) return true;
+  *error = lib + " needs " + missing + ", which the loader cannot find (a preloaded library that does not load is "
+           "skipped, and the job would run on the real NCCL): install the package that has it (Debian/Ubuntu: "
+           "libisal2 for libisal.so.2, libyaml-cpp0.7 or 0.8 for libyaml-cpp), or copy it beside " +
+           fs::path(lib).filename().string() + " (it looks in its own folder first)";
+  return false;
 }
 
 std::string prepend(const char* var, const std::string& value, char sep) {

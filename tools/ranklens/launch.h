@@ -16,6 +16,14 @@ namespace tools {
 std::string findLibrary(const std::string& given);
 // The message for a library that was not found.
 std::string libraryNotFound();
+// Whether every shared library `lib` needs is found (ldd); else false with `error` naming the missing ones and the fix.
+// A preloaded library whose dependencies are missing is skipped by the loader with a warning, and the job would run
+// on the real NCCL: this is checked before a job starts. True when ldd itself cannot run.
+bool libraryLoads(const std::string& lib, std::string* error);
+// The output of a shell command (stdout; add 2>&1 for stderr), and its status as pclose gives it (-1: not run).
+std::string capture(const std::string& command, int* status);
+// `s` single-quoted for the shell.
+std::string quote(const std::string& s);
 // "value:$VAR" (or "value" when VAR is unset or empty).
 std::string prepend(const char* var, const std::string& value, char sep);
 // LD_PRELOAD and/or LD_LIBRARY_PATH for `override` = preload | library-path | both.

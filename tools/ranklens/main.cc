@@ -178,6 +178,10 @@ int runReplay(const ReplayOptions& o) {
     std::cerr << "error: " << ranklens::tools::libraryNotFound() << "\n";
     return 2;
   }
+  if (std::string unloadable; !ranklens::tools::libraryLoads(lib, &unloadable)) {
+    std::cerr << "error: " << unloadable << "\n";
+    return 2;
+  }
   std::map<std::string, std::string> env = {
       {"RANKLENS_MODE", "replay"}, {"RANKLENS_FIDELITY", "structure"},
       {"RANK", std::to_string(o.rank)}, {"WORLD_SIZE", std::to_string(worldSize)},

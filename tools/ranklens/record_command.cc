@@ -97,6 +97,10 @@ int runRecord(const RecordOptions& o) {
     std::cerr << "error: " << libraryNotFound() << "\n";
     return 2;
   }
+  if (std::string unloadable; !libraryLoads(lib, &unloadable)) {
+    std::cerr << "error: " << unloadable << "\n";
+    return 2;
+  }
   const std::string traceDir =
       fs::absolute(o.trace.empty() ? freshDirectoryName(".", "ranklens-trace") : o.trace).lexically_normal();
   if (const std::vector<std::string> held = trace::rankDirectories(traceDir); !held.empty()) {
