@@ -32,7 +32,8 @@
 // SM held by its shared memory, room beside it; none: no other stream). A 1-rank all-reduce launches nothing, so the
 // real side is the floor and RankLens's side is its events and payload copies: how long the recorder's copy kernel
 // waits for an SM when the job's compute fills the GPU (RANKLENS_PAYLOAD_COPY_PRIORITY,
-// RANKLENS_PAYLOAD_COPY_KERNEL_BYTES choose how it copies). --nccl-like-ns NS puts a one-block kernel of NS ns on the
+// RANKLENS_PAYLOAD_COPY_KERNEL_BYTES choose how it copies; RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK follows the
+// latter unless set, so that these 1-rank calls copy as calls of several ranks do). --nccl-like-ns NS puts a one-block kernel of NS ns on the
 // call's stream before each call of both sides, as NCCL's kernel would be for a call of several ranks: it waits for an
 // SM first, and the copy kernel after it may take the slot it frees.
 //
@@ -185,6 +186,10 @@ int main(int argc, char** argv) {
   setenv("RANKLENS_TRACE_DIR", traceDir.c_str(), 1);
   setenv("RANKLENS_TIMING_CLOCK", clock.c_str(), 1);
   setenv("RANKLENS_DEVICE", device.c_str(), 1);
+  // The calls here are on 1-rank communicators, standing for any call: their payloads are copied as those of calls
+  // of several ranks are (as before payload_copy_kernel_bytes_one_rank existed), unless the environment says how.
+  const char* kernelBytesEnv = getenv("RANKLENS_PAYLOAD_COPY_KERNEL_BYTES");
+  setenv("RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK", kernelBytesEnv ? kernelBytesEnv : "64KiB", 0);
   const bool cuda = device == "cuda";
   if ((gpuBoundBytes > 0 || !contended.empty()) && (!cuda || ranks != 1)) {
     fprintf(stderr, "record_host_overhead: --gpu-bound and --contended need --device cuda and --ranks 1\n");
@@ -391,15 +396,18 @@ int main(int argc, char** argv) {
     const double real = percentile(perPair[0], 0.5), ours = percentile(perPair[1], 0.5);
     const char* priority = getenv("RANKLENS_PAYLOAD_COPY_PRIORITY");
     const char* kernelBytes = getenv("RANKLENS_PAYLOAD_COPY_KERNEL_BYTES");
+    const char* kernelBytesOneRank = getenv("RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK");
     if (json)
       printf("{\"device\": \"cuda\", \"payloads\": \"%s\", \"clock\": \"%s\", \"gpu_bound_bytes\": %zu, "
              "\"contended\": \"%s\", \"busy_ns\": %llu, \"busy_blocks_per_sm\": %d, \"nccl_like_ns\": %llu, "
              "\"count\": %zu, "
              "\"payload_copy_priority\": \"%s\", \"payload_copy_kernel_bytes\": \"%s\", "
+             "\"payload_copy_kernel_bytes_one_rank\": \"%s\", "
              "\"blocks_per_side\": %zu, \"batch\": %d, \"gpu_ns_per_call_real\": %.1f, "
              "\"gpu_ns_per_call_ranklens\": %.1f, \"gpu_added_ns\": %.1f}\n",
              payloads.c_str(), clock.c_str(), gpuBoundBytes, contended.c_str(), contended.empty() ? 0ull : busyNs,
-             busy.blocksPerSm(), ncclLikeNs, count, priority ? priority : "", kernelBytes ? kernelBytes : "", perPair[0].size(),
+             busy.blocksPerSm(), ncclLikeNs, count, priority ? priority : "", kernelBytes ? kernelBytes : "",
+             kernelBytesOneRank ? kernelBytesOneRank : "", perPair[0].size(),
              batch, real, ours, ours - real);
     else
       printf("GPU time per %scall (%s), payloads %s: real NCCL %.1f ns, through RankLens %.1f ns, added %.1f ns "

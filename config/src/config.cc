@@ -548,6 +548,12 @@ const KeyDesc kKeys[] = {
      "copy engine followed by an event",
      [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_copy_kernel_bytes); },
      [](const Settings& s) { return showBytes(s.payload_copy_kernel_bytes); }},
+    {"payload_copy_kernel_bytes_one_rank", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK", "0",
+     "record: payload_copy_kernel_bytes for calls on 1-rank communicators, whose stream has no NCCL kernel before "
+     "the copy (a copy kernel there waits for an SM when the job's compute fills them; a copy engine does not, and "
+     "costs the same otherwise); 0: always the copy engine",
+     [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_copy_kernel_bytes_one_rank); },
+     [](const Settings& s) { return showBytes(s.payload_copy_kernel_bytes_one_rank); }},
     {"payload_copy_priority", "RANKLENS_PAYLOAD_COPY_PRIORITY", "high",
      "record: the launch priority of the payload copy kernel: high (the device's greatest stream priority: it takes "
      "the first free SM slot ahead of the job's pending compute blocks) or stream (its stream's priority)",

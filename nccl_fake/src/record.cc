@@ -151,6 +151,7 @@ CallRecorder* recorder() {
     std::string why;
     ranklens::device::CopyOptions copies;
     copies.kernelMaxBytes = s.payload_copy_kernel_bytes;
+    copies.kernelMaxBytesOneRank = s.payload_copy_kernel_bytes_one_rank;
     copies.highPriority = s.payload_copy_priority == ranklens::config::CopyPriority::kHigh;
     if (s.device != ranklens::config::DeviceKind::kHost)
       st.device = ranklens::device::makeCudaRecordDevice(&why, copies);
@@ -483,6 +484,7 @@ ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
     request.ref.peer = identity.peer;
     request.src = a.recvbuff;
     request.bytes = event.bytes;
+    request.oneRank = comm->nranks == 1;
     payloads.push_back(request);
   }
   if (g.depth == 0) {
@@ -636,6 +638,7 @@ void flush() {
         {ranklens::trace::counter::kPayloadsSkippedTooLarge, s.payloadsSkippedTooLarge},
         {"payloads_skipped_captured", s.payloadsSkippedCaptured},
         {"payload_copy_failures", s.payloadsFailed},
+        {"payloads_copy_engine", s.payloadsByCopyEngine},
         {"staging_waits", s.waitsForStaging},
         {ranklens::trace::counter::kCallsUnrecorded, state().callsUnrecorded.load(std::memory_order_relaxed)},
     };

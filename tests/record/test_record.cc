@@ -343,6 +343,29 @@ TEST(RecordKernelClock, CopyEnginePayloadsKeepTheKernelClock) {
   }
 }
 
+// A call on a 1-rank communicator has no NCCL kernel before its payload copy, so the copy takes a copy engine (a copy
+// kernel there waits for an SM when the job's compute fills them) unless payload_copy_kernel_bytes_one_rank says
+// otherwise; calls of several ranks keep the kernel. Every payload stored either way.
+TEST(RecordPayloads, OneRankCallsCopyThroughTheCopyEngine) {
+  for (const char* oneRank : {"", "64KiB"}) {
+    SCOPED_TRACE(std::string("payload_copy_kernel_bytes_one_rank ") + (*oneRank ? oneRank : "default"));
+    std::map<std::string, std::string> env;
+    if (*oneRank) env["RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK"] = oneRank;
+    ScenarioRun run = runScenario("capture", env, *oneRank ? "-one-rank-kernel" : "-one-rank-engine");
+    ASSERT_EQ(run.status, 0) << run.output;
+    Trace t = readTrace(run.traceDir);
+    EXPECT_EQ(t.payloads.size(), 5u);
+    EXPECT_EQ(t.counter("payloads_staged"), 5u);
+    EXPECT_EQ(t.counter("payloads_copy_engine"), *oneRank ? 0u : 1u) << "the split child's call has one rank";
+    EXPECT_EQ(t.counter("payload_copy_failures"), 0u);
+    for (const auto& p : t.payloads) {
+      std::vector<uint8_t> bytes;
+      ranklens::trace::Problem problem;
+      EXPECT_TRUE(t.reader->readPayload(p, &bytes, &problem)) << problem.describe();
+    }
+  }
+}
+
 // NCCL loads one profiler plugin: when the job already names one, RankLens says so and keeps CUDA events.
 TEST(RecordKernelClock, AnotherProfilerPluginKeepsEvents) {
   ScenarioRun run = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"}, {"RANKLENS_PAYLOADS", "none"},

@@ -109,7 +109,7 @@ class CapturingDevice final : public RecordDevice {
   int allocPinned(void**, size_t) override { return 1; }
   void freePinned(void*) override {}
   int prepareDevice(int) override { return 0; }
-  int copyToHost(int, void*, const void*, size_t, cudaStream_t, uint64_t*, uint64_t) override { return 1; }
+  int copyToHost(int, void*, const void*, size_t, cudaStream_t, uint64_t*, uint64_t, bool) override { return 1; }
   void prepareBackgroundThread() override {}
 };
 
@@ -319,16 +319,27 @@ TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
   ranklens::device::CopyOptions copies;
   copies.kernelMaxBytes = 32;
   auto host = ranklens::device::makeHostRecordDevice(copies);
-  EXPECT_EQ(host->copyToHost(0, dst, src, 32, nullptr, &done, 7), RecordDevice::kSignalled);
+  EXPECT_EQ(host->copyToHost(0, dst, src, 32, nullptr, &done, 7, false), RecordDevice::kSignalled);
   EXPECT_EQ(done, 7u);
   done = 0;
-  EXPECT_EQ(host->copyToHost(0, dst, src, 33, nullptr, &done, 8), 0);
+  EXPECT_EQ(host->copyToHost(0, dst, src, 33, nullptr, &done, 8, false), 0);
   EXPECT_EQ(done, 0u) << "an event orders this copy: no flag";
   EXPECT_EQ(memcmp(dst, src, 33), 0);
   copies.kernelMaxBytes = 0;
   host = ranklens::device::makeHostRecordDevice(copies);
-  EXPECT_EQ(host->copyToHost(0, dst, src, 1, nullptr, &done, 9), 0);
-  EXPECT_EQ(host->copyToHost(0, dst, src, 0, nullptr, &done, 10), RecordDevice::kSignalled) << "nothing to copy";
+  EXPECT_EQ(host->copyToHost(0, dst, src, 1, nullptr, &done, 9, false), 0);
+  EXPECT_EQ(host->copyToHost(0, dst, src, 0, nullptr, &done, 10, false), RecordDevice::kSignalled) << "nothing to copy";
+  // After a call on a 1-rank communicator its own threshold applies (payload_copy_kernel_bytes_one_rank, default 0).
+  copies.kernelMaxBytes = 64 << 10;
+  host = ranklens::device::makeHostRecordDevice(copies);
+  done = 0;
+  EXPECT_EQ(host->copyToHost(0, dst, src, 16, nullptr, &done, 11, true), 0) << "1 rank: the copy engine's way";
+  EXPECT_EQ(done, 0u);
+  EXPECT_EQ(host->copyToHost(0, dst, src, 16, nullptr, &done, 12, false), RecordDevice::kSignalled);
+  copies.kernelMaxBytesOneRank = 16;
+  host = ranklens::device::makeHostRecordDevice(copies);
+  EXPECT_EQ(host->copyToHost(0, dst, src, 16, nullptr, &done, 13, true), RecordDevice::kSignalled);
+  EXPECT_EQ(host->copyToHost(0, dst, src, 17, nullptr, &done, 14, true), 0);
 
   for (size_t threshold : {size_t{0}, size_t{1} << 20}) {
     SCOPED_TRACE("payload_copy_kernel_bytes " + std::to_string(threshold));

@@ -47,7 +47,8 @@ const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill", 
                                            "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
                                            "payload_comms", "payload_steps", "payload_seqs", "payload_zstd_level", "staging_bytes",
                                            "staging_full", "timing_clock", "captured_timing", "timing_poll_us",
-                                           "payload_copy_kernel_bytes", "payload_copy_priority",
+                                           "payload_copy_kernel_bytes", "payload_copy_kernel_bytes_one_rank",
+                                           "payload_copy_priority",
                                            "record_alternate_steps", "replay_trace",
                                            "on_mismatch", "completion",
                                            "host_time", "timing", "history", "estimate_target",
@@ -303,7 +304,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
             "payload_seqs, payload_zstd_level, staging_bytes, staging_full, timing_clock, captured_timing, timing_poll_us, "
-            "payload_copy_kernel_bytes, payload_copy_priority, record_alternate_steps, replay_trace, on_mismatch, completion, host_time, timing, history, "
+            "payload_copy_kernel_bytes, payload_copy_kernel_bytes_one_rank, payload_copy_priority, record_alternate_steps, replay_trace, on_mismatch, completion, host_time, timing, history, "
             "estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_traffic, hold_from, peer_pacing, resync_window, "
             "prefetch_bytes, prefetch_threads, payload_device_bytes, break_at)");
@@ -594,7 +595,8 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
                                          "RANKLENS_PAYLOAD_SEQS", "RANKLENS_PAYLOAD_ZSTD_LEVEL", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL", "RANKLENS_TIMING_CLOCK",
                                          "RANKLENS_CAPTURED_TIMING", "RANKLENS_TIMING_POLL_US",
-                                         "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "RANKLENS_PAYLOAD_COPY_PRIORITY",
+                                         "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK",
+                                         "RANKLENS_PAYLOAD_COPY_PRIORITY",
                                          "RANKLENS_RECORD_ALTERNATE_STEPS", "RANKLENS_REPLAY_TRACE",
                                          "RANKLENS_ON_MISMATCH", "RANKLENS_COMPLETION",
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
@@ -605,9 +607,11 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "256MiB", "skip",
-                                             "events", "events", "2000", "64KiB", "high", "0",
+                                             "events", "events", "2000", "64KiB", "0", "high", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "512MiB", "0", "256MiB", ""};
+  ASSERT_EQ(envs.size(), kAllKeys.size());
+  ASSERT_EQ(defaults.size(), kAllKeys.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].key, kAllKeys[i]);
     EXPECT_EQ(rows[i].env, envs[i]);
@@ -679,6 +683,11 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
   EXPECT_EQ(fromYaml("payload_copy_kernel_bytes: 0\n", {{"RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "8KiB"}})
                 .settings.payload_copy_kernel_bytes,
             8192u);
+  EXPECT_EQ(fromYaml("").settings.payload_copy_kernel_bytes_one_rank, 0u);
+  EXPECT_EQ(fromYaml("payload_copy_kernel_bytes_one_rank: 64KiB\n").settings.payload_copy_kernel_bytes_one_rank, 65536u);
+  EXPECT_EQ(fromYaml("", {{"RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK", "4KiB"}})
+                .settings.payload_copy_kernel_bytes_one_rank,
+            4096u);
   EXPECT_EQ(fromYaml("").settings.payload_copy_priority, CopyPriority::kHigh);
   EXPECT_EQ(fromYaml("payload_copy_priority: stream\n").settings.payload_copy_priority, CopyPriority::kStream);
   r = fromYaml("", {{"RANKLENS_PAYLOAD_COPY_PRIORITY", "low"}});

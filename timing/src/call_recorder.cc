@@ -370,14 +370,18 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
       *done = 0;  // whatever an earlier payload left there is not this copy's token
       const uint64_t token = copyTokens_.fetch_add(1, std::memory_order_relaxed) + 1;
       const int copied = device_.copyToHost(span->device, staging_ + staged.offset, request.src, request.bytes,
-                                            span->stream, done, token);
+                                            span->stream, done, token, request.oneRank);
       if (copied != 0 && copied != RecordDevice::kSignalled) {
         counters_.payloadsFailed++;
         releaseStaging(staged.offset, stagedBytes(staged.bytes));
         continue;
       }
-      if (copied == RecordDevice::kSignalled) staged.token = token;
-      else needEvent = true;
+      if (copied == RecordDevice::kSignalled) {
+        staged.token = token;
+      } else {
+        needEvent = true;
+        counters_.payloadsByCopyEngine++;
+      }
       counters_.payloadsStaged++;
       counters_.payloadBytesStaged += request.bytes;
       span->staged.push_back(staged);
@@ -516,6 +520,7 @@ RecorderStats CallRecorder::stats() const {
   s.payloadsSkippedTooLarge = counters_.payloadsSkippedTooLarge;
   s.payloadsSkippedCaptured = counters_.payloadsSkippedCaptured;
   s.payloadsFailed = counters_.payloadsFailed;
+  s.payloadsByCopyEngine = counters_.payloadsByCopyEngine;
   s.waitsForStaging = counters_.waitsForStaging;
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(pendingMu_));

@@ -194,17 +194,17 @@ class CudaRecordDevice final : public RecordDevice {
     });
   }
   int copyToHost(int device, void* dst, const void* src, size_t bytes, cudaStream_t stream, uint64_t* done,
-                 uint64_t token) override {
+                 uint64_t token, bool oneRank) override {
     if (bytes == 0) {
       *done = token;
       return kSignalled;
     }
-    // Up to CopyOptions::kernelMaxBytes a kernel writes the bytes into the mapped staging memory and says when they
+    // Up to CopyOptions::kernelMaxBytes (kernelMaxBytesOneRank) a kernel writes the bytes into the mapped staging memory and says when they
     // are there; larger copies take the copy engine's bandwidth.
     const uintptr_t host = mappedHost_.load(std::memory_order_acquire);
     const auto at = reinterpret_cast<uintptr_t>(dst), flag = reinterpret_cast<uintptr_t>(done);
     const uintptr_t end = host + mappedBytes_.load(std::memory_order_relaxed);
-    if (bytes <= copies_.kernelMaxBytes && host != 0 && at >= host && at + bytes <= end && flag >= host &&
+    if (bytes <= (oneRank ? copies_.kernelMaxBytesOneRank : copies_.kernelMaxBytes) && host != 0 && at >= host && at + bytes <= end && flag >= host &&
         flag + sizeof(uint64_t) <= end) {
       const uintptr_t mapped = mappedDevice_.load(std::memory_order_relaxed);
       void* onGpu = reinterpret_cast<void*>(mapped + (at - host));

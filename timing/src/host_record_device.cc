@@ -76,14 +76,14 @@ class HostRecordDevice final : public RecordDevice {
   int prepareDevice(int) override { return 0; }
   // As the CUDA device (CopyOptions::kernelMaxBytes): small copies signal their completion, larger ones are followed
   // by an event.
-  int copyToHost(int, void* dst, const void* src, size_t bytes, cudaStream_t, uint64_t* done,
-                 uint64_t token) override {
+  int copyToHost(int, void* dst, const void* src, size_t bytes, cudaStream_t, uint64_t* done, uint64_t token,
+                 bool oneRank) override {
     if (bytes > 0 && (dst == nullptr || src == nullptr)) {
       setError("host record device: copy with a null pointer");
       return 1;
     }
     if (bytes > 0) memcpy(dst, src, bytes);
-    if (bytes > copies_.kernelMaxBytes) return 0;
+    if (bytes > (oneRank ? copies_.kernelMaxBytesOneRank : copies_.kernelMaxBytes)) return 0;
     __atomic_store_n(done, token, __ATOMIC_RELEASE);
     return kSignalled;
   }

@@ -81,6 +81,7 @@ struct Settings {
   CapturedTiming captured_timing = CapturedTiming::kEvents;
   int timing_poll_us = 2000;
   unsigned long long payload_copy_kernel_bytes = 65536;  // payloads up to this size copied by a kernel
+  unsigned long long payload_copy_kernel_bytes_one_rank = 0;  // the same for calls on 1-rank communicators
   CopyPriority payload_copy_priority = CopyPriority::kHigh;
   int record_alternate_steps = 0;           // benchmark: every other block of this many steps forwarded unrecorded
   // Replay of a recorded trace.

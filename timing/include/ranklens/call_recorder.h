@@ -37,6 +37,7 @@ struct PayloadRequest {
   trace::PayloadRef ref;
   const void* src = nullptr;
   size_t bytes = 0;
+  bool oneRank = false;  // the call was on a 1-rank communicator (no NCCL kernel before the copy)
 };
 
 struct RecorderStats {
@@ -49,6 +50,7 @@ struct RecorderStats {
   uint64_t payloadsSkippedTooLarge = 0;  // larger than all of staging memory
   uint64_t payloadsSkippedCaptured = 0;  // inside a CUDA graph capture
   uint64_t payloadsFailed = 0;           // a copy could not be enqueued
+  uint64_t payloadsByCopyEngine = 0;     // of those staged, copied by a copy engine (an event after it), not a kernel
   uint64_t waitsForStaging = 0;          // staging_full: wait, times the caller waited
   uint64_t pending = 0;                  // spans not yet completed
 };
@@ -169,7 +171,7 @@ class CallRecorder {
   struct Counters {
     std::atomic<uint64_t> timed{0}, captured{0}, capturedTimed{0}, timingErrors{0}, payloadsStaged{0}, payloadBytesStaged{0},
         payloadsSkippedFull{0}, payloadsSkippedTooLarge{0}, payloadsSkippedCaptured{0}, payloadsFailed{0},
-        waitsForStaging{0};
+        payloadsByCopyEngine{0}, waitsForStaging{0};
   } counters_;
   std::mutex capturedMu_;
   std::vector<Span*> captured_;         // captured calls waiting for a launch of their graph
