@@ -5,7 +5,12 @@
 // ~80 us). No GPU: uploads and copies are fakes that complete a fixed time after they were enqueued, as a CUDA event
 // would pass; what is measured is the prefetcher's own locking and bookkeeping.
 //
+// --payload-mib N instead gives every call a payload of N MiB of fp32 gradient-like values (zstd --level, -1 as
+// recorded by default), all of them restored (a value replay of large buckets), no device stage: how many GB/s the
+// workers decode (read, zstd, CRC-32) into the pinned arena, and how long the calls wait for them, by --threads.
+//
 //   prefetcher_contention [--payloads 4000] [--threads 8] [--gap-us 80] [--upload-us 30] [--copy-us 20] [--json]
+//   prefetcher_contention --payload-mib 25 --payloads 40 --threads 4 --gap-us 0 [--level -1] [--json]
 //
 // bench/results/replay/prefetcher_contention-*.json holds runs with their commit, machine, command and date.
 #include <unistd.h>
@@ -18,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,18 +44,40 @@ int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
-// A rank whose every call received one small payload (1.5, 4.5 or 6 KiB, as ZeRO-3's parameter all-gathers).
-std::string writeRecording(const std::string& dir, int payloads) {
+// A rank whose every call received one small payload (1.5, 4.5 or 6 KiB, as ZeRO-3's parameter all-gathers), or
+// one of `largeBytes` of fp32 values drawn like gradients (a slice of one 64 MiB pool per call, at another offset).
+std::string writeRecording(const std::string& dir, int payloads, size_t largeBytes, int level) {
   if (system(("rm -rf '" + dir + "'").c_str()) != 0) return "cannot clear " + dir;
   ranklens::trace::Manifest m;
   m.mode = "record";
   std::string error;
-  auto w = ranklens::trace::TraceWriter::create(dir, m, {}, &error);
+  ranklens::trace::WriterOptions options;
+  if (largeBytes > 0) options.zstdLevel = level;
+  auto w = ranklens::trace::TraceWriter::create(dir, m, options, &error);
   if (!w) return error;
+  std::vector<uint8_t> pool;
+  if (largeBytes > 0) {
+    std::vector<float> values((64u << 20) / sizeof(float));
+    std::mt19937 random(1);
+    std::normal_distribution<float> gradient(0.0f, 1e-3f);
+    for (float& v : values) v = gradient(random);
+    pool.assign(reinterpret_cast<const uint8_t*>(values.data()),
+                reinterpret_cast<const uint8_t*>(values.data() + values.size()));
+  }
   std::vector<uint8_t> data;
   for (int i = 0; i < payloads; ++i) {
     static const size_t kSizes[] = {1536, 1536, 4608, 6144};
-    data.assign(kSizes[i % 4], static_cast<uint8_t>(i));
+    if (largeBytes > 0) {
+      data.resize(largeBytes);
+      for (size_t at = 0, from = (static_cast<size_t>(i) * 4096 * 1021) % pool.size(); at < largeBytes;) {
+        const size_t n = std::min(largeBytes - at, pool.size() - from);
+        memcpy(data.data() + at, pool.data() + from, n);
+        at += n;
+        from = 0;
+      }
+    } else {
+      data.assign(kSizes[i % 4], static_cast<uint8_t>(i));
+    }
     ranklens::events::Call c;
     c.seq = static_cast<uint64_t>(i);
     c.op = static_cast<int>(ranklens::events::Op::kAllGather);
@@ -76,9 +104,10 @@ double percentile(std::vector<double> v, double q) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Calling-thread time in the payload prefetcher with thousands of small payloads in flight"};
-  int payloads = 4000, threads = 8, gapUs = 80, uploadUs = 30, copyUs = 20;
+  int payloads = 4000, threads = 8, gapUs = 80, uploadUs = 30, copyUs = 20, level = -1;
+  double payloadMib = 0;
   bool json = false;
-  app.add_option("--payloads", payloads, "calls, one payload each")->check(CLI::Range(100, 1000000));
+  app.add_option("--payloads", payloads, "calls, one payload each")->check(CLI::Range(10, 1000000));
   app.add_option("--threads", threads, "prefetcher worker threads (replay: hardware threads / 4, 2..8)")
       ->check(CLI::Range(1, 64));
   app.add_option("--gap-us", gapUs, "the program's time between two calls")->check(CLI::Range(0, 100000));
@@ -86,12 +115,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 100000));
   app.add_option("--copy-us", copyUs, "a restored payload's copy completes this long after its call")
       ->check(CLI::Range(0, 100000));
+  app.add_option("--payload-mib", payloadMib,
+                 "every payload this many MiB of fp32 gradient-like values, all restored, no device stage "
+                 "(decoding throughput); 0: ZeRO-3's small control payloads")
+      ->check(CLI::Range(0.0, 1024.0));
+  app.add_option("--level", level, "with --payload-mib: zstd level of the recorded payloads (recording's default -1)")
+      ->check(CLI::Range(-100, 19));
   app.add_flag("--json", json, "print one JSON object instead of text");
   CLI11_PARSE(app, argc, argv);
+  const size_t largeBytes = static_cast<size_t>(payloadMib * (1 << 20)) / 4 * 4;
 
   const char* tmp = getenv("TMPDIR");
   const std::string dir = std::string(tmp ? tmp : "/tmp") + "/prefetcher-contention-" + std::to_string(getpid());
-  if (std::string error = writeRecording(dir + "/rank0", payloads); !error.empty()) {
+  if (std::string error = writeRecording(dir + "/rank0", payloads, largeBytes, level); !error.empty()) {
     fprintf(stderr, "prefetcher_contention: writing the recording in %s failed: %s\n", dir.c_str(), error.c_str());
     return 1;
   }
@@ -130,14 +166,23 @@ int main(int argc, char** argv) {
   options.arenaBytes = 16u << 20;
   options.maxPayloadBytes = 64u << 10;
   options.threads = threads;
+  if (largeBytes > 0) {  // a value replay: every payload, prefetch_bytes' default arena, nothing moved to a device
+    options.arenaBytes = 512u << 20;
+    options.maxPayloadBytes = 0;
+    stage = PayloadPrefetcher::DeviceStage();
+  }
   std::vector<double> waitNs;
   int fromDevice = 0;
+  double loopSeconds = 0;
+  ranklens::trace::PrefetchStats stats;
   {
     PayloadPrefetcher prefetcher(*recording, options, [](size_t b) { return malloc(b); }, [](void* p) { free(p); },
                                  stage);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // as a replay's first step: the workers run ahead
+    // As a replay's first step: the workers run ahead. (Not for throughput: the calls would take what they decoded.)
+    if (largeBytes == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     const auto& order = recording->payloadOrder();
     waitNs.reserve(order.size());
+    const int64_t loopStart = nowNs();
     for (const auto* call : order) {
       const int64_t t0 = nowNs();
       PayloadPrefetcher::Staged staged;
@@ -153,15 +198,27 @@ int main(int argc, char** argv) {
       while (nowNs() < next) {
       }
     }
+    loopSeconds = static_cast<double>(nowNs() - loopStart) / 1e9;
+    stats = prefetcher.stats();
   }
   if (system(("rm -rf '" + dir + "'").c_str()) != 0) fprintf(stderr, "prefetcher_contention: %s left\n", dir.c_str());
   const double med = percentile(waitNs, 0.5), p90 = percentile(waitNs, 0.9), p99 = percentile(waitNs, 0.99);
+  const double gbPerSecond = loopSeconds > 0 ? static_cast<double>(stats.bytesDecoded) / loopSeconds / 1e9 : 0;
   if (json) {
-    printf("{\"payloads\": %d, \"threads\": %d, \"gap_us\": %d, \"upload_us\": %d, \"copy_us\": %d, "
+    printf("{\"payloads\": %d, \"payload_mib\": %g, \"level\": %d, \"threads\": %d, \"gap_us\": %d, "
+           "\"upload_us\": %d, \"copy_us\": %d, "
            "\"hardware_threads\": %u, \"median_ns\": %.0f, \"p90_ns\": %.0f, \"p99_ns\": %.0f, \"from_device\": %d, "
-           "\"fence_polls\": %llu}\n",
-           payloads, threads, gapUs, uploadUs, copyUs, std::thread::hardware_concurrency(), med, p90, p99, fromDevice,
-           static_cast<unsigned long long>(polls.load()));
+           "\"fence_polls\": %llu, \"decoded\": %llu, \"waits\": %llu, \"loop_s\": %.3f, \"decoded_gb_per_s\": %.2f}\n",
+           payloads, payloadMib, largeBytes > 0 ? level : 0, threads, gapUs, uploadUs, copyUs,
+           std::thread::hardware_concurrency(), med, p90, p99, fromDevice, static_cast<unsigned long long>(polls.load()),
+           static_cast<unsigned long long>(stats.decoded), static_cast<unsigned long long>(stats.waits), loopSeconds,
+           gbPerSecond);
+  } else if (largeBytes > 0) {
+    printf("%d calls of %g MiB (zstd level %d), %d workers, a call every %d us\n", payloads, payloadMib, level,
+           threads, gapUs);
+    printf("  decoded %.2f GB/s (%llu payloads in %.3f s, %llu waits); acquire + release median %.1f us, p90 %.1f "
+           "us\n", gbPerSecond, static_cast<unsigned long long>(stats.decoded), loopSeconds,
+           static_cast<unsigned long long>(stats.waits), med / 1e3, p90 / 1e3);
   } else {
     printf("%d calls, %d workers, a call every %d us; uploads pass after %d us, copies after %d us\n", payloads,
            threads, gapUs, uploadUs, copyUs);
