@@ -2,8 +2,10 @@
 // Pure, bounded parsers of the trace format (segments, payload blobs, manifest) and small shared helpers. These are
 // what the fuzz targets exercise: no I/O, no allocation beyond the configured limits.
 #include <isa-l/crc.h>
-#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader; zstd is linked statically
+#include <sanitizer/asan_interface.h>
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader, ZSTD_d_stableOutBuffer; zstd is linked statically
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -227,6 +229,88 @@ bool decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, 
     return false;
   }
   return inflatePayload(data, size, ref, out, reason);
+}
+
+bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRef& ref, const Limits& limits,
+                            uint8_t* out, size_t outBytes, size_t chunkBytes, std::string* reason) {
+  auto fail = [&](std::string text) {
+    if (reason) *reason = std::move(text);
+    return false;
+  };
+  if (size != ref.compressedBytes)
+    return fail("blob is " + std::to_string(size) + " bytes, reference says " + std::to_string(ref.compressedBytes));
+  if (ref.rawBytes > limits.maxPayloadBytes)
+    return fail("payload of " + std::to_string(ref.rawBytes) + " bytes exceeds the limit of " +
+                std::to_string(limits.maxPayloadBytes));
+  if (outBytes != ref.rawBytes)
+    return fail("payload of " + std::to_string(ref.rawBytes) + " bytes, room for " + std::to_string(outBytes));
+  // A piece per thread, kept (the frame header, at most ZSTD_FRAMEHEADERSIZE_MAX bytes, comes in the first piece).
+  static thread_local std::vector<uint8_t> piece;
+  const size_t pieceBytes = std::max<size_t>(chunkBytes, ZSTD_FRAMEHEADERSIZE_MAX);
+  try {
+    if (piece.size() < pieceBytes) piece.resize(pieceBytes);
+  } catch (const std::bad_alloc&) {
+    return fail("cannot allocate " + std::to_string(pieceBytes) + " bytes to read the blob");
+  }
+  // Poisoned past what it holds, so that AddressSanitizer still sees a read past the piece (no-ops in other builds).
+  auto fill = [&](uint64_t at, size_t bytes) {
+    ASAN_UNPOISON_MEMORY_REGION(piece.data(), piece.size());
+    const bool ok = read(at, piece.data(), bytes);
+    ASAN_POISON_MEMORY_REGION(piece.data() + bytes, piece.size() - bytes);
+    return ok;
+  };
+  struct Unpoison {
+    std::vector<uint8_t>& v;
+    ~Unpoison() { ASAN_UNPOISON_MEMORY_REGION(v.data(), v.size()); }
+  } unpoison{piece};
+  uint64_t taken = std::min<uint64_t>(size, pieceBytes);
+  if (!fill(0, static_cast<size_t>(taken))) return fail("short read");
+  const unsigned long long declared = ZSTD_getFrameContentSize(piece.data(), taken);
+  if (declared == ZSTD_CONTENTSIZE_ERROR) return fail("not a zstd frame");
+  if (declared == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
+  if (declared != ref.rawBytes)
+    return fail("zstd frame declares " + std::to_string(declared) + " bytes, reference says " +
+                std::to_string(ref.rawBytes));
+  ZSTD_frameHeader header;
+  if (ZSTD_getFrameHeader(&header, piece.data(), taken) != 0) return fail("damaged zstd frame header");
+  if (!header.checksumFlag) return fail("zstd frame without a content checksum");
+  if (ref.rawBytes > static_cast<uint64_t>(size) * 32768 + (128u << 10))
+    return fail("zstd frame of " + std::to_string(size) + " bytes cannot hold the " + std::to_string(ref.rawBytes) +
+                " bytes it declares");
+  static thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  if (!dctx) return fail("zstd: cannot create a decompression context");
+  ZSTD_DCtx_reset(dctx.get(), ZSTD_reset_session_and_parameters);
+  // Straight into `out`, which is the whole payload (declared and checked above): zstd keeps no window of its own,
+  // so a frame whose window is the whole payload needs no memory beyond it.
+  ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_stableOutBuffer, 1);
+  ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, ZSTD_WINDOWLOG_MAX);
+  ZSTD_outBuffer output = {out, outBytes, 0};
+  ZSTD_inBuffer input = {piece.data(), static_cast<size_t>(taken), 0};
+  uint32_t crc = 0;
+  for (;;) {
+    const size_t before = output.pos, consumedBefore = input.pos;
+    const size_t left = ZSTD_decompressStream(dctx.get(), &output, &input);
+    if (ZSTD_isError(left)) return fail(std::string("zstd: ") + ZSTD_getErrorName(left));
+    crc = crc32_gzip_refl(crc, out + before, output.pos - before);
+    if (left == 0) {  // the frame ended (its checksum verified): nothing may follow it
+      const uint64_t after = (size - taken) + (input.size - input.pos);
+      if (after > 0) return fail("blob holds " + std::to_string(after) + " bytes after its frame");
+      break;
+    }
+    if (input.pos == input.size) {
+      if (taken == size) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorString(ZSTD_error_srcSize_wrong));
+      const size_t next = static_cast<size_t>(std::min<uint64_t>(size - taken, pieceBytes));
+      if (!fill(taken, next)) return fail("short read");
+      taken += next;
+      input = {piece.data(), next, 0};
+    } else if (output.pos == before && input.pos == consumedBefore) {
+      return fail("zstd: no progress (the frame needs more room than the payload's size)");
+    }
+  }
+  if (output.pos != ref.rawBytes)
+    return fail("decompressed " + std::to_string(output.pos) + " bytes, expected " + std::to_string(ref.rawBytes));
+  if (crc != ref.rawCrc32) return fail("CRC-32 of the decompressed bytes does not match");
+  return true;
 }
 
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason) {

@@ -329,16 +329,29 @@ bool TraceReader::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, 
 }
 
 bool TraceReader::readPayload(const PayloadRef& ref, uint8_t* out, size_t outBytes, Problem* problem) {
-  return readBlob(ref, problem, [&](const uint8_t* blob, size_t size, std::string* reason) {
-    return decodePayloadInto(blob, size, ref, impl_->limits, out, outBytes, reason);
-  });
+  if (ref.compressedBytes <= kStreamingBlobBytes)
+    return readBlob(ref, problem, [&](const uint8_t* blob, size_t size, std::string* reason) {
+      return decodePayloadInto(blob, size, ref, impl_->limits, out, outBytes, reason);
+    });
+  std::string path, reason;
+  const int fd = openBlob(ref, &path, problem);
+  if (fd < 0) return false;
+  const bool decoded = decodePayloadStreaming(
+      [&](uint64_t at, uint8_t* into, size_t bytes) {
+        return pread(fd, into, bytes, static_cast<off_t>(ref.offset + at)) == static_cast<ssize_t>(bytes);
+      },
+      ref.compressedBytes, ref, impl_->limits, out, outBytes, kStreamingPieceBytes, &reason);
+  ::close(fd);
+  if (!decoded && problem) *problem = Problem{path, ref.offset, reason, false};
+  return decoded;
 }
 
-bool TraceReader::readBlob(const PayloadRef& ref, Problem* problem, const BlobDecoder& decode) {
+int TraceReader::openBlob(const PayloadRef& ref, std::string* openedPath, Problem* problem) {
   const std::string path = impl_->dir + "/" + payloadName(ref.file);
+  *openedPath = path;
   auto fail = [&](std::string reason, bool truncated = false) {
     if (problem) *problem = Problem{path, ref.offset, std::move(reason), truncated};
-    return false;
+    return -1;
   };
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail(std::string("cannot open: ") + strerror(errno));
@@ -373,6 +386,17 @@ bool TraceReader::readBlob(const PayloadRef& ref, Problem* problem, const BlobDe
     return fail(reason, outOfBounds && ref.offset >= kFileHeaderBytes && ref.offset <= fileSize &&
                             ref.compressedBytes > fileSize - ref.offset);
   }
+  return fd;
+}
+
+bool TraceReader::readBlob(const PayloadRef& ref, Problem* problem, const BlobDecoder& decode) {
+  std::string path, reason;
+  const int fd = openBlob(ref, &path, problem);
+  if (fd < 0) return false;
+  auto fail = [&](std::string text) {
+    if (problem) *problem = Problem{path, ref.offset, std::move(text), false};
+    return false;
+  };
   // A buffer per thread, kept between payloads (a fresh one costs a page fault per 4 KiB at every read) unless large.
   static thread_local std::vector<uint8_t> blob;
   try {

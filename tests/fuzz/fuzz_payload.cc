@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// libFuzzer target: decodePayload, and decodePayloadInto beside it (they must agree), on arbitrary bytes. Input layout: rawBytes u32 LE, rawCrc32 u32 LE, then the blob
+// libFuzzer target: decodePayload, and decodePayloadInto and decodePayloadStreaming (in pieces of 18 and 97 bytes)
+// beside it (they must agree), on arbitrary bytes. Input layout: rawBytes u32 LE, rawCrc32 u32 LE, then the blob
 // (compressedBytes = the rest), which is what the seeds in corpus/fuzz_payload hold. The reader's payload limit is
 // 1 MiB here: decodePayload allocates up to the limit for a frame whose declared size matches the reference, and
 // the default (16 GiB) would only exercise the allocator.
@@ -46,6 +47,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(!decoded || into == out);
     check(decoded || !why.empty());
     if (rawBytes > 0) check(!decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), rawBytes - 1, &why));
+    // Piece by piece, each piece an exact copy (reading past one is an ASan error): the same verdict and bytes.
+    const BlobSource source = [&blob](uint64_t at, uint8_t* to, size_t bytes) {
+      if (at > blob.size() || bytes > blob.size() - at) return false;
+      if (bytes > 0) memcpy(to, blob.data() + at, bytes);
+      return true;
+    };
+    for (size_t piece : {size_t{18}, size_t{97}}) {
+      std::vector<uint8_t> streamed(rawBytes);
+      check(decodePayloadStreaming(source, blob.size(), ref, limits, streamed.data(), streamed.size(), piece, &why) ==
+            decoded);
+      check(!decoded || streamed == out);
+      check(decoded || !why.empty());
+    }
   }
   // The same blob with a reference that is off by one in each size must never be accepted.
   ref.compressedBytes = blob.size() + 1;

@@ -286,6 +286,14 @@ bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, cons
 // The same into memory the caller owns, `outBytes` long (it must be ref.rawBytes): no allocation, no extra copy.
 bool decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits, uint8_t* out,
                        size_t outBytes, std::string* reason);
+// The same, reading the blob piece by piece through `read` (offset within the blob, destination, length: false when it
+// cannot), `chunkBytes` at a time: each piece is decompressed straight into `out` and its output checksummed while
+// both are still in the processor's cache. For blobs far larger than the cache this moves each byte through memory
+// twice instead of five times (read into a buffer, out of it, out written, out checksummed). Accepts exactly what
+// decodePayloadInto accepts (the reasons may be worded otherwise).
+using BlobSource = std::function<bool(uint64_t offset, uint8_t* into, size_t bytes)>;
+bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRef& ref, const Limits& limits,
+                            uint8_t* out, size_t outBytes, size_t chunkBytes, std::string* reason);
 // Parse a manifest image (msgpack map); accepts any 1.x minor version.
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason);
 
@@ -316,13 +324,17 @@ class TraceReader {
   std::optional<PayloadRef> payload(uint64_t commId, int op, int peer, uint64_t seq) const;
   std::vector<PayloadRef> payloads() const;  // the effective reference of each call, in (comm, kind, peer, seq) order
   bool readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem);
-  // Into `out`, `outBytes` long (ref.rawBytes): value replay decodes straight into its pinned staging memory.
+  // Into `out`, `outBytes` long (ref.rawBytes): value replay decodes straight into its pinned staging memory. A blob
+  // over kStreamingBlobBytes is read and decoded piece by piece (decodePayloadStreaming).
   bool readPayload(const PayloadRef& ref, uint8_t* out, size_t outBytes, Problem* problem);
+  static constexpr size_t kStreamingBlobBytes = 1u << 20, kStreamingPieceBytes = 256u << 10;
   uint32_t segmentCount() const;
 
  private:
   struct Impl;
   friend bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string* error);
+  // Opens ref's payload file with its header and the blob's bounds checked: the descriptor, or -1 with `problem` set.
+  int openBlob(const PayloadRef& ref, std::string* path, Problem* problem);
   // Reads ref's blob (file, header and bounds checked) and hands it to `decode`.
   using BlobDecoder = std::function<bool(const uint8_t* blob, size_t size, std::string* reason)>;
   bool readBlob(const PayloadRef& ref, Problem* problem, const BlobDecoder& decode);

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: Apache-2.0
+// decodePayloadStreaming (value replay's reader for blobs over TraceReader::kStreamingBlobBytes) against the whole-
+// blob decoder: the same bytes from blobs of raw and of compressed zstd blocks, read in pieces of every size from the
+// frame header's up; the same verdict on damaged, truncated and overlong blobs; the reader's refusals name the file
+// and offset.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "trace_test_util.h"
+
+namespace tracetest {
+namespace {
+
+constexpr size_t kPieces[] = {18, 1000, 65536, TraceReader::kStreamingPieceBytes};
+
+BlobSource memorySource(const std::string& blob) {
+  return [&blob](uint64_t at, uint8_t* into, size_t bytes) {
+    if (at > blob.size() || bytes > blob.size() - at) return false;
+    memcpy(into, blob.data() + at, bytes);
+    return true;
+  };
+}
+
+bool wholeDecode(const std::string& blob, const PayloadRef& ref, std::vector<uint8_t>* out, std::string* reason) {
+  out->assign(ref.rawBytes, 0);
+  return decodePayloadInto(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{}, out->data(),
+                           out->size(), reason);
+}
+
+bool streamDecode(const std::string& blob, const PayloadRef& ref, size_t piece, std::vector<uint8_t>* out,
+                  std::string* reason) {
+  out->assign(ref.rawBytes, 0);
+  return decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out->data(), out->size(), piece,
+                                reason);
+}
+
+class StreamingDecode : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/streaming-" + std::to_string(getpid());
+    ASSERT_EQ(system(("rm -rf '" + dir_ + "'").c_str()), 0);
+    std::mt19937 random(7);
+    // 3 MiB of random bytes (zstd stores them as raw blocks) and 3 MiB of gradient-like floats at level 3
+    // (compressed blocks): both blobs larger than kStreamingBlobBytes.
+    std::vector<uint8_t> raw(3u << 20);
+    for (auto& b : raw) b = static_cast<uint8_t>(random());
+    std::vector<uint8_t> floats(3u << 20);
+    std::normal_distribution<float> gradient(0.0f, 1e-3f);
+    for (size_t i = 0; i + 4 <= floats.size(); i += 4) {
+      const float v = gradient(random);
+      memcpy(&floats[i], &v, 4);
+    }
+    payloads_ = {raw, floats};
+    int seq = 0;
+    for (int level : {-1, 3}) {
+      WriterOptions options;
+      options.zstdLevel = level;
+      std::string error;
+      auto writer = TraceWriter::create(dir_ + "/level" + std::to_string(level), Manifest{}, options, &error);
+      ASSERT_NE(writer, nullptr) << error;
+      PayloadRef ref;
+      ref.seq = static_cast<uint64_t>(seq);
+      ref.datatype = 0;
+      ref.count = payloads_[seq].size();
+      ASSERT_TRUE(writer->appendPayload(ref, payloads_[seq].data(), payloads_[seq].size()));
+      ASSERT_TRUE(writer->close()) << writer->lastError();
+      ++seq;
+    }
+  }
+  void TearDown() override { EXPECT_EQ(system(("rm -rf '" + dir_ + "'").c_str()), 0); }
+  // The one payload's reference and blob in the trace written at `level`.
+  void blobOf(int level, std::unique_ptr<TraceReader>* reader, PayloadRef* ref, std::string* blob) {
+    std::string error;
+    *reader = TraceReader::open(dir_ + "/level" + std::to_string(level), Limits{}, &error);
+    ASSERT_NE(*reader, nullptr) << error;
+    const auto refs = (*reader)->payloads();
+    ASSERT_EQ(refs.size(), 1u);
+    *ref = refs[0];
+    ASSERT_GT(ref->compressedBytes, TraceReader::kStreamingBlobBytes);
+    *blob = readRange(dir_ + "/level" + std::to_string(level) + "/" + payloadName(ref->file), ref->offset,
+                      ref->compressedBytes);
+    ASSERT_EQ(blob->size(), ref->compressedBytes);
+  }
+  std::string dir_;
+  std::vector<std::vector<uint8_t>> payloads_;
+};
+
+TEST_F(StreamingDecode, TheSameBytesAsTheWholeBlobInPiecesOfEverySize) {
+  for (int level : {-1, 3}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    std::unique_ptr<TraceReader> reader;
+    PayloadRef ref;
+    std::string blob;
+    ASSERT_NO_FATAL_FAILURE(blobOf(level, &reader, &ref, &blob));
+    const std::vector<uint8_t>& want = payloads_[level == -1 ? 0 : 1];
+    std::vector<uint8_t> whole;
+    Problem problem;
+    ASSERT_TRUE(reader->readPayload(ref, &whole, &problem)) << problem.describe();
+    EXPECT_EQ(whole, want);
+    std::vector<uint8_t> into(ref.rawBytes);
+    ASSERT_TRUE(reader->readPayload(ref, into.data(), into.size(), &problem)) << problem.describe();  // streamed
+    EXPECT_EQ(into, want);
+    for (size_t piece : kPieces) {
+      std::vector<uint8_t> out;
+      std::string reason;
+      EXPECT_TRUE(streamDecode(blob, ref, piece, &out, &reason)) << "piece " << piece << ": " << reason;
+      EXPECT_EQ(out, want) << "piece " << piece;
+    }
+  }
+}
+
+TEST_F(StreamingDecode, RefusesWhatTheWholeBlobDecoderRefuses) {
+  std::unique_ptr<TraceReader> reader;
+  PayloadRef ref;
+  std::string blob;
+  ASSERT_NO_FATAL_FAILURE(blobOf(3, &reader, &ref, &blob));
+  // One bit flipped at positions spread over the blob: the header, both sides of every piece boundary, the
+  // checksum at the end.
+  std::vector<size_t> positions;
+  for (size_t pos = 0; pos < 24; ++pos) positions.push_back(pos);
+  for (size_t at = TraceReader::kStreamingPieceBytes; at < blob.size(); at += TraceReader::kStreamingPieceBytes)
+    for (size_t pos : {at - 2, at - 1, at, at + 1}) positions.push_back(pos);
+  for (size_t pos = 0; pos < blob.size(); pos += blob.size() / 17) positions.push_back(pos);
+  for (size_t back = 1; back <= 8; ++back) positions.push_back(blob.size() - back);
+  std::vector<size_t> accepted;
+  for (size_t pos : positions) {
+    std::string damaged = blob;
+    const int bit = pos == 4 ? 5 : static_cast<int>(pos % 8);  // not the frame header's unused bit
+    damaged[pos] = static_cast<char>(damaged[pos] ^ (1 << bit));
+    std::vector<uint8_t> whole, streamed;
+    std::string wholeWhy, streamWhy;
+    const bool wholeOk = wholeDecode(damaged, ref, &whole, &wholeWhy);
+    for (size_t piece : {size_t{1000}, TraceReader::kStreamingPieceBytes}) {
+      const bool streamOk = streamDecode(damaged, ref, piece, &streamed, &streamWhy);
+      EXPECT_EQ(streamOk, wholeOk) << "byte " << pos << ", piece " << piece << ": " << wholeWhy << " / " << streamWhy;
+      if (streamOk) EXPECT_EQ(streamed, whole) << "byte " << pos;
+      else EXPECT_FALSE(streamWhy.empty());
+    }
+    if (wholeOk) {
+      // zstd ignores a few bits (unused ones of a header); the bytes must then be the payload's own.
+      EXPECT_EQ(whole, payloads_[1]) << "byte " << pos;
+      accepted.push_back(pos);
+    }
+  }
+  EXPECT_LE(accepted.size(), 2u) << "flipped bits that left a valid blob: " << ::testing::PrintToString(accepted);
+
+  std::vector<uint8_t> out;
+  std::string why;
+  // Shorter than its frame, and longer.
+  PayloadRef shorter = ref;
+  shorter.compressedBytes = blob.size() - 1;
+  EXPECT_FALSE(streamDecode(blob.substr(0, blob.size() - 1), shorter, 65536, &out, &why));
+  EXPECT_NE(why.find("damaged zstd frame"), std::string::npos) << why;
+  PayloadRef longer = ref;
+  longer.compressedBytes = blob.size() + 5;
+  EXPECT_FALSE(streamDecode(blob + std::string(5, '\0'), longer, 65536, &out, &why));
+  EXPECT_EQ(why, "blob holds 5 bytes after its frame");
+  EXPECT_FALSE(wholeDecode(blob + std::string(5, '\0'), longer, &out, &why));
+  // A source that fails, room of another size, a reference of another size.
+  const BlobSource firstPieceOnly = [&blob](uint64_t at, uint8_t* into, size_t bytes) {
+    if (at > 0) return false;
+    memcpy(into, blob.data(), bytes);
+    return true;
+  };
+  out.assign(ref.rawBytes, 0);
+  EXPECT_FALSE(decodePayloadStreaming(firstPieceOnly, blob.size(), ref, Limits{}, out.data(), out.size(), 65536, &why));
+  EXPECT_EQ(why, "short read");
+  EXPECT_FALSE(decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out.data(), out.size() - 1,
+                                      65536, &why));
+  EXPECT_NE(why.find("room for " + std::to_string(ref.rawBytes - 1)), std::string::npos) << why;
+  EXPECT_FALSE(decodePayloadStreaming(memorySource(blob), blob.size() - 1, ref, Limits{}, out.data(), out.size(),
+                                      65536, &why));
+  // A CRC-32 in the reference that is not the payload's (zstd's own checksum passes).
+  PayloadRef otherCrc = ref;
+  otherCrc.rawCrc32 ^= 1;
+  EXPECT_FALSE(streamDecode(blob, otherCrc, 65536, &out, &why));
+  EXPECT_EQ(why, "CRC-32 of the decompressed bytes does not match");
+}
+
+TEST_F(StreamingDecode, TheReaderNamesFileAndOffsetOfADamagedLargeBlob) {
+  std::unique_ptr<TraceReader> reader;
+  PayloadRef ref;
+  std::string blob;
+  ASSERT_NO_FATAL_FAILURE(blobOf(-1, &reader, &ref, &blob));
+  const std::string path = dir_ + "/level-1/" + payloadName(ref.file);
+  std::string file = readAll(path);
+  file[ref.offset + blob.size() / 2] ^= 0x10;
+  writeAll(path, file);
+  std::vector<uint8_t> into(ref.rawBytes);
+  Problem problem;
+  EXPECT_FALSE(reader->readPayload(ref, into.data(), into.size(), &problem));
+  EXPECT_EQ(problem.file, path);
+  EXPECT_EQ(problem.offset, ref.offset);
+  EXPECT_FALSE(problem.reason.empty());
+  std::vector<uint8_t> whole;
+  Problem wholeProblem;
+  EXPECT_FALSE(reader->readPayload(ref, &whole, &wholeProblem));
+  EXPECT_EQ(wholeProblem.file, path);
+}
+
+}  // namespace
+}  // namespace tracetest
