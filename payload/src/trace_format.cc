@@ -157,9 +157,10 @@ bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const
 
 namespace {
 
-// Every bound of a payload blob checked against `ref` and `limits`, before anything is allocated for it.
-bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
-                       std::string* reason) {
+// The bounds of a `size`-byte payload blob that its frame header shows (`head`: its first `headBytes` bytes, the
+// header among them), checked against `ref` and `limits` before anything is allocated or decoded for it.
+bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const PayloadRef& ref, const Limits& limits,
+                      std::string* reason) {
   auto fail = [&](std::string text) {
     if (reason) *reason = std::move(text);
     return false;
@@ -169,23 +170,36 @@ bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, 
   if (ref.rawBytes > limits.maxPayloadBytes)
     return fail("payload of " + std::to_string(ref.rawBytes) + " bytes exceeds the limit of " +
                 std::to_string(limits.maxPayloadBytes));
-  const unsigned long long declared = ZSTD_getFrameContentSize(data, size);
+  const unsigned long long declared = ZSTD_getFrameContentSize(head, headBytes);
   if (declared == ZSTD_CONTENTSIZE_ERROR) return fail("not a zstd frame");
   if (declared == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
   if (declared != ref.rawBytes)
     return fail("zstd frame declares " + std::to_string(declared) + " bytes, reference says " +
                 std::to_string(ref.rawBytes));
   ZSTD_frameHeader header;
-  if (ZSTD_getFrameHeader(&header, data, size) != 0) return fail("damaged zstd frame header");
+  if (ZSTD_getFrameHeader(&header, head, headBytes) != 0) return fail("damaged zstd frame header");
   if (!header.checksumFlag) return fail("zstd frame without a content checksum");
-  const size_t frameSize = ZSTD_findFrameCompressedSize(data, size);
-  if (ZSTD_isError(frameSize)) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize));
-  if (frameSize != size) return fail("blob holds " + std::to_string(size - frameSize) + " bytes after its frame");
   // zstd cannot expand more than ~32768x (a 4-byte RLE block stands for 128 KiB): refuse a frame that claims more
   // before allocating what it claims.
   if (ref.rawBytes > static_cast<uint64_t>(size) * 32768 + (128u << 10))
     return fail("zstd frame of " + std::to_string(size) + " bytes cannot hold the " + std::to_string(ref.rawBytes) +
                 " bytes it declares");
+  return true;
+}
+
+// Every bound of a payload blob checked against `ref` and `limits`, before anything is allocated for it.
+bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
+                       std::string* reason) {
+  if (!checkFrameHeader(data, size, size, ref, limits, reason)) return false;
+  const size_t frameSize = ZSTD_findFrameCompressedSize(data, size);
+  if (ZSTD_isError(frameSize)) {
+    if (reason) *reason = std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize);
+    return false;
+  }
+  if (frameSize != size) {
+    if (reason) *reason = "blob holds " + std::to_string(size - frameSize) + " bytes after its frame";
+    return false;
+  }
   return true;
 }
 
@@ -237,11 +251,6 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
     if (reason) *reason = std::move(text);
     return false;
   };
-  if (size != ref.compressedBytes)
-    return fail("blob is " + std::to_string(size) + " bytes, reference says " + std::to_string(ref.compressedBytes));
-  if (ref.rawBytes > limits.maxPayloadBytes)
-    return fail("payload of " + std::to_string(ref.rawBytes) + " bytes exceeds the limit of " +
-                std::to_string(limits.maxPayloadBytes));
   if (outBytes != ref.rawBytes)
     return fail("payload of " + std::to_string(ref.rawBytes) + " bytes, room for " + std::to_string(outBytes));
   // A piece per thread, kept (the frame header, at most ZSTD_FRAMEHEADERSIZE_MAX bytes, comes in the first piece).
@@ -265,18 +274,7 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
   } unpoison{piece};
   uint64_t taken = std::min<uint64_t>(size, pieceBytes);
   if (!fill(0, static_cast<size_t>(taken))) return fail("short read");
-  const unsigned long long declared = ZSTD_getFrameContentSize(piece.data(), taken);
-  if (declared == ZSTD_CONTENTSIZE_ERROR) return fail("not a zstd frame");
-  if (declared == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
-  if (declared != ref.rawBytes)
-    return fail("zstd frame declares " + std::to_string(declared) + " bytes, reference says " +
-                std::to_string(ref.rawBytes));
-  ZSTD_frameHeader header;
-  if (ZSTD_getFrameHeader(&header, piece.data(), taken) != 0) return fail("damaged zstd frame header");
-  if (!header.checksumFlag) return fail("zstd frame without a content checksum");
-  if (ref.rawBytes > static_cast<uint64_t>(size) * 32768 + (128u << 10))
-    return fail("zstd frame of " + std::to_string(size) + " bytes cannot hold the " + std::to_string(ref.rawBytes) +
-                " bytes it declares");
+  if (!checkFrameHeader(piece.data(), static_cast<size_t>(taken), size, ref, limits, reason)) return false;
   static thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   if (!dctx) return fail("zstd: cannot create a decompression context");
   ZSTD_DCtx_reset(dctx.get(), ZSTD_reset_session_and_parameters);
