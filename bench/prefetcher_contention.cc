@@ -210,7 +210,8 @@ int main(int argc, char** argv) {
            "\"hardware_threads\": %u, \"median_ns\": %.0f, \"p90_ns\": %.0f, \"p99_ns\": %.0f, \"from_device\": %d, "
            "\"fence_polls\": %llu, \"decoded\": %llu, \"waits\": %llu, \"loop_s\": %.3f, \"decoded_gb_per_s\": %.2f}\n",
            payloads, payloadMib, largeBytes > 0 ? level : 0, threads, gapUs, uploadUs, copyUs,
-           std::thread::hardware_concurrency(), med, p90, p99, fromDevice, static_cast<unsigned long long>(polls.load()),
+           std::thread::hardware_concurrency(), med, p90, p99, fromDevice,
+           static_cast<unsigned long long>(polls.load()),
            static_cast<unsigned long long>(stats.decoded), static_cast<unsigned long long>(stats.waits), loopSeconds,
            gbPerSecond);
   } else if (largeBytes > 0) {

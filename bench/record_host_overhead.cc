@@ -33,9 +33,9 @@
 // real side is the floor and RankLens's side is its events and payload copies: how long the recorder's copy kernel
 // waits for an SM when the job's compute fills the GPU (RANKLENS_PAYLOAD_COPY_PRIORITY,
 // RANKLENS_PAYLOAD_COPY_KERNEL_BYTES choose how it copies; RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK follows the
-// latter unless set, so that these 1-rank calls copy as calls of several ranks do). --nccl-like-ns NS puts a one-block kernel of NS ns on the
-// call's stream before each call of both sides, as NCCL's kernel would be for a call of several ranks: it waits for an
-// SM first, and the copy kernel after it may take the slot it frees.
+// latter unless set, so that these 1-rank calls copy as calls of several ranks do). --nccl-like-ns NS puts a
+// one-block kernel of NS ns on the call's stream before each call of both sides, as NCCL's kernel would be for a call
+// of several ranks: it waits for an SM first, and the copy kernel after it may take the slot it frees.
 //
 // --device host runs without a GPU (RANKLENS_DEVICE=host, host buffers, no CUDA calls): with the fake real NCCL of
 // tests/support as --real it measures RankLens's own bookkeeping per call, without CUDA events or NCCL's work.

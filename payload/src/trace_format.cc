@@ -296,7 +296,8 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
       break;
     }
     if (input.pos == input.size) {
-      if (taken == size) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorString(ZSTD_error_srcSize_wrong));
+      if (taken == size)
+        return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorString(ZSTD_error_srcSize_wrong));
       const size_t next = static_cast<size_t>(std::min<uint64_t>(size - taken, pieceBytes));
       if (!fill(taken, next)) return fail("short read");
       taken += next;

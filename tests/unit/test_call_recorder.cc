@@ -242,7 +242,8 @@ TEST_F(CapturedCalls, AGraphNeverLaunchedNeitherBlocksAnotherNorCostsAPollPerCal
   const auto passes = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - slept);
   {
     std::lock_guard<std::mutex> lock(device_.mu);
-    EXPECT_LT(device_.queries - before, (passes.count() + 1) * 2 * 4) << "captured calls looked at one by one every pass";
+    EXPECT_LT(device_.queries - before, (passes.count() + 1) * 2 * 4)
+        << "captured calls looked at one by one every pass";
   }
   device_.launch(7000, device_.graph.size() - 2);  // the second graph only
   ASSERT_TRUE(waitFor(out_, 1));

@@ -199,12 +199,13 @@ class CudaRecordDevice final : public RecordDevice {
       *done = token;
       return kSignalled;
     }
-    // Up to CopyOptions::kernelMaxBytes (kernelMaxBytesOneRank) a kernel writes the bytes into the mapped staging memory and says when they
-    // are there; larger copies take the copy engine's bandwidth.
+    // Up to CopyOptions::kernelMaxBytes (kernelMaxBytesOneRank after a 1-rank call) a kernel writes the bytes into
+    // the mapped staging memory and says when they are there; larger copies take the copy engine's bandwidth.
     const uintptr_t host = mappedHost_.load(std::memory_order_acquire);
     const auto at = reinterpret_cast<uintptr_t>(dst), flag = reinterpret_cast<uintptr_t>(done);
     const uintptr_t end = host + mappedBytes_.load(std::memory_order_relaxed);
-    if (bytes <= (oneRank ? copies_.kernelMaxBytesOneRank : copies_.kernelMaxBytes) && host != 0 && at >= host && at + bytes <= end && flag >= host &&
+    const size_t kernelMax = oneRank ? copies_.kernelMaxBytesOneRank : copies_.kernelMaxBytes;
+    if (bytes <= kernelMax && host != 0 && at >= host && at + bytes <= end && flag >= host &&
         flag + sizeof(uint64_t) <= end) {
       const uintptr_t mapped = mappedDevice_.load(std::memory_order_relaxed);
       void* onGpu = reinterpret_cast<void*>(mapped + (at - host));
