@@ -56,6 +56,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <random>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -143,6 +144,11 @@ int main(int argc, char** argv) {
   app.add_option("--calls", calls, "calls per side")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "calls per side between stream synchronisations")->check(CLI::PositiveNumber);
   app.add_option("--count", count, "float32 elements per all-reduce")->check(CLI::PositiveNumber);
+  std::string data = "zeros";
+  app.add_option("--data", data,
+                 "--device host: what the buffers hold: zeros, or gradients (normally distributed values: zstd "
+                 "cannot shrink them, so --payloads all writes every byte, as a training job's recording does)")
+      ->check(CLI::IsMember({"zeros", "gradients"}));
   app.add_option("--ranks", ranks, "ranks of the communicator, one GPU each")->check(CLI::Range(1, 2));
   app.add_option("--clock", clock, "RANKLENS_TIMING_CLOCK for the recorder")
       ->check(CLI::IsMember({"events", "kernel"}));
@@ -218,6 +224,11 @@ int main(int argc, char** argv) {
   for (int r = 0; r < ranks; ++r) {
     if (!cuda) {
       buffers[r] = static_cast<float*>(calloc(count, sizeof(float)));
+      if (data == "gradients" && buffers[r] != nullptr) {
+        std::mt19937 random(1 + r);
+        std::normal_distribution<float> gradient(0.0f, 1e-3f);
+        for (size_t i = 0; i < count; ++i) buffers[r][i] = gradient(random);
+      }
       continue;
     }
     check(cudaSetDevice(r), "cudaSetDevice");
@@ -440,7 +451,10 @@ int main(int argc, char** argv) {
   }
   const std::vector<double>& tReal = samples[0];
   const std::vector<double>& tOurs = samples[1];
+  // How long the recorder then takes to get what it still holds (staged or queued payloads) into the trace files.
+  const auto flushStart = Clock::now();
   oursFlush();
+  const double flushMs = std::chrono::duration<double, std::milli>(Clock::now() - flushStart).count();
   for (int r = 0; r < ranks; ++r) oursDestroy(comms[r]);
 
   // What bounds the recorder's cost: the CUDA calls it must make per call (two event records, one capture query),
@@ -479,15 +493,18 @@ int main(int argc, char** argv) {
            "\"median_ns_real\": %.1f, "
            "\"median_ns_ranklens\": %.1f, \"added_median_ns\": %.1f, \"p90_ns_real\": %.1f, \"p90_ns_ranklens\": %.1f, "
            "\"added_p90_ns\": %.1f, \"cuda_event_record_median_ns\": %.1f, "
-           "\"cuda_stream_is_capturing_median_ns\": %.1f%s}\n",
-           device.c_str(), payloads.c_str(), clock.c_str(), ranks, tReal.size(), count, medReal, medOurs, medOurs - medReal, p90Real, p90Ours,
-           p90Ours - p90Real, medRecord, medCapturing, probeJson);
+           "\"cuda_stream_is_capturing_median_ns\": %.1f, \"data\": \"%s\", \"flush_ms\": %.1f%s}\n",
+           device.c_str(), payloads.c_str(), clock.c_str(), ranks, tReal.size(), count, medReal, medOurs,
+           medOurs - medReal, p90Real, p90Ours, p90Ours - p90Real, medRecord, medCapturing, data.c_str(), flushMs,
+           probeJson);
   } else {
     printf("payloads %s, clock %s, %d rank(s), %zu calls per side, %zu float32 per all-reduce\n", payloads.c_str(),
            clock.c_str(), ranks, tReal.size(), count);
     printf("  real NCCL          median %8.1f ns   p90 %8.1f ns\n", medReal, p90Real);
     printf("  through RankLens   median %8.1f ns   p90 %8.1f ns\n", medOurs, p90Ours);
     printf("  added by recorder  median %8.1f ns   p90 %8.1f ns\n", medOurs - medReal, p90Ours - p90Real);
+    printf("  then %.1f ms until the recorder's flush returned (payloads still staged or queued written out)\n",
+           flushMs);
     if (cuda)
       printf("  floor: cudaEventRecord median %.1f ns (x2 per call), cudaStreamIsCapturing median %.1f ns\n",
              medRecord, medCapturing);
