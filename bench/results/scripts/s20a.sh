@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../../.."
 source bench/carry_setup.sh; carry_env
 {
   echo "libnccl.so.2 needs: $(ldd .carry/lib/libnccl.so.2 | grep -E 'isal|yaml|not found' | tr -s ' \t' ' ')"
-  RANKLENS_DEVICE=cuda timeout 25 .carry/bin/test_cuda_device > "$OUT/gpu_tests-$C.txt" 2>&1
+  RANKLENS_DEVICE=cuda timeout 90 .carry/bin/test_cuda_device > "$OUT/gpu_tests-$C.txt" 2>&1
   echo "GPU tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gpu_tests-$C.txt" | tr '\n' ' ')"
   for where in /tmp /dev/shm; do
     echo "dd 2 GiB to $where: $(timeout 12 dd if=/dev/zero of=$where/s20a-dd bs=1M count=2048 conv=fdatasync 2>&1 | tail -1)"
