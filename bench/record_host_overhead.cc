@@ -55,8 +55,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>

@@ -29,6 +29,16 @@ using ranklens::trace::RecordType;
 using Trace = trace_test::Trace;
 using trace_test::readTrace;
 
+// Every stored payload reads back whole.
+void expectEveryPayloadReadable(const Trace& t) {
+  for (const auto& p : t.payloads) {
+    std::vector<uint8_t> bytes;
+    ranklens::trace::Problem problem;
+    EXPECT_TRUE(t.reader->readPayload(p, &bytes, &problem)) << problem.describe();
+    EXPECT_EQ(bytes.size(), p.rawBytes);
+  }
+}
+
 struct ScenarioRun {
   int status = -1;
   std::string output;
@@ -227,13 +237,8 @@ TEST(RecordCapture, PayloadsAtTheConfiguredZstdLevel) {
     ASSERT_EQ(run.status, 0) << run.output;
     Trace t = readTrace(run.traceDir);
     ASSERT_EQ(t.payloads.size(), 5u);
-    for (const auto& p : t.payloads) {
-      EXPECT_EQ(p.zstdLevel, *level ? 3 : -1);
-      std::vector<uint8_t> bytes;
-      ranklens::trace::Problem problem;
-      EXPECT_TRUE(t.reader->readPayload(p, &bytes, &problem)) << problem.describe();
-      EXPECT_EQ(bytes.size(), p.rawBytes);
-    }
+    for (const auto& p : t.payloads) EXPECT_EQ(p.zstdLevel, *level ? 3 : -1);
+    expectEveryPayloadReadable(t);
   }
 }
 
@@ -336,11 +341,7 @@ TEST(RecordKernelClock, CopyEnginePayloadsKeepTheKernelClock) {
   EXPECT_EQ(t.manifest.counters["kernel_clock_timed"], 5u);
   EXPECT_EQ(t.payloads.size(), 5u);
   EXPECT_EQ(t.counter("payload_copy_failures"), 0u);
-  for (const auto& p : t.payloads) {
-    std::vector<uint8_t> bytes;
-    ranklens::trace::Problem problem;
-    EXPECT_TRUE(t.reader->readPayload(p, &bytes, &problem)) << problem.describe();
-  }
+  expectEveryPayloadReadable(t);
 }
 
 // A call on a 1-rank communicator has no NCCL kernel before its payload copy, so the copy takes a copy engine (a copy
@@ -358,11 +359,7 @@ TEST(RecordPayloads, OneRankCallsCopyThroughTheCopyEngine) {
     EXPECT_EQ(t.counter("payloads_staged"), 5u);
     EXPECT_EQ(t.counter("payloads_copy_engine"), *oneRank ? 0u : 1u) << "the split child's call has one rank";
     EXPECT_EQ(t.counter("payload_copy_failures"), 0u);
-    for (const auto& p : t.payloads) {
-      std::vector<uint8_t> bytes;
-      ranklens::trace::Problem problem;
-      EXPECT_TRUE(t.reader->readPayload(p, &bytes, &problem)) << problem.describe();
-    }
+    expectEveryPayloadReadable(t);
   }
 }
 

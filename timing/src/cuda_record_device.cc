@@ -204,8 +204,7 @@ class CudaRecordDevice final : public RecordDevice {
     const uintptr_t host = mappedHost_.load(std::memory_order_acquire);
     const auto at = reinterpret_cast<uintptr_t>(dst), flag = reinterpret_cast<uintptr_t>(done);
     const uintptr_t end = host + mappedBytes_.load(std::memory_order_relaxed);
-    const size_t kernelMax = oneRank ? copies_.kernelMaxBytesOneRank : copies_.kernelMaxBytes;
-    if (bytes <= kernelMax && host != 0 && at >= host && at + bytes <= end && flag >= host &&
+    if (bytes <= copies_.kernelMaxFor(oneRank) && host != 0 && at >= host && at + bytes <= end && flag >= host &&
         flag + sizeof(uint64_t) <= end) {
       const uintptr_t mapped = mappedDevice_.load(std::memory_order_relaxed);
       void* onGpu = reinterpret_cast<void*>(mapped + (at - host));

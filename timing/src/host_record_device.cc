@@ -83,7 +83,7 @@ class HostRecordDevice final : public RecordDevice {
       return 1;
     }
     if (bytes > 0) memcpy(dst, src, bytes);
-    if (bytes > (oneRank ? copies_.kernelMaxBytesOneRank : copies_.kernelMaxBytes)) return 0;
+    if (bytes > copies_.kernelMaxFor(oneRank)) return 0;
     __atomic_store_n(done, token, __ATOMIC_RELEASE);
     return kSignalled;
   }

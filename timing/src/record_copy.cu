@@ -38,8 +38,8 @@ namespace device {
 cudaError_t launchRecordCopy(void* dst, const void* src, size_t bytes, uint64_t* done, uint64_t token,
                              cudaStream_t stream, unsigned threads) {
   ranklens_RecordPayload<<<1, threads, 0, stream>>>(static_cast<unsigned char*>(dst),
-                                                static_cast<const unsigned char*>(src), bytes,
-                                                reinterpret_cast<volatile unsigned long long*>(done), token);
+                                                    static_cast<const unsigned char*>(src), bytes,
+                                                    reinterpret_cast<volatile unsigned long long*>(done), token);
   return cudaGetLastError();
 }
 

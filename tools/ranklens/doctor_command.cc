@@ -161,10 +161,9 @@ void checkTrace(const std::string& path, Report* r) {
 
 int runDoctor(const DoctorOptions& o) {
   Report r;
-  const std::string lib = findLibrary(o.lib);
-  std::string unloadable;
-  if (lib.empty()) r.fail("library", libraryNotFound());
-  else if (!libraryLoads(lib, &unloadable)) r.fail("library", unloadable);
+  std::string unusable;
+  const std::string lib = usableLibrary(o.lib, &unusable);
+  if (lib.empty()) r.fail("library", unusable);
   else r.ok("library", lib + " (" + std::to_string(fs::file_size(lib) / 1024) + " KiB; its shared libraries resolve)");
 
   std::map<std::string, std::string> env;

@@ -75,7 +75,8 @@ bool libraryLoads(const std::string& lib, std::string* error) {
   std::string missing;
   size_t at = 0;
   while ((at = out.find("=> not found", at)) != std::string::npos) {
-    const size_t lineStart = out.rfind('\n', at) == std::string::npos ? 0 : out.rfind('\n', at) + 1;
+    const size_t newline = out.rfind('\n', at);
+    const size_t lineStart = newline == std::string::npos ? 0 : newline + 1;
     std::string name = out.substr(lineStart, at - lineStart);
     name.erase(0, name.find_first_not_of(" \t"));
     name.erase(name.find_last_not_of(" \t") + 1);
@@ -88,6 +89,13 @@ bool libraryLoads(const std::string& lib, std::string* error) {
            "libisal2 for libisal.so.2, libyaml-cpp0.7 or 0.8 for libyaml-cpp), or copy it beside " +
            fs::path(lib).filename().string() + " (it looks in its own folder first)";
   return false;
+}
+
+std::string usableLibrary(const std::string& given, std::string* error) {
+  const std::string lib = findLibrary(given);
+  if (lib.empty()) *error = libraryNotFound();
+  else if (!libraryLoads(lib, error)) return "";
+  return lib;
 }
 
 std::string prepend(const char* var, const std::string& value, char sep) {

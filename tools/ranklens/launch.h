@@ -20,6 +20,8 @@ std::string libraryNotFound();
 // A preloaded library whose dependencies are missing is skipped by the loader with a warning, and the job would run
 // on the real NCCL: this is checked before a job starts. True when ldd itself cannot run.
 bool libraryLoads(const std::string& lib, std::string* error);
+// findLibrary(given) when it exists and loads (libraryLoads); else "" with `error` saying why and what to do.
+std::string usableLibrary(const std::string& given, std::string* error);
 // The output of a shell command (stdout; add 2>&1 for stderr), and its status as pclose gives it (-1: not run).
 std::string capture(const std::string& command, int* status);
 // `s` single-quoted for the shell.

@@ -173,13 +173,10 @@ int runReplay(const ReplayOptions& o) {
                  "recording's)\n";
     return 2;
   }
-  const std::string lib = ranklens::tools::findLibrary(o.lib);
+  std::string unusable;
+  const std::string lib = ranklens::tools::usableLibrary(o.lib, &unusable);
   if (lib.empty()) {
-    std::cerr << "error: " << ranklens::tools::libraryNotFound() << "\n";
-    return 2;
-  }
-  if (std::string unloadable; !ranklens::tools::libraryLoads(lib, &unloadable)) {
-    std::cerr << "error: " << unloadable << "\n";
+    std::cerr << "error: " << unusable << "\n";
     return 2;
   }
   std::map<std::string, std::string> env = {

@@ -92,13 +92,10 @@ void reportRanks(const std::string& traceDir) {
 }  // namespace
 
 int runRecord(const RecordOptions& o) {
-  const std::string lib = findLibrary(o.lib);
+  std::string unusable;
+  const std::string lib = usableLibrary(o.lib, &unusable);
   if (lib.empty()) {
-    std::cerr << "error: " << libraryNotFound() << "\n";
-    return 2;
-  }
-  if (std::string unloadable; !libraryLoads(lib, &unloadable)) {
-    std::cerr << "error: " << unloadable << "\n";
+    std::cerr << "error: " << unusable << "\n";
     return 2;
   }
   const std::string traceDir =

@@ -70,6 +70,8 @@ struct CopyOptions {
   // it, so no SM slot frees just before the copy, and a copy kernel waits for one when the job's compute fills them
   // (+20.8 us with 20 us compute blocks on H200, against +6.3 us for a copy engine; both 6-8 us on an idle GPU).
   size_t kernelMaxBytesOneRank = 0;
+  // The threshold for a copy after a call of one rank (`oneRank`) or of several.
+  size_t kernelMaxFor(bool oneRank) const { return oneRank ? kernelMaxBytesOneRank : kernelMaxBytes; }
   // The copy kernel is launched at the device's greatest stream priority, whatever its stream's: on a GPU whose SMs
   // are full of the job's compute it takes the first free slot instead of queueing behind pending compute blocks.
   bool highPriority = true;
