@@ -58,6 +58,13 @@ ScenarioRun runScenario(const std::string& scenario, const std::map<std::string,
   return ScenarioRun{child.status, child.output, dir + "/rank0"};
 }
 
+// The capture scenario with `variable` set to `value`, or with the default when `value` is empty.
+ScenarioRun runCaptureWith(const std::string& variable, const std::string& value, const std::string& tag) {
+  std::map<std::string, std::string> env;
+  if (!value.empty()) env[variable] = value;
+  return runScenario("capture", env, tag);
+}
+
 TEST(RecordForward, SameResultsErrorsAndVersionAsTheRealLibrary) {
   ScenarioRun run = runScenario("forward", {});
   EXPECT_EQ(run.status, 0) << run.output;
@@ -231,9 +238,7 @@ TEST(RecordCapture, AlternateStepsForwardEveryOtherBlockUnrecorded) {
 TEST(RecordCapture, PayloadsAtTheConfiguredZstdLevel) {
   for (const char* level : {"", "3"}) {
     SCOPED_TRACE(std::string("RANKLENS_PAYLOAD_ZSTD_LEVEL '") + level + "'");
-    std::map<std::string, std::string> env;
-    if (*level) env["RANKLENS_PAYLOAD_ZSTD_LEVEL"] = level;
-    ScenarioRun run = runScenario("capture", env, *level ? "-level" : "-default");
+    ScenarioRun run = runCaptureWith("RANKLENS_PAYLOAD_ZSTD_LEVEL", level, *level ? "-level" : "-default");
     ASSERT_EQ(run.status, 0) << run.output;
     Trace t = readTrace(run.traceDir);
     ASSERT_EQ(t.payloads.size(), 5u);
@@ -350,9 +355,8 @@ TEST(RecordKernelClock, CopyEnginePayloadsKeepTheKernelClock) {
 TEST(RecordPayloads, OneRankCallsCopyThroughTheCopyEngine) {
   for (const char* oneRank : {"", "64KiB"}) {
     SCOPED_TRACE(std::string("payload_copy_kernel_bytes_one_rank ") + (*oneRank ? oneRank : "default"));
-    std::map<std::string, std::string> env;
-    if (*oneRank) env["RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK"] = oneRank;
-    ScenarioRun run = runScenario("capture", env, *oneRank ? "-one-rank-kernel" : "-one-rank-engine");
+    ScenarioRun run = runCaptureWith("RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK", oneRank,
+                                     *oneRank ? "-one-rank-kernel" : "-one-rank-engine");
     ASSERT_EQ(run.status, 0) << run.output;
     Trace t = readTrace(run.traceDir);
     EXPECT_EQ(t.payloads.size(), 5u);
