@@ -9,9 +9,10 @@
 #   bench/run_trace_store_bench.sh --benchmark_filter=meta   # extra flags go to the benchmark binary
 #   OUT=/tmp/x.json bench/run_trace_store_bench.sh       # write elsewhere
 #   WAIT_IDLE_S=0 bench/run_trace_store_bench.sh         # do not wait for idle CPUs first (default: up to 600 s)
-#   BIN=/tmp/old/trace_store_bench bench/run_trace_store_bench.sh   # another build of the benchmark (e.g. an older
-#                                                        # commit's, for a before/after): not rebuilt; the JSON
-#                                                        # still names this checkout's commit, so say which in OUT
+#   BIN=/tmp/old/trace_store_bench LIBRARY_COMMIT=abc1234 bench/run_trace_store_bench.sh
+#                                                        # another build of the benchmark (e.g. an older commit's,
+#                                                        # for a before/after): not rebuilt; the JSON names the
+#                                                        # checkout's commit and, apart, LIBRARY_COMMIT it was built at
 #
 # On a shared machine other processes distort the numbers. The script waits (up to WAIT_IDLE_S) until the CPUs are
 # at most 10% busy over 3 s, and records how much CPU time other processes used during the run
@@ -23,12 +24,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SCRIPT_COMMAND="bench/run_trace_store_bench.sh"
 (($#)) && SCRIPT_COMMAND+="$(printf ' %q' "$@")"
-for var in WAIT_IDLE_S OUT REPS TMPDIR BIN; do  # the settings given, as they were given
+for var in WAIT_IDLE_S OUT REPS TMPDIR BIN LIBRARY_COMMIT; do  # the settings given, as they were given
   if [[ -n "${!var+x}" ]]; then SCRIPT_COMMAND="$var=$(printf '%q' "${!var}") $SCRIPT_COMMAND"; fi
 done
 REPS="${REPS:-7}"
 OUT="${OUT:-bench/results/trace_store_bench.json}"
 
+BIN_GIVEN="${BIN:-}"
 if [[ -z "${BIN:-}" ]]; then
   cmake --preset release >/dev/null
   cmake --build --preset release --target trace_store_bench
@@ -88,6 +90,7 @@ LOAD_AFTER="$(cat /proc/loadavg)"
 export RL_RAW="$RAW" RL_OUT="$OUT" RL_START="$START" RL_END="$END" RL_LOAD_BEFORE="$LOAD_BEFORE" \
        RL_LOAD_AFTER="$LOAD_AFTER" RL_BUSY_BEFORE="$BUSY_BEFORE" RL_BUSY_JIFFIES="$((BUSY_J1 - BUSY_J0))" \
        RL_CLK_TCK="$(getconf CLK_TCK)" RL_BENCH_CPU_S="$(cat "$CPU_FILE")" RL_SCRIPT_COMMAND="$SCRIPT_COMMAND" RL_SCRATCH="$SCRATCH" \
+       RL_GIVEN_BIN="${BIN_GIVEN:-}" RL_LIBRARY_COMMIT="${LIBRARY_COMMIT:-}" \
        RL_BENCH_COMMAND="$(printf '%q ' "${BENCH_CMD[@]}" | sed "s|$RAW|<tmp>.json|")"
 python3 - <<'PY'
 import json, os, re, subprocess
@@ -267,7 +270,9 @@ bench["ranklens"] = {
     "load_average_after": env["RL_LOAD_AFTER"],
     "command": env["RL_SCRIPT_COMMAND"],
     "benchmark_command": env["RL_BENCH_COMMAND"].strip(),
-    "build": "cmake --preset release (RelWithDebInfo); cmake --build --preset release --target trace_store_bench",
+    "build": ("given: " + env["RL_GIVEN_BIN"] + " (not built by this script)") if env.get("RL_GIVEN_BIN") else
+             "cmake --preset release (RelWithDebInfo); cmake --build --preset release --target trace_store_bench",
+    "library_commit": env.get("RL_LIBRARY_COMMIT") or None,
     "units": "MB = 1e6 bytes of raw (uncompressed) payload; times are wall clock (UseRealTime); every value in "
              "summary is the median over the repetitions; cv_pct = stddev/mean across repetitions, percent; "
              "others_cpu_pct = CPU share other processes took during the loop (median)",
