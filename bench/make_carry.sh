@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Prepares .carry/ (ignored by git) for the GPU machines, which have no Debian build dependencies: builds the release
-# preset, copies the library, the tools and GPU test binaries the results scripts run (debug info stripped, to stay
-# within the device tool's 64 MiB carry), the Debian shared libraries they need and the image lacks (yaml-cpp, ISA-L)
-# into .carry/deps and beside libnccl.so.2, and the commit into .carry/COMMIT. Leaves .carry/nccl-tests,
+# preset, copies the library, the test suite's fake real NCCL (.carry/fake_real), the tools and GPU test binaries the
+# results scripts run (debug info stripped, to stay within the device tool's 64 MiB carry), the Debian shared
+# libraries they need and the image lacks (yaml-cpp, ISA-L) into .carry/deps and beside libnccl.so.2, and the commit
+# into .carry/COMMIT. Leaves .carry/nccl-tests,
 # .carry/frameworks, .carry/pywhl and .carry/old alone.
 #   bench/make_carry.sh
 # Then: run with carry [".carry"]; the scripts source bench/carry_setup.sh (carry_env puts .carry/deps on
@@ -21,6 +22,8 @@ for name in ranklens rlpayload record_host_overhead replay_host_overhead hold_co
   cp "$built" .carry/bin/ && strip --strip-debug ".carry/bin/$name"
 done
 cp -L build/release/nccl_fake/libnccl.so.2 .carry/lib/ && strip --strip-debug .carry/lib/libnccl.so.2
+# The test suite's fake real NCCL: record_host_overhead --device host runs the recorder's pipeline without a GPU.
+mkdir -p .carry/fake_real && cp -L build/release/tests/fake_real_nccl/libnccl.so.2 .carry/fake_real/
 # (from the build tree's library: the carried one finds its neighbours in .carry/lib once they are there)
 mapfile -t debian < <(ldd build/release/nccl_fake/libnccl.so.2 | awk '/libyaml-cpp|libisal/ {print $3}' | sort -u)
 ((${#debian[@]} >= 2)) || { echo "make_carry: expected yaml-cpp and ISA-L among the libraries, found: ${debian[*]}" >&2; exit 1; }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ranklens/free_list.h"
+#include "ranklens/thread_name.h"
 
 namespace ranklens {
 namespace trace {
@@ -274,7 +275,10 @@ PayloadPrefetcher::PayloadPrefetcher(const Recording& recording, const Options& 
     im.uploading = im.deviceArena != nullptr;
   }
   const int threads = std::max(1, options.threads);
-  for (int i = 0; i < threads && im.arena; ++i) im.workers.emplace_back([&im] { im.work(); });
+  for (int i = 0; i < threads && im.arena; ++i) im.workers.emplace_back([&im] {
+      nameThisThread("RankLens Fetch");
+      im.work();
+    });
 }
 
 PayloadPrefetcher::PayloadPrefetcher(const Recording& recording, const Options& options, Alloc alloc, Free free)

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "ranklens/trace.h"
+#include "ranklens/thread_name.h"
 #include "trace_io.h"
 
 namespace ranklens {
@@ -35,7 +36,10 @@ struct Compressed {
 class CompressionPool {
  public:
   CompressionPool(int threads, int level) : level_(level) {
-    for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { run(); });
+    for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] {
+      nameThisThread("RankLens Zstd");
+      run();
+    });
   }
   ~CompressionPool() {
     {
@@ -267,7 +271,10 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, con
   if (!impl->openSegment(0, error) || !impl->writeManifest(error)) return nullptr;
   impl->pool = std::make_unique<CompressionPool>(options.compressionThreads, options.zstdLevel);
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->run(); });
+  impl->thread = std::thread([raw] {
+    nameThisThread("RankLens Write");
+    raw->run();
+  });
   return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(impl)));
 }
 

@@ -13,6 +13,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <random>
@@ -410,6 +412,31 @@ TEST(TraceRoundTrip, ZeroBytePayloadFromNullPointer) {
   Problem problem;
   EXPECT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
   EXPECT_TRUE(out.empty());
+}
+
+// The writer's threads carry names (top -H, gdb, /proc/PID/task/*/comm) so a user can see which one is busy.
+TEST(TraceRoundTrip, WriterThreadsAreNamed) {
+  auto named = [](const std::string& name) {
+    int count = 0;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string line;
+      if (std::getline(comm, line) && line == name) ++count;
+    }
+    return count;
+  };
+  const int zstdBefore = named("RankLens Zstd"), writeBefore = named("RankLens Write");
+  TempDir tmp;
+  WriterOptions options;
+  options.compressionThreads = 3;
+  auto writer = makeWriter(tmp / "rank0", options);
+  ASSERT_NE(writer, nullptr);
+  // The threads name themselves as they start: give them a moment.
+  for (int i = 0; i < 200 && (named("RankLens Zstd") - zstdBefore < 3 || named("RankLens Write") == writeBefore); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(named("RankLens Zstd") - zstdBefore, 3);
+  EXPECT_EQ(named("RankLens Write") - writeBefore, 1);
+  ASSERT_TRUE(writer->close());
 }
 
 // ------------------------------------------------------------------------------------------------ random access

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "ranklens/device.h"
+#include "ranklens/thread_name.h"
 
 namespace ranklens {
 namespace timing {
@@ -42,7 +43,10 @@ CallRecorder::CallRecorder(RecordDevice& device, const Options& options, TimingS
                            PayloadSink payloadSink)
     : device_(device), options_(options), timingSink_(std::move(timingSink)),
       payloadSink_(std::move(payloadSink)) {
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    nameThisThread("RankLens Poll");
+    run();
+  });
 }
 
 void CallRecorder::stop() {
