@@ -514,6 +514,11 @@ const KeyDesc kKeys[] = {
        return parseInt(in, -100, 19, "a zstd level, -100..19", s.payload_zstd_level);
      },
      [](const Settings& s) { return std::to_string(s.payload_zstd_level); }},
+    {"payload_threads", "RANKLENS_PAYLOAD_THREADS", "0",
+     "record: threads that compress stored payloads (0: a quarter of the cores, 2..8); with payloads all they "
+     "are what bounds the recording when they are all busy",
+     [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.payload_threads); },
+     [](const Settings& s) { return std::to_string(s.payload_threads); }},
     {"staging_bytes", "RANKLENS_STAGING_BYTES", "256MiB",
      "record: pinned host memory for payloads copied off the GPU and not yet compressed (allocated at the first "
      "communicator when payloads are on); a larger message is skipped and counted",

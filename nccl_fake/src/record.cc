@@ -561,9 +561,10 @@ void installWriterSetup() {
     if (auto* device = state().device.get()) device->describe(&manifest->gpu_name, &manifest->gpu_uuid);
     manifest->writer = describeWriter(s, lib);
     if (s.payloads != ranklens::config::Payloads::kNone) {
-      // Full capture spends these threads compressing (~1.5 GB/s of gradients per rank for DDP on 2x H200 at level 1,
-      // an older measurement; session 19 found it bounded elsewhere too): payload_zstd_level, a fast level by default.
-      writer->compressionThreads = workerThreads();
+      // Full capture spends these threads compressing, and they bound it: GPT-2 small DDP's fp32 gradients on one
+      // H200 host kept all four busy at about 190 MB/s each at level -1 (session 21, s21a): payload_threads and
+      // payload_zstd_level.
+      writer->compressionThreads = s.payload_threads > 0 ? s.payload_threads : workerThreads();
       writer->zstdLevel = s.payload_zstd_level;
       writer->queueBytes = std::max<size_t>(writer->queueBytes, 256u << 20);
       writer->recordReserveBytes = 16u << 20;  // a stalled payload stream never crowds out call records

@@ -76,6 +76,7 @@ struct Settings {
   Range payload_seqs;                       // per-communicator sequence numbers; all by default
   unsigned long long staging_bytes = 256ull << 20;  // pinned host memory for payloads in flight
   int payload_zstd_level = -1;             // zstd level of stored payloads (negative: fast levels)
+  int payload_threads = 0;                 // payload compression threads; 0: a quarter of the cores, 2..8
   StagingFull staging_full = StagingFull::kSkip;
   TimingClock timing_clock = TimingClock::kEvents;
   CapturedTiming captured_timing = CapturedTiming::kEvents;
