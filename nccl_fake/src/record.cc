@@ -566,7 +566,7 @@ void installWriterSetup() {
       // payload_zstd_level.
       writer->compressionThreads = s.payload_threads > 0 ? s.payload_threads : workerThreads();
       writer->zstdLevel = s.payload_zstd_level;
-      writer->queueBytes = std::max<size_t>(writer->queueBytes, 256u << 20);
+      writer->queueBytes = std::max<size_t>(writer->queueBytes, s.payload_queue_bytes);
       writer->recordReserveBytes = 16u << 20;  // a stalled payload stream never crowds out call records
     }
   });

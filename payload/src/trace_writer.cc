@@ -172,7 +172,7 @@ struct TraceWriter::Impl {
       lock.unlock();
 
       std::string frames, err;
-      uint64_t recordsDone = 0, payloadsDone = 0, raw = 0, compressedTotal = 0, failedPayloads = 0;
+      uint64_t recordsDone = 0, failedPayloads = 0;
       bool ok = true;
       for (auto& item : batch) {
         if (!ok) break;
@@ -203,10 +203,18 @@ struct TraceWriter::Impl {
         msgpack::sbuffer body;
         packRecordBody(&body, RecordType::kPayloadRef, ref);
         appendFrame(&frames, body.data(), body.size());
-        ++payloadsDone;
         ++recordsDone;
-        raw += ref.rawBytes;
-        compressedTotal += ref.compressedBytes;
+        // A written payload's memory goes back now, not with its batch: appends waiting for room resume while later
+        // payloads of the batch still compress (large ones take a thread for 100+ ms each).
+        item.compressed = {};
+        lock.lock();
+        queuedBytes -= item.accounted;
+        stats.payloadsWritten++;
+        stats.payloadRawBytes += ref.rawBytes;
+        stats.payloadCompressedBytes += ref.compressedBytes;
+        lock.unlock();
+        item.accounted = 0;
+        progress.notify_all();
       }
       ok = ok && writeFrames(&frames, &err);
 
@@ -216,10 +224,7 @@ struct TraceWriter::Impl {
       queuedBytes -= batchBytes;
       written += batch.size();
       stats.recordsWritten += recordsDone;
-      stats.payloadsWritten += payloadsDone;
       stats.payloadsDropped += failedPayloads;
-      stats.payloadRawBytes += raw;
-      stats.payloadCompressedBytes += compressedTotal;
       if (!ok && error.empty()) error = err;
       progress.notify_all();
     }
@@ -233,14 +238,21 @@ struct TraceWriter::Impl {
     if (queuedBytes >= hurryBytes()) wake.notify_one();
   }
 
-  bool admit(size_t bytes, std::unique_lock<std::mutex>& lock) {
-    return admit(bytes, lock, options.policy, options.queueBytes);
+  bool admitRecord(size_t bytes, std::unique_lock<std::mutex>& lock) {
+    return admit(bytes, lock, options.policy, options.queueBytes, /*anyWhenQueueEmpty=*/true);
   }
-  bool admit(size_t bytes, std::unique_lock<std::mutex>& lock, BackPressure policy, size_t limit) {
+  // Nothing held at all admits anything (a payload larger than the limit must still go through). For a payload an
+  // empty queue is not enough, as the writer's batch in hand still holds its memory; a record (small) may go once
+  // the writer has taken the queue, so that a payload beyond the limit never holds call records back.
+  bool admit(size_t bytes, std::unique_lock<std::mutex>& lock, BackPressure policy, size_t limit,
+             bool anyWhenQueueEmpty) {
     if (closing) return false;
-    if (queuedBytes + bytes <= limit || queue.empty()) return true;
+    auto room = [&] {
+      return queuedBytes + bytes <= limit || queuedBytes == 0 || (anyWhenQueueEmpty && queue.empty());
+    };
+    if (room()) return true;
     if (policy == BackPressure::kDrop) return false;
-    progress.wait(lock, [&] { return closing || queuedBytes + bytes <= limit || queue.empty(); });
+    progress.wait(lock, [&] { return closing || room(); });
     return !closing;
   }
 
@@ -282,7 +294,7 @@ TraceWriter::~TraceWriter() { close(); }
 
 bool TraceWriter::enqueueRecord(std::string&& body) {
   std::unique_lock<std::mutex> lock(impl_->mu);
-  if (body.size() > impl_->options.maxRecordBytes || !impl_->admit(body.size(), lock)) {
+  if (body.size() > impl_->options.maxRecordBytes || !impl_->admitRecord(body.size(), lock)) {
     impl_->stats.recordsDropped++;
     return false;
   }
@@ -304,7 +316,8 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
 bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy) {
   std::unique_lock<std::mutex> lock(impl_->mu);
   const size_t reserve = std::min(impl_->options.recordReserveBytes, impl_->options.queueBytes);
-  if (!impl_->admit(bytes, lock, policy, impl_->options.queueBytes - reserve)) {
+  if (!impl_->admit(bytes, lock, policy, impl_->options.queueBytes - reserve,
+                    /*anyWhenQueueEmpty=*/false)) {
     impl_->stats.payloadsDropped++;
     return false;
   }

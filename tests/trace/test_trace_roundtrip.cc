@@ -990,6 +990,30 @@ TEST(TraceRoundTrip, BackPressureWaitNeverDrops) {
   EXPECT_EQ(refs, static_cast<uint64_t>(kRecords / 100));
 }
 
+// A written payload gives its queue memory back at once, not when the writer's whole batch is written: a full-payload
+// recording's large payloads compress for 100+ ms each, and waiting for the batch stalled the pipeline. And the
+// batch in the writer's hand still counts: an empty queue alone admits no payload.
+TEST(TraceRoundTrip, AWrittenPayloadFreesItsRoomBeforeTheRestOfItsBatch) {
+  TempDir tmp;
+  WriterOptions options;
+  options.policy = BackPressure::kWait;
+  options.zstdLevel = 19;  // the random payload compresses slowly (about 8 MB/s), the zeros at once
+  const std::vector<uint8_t> zeros(64 << 10, 0);
+  std::vector<uint8_t> noise(2 << 20);
+  std::mt19937 rng(5);
+  for (auto& b : noise) b = static_cast<uint8_t>(rng());
+  options.queueBytes = zeros.size() + noise.size();  // both fit; a third payload waits for room
+  auto writer = makeWriter(tmp / "rank0", options);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_TRUE(writer->appendPayload(refFor(0, 0, kAllReduce, 1, zeros.size()), zeros.data(), zeros.size()));
+  ASSERT_TRUE(writer->appendPayload(refFor(0, 1, kAllReduce, 1, noise.size()), noise.data(), noise.size()));
+  // Admitted once the zeros are written, while the noise still compresses (before: once both were written).
+  ASSERT_TRUE(writer->appendPayload(refFor(0, 2, kAllReduce, 1, zeros.size()), zeros.data(), zeros.size()));
+  EXPECT_EQ(writer->stats().payloadsWritten, 1u);
+  ASSERT_TRUE(writer->close());
+  EXPECT_EQ(writer->stats().payloadsWritten, 3u);
+}
+
 TEST(TraceRoundTrip, WriterRefusesRecordsOverMaxRecordBytes) {
   TempDir tmp;
   const std::string dir = tmp / "rank0";

@@ -77,6 +77,7 @@ struct Settings {
   unsigned long long staging_bytes = 256ull << 20;  // pinned host memory for payloads in flight
   int payload_zstd_level = -1;             // zstd level of stored payloads (negative: fast levels)
   int payload_threads = 0;                 // payload compression threads; 0: a quarter of the cores, 2..8
+  unsigned long long payload_queue_bytes = 1ull << 30;  // payloads out of staging awaiting compression, writing
   StagingFull staging_full = StagingFull::kSkip;
   TimingClock timing_clock = TimingClock::kEvents;
   CapturedTiming captured_timing = CapturedTiming::kEvents;
