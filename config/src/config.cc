@@ -520,9 +520,8 @@ const KeyDesc kKeys[] = {
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.payload_threads); },
      [](const Settings& s) { return std::to_string(s.payload_threads); }},
     {"payload_queue_bytes", "RANKLENS_PAYLOAD_QUEUE_BYTES", "1GiB",
-     "record: payload bytes (raw size) accepted by the trace writer and not yet written, compressing in staging "
-     "or compressed and waiting for the writer; when full the background thread waits and staging fills (then "
-     "staging_full applies)",
+     "record: host memory for payloads taken out of staging that wait for a compression thread or the writer; "
+     "when it is full the background thread waits and staging fills (then staging_full applies)",
      [](const Input& in, Settings& s) { return parseBytes(in, 16u << 20, s.payload_queue_bytes); },
      [](const Settings& s) { return showBytes(s.payload_queue_bytes); }},
     {"staging_bytes", "RANKLENS_STAGING_BYTES", "256MiB",

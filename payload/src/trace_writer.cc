@@ -50,26 +50,7 @@ class CompressionPool {
     for (auto& t : workers_) t.join();
   }
   std::shared_future<Compressed> submit(std::vector<uint8_t>&& raw) {
-    return enqueue([this, raw = std::move(raw)] { return compress(raw.data(), raw.size()); });
-  }
-  // Compresses the caller's bytes where they are; `done` runs on the worker once they are no longer read, whether
-  // compression succeeded, failed or threw.
-  std::shared_future<Compressed> submit(const uint8_t* data, size_t size, std::function<void()> done) {
-    return enqueue([this, data, size, done = std::move(done)] {
-      struct Finally {
-        const std::function<void()>& f;
-        ~Finally() {
-          if (f) f();
-        }
-      } finally{done};
-      return compress(data, size);
-    });
-  }
-
- private:
-  template <typename Work>
-  std::shared_future<Compressed> enqueue(Work&& work) {
-    auto job = std::make_shared<std::packaged_task<Compressed()>>(std::forward<Work>(work));
+    auto job = std::make_shared<std::packaged_task<Compressed()>>([this, raw = std::move(raw)] { return compress(raw); });
     std::shared_future<Compressed> result = job->get_future().share();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -78,12 +59,14 @@ class CompressionPool {
     wake_.notify_one();
     return result;
   }
-  Compressed compress(const uint8_t* data, size_t size) {
+
+ private:
+  Compressed compress(const std::vector<uint8_t>& raw) {
     // One compression context per worker thread, reused across payloads (measured 1.12x faster at 64 KiB).
     static thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
     Compressed out;
-    out.rawCrc32 = crc32Bytes(data, size);
-    compressBlob(cctx.get(), level_, data, size, &out.bytes, &out.error);
+    out.rawCrc32 = crc32Bytes(raw.data(), raw.size());
+    compressBlob(cctx.get(), level_, raw.data(), raw.size(), &out.bytes, &out.error);
     return out;
   }
   void run() {
@@ -273,36 +256,6 @@ struct TraceWriter::Impl {
     return !closing;
   }
 
-  // Admits a payload of `bytes` (waiting for room under kWait), then queues it behind everything accepted before;
-  // `submit` hands it to a compression worker (outside the lock) and returns the worker's result. False: refused
-  // (closing, or no room under kDrop), and `submit` was not called.
-  template <typename Submit>
-  bool queuePayload(const PayloadRef& ref, size_t bytes, BackPressure policy, Submit&& submit) {
-    std::unique_lock<std::mutex> lock(mu);
-    const size_t reserve = std::min(options.recordReserveBytes, options.queueBytes);
-    if (!admit(bytes, lock, policy, options.queueBytes - reserve, /*anyWhenQueueEmpty=*/false)) {
-      stats.payloadsDropped++;
-      return false;
-    }
-    queuedBytes += bytes;
-    inFlight++;  // close() waits for this payload: it was accepted
-    lock.unlock();
-    Item item;
-    item.payload = true;
-    item.accounted = bytes;
-    item.ref = ref;
-    item.ref.rawBytes = bytes;
-    item.compressed = submit();
-    lock.lock();
-    queue.push_back(std::move(item));  // one payload thread per writer (record mode's): its order is kept
-    accepted++;
-    stats.payloadsAccepted++;
-    inFlight--;
-    nudge();
-    progress.notify_all();
-    return true;
-  }
-
   bool writeManifest(std::string* err) {
     msgpack::sbuffer buffer;
     msgpack::pack(buffer, manifest);
@@ -361,19 +314,32 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
 }
 
 bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy) {
-  return impl_->queuePayload(ref, bytes, policy, [&] {
-    return impl_->pool->submit(std::vector<uint8_t>(static_cast<const uint8_t*>(data),
-                                                    static_cast<const uint8_t*>(data) + bytes));
-  });
-}
-
-bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy,
-                                std::function<void()> release) {
-  const bool queued = impl_->queuePayload(ref, bytes, policy, [&] {
-    return impl_->pool->submit(static_cast<const uint8_t*>(data), bytes, std::move(release));
-  });
-  if (!queued && release) release();  // refused: never handed to a worker, so `release` is still ours
-  return queued;
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  const size_t reserve = std::min(impl_->options.recordReserveBytes, impl_->options.queueBytes);
+  if (!impl_->admit(bytes, lock, policy, impl_->options.queueBytes - reserve,
+                    /*anyWhenQueueEmpty=*/false)) {
+    impl_->stats.payloadsDropped++;
+    return false;
+  }
+  impl_->queuedBytes += bytes;
+  impl_->inFlight++;  // close() waits for this payload: it was accepted
+  lock.unlock();
+  // Copy and hand to a compression worker outside the lock; the slot in the queue keeps the order.
+  std::vector<uint8_t> copy(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
+  Item item;
+  item.payload = true;
+  item.accounted = bytes;
+  item.ref = ref;
+  item.ref.rawBytes = bytes;
+  item.compressed = impl_->pool->submit(std::move(copy));
+  lock.lock();
+  impl_->queue.push_back(std::move(item));
+  impl_->accepted++;
+  impl_->stats.payloadsAccepted++;
+  impl_->inFlight--;
+  impl_->nudge();
+  impl_->progress.notify_all();
+  return true;
 }
 
 bool TraceWriter::flush() {

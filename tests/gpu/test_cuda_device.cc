@@ -551,7 +551,7 @@ TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
         std::lock_guard<std::mutex> lock(mu);
         timings.push_back(t);
       },
-      [](const ranklens::trace::PayloadRef&, const void*, size_t, const std::function<void()>& release) { release(); });
+      [](const ranklens::trace::PayloadRef&, const void*, size_t) {});
   int dev = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
   recorder.prepareDevice(dev);
@@ -623,11 +623,10 @@ void expectStoresWhatTheCallReceived(ranklens::device::CopyOptions copies, cudaS
         std::lock_guard<std::mutex> lock(mu);
         timings.push_back(t);
       },
-      [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes, const std::function<void()>& release) {
+      [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes) {
         std::lock_guard<std::mutex> lock(mu);
         const auto* p = static_cast<const unsigned char*>(data);
         stored.emplace_back(p, p + bytes);
-        release();
       });
   std::string error;
   ASSERT_TRUE(recorder.prepareStaging(&error)) << error;

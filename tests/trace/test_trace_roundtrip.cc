@@ -1014,36 +1014,6 @@ TEST(TraceRoundTrip, AWrittenPayloadFreesItsRoomBeforeTheRestOfItsBatch) {
   EXPECT_EQ(writer->stats().payloadsWritten, 3u);
 }
 
-// A payload compressed where it lies (record mode's staging memory): the bytes are read in place, the caller's
-// release runs exactly once when they no longer are, and a refused payload is released before the call returns.
-TEST(TraceRoundTrip, InPlacePayloadIsReadWhereItLiesAndReleasedOnce) {
-  TempDir tmp;
-  const std::string dir = tmp / "rank0";
-  std::vector<uint8_t> bytes(300000);
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i % 251);
-  std::atomic<int> releases{0};
-  {
-    auto writer = makeWriter(dir);
-    ASSERT_NE(writer, nullptr);
-    ASSERT_TRUE(writer->appendPayload(refFor(0, 0, kRecv, 7, bytes.size()), bytes.data(), bytes.size(),
-                                      BackPressure::kWait, [&] { releases++; }));
-    ASSERT_TRUE(writer->close());
-    EXPECT_EQ(releases.load(), 1);
-    EXPECT_FALSE(writer->appendPayload(refFor(0, 1, kRecv, 7, bytes.size()), bytes.data(), bytes.size(),
-                                       BackPressure::kWait, [&] { releases++; }));
-    EXPECT_EQ(releases.load(), 2) << "refused after close: released at once";
-  }
-  auto reader = openReader(dir);
-  ASSERT_NE(reader, nullptr);
-  auto ref = reader->payload(0, kRecv, -1, 0);
-  ASSERT_TRUE(ref.has_value());
-  std::vector<uint8_t> out;
-  Problem problem;
-  ASSERT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
-  EXPECT_EQ(out, bytes);
-  EXPECT_FALSE(reader->payload(0, kRecv, -1, 1).has_value());
-}
-
 TEST(TraceRoundTrip, WriterRefusesRecordsOverMaxRecordBytes) {
   TempDir tmp;
   const std::string dir = tmp / "rank0";

@@ -153,9 +153,7 @@ class CapturedCalls : public ::testing::Test {
           std::lock_guard<std::mutex> lock(out_.mu);
           out_.timings.push_back(t);
         },
-        [](const ranklens::trace::PayloadRef&, const void*, size_t, const std::function<void()>& release) {
-          release();
-        });
+        [](const ranklens::trace::PayloadRef&, const void*, size_t) {});
     recorder_->prepareDevice(0);
   }
   void TearDown() override {
@@ -355,12 +353,10 @@ TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
     options.stagingBytes = 1 << 20;
     options.pollMicros = 50;
     CallRecorder recorder(*host, options, [](const Timing&) {},
-                          [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes,
-                              const std::function<void()>& release) {
+                          [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes) {
                             std::lock_guard<std::mutex> lock(mu);
                             const auto* p = static_cast<const unsigned char*>(data);
                             stored.emplace_back(p, p + bytes);
-                            release();
                           });
     std::string error;
     ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
@@ -383,61 +379,6 @@ TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
       EXPECT_EQ(stored[seq], std::vector<unsigned char>(src + seq, src + seq + 16 + seq)) << "call " << seq;
     EXPECT_EQ(recorder.stats().payloadsFailed, 0u);
   }
-}
-
-// The sink reads a payload where it lies in staging (the writer compresses it there): its staging stays taken until
-// the sink releases it, so a sink that holds payloads fills staging (later ones are skipped under staging_full
-// skip), and releasing makes room again.
-TEST(RecordPayloads, StagingStaysTakenUntilTheSinkReleasesIt) {
-  ranklens::device::CopyOptions copies;
-  auto host = ranklens::device::makeHostRecordDevice(copies);
-  static unsigned char src[64 << 10];
-  for (size_t i = 0; i < sizeof(src); ++i) src[i] = static_cast<unsigned char>(i * 7);
-  std::mutex mu;
-  std::vector<std::function<void()>> held;
-  std::vector<std::vector<unsigned char>> seen;
-  CallRecorder::Options options;
-  options.payloads = true;
-  options.stagingBytes = 3 * (16 << 10) + 3 * 256;  // three 16 KiB payloads and their flags, no more
-  options.pollMicros = 50;
-  CallRecorder recorder(*host, options, [](const Timing&) {},
-                        [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes,
-                            std::function<void()> release) {
-                          std::lock_guard<std::mutex> lock(mu);
-                          const auto* p = static_cast<const unsigned char*>(data);
-                          seen.emplace_back(p, p + bytes);
-                          held.push_back(std::move(release));
-                        });
-  std::string error;
-  ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
-  recorder.prepareDevice(0);
-  auto call = [&](uint64_t seq) {
-    CallRecorder::Span* span = recorder.begin(0, kEager, identity(seq));
-    ASSERT_NE(span, nullptr);
-    ranklens::timing::PayloadRequest request;
-    request.ref.commId = 1;
-    request.ref.seq = seq;
-    request.src = src + seq;
-    request.bytes = 16 << 10;
-    recorder.end(span, {request});
-  };
-  for (uint64_t seq = 0; seq < 5; ++seq) call(seq);
-  ASSERT_TRUE(recorder.drain(2'000'000'000));
-  EXPECT_EQ(recorder.stats().payloadsStaged, 3u);
-  EXPECT_EQ(recorder.stats().payloadsSkippedFull, 2u) << "the first three were never released";
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    ASSERT_EQ(held.size(), 3u);
-    for (auto& release : held) release();
-    held.clear();
-  }
-  call(5);
-  ASSERT_TRUE(recorder.drain(2'000'000'000));
-  EXPECT_EQ(recorder.stats().payloadsStaged, 4u) << "released staging is used again";
-  std::lock_guard<std::mutex> lock(mu);
-  ASSERT_EQ(seen.size(), 4u);
-  EXPECT_EQ(seen[3], std::vector<unsigned char>(src + 5, src + 5 + (16 << 10)));
-  for (auto& release : held) release();  // before the recorder frees its staging
 }
 
 }  // namespace

@@ -73,13 +73,7 @@ CallRecorder::~CallRecorder() {
   for (Span* span : freeSpans_) delete span;
   for (auto& [dev, pool] : pools_)
     for (Event e : pool->free) device_.destroyEvent(e);
-  if (staging_) {
-    // The sink may still read payloads in staging (compression threads): wait for them, but never hang an exit on
-    // a sink that lost one (the memory is then left to the process's end).
-    std::unique_lock<std::mutex> lock(stagingMu_);
-    if (stagingFreed_.wait_for(lock, std::chrono::seconds(30), [this] { return stagingLent_ == 0; }))
-      device_.freePinned(staging_);
-  }
+  if (staging_) device_.freePinned(staging_);
 }
 
 bool CallRecorder::prepareStaging(std::string* error) {
@@ -339,11 +333,10 @@ bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* ou
   }
 }
 
-void CallRecorder::releaseStaging(size_t offset, size_t bytes, bool lent) {
+void CallRecorder::releaseStaging(size_t offset, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(stagingMu_);
     stagingFree_.give(offset, bytes);
-    if (lent) --stagingLent_;
   }
   stagingFreed_.notify_all();
 }
@@ -442,12 +435,8 @@ bool CallRecorder::complete(Span* span) {
     timingSink_(timing);
   }
   for (const Staged& s : span->staged) {
-    {
-      std::lock_guard<std::mutex> lock(stagingMu_);
-      ++stagingLent_;
-    }
-    payloadSink_(s.ref, staging_ + s.offset, s.bytes,
-                 [this, offset = s.offset, bytes = stagedBytes(s.bytes)] { releaseStaging(offset, bytes, true); });
+    payloadSink_(s.ref, staging_ + s.offset, s.bytes);
+    releaseStaging(s.offset, stagedBytes(s.bytes));
   }
   giveEvents(span->device, span->events, span->copies ? 3 : 2);  // a kept end event was taken out (chainGap)
   span->events[0] = span->events[1] = span->events[2] = nullptr;

@@ -40,16 +40,10 @@ class Runtime {
   void emit(ranklens::trace::RecordType type, const Record& record, int rankHint = -1) {
     if (auto* writer = eventWriter(rankHint)) writer->append(type, record);
   }
-  // Queues a payload to be compressed where it is (record mode's background thread; may wait for queue space, never
-  // on the job's threads); `release` runs once its bytes are no longer read, at once when there is no trace.
-  bool emitPayload(const ranklens::trace::PayloadRef& ref, const void* data, size_t bytes,
-                   std::function<void()> release) {
+  // Queues a payload (record mode's background thread; may wait for queue space, never on the job's threads).
+  bool emitPayload(const ranklens::trace::PayloadRef& ref, const void* data, size_t bytes) {
     auto* writer = eventWriter(-1);
-    if (writer == nullptr) {
-      release();
-      return false;
-    }
-    return writer->appendPayload(ref, data, bytes, ranklens::trace::BackPressure::kWait, std::move(release));
+    return writer && writer->appendPayload(ref, data, bytes, ranklens::trace::BackPressure::kWait);
   }
   ranklens::trace::TraceWriter* writer() { return eventWriter(-1); }
   // Whether this process's trace can be written, opening it if needed (`rankHint` as for emit): false only when

@@ -234,11 +234,6 @@ class TraceWriter {
   bool appendPayload(const PayloadRef& ref, const void* data, size_t bytes);
   // Same, with its own back-pressure policy (record mode: records never wait, its payload thread may).
   bool appendPayload(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy);
-  // Same, without copying: a compression worker reads `data` where it is, and `release` runs once it no longer
-  // does (after compression, on that worker; or before returning false when the payload is refused). Record mode
-  // compresses straight out of its pinned staging memory this way, which stays taken until then.
-  bool appendPayload(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy,
-                     std::function<void()> release);
   // Waits until everything accepted before the call is written to the files (write(2) done): a SIGKILL after
   // flush() returns loses none of it. Returns false if a write failed (the error is in lastError()).
   bool flush();

@@ -66,10 +66,7 @@ class CallRecorder {
     bool timeCaptured = true;   // captured calls: event nodes in the graph (captured_timing), else no duration
   };
   using TimingSink = std::function<void(const trace::Timing&)>;
-  // Gets a staged payload's bytes in place; it calls `release` once it no longer reads them (possibly later, on
-  // another thread): their staging memory stays taken until then.
-  using PayloadSink =
-      std::function<void(const trace::PayloadRef&, const void*, size_t, std::function<void()> release)>;
+  using PayloadSink = std::function<void(const trace::PayloadRef&, const void*, size_t)>;
 
   CallRecorder(device::RecordDevice& device, const Options& options, TimingSink timingSink,
                PayloadSink payloadSink);
@@ -125,7 +122,7 @@ class CallRecorder {
   void giveEvents(int device, const device::RecordDevice::Event* events, size_t n);
   bool stage(const PayloadRequest& request, bool mayWait, Staged* out);
   uint64_t* doneFlag(const Staged& s) const;  // in staging, after the bytes
-  void releaseStaging(size_t offset, size_t bytes, bool lent = false);  // lent: it was handed to the sink
+  void releaseStaging(size_t offset, size_t bytes);
   void run();
   bool complete(Span* span);  // background thread: false while the span's work is pending
   // A communicator's last timed collective outside groups: its end event stays out of the pool until the next one's
@@ -162,7 +159,6 @@ class CallRecorder {
   size_t stagingSize_ = 0;
   FreeList stagingFree_;
   bool stagingFailed_ = false;
-  size_t stagingLent_ = 0;  // payloads handed to the sink and not yet released
 
   std::mutex pendingMu_;
   std::condition_variable pendingCv_, drainedCv_;
