@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -32,10 +33,14 @@ struct Compressed {
   std::string error;
 };
 
-// A small pool of compression workers fed through a queue of jobs.
+// A small pool of compression workers fed through a queue of jobs. It also keeps the large buffers that payloads
+// were copied into once they are compressed, for the next payloads: a fresh 39 MB vector is a fresh mmap whose page
+// faults cost the copying thread (record mode's background thread, a serial stage) more than the copy itself.
 class CompressionPool {
  public:
-  CompressionPool(int threads, int level) : level_(level) {
+  static constexpr size_t kReusedFrom = 1u << 20;  // smaller buffers come cheaply from malloc's free lists
+
+  CompressionPool(int threads, int level, size_t spareLimit) : level_(level), spareLimit_(spareLimit) {
     for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] {
       nameThisThread("RankLens Zstd");
       run();
@@ -49,8 +54,24 @@ class CompressionPool {
     wake_.notify_all();
     for (auto& t : workers_) t.join();
   }
+  // An empty vector, or a kept one with room for `bytes` (its capacity at most twice that).
+  std::vector<uint8_t> takeBuffer(size_t bytes) {
+    if (bytes < kReusedFrom) return {};
+    std::lock_guard<std::mutex> lock(spareMu_);
+    auto it = spare_.lower_bound(bytes);
+    if (it == spare_.end() || it->first > 2 * bytes) return {};
+    std::vector<uint8_t> buffer = std::move(it->second);
+    spareBytes_ -= it->first;
+    spare_.erase(it);
+    return buffer;
+  }
+
   std::shared_future<Compressed> submit(std::vector<uint8_t>&& raw) {
-    auto job = std::make_shared<std::packaged_task<Compressed()>>([this, raw = std::move(raw)] { return compress(raw); });
+    auto job = std::make_shared<std::packaged_task<Compressed()>>([this, raw = std::move(raw)]() mutable {
+      Compressed out = compress(raw);
+      keep(std::move(raw));
+      return out;
+    });
     std::shared_future<Compressed> result = job->get_future().share();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -82,7 +103,22 @@ class CompressionPool {
       job();
     }
   }
+  void keep(std::vector<uint8_t>&& buffer) {
+    const size_t capacity = buffer.capacity();
+    if (capacity < kReusedFrom || capacity > spareLimit_) return;
+    std::lock_guard<std::mutex> lock(spareMu_);
+    spare_.emplace(capacity, std::move(buffer));
+    spareBytes_ += capacity;
+    while (spareBytes_ > spareLimit_) {  // the smallest go first: the large ones are the costly ones to fault in
+      spareBytes_ -= spare_.begin()->first;
+      spare_.erase(spare_.begin());
+    }
+  }
   int level_;
+  const size_t spareLimit_;
+  std::mutex spareMu_;
+  std::multimap<size_t, std::vector<uint8_t>> spare_;  // by capacity
+  size_t spareBytes_ = 0;
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> jobs_;
@@ -281,7 +317,8 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, con
   impl->manifest.closed = false;
   impl->options = options;
   if (!impl->openSegment(0, error) || !impl->writeManifest(error)) return nullptr;
-  impl->pool = std::make_unique<CompressionPool>(options.compressionThreads, options.zstdLevel);
+  // Spare copy buffers up to the queue's size: the queue already lets that much raw payload be in flight.
+  impl->pool = std::make_unique<CompressionPool>(options.compressionThreads, options.zstdLevel, options.queueBytes);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] {
     nameThisThread("RankLens Write");
@@ -325,7 +362,9 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
   impl_->inFlight++;  // close() waits for this payload: it was accepted
   lock.unlock();
   // Copy and hand to a compression worker outside the lock; the slot in the queue keeps the order.
-  std::vector<uint8_t> copy(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
+  std::vector<uint8_t> copy = impl_->pool->takeBuffer(bytes);
+  const bool reused = copy.capacity() > 0;
+  copy.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
   Item item;
   item.payload = true;
   item.accounted = bytes;
@@ -335,6 +374,7 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
   lock.lock();
   impl_->queue.push_back(std::move(item));
   impl_->accepted++;
+  impl_->stats.payloadBuffersReused += reused ? 1 : 0;
   impl_->stats.payloadsAccepted++;
   impl_->inFlight--;
   impl_->nudge();

@@ -1014,6 +1014,40 @@ TEST(TraceRoundTrip, AWrittenPayloadFreesItsRoomBeforeTheRestOfItsBatch) {
   EXPECT_EQ(writer->stats().payloadsWritten, 3u);
 }
 
+// Large payload copies go into buffers kept from payloads already compressed (no fresh mmap and page faults on the
+// copying thread each time), and no byte of an earlier payload shows through in a later one.
+TEST(TraceRoundTrip, LargePayloadCopiesReuseBuffersAndKeepTheirBytes) {
+  TempDir tmp;
+  const std::string dir = tmp / "rank0";
+  constexpr int kPayloads = 8;
+  std::vector<std::vector<uint8_t>> sent;
+  {
+    auto writer = makeWriter(dir);
+    ASSERT_NE(writer, nullptr);
+    for (int i = 0; i < kPayloads; ++i) {
+      // Each a little smaller than the one before (a kept buffer is larger than needed), each its own bytes.
+      std::vector<uint8_t> bytes((3 << 20) - i * 4096);
+      for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<uint8_t>(k * 31 + i * 7);
+      ASSERT_TRUE(writer->appendPayload(refFor(0, static_cast<uint64_t>(i), kRecv, 1, bytes.size()), bytes.data(),
+                                        bytes.size()));
+      ASSERT_TRUE(writer->flush());  // compressed, so its buffer is back for the next one
+      sent.push_back(std::move(bytes));
+    }
+    EXPECT_EQ(writer->stats().payloadBuffersReused, static_cast<uint64_t>(kPayloads - 1));
+    ASSERT_TRUE(writer->close());
+  }
+  auto reader = openReader(dir);
+  ASSERT_NE(reader, nullptr);
+  for (int i = 0; i < kPayloads; ++i) {
+    auto ref = reader->payload(0, kRecv, -1, static_cast<uint64_t>(i));
+    ASSERT_TRUE(ref.has_value()) << i;
+    std::vector<uint8_t> out;
+    Problem problem;
+    ASSERT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
+    EXPECT_EQ(out, sent[i]) << "payload " << i;
+  }
+}
+
 TEST(TraceRoundTrip, WriterRefusesRecordsOverMaxRecordBytes) {
   TempDir tmp;
   const std::string dir = tmp / "rank0";

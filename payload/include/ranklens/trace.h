@@ -209,6 +209,7 @@ struct WriterStats {
   uint64_t recordsAccepted = 0, recordsWritten = 0, recordsDropped = 0;
   uint64_t payloadsAccepted = 0, payloadsWritten = 0, payloadsDropped = 0;
   uint64_t payloadRawBytes = 0, payloadCompressedBytes = 0;
+  uint64_t payloadBuffersReused = 0;  // payload copies made into a kept buffer (1 MiB and larger)
 };
 
 class TraceWriter {
