@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// How fast and how small real payloads compress with the choices the trace format could make: zstd levels, on the
+// bytes as they are and byte-shuffled (each byte position of the elements stored as one plane: the exponent bytes of
+// floating-point values then sit together and compress, the noisy low mantissa bytes are left alone). zstd on real
+// fp32 gradients bounds both full-payload recording (about 200 MB/s per thread at level -1 on one H200 host) and
+// value replay (about 0.8 GB/s per thread decoding), bench/results/record/README.md, session 21. No GPU; input is
+// raw payload bytes, e.g. `rlpayload export TRACE -c 0 -s 40 -f raw -o grad.raw`.
+//
+//   payload_codec_choices FILE... [--element-bytes 4] [--levels 1,-1,-5] [--repeats 3] [--json]
+//
+// One line per file, layout and level: ratio, compress and decompress MB/s (best of --repeats on one thread), and
+// the shuffle and unshuffle rates; every decode is checked against its input.
+#include <zstd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace {
+
+double seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Plane b holds byte b of every element, in element order; a tail shorter than one element stays as it is.
+void shuffle(const uint8_t* in, uint8_t* out, size_t bytes, size_t width) {
+  const size_t elements = bytes / width;
+  for (size_t b = 0; b < width; ++b) {
+    uint8_t* plane = out + b * elements;
+    for (size_t i = 0; i < elements; ++i) plane[i] = in[i * width + b];
+  }
+  std::memcpy(out + elements * width, in + elements * width, bytes - elements * width);
+}
+
+void unshuffle(const uint8_t* in, uint8_t* out, size_t bytes, size_t width) {
+  const size_t elements = bytes / width;
+  for (size_t b = 0; b < width; ++b) {
+    const uint8_t* plane = in + b * elements;
+    for (size_t i = 0; i < elements; ++i) out[i * width + b] = plane[i];
+  }
+  std::memcpy(out + elements * width, in + elements * width, bytes - elements * width);
+}
+
+template <typename F>
+double best(int repeats, F&& f) {
+  double fastest = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const double t = seconds();
+    f();
+    fastest = std::min(fastest, seconds() - t);
+  }
+  return fastest;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"payload_codec_choices: zstd levels on raw and byte-shuffled payload bytes (no GPU)"};
+  std::vector<std::string> files;
+  size_t width = 4;
+  std::vector<int> levels = {1, -1, -5};
+  int repeats = 3;
+  bool json = false;
+  app.add_option("files", files, "raw payload files (rlpayload export -f raw)")->required()->check(CLI::ExistingFile);
+  app.add_option("--element-bytes", width, "bytes per element: 2 (bf16/fp16), 4 (fp32), 8")
+      ->check(CLI::IsMember({2, 4, 8}));
+  app.add_option("--levels", levels, "zstd levels")->delimiter(',');
+  app.add_option("--repeats", repeats, "runs of each, the fastest kept")->check(CLI::Range(1, 100));
+  app.add_flag("--json", json, "one JSON object per line");
+  CLI11_PARSE(app, argc, argv);
+
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  int status = 0;
+  for (const std::string& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    std::vector<uint8_t> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t n = raw.size();
+    std::vector<uint8_t> shuffled(n), back(n), frame(ZSTD_compressBound(n)), decoded(n);
+    const double shuffleS = best(repeats, [&] { shuffle(raw.data(), shuffled.data(), n, width); });
+    const double unshuffleS = best(repeats, [&] { unshuffle(shuffled.data(), back.data(), n, width); });
+    if (back != raw) {
+      fprintf(stderr, "payload_codec_choices: %s: unshuffle did not give the input back\n", file.c_str());
+      return 1;
+    }
+    for (const bool isShuffled : {false, true}) {
+      const std::vector<uint8_t>& src = isShuffled ? shuffled : raw;
+      for (const int level : levels) {
+        size_t size = 0;
+        const double compressS = best(repeats, [&] {
+          ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+          ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+          ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+          size = ZSTD_compress2(cctx, frame.data(), frame.size(), src.data(), n);
+        });
+        size_t out = 0;
+        const double decompressS = best(repeats, [&] { out = ZSTD_decompressDCtx(dctx, decoded.data(), n, frame.data(), size); });
+        const bool ok = !ZSTD_isError(size) && out == n && decoded == src;
+        if (!ok) status = 1;
+        const double mb = n / 1e6;
+        if (json) {
+          printf("{\"file\": \"%s\", \"bytes\": %zu, \"element_bytes\": %zu, \"layout\": \"%s\", \"level\": %d, "
+                 "\"ratio\": %.3f, \"compress_mb_s\": %.0f, \"decompress_mb_s\": %.0f, \"shuffle_mb_s\": %.0f, "
+                 "\"unshuffle_mb_s\": %.0f, \"roundtrip_ok\": %s}\n",
+                 file.c_str(), n, width, isShuffled ? "shuffled" : "raw", level, double(n) / size, mb / compressS,
+                 mb / decompressS, mb / shuffleS, mb / unshuffleS, ok ? "true" : "false");
+        } else {
+          printf("%s  %-8s level %3d: ratio %.2f, compress %6.0f MB/s, decompress %6.0f MB/s%s\n", file.c_str(),
+                 isShuffled ? "shuffled" : "raw", level, double(n) / size, mb / compressS, mb / decompressS,
+                 ok ? "" : "  ROUNDTRIP FAILED");
+        }
+      }
+    }
+    if (!json) printf("%s  shuffle %.0f MB/s, unshuffle %.0f MB/s\n", file.c_str(), n / 1e6 / shuffleS, n / 1e6 / unshuffleS);
+  }
+  ZSTD_freeCCtx(cctx);
+  ZSTD_freeDCtx(dctx);
+  return status;
+}
