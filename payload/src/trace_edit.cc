@@ -258,6 +258,7 @@ bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original,
   ref.compressedBytes = blob.size();
   ref.rawCrc32 = crc32Bytes(bytes ? data : "", bytes);
   ref.zstdLevel = zstdLevel;
+  ref.shuffle = 0;  // the edited bytes are stored as they are, whatever the original blob did
   Edit provenance = edit;
   provenance.commId = original.commId;  // the Edit names the call it changed, whatever the caller filled in
   provenance.seq = original.seq;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: decodePayload, and decodePayloadInto and decodePayloadStreaming (in pieces of 18 and 97 bytes)
-// beside it (they must agree), on arbitrary bytes. Input layout: rawBytes u32 LE, rawCrc32 u32 LE, then the blob
-// (compressedBytes = the rest), which is what the seeds in corpus/fuzz_payload hold. The reader's payload limit is
+// beside it (they must agree), on arbitrary bytes, in the layout of payload_seed_layout.h (rawBytes with the byte
+// shuffle in its top bits, rawCrc32, the blob), which is what the seeds in corpus/fuzz_payload hold. The reader's payload limit is
 // 1 MiB here: decodePayload allocates up to the limit for a frame whose declared size matches the reference, and
 // the default (16 GiB) would only exercise the allocator.
 #include <cstddef>
@@ -11,20 +11,15 @@
 #include <vector>
 
 #include "fuzz_check.h"
+#include "payload_seed_layout.h"
 #include "ranklens/trace.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ranklens::trace;
-  if (size < 8) return 0;
-  uint32_t rawBytes, rawCrc32;
-  memcpy(&rawBytes, data, 4);
-  memcpy(&rawCrc32, data + 4, 4);
-  PayloadRef ref;
-  ref.rawBytes = rawBytes;
-  ref.rawCrc32 = rawCrc32;
-  ref.count = rawBytes;
-  ref.datatype = 1;
-  ref.compressedBytes = size - 8;
+  if (size < fuzz_layout::kPayloadSeedHeader) return 0;
+  PayloadRef ref = fuzz_layout::payloadSeedRef(data, size);
+  const uint64_t rawBytes = ref.rawBytes;
+  const uint32_t rawCrc32 = ref.rawCrc32;
   Limits limits;
   limits.maxPayloadBytes = 1u << 20;
   std::vector<uint8_t> out;

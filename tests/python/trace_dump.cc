@@ -188,7 +188,7 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
       auto r = as<tr::PayloadRef>(record);
       j = {{"commId", r.commId}, {"seq", r.seq}, {"op", r.op}, {"datatype", r.datatype}, {"count", r.count},
            {"rawBytes", r.rawBytes}, {"file", r.file}, {"offset", r.offset}, {"compressedBytes", r.compressedBytes},
-           {"rawCrc32", r.rawCrc32}, {"zstdLevel", r.zstdLevel}, {"peer", r.peer}};
+           {"rawCrc32", r.rawCrc32}, {"zstdLevel", r.zstdLevel}, {"peer", r.peer}, {"shuffle", r.shuffle}};
       return true;
     }
     case tr::RecordType::kEdit: {

@@ -2,7 +2,8 @@
 // make_fuzz_seeds OUTDIR: writes the seed corpora of the fuzz targets (tests/fuzz/) from real TraceWriter output:
 //   OUTDIR/fuzz_segment/   segment images (a real one, one cut inside its last frame, one of a newer minor version
 //                          with extra trailing fields and an unknown record type, a bare header)
-//   OUTDIR/fuzz_payload/   rawBytes u32, rawCrc32 u32, then one blob as the writer stored it (fuzz_payload's layout)
+//   OUTDIR/fuzz_payload/   rawBytes u32 (shuffle in its top bits), rawCrc32 u32, then one blob as the writer stored
+//                          it (fuzz_payload's layout, payload_seed_layout.h); one of them byte-shuffled
 //   OUTDIR/fuzz_manifest/  manifests (of an open and of a closed trace, and a 1.7 one with unknown keys)
 // Every seed is under 4 KiB. Regenerate the committed corpus with:
 //   build/dev/tests/trace/make_fuzz_seeds tests/fuzz/corpus
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../fuzz/payload_seed_layout.h"
 #include "ranklens/events.h"
 #include "ranklens/trace.h"
 
@@ -218,10 +220,36 @@ int main(int argc, char** argv) {
   const std::string pay = slurp(dir + "/" + payloadName(0));
   for (size_t i = 0; i < refs.size(); ++i) {
     std::string seed;
-    u32(&seed, static_cast<uint32_t>(refs[i].rawBytes));
+    u32(&seed, fuzz_layout::payloadSeedWord(refs[i]));
     u32(&seed, refs[i].rawCrc32);
     seed += pay.substr(refs[i].offset, refs[i].compressedBytes);
     ok = ok && emit(out + "/fuzz_payload/" + names[i] + ".bin", seed);
+  }
+  {
+    // The float32 gradients again, stored byte-shuffled (format 1.8) by a writer of its own.
+    const std::string shuffledDir = dir + "-shuffled";
+    WriterOptions options;
+    options.shuffle = true;
+    auto shuffledWriter = TraceWriter::create(shuffledDir, manifest, options, &error);
+    std::vector<uint8_t> gradient;
+    Problem readProblem;
+    if (!shuffledWriter || !reader->readPayload(refs[0], &gradient, nullptr) ||
+        !shuffledWriter->appendPayload(refs[0], gradient.data(), gradient.size()) || !shuffledWriter->close()) {
+      fprintf(stderr, "make_fuzz_seeds: the shuffled payload: %s\n", error.c_str());
+      return 1;
+    }
+    auto shuffledReader = TraceReader::open(shuffledDir, Limits{}, &error);
+    const auto ref = shuffledReader ? shuffledReader->payload(refs[0].commId, refs[0].op, refs[0].peer, refs[0].seq)
+                                    : std::nullopt;
+    if (!ref || ref->shuffle != 4) {
+      fprintf(stderr, "make_fuzz_seeds: the shuffled payload was not stored shuffled\n");
+      return 1;
+    }
+    std::string seed;
+    u32(&seed, fuzz_layout::payloadSeedWord(*ref));
+    u32(&seed, ref->rawCrc32);
+    seed += slurp(shuffledDir + "/" + payloadName(0)).substr(ref->offset, ref->compressedBytes);
+    ok = ok && emit(out + "/fuzz_payload/float32-gradients-shuffled.bin", seed);
   }
 
   // A manifest of a newer minor version with keys this reader does not know.

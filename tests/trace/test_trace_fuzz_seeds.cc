@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../fuzz/payload_seed_layout.h"
 #include "trace_test_util.h"
 
 #ifndef RANKLENS_FUZZ_CORPUS
@@ -47,11 +48,8 @@ void checkCorpus(const std::string& corpus) {
           if (name.rfind("header-only", 0) != 0) EXPECT_GT(records, 3u);
         }
       } else if (target == "fuzz_payload") {
-        ASSERT_GE(bytes.size(), 8u);
-        PayloadRef ref;
-        ref.rawBytes = getU32(bytes, 0);
-        ref.rawCrc32 = getU32(bytes, 4);
-        ref.compressedBytes = bytes.size() - 8;
+        ASSERT_GE(bytes.size(), fuzz_layout::kPayloadSeedHeader);
+        const PayloadRef ref = fuzz_layout::payloadSeedRef(data, bytes.size());
         Limits limits;
         limits.maxPayloadBytes = 1u << 20;  // what fuzz_payload uses
         std::vector<uint8_t> out;

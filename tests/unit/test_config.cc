@@ -45,7 +45,7 @@ LoadResult fromEnv(FakeEnv env) { return loadFromEnvironment(env.getenv(), env.n
 const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill",           "device",
                                            "trace_dir", "nccl_version", "ranks_per_node", "groups",
                                            "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
-                                           "payload_comms", "payload_steps", "payload_seqs", "payload_zstd_level", "payload_threads", "payload_queue_bytes", "staging_bytes",
+                                           "payload_comms", "payload_steps", "payload_seqs", "payload_zstd_level", "payload_threads", "payload_shuffle", "payload_queue_bytes", "staging_bytes",
                                            "staging_full", "timing_clock", "captured_timing", "timing_poll_us",
                                            "payload_copy_kernel_bytes", "payload_copy_kernel_bytes_one_rank",
                                            "payload_copy_priority",
@@ -303,7 +303,7 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
   EXPECT_EQ(r.error,
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
             "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
-            "payload_seqs, payload_zstd_level, payload_threads, payload_queue_bytes, staging_bytes, staging_full, timing_clock, captured_timing, timing_poll_us, "
+            "payload_seqs, payload_zstd_level, payload_threads, payload_shuffle, payload_queue_bytes, staging_bytes, staging_full, timing_clock, captured_timing, timing_poll_us, "
             "payload_copy_kernel_bytes, payload_copy_kernel_bytes_one_rank, payload_copy_priority, record_alternate_steps, replay_trace, on_mismatch, completion, host_time, timing, history, "
             "estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_traffic, hold_from, peer_pacing, resync_window, "
@@ -593,7 +593,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_RANKS_PER_NODE", "RANKLENS_GROUPS",
                                          "RANKLENS_REAL_NCCL", "RANKLENS_PAYLOADS", "RANKLENS_PAYLOAD_MAX_BYTES",
                                          "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
-                                         "RANKLENS_PAYLOAD_SEQS", "RANKLENS_PAYLOAD_ZSTD_LEVEL", "RANKLENS_PAYLOAD_THREADS", "RANKLENS_PAYLOAD_QUEUE_BYTES", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL", "RANKLENS_TIMING_CLOCK",
+                                         "RANKLENS_PAYLOAD_SEQS", "RANKLENS_PAYLOAD_ZSTD_LEVEL", "RANKLENS_PAYLOAD_THREADS", "RANKLENS_PAYLOAD_SHUFFLE", "RANKLENS_PAYLOAD_QUEUE_BYTES", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL", "RANKLENS_TIMING_CLOCK",
                                          "RANKLENS_CAPTURED_TIMING", "RANKLENS_TIMING_POLL_US",
                                          "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK",
                                          "RANKLENS_PAYLOAD_COPY_PRIORITY",
@@ -606,7 +606,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_PREFETCH_THREADS", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
-                                             "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "1GiB", "256MiB", "skip",
+                                             "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "on", "1GiB", "256MiB", "skip",
                                              "events", "events", "2000", "64KiB", "0", "high", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "512MiB", "0", "256MiB", ""};
@@ -678,6 +678,9 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
   EXPECT_EQ(fromYaml("").settings.payload_threads, 0);
   EXPECT_EQ(fromYaml("payload_threads: 12\n").settings.payload_threads, 12);
   EXPECT_FALSE(fromYaml("payload_threads: 65\n").ok);
+  EXPECT_EQ(fromYaml("").settings.payload_shuffle, PayloadShuffle::kOn);
+  EXPECT_EQ(fromYaml("payload_shuffle: off\n").settings.payload_shuffle, PayloadShuffle::kOff);
+  EXPECT_FALSE(fromYaml("payload_shuffle: yes\n").ok);
   EXPECT_EQ(fromYaml("").settings.payload_queue_bytes, 1ull << 30);
   EXPECT_EQ(fromYaml("payload_queue_bytes: 4GiB\n").settings.payload_queue_bytes, 4ull << 30);
   EXPECT_FALSE(fromYaml("payload_queue_bytes: 1MiB\n").ok);  // below 16 MiB

@@ -76,7 +76,7 @@ def _zstandard():
 
 FORMAT_NAME = "ranklens-trace"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 7
+FORMAT_MINOR = 8
 SEGMENT_MAGIC = 0x47534C52  # "RLSG"
 PAYLOAD_MAGIC = 0x59504C52  # "RLPY"
 FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserved
@@ -149,7 +149,7 @@ RECORD_TYPES: Dict[int, Tuple[str, List[Tuple[str, str, Any]]]] = {
     8: ("PayloadRef", [("commId", _U64, 0), ("seq", _U64, 0), ("op", _I32, 0), ("datatype", _I32, 0),
                        ("count", _U64, 0), ("rawBytes", _U64, 0), ("file", _U32, 0), ("offset", _U64, 0),
                        ("compressedBytes", _U64, 0), ("rawCrc32", _U32, 0), ("zstdLevel", _I32, 0),
-                       ("peer", _I32, -1)]),
+                       ("peer", _I32, -1), ("shuffle", _I32, 0)]),
     9: ("Edit", [("commId", _U64, 0), ("seq", _U64, 0), ("tool", _S, ""), ("action", _S, ""), ("detail", _S, ""),
                  ("user", _S, ""), ("timeNs", _I64, 0), ("op", _I32, -1), ("peer", _I32, -1)]),
     10: ("CommBinding", [("commId", _U64, 0), ("recordedCommId", _I64, -1), ("rule", _S, ""), ("timeNs", _I64, 0)]),
@@ -368,11 +368,29 @@ def parse_segment(data: bytes, index: int, path: str, limits: Limits = Limits()
 
 # ---------------------------------------------------------------------------------------------------- payloads
 
+SHUFFLE_BLOCK_BYTES = 262144  # format 1.8: a shuffled payload's blocks (docs/trace-format.md, "Byte shuffle")
+
+
+def unshuffle(data: bytes, width: int) -> bytes:
+    """A shuffled payload's bytes in their own order: each block's planes interleaved again, its tail kept."""
+    out = bytearray(len(data))
+    for start in range(0, len(data), SHUFFLE_BLOCK_BYTES):
+        block = data[start:start + SHUFFLE_BLOCK_BYTES]
+        elements = len(block) // width
+        for k in range(width):
+            out[start + k:start + elements * width:width] = block[k * elements:(k + 1) * elements]
+        out[start + elements * width:start + len(block)] = block[elements * width:]
+    return bytes(out)
+
+
 def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) -> bytes:
-    """Decompress one zstd frame with every bound checked against the PayloadRef `ref`; raises ValueError
-    (MissingDependency when the zstandard package is not installed)."""
+    """Decompress one zstd frame with every bound checked against the PayloadRef `ref` (and restore a shuffled
+    payload's byte order); raises ValueError (MissingDependency when the zstandard package is not installed)."""
     zstandard = _zstandard()
     raw_bytes = ref["rawBytes"]
+    shuffle = ref.get("shuffle", 0)
+    if shuffle not in (0, 2, 4, 8):
+        raise ValueError(f"byte shuffle of width {shuffle} (known: 0, 2, 4, 8; a newer writer?)")
     if raw_bytes > limits.max_payload_bytes:
         raise ValueError(f"rawBytes {raw_bytes} exceeds the payload limit of {limits.max_payload_bytes}")
     try:
@@ -398,6 +416,8 @@ def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) 
         raise ValueError(f"zstd: {exc}") from None
     if len(out) != raw_bytes:
         raise ValueError(f"decompressed {len(out)} bytes, the reference says rawBytes {raw_bytes}")
+    if shuffle:
+        out = unshuffle(out, shuffle)
     crc = zlib.crc32(out) & 0xFFFFFFFF
     if crc != ref["rawCrc32"]:
         raise ValueError(f"rawCrc32 mismatch: reference says 0x{ref['rawCrc32']:08x}, bytes have 0x{crc:08x}")
