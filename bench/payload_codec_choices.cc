@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// How fast and how small real payloads compress with the choices the trace format could make: zstd levels, on the
-// bytes as they are and byte-shuffled (each byte position of the elements stored as one plane: the exponent bytes of
-// floating-point values then sit together and compress, the noisy low mantissa bytes are left alone). zstd on real
+// How fast and how small real payloads compress with the choices the trace format offers: zstd levels, on the bytes
+// as they are and as byte planes (format 1.8, shuffleBlocks: each byte position of the elements of a 256 KiB block
+// stored as one plane, so the exponent bytes of floating-point values sit together and compress). zstd on real
 // fp32 gradients bounds both full-payload recording (about 200 MB/s per thread at level -1 on one H200 host) and
 // value replay (about 0.8 GB/s per thread decoding), bench/results/record/README.md, session 21. No GPU; input is
 // raw payload bytes, e.g. `rlpayload export TRACE -c 0 -s 40 -f raw -o grad.raw`.
@@ -21,29 +21,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ranklens/trace.h"
+
 namespace {
 
 double seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Plane b holds byte b of every element, in element order; a tail shorter than one element stays as it is.
-void shuffle(const uint8_t* in, uint8_t* out, size_t bytes, size_t width) {
-  const size_t elements = bytes / width;
-  for (size_t b = 0; b < width; ++b) {
-    uint8_t* plane = out + b * elements;
-    for (size_t i = 0; i < elements; ++i) plane[i] = in[i * width + b];
-  }
-  std::memcpy(out + elements * width, in + elements * width, bytes - elements * width);
-}
-
-void unshuffle(const uint8_t* in, uint8_t* out, size_t bytes, size_t width) {
-  const size_t elements = bytes / width;
-  for (size_t b = 0; b < width; ++b) {
-    const uint8_t* plane = in + b * elements;
-    for (size_t i = 0; i < elements; ++i) out[i * width + b] = plane[i];
-  }
-  std::memcpy(out + elements * width, in + elements * width, bytes - elements * width);
 }
 
 template <typename F>
@@ -81,9 +64,18 @@ int main(int argc, char** argv) {
     std::ifstream in(file, std::ios::binary);
     std::vector<uint8_t> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const size_t n = raw.size();
-    std::vector<uint8_t> shuffled(n), back(n), frame(ZSTD_compressBound(n)), decoded(n);
-    const double shuffleS = best(repeats, [&] { shuffle(raw.data(), shuffled.data(), n, width); });
-    const double unshuffleS = best(repeats, [&] { unshuffle(shuffled.data(), back.data(), n, width); });
+    // The trace format's own byte planes (ranklens::trace::shuffleBlocks, per 256 KiB block, in place).
+    std::vector<uint8_t> shuffled = raw, back(n), frame(ZSTD_compressBound(n)), decoded(n);
+    const double shuffleS = best(repeats, [&] {
+      shuffled = raw;
+      ranklens::trace::shuffleBlocks(shuffled.data(), n, static_cast<int>(width));
+    }) - best(repeats, [&] { back = raw; });  // less the copy that restarts each run
+    const double unshuffleS = best(repeats, [&] {
+      back = shuffled;
+      ranklens::trace::unshuffleBlocks(back.data(), n, static_cast<int>(width));
+    }) - best(repeats, [&] { back = shuffled; });
+    back = shuffled;
+    ranklens::trace::unshuffleBlocks(back.data(), n, static_cast<int>(width));
     if (back != raw) {
       fprintf(stderr, "payload_codec_choices: %s: unshuffle did not give the input back\n", file.c_str());
       return 1;
