@@ -7,10 +7,13 @@
 //
 // --payload-mib N instead gives every call a payload of N MiB of fp32 gradient-like values (zstd --level, -1 as
 // recorded by default), all of them restored (a value replay of large buckets), no device stage: how many GB/s the
-// workers decode (read, zstd, CRC-32) into the pinned arena, and how long the calls wait for them, by --threads.
+// workers decode (read, zstd, CRC-32, and restoring byte planes) into the pinned arena, and how long the calls wait
+// for them, by --threads. --pool takes the values from real payload bytes (rlpayload export -f raw) instead of
+// normally distributed ones; --shuffle off stores them as they are instead of as byte planes (format 1.8).
 //
 //   prefetcher_contention [--payloads 4000] [--threads 8] [--gap-us 80] [--upload-us 30] [--copy-us 20] [--json]
-//   prefetcher_contention --payload-mib 25 --payloads 40 --threads 4 --gap-us 0 [--level -1] [--json]
+//   prefetcher_contention --payload-mib 25 --payloads 40 --threads 4 --gap-us 0 [--level -1] [--shuffle on|off]
+//                         [--pool grad1.raw grad2.raw ...] [--json]
 //
 // bench/results/replay/prefetcher_contention-*.json holds runs with their commit, machine, command and date.
 #include <unistd.h>
@@ -21,6 +24,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <random>
@@ -44,19 +49,27 @@ int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
+constexpr int kFloat32 = 7;  // ncclFloat32
+
 // A rank whose every call received one small payload (1.5, 4.5 or 6 KiB, as ZeRO-3's parameter all-gathers), or
 // one of `largeBytes` of fp32 values drawn like gradients (a slice of one 64 MiB pool per call, at another offset).
-std::string writeRecording(const std::string& dir, int payloads, size_t largeBytes, int level) {
+std::string writeRecording(const std::string& dir, int payloads, size_t largeBytes, int level, bool shuffle,
+                           const std::vector<std::string>& poolFiles) {
   if (system(("rm -rf '" + dir + "'").c_str()) != 0) return "cannot clear " + dir;
   ranklens::trace::Manifest m;
   m.mode = "record";
   std::string error;
   ranklens::trace::WriterOptions options;
   if (largeBytes > 0) options.zstdLevel = level;
+  options.shuffle = shuffle;
   auto w = ranklens::trace::TraceWriter::create(dir, m, options, &error);
   if (!w) return error;
   std::vector<uint8_t> pool;
-  if (largeBytes > 0) {
+  for (const std::string& file : poolFiles) {  // real payload bytes (rlpayload export -f raw), one after another
+    std::ifstream in(file, std::ios::binary);
+    pool.insert(pool.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (largeBytes > 0 && pool.size() < 4096) {
     std::vector<float> values((64u << 20) / sizeof(float));
     std::mt19937 random(1);
     std::normal_distribution<float> gradient(0.0f, 1e-3f);
@@ -81,13 +94,15 @@ std::string writeRecording(const std::string& dir, int payloads, size_t largeByt
     ranklens::events::Call c;
     c.seq = static_cast<uint64_t>(i);
     c.op = static_cast<int>(ranklens::events::Op::kAllGather);
-    c.datatype = 0;
-    c.count = c.bytes = data.size();
+    c.datatype = largeBytes > 0 ? kFloat32 : 0;  // fp32 values (stored as byte planes with --shuffle on), or bytes
+    c.bytes = data.size();
+    c.count = data.size() / ranklens::events::datatypeBytes(c.datatype);
     w->append(ranklens::trace::RecordType::kCall, c);
     ranklens::trace::PayloadRef ref;
     ref.seq = c.seq;
     ref.op = c.op;
-    ref.count = data.size();
+    ref.datatype = c.datatype;
+    ref.count = c.count;
     if (!w->appendPayload(ref, data.data(), data.size(), ranklens::trace::BackPressure::kWait))
       return "appendPayload failed";
   }
@@ -107,6 +122,8 @@ int main(int argc, char** argv) {
   int payloads = 4000, threads = 8, gapUs = 80, uploadUs = 30, copyUs = 20, level = -1;
   double payloadMib = 0;
   bool json = false;
+  std::string shuffle = "on";
+  std::vector<std::string> poolFiles;
   app.add_option("--payloads", payloads, "calls, one payload each")->check(CLI::Range(10, 1000000));
   app.add_option("--threads", threads, "prefetcher worker threads (replay: hardware threads / 4, 2..8)")
       ->check(CLI::Range(1, 64));
@@ -121,13 +138,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1024.0));
   app.add_option("--level", level, "with --payload-mib: zstd level of the recorded payloads (recording's default -1)")
       ->check(CLI::Range(-100, 19));
+  app.add_option("--shuffle", shuffle, "with --payload-mib: store the values as byte planes (recording's default)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--pool", poolFiles, "with --payload-mib: take the values from these raw payload files")
+      ->check(CLI::ExistingFile);
   app.add_flag("--json", json, "print one JSON object instead of text");
   CLI11_PARSE(app, argc, argv);
   const size_t largeBytes = static_cast<size_t>(payloadMib * (1 << 20)) / 4 * 4;
 
   const char* tmp = getenv("TMPDIR");
   const std::string dir = std::string(tmp ? tmp : "/tmp") + "/prefetcher-contention-" + std::to_string(getpid());
-  if (std::string error = writeRecording(dir + "/rank0", payloads, largeBytes, level); !error.empty()) {
+  if (std::string error = writeRecording(dir + "/rank0", payloads, largeBytes, level, shuffle == "on", poolFiles);
+      !error.empty()) {
     fprintf(stderr, "prefetcher_contention: writing the recording in %s failed: %s\n", dir.c_str(), error.c_str());
     return 1;
   }
@@ -205,11 +227,13 @@ int main(int argc, char** argv) {
   const double med = percentile(waitNs, 0.5), p90 = percentile(waitNs, 0.9), p99 = percentile(waitNs, 0.99);
   const double gbPerSecond = loopSeconds > 0 ? static_cast<double>(stats.bytesDecoded) / loopSeconds / 1e9 : 0;
   if (json) {
-    printf("{\"payloads\": %d, \"payload_mib\": %g, \"level\": %d, \"threads\": %d, \"gap_us\": %d, "
+    printf("{\"payloads\": %d, \"payload_mib\": %g, \"level\": %d, \"shuffle\": \"%s\", \"pool\": \"%s\", "
+           "\"threads\": %d, \"gap_us\": %d, "
            "\"upload_us\": %d, \"copy_us\": %d, "
            "\"hardware_threads\": %u, \"median_ns\": %.0f, \"p90_ns\": %.0f, \"p99_ns\": %.0f, \"from_device\": %d, "
            "\"fence_polls\": %llu, \"decoded\": %llu, \"waits\": %llu, \"loop_s\": %.3f, \"decoded_gb_per_s\": %.2f}\n",
-           payloads, payloadMib, largeBytes > 0 ? level : 0, threads, gapUs, uploadUs, copyUs,
+           payloads, payloadMib, largeBytes > 0 ? level : 0, shuffle.c_str(),
+           poolFiles.empty() ? "normal values" : "payload files", threads, gapUs, uploadUs, copyUs,
            std::thread::hardware_concurrency(), med, p90, p99, fromDevice,
            static_cast<unsigned long long>(polls.load()),
            static_cast<unsigned long long>(stats.decoded), static_cast<unsigned long long>(stats.waits), loopSeconds,
