@@ -69,6 +69,7 @@ std::string writeRecording(const std::string& dir, int payloads, size_t largeByt
     std::ifstream in(file, std::ios::binary);
     pool.insert(pool.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
+  if (!poolFiles.empty() && pool.size() < 4096) return "--pool: the files hold " + std::to_string(pool.size()) + " bytes";
   if (largeBytes > 0 && pool.size() < 4096) {
     std::vector<float> values((64u << 20) / sizeof(float));
     std::mt19937 random(1);
