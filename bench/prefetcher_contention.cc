@@ -61,7 +61,7 @@ std::string writeRecording(const std::string& dir, int payloads, size_t largeByt
   std::string error;
   ranklens::trace::WriterOptions options;
   if (largeBytes > 0) options.zstdLevel = level;
-  options.shuffle = shuffle;
+  options.shuffle = shuffle ? ranklens::trace::WriterOptions::Shuffle::kAlways : ranklens::trace::WriterOptions::Shuffle::kOff;
   auto w = ranklens::trace::TraceWriter::create(dir, m, options, &error);
   if (!w) return error;
   std::vector<uint8_t> pool;

@@ -27,7 +27,7 @@ constexpr const char* kFillNames[] = {"clone", "keep", "zero", "poison"};
 constexpr const char* kDeviceNames[] = {"auto", "cuda", "host"};
 constexpr const char* kPayloadsNames[] = {"none", "small", "all"};
 constexpr const char* kStagingFullNames[] = {"skip", "wait"};
-constexpr const char* kPayloadShuffleNames[] = {"on", "off"};
+constexpr const char* kPayloadShuffleNames[] = {"auto", "on", "off"};
 constexpr const char* kTimingClockNames[] = {"events", "kernel"};
 constexpr const char* kCapturedTimingNames[] = {"events", "off"};
 constexpr const char* kCopyPriorityNames[] = {"high", "stream"};
@@ -520,9 +520,10 @@ const KeyDesc kKeys[] = {
      "are what bounds the recording when they are all busy",
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.payload_threads); },
      [](const Settings& s) { return std::to_string(s.payload_threads); }},
-    {"payload_shuffle", "RANKLENS_PAYLOAD_SHUFFLE", "on",
+    {"payload_shuffle", "RANKLENS_PAYLOAD_SHUFFLE", "auto",
      "record: store payloads of 2-, 4- and 8-byte elements as byte planes before compressing them (trace format "
-     "1.8; fp32 gradients compress 2.5-3.5x faster and 1.45-1.5x smaller), or as they are (off)",
+     "1.8): when a sample compresses as it is (auto; real fp32 gradients then compress about 3x faster and 1.45x "
+     "smaller), always (on), or never (off)",
      [](const Input& in, Settings& s) { return parseEnum(in, kPayloadShuffleNames, s.payload_shuffle); },
      [](const Settings& s) { return std::string(toString(s.payload_shuffle)); }},
     {"payload_queue_bytes", "RANKLENS_PAYLOAD_QUEUE_BYTES", "1GiB",

@@ -566,7 +566,10 @@ void installWriterSetup() {
       // payload_zstd_level.
       writer->compressionThreads = s.payload_threads > 0 ? s.payload_threads : workerThreads();
       writer->zstdLevel = s.payload_zstd_level;
-      writer->shuffle = s.payload_shuffle == ranklens::config::PayloadShuffle::kOn;
+      using WriterShuffle = ranklens::trace::WriterOptions::Shuffle;
+      writer->shuffle = s.payload_shuffle == ranklens::config::PayloadShuffle::kOff  ? WriterShuffle::kOff
+                        : s.payload_shuffle == ranklens::config::PayloadShuffle::kOn ? WriterShuffle::kAlways
+                                                                                     : WriterShuffle::kAuto;
       writer->queueBytes = std::max<size_t>(writer->queueBytes, s.payload_queue_bytes);
       writer->recordReserveBytes = 16u << 20;  // a stalled payload stream never crowds out call records
     }

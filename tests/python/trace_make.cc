@@ -113,7 +113,7 @@ void writeRank(const std::string& dir, int rank) {
   options.segmentBytes = 600;        // several segments
   options.payloadFileBytes = 2048;   // several payload files
   options.policy = tr::BackPressure::kWait;
-  options.shuffle = rank == 1;  // rank 1's payloads of 2-, 4- and 8-byte types are stored as byte planes (1.8)
+  options.shuffle = rank == 1 ? tr::WriterOptions::Shuffle::kAlways : tr::WriterOptions::Shuffle::kOff;  // rank 1's payloads of 2-, 4- and 8-byte types are stored as byte planes (1.8)
   std::string error;
   Rank r{rank, tr::TraceWriter::create(dir, manifest, options, &error)};
   if (!r.writer) die("create " + dir + ": " + error);

@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
     // The float32 gradients again, stored byte-shuffled (format 1.8) by a writer of its own.
     const std::string shuffledDir = dir + "-shuffled";
     WriterOptions options;
-    options.shuffle = true;
+    options.shuffle = WriterOptions::Shuffle::kAlways;
     auto shuffledWriter = TraceWriter::create(shuffledDir, manifest, options, &error);
     std::vector<uint8_t> gradient;
     Problem readProblem;

@@ -212,7 +212,11 @@ struct WriterOptions {
   BackPressure policy = BackPressure::kDrop;
   int compressionThreads = 2;
   int zstdLevel = 3;
-  bool shuffle = false;  // store payloads of 2-, 4- and 8-byte elements as byte planes (shuffleBlocks)
+  // Payloads of 2-, 4- and 8-byte elements as byte planes (shuffleBlocks): never, always, or (kAuto) when a sample
+  // of the payload compresses as it is: values with structure (real gradients: 3x faster, smaller), not dense noise
+  // that zstd stores almost raw and fast as it is (normal-distributed floats: planes 3.6x slower, 10% smaller).
+  enum class Shuffle { kOff, kAuto, kAlways };
+  Shuffle shuffle = Shuffle::kOff;
   uint64_t segmentBytes = 64ull << 20;      // roll over to a new segment file beyond this
   uint64_t payloadFileBytes = 1ull << 30;   // and to a new payload file beyond this
   uint32_t maxRecordBytes = 1u << 20;       // larger records are refused (counted as dropped)
