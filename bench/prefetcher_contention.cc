@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nccl.h>
 
 #include "ranklens/events.h"
 #include "ranklens/payload_prefetcher.h"
@@ -48,8 +49,6 @@ using ranklens::trace::PayloadPrefetcher;
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
-
-constexpr int kFloat32 = 7;  // ncclFloat32
 
 // A rank whose every call received one small payload (1.5, 4.5 or 6 KiB, as ZeRO-3's parameter all-gathers), or
 // one of `largeBytes` of fp32 values drawn like gradients (a slice of one 64 MiB pool per call, at another offset).
@@ -95,7 +94,7 @@ std::string writeRecording(const std::string& dir, int payloads, size_t largeByt
     ranklens::events::Call c;
     c.seq = static_cast<uint64_t>(i);
     c.op = static_cast<int>(ranklens::events::Op::kAllGather);
-    c.datatype = largeBytes > 0 ? kFloat32 : 0;  // fp32 values (stored as byte planes with --shuffle on), or bytes
+    c.datatype = largeBytes > 0 ? ncclFloat32 : ncclInt8;  // fp32 values (stored as byte planes with --shuffle on), or bytes
     c.bytes = data.size();
     c.count = data.size() / ranklens::events::datatypeBytes(c.datatype);
     w->append(ranklens::trace::RecordType::kCall, c);

@@ -41,7 +41,8 @@ class CompressionPool {
  public:
   static constexpr size_t kReusedFrom = 1u << 20;  // smaller buffers come cheaply from malloc's free lists
 
-  CompressionPool(int threads, int level, size_t spareLimit) : level_(level), spareLimit_(spareLimit) {
+  CompressionPool(int threads, int level, WriterOptions::Shuffle shuffle, size_t spareLimit)
+      : level_(level), shuffle_(shuffle), spareLimit_(spareLimit) {
     for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] {
       nameThisThread("RankLens Zstd");
       run();
@@ -67,12 +68,10 @@ class CompressionPool {
     return buffer;
   }
 
-  // `shuffle`: 0, or the element width to store as byte planes (shuffleBlocks; `raw` is changed in place); with
-  // `onlyIfCompressible`, only if a sample of the payload compresses as it is.
-  std::shared_future<Compressed> submit(std::vector<uint8_t>&& raw, int shuffle, bool onlyIfCompressible) {
-    auto job = std::make_shared<std::packaged_task<Compressed()>>([this, raw = std::move(raw), shuffle,
-                                                                   onlyIfCompressible]() mutable {
-      Compressed out = compress(raw, onlyIfCompressible && !compressible(raw) ? 0 : shuffle);
+  // `elementBytes`: the payload's datatype width, which byte planes take (shuffleBlocks; `raw` is changed in place).
+  std::shared_future<Compressed> submit(std::vector<uint8_t>&& raw, size_t elementBytes) {
+    auto job = std::make_shared<std::packaged_task<Compressed()>>([this, raw = std::move(raw), elementBytes]() mutable {
+      Compressed out = compress(raw, planesWidth(raw, elementBytes));
       keep(std::move(raw));
       return out;
     });
@@ -86,6 +85,12 @@ class CompressionPool {
   }
 
  private:
+  // The PayloadRef.shuffle the options give this payload: its element width, or 0 (stored as it is).
+  int planesWidth(const std::vector<uint8_t>& raw, size_t elementBytes) {
+    const int width = static_cast<int>(elementBytes);
+    if (shuffle_ == WriterOptions::Shuffle::kOff || width < 2 || !validShuffle(width)) return 0;
+    return shuffle_ == WriterOptions::Shuffle::kAlways || compressible(raw) ? width : 0;
+  }
   // Whether the payload's first block (at most) shrinks by 5% at this level as it is. zstd stores dense noise almost
   // raw and fast; byte planes of such values compress a little (about 10%) but 3-4x slower. Values with structure
   // compress as they are, and as planes faster and smaller (real fp32 gradients: 3x). It costs one more compression
@@ -137,6 +142,7 @@ class CompressionPool {
     }
   }
   int level_;
+  const WriterOptions::Shuffle shuffle_;
   const size_t spareLimit_;
   std::mutex spareMu_;
   std::multimap<size_t, std::vector<uint8_t>> spare_;  // by capacity
@@ -341,7 +347,8 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, con
   impl->options = options;
   if (!impl->openSegment(0, error) || !impl->writeManifest(error)) return nullptr;
   // Spare copy buffers up to the queue's size: the queue already lets that much raw payload be in flight.
-  impl->pool = std::make_unique<CompressionPool>(options.compressionThreads, options.zstdLevel, options.queueBytes);
+  impl->pool = std::make_unique<CompressionPool>(options.compressionThreads, options.zstdLevel, options.shuffle,
+                                                 options.queueBytes);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] {
     nameThisThread("RankLens Write");
@@ -393,10 +400,7 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
   item.accounted = bytes;
   item.ref = ref;
   item.ref.rawBytes = bytes;
-  const int width =
-      impl_->options.shuffle != WriterOptions::Shuffle::kOff ? static_cast<int>(events::datatypeBytes(ref.datatype)) : 0;
-  item.compressed = impl_->pool->submit(std::move(copy), width >= 2 && validShuffle(width) ? width : 0,
-                                        impl_->options.shuffle == WriterOptions::Shuffle::kAuto);
+  item.compressed = impl_->pool->submit(std::move(copy), events::datatypeBytes(ref.datatype));
   lock.lock();
   impl_->queue.push_back(std::move(item));
   impl_->accepted++;
