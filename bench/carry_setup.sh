@@ -37,3 +37,32 @@ carry_real_nccl() {
   REAL=$(find "$SITE" -path '*nvidia/nccl/lib/libnccl.so.2' | head -1)
   [[ -n $REAL ]] || echo "carry_real_nccl: no nvidia/nccl/lib/libnccl.so.2 under $SITE" >&2
 }
+
+# carry_step_ms LOG: the median step time of the last RESULT line a train_gpt.py run printed (after carry_env).
+carry_step_ms() {
+  grep -h "^RESULT" "$1" | tail -1 | sed 's/^RESULT //' | $PY -c 'import json,sys; print(json.load(sys.stdin).get("median_step_ms"))'
+}
+
+# carry_result_row OUT LABEL LOG [RANKDIR] [THREADS_JSON] [EXTRA_JSON]: appends one JSON row to OUT: LABEL, the run's
+# median step time (LOG), its manifest's payload/staging/prefetch counters and payload_compressed_bytes (RANKDIR, a
+# trace's rank directory), bench/thread_cpu.py's per-thread CPU (THREADS_JSON) and EXTRA_JSON's fields. Empty
+# arguments leave those parts out. Used by results scripts from s22a on (s21b-s21g carry their own copy, as run).
+carry_result_row() {
+  local extra=${6:-}
+  [[ -n $extra ]] || extra='{}'
+  $PY - "$2" "$3" "${4:-}" "${5:-}" "$extra" <<'PY' >> "$1"
+import json, sys
+sys.path.insert(0, "tools/python")
+import ranklens_trace as rt
+label, log, rank, tc, extra = sys.argv[1:6]
+steps = [json.loads(l[7:]) for l in open(log) if l.startswith("RESULT ")]
+row = {"label": label, "median_step_ms": steps[-1].get("median_step_ms") if steps else None}
+if rank:
+    m = rt.parse_manifest(open(rank + "/" + rt.MANIFEST, "rb").read())
+    row["counters"] = {k: v for k, v in m.get("counters", {}).items() if "payload" in k or "staging" in k or "prefetch" in k}
+    row["payload_compressed_bytes"] = m.get("payload_compressed_bytes")
+row["threads"] = json.load(open(tc))["threads"] if tc else None
+row.update(json.loads(extra))
+print(json.dumps(row))
+PY
+}

@@ -12,38 +12,21 @@ out=$OUT/record_full_payload_shuffle_auto-$C.jsonl; : > "$out"
 T="examples/torch/train_gpt.py --parallel ddp --log-all-ranks --mark-steps --steps 10 --micro-batch 16
    --d-model 768 --layers 12 --heads 12 --vocab 50304 --seq-len 1024"
 W=$(mktemp -d /dev/shm/s22a-XXXXXX)
-step() { grep -h "^RESULT" "$1" | tail -1 | sed 's/^RESULT //' | $PY -c 'import json,sys; print(json.load(sys.stdin).get("median_step_ms"))'; }
-row() {  # label, log, trace rank dir or "", thread json, extra json fields
-  $PY - "$@" <<'PY' >> "$out"
-import json, sys
-sys.path.insert(0, "tools/python")
-import ranklens_trace as rt
-label, log, rank, tc, extra = sys.argv[1:6]
-steps = [json.loads(l[7:]) for l in open(log) if l.startswith("RESULT ")]
-row = {"label": label, "median_step_ms": steps[-1].get("median_step_ms") if steps else None}
-if rank:
-    m = rt.parse_manifest(open(rank + "/" + rt.MANIFEST, "rb").read())
-    row["counters"] = {k: v for k, v in m.get("counters", {}).items() if "payload" in k or "staging" in k or "prefetch" in k}
-    row["payload_compressed_bytes"] = m.get("payload_compressed_bytes")
-row["threads"] = json.load(open(tc))["threads"] if tc else None
-row.update(json.loads(extra))
-print(json.dumps(row))
-PY
-}
 {
   LD_LIBRARY_PATH=$PWD/.carry/lib:$LD_LIBRARY_PATH RANKLENS_DEVICE=cuda timeout 90 .carry/bin/test_cuda_device \
     > "$OUT/gpu_tests-$C.txt" 2>&1
   echo "GPU tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gpu_tests-$C.txt" | tr '\n' ' ')"
   timeout 120 $PY -m torch.distributed.run --standalone --nproc-per-node 1 $T > $W/base.log 2>&1
-  echo "baseline rc=$? median_step_ms $(step $W/base.log)"; row baseline $W/base.log "" "" '{}'
+  echo "baseline rc=$? median_step_ms $(carry_step_ms $W/base.log)"; carry_result_row "$out" baseline $W/base.log
   for cfg in auto:0 off:0 on:0; do
     IFS=: read -r sh t <<< "$cfg"; name=rec-shuffle-$sh-t$t
     $PY bench/thread_cpu.py --match train_gpt.py --wait 120 > $W/$name.tc &
     RANKLENS_PAYLOAD_SHUFFLE=$sh RANKLENS_PAYLOAD_THREADS=$t RANKLENS_STAGING_FULL=wait timeout 150 \
       .carry/bin/ranklens record --lib .carry/lib/libnccl.so.2 --trace $W/$name --payloads all -- \
       $PY -m torch.distributed.run --standalone --nproc-per-node 1 $T > $W/$name.log 2>&1
-    echo "$name rc=$? median_step_ms $(step $W/$name.log) trace $(du -sh $W/$name | cut -f1)"; wait
-    row "record payload_shuffle $sh, payload_threads $t (0: automatic, 4 here)" $W/$name.log $W/$name/rank0 $W/$name.tc \
+    echo "$name rc=$? median_step_ms $(carry_step_ms $W/$name.log) trace $(du -sh $W/$name | cut -f1)"; wait
+    carry_result_row "$out" "record payload_shuffle $sh, payload_threads $t (0: automatic, 4 here)" $W/$name.log \
+      $W/$name/rank0 $W/$name.tc \
       "{\"payload_shuffle\": \"$sh\", \"payload_threads\": $t}"
   done
   for run in rec-shuffle-auto-t0:0 rec-shuffle-off-t0:0 rec-shuffle-auto-t0:8; do
@@ -51,9 +34,10 @@ PY
     $PY bench/thread_cpu.py --match train_gpt.py --wait 120 > $W/$name.tc &
     RANKLENS_PREFETCH_THREADS=$pt timeout 120 .carry/bin/ranklens replay --lib .carry/lib/libnccl.so.2 --rank 0 \
       --fidelity value --trace $W/$rec --trace-dir $W/out-$name -- $PY $T > $W/$name.log 2>&1
-    echo "$name rc=$? median_step_ms $(step $W/$name.log) $(grep -E '^result' $W/$name.log)"; wait
+    echo "$name rc=$? median_step_ms $(carry_step_ms $W/$name.log) $(grep -E '^result' $W/$name.log)"; wait
     grep -E '^Replay of the recording' $W/$name.log
-    row "value replay of $rec, prefetch_threads $pt (0: automatic, 4 here)" $W/$name.log $W/out-$name/rank0 $W/$name.tc \
+    carry_result_row "$out" "value replay of $rec, prefetch_threads $pt (0: automatic, 4 here)" $W/$name.log \
+      $W/out-$name/rank0 $W/$name.tc \
       "{\"recording\": \"$rec\", \"prefetch_threads\": $pt}"
   done
   for f in rec-shuffle-auto-t0 rep-rec-shuffle-auto-t0-p0; do echo "===== $f"; tail -n 12 $W/$f.log; done
