@@ -16,7 +16,7 @@ cmake --preset release > /dev/null
 cmake --build --preset release -j"$(nproc)"
 mkdir -p .carry/bin .carry/lib .carry/deps
 for name in ranklens rlpayload record_host_overhead replay_host_overhead hold_completion prefetcher_contention \
-            test_cuda_device test_reduction_parity; do
+            test_cuda_device test_reduction_parity payload_codec_choices; do
   built=$(find build/release -name "$name" -type f -perm -u+x | head -1)
   [[ -n $built ]] || { echo "make_carry: $name was not built" >&2; exit 1; }
   cp "$built" .carry/bin/ && strip --strip-debug ".carry/bin/$name"
