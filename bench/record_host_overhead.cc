@@ -54,8 +54,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
+#include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -146,9 +147,11 @@ int main(int argc, char** argv) {
   app.add_option("--count", count, "float32 elements per all-reduce")->check(CLI::PositiveNumber);
   std::string data = "zeros";
   app.add_option("--data", data,
-                 "--device host: what the buffers hold: zeros, or gradients (normally distributed values: zstd "
-                 "cannot shrink them, so --payloads all writes every byte, as a training job's recording does)")
-      ->check(CLI::IsMember({"zeros", "gradients"}));
+                 "--device host: what the buffers hold: zeros; gradients (normally distributed fp32: zstd cannot "
+                 "shrink them, so --payloads all writes every byte); or bf16-gradients (the same rounded to bf16 "
+                 "values, their low 16 bits zero, as a bf16-autocast job's fp32 gradients are: GPT-2 small's on an "
+                 "H200, session 22)")
+      ->check(CLI::IsMember({"zeros", "gradients", "bf16-gradients"}));
   app.add_option("--ranks", ranks, "ranks of the communicator, one GPU each")->check(CLI::Range(1, 2));
   app.add_option("--clock", clock, "RANKLENS_TIMING_CLOCK for the recorder")
       ->check(CLI::IsMember({"events", "kernel"}));
@@ -224,10 +227,17 @@ int main(int argc, char** argv) {
   for (int r = 0; r < ranks; ++r) {
     if (!cuda) {
       buffers[r] = static_cast<float*>(calloc(count, sizeof(float)));
-      if (data == "gradients" && buffers[r] != nullptr) {
+      if (data != "zeros" && buffers[r] != nullptr) {
         std::mt19937 random(1 + r);
         std::normal_distribution<float> gradient(0.0f, 1e-3f);
-        for (size_t i = 0; i < count; ++i) buffers[r][i] = gradient(random);
+        const uint32_t keep = data == "bf16-gradients" ? 0xffff0000u : 0xffffffffu;
+        for (size_t i = 0; i < count; ++i) {
+          const float value = gradient(random);
+          uint32_t bits;
+          memcpy(&bits, &value, 4);
+          bits &= keep;
+          memcpy(&buffers[r][i], &bits, 4);
+        }
       }
       continue;
     }

@@ -555,39 +555,70 @@ TEST(TraceShuffle, ShuffledPayloadsReadBackByEveryPath) {
   }
 }
 
-// kAuto (record mode's default) stores planes only for payloads whose bytes compress as they are: dense noise stays
-// as it is (planes would compress it 3-4x slower for about 10%), values with structure become planes.
-TEST(TraceShuffle, AutoKeepsNoiseAsItIsAndMakesPlanesOfStructuredValues) {
+// kAuto (record mode's default) stores planes only where a sample spread over the payload compresses in less CPU time
+// as planes: fp32 values that hold bf16 values (autocast gradients: two zero planes) do, by 3-4x; normal-distributed
+// fp32 (dense noise, which zstd stores almost raw and fast as it is) take 10x longer as planes. A payload whose head
+// is noise but whose rest has structure (GPT-2's largest gradient bucket) becomes planes; payloads up to 256 KiB are
+// their own sample (both compressions made, the faster kept); below 64 KiB they stay as they are.
+TEST(TraceShuffle, AutoUsesPlanesWhereTheyCompressFaster) {
   TempDir tmp;
   const std::string dir = tmp / "rank0";
   std::mt19937 rng(8);
-  std::vector<uint8_t> noise(600000), structured(600000);
-  for (auto& b : noise) b = static_cast<uint8_t>(rng());
-  std::vector<float> values(structured.size() / 4);
   std::normal_distribution<float> gradient(0.0f, 1e-3f);
-  for (size_t i = 0; i < values.size(); ++i) values[i] = (i / 768) % 3 == 0 ? 0.0f : gradient(rng);  // zero rows
-  memcpy(structured.data(), values.data(), structured.size());
+  auto noise = [&](size_t count) {
+    std::vector<float> v(count);
+    for (auto& x : v) x = gradient(rng);
+    return v;
+  };
+  auto bf16Valued = [&](size_t count) {
+    std::vector<float> v = noise(count);
+    for (auto& x : v) {
+      uint32_t bits;
+      memcpy(&bits, &x, 4);
+      bits &= 0xffff0000u;
+      memcpy(&x, &bits, 4);
+    }
+    return v;
+  };
+  std::vector<float> noisyHead = bf16Valued(1 << 20);  // 4 MiB, its first 256 KiB noise
+  const std::vector<float> head = noise(1 << 16);
+  std::copy(head.begin(), head.end(), noisyHead.begin());
+  struct Case {
+    const char* what;
+    std::vector<float> values;
+    int shuffle;
+  };
+  const std::vector<Case> cases = {
+      {"noise, 2.4 MB", noise(600000), 0},
+      {"bf16-valued, 2.4 MB", bf16Valued(600000), 4},
+      {"noise head, bf16-valued rest", noisyHead, 4},
+      {"noise, 200 KB (its own sample)", noise(50000), 0},
+      {"bf16-valued, 200 KB (its own sample)", bf16Valued(50000), 4},
+      {"bf16-valued, 32 KB (too small to time)", bf16Valued(8000), 0},
+  };
   {
     WriterOptions options;
     options.shuffle = WriterOptions::Shuffle::kAuto;
     options.zstdLevel = -1;
     auto writer = makeWriter(dir, options);
     ASSERT_NE(writer, nullptr);
-    ASSERT_TRUE(writer->appendPayload(refFor(0, 0, kAllReduce, 7, noise.size() / 4), noise.data(), noise.size()));
-    ASSERT_TRUE(writer->appendPayload(refFor(0, 1, kAllReduce, 7, values.size()), structured.data(), structured.size()));
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto& values = cases[i].values;
+      ASSERT_TRUE(writer->appendPayload(refFor(0, i, kAllReduce, 7, values.size()), values.data(), values.size() * 4));
+    }
     ASSERT_TRUE(writer->close());
   }
   auto reader = openReader(dir);
   ASSERT_NE(reader, nullptr);
-  const std::vector<uint8_t>* sent[] = {&noise, &structured};
-  for (uint64_t seq : {0u, 1u}) {
-    auto ref = reader->payload(0, kAllReduce, -1, seq);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto ref = reader->payload(0, kAllReduce, -1, i);
     ASSERT_TRUE(ref.has_value());
-    EXPECT_EQ(ref->shuffle, seq == 0 ? 0 : 4) << "payload " << seq;
+    EXPECT_EQ(ref->shuffle, cases[i].shuffle) << cases[i].what;
     std::vector<uint8_t> out;
     Problem problem;
     ASSERT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
-    EXPECT_EQ(out, *sent[seq]);
+    ASSERT_EQ(out.size(), cases[i].values.size() * 4) << cases[i].what;
+    EXPECT_EQ(memcmp(out.data(), cases[i].values.data(), out.size()), 0) << cases[i].what;
   }
 }
 
