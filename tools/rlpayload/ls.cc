@@ -87,22 +87,24 @@ int runLs(const LsOptions& o) {
                         {"bytes", ref.rawBytes},
                         {"compressed_bytes", ref.compressedBytes},
                         {"ratio", ratio},
+                        {"shuffle", ref.shuffle},
                         {"file", ranklens::trace::payloadName(ref.file)},
                         {"offset", ref.offset}});
         continue;
       }
       if (!header) {
         progress.done();
-        std::printf("%5s %5s %-13s %5s %8s %-10s %12s %14s %14s %7s\n", "rank", "comm", "op", "peer", "seq", "dtype",
-                    "count", "bytes", "compressed", "ratio");
+        std::printf("%5s %5s %-13s %5s %8s %-10s %12s %14s %14s %7s %-7s\n", "rank", "comm", "op", "peer", "seq",
+                    "dtype", "count", "bytes", "compressed", "ratio", "stored");
         header = true;
       }
-      std::printf("%5d %5llu %-13s %5s %8llu %-10s %12llu %14llu %14llu %7.2f\n", rank->rank,
+      const std::string stored = ref.shuffle ? "planes" + std::to_string(ref.shuffle) : "as-is";
+      std::printf("%5d %5llu %-13s %5s %8llu %-10s %12llu %14llu %14llu %7.2f %-7s\n", rank->rank,
                   static_cast<unsigned long long>(ref.commId), opName(ref.op).c_str(),
                   isP2pOp(ref.op) ? std::to_string(ref.peer).c_str() : "-", static_cast<unsigned long long>(ref.seq),
                   dtypeName(ref.datatype).c_str(), static_cast<unsigned long long>(ref.count),
                   static_cast<unsigned long long>(ref.rawBytes), static_cast<unsigned long long>(ref.compressedBytes),
-                  ratio);
+                  ratio, stored.c_str());
     }
   }
   progress.done();

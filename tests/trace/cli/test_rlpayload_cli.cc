@@ -129,6 +129,10 @@ TEST_F(Cli, LsListsEveryPayloadWithSizes) {
   EXPECT_NEAR(f32["ratio"].get<double>(), 256.0 / f32["compressed_bytes"].get<double>(), 1e-9);
   EXPECT_EQ(byKey.at({1, 0, "AllGather", -1, 1})["dtype"], "bfloat16");
   EXPECT_EQ(byKey.at({1, 1, "AllReduce", -1, 0})["dtype"], "int32");
+  // How each is stored: rank 1's as byte planes of their element width, rank 0's as they are.
+  EXPECT_EQ(f32["shuffle"], 0);
+  EXPECT_EQ(byKey.at({1, 0, "AllGather", -1, 1})["shuffle"], 2);
+  EXPECT_EQ(byKey.at({1, 1, "AllReduce", -1, 0})["shuffle"], 4);
   EXPECT_EQ(byKey.at({0, 2, "Recv", 1, 0})["count"], 8);
   EXPECT_EQ(byKey.at({1, 2, "Recv", 0, 0})["count"], 8);
   EXPECT_EQ(doc["totals"]["payloads"], payloads_.size());
@@ -137,6 +141,8 @@ TEST_F(Cli, LsListsEveryPayloadWithSizes) {
   ASSERT_EQ(text.rc, 0) << text.err;
   EXPECT_NE(text.out.find("rank  comm op"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("bfloat16"), std::string::npos);
+  EXPECT_NE(text.out.find(" planes2"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" as-is"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("10 payloads"), std::string::npos) << text.out;
 }
 

@@ -107,6 +107,8 @@ std::vector<FixturePayload> writeFixtureTrace(const std::string& traceDir) {
     manifest.writer = "rlpayload tests";
     WriterOptions options;
     options.compressionThreads = 1;
+    // Rank 1 stores its payloads of 2-, 4- and 8-byte types as byte planes (format 1.8): every command reads both.
+    options.shuffle = rank == 1 ? WriterOptions::Shuffle::kAlways : WriterOptions::Shuffle::kOff;
     std::string error;
     RankWriter w;
     w.writer = TraceWriter::create(traceDir + "/rank" + std::to_string(rank), manifest, options, &error);
