@@ -239,8 +239,8 @@ bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original,
     }
   }
 
-  // --- compress: one zstd frame with the content size and zstd's checksum
-  std::vector<uint8_t> blob;
+  // --- compress: one zstd frame with the content size, as the writer makes them
+  Blob blob;
   {
     std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
     std::string why;

@@ -304,7 +304,6 @@ bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const 
                 std::to_string(ref.rawBytes));
   ZSTD_frameHeader header;
   if (ZSTD_getFrameHeader(&header, head, headBytes) != 0) return fail("damaged zstd frame header");
-  if (!header.checksumFlag) return fail("zstd frame without a content checksum");
   // zstd cannot expand more than ~32768x (a 4-byte RLE block stands for 128 KiB): refuse a frame that claims more
   // before allocating what it claims.
   if (ref.rawBytes > static_cast<uint64_t>(size) * 32768 + (128u << 10))
@@ -429,7 +428,7 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
     // A shuffled payload is restored and checksummed once whole: zstd reads back what it wrote into `out` (its window
     // is `out` itself), so no byte may change before the frame ends.
     if (ref.shuffle == 0) crc = crc32_gzip_refl(crc, out + before, output.pos - before);
-    if (left == 0) {  // the frame ended (its checksum verified): nothing may follow it
+    if (left == 0) {  // the frame ended (zstd's checksum verified, where it has one): nothing may follow it
       const uint64_t after = (size - taken) + (input.size - input.pos);
       if (after > 0) return fail("blob holds " + std::to_string(after) + " bytes after its frame");
       break;

@@ -29,7 +29,7 @@ namespace trace {
 namespace {
 
 struct Compressed {
-  std::vector<uint8_t> bytes;
+  Blob bytes;
   uint32_t rawCrc32 = 0;
   int shuffle = 0;  // PayloadRef.shuffle
   std::string error;
@@ -93,7 +93,7 @@ class CompressionPool {
   static constexpr size_t kAutoPieceBytes = 64u << 10, kAutoPieces = 4, kAutoMinBytes = 64u << 10;
 
   struct Timed {
-    std::vector<uint8_t> bytes;
+    Blob bytes;
     int64_t cpuNs = 0;
     bool ok = false;
   };

@@ -622,14 +622,23 @@ TEST_F(TraceCorruption, PayloadBoundsAndDecompressionBombs) {
     r.offset = at2;
     r.compressedBytes = noSize.size();
     EXPECT_NE(readWith(r).find("without a content size"), std::string::npos);
-    // A frame without zstd's content checksum (docs: blobs have the checksum flag set; readers check it).
+    // A frame without zstd's content checksum, as writers make them since format 1.9, reads (rawCrc32 checks it).
     const std::string noChecksum = zstdFrame(blobs_.at(good.seq), 3, true, /*checksum=*/false);
     const uint64_t at4 = fileSize(file);
     appendBytes(file, noChecksum);
     r = good;
     r.offset = at4;
     r.compressedBytes = noChecksum.size();
-    EXPECT_NE(readWith(r).find("checksum"), std::string::npos);
+    {
+      auto reader = openReader(dir_);
+      std::vector<uint8_t> out;
+      Problem problem;
+      EXPECT_TRUE(reader->readPayload(r, &out, &problem)) << problem.describe();
+      EXPECT_EQ(std::string(out.begin(), out.end()), blobs_.at(good.seq));
+    }
+    // ... and one of them whose bytes decode to others is caught by rawCrc32, with no zstd checksum to catch it first.
+    r.rawCrc32 ^= 1;
+    EXPECT_NE(readWith(r).find("CRC-32"), std::string::npos);
     // Two frames where one is expected.
     const std::string twice = zstdFrame(blobs_.at(good.seq)) + zstdFrame("x");
     const uint64_t at3 = fileSize(file);

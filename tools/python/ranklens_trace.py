@@ -76,7 +76,7 @@ def _zstandard():
 
 FORMAT_NAME = "ranklens-trace"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 8
+FORMAT_MINOR = 9
 SEGMENT_MAGIC = 0x47534C52  # "RLSG"
 PAYLOAD_MAGIC = 0x59504C52  # "RLPY"
 FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserved
@@ -405,11 +405,9 @@ def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) 
                          f"{limits.max_payload_bytes}")
     if declared != raw_bytes:
         raise ValueError(f"zstd frame declares {declared} bytes, the reference says rawBytes {raw_bytes}")
-    if not params.has_checksum:
-        raise ValueError("zstd frame has no content checksum")
     try:
         # One frame filling the blob exactly; output bounded by the (checked) declared size; zstd verifies its
-        # checksum and that the produced size equals the declared one.
+        # checksum where the frame has one (writers before format 1.9) and that the produced size equals the declared one.
         out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=max(declared, 1),
                                                       allow_extra_data=False)
     except zstandard.ZstdError as exc:

@@ -25,9 +25,10 @@ namespace ranklens {
 namespace trace {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 8;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
+constexpr int kFormatMinor = 9;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
                                   // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces;
-                                  // 1.6: Timing.gapNs; 1.7: manifest cpu_model, cpus; 1.8: PayloadRef.shuffle
+                                  // 1.6: Timing.gapNs; 1.7: manifest cpu_model, cpus; 1.8: PayloadRef.shuffle;
+                                  // 1.9: payload blobs without zstd's content checksum
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
