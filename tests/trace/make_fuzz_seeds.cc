@@ -3,12 +3,14 @@
 //   OUTDIR/fuzz_segment/   segment images (a real one, one cut inside its last frame, one of a newer minor version
 //                          with extra trailing fields and an unknown record type, a bare header)
 //   OUTDIR/fuzz_payload/   rawBytes u32 (shuffle in its top bits), rawCrc32 u32, then one blob as the writer stored
-//                          it (fuzz_payload's layout, payload_seed_layout.h); one of them byte-shuffled
+//                          it (fuzz_payload's layout, payload_seed_layout.h); one of them byte-shuffled, one a
+//                          frame with zstd's content checksum, as writers before format 1.9 made them
 //   OUTDIR/fuzz_manifest/  manifests (of an open and of a closed trace, and a 1.7 one with unknown keys)
 // Every seed is under 4 KiB. Regenerate the committed corpus with:
 //   build/dev/tests/trace/make_fuzz_seeds tests/fuzz/corpus
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -250,6 +252,21 @@ int main(int argc, char** argv) {
     u32(&seed, ref->rawCrc32);
     seed += slurp(shuffledDir + "/" + payloadName(0)).substr(ref->offset, ref->compressedBytes);
     ok = ok && emit(out + "/fuzz_payload/float32-gradients-shuffled.bin", seed);
+    // The same gradients in a frame with zstd's content checksum (writers before 1.9; readers still verify it).
+    std::string frame(ZSTD_compressBound(gradient.size()), '\0');
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    const size_t n = ZSTD_compress2(cctx, frame.data(), frame.size(), gradient.data(), gradient.size());
+    ZSTD_freeCCtx(cctx);
+    if (ZSTD_isError(n)) {
+      fprintf(stderr, "make_fuzz_seeds: zstd: %s\n", ZSTD_getErrorName(n));
+      return 1;
+    }
+    seed.clear();
+    u32(&seed, fuzz_layout::payloadSeedWord(refs[0]));
+    u32(&seed, refs[0].rawCrc32);
+    seed += frame.substr(0, n);
+    ok = ok && emit(out + "/fuzz_payload/float32-gradients-zstd-checksum.bin", seed);
   }
 
   // A manifest of a newer minor version with keys this reader does not know.
