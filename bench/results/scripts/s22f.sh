@@ -1,0 +1,37 @@
+#!/bin/bash
+# Session 22, call F (nvidia-h200, one GPU), about 3.5 minutes: what bounds a value replay of GPT-2 small DDP on one
+# GPU now (s22e: 84 ms per step against the job's 52, format 1.9, payloads as planes; 8 decoding threads were no
+# faster than 4 in s22d). One recording (payloads all, defaults), then value replays with the defaults
+# (prefetch_bytes 512 MiB, payload_device_bytes 256 MiB, 4 threads) and with larger buffers and more threads, each
+# with per-thread CPU; the defaults again at the end.
+set -u
+cd "$(dirname "$0")/../../.."
+source bench/carry_setup.sh; carry_env; carry_real_nccl
+out=$OUT/replay_value_buffers-$C.jsonl; : > "$out"
+T="examples/torch/train_gpt.py --parallel ddp --log-all-ranks --mark-steps --steps 10 --micro-batch 16
+   --d-model 768 --layers 12 --heads 12 --vocab 50304 --seq-len 1024"
+W=$(mktemp -d /dev/shm/s22f-XXXXXX)
+{
+  timeout 120 $PY -m torch.distributed.run --standalone --nproc-per-node 1 $T > $W/base.log 2>&1
+  echo "baseline rc=$? median_step_ms $(carry_step_ms $W/base.log)"; carry_result_row "$out" baseline $W/base.log
+  RANKLENS_STAGING_FULL=wait timeout 150 .carry/bin/ranklens record --lib .carry/lib/libnccl.so.2 --trace $W/rec \
+    --payloads all -- $PY -m torch.distributed.run --standalone --nproc-per-node 1 $T > $W/rec.log 2>&1
+  echo "record rc=$? median_step_ms $(carry_step_ms $W/rec.log)"
+  for cfg in 512MiB:256MiB:0 2GiB:256MiB:0 2GiB:1GiB:0 2GiB:1GiB:8 512MiB:256MiB:0; do
+    IFS=: read -r pb db pt <<< "$cfg"; name=rep-$pb-$db-$pt-$RANDOM
+    $PY bench/thread_cpu.py --match train_gpt.py --wait 120 > $W/$name.tc &
+    RANKLENS_PREFETCH_BYTES=$pb RANKLENS_PAYLOAD_DEVICE_BYTES=$db RANKLENS_PREFETCH_THREADS=$pt timeout 120 \
+      .carry/bin/ranklens replay --lib .carry/lib/libnccl.so.2 --rank 0 --fidelity value --trace $W/rec \
+      --trace-dir $W/out-$name -- $PY $T > $W/$name.log 2>&1
+    echo "$name rc=$? median_step_ms $(carry_step_ms $W/$name.log) $(grep -E '^result' $W/$name.log)"; wait
+    carry_result_row "$out" "value replay, prefetch_bytes $pb, payload_device_bytes $db, prefetch_threads $pt" \
+      $W/$name.log $W/out-$name/rank0 $W/$name.tc \
+      "{\"prefetch_bytes\": \"$pb\", \"payload_device_bytes\": \"$db\", \"prefetch_threads\": $pt}"
+    grep -E "step [0-9]+ .*time_ms" $W/$name.log | tr '\n' ' ' | sed 's/\[rank 0\/1\] //g'; echo
+  done
+  which nsys nsys-ui 2>&1 | head -2
+} > "$OUT/s22f-$C.log" 2>&1
+cat "$OUT/s22f-$C.log"
+sed -i "s/}\$/, \"commit\": \"$C\", \"date\": \"$(date -u +%FT%TZ)\", \"machine\": \"nvidia-h200 (one H200)\", \"command\": \"bash bench\/results\/scripts\/s22f.sh\"}/" "$out"
+rm -rf $W
+cp /tmp/meta.txt "$OUT/meta_s22f-$C.txt"
