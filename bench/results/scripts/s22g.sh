@@ -1,8 +1,8 @@
 #!/bin/bash
-# Session 22, call G (nvidia-h200, one GPU), about 3.5 minutes, after s22g (prefetch_bytes 2 GiB: 54.9 ms per step against 87-95 with the default 512 MiB; the job 52.6): how much pinned memory the value replay of GPT-2 small DDP on one
-# GPU needs to keep pace (0.48 GB of payloads per step): prefetch_bytes 1, 1.5 and 3 GiB, device staging at its default.
-#
-# Each replay with per-thread CPU.
+# Session 22, call G (nvidia-h200, one GPU), about 3.5 minutes, after s22f (prefetch_bytes 2 GiB: 54.9 ms per step
+# against 87-95 with the default 512 MiB; the job 52.6): how much pinned memory the value replay of GPT-2 small DDP
+# on one GPU needs to keep pace (0.48 GB of payloads per step): prefetch_bytes 1, 1.5 and 3 GiB (1 GiB twice), device
+# staging at its default, 4 decoding threads; each replay with per-thread CPU.
 set -u
 cd "$(dirname "$0")/../../.."
 source bench/carry_setup.sh; carry_env; carry_real_nccl
