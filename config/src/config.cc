@@ -170,9 +170,11 @@ std::string parseBreakAt(const Input& in, Settings& s) {
   return "";
 }
 
-// Byte counts: an integer with an optional binary suffix (KiB, MiB, GiB).
-std::string parseBytes(const Input& in, unsigned long long lo, unsigned long long& out) {
-  const std::string expected = "a byte count >= " + std::to_string(lo) + " such as 65536, 64KiB, 256MiB or 2GiB";
+// Byte counts: an integer with an optional binary suffix (KiB, MiB, GiB). `orWord`: a word the knob also takes
+// (handled by the caller), named in the error.
+std::string parseBytes(const Input& in, unsigned long long lo, unsigned long long& out, const char* orWord = nullptr) {
+  const std::string expected = std::string(orWord ? std::string(orWord) + " or " : "") + "a byte count >= " +
+                               std::to_string(lo) + " such as 65536, 64KiB, 256MiB or 2GiB";
   std::string text, err;
   if (!scalarText(in, expected, text, err)) return err;
   unsigned long long scale = 1;
@@ -682,10 +684,19 @@ const KeyDesc kKeys[] = {
        return parseInt(in, 0, 1 << 20, "an integer in 0..1048576", s.resync_window);
      },
      [](const Settings& s) { return std::to_string(s.resync_window); }},
-    {"prefetch_bytes", "RANKLENS_PREFETCH_BYTES", "512MiB",
-     "replay (value): pinned host memory holding payloads decoded ahead of their calls by worker threads",
-     [](const Input& in, Settings& s) { return parseBytes(in, 1 << 20, s.prefetch_bytes); },
-     [](const Settings& s) { return showBytes(s.prefetch_bytes); }},
+    {"prefetch_bytes", "RANKLENS_PREFETCH_BYTES", "auto",
+     "replay (value): pinned host memory holding payloads decoded ahead of their calls by worker threads; auto: 4x "
+     "the recording's largest step of payloads, at least 512MiB, at most 8GiB and an eighth of the host's memory",
+     [](const Input& in, Settings& s) {
+       std::string text, err;
+       if (!scalarText(in, "auto or a byte count >= 1MiB", text, err)) return err;
+       if (text == "auto") {
+         s.prefetch_bytes = 0;
+         return std::string();
+       }
+       return parseBytes(in, 1 << 20, s.prefetch_bytes, "auto");
+     },
+     [](const Settings& s) { return s.prefetch_bytes == 0 ? std::string("auto") : showBytes(s.prefetch_bytes); }},
     {"prefetch_threads", "RANKLENS_PREFETCH_THREADS", "0",
      "replay (value): worker threads decoding recorded payloads ahead of their calls; 0: a quarter of the cores, 2..8",
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.prefetch_threads); },

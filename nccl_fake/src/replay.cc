@@ -76,6 +76,8 @@ struct Session {
   // timing fidelity restores the recorded payloads up to this size (the control values: sizes, flags, objects) so
   // that the rank takes the recorded path; value fidelity restores every recorded payload.
   uint64_t controlPayloadBytes = 0;
+  uint64_t prefetchArenaBytes = 0;       // the pinned memory the prefetcher was given (prefetch_bytes, auto resolved)
+  uint64_t largestStepPayloadBytes = 0;  // Recording::largestStepPayloadBytes
   struct Binding {
     int64_t recordedId = -1;
     bool called = false;  // it has issued a call: the binding is final (rebindOnFirstCall)
@@ -335,12 +337,20 @@ Session* load() {
     s->controlPayloadBytes = st.payload_max_bytes;
     if (recorded && s->fidelity != Fidelity::kStructure && !s->recording->payloadOrder().empty()) {
       ranklens::trace::PayloadPrefetcher::Options options;
+      s->largestStepPayloadBytes = s->recording->largestStepPayloadBytes();
       options.arenaBytes = st.prefetch_bytes;
+      if (st.prefetch_bytes == 0) {
+        options.arenaBytes = autoPrefetchBytes(s->largestStepPayloadBytes, hostMemoryBytes());
+        if (s->fidelity == Fidelity::kValue)
+          INFO(kSubRanklens, "replay: prefetch_bytes auto: %.0f MiB of pinned memory (the recording's largest step "
+               "holds %.0f MiB of payloads)", options.arenaBytes / 1048576.0, s->largestStepPayloadBytes / 1048576.0);
+      }
       if (s->fidelity == Fidelity::kTiming) {
         options.maxPayloadBytes = s->controlPayloadBytes;
         options.arenaBytes =
-            std::min<uint64_t>(st.prefetch_bytes, std::max<uint64_t>(16ull << 20, 4 * s->controlPayloadBytes));
+            std::min<uint64_t>(options.arenaBytes, std::max<uint64_t>(16ull << 20, 4 * s->controlPayloadBytes));
       }
+      s->prefetchArenaBytes = options.arenaBytes;
       options.threads = st.prefetch_threads > 0 ? st.prefetch_threads : workerThreads();
       // Payloads move on into device memory (on the device current now, the replayed rank's), a timing replay's
       // control values into no more than its pinned arena.
@@ -367,7 +377,7 @@ Session* load() {
           [&device](void* p) { device.freeHost(p); }, std::move(stage));
       if (!s->prefetcher->arenaReady())
         WARN("replay: cannot allocate %llu bytes of pinned memory (prefetch_bytes); payloads are decoded when needed",
-             static_cast<unsigned long long>(st.prefetch_bytes));
+             static_cast<unsigned long long>(options.arenaBytes));
       else if (st.payload_device_bytes > 0 && !s->prefetcher->deviceReady())
         WARN("replay: cannot allocate %llu bytes of device memory (payload_device_bytes); payloads are copied from "
              "pinned host memory",
@@ -1081,6 +1091,12 @@ void finish() {
            static_cast<unsigned long>(c.holds));
   if (faithful) INFO(kSubRanklens, "%s", line);
   else WARN("%s", line);
+  // Decoding that could not run far enough ahead holds the program up (in a value replay, every payload is decoded).
+  if (s->fidelity == Fidelity::kValue && p.waits > 0 && s->prefetchArenaBytes < 4 * s->largestStepPayloadBytes)
+    WARN("replay: the program waited %lu times for payloads to be decoded: prefetch_bytes gave %.0f MiB of pinned "
+         "memory, less than 4x the recording's largest step of payloads (%.0f MiB), so the replayed steps may run "
+         "slower than recorded; raise prefetch_bytes (docs/config.md)",
+         static_cast<unsigned long>(p.waits), s->prefetchArenaBytes / 1048576.0, s->largestStepPayloadBytes / 1048576.0);
 }
 
 }  // namespace replay

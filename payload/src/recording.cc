@@ -147,6 +147,17 @@ const std::vector<const RecordedCall*>& Recording::payloadOrder() const { return
 const std::vector<RecordedCall>& Recording::calls() const { return impl_->calls; }
 const std::vector<events::Stage>& Recording::stages() const { return impl_->stages; }
 
+uint64_t Recording::largestStepPayloadBytes() const {
+  std::vector<int64_t> starts;
+  for (const events::Stage& mark : events::stepMarkers(impl_->stages).marks) starts.push_back(mark.timeNs);
+  std::vector<uint64_t> bytes(starts.size() + 1, 0);
+  for (const RecordedCall* c : impl_->payloadOrder) {
+    const size_t step = std::upper_bound(starts.begin(), starts.end(), c->call.timeNs) - starts.begin();
+    bytes[step] += c->payload->rawBytes;
+  }
+  return *std::max_element(bytes.begin(), bytes.end());
+}
+
 int64_t Recording::groupHostNs(uint64_t groupId) const {
   auto it = impl_->groupHostNs.find(groupId);
   return it == impl_->groupHostNs.end() ? -1 : it->second;

@@ -609,7 +609,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "auto", "1GiB", "256MiB", "skip",
                                              "events", "events", "2000", "64KiB", "0", "high", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
-                                             "512MiB", "0", "256MiB", ""};
+                                             "auto", "0", "256MiB", ""};
   ASSERT_EQ(envs.size(), kAllKeys.size());
   ASSERT_EQ(defaults.size(), kAllKeys.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -722,6 +722,10 @@ TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {
   EXPECT_EQ(s.break_comm, 3);
   EXPECT_EQ(s.break_seq, 120);
   EXPECT_EQ(s.prefetch_threads, 0);
+  EXPECT_EQ(fromYaml("").settings.prefetch_bytes, 0ull) << "auto (0) by default";
+  r = fromYaml("prefetch_bytes: 1GiB\n", {{"RANKLENS_PREFETCH_BYTES", "auto"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.prefetch_bytes, 0ull) << "env auto beats YAML";
   EXPECT_EQ(fromYaml("prefetch_threads: 8\n").settings.prefetch_threads, 8);
   r = fromYaml("", {{"RANKLENS_PREFETCH_THREADS", "65"}});
   ASSERT_FALSE(r.ok);
@@ -773,6 +777,9 @@ TEST(ConfigReplay, BadReplayValuesNameTheExpectedForm) {
   EXPECT_NE(r.error.find("one of error|warn|estimate"), std::string::npos) << r.error;
   r = fromYaml("prefetch_bytes: 1KiB\n");
   ASSERT_FALSE(r.ok) << "prefetch_bytes below 1 MiB is refused";
+  r = fromYaml("prefetch_bytes: automatic\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("auto or a byte count >= 1048576"), std::string::npos) << r.error;
 }
 
 TEST(ConfigRecord, PayloadKnobsFromEnvironment) {

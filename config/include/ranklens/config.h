@@ -104,7 +104,7 @@ struct Settings {
   HoldFrom hold_from = HoldFrom::kArrival;
   PeerPacing peer_pacing = PeerPacing::kOff;  // collectives end when the recorded peers would have arrived
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
-  unsigned long long prefetch_bytes = 512ull << 20;  // pinned host memory for decoded payloads ahead of use
+  unsigned long long prefetch_bytes = 0;  // pinned host memory for decoded payloads ahead of use; 0: auto (replay.cc)
   int prefetch_threads = 0;                 // payload decoding threads; 0: a quarter of the cores, 2..8
   unsigned long long payload_device_bytes = 256ull << 20;  // device memory payloads are staged in ahead of use
   std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made

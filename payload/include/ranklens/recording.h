@@ -75,6 +75,9 @@ class Recording {
   int64_t groupHostNs(uint64_t groupId) const;
   // The stage markers (ranklensMarkStage), in trace order.
   const std::vector<events::Stage>& stages() const;
+  // The payload bytes of the rank's largest step, its steps cut at its step markers (events::stepMarkers; what
+  // precedes the first marker counts as a step); all of them when the recording has no markers.
+  uint64_t largestStepPayloadBytes() const;
 
  private:
   Recording();
