@@ -66,3 +66,15 @@ row.update(json.loads(extra))
 print(json.dumps(row))
 PY
 }
+
+# carry_gpu_tests_and_baseline OUT_JSONL WORKDIR TRAIN_ARGS: the GPU tests against the carried library (into
+# $OUT/gpu_tests-$C.txt, one summary line on stdout), then the job alone through torchrun on one GPU (WORKDIR/base.log,
+# its median step time on stdout and as the row "baseline" of OUT_JSONL). Used by results scripts from s22h on.
+carry_gpu_tests_and_baseline() {
+  LD_LIBRARY_PATH=$PWD/.carry/lib:$LD_LIBRARY_PATH RANKLENS_DEVICE=cuda timeout 90 .carry/bin/test_cuda_device \
+    > "$OUT/gpu_tests-$C.txt" 2>&1
+  echo "GPU tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gpu_tests-$C.txt" | tr '\n' ' ')"
+  timeout 120 $PY -m torch.distributed.run --standalone --nproc-per-node 1 $3 > "$2/base.log" 2>&1
+  echo "baseline rc=$? median_step_ms $(carry_step_ms "$2/base.log")"
+  carry_result_row "$1" baseline "$2/base.log"
+}

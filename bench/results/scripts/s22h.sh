@@ -11,11 +11,7 @@ T="examples/torch/train_gpt.py --parallel ddp --log-all-ranks --mark-steps --ste
    --d-model 768 --layers 12 --heads 12 --vocab 50304 --seq-len 1024"
 W=$(mktemp -d /dev/shm/s22h-XXXXXX)
 {
-  LD_LIBRARY_PATH=$PWD/.carry/lib:$LD_LIBRARY_PATH RANKLENS_DEVICE=cuda timeout 90 .carry/bin/test_cuda_device \
-    > "$OUT/gpu_tests-$C.txt" 2>&1
-  echo "GPU tests rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gpu_tests-$C.txt" | tr '\n' ' ')"
-  timeout 120 $PY -m torch.distributed.run --standalone --nproc-per-node 1 $T > $W/base.log 2>&1
-  echo "baseline rc=$? median_step_ms $(carry_step_ms $W/base.log)"; carry_result_row "$out" baseline $W/base.log
+  carry_gpu_tests_and_baseline "$out" $W "$T"
   RANKLENS_STAGING_FULL=wait timeout 150 .carry/bin/ranklens record --lib .carry/lib/libnccl.so.2 --trace $W/rec \
     --payloads all -- $PY -m torch.distributed.run --standalone --nproc-per-node 1 $T > $W/rec.log 2>&1
   echo "record rc=$? median_step_ms $(carry_step_ms $W/rec.log)"
