@@ -328,7 +328,8 @@ bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, 
   return true;
 }
 
-// Decompresses a checked frame into `out` (ref.rawBytes long) and checks what came out.
+// Decompresses a checked frame in one shot into `out` (ref.rawBytes long) and checks what came out: empty payloads
+// only (inflateChecked).
 bool inflatePayload(const uint8_t* data, size_t size, const PayloadRef& ref, uint8_t* out, std::string* reason) {
   auto fail = [&](std::string text) {
     if (reason) *reason = std::move(text);
@@ -347,6 +348,79 @@ bool inflatePayload(const uint8_t* data, size_t size, const PayloadRef& ref, uin
   return true;
 }
 
+// Decodes a frame whose header was checked from the pieces `next(&piece, &bytes)` hands out in order (false: one could
+// not be read; `size` in all), straight into `out` (ref.rawBytes long), and checks the size and CRC-32 of what came
+// out. Every path decodes non-empty payloads here, so that they give one verdict.
+template <typename Next>
+bool inflateStreaming(Next&& next, uint64_t size, const PayloadRef& ref, uint8_t* out, size_t outBytes,
+                      std::string* reason) {
+  auto fail = [&](std::string text) {
+    if (reason) *reason = std::move(text);
+    return false;
+  };
+  const uint8_t* piece = nullptr;
+  size_t pieceBytes = 0;
+  if (!next(&piece, &pieceBytes)) return fail("short read");
+  uint64_t taken = pieceBytes;
+  static thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  if (!dctx) return fail("zstd: cannot create a decompression context");
+  ZSTD_DCtx_reset(dctx.get(), ZSTD_reset_session_and_parameters);
+  // Straight into `out`, which is the whole payload (declared and checked above): zstd keeps no window of its own,
+  // so a frame whose window is the whole payload needs no memory beyond it.
+  ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_stableOutBuffer, 1);
+  ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, ZSTD_WINDOWLOG_MAX);
+  ZSTD_outBuffer output = {out, outBytes, 0};
+  // zstd's streaming decoder decodes a frame it holds whole in one call as its one-shot decoder does, and that refuses
+  // frames the block-by-block route accepts (an empty compressed block; found by fuzz_payload once frames without a
+  // checksum were read, format 1.9): the header alone comes first, so that every frame goes block by block, however
+  // it is cut into pieces.
+  const size_t header = ZSTD_frameHeaderSize(piece, pieceBytes);
+  ZSTD_inBuffer input = {piece, ZSTD_isError(header) ? pieceBytes : std::min(header, pieceBytes), 0};
+  uint32_t crc = 0;
+  for (;;) {
+    const size_t before = output.pos, consumedBefore = input.pos;
+    const size_t left = ZSTD_decompressStream(dctx.get(), &output, &input);
+    if (ZSTD_isError(left)) return fail(std::string("zstd: ") + ZSTD_getErrorName(left));
+    // A shuffled payload is restored and checksummed once whole: zstd reads back what it wrote into `out` (its window
+    // is `out` itself), so no byte may change before the frame ends.
+    if (ref.shuffle == 0) crc = crc32_gzip_refl(crc, out + before, output.pos - before);
+    if (left == 0) {  // the frame ended (zstd's checksum verified, where it has one): nothing may follow it
+      const uint64_t after = (size - taken) + (pieceBytes - input.pos);
+      if (after > 0) return fail("blob holds " + std::to_string(after) + " bytes after its frame");
+      break;
+    }
+    if (input.pos == input.size && input.size < pieceBytes) {
+      input.size = pieceBytes;  // the rest of the first piece, after its header
+    } else if (input.pos == input.size) {
+      if (taken == size)
+        return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorString(ZSTD_error_srcSize_wrong));
+      if (!next(&piece, &pieceBytes)) return fail("short read");
+      taken += pieceBytes;
+      input = {piece, pieceBytes, 0};
+    } else if (output.pos == before && input.pos == consumedBefore) {
+      return fail("zstd: no progress (the frame needs more room than the payload's size)");
+    }
+  }
+  if (output.pos != ref.rawBytes)
+    return fail("decompressed " + std::to_string(output.pos) + " bytes, expected " + std::to_string(ref.rawBytes));
+  if (ref.shuffle != 0) crc = restoreAndChecksum(out, outBytes, ref.shuffle);
+  if (crc != ref.rawCrc32) return fail("CRC-32 of the decompressed bytes does not match");
+  return true;
+}
+
+// A checked frame in memory into `out` (ref.rawBytes long): one piece for inflateStreaming, which decodes blobs read
+// piece by piece too, so that every path gives one verdict (zstd's one-shot decoder refuses frames its block-by-block
+// route accepts). Empty payloads go the other way round (decodePayloadStreaming).
+bool inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uint8_t* out, std::string* reason) {
+  if (ref.rawBytes == 0) return inflatePayload(data, size, ref, out, reason);
+  auto onePiece = [data, size](const uint8_t** piece, size_t* bytes) {
+    *piece = data;
+    *bytes = size;
+    return true;
+  };
+  return inflateStreaming(onePiece, size, ref, out, static_cast<size_t>(ref.rawBytes), reason);
+}
+
 }  // namespace
 
 bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
@@ -358,7 +432,7 @@ bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, cons
     if (reason) *reason = "cannot allocate " + std::to_string(ref.rawBytes) + " bytes";
     return false;
   }
-  return inflatePayload(data, size, ref, out->data(), reason);
+  return inflateChecked(data, size, ref, out->data(), reason);
 }
 
 bool decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits, uint8_t* out,
@@ -368,7 +442,7 @@ bool decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, 
     if (reason) *reason = "payload of " + std::to_string(ref.rawBytes) + " bytes, room for " + std::to_string(outBytes);
     return false;
   }
-  return inflatePayload(data, size, ref, out, reason);
+  return inflateChecked(data, size, ref, out, reason);
 }
 
 bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRef& ref, const Limits& limits,
@@ -411,44 +485,21 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
   uint64_t taken = std::min<uint64_t>(size, pieceBytes);
   if (!fill(0, static_cast<size_t>(taken))) return fail("short read");
   if (!checkFrameHeader(piece.data(), static_cast<size_t>(taken), size, ref, limits, reason)) return false;
-  static thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-  if (!dctx) return fail("zstd: cannot create a decompression context");
-  ZSTD_DCtx_reset(dctx.get(), ZSTD_reset_session_and_parameters);
-  // Straight into `out`, which is the whole payload (declared and checked above): zstd keeps no window of its own,
-  // so a frame whose window is the whole payload needs no memory beyond it.
-  ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_stableOutBuffer, 1);
-  ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, ZSTD_WINDOWLOG_MAX);
-  ZSTD_outBuffer output = {out, outBytes, 0};
-  ZSTD_inBuffer input = {piece.data(), static_cast<size_t>(taken), 0};
-  uint32_t crc = 0;
-  for (;;) {
-    const size_t before = output.pos, consumedBefore = input.pos;
-    const size_t left = ZSTD_decompressStream(dctx.get(), &output, &input);
-    if (ZSTD_isError(left)) return fail(std::string("zstd: ") + ZSTD_getErrorName(left));
-    // A shuffled payload is restored and checksummed once whole: zstd reads back what it wrote into `out` (its window
-    // is `out` itself), so no byte may change before the frame ends.
-    if (ref.shuffle == 0) crc = crc32_gzip_refl(crc, out + before, output.pos - before);
-    if (left == 0) {  // the frame ended (zstd's checksum verified, where it has one): nothing may follow it
-      const uint64_t after = (size - taken) + (input.size - input.pos);
-      if (after > 0) return fail("blob holds " + std::to_string(after) + " bytes after its frame");
-      break;
-    }
-    if (input.pos == input.size) {
-      if (taken == size)
-        return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorString(ZSTD_error_srcSize_wrong));
+  bool first = true;
+  auto nextPiece = [&](const uint8_t** at, size_t* bytes) {
+    if (!first) {
       const size_t next = static_cast<size_t>(std::min<uint64_t>(size - taken, pieceBytes));
-      if (!fill(taken, next)) return fail("short read");
+      if (!fill(taken, next)) return false;
       taken += next;
-      input = {piece.data(), next, 0};
-    } else if (output.pos == before && input.pos == consumedBefore) {
-      return fail("zstd: no progress (the frame needs more room than the payload's size)");
+      *bytes = next;
+    } else {
+      *bytes = static_cast<size_t>(taken);
     }
-  }
-  if (output.pos != ref.rawBytes)
-    return fail("decompressed " + std::to_string(output.pos) + " bytes, expected " + std::to_string(ref.rawBytes));
-  if (ref.shuffle != 0) crc = restoreAndChecksum(out, outBytes, ref.shuffle);
-  if (crc != ref.rawCrc32) return fail("CRC-32 of the decompressed bytes does not match");
-  return true;
+    first = false;
+    *at = piece.data();
+    return true;
+  };
+  return inflateStreaming(nextPiece, size, ref, out, outBytes, reason);
 }
 
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason) {

@@ -174,11 +174,41 @@ TEST_F(StreamingDecode, RefusesWhatTheWholeBlobDecoderRefuses) {
   EXPECT_NE(why.find("room for " + std::to_string(ref.rawBytes - 1)), std::string::npos) << why;
   EXPECT_FALSE(decodePayloadStreaming(memorySource(blob), blob.size() - 1, ref, Limits{}, out.data(), out.size(),
                                       65536, &why));
-  // A CRC-32 in the reference that is not the payload's (zstd's own checksum passes).
+  // A CRC-32 in the reference that is not the payload's.
   PayloadRef otherCrc = ref;
   otherCrc.rawCrc32 ^= 1;
   EXPECT_FALSE(streamDecode(blob, otherCrc, 65536, &out, &why));
   EXPECT_EQ(why, "CRC-32 of the decompressed bytes does not match");
+}
+
+// A frame (no checksum, as writers make them since 1.9) whose 2 bytes are a raw block followed by an empty
+// compressed block, then an empty last raw block: zstd's one-shot decoder (and its streaming decoder, when it holds
+// the whole frame) calls it corrupt, its block-by-block route accepts it (found by fuzz_payload). Every path gives
+// one verdict, in memory and in pieces of every size, and what it accepts is the payload's bytes (rawCrc32).
+TEST(StreamingDecodeVerdicts, AnEmptyCompressedBlockGetsOneVerdictOnEveryPath) {
+  const std::string blob = std::string("\x28\xb5\x2f\xfd", 4) + std::string("\x20\x02", 2) +  // magic, header, size 2
+                           std::string("\x10\x00\x00", 3) + std::string("\x07\x09", 2) +  // raw block of 2 bytes
+                           std::string("\x04\x00\x00", 3) +                                 // empty compressed block
+                           std::string("\x01\x00\x00", 3);                                  // empty last raw block
+  PayloadRef ref;
+  ref.rawBytes = 2;
+  ref.compressedBytes = blob.size();
+  ref.rawCrc32 = crc32Bytes("\x07\x09", 2);
+  std::vector<uint8_t> whole, streamed, decoded;
+  std::string why;
+  const bool wholeOk = wholeDecode(blob, ref, &whole, &why);
+  EXPECT_TRUE(wholeOk) << why;
+  EXPECT_EQ(whole, (std::vector<uint8_t>{7, 9}));
+  EXPECT_EQ(decodePayload(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{}, &decoded, &why),
+            wholeOk);
+  EXPECT_EQ(decoded, whole);
+  for (size_t piece : {size_t{18}, size_t{19}, size_t{1000}}) {
+    EXPECT_EQ(streamDecode(blob, ref, piece, &streamed, &why), wholeOk) << "piece " << piece << ": " << why;
+    EXPECT_EQ(streamed, whole) << "piece " << piece;
+  }
+  ref.rawCrc32 ^= 1;  // and a CRC-32 that is not the bytes' is refused on every path
+  EXPECT_FALSE(wholeDecode(blob, ref, &whole, &why));
+  EXPECT_FALSE(streamDecode(blob, ref, 18, &streamed, &why));
 }
 
 TEST_F(StreamingDecode, TheReaderNamesFileAndOffsetOfADamagedLargeBlob) {
