@@ -116,15 +116,16 @@ void fromPlanes(const uint8_t* in, uint8_t* out, size_t elements) {
   fromPlanesBytes<W>(in, out, elements, i);
 }
 
-// Applies `convert` (toPlanes or fromPlanes for `width`) to every block of `data` in place; `after` sees each block
-// as it ends up, while it is still in cache.
-template <typename After>
-void eachBlock(uint8_t* data, size_t bytes, int width, bool toStored, After&& after) {
+// Stores every block of `data` as planes of `width` (toStored) or restores it, in place; `original` sees each block in
+// the program's byte order while it is in cache: before it is stored, after it is restored.
+template <typename Original>
+void eachBlock(uint8_t* data, size_t bytes, int width, bool toStored, Original&& original) {
   static thread_local std::unique_ptr<uint8_t[]> scratch(new uint8_t[kShuffleBlockBytes]);
   for (size_t at = 0; at < bytes; at += kShuffleBlockBytes) {
     const size_t length = std::min(kShuffleBlockBytes, bytes - at);
     const size_t elements = width > 0 ? length / static_cast<size_t>(width) : 0;
     uint8_t* block = data + at;
+    if (toStored) original(block, length);
     if (elements > 0) {
       uint8_t* tmp = scratch.get();
       switch (width) {
@@ -134,7 +135,7 @@ void eachBlock(uint8_t* data, size_t bytes, int width, bool toStored, After&& af
       }
       std::memcpy(block, tmp, elements * static_cast<size_t>(width));  // the tail stays where it is
     }
-    after(block, length);
+    if (!toStored) original(block, length);
   }
 }
 
@@ -148,6 +149,15 @@ void shuffleBlocks(uint8_t* data, size_t bytes, int width) {
 void unshuffleBlocks(uint8_t* data, size_t bytes, int width) {
   if (width == 0 || !validShuffle(width)) return;
   eachBlock(data, bytes, width, false, [](const uint8_t*, size_t) {});
+}
+
+uint32_t shuffleBlocksAndChecksum(uint8_t* data, size_t bytes, int width) {
+  if (width == 0 || !validShuffle(width)) return crc32Bytes(data, bytes);
+  uint32_t crc = 0;
+  eachBlock(data, bytes, width, true, [&crc](const uint8_t* block, size_t length) {
+    crc = crc32_gzip_refl(crc, block, length);
+  });
+  return crc;
 }
 
 namespace {

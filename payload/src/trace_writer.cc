@@ -149,17 +149,18 @@ class CompressionPool {
   }
   Compressed compress(std::vector<uint8_t>& raw, size_t elementBytes) {
     Compressed out;
-    out.rawCrc32 = crc32Bytes(raw.data(), raw.size());  // of the bytes as the program had them
     int width = static_cast<int>(elementBytes);
     if (shuffle_ == WriterOptions::Shuffle::kOff || width < 2 || !validShuffle(width)) width = 0;
     if (width != 0 && shuffle_ == WriterOptions::Shuffle::kAuto) {
       width = autoWidth(raw, width, &out);
-      if (!out.bytes.empty()) return out;
+      if (!out.bytes.empty()) {
+        out.rawCrc32 = crc32Bytes(raw.data(), raw.size());
+        return out;
+      }
     }
-    if (width != 0) {
-      shuffleBlocks(raw.data(), raw.size(), width);
-      out.shuffle = width;
-    }
+    // rawCrc32 is of the bytes as the program had them.
+    out.rawCrc32 = shuffleBlocksAndChecksum(raw.data(), raw.size(), width);
+    out.shuffle = width;
     compressBlob(threadContext(), level_, raw.data(), raw.size(), &out.bytes, &out.error);
     return out;
   }

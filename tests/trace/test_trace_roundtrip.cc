@@ -487,9 +487,13 @@ TEST(TraceShuffle, EveryWidthAndLengthComesBack) {
                           kShuffleBlockBytes, kShuffleBlockBytes + 3, 3 * kShuffleBlockBytes + 5}) {
       std::vector<uint8_t> bytes(length);
       for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-      std::vector<uint8_t> stored = bytes;
+      std::vector<uint8_t> stored = bytes, alsoStored = bytes;
       shuffleBlocks(stored.data(), stored.size(), width);
       if (length >= 2 * static_cast<size_t>(width)) EXPECT_NE(stored, bytes) << width << " " << length;
+      // The writer's pass: the same planes, and the CRC-32 of the bytes as they were.
+      EXPECT_EQ(shuffleBlocksAndChecksum(alsoStored.data(), alsoStored.size(), width),
+                crc32Bytes(bytes.data(), bytes.size()));
+      EXPECT_EQ(alsoStored, stored) << "width " << width << ", " << length << " bytes";
       unshuffleBlocks(stored.data(), stored.size(), width);
       EXPECT_EQ(stored, bytes) << "width " << width << ", " << length << " bytes";
     }

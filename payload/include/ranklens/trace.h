@@ -120,6 +120,9 @@ inline bool validShuffle(int width) { return width == 0 || width == 2 || width =
 // In place, raw -> stored and back; `width` 2, 4 or 8 (anything else leaves the bytes alone).
 void shuffleBlocks(uint8_t* data, size_t bytes, int width);
 void unshuffleBlocks(uint8_t* data, size_t bytes, int width);
+// shuffleBlocks, returning the CRC-32 of the bytes as they were (each block checksummed in cache before it is stored:
+// one pass over memory fewer than crc32Bytes then shuffleBlocks). Width 0 or invalid: the CRC-32 alone.
+uint32_t shuffleBlocksAndChecksum(uint8_t* data, size_t bytes, int width);
 
 // Provenance of an edit made by a tool (rlpayload inject).
 struct Edit {
