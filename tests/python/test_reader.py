@@ -279,6 +279,10 @@ def _replace_ref(w, position, value):
     w.record(PAYLOAD_REF, ref)
 
 
+# 2 bytes: a raw block, an empty compressed block, an empty last raw block (no checksum).
+EMPTY_COMPRESSED_BLOCK_FRAME = bytes.fromhex("28b52ffd2002" "100000") + b"\x07\x09" + bytes.fromhex("040000" "010000")
+
+
 EDGE_CASES = {
     "frame length over the limit at the end": lambda d: _stage_trace(
         d, lambda w: w.raw_frame(tg.struct.pack("<II", 0x7FFFFFFF, 0) + b"xx")),
@@ -378,6 +382,10 @@ EDGE_CASES = {
         d, ("format", "ranklens-trace"), ("version_major", 1), (5, 1))),
     "payload frame without zstd checksum": lambda d: _stage_trace(
         d, lambda w: w.payload(0, 1, 0, b"one" * 10, blob=tg.zstd_frame(b"one" * 10, checksum=False))),
+    # zstd's one-shot decoder refuses an empty compressed block that its block-by-block route accepts: both readers
+    # decode block by block (found by the C++ fuzz target, session 22).
+    "payload frame with an empty compressed block": lambda d: _stage_trace(
+        d, lambda w: w.payload(0, 1, 0, b"\x07\x09", blob=EMPTY_COMPRESSED_BLOCK_FRAME)),
     "index entry naming no record": lambda d: (
         _stage_trace(d, lambda w: w.payload(0, 1, 0, b"abc")), _set_index(d, payloads=[[0, 1, 0, -1, 0, 17]])),
     "index entry naming another call": lambda d: (
@@ -761,6 +769,16 @@ def test_payload_without_content_size_is_refused_without_checksum_read(tmp_path)
     reader, ref = payload_reader(tmp_path / "c", tg.zstd_frame(data, checksum=False), data,
                                  raw_crc=zlib.crc32(data) ^ 1)
     assert "rawCrc32" in payload_problem(reader, ref).reason
+
+
+def test_payload_frame_with_an_empty_compressed_block_reads(tmp_path):
+    reader, ref = payload_reader(tmp_path, EMPTY_COMPRESSED_BLOCK_FRAME, b"\x07\x09")
+    assert reader.read_payload(ref) == b"\x07\x09"
+    # Cut short inside it, and followed by a stray byte: refused.
+    reader, ref = payload_reader(tmp_path / "b", EMPTY_COMPRESSED_BLOCK_FRAME[:-3], b"\x07\x09")
+    assert "damaged zstd frame" in payload_problem(reader, ref).reason
+    reader, ref = payload_reader(tmp_path / "c", EMPTY_COMPRESSED_BLOCK_FRAME + b"\x00", b"\x07\x09")
+    assert "unused" in payload_problem(reader, ref).reason
 
 
 def test_payload_zstd_checksum(tmp_path):
