@@ -564,6 +564,18 @@ TEST(TraceShuffle, ShuffledPayloadsReadBackByEveryPath) {
 // fp32 (dense noise, which zstd stores almost raw and fast as it is) take 10x longer as planes. A payload whose head
 // is noise but whose rest has structure (GPT-2's largest gradient bucket) becomes planes; payloads up to 256 KiB are
 // their own sample (both compressions made, the faster kept); below 64 KiB they stay as they are.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 TEST(TraceShuffle, AutoUsesPlanesWhereTheyCompressFaster) {
   TempDir tmp;
   const std::string dir = tmp / "rank0";
@@ -617,7 +629,9 @@ TEST(TraceShuffle, AutoUsesPlanesWhereTheyCompressFaster) {
   for (size_t i = 0; i < cases.size(); ++i) {
     auto ref = reader->payload(0, kAllReduce, -1, i);
     ASSERT_TRUE(ref.has_value());
-    EXPECT_EQ(ref->shuffle, cases[i].shuffle) << cases[i].what;
+    // The choice is timed: under AddressSanitizer, whose memcpy interceptor slows zstd's raw blocks and not its
+    // entropy coding, the times are not those of a real build, so only the bytes are checked there.
+    if (!kSanitized) EXPECT_EQ(ref->shuffle, cases[i].shuffle) << cases[i].what;
     std::vector<uint8_t> out;
     Problem problem;
     ASSERT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
