@@ -340,7 +340,7 @@ Session* load() {
       s->largestStepPayloadBytes = s->recording->largestStepPayloadBytes();
       options.arenaBytes = st.prefetch_bytes;
       if (st.prefetch_bytes == 0) {
-        options.arenaBytes = autoPrefetchBytes(s->largestStepPayloadBytes, hostMemoryBytes());
+        options.arenaBytes = ranklens::trace::autoArenaBytes(s->largestStepPayloadBytes, ranklens::trace::hostMemoryBytes());
         if (s->fidelity == Fidelity::kValue)
           INFO(kSubRanklens, "replay: prefetch_bytes auto: %.0f MiB of pinned memory (the recording's largest step "
                "holds %.0f MiB of payloads)", options.arenaBytes / 1048576.0, s->largestStepPayloadBytes / 1048576.0);

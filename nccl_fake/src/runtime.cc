@@ -31,19 +31,6 @@ int64_t realtimeNs() {
 
 int workerThreads() { return static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u)); }
 
-uint64_t autoPrefetchBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes) {
-  uint64_t most = 8ull << 30;
-  if (hostMemoryBytes > 0) most = std::min(most, std::max<uint64_t>(hostMemoryBytes / 8, 1u << 20));
-  const uint64_t least = std::min<uint64_t>(512ull << 20, most);
-  const uint64_t wanted = largestStepBytes > (UINT64_MAX / 4) ? UINT64_MAX : 4 * largestStepBytes;
-  return std::clamp(wanted, least, most);
-}
-
-uint64_t hostMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && pageBytes > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageBytes) : 0;
-}
-
 Runtime& Runtime::get() {
   // Never destroyed: frameworks call NCCL (destroy, abort) from atexit handlers and static destructors.
   static Runtime* runtime = [] {

@@ -73,5 +73,13 @@ StepMarkers stepMarkers(const std::vector<Stage>& stages) {
   return out;
 }
 
+uint64_t largestStepBytes(const std::vector<Stage>& stages, const std::vector<std::pair<int64_t, uint64_t>>& timedBytes) {
+  std::vector<int64_t> starts;
+  for (const Stage& mark : stepMarkers(stages).marks) starts.push_back(mark.timeNs);
+  std::vector<uint64_t> bytes(starts.size() + 1, 0);
+  for (const auto& [time, n] : timedBytes) bytes[std::upper_bound(starts.begin(), starts.end(), time) - starts.begin()] += n;
+  return *std::max_element(bytes.begin(), bytes.end());
+}
+
 }  // namespace events
 }  // namespace ranklens

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "ranklens/payload_prefetcher.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +20,19 @@
 
 namespace ranklens {
 namespace trace {
+
+uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes) {
+  uint64_t most = 8ull << 30;
+  if (hostMemoryBytes > 0) most = std::min(most, std::max<uint64_t>(hostMemoryBytes / 8, 1u << 20));
+  const uint64_t least = std::min<uint64_t>(512ull << 20, most);
+  const uint64_t wanted = largestStepBytes > (UINT64_MAX / 4) ? UINT64_MAX : 4 * largestStepBytes;
+  return std::clamp(wanted, least, most);
+}
+
+uint64_t hostMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && pageBytes > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageBytes) : 0;
+}
 
 struct PayloadPrefetcher::Impl {
   enum class State { kDecoding, kReady, kFailed, kAcquired, kReleased };

@@ -148,14 +148,9 @@ const std::vector<RecordedCall>& Recording::calls() const { return impl_->calls;
 const std::vector<events::Stage>& Recording::stages() const { return impl_->stages; }
 
 uint64_t Recording::largestStepPayloadBytes() const {
-  std::vector<int64_t> starts;
-  for (const events::Stage& mark : events::stepMarkers(impl_->stages).marks) starts.push_back(mark.timeNs);
-  std::vector<uint64_t> bytes(starts.size() + 1, 0);
-  for (const RecordedCall* c : impl_->payloadOrder) {
-    const size_t step = std::upper_bound(starts.begin(), starts.end(), c->call.timeNs) - starts.begin();
-    bytes[step] += c->payload->rawBytes;
-  }
-  return *std::max_element(bytes.begin(), bytes.end());
+  std::vector<std::pair<int64_t, uint64_t>> payloads;
+  for (const RecordedCall* c : impl_->payloadOrder) payloads.emplace_back(c->call.timeNs, c->payload->rawBytes);
+  return events::largestStepBytes(impl_->stages, payloads);
 }
 
 int64_t Recording::groupHostNs(uint64_t groupId) const {

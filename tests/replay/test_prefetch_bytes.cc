@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "nccl_fake/runtime.h"
+#include "ranklens/payload_prefetcher.h"
 #include "ranklens/events.h"
 #include "ranklens/recording.h"
 #include "ranklens/trace.h"
@@ -18,17 +18,17 @@ namespace {
 using namespace ranklens;
 constexpr uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
 
-TEST(AutoPrefetchBytes, FourStepsWithinTheBounds) {
+TEST(AutoArenaBytes, FourStepsWithinTheBounds) {
   const uint64_t host = 128 * kGiB;
-  EXPECT_EQ(nccl_fake::autoPrefetchBytes(0, host), 512 * kMiB);
-  EXPECT_EQ(nccl_fake::autoPrefetchBytes(100 * kMiB, host), 512 * kMiB);
-  EXPECT_EQ(nccl_fake::autoPrefetchBytes(476 * kMiB, host), 4 * 476 * kMiB);  // GPT-2 small DDP, one H200 (s22f)
-  EXPECT_EQ(nccl_fake::autoPrefetchBytes(5 * kGiB, host), 8 * kGiB);
-  EXPECT_EQ(nccl_fake::autoPrefetchBytes(UINT64_MAX, host), 8 * kGiB);  // no overflow
-  EXPECT_EQ(nccl_fake::autoPrefetchBytes(1 * kGiB, 16 * kGiB), 2 * kGiB) << "an eighth of the host";
-  EXPECT_EQ(nccl_fake::autoPrefetchBytes(1 * kGiB, 2 * kGiB), 256 * kMiB) << "below 512 MiB on a small host";
-  EXPECT_EQ(nccl_fake::autoPrefetchBytes(1 * kGiB, 0), 4 * kGiB) << "host memory unknown";
-  EXPECT_GT(nccl_fake::hostMemoryBytes(), 0u);
+  EXPECT_EQ(trace::autoArenaBytes(0, host), 512 * kMiB);
+  EXPECT_EQ(trace::autoArenaBytes(100 * kMiB, host), 512 * kMiB);
+  EXPECT_EQ(trace::autoArenaBytes(476 * kMiB, host), 4 * 476 * kMiB);  // GPT-2 small DDP, one H200 (s22f)
+  EXPECT_EQ(trace::autoArenaBytes(5 * kGiB, host), 8 * kGiB);
+  EXPECT_EQ(trace::autoArenaBytes(UINT64_MAX, host), 8 * kGiB);  // no overflow
+  EXPECT_EQ(trace::autoArenaBytes(1 * kGiB, 16 * kGiB), 2 * kGiB) << "an eighth of the host";
+  EXPECT_EQ(trace::autoArenaBytes(1 * kGiB, 2 * kGiB), 256 * kMiB) << "below 512 MiB on a small host";
+  EXPECT_EQ(trace::autoArenaBytes(1 * kGiB, 0), 4 * kGiB) << "host memory unknown";
+  EXPECT_GT(trace::hostMemoryBytes(), 0u);
 }
 
 // Payload calls at times 50 (before the first marker), 150 and 160 (step 0), 250 (step 1), 350 (step 2).

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ranklens/events.h"
+#include "ranklens/payload_prefetcher.h"
 #include "ranklens/trace.h"
 #include "trace_log.h"
 
@@ -56,6 +57,30 @@ std::map<uint64_t, SignatureStats> perCommunicator(const std::map<Signature, Sig
   return comms;
 }
 
+// The payloads stored (the current one of each call) and what a value replay of them needs: the largest step's bytes
+// and the pinned memory prefetch_bytes: auto takes for them on this host.
+struct PayloadStats {
+  uint64_t count = 0, bytes = 0, largestStep = 0, autoPrefetch = 0;
+};
+PayloadStats payloadStats(const EventLog& log) {
+  PayloadStats p;
+  std::map<CallKey, uint64_t> current;  // the last reference of a call wins (an edit appends one)
+  for (const auto& ref : log.payloads) current[callKey(ref.commId, ref.op, ref.peer, ref.seq)] = ref.rawBytes;
+  if (current.empty()) return p;
+  std::map<CallKey, int64_t> times;
+  for (const auto& call : log.calls) times[callKey(call.commId, call.op, call.rootOrPeer, call.seq)] = call.timeNs;
+  std::vector<std::pair<int64_t, uint64_t>> timed;
+  for (const auto& [key, bytes] : current) {
+    auto it = times.find(key);
+    timed.emplace_back(it == times.end() ? 0 : it->second, bytes);
+    p.count++;
+    p.bytes += bytes;
+  }
+  p.largestStep = events::largestStepBytes(log.stages, timed);
+  p.autoPrefetch = trace::autoArenaBytes(p.largestStep, trace::hostMemoryBytes());
+  return p;
+}
+
 std::string timeText(const SignatureStats& s) {
   if (s.timed == 0) return "";
   std::ostringstream t;
@@ -69,6 +94,9 @@ nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, Sign
                          {"mode", log.manifest.mode}, {"writer", log.manifest.writer}, {"closed", log.manifest.closed},
                          {"calls", log.calls.size()}, {"groups", log.groupEnds.size()}, {"stages", log.stages.size()},
                          {"counters", log.manifest.counters}};
+  const PayloadStats p = payloadStats(log);
+  rank["payloads"] = {{"count", p.count}, {"bytes", p.bytes}, {"largest_step_bytes", p.largestStep},
+                      {"auto_prefetch_bytes", p.autoPrefetch}};
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
     const SignatureStats& c = comms[comm.commId];
@@ -97,6 +125,11 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
     for (const auto& [name, value] : log.manifest.counters) out << " " << name << " " << value;
     out << "\n";
   }
+  const PayloadStats p = payloadStats(log);
+  if (p.count > 0)
+    out << "  payloads: " << p.count << " stored, " << bytesText(p.bytes) << "; the largest step holds "
+        << bytesText(p.largestStep) << " (a value replay's prefetch_bytes: auto pins " << bytesText(p.autoPrefetch)
+        << " for them on this host)\n";
   out << "  communicators (calls, bytes, recorded GPU time):\n";
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {

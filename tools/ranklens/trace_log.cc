@@ -25,6 +25,7 @@ bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error)
         case trace::RecordType::kStage: log->stages.push_back(body.as<events::Stage>()); break;
         case trace::RecordType::kTiming: log->timings.push_back(body.as<trace::Timing>()); break;
         case trace::RecordType::kCommBinding: log->bindings.push_back(body.as<trace::CommBinding>()); break;
+        case trace::RecordType::kPayloadRef: log->payloads.push_back(body.as<trace::PayloadRef>()); break;
         default: break;
       }
     } catch (const std::exception&) {

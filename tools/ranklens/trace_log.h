@@ -26,6 +26,7 @@ struct EventLog {
   std::vector<trace::Timing> timings;
   std::vector<trace::CommBinding> bindings;  // replay traces (1.3): each replayed communicator's recorded one
   std::vector<events::GroupEnd> groupEnds;
+  std::vector<trace::PayloadRef> payloads;  // every reference, superseded ones (edits) included
   std::vector<trace::Problem> problems;  // damage found while reading; the intact records before it are loaded
 };
 

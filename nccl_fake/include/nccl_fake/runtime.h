@@ -90,12 +90,5 @@ int64_t realtimeNs();
 // How many threads RankLens's own background work takes (payload compression in record, payload decoding in value
 // replay): a quarter of the cores, 2..8, so that the job keeps the rest.
 int workerThreads();
-// prefetch_bytes: auto. A value replay keeps pace when its pinned memory holds about 4 steps of payloads (GPT-2 small
-// DDP on one H200, 0.48 GB per step: 1 GiB 62-68 ms per step, 1.5 GiB 57, 2 GiB 55, 3 GiB 55, the job 52; the fixed
-// 512 MiB of before 87-95 ms; bench/results/replay/README.md, session 22): 4x `largestStepBytes`, at least 512 MiB,
-// at most 8 GiB and an eighth of `hostMemoryBytes` (pinned memory is taken from the host for good).
-uint64_t autoPrefetchBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes);
-// The host's physical memory in bytes (0 when unknown).
-uint64_t hostMemoryBytes();
 
 }  // namespace nccl_fake

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifndef MSGPACK_NO_BOOST
@@ -97,6 +98,9 @@ struct StepMarkers {
   std::vector<Stage> marks;
 };
 StepMarkers stepMarkers(const std::vector<Stage>& stages);
+// The most bytes of one step: `timedBytes` (time, bytes) summed per step, the steps cut at stepMarkers(stages) (what
+// precedes the first marker counts as a step; without markers, everything is one). 0 for none.
+uint64_t largestStepBytes(const std::vector<Stage>& stages, const std::vector<std::pair<int64_t, uint64_t>>& timedBytes);
 
 }  // namespace events
 }  // namespace ranklens

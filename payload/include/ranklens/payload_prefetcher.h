@@ -31,6 +31,15 @@ struct PrefetchStats {
   uint64_t uploadFailures = 0;  // uploads that could not be enqueued (device staging then stops)
 };
 
+// prefetch_bytes: auto. A value replay keeps pace when its pinned memory holds about 4 steps of payloads (GPT-2 small
+// DDP on one H200, 0.48 GB per step: 1 GiB 62-68 ms per step, 1.5 GiB 57, 2 GiB 55, 3 GiB 55, the job 52; the fixed
+// 512 MiB of before 87-95 ms; bench/results/replay/README.md, session 22): 4x `largestStepBytes`
+// (Recording::largestStepPayloadBytes), at least 512 MiB, at most 8 GiB and an eighth of `hostMemoryBytes` (0:
+// unknown; pinned memory is taken from the host for good).
+uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes);
+// This host's physical memory in bytes (0 when unknown).
+uint64_t hostMemoryBytes();
+
 class PayloadPrefetcher {
  public:
   using Alloc = std::function<void*(size_t bytes)>;  // nullptr on failure
