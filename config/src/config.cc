@@ -524,8 +524,8 @@ const KeyDesc kKeys[] = {
      [](const Settings& s) { return std::to_string(s.payload_threads); }},
     {"payload_shuffle", "RANKLENS_PAYLOAD_SHUFFLE", "auto",
      "record: store payloads of 2-, 4- and 8-byte elements as byte planes before compressing them (trace format "
-     "1.8): when a sample compresses as it is (auto; real fp32 gradients then compress about 3x faster and 1.45x "
-     "smaller), always (on), or never (off)",
+     "1.8): when zstd takes less CPU time on a sample spread over the payload as planes (auto; bf16-valued fp32 "
+     "gradients then compress about 3x faster and 1.45x smaller), always (on), or never (off)",
      [](const Input& in, Settings& s) { return parseEnum(in, kPayloadShuffleNames, s.payload_shuffle); },
      [](const Settings& s) { return std::string(toString(s.payload_shuffle)); }},
     {"payload_queue_bytes", "RANKLENS_PAYLOAD_QUEUE_BYTES", "1GiB",

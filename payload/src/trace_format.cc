@@ -151,27 +151,26 @@ void unshuffleBlocks(uint8_t* data, size_t bytes, int width) {
   eachBlock(data, bytes, width, false, [](const uint8_t*, size_t) {});
 }
 
-uint32_t shuffleBlocksAndChecksum(uint8_t* data, size_t bytes, int width) {
+namespace {
+// Stores (toStored) or restores the planes in place and returns the CRC-32 of the bytes in the program's order, each
+// block checksummed while it is in cache; width 0 or invalid: the CRC-32 alone.
+uint32_t convertAndChecksum(uint8_t* data, size_t bytes, int width, bool toStored) {
   if (width == 0 || !validShuffle(width)) return crc32Bytes(data, bytes);
   uint32_t crc = 0;
-  eachBlock(data, bytes, width, true, [&crc](const uint8_t* block, size_t length) {
+  eachBlock(data, bytes, width, toStored, [&crc](const uint8_t* block, size_t length) {
     crc = crc32_gzip_refl(crc, block, length);
   });
   return crc;
 }
-
-namespace {
-// Unshuffles a decoded payload in place (width 0: leaves it) and returns the CRC-32 of the result, each block
-// checksummed while still in cache.
+// A decoded payload's byte order restored, and its CRC-32.
 uint32_t restoreAndChecksum(uint8_t* data, size_t bytes, int width) {
-  if (width == 0) return crc32Bytes(data, bytes);
-  uint32_t crc = 0;
-  eachBlock(data, bytes, width, false, [&crc](const uint8_t* block, size_t length) {
-    crc = crc32_gzip_refl(crc, block, length);
-  });
-  return crc;
+  return convertAndChecksum(data, bytes, width, false);
 }
 }  // namespace
+
+uint32_t shuffleBlocksAndChecksum(uint8_t* data, size_t bytes, int width) {
+  return convertAndChecksum(data, bytes, width, true);
+}
 
 std::string Problem::describe() const { return file + ": offset " + std::to_string(offset) + ": " + reason; }
 
@@ -338,29 +337,9 @@ bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, 
   return true;
 }
 
-// Decompresses a checked frame in one shot into `out` (ref.rawBytes long) and checks what came out: empty payloads
-// only (inflateChecked).
-bool inflatePayload(const uint8_t* data, size_t size, const PayloadRef& ref, uint8_t* out, std::string* reason) {
-  auto fail = [&](std::string text) {
-    if (reason) *reason = std::move(text);
-    return false;
-  };
-  // One decompression context per thread, reused (as the writer reuses its compression context): ZSTD_decompress
-  // creates and initialises one per frame, which cost more than decoding a control payload of a few KiB.
-  static thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-  const size_t produced = dctx ? ZSTD_decompressDCtx(dctx.get(), out, ref.rawBytes, data, size)
-                               : ZSTD_decompress(out, ref.rawBytes, data, size);
-  if (ZSTD_isError(produced)) return fail(std::string("zstd: ") + ZSTD_getErrorName(produced));
-  if (produced != ref.rawBytes)
-    return fail("decompressed " + std::to_string(produced) + " bytes, expected " + std::to_string(ref.rawBytes));
-  if (restoreAndChecksum(out, ref.rawBytes, ref.shuffle) != ref.rawCrc32)
-    return fail("CRC-32 of the decompressed bytes does not match");
-  return true;
-}
-
 // Decodes a frame whose header was checked from the pieces `next(&piece, &bytes)` hands out in order (false: one could
 // not be read; `size` in all), straight into `out` (ref.rawBytes long), and checks the size and CRC-32 of what came
-// out. Every path decodes non-empty payloads here, so that they give one verdict.
+// out. Every path decodes every payload here, so that they give one verdict.
 template <typename Next>
 bool inflateStreaming(Next&& next, uint64_t size, const PayloadRef& ref, uint8_t* out, size_t outBytes,
                       std::string* reason) {
@@ -381,9 +360,9 @@ bool inflateStreaming(Next&& next, uint64_t size, const PayloadRef& ref, uint8_t
   ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, ZSTD_WINDOWLOG_MAX);
   ZSTD_outBuffer output = {out, outBytes, 0};
   // zstd's streaming decoder decodes a frame it holds whole in one call as its one-shot decoder does, and that refuses
-  // frames the block-by-block route accepts (an empty compressed block; found by fuzz_payload once frames without a
-  // checksum were read, format 1.9): the header alone comes first, so that every frame goes block by block, however
-  // it is cut into pieces.
+  // frames the block-by-block route accepts (an empty compressed block, an RLE block in a frame of no content; found
+  // by fuzz_payload): the header alone comes first, so that every frame goes block by block, however it is cut into
+  // pieces.
   const size_t header = ZSTD_frameHeaderSize(piece, pieceBytes);
   ZSTD_inBuffer input = {piece, ZSTD_isError(header) ? pieceBytes : std::min(header, pieceBytes), 0};
   uint32_t crc = 0;
@@ -419,10 +398,8 @@ bool inflateStreaming(Next&& next, uint64_t size, const PayloadRef& ref, uint8_t
 }
 
 // A checked frame in memory into `out` (ref.rawBytes long): one piece for inflateStreaming, which decodes blobs read
-// piece by piece too, so that every path gives one verdict (zstd's one-shot decoder refuses frames its block-by-block
-// route accepts). Empty payloads go the other way round (decodePayloadStreaming).
+// piece by piece too, so that every path gives one verdict.
 bool inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uint8_t* out, std::string* reason) {
-  if (ref.rawBytes == 0) return inflatePayload(data, size, ref, out, reason);
   auto onePiece = [data, size](const uint8_t** piece, size_t* bytes) {
     *piece = data;
     *bytes = size;
@@ -463,16 +440,6 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
   };
   if (outBytes != ref.rawBytes)
     return fail("payload of " + std::to_string(ref.rawBytes) + " bytes, room for " + std::to_string(outBytes));
-  if (ref.rawBytes == 0) {
-    // zstd's streaming decoder accepts an RLE block in a frame of no content (its window is 0 bytes), which its
-    // one-shot decoder refuses as corrupt (found by fuzz_payload): an empty payload is decoded in one shot, so that
-    // every path gives the same verdict (decodePayloadInto checks the rest of the reference).
-    if (size > limits.maxPayloadBytes + (1u << 20))
-      return fail("blob of " + std::to_string(size) + " bytes for an empty payload exceeds the limit");
-    std::vector<uint8_t> whole(size);
-    if (size > 0 && !read(0, whole.data(), size)) return fail("short read");
-    return decodePayloadInto(whole.data(), size, ref, limits, out, outBytes, reason);
-  }
   // A piece per thread, kept (the frame header, at most ZSTD_FRAMEHEADERSIZE_MAX bytes, comes in the first piece).
   static thread_local std::vector<uint8_t> piece;
   const size_t pieceBytes = std::max<size_t>(chunkBytes, ZSTD_FRAMEHEADERSIZE_MAX);

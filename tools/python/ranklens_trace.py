@@ -408,19 +408,16 @@ def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) 
     try:
         # One frame filling the blob exactly; zstd verifies its checksum where the frame has one (writers before
         # format 1.9) and that the output stays within the (checked) declared size.
-        if raw_bytes == 0:
-            out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=1, allow_extra_data=False)
-        else:
-            # Block by block, as the C++ reader decodes: the header alone first, since zstd decodes a frame it holds
-            # whole as its one-shot decoder does, which refuses frames the block-by-block route accepts (an empty
-            # compressed block). Empty payloads the other way round, also as the C++ reader does.
-            stream = zstandard.ZstdDecompressor().decompressobj()
-            header = zstandard.frame_header_size(blob)
-            out = stream.decompress(blob[:header]) + stream.decompress(blob[header:])
-            if not stream.eof:
-                raise ValueError("damaged zstd frame: the blob ends before the frame's last block")
-            if stream.unused_data:
-                raise ValueError(f"blob holds {len(stream.unused_data)} unused bytes after its frame")
+        # Block by block, as the C++ reader decodes: the header alone first, since zstd decodes a frame it holds
+        # whole as its one-shot decoder does, which refuses frames the block-by-block route accepts (an empty
+        # compressed block, an RLE block in a frame of no content).
+        stream = zstandard.ZstdDecompressor().decompressobj()
+        header = zstandard.frame_header_size(blob)
+        out = stream.decompress(blob[:header]) + stream.decompress(blob[header:])
+        if not stream.eof:
+            raise ValueError("damaged zstd frame: the blob ends before the frame's last block")
+        if stream.unused_data:
+            raise ValueError(f"blob holds {len(stream.unused_data)} unused bytes after its frame")
     except zstandard.ZstdError as exc:
         raise ValueError(f"zstd: {exc}") from None
     if len(out) != raw_bytes:
