@@ -701,11 +701,23 @@ const KeyDesc kKeys[] = {
      "replay (value): worker threads decoding recorded payloads ahead of their calls; 0: a quarter of the cores, 2..8",
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.prefetch_threads); },
      [](const Settings& s) { return std::to_string(s.prefetch_threads); }},
-    {"payload_device_bytes", "RANKLENS_PAYLOAD_DEVICE_BYTES", "256MiB",
+    {"payload_device_bytes", "RANKLENS_PAYLOAD_DEVICE_BYTES", "auto",
      "replay (timing, value): device memory that recorded payloads move into ahead of their calls, so that a "
-     "restore is a copy within the GPU; 0: restore from pinned host memory",
-     [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_device_bytes); },
-     [](const Settings& s) { return showBytes(s.payload_device_bytes); }},
+     "restore is a copy within the GPU; auto: up to two steps of payloads, from what the recorded job left free of "
+     "its GPU (256MiB when the recording does not say); 0: restore from pinned host memory",
+     [](const Input& in, Settings& s) {
+       std::string text, err;
+       if (!scalarText(in, "auto or a byte count", text, err)) return err;
+       if (text == "auto") {
+         s.payload_device_bytes = Settings::kAutoDeviceBytes;
+         return std::string();
+       }
+       return parseBytes(in, 0, s.payload_device_bytes, "auto");
+     },
+     [](const Settings& s) {
+       return s.payload_device_bytes == Settings::kAutoDeviceBytes ? std::string("auto")
+                                                                   : showBytes(s.payload_device_bytes);
+     }},
     {"break_at", "RANKLENS_BREAK_AT", "",
      "replay: raise SIGTRAP (stops under a debugger) when the call <comm>:<seq> is made, comm = creation order "
      "as in `ranklens trace summary`, e.g. 0:120",

@@ -630,6 +630,7 @@ void flush() {
       for (const auto& [name, value] : values) writer->setCounter(name, value);
     }
   }
+  rec->sampleDeviceMemory();
   if (auto* writer = Runtime::get().writer()) {
     const ranklens::timing::RecorderStats s = rec->stats();
     const std::pair<const char*, uint64_t> values[] = {
@@ -648,6 +649,10 @@ void flush() {
         {ranklens::trace::counter::kCallsUnrecorded, state().callsUnrecorded.load(std::memory_order_relaxed)},
     };
     for (const auto& [name, value] : values) writer->setCounter(name, value);
+    if (s.deviceMemoryTotal > 0) {
+      writer->setCounter(ranklens::trace::counter::kDeviceMemoryTotal, s.deviceMemoryTotal);
+      writer->setCounter(ranklens::trace::counter::kDeviceMemoryLeastFree, s.deviceMemoryLeastFree);
+    }
   }
   Runtime::get().flushEvents();
 }

@@ -292,6 +292,32 @@ bool openRecording(Session* s, const ranklens::config::Settings& st) {
   return true;
 }
 
+// payload_device_bytes: the setting, or for auto what the recorded job left of its GPU's memory (its manifest's
+// device_memory_* counters) and this GPU has (ranklens::trace::autoDeviceStageBytes), logged with its basis. Never
+// more than `arenaBytes`, the pinned memory the payloads come from.
+uint64_t deviceStageBytes(const ranklens::trace::Recording& recording, uint64_t largestStepBytes,
+                          const ranklens::config::Settings& st, ranklens::device::StreamDevice& device,
+                          uint64_t arenaBytes) {
+  if (st.payload_device_bytes != ranklens::config::Settings::kAutoDeviceBytes)
+    return std::min<uint64_t>(st.payload_device_bytes, arenaBytes);
+  ranklens::trace::DeviceStageSizing in;
+  in.largestStepBytes = largestStepBytes;
+  in.arenaBytes = arenaBytes;
+  const auto& counters = recording.manifest().counters;
+  const auto total = counters.find(ranklens::trace::counter::kDeviceMemoryTotal);
+  const auto leastFree = counters.find(ranklens::trace::counter::kDeviceMemoryLeastFree);
+  if (total != counters.end() && leastFree != counters.end()) {
+    in.recordedTotalBytes = total->second;
+    in.recordedLeastFreeBytes = leastFree->second;
+  }
+  if (device.memoryInfo(&in.freeBytes, &in.totalBytes) != 0) in.freeBytes = in.totalBytes = 0;
+  std::string basis;
+  const uint64_t bytes = ranklens::trace::autoDeviceStageBytes(in, &basis);
+  INFO(kSubRanklens, "replay: payload_device_bytes auto: %.0f MiB of device memory (%s)", bytes / 1048576.0,
+       basis.c_str());
+  return bytes;
+}
+
 Session* load() {
   std::call_once(loadOnce, [] {
     Runtime& rt = Runtime::get();
@@ -356,8 +382,9 @@ Session* load() {
       // control values into no more than its pinned arena.
       ranklens::trace::PayloadPrefetcher::DeviceStage stage;
       int ordinal = 0;
-      if (st.payload_device_bytes > 0 && device.currentDevice(&ordinal) == 0) {
-        stage.arenaBytes = std::min<uint64_t>(st.payload_device_bytes, options.arenaBytes);
+      const uint64_t deviceBytes = deviceStageBytes(*s->recording, s->largestStepPayloadBytes, st, device, options.arenaBytes);
+      if (deviceBytes > 0 && device.currentDevice(&ordinal) == 0) {
+        stage.arenaBytes = deviceBytes;
         stage.alloc = [&device](size_t bytes) -> void* {
           void* p = nullptr;
           return device.alloc(&p, bytes) == 0 ? p : nullptr;
@@ -378,10 +405,10 @@ Session* load() {
       if (!s->prefetcher->arenaReady())
         WARN("replay: cannot allocate %llu bytes of pinned memory (prefetch_bytes); payloads are decoded when needed",
              static_cast<unsigned long long>(options.arenaBytes));
-      else if (st.payload_device_bytes > 0 && !s->prefetcher->deviceReady())
+      else if (deviceBytes > 0 && !s->prefetcher->deviceReady())
         WARN("replay: cannot allocate %llu bytes of device memory (payload_device_bytes); payloads are copied from "
              "pinned host memory",
-             static_cast<unsigned long long>(std::min<uint64_t>(st.payload_device_bytes, options.arenaBytes)));
+             static_cast<unsigned long long>(deviceBytes));
     }
     const std::string what =
         recorded ? s->recording->directory()

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <set>
 #include <mutex>
@@ -32,6 +33,54 @@ uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes) {
 uint64_t hostMemoryBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && pageBytes > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageBytes) : 0;
+}
+
+bool hostMemoryInfo(uint64_t* availableBytes, uint64_t* totalBytes) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  uint64_t value = 0, available = 0, total = 0;
+  while (meminfo >> key >> value) {
+    std::getline(meminfo, unit);
+    if (key == "MemTotal:") total = value * 1024;
+    else if (key == "MemAvailable:") available = value * 1024;
+  }
+  if (total == 0 || available == 0) return false;
+  *availableBytes = available;
+  *totalBytes = total;
+  return true;
+}
+
+uint64_t autoDeviceStageBytes(const DeviceStageSizing& in, std::string* basis) {
+  constexpr uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
+  auto mib = [](uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; };
+  std::string why;
+  uint64_t bytes = 256 * kMiB;
+  if (in.recordedTotalBytes == 0 || in.recordedLeastFreeBytes > in.recordedTotalBytes) {
+    why = "the recording does not say how much device memory the job used";
+  } else {
+    const uint64_t peakUse = in.recordedTotalBytes - in.recordedLeastFreeBytes;
+    const uint64_t total = in.totalBytes > 0 ? in.totalBytes : in.recordedTotalBytes;
+    const uint64_t margin = std::max(2 * kGiB, total / 10);
+    const uint64_t headroom = total > peakUse + margin ? total - peakUse - margin : 0;
+    const uint64_t twoSteps = in.largestStepBytes > UINT64_MAX / 2 ? UINT64_MAX : 2 * in.largestStepBytes;
+    bytes = std::min(std::max(twoSteps, 64 * kMiB), headroom / 2);
+    why = "the recorded job used up to " + mib(peakUse) + " of " + mib(in.recordedTotalBytes) + ", this GPU has " +
+          mib(total) + "; two steps of payloads are " + mib(twoSteps);
+  }
+  if (bytes > in.arenaBytes) {
+    bytes = in.arenaBytes;
+    why += "; no more than the pinned memory payloads are decoded into";
+  }
+  if (in.freeBytes > 0 && bytes > in.freeBytes / 2) {
+    bytes = in.freeBytes / 2;
+    why += "; half of the " + mib(in.freeBytes) + " free now";
+  }
+  if (bytes < 16 * kMiB) {
+    bytes = 0;
+    why += "; too little to stage payloads on the device";
+  }
+  if (basis) *basis = why;
+  return bytes;
 }
 
 struct PayloadPrefetcher::Impl {

@@ -184,6 +184,11 @@ TEST(RecordCapture, PayloadPolicyNoneAllAndFilters) {
   Trace t = readTrace(none.traceDir);
   EXPECT_TRUE(t.payloads.empty());
   EXPECT_EQ(t.timings.size(), 6u);
+  // The job's device memory as the recorder saw it (the host device's is the host's), for payload_device_bytes: auto.
+  const uint64_t total = t.manifest.counters["device_memory_total_bytes"];
+  EXPECT_GT(total, 0u);
+  EXPECT_GT(t.manifest.counters["device_memory_least_free_bytes"], 0u);
+  EXPECT_LE(t.manifest.counters["device_memory_least_free_bytes"], total);
 
   ScenarioRun all = runScenario("capture", {{"RANKLENS_PAYLOADS", "all"}});
   ASSERT_EQ(all.status, 0) << all.output;

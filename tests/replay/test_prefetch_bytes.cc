@@ -80,3 +80,80 @@ TEST(LargestStepPayloadBytes, CutAtTheStepMarkersOrTheWholeRecording) {
 }
 
 }  // namespace
+
+// payload_device_bytes: auto. GPT-2 small DDP on one H200 as measured (s22h): 475 MiB of payloads per step, a
+// 1899 MiB pinned arena, the job using a small part of a 141 GiB GPU.
+trace::DeviceStageSizing gpt2OnH200() {
+  trace::DeviceStageSizing in;
+  in.largestStepBytes = 475 * kMiB;
+  in.arenaBytes = 1899 * kMiB;
+  in.recordedTotalBytes = in.totalBytes = 141 * kGiB;
+  in.recordedLeastFreeBytes = 121 * kGiB;  // the job (NCCL's buffers included) used 20 GiB at most
+  in.freeBytes = 135 * kGiB;               // at the replay's first communicator
+  return in;
+}
+
+TEST(AutoDeviceStageBytes, TwoStepsWhereTheRecordedJobLeftRoom) {
+  std::string basis;
+  EXPECT_EQ(trace::autoDeviceStageBytes(gpt2OnH200(), &basis), 950 * kMiB);
+  EXPECT_NE(basis.find("used up to 20480 MiB of 144384 MiB"), std::string::npos) << basis;
+  auto small = gpt2OnH200();
+  small.largestStepBytes = 1 * kMiB;
+  EXPECT_EQ(trace::autoDeviceStageBytes(small, nullptr), 64 * kMiB) << "at least 64 MiB";
+  auto big = gpt2OnH200();
+  big.largestStepBytes = 20 * kGiB;
+  big.arenaBytes = 8 * kGiB;
+  EXPECT_EQ(trace::autoDeviceStageBytes(big, &basis), 8 * kGiB) << "never more than the pinned arena";
+  EXPECT_NE(basis.find("no more than the pinned memory"), std::string::npos) << basis;
+  auto huge = big;
+  huge.arenaBytes = UINT64_MAX;
+  huge.largestStepBytes = UINT64_MAX;
+  // Headroom: 141 GiB - 20 GiB used - 14.1 GiB margin, half of it.
+  EXPECT_EQ(trace::autoDeviceStageBytes(huge, nullptr), (141 * kGiB - 20 * kGiB - 141 * kGiB / 10) / 2);
+}
+
+TEST(AutoDeviceStageBytes, NothingWhereTheRecordedJobFilledItsGpu) {
+  // A job tuned to fill an 80 GiB GPU (76 GiB at its peak): the margin alone is 8 GiB, so nothing is staged.
+  trace::DeviceStageSizing in = gpt2OnH200();
+  in.recordedTotalBytes = in.totalBytes = 80 * kGiB;
+  in.recordedLeastFreeBytes = 4 * kGiB;
+  in.freeBytes = 30 * kGiB;
+  std::string basis;
+  EXPECT_EQ(trace::autoDeviceStageBytes(in, &basis), 0u);
+  EXPECT_NE(basis.find("too little"), std::string::npos) << basis;
+  // The same job replayed on a larger GPU has room again: 141 - 76 - 14.1 GiB, half of it, two steps wanted.
+  in.totalBytes = 141 * kGiB;
+  EXPECT_EQ(trace::autoDeviceStageBytes(in, nullptr), 950 * kMiB);
+  // Recorded on the larger GPU, replayed on the smaller one: 76 GiB used of 80 leave nothing.
+  in.recordedTotalBytes = 141 * kGiB;
+  in.recordedLeastFreeBytes = 65 * kGiB;
+  in.totalBytes = 80 * kGiB;
+  EXPECT_EQ(trace::autoDeviceStageBytes(in, nullptr), 0u);
+}
+
+TEST(AutoDeviceStageBytes, TheOldFixedSizeWhereTheRecordingDoesNotSay) {
+  trace::DeviceStageSizing in = gpt2OnH200();
+  in.recordedTotalBytes = in.recordedLeastFreeBytes = 0;  // recorded before the counters, crashed, or no GPU
+  std::string basis;
+  EXPECT_EQ(trace::autoDeviceStageBytes(in, &basis), 256 * kMiB);
+  EXPECT_NE(basis.find("does not say"), std::string::npos) << basis;
+  in.recordedTotalBytes = 1 * kGiB;
+  in.recordedLeastFreeBytes = 2 * kGiB;  // inconsistent: not believed
+  EXPECT_EQ(trace::autoDeviceStageBytes(in, nullptr), 256 * kMiB);
+  in.freeBytes = 300 * kMiB;  // ...but never more than half of what is free now
+  EXPECT_EQ(trace::autoDeviceStageBytes(in, &basis), 150 * kMiB);
+  EXPECT_NE(basis.find("half of the 300 MiB free now"), std::string::npos) << basis;
+  in.arenaBytes = 16 * kMiB;  // a timing replay's control-value arena
+  in.freeBytes = 0;           // unknown
+  EXPECT_EQ(trace::autoDeviceStageBytes(in, nullptr), 16 * kMiB);
+  in.arenaBytes = 8 * kMiB;
+  EXPECT_EQ(trace::autoDeviceStageBytes(in, nullptr), 0u) << "under 16 MiB: no device staging";
+}
+
+TEST(HostMemoryInfo, ReadsThisHostsMemory) {
+  uint64_t available = 0, total = 0;
+  ASSERT_TRUE(trace::hostMemoryInfo(&available, &total));
+  EXPECT_GT(available, 0u);
+  EXPECT_LE(available, total);
+  EXPECT_EQ(total / kMiB, trace::hostMemoryBytes() / kMiB / 1) << "MemTotal and _SC_PHYS_PAGES both count the kernel's totalram";
+}

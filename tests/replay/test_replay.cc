@@ -155,7 +155,12 @@ TEST(ReplayRecording, ValueReplayWithoutDeviceStagingIsBitForBitToo) {
   const Recorded& rec = recording();
   ASSERT_EQ(rec.status, 0) << rec.log;
   Trace recorded = readTrace(rec.root + "/rank1");
-  Replayed staged = replay("value-staged", {});
+  Replayed staged = replay("value-staged", {{"NCCL_DEBUG", "INFO"}});
+  // auto: sized from the memory the recording says the job left (the host device's: the host's; 64 MiB, the floor,
+  // unless this host is short of memory).
+  EXPECT_NE(staged.run.output.find("payload_device_bytes auto: "), std::string::npos) << staged.run.output;
+  EXPECT_NE(staged.run.output.find(" of device memory (the recorded job used up to "), std::string::npos)
+      << staged.run.output;
   Replayed pinned = replay("value-pinned", {{"RANKLENS_PAYLOAD_DEVICE_BYTES", "0"}});
   ASSERT_EQ(staged.run.status, 0) << staged.run.output;
   ASSERT_EQ(pinned.run.status, 0) << pinned.run.output;

@@ -4,6 +4,7 @@
 // with that launch's duration, or at exit with none; those events never go back to the pool.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -111,6 +112,13 @@ class CapturingDevice final : public RecordDevice {
   int prepareDevice(int) override { return 0; }
   int copyToHost(int, void*, const void*, size_t, cudaStream_t, uint64_t*, uint64_t, bool) override { return 1; }
   void prepareBackgroundThread() override {}
+  // The GPU's memory as the test sets it (the recorder's background thread may sample it at any time as well).
+  std::atomic<uint64_t> freeNow{8ull << 30};
+  int memoryInfo(int, uint64_t* freeBytes, uint64_t* totalBytes) override {
+    *freeBytes = freeNow.load();
+    *totalBytes = 16ull << 30;
+    return 0;
+  }
 };
 
 const auto kCaptured = reinterpret_cast<cudaStream_t>(0x100);
@@ -312,6 +320,26 @@ TEST_F(CapturedCalls, AnEmptyPoolUnderCaptureMeansNoDurationNotNewEvents) {
 // The host record device takes the CUDA device's two ways by the same threshold (payload_copy_kernel_bytes), so that
 // CI runs both: up to it a copy signals its own completion, above it (and for every size at 0) an event must follow.
 // Through the recorder, both ways store the bytes the call received.
+// The manifest's device_memory_* counters (payload_device_bytes: auto in a replay) come from the least free memory
+// the recorder saw on the job's devices, whoever sampled it.
+TEST_F(CapturedCalls, TheLeastFreeDeviceMemoryIsKept) {
+  recorder_ = std::make_unique<CallRecorder>(device_, options(), [](const Timing&) {},
+                                             [](const ranklens::trace::PayloadRef&, const void*, size_t) {});
+  recorder_->sampleDeviceMemory();
+  EXPECT_EQ(recorder_->stats().deviceMemoryTotal, 0u) << "no device seen yet: nothing to sample";
+  recorder_->prepareDevice(0);
+  for (const uint64_t gib : {8, 3, 5}) {
+    device_.freeNow = gib << 30;
+    recorder_->sampleDeviceMemory();
+  }
+  EXPECT_EQ(recorder_->stats().deviceMemoryLeastFree, 3ull << 30);
+  EXPECT_EQ(recorder_->stats().deviceMemoryTotal, 16ull << 30);
+  device_.freeNow = 2ull << 30;  // the background thread samples on its own every 100 ms
+  for (int i = 0; i < 100 && recorder_->stats().deviceMemoryLeastFree != (2ull << 30); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(recorder_->stats().deviceMemoryLeastFree, 2ull << 30);
+}
+
 TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
   unsigned char src[64] = {};
   for (int i = 0; i < 64; ++i) src[i] = static_cast<unsigned char>(i + 1);

@@ -609,7 +609,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "auto", "1GiB", "256MiB", "skip",
                                              "events", "events", "2000", "64KiB", "0", "high", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
-                                             "auto", "0", "256MiB", ""};
+                                             "auto", "0", "auto", ""};
   ASSERT_EQ(envs.size(), kAllKeys.size());
   ASSERT_EQ(defaults.size(), kAllKeys.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -726,6 +726,13 @@ TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {
   r = fromYaml("prefetch_bytes: 1GiB\n", {{"RANKLENS_PREFETCH_BYTES", "auto"}});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.settings.prefetch_bytes, 0ull) << "env auto beats YAML";
+  EXPECT_EQ(fromYaml("").settings.payload_device_bytes, Settings::kAutoDeviceBytes) << "auto by default";
+  r = fromYaml("payload_device_bytes: auto\n", {{"RANKLENS_PAYLOAD_DEVICE_BYTES", "1GiB"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.payload_device_bytes, 1ull << 30) << "env beats YAML";
+  r = fromYaml("payload_device_bytes: lots\n");
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("auto or a byte count"), std::string::npos) << r.error;
   EXPECT_EQ(fromYaml("prefetch_threads: 8\n").settings.prefetch_threads, 8);
   r = fromYaml("", {{"RANKLENS_PREFETCH_THREADS", "65"}});
   ASSERT_FALSE(r.ok);

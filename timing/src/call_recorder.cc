@@ -17,6 +17,8 @@ using Event = RecordDevice::Event;
 
 namespace {
 constexpr int kIdleMicros = 1000;  // background polling interval while nothing is pending
+// How often the background thread samples the job's free GPU memory (a cudaMemGetInfo per device: microseconds).
+constexpr auto kMemorySampleInterval = std::chrono::milliseconds(100);
 // Events left in CUDA graphs are never reused; past this many, captured calls get no duration (a program that
 // captures without end, e.g. recompiling, does not grow the recorder without bound).
 constexpr size_t kMaxRetiredEvents = size_t{1} << 16;
@@ -464,6 +466,7 @@ void CallRecorder::run() {
   device_.prepareBackgroundThread();
   std::vector<Span*> pending;           // in submission order
   std::vector<cudaStream_t> blocked;    // streams whose oldest span is still running, this pass
+  auto memorySampled = std::chrono::steady_clock::now() - kMemorySampleInterval;
   for (;;) {
     {
       // Polling, not woken per span: a futex wake on the job's thread for every call would cost it microseconds.
@@ -497,6 +500,10 @@ void CallRecorder::run() {
     }
     pending.erase(keep, pending.end());
     pollCaptured();
+    if (const auto now = std::chrono::steady_clock::now(); now - memorySampled >= kMemorySampleInterval) {
+      memorySampled = now;
+      sampleDeviceMemory();
+    }
     if (done > 0) {
       std::lock_guard<std::mutex> lock(pendingMu_);
       finished_ += done;
@@ -510,6 +517,24 @@ bool CallRecorder::drain(int64_t timeoutNs) {
   std::unique_lock<std::mutex> lock(pendingMu_);
   const uint64_t target = handedOn_;
   return drainedCv_.wait_for(lock, std::chrono::nanoseconds(timeoutNs), [&] { return finished_ >= target; });
+}
+
+void CallRecorder::sampleDeviceMemory() {
+  if (stopped_) return;
+  std::vector<int> devices;
+  {
+    std::lock_guard<std::mutex> lock(poolsMu_);
+    for (const auto& [device, pool] : pools_) devices.push_back(device);
+  }
+  for (int device : devices) {
+    uint64_t free = 0, total = 0;
+    if (device_.memoryInfo(device, &free, &total) != 0 || total == 0) continue;  // a GPU that cannot say: not known
+    std::lock_guard<std::mutex> lock(memoryMu_);
+    if (memoryTotal_ == 0 || free < memoryLeastFree_) {
+      memoryLeastFree_ = free;
+      memoryTotal_ = total;
+    }
+  }
 }
 
 RecorderStats CallRecorder::stats() const {
@@ -526,6 +551,11 @@ RecorderStats CallRecorder::stats() const {
   s.payloadsFailed = counters_.payloadsFailed;
   s.payloadsByCopyEngine = counters_.payloadsByCopyEngine;
   s.waitsForStaging = counters_.waitsForStaging;
+  {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(memoryMu_));
+    s.deviceMemoryLeastFree = memoryLeastFree_;
+    s.deviceMemoryTotal = memoryTotal_;
+  }
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(pendingMu_));
     s.pending = handedOn_ - finished_;

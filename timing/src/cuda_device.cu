@@ -544,6 +544,13 @@ class CudaDevice final : public StreamDevice {
   int currentDevice(int* device) override { return check(cudaGetDevice(device), "cudaGetDevice"); }
 
   void describe(std::string* name, std::string* uuid) override { describeCurrentCudaDevice(name, uuid); }
+  int memoryInfo(uint64_t* freeBytes, uint64_t* totalBytes) override {
+    size_t free = 0, total = 0;
+    if (int err = check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo")) return err;
+    *freeBytes = free;
+    *totalBytes = total;
+    return 0;
+  }
 
  private:
   // What a call on this thread deferred on a stream: its arrival mark (copies.stamp), the small copies enqueued

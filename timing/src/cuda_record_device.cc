@@ -247,6 +247,15 @@ class CudaRecordDevice final : public RecordDevice {
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     cudaThreadExchangeStreamCaptureMode(&mode);
   }
+  int memoryInfo(int device, uint64_t* freeBytes, uint64_t* totalBytes) override {
+    return onDevice(device, [&] {
+      size_t free = 0, total = 0;
+      if (int err = check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo")) return err;
+      *freeBytes = free;
+      *totalBytes = total;
+      return 0;
+    });
+  }
 
  private:
   static constexpr int kDevices = 64;

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "ranklens/device.h"
+#include "ranklens/payload_prefetcher.h"
 #include "reduce_copies.h"
 
 namespace ranklens {
@@ -102,6 +103,9 @@ class HostDevice final : public StreamDevice {
     uuid->clear();
   }
 
+  int memoryInfo(uint64_t* freeBytes, uint64_t* totalBytes) override {
+    return trace::hostMemoryInfo(freeBytes, totalBytes) ? 0 : fail("memoryInfo: /proc/meminfo unreadable");
+  }
   int allocHost(void** ptr, size_t bytes) override { return alloc(ptr, bytes); }
   int freeHost(void* ptr) override { return free(ptr); }
   int fence(cudaStream_t, uint64_t* token) override {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ranklens/device.h"
+#include "ranklens/payload_prefetcher.h"
 #include "ranklens/record_device.h"
 
 namespace ranklens {
@@ -88,6 +89,11 @@ class HostRecordDevice final : public RecordDevice {
     return kSignalled;
   }
   void prepareBackgroundThread() override {}
+  int memoryInfo(int, uint64_t* freeBytes, uint64_t* totalBytes) override {
+    if (trace::hostMemoryInfo(freeBytes, totalBytes)) return 0;
+    setError("host record device: /proc/meminfo unreadable");
+    return 1;
+  }
 
  private:
   const CopyOptions copies_;

@@ -57,10 +57,11 @@ std::map<uint64_t, SignatureStats> perCommunicator(const std::map<Signature, Sig
   return comms;
 }
 
-// The payloads stored (the current one of each call) and what a value replay of them needs: the largest step's bytes
-// and the pinned memory prefetch_bytes: auto takes for them on this host.
+// The payloads stored (the current one of each call) and what a value replay of them needs: the largest step's bytes,
+// the pinned memory prefetch_bytes: auto takes for them on this host, and the device memory payload_device_bytes:
+// auto would stage them in on a GPU like the recorded one (from what the job left free of it).
 struct PayloadStats {
-  uint64_t count = 0, bytes = 0, largestStep = 0, autoPrefetch = 0;
+  uint64_t count = 0, bytes = 0, largestStep = 0, autoPrefetch = 0, autoDevice = 0;
 };
 PayloadStats payloadStats(const EventLog& log) {
   PayloadStats p;
@@ -78,6 +79,17 @@ PayloadStats payloadStats(const EventLog& log) {
   }
   p.largestStep = events::largestStepBytes(log.stages, timed);
   p.autoPrefetch = trace::autoArenaBytes(p.largestStep, trace::hostMemoryBytes());
+  trace::DeviceStageSizing sizing;
+  sizing.largestStepBytes = p.largestStep;
+  sizing.arenaBytes = p.autoPrefetch;
+  const auto& counters = log.manifest.counters;
+  const auto total = counters.find(trace::counter::kDeviceMemoryTotal);
+  const auto leastFree = counters.find(trace::counter::kDeviceMemoryLeastFree);
+  if (total != counters.end() && leastFree != counters.end()) {
+    sizing.recordedTotalBytes = total->second;
+    sizing.recordedLeastFreeBytes = leastFree->second;
+  }
+  p.autoDevice = trace::autoDeviceStageBytes(sizing, nullptr);
   return p;
 }
 
@@ -96,7 +108,7 @@ nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, Sign
                          {"counters", log.manifest.counters}};
   const PayloadStats p = payloadStats(log);
   rank["payloads"] = {{"count", p.count}, {"bytes", p.bytes}, {"largest_step_bytes", p.largestStep},
-                      {"auto_prefetch_bytes", p.autoPrefetch}};
+                      {"auto_prefetch_bytes", p.autoPrefetch}, {"auto_device_bytes", p.autoDevice}};
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
     const SignatureStats& c = comms[comm.commId];
@@ -129,7 +141,8 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
   if (p.count > 0)
     out << "  payloads: " << p.count << " stored, " << bytesText(p.bytes) << "; the largest step holds "
         << bytesText(p.largestStep) << " (a value replay's prefetch_bytes: auto pins " << bytesText(p.autoPrefetch)
-        << " for them on this host)\n";
+        << " for them on this host, and payload_device_bytes: auto stages " << bytesText(p.autoDevice)
+        << " on a GPU like the recorded one)\n";
   out << "  communicators (calls, bytes, recorded GPU time):\n";
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {

@@ -106,7 +106,9 @@ struct Settings {
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 0;  // pinned host memory for decoded payloads ahead of use; 0: auto (replay.cc)
   int prefetch_threads = 0;                 // payload decoding threads; 0: a quarter of the cores, 2..8
-  unsigned long long payload_device_bytes = 256ull << 20;  // device memory payloads are staged in ahead of use
+  // Device memory payloads are staged in ahead of use; kAutoDeviceBytes: sized from the recording (replay.cc).
+  static constexpr unsigned long long kAutoDeviceBytes = ~0ull;
+  unsigned long long payload_device_bytes = kAutoDeviceBytes;
   std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made
   long long break_comm = -1, break_seq = -1;  // break_at parsed; -1 when unset
   // key -> where its value came from: "default", "<file>:<line>:<col>" or "env RANKLENS_<KEY>".

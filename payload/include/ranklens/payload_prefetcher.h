@@ -39,6 +39,27 @@ struct PrefetchStats {
 uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes);
 // This host's physical memory in bytes (0 when unknown).
 uint64_t hostMemoryBytes();
+// This host's memory: what new allocations can still take (MemAvailable in /proc/meminfo) and all of it. False when
+// unknown. The host devices report it as their "device" memory (they keep everything in host memory).
+bool hostMemoryInfo(uint64_t* availableBytes, uint64_t* totalBytes);
+
+// payload_device_bytes: auto. What the replayed rank can spare of its GPU's memory for payloads decoded ahead, from
+// what the recorded job left free (the recorder's `device_memory_*` manifest counters) and what the replaying GPU
+// has. Device staging of about two steps of payloads brought a value replay to the job's pace (GPT-2 small DDP on one
+// H200, 0.48 GB per step: 1 GiB 53.1-53.2 ms per step, 256 MiB 54.9-56.9, the job 51.9-52.6; session 22-23).
+struct DeviceStageSizing {
+  uint64_t largestStepBytes = 0;   // Recording::largestStepPayloadBytes
+  uint64_t arenaBytes = 0;         // the pinned arena (prefetch_bytes): device staging never holds more
+  uint64_t recordedTotalBytes = 0;      // 0: the recording does not say (older, crashed, or no GPU)
+  uint64_t recordedLeastFreeBytes = 0;  // the least free memory the recorder saw on the job's GPU
+  uint64_t totalBytes = 0, freeBytes = 0;  // the replaying GPU's, now (0: unknown)
+};
+// Without recorded figures 256 MiB (the fixed size before session 23). With them: the job's peak use (recorded total
+// less least free, NCCL's buffers and other processes included) and a margin (2 GiB or a tenth of the GPU, the more)
+// are kept from the replaying GPU, and half the rest may go to staging, up to two steps of payloads (at least 64
+// MiB). Never more than the arena nor half of what is free now; under 16 MiB it is 0 (no device staging). `basis`
+// (may be null) says how the size was reached, for the log.
+uint64_t autoDeviceStageBytes(const DeviceStageSizing& in, std::string* basis);
 
 class PayloadPrefetcher {
  public:

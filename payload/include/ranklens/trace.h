@@ -178,6 +178,9 @@ inline constexpr const char kTimingErrors[] = "timing_errors";
 inline constexpr const char kKernelClockUnmatched[] = "kernel_clock_unmatched";
 inline constexpr const char kKernelClockIncomplete[] = "kernel_clock_incomplete";
 inline constexpr const char kCallsUnrecorded[] = "calls_unrecorded";
+// The job's GPU memory as the recorder sampled it (replay sizes payload_device_bytes: auto from them).
+inline constexpr const char kDeviceMemoryTotal[] = "device_memory_total_bytes";
+inline constexpr const char kDeviceMemoryLeastFree[] = "device_memory_least_free_bytes";
 }  // namespace counter
 
 // The process settings a launcher gives each rank (torchrun: OMP_NUM_THREADS=1) that change its speed: kept in the

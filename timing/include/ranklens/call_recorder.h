@@ -53,6 +53,9 @@ struct RecorderStats {
   uint64_t payloadsByCopyEngine = 0;     // of those staged, copied by a copy engine (an event after it), not a kernel
   uint64_t waitsForStaging = 0;          // staging_full: wait, times the caller waited
   uint64_t pending = 0;                  // spans not yet completed
+  // The job's GPU memory, sampled by the background thread (every 100 ms while it runs, and by sampleDeviceMemory):
+  // the least free memory seen on any of its devices and that device's total. 0 and 0 when never sampled.
+  uint64_t deviceMemoryLeastFree = 0, deviceMemoryTotal = 0;
 };
 
 class CallRecorder {
@@ -107,6 +110,9 @@ class CallRecorder {
   // Ends the background thread; afterwards nothing touches the GPU (begin() returns nullptr). For process exit:
   // call it before the CUDA runtime is torn down.
   void stop();
+  // Samples the free memory of every device the recorder has seen now (at exit, before stats()), as the background
+  // thread does every 100 ms.
+  void sampleDeviceMemory();
   RecorderStats stats() const;
 
  private:
@@ -177,6 +183,8 @@ class CallRecorder {
   std::vector<Span*> captured_;         // captured calls waiting for a launch of their graph
   std::vector<device::RecordDevice::Event> retired_;  // events left in graphs, destroyed with the recorder
   std::map<uint64_t, ChainEnd> chain_;  // by communicator; background thread only (then the destructor)
+  std::mutex memoryMu_;
+  uint64_t memoryLeastFree_ = 0, memoryTotal_ = 0;  // sampleDeviceMemory's; 0: never sampled
   std::thread thread_;
 };
 

@@ -150,6 +150,8 @@ class StreamDevice {
   virtual int currentDevice(int* device) = 0;
   // Name and UUID of the current device, for trace manifests ("" for the host device).
   virtual void describe(std::string* name, std::string* uuid) = 0;
+  // Free and total memory of the current device (the host device: the host's available and total memory).
+  virtual int memoryInfo(uint64_t* freeBytes, uint64_t* totalBytes) = 0;
 
   // Replay of recorded durations and payloads.
   // Pinned (page-locked) host memory: copies from it run asynchronously on the stream.

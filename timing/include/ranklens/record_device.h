@@ -58,6 +58,10 @@ class RecordDevice {
                          uint64_t token, bool oneRank) = 0;
   // Called once on the background thread that queries events: lets it query while another thread captures a graph.
   virtual void prepareBackgroundThread() = 0;
+  // Free and total memory of `device` (as cudaMemGetInfo: every process's allocations count; the host device: the
+  // host's available and total memory). Background thread only: the recorder samples it so that a replay knows how
+  // much memory the job left free (payload_device_bytes: auto).
+  virtual int memoryInfo(int device, uint64_t* freeBytes, uint64_t* totalBytes) = 0;
 };
 
 // How copyToHost copies a received buffer (payload_copy_kernel_bytes, payload_copy_priority).
