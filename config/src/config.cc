@@ -196,6 +196,16 @@ std::string parseBytes(const Input& in, unsigned long long lo, unsigned long lon
   return "";
 }
 
+// `auto` (stored as `autoValue`, a value no byte count >= lo takes) or a byte count >= lo.
+std::string parseBytesOrAuto(const Input& in, unsigned long long lo, unsigned long long autoValue,
+                             unsigned long long& out) {
+  std::string text, err;
+  if (!scalarText(in, "auto or a byte count", text, err)) return err;
+  if (text != "auto") return parseBytes(in, lo, out, "auto");
+  out = autoValue;
+  return "";
+}
+
 // A plain decimal (digits, at most one '.', no sign or exponent) in [lo, hi].
 std::string parseDecimal(const Input& in, double lo, double hi, const std::string& expected, double& out) {
   std::string text, err;
@@ -291,6 +301,10 @@ std::string showBytes(unsigned long long bytes) {
     if (bytes >= factor && bytes % factor == 0) return std::to_string(bytes / factor) + suffix;
   }
   return std::to_string(bytes);
+}
+
+std::string showBytesOrAuto(unsigned long long bytes, unsigned long long autoValue) {
+  return bytes == autoValue ? "auto" : showBytes(bytes);
 }
 
 constexpr const char* kOpNames[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
@@ -687,16 +701,8 @@ const KeyDesc kKeys[] = {
     {"prefetch_bytes", "RANKLENS_PREFETCH_BYTES", "auto",
      "replay (value): pinned host memory holding payloads decoded ahead of their calls by worker threads; auto: 4x "
      "the recording's largest step of payloads, at least 512MiB, at most 8GiB and an eighth of the host's memory",
-     [](const Input& in, Settings& s) {
-       std::string text, err;
-       if (!scalarText(in, "auto or a byte count >= 1MiB", text, err)) return err;
-       if (text == "auto") {
-         s.prefetch_bytes = 0;
-         return std::string();
-       }
-       return parseBytes(in, 1 << 20, s.prefetch_bytes, "auto");
-     },
-     [](const Settings& s) { return s.prefetch_bytes == 0 ? std::string("auto") : showBytes(s.prefetch_bytes); }},
+     [](const Input& in, Settings& s) { return parseBytesOrAuto(in, 1 << 20, 0, s.prefetch_bytes); },
+     [](const Settings& s) { return showBytesOrAuto(s.prefetch_bytes, 0); }},
     {"prefetch_threads", "RANKLENS_PREFETCH_THREADS", "0",
      "replay (value): worker threads decoding recorded payloads ahead of their calls; 0: a quarter of the cores, 2..8",
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.prefetch_threads); },
@@ -706,18 +712,9 @@ const KeyDesc kKeys[] = {
      "restore is a copy within the GPU; auto: up to two steps of payloads, from what the recorded job left free of "
      "its GPU (256MiB when the recording does not say); 0: restore from pinned host memory",
      [](const Input& in, Settings& s) {
-       std::string text, err;
-       if (!scalarText(in, "auto or a byte count", text, err)) return err;
-       if (text == "auto") {
-         s.payload_device_bytes = Settings::kAutoDeviceBytes;
-         return std::string();
-       }
-       return parseBytes(in, 0, s.payload_device_bytes, "auto");
+       return parseBytesOrAuto(in, 0, Settings::kAutoDeviceBytes, s.payload_device_bytes);
      },
-     [](const Settings& s) {
-       return s.payload_device_bytes == Settings::kAutoDeviceBytes ? std::string("auto")
-                                                                   : showBytes(s.payload_device_bytes);
-     }},
+     [](const Settings& s) { return showBytesOrAuto(s.payload_device_bytes, Settings::kAutoDeviceBytes); }},
     {"break_at", "RANKLENS_BREAK_AT", "",
      "replay: raise SIGTRAP (stops under a debugger) when the call <comm>:<seq> is made, comm = creation order "
      "as in `ranklens trace summary`, e.g. 0:120",
