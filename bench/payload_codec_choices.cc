@@ -6,9 +6,11 @@
 // value replay (about 0.8 GB/s per thread decoding), bench/results/record/README.md, session 21. No GPU; input is
 // raw payload bytes, e.g. `rlpayload export TRACE -c 0 -s 40 -f raw -o grad.raw`.
 //
-//   payload_codec_choices FILE... [--element-bytes 4] [--levels 1,-1,-5] [--checksum off|on|both] [--repeats 3]
-//                         [--json]
+//   payload_codec_choices FILE... [--element-bytes 4] [--levels 1,-1,-5] [--checksum off|on|both]
+//                         [--match-finder planes|level|both] [--repeats 3] [--json]
 //
+// --match-finder: for the planes, the recorder's match finder at the fast levels (`planes`: trace::kPlanesHashLog and
+// kPlanesMinMatch, session 23), the level's own (`level`, as before), or both.
 // --checksum: zstd's content checksum (XXH64) in the frame, as writers before format 1.9 set it (`on`), or not, as
 // 1.9 writers do (`off`, the default). One line per file, layout, level and checksum: ratio, compress and decompress MB/s (best of --repeats on one thread), and
 // the shuffle and unshuffle rates; every decode is checked against its input.
@@ -51,7 +53,7 @@ int main(int argc, char** argv) {
   std::vector<int> levels = {1, -1, -5};
   int repeats = 3;
   bool json = false;
-  std::string checksum = "off";
+  std::string checksum = "off", matchFinder = "both";
   app.add_option("files", files, "raw payload files (rlpayload export -f raw)")->required()->check(CLI::ExistingFile);
   app.add_option("--element-bytes", width, "bytes per element: 2 (bf16/fp16), 4 (fp32), 8")
       ->check(CLI::IsMember({2, 4, 8}));
@@ -59,6 +61,10 @@ int main(int argc, char** argv) {
   app.add_option("--checksum", checksum,
                  "zstd's content checksum in the frame: off (trace format 1.9), on (writers before 1.9), or both")
       ->check(CLI::IsMember({"off", "on", "both"}));
+  app.add_option("--match-finder", matchFinder,
+                 "planes: the recorder's match finder for byte planes at the fast levels (a 64-entry hash table, "
+                 "7-byte matches); level: the zstd level's own; both")
+      ->check(CLI::IsMember({"planes", "level", "both"}));
   app.add_option("--repeats", repeats, "runs of each, the fastest kept")->check(CLI::Range(1, 100));
   app.add_flag("--json", json, "one JSON object per line");
   CLI11_PARSE(app, argc, argv);
@@ -88,13 +94,21 @@ int main(int argc, char** argv) {
     for (const bool isShuffled : {false, true}) {
       const std::vector<uint8_t>& src = isShuffled ? shuffled : raw;
       for (const int level : levels)
-      for (const bool withChecksum : {false, true}) {
+      for (const bool withChecksum : {false, true})
+      for (const bool planesTable : {true, false}) {
         if (checksum != "both" && withChecksum != (checksum == "on")) continue;
+        // The planes' own match finder exists only for planes at the fast levels; elsewhere the level's alone.
+        const bool applies = isShuffled && ranklens::trace::planesMatchFinder(level);
+        if (applies ? (matchFinder != "both" && planesTable != (matchFinder == "planes")) : planesTable) continue;
         size_t size = 0;
         const double compressS = best(repeats, [&] {
           ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
           ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
           ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, withChecksum ? 1 : 0);
+          if (planesTable) {
+            ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, ranklens::trace::kPlanesHashLog);
+            ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, ranklens::trace::kPlanesMinMatch);
+          }
           size = ZSTD_compress2(cctx, frame.data(), frame.size(), src.data(), n);
         });
         size_t out = 0;
@@ -105,13 +119,15 @@ int main(int argc, char** argv) {
         if (json) {
           printf("{\"file\": \"%s\", \"bytes\": %zu, \"element_bytes\": %zu, \"layout\": \"%s\", \"level\": %d, "
                  "\"ratio\": %.3f, \"compress_mb_s\": %.0f, \"decompress_mb_s\": %.0f, \"shuffle_mb_s\": %.0f, "
-                 "\"unshuffle_mb_s\": %.0f, \"zstd_checksum\": %s, \"roundtrip_ok\": %s}\n",
+                 "\"unshuffle_mb_s\": %.0f, \"zstd_checksum\": %s, \"match_finder\": \"%s\", \"roundtrip_ok\": %s}\n",
                  file.c_str(), n, width, isShuffled ? "shuffled" : "raw", level, double(n) / size, mb / compressS,
-                 mb / decompressS, mb / shuffleS, mb / unshuffleS, withChecksum ? "true" : "false", ok ? "true" : "false");
+                 mb / decompressS, mb / shuffleS, mb / unshuffleS, withChecksum ? "true" : "false",
+                 planesTable ? "planes" : "level", ok ? "true" : "false");
         } else {
-          printf("%s  %-8s level %3d%s: ratio %.2f, compress %6.0f MB/s, decompress %6.0f MB/s%s\n", file.c_str(),
-                 isShuffled ? "shuffled" : "raw", level, withChecksum ? " +xxh64" : "", double(n) / size,
-                 mb / compressS, mb / decompressS, ok ? "" : "  ROUNDTRIP FAILED");
+          printf("%s  %-8s level %3d%s%s: ratio %.2f, compress %6.0f MB/s, decompress %6.0f MB/s%s\n", file.c_str(),
+                 isShuffled ? "shuffled" : "raw", level, withChecksum ? " +xxh64" : "",
+                 planesTable ? " (planes' match finder)" : "", double(n) / size, mb / compressS, mb / decompressS,
+                 ok ? "" : "  ROUNDTRIP FAILED");
         }
       }
     }

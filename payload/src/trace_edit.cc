@@ -244,7 +244,7 @@ bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original,
   {
     std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
     std::string why;
-    if (cctx == nullptr || !compressBlob(cctx.get(), zstdLevel, data, bytes, &blob, &why)) {
+    if (cctx == nullptr || !compressBlob(cctx.get(), zstdLevel, /*planes=*/false, data, bytes, &blob, &why)) {
       *error = rankDir + ": " + (cctx ? why : std::string("zstd: cannot create a compression context"));
       return false;
     }

@@ -31,10 +31,15 @@ void appendFrame(std::string* out, const char* body, size_t size) {
   out->append(body, size);
 }
 
-bool compressBlob(void* context, int level, const void* data, size_t size, Blob* out, std::string* error) {
+bool compressBlob(void* context, int level, bool planes, const void* data, size_t size, Blob* out,
+                  std::string* error) {
   auto* cctx = static_cast<ZSTD_CCtx*>(context);
   ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  if (planes && planesMatchFinder(level)) {
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, kPlanesHashLog);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, kPlanesMinMatch);
+  }
   // No zstd content checksum (format 1.9): rawCrc32, of every byte, checks what a reader decodes; without zstd's
   // XXH64 over the same bytes real gradients as planes compressed 5-13% faster and decompressed 34-37% faster
   // (payload_codec_choices --checksum both, session 22).

@@ -40,8 +40,9 @@ int64_t realtimeNanoseconds();
 // Appends one frame (u32 length, u32 CRC-32, body) to `out`.
 void appendFrame(std::string* out, const char* body, size_t size);
 // One payload blob: a zstd frame with the content size (and, since format 1.9, without zstd's content checksum),
-// compressed with `cctx` (reset here) at `level`. False with `error` on failure.
-bool compressBlob(void* cctx, int level, const void* data, size_t size, Blob* out, std::string* error);
+// compressed with `cctx` (reset here) at `level`; `planes`: the bytes are byte planes (shuffleBlocks), which take
+// planesMatchFinder's table at the fast levels. False with `error` on failure.
+bool compressBlob(void* cctx, int level, bool planes, const void* data, size_t size, Blob* out, std::string* error);
 // Parses <prefix>NNNNNN<suffix> (exactly six decimal digits, as segmentName/payloadName write them).
 bool parseIndexedName(const char* name, const char* prefix, const char* suffix, uint32_t* index);
 bool makeDirectories(const std::string& path, std::string* error);

@@ -93,7 +93,7 @@ class CompressionPool {
   static constexpr size_t kAutoPieceBytes = 64u << 10, kAutoPieces = 4, kAutoMinBytes = 64u << 10;
 
   struct Timed {
-    Blob bytes;
+    const Blob* bytes = nullptr;  // the compressed bytes, until this thread's next timedCompress of the same way
     int64_t cpuNs = 0;
     bool ok = false;
   };
@@ -104,23 +104,36 @@ class CompressionPool {
   }
   // Compresses `data` (as planes of `width` when it is not 0, shuffling a copy) and times zstd in this thread's CPU
   // time, which other threads taking the core do not inflate. The shuffle is left out: at 15 GB/s it is a few percent
-  // of either compression, and a sanitizer build slows it (not zstd) several times.
+  // of either compression, and a sanitizer build slows it (not zstd) several times. Fresh pages are kept out too,
+  // which would otherwise decide between two ways that take about as long (dense noise: 20 us either way, 70-130 us
+  // when they fault): each way has a context and an output buffer of its own, kept for samples, and compresses once
+  // untimed when its input size changed (zstd sizes a context's tables to the input).
   Timed timedCompress(const uint8_t* data, size_t bytes, int width, std::string* error) {
     static thread_local std::vector<uint8_t> planes;
-    Timed out;
-    if (width != 0) {
+    static thread_local Blob outputs[2];
+    static thread_local size_t warmFor[2] = {0, 0};
+    const int way = width != 0;
+    if (way) {
       planes.assign(data, data + bytes);
       shuffleBlocks(planes.data(), bytes, width);
       data = planes.data();
     }
+    ZSTD_CCtx* context = threadContext(way ? kSamplePlanes : kSampleAsIs);
+    Timed out;
+    out.bytes = &outputs[way];
+    if (warmFor[way] != bytes && compressBlob(context, level_, way, data, bytes, &outputs[way], error))
+      warmFor[way] = bytes;
     const int64_t start = threadCpuNs();
-    out.ok = compressBlob(threadContext(), level_, data, bytes, &out.bytes, error);
+    out.ok = compressBlob(context, level_, way, data, bytes, &outputs[way], error);
     out.cpuNs = threadCpuNs() - start;
     return out;
   }
   // Byte planes pay when zstd works less on them: bf16-valued fp32 gradients (two zero planes) compress 3-4x faster
-  // and 1.3x smaller as planes, dense noise (which zstd stores almost raw, fast, as it is) 10x slower for about 10%.
-  // So the measure is the CPU time, not the size. Fills `done` when the sample was the whole payload.
+  // and 1.3x smaller as planes; dense noise, which zstd stores almost raw either way, took 10x longer as planes
+  // before they had their own match finder (trace::kPlanesHashLog) and about as long since. So the measure is the CPU
+  // time, not the size, and planes must save a quarter of it: a tie (noise) stays as it is, sparing the shuffles.
+  static bool planesPay(int64_t planesNs, int64_t asIsNs) { return planesNs * 4 < asIsNs * 3; }
+  // Fills `done` when the sample was the whole payload.
   int autoWidth(const std::vector<uint8_t>& raw, int width, Compressed* done) {
     if (raw.size() < kAutoMinBytes) return 0;
     std::string error;
@@ -128,8 +141,9 @@ class CompressionPool {
       Timed asIs = timedCompress(raw.data(), raw.size(), 0, &error);
       Timed planes = timedCompress(raw.data(), raw.size(), width, &error);
       if (!asIs.ok || !planes.ok) return 0;  // compress() tries again and reports the error
-      const bool usePlanes = planes.cpuNs < asIs.cpuNs;
-      done->bytes = std::move(usePlanes ? planes.bytes : asIs.bytes);
+      const bool usePlanes = planesPay(planes.cpuNs, asIs.cpuNs);
+      const Blob& chosen = *(usePlanes ? planes.bytes : asIs.bytes);
+      done->bytes.assign(chosen.begin(), chosen.end());
       done->shuffle = usePlanes ? width : 0;
       return done->shuffle;
     }
@@ -141,12 +155,17 @@ class CompressionPool {
     }
     Timed asIs = timedCompress(sample.data(), sample.size(), 0, &error);
     Timed planes = timedCompress(sample.data(), sample.size(), width, &error);
-    return asIs.ok && planes.ok && planes.cpuNs < asIs.cpuNs ? width : 0;
+    return asIs.ok && planes.ok && planesPay(planes.cpuNs, asIs.cpuNs) ? width : 0;
   }
-  // One compression context per worker thread, reused across payloads (measured 1.12x faster at 64 KiB).
-  static ZSTD_CCtx* threadContext() {
-    static thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
-    return cctx.get();
+  // Compression contexts per worker thread, reused across payloads (measured 1.12x faster at 64 KiB): one for
+  // whole payloads and one for each way of compressing auto's samples.
+  enum Context { kPayload, kSampleAsIs, kSamplePlanes, kContexts };
+  static ZSTD_CCtx* threadContext(Context which = kPayload) {
+    using Owned = std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)>;
+    static thread_local Owned contexts[kContexts] = {{ZSTD_createCCtx(), ZSTD_freeCCtx},
+                                                     {ZSTD_createCCtx(), ZSTD_freeCCtx},
+                                                     {ZSTD_createCCtx(), ZSTD_freeCCtx}};
+    return contexts[which].get();
   }
   Compressed compress(std::vector<uint8_t>& raw, size_t elementBytes) {
     Compressed out;
@@ -162,7 +181,7 @@ class CompressionPool {
     // rawCrc32 is of the bytes as the program had them.
     out.rawCrc32 = shuffleBlocksAndChecksum(raw.data(), raw.size(), width);
     out.shuffle = width;
-    compressBlob(threadContext(), level_, raw.data(), raw.size(), &out.bytes, &out.error);
+    compressBlob(threadContext(), level_, width != 0, raw.data(), raw.size(), &out.bytes, &out.error);
     return out;
   }
   void run() {

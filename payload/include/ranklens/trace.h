@@ -123,6 +123,14 @@ void unshuffleBlocks(uint8_t* data, size_t bytes, int width);
 // shuffleBlocks, returning the CRC-32 of the bytes as they were (each block checksummed in cache before it is stored:
 // one pass over memory fewer than crc32Bytes then shuffleBlocks). Width 0 or invalid: the CRC-32 alone.
 uint32_t shuffleBlocksAndChecksum(uint8_t* data, size_t bytes, int width);
+// zstd's match finder for payloads stored as planes at the fast levels (below 1; payload_zstd_level is -1 by
+// default): a 64-entry hash table and matches of at least 7 bytes. What planes repeat is long runs (zero planes, zero
+// rows), which zstd's repeat-offset check finds without the table; the short matches a full table finds in an
+// exponent plane are what cost most of the time. On bf16-valued fp32 as planes (dev VM, one thread, level -1, session
+// 23): compression 4.3x faster, decompression 2.9x, the blob 18-21% larger. Readers need nothing: a zstd frame says
+// nothing of how its matches were found.
+constexpr int kPlanesHashLog = 6, kPlanesMinMatch = 7;
+inline bool planesMatchFinder(int level) { return level < 1; }
 
 // Provenance of an edit made by a tool (rlpayload inject).
 struct Edit {
