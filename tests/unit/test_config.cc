@@ -606,7 +606,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_PREFETCH_THREADS", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
-                                             "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "auto", "1GiB", "256MiB", "skip",
+                                             "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "on", "1GiB", "256MiB", "skip",
                                              "events", "events", "2000", "64KiB", "0", "high", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "auto", "0", "auto", ""};
@@ -678,8 +678,8 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
   EXPECT_EQ(fromYaml("").settings.payload_threads, 0);
   EXPECT_EQ(fromYaml("payload_threads: 12\n").settings.payload_threads, 12);
   EXPECT_FALSE(fromYaml("payload_threads: 65\n").ok);
-  EXPECT_EQ(fromYaml("").settings.payload_shuffle, PayloadShuffle::kAuto);
-  EXPECT_EQ(fromYaml("payload_shuffle: on\n").settings.payload_shuffle, PayloadShuffle::kOn);
+  EXPECT_EQ(fromYaml("").settings.payload_shuffle, PayloadShuffle::kOn);
+  EXPECT_EQ(fromYaml("payload_shuffle: auto\n").settings.payload_shuffle, PayloadShuffle::kAuto);
   EXPECT_EQ(fromYaml("payload_shuffle: off\n").settings.payload_shuffle, PayloadShuffle::kOff);
   EXPECT_FALSE(fromYaml("payload_shuffle: yes\n").ok);
   EXPECT_EQ(fromYaml("").settings.payload_queue_bytes, 1ull << 30);
