@@ -35,15 +35,51 @@ struct Compressed {
   std::string error;
 };
 
-// A small pool of compression workers fed through a queue of jobs. It also keeps the large buffers that payloads
-// were copied into once they are compressed, for the next payloads: a fresh 39 MB vector is a fresh mmap whose page
-// faults cost the copying thread (record mode's background thread, a serial stage) more than the copy itself.
-class CompressionPool {
+// Large buffers kept for reuse, by capacity, up to `limit` bytes in all: a fresh 39 MB vector is a fresh mmap whose
+// page faults cost the thread that fills it more than the copy or the compression into it, and whose munmap costs the
+// thread that frees it.
+template <typename Buffer>
+class SpareBuffers {
  public:
   static constexpr size_t kReusedFrom = 1u << 20;  // smaller buffers come cheaply from malloc's free lists
+  explicit SpareBuffers(size_t limit) : limit_(limit) {}
+  // An empty buffer, or a kept one with room for `bytes` (its capacity at most twice that).
+  Buffer take(size_t bytes) {
+    if (bytes < kReusedFrom) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = spare_.lower_bound(bytes);
+    if (it == spare_.end() || it->first > 2 * bytes) return {};
+    Buffer buffer = std::move(it->second);
+    bytes_ -= it->first;
+    spare_.erase(it);
+    return buffer;
+  }
+  void keep(Buffer&& buffer) {
+    const size_t capacity = buffer.capacity();
+    if (capacity < kReusedFrom || capacity > limit_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_.emplace(capacity, std::move(buffer));
+    bytes_ += capacity;
+    while (bytes_ > limit_) {  // the smallest go first: the large ones are the costly ones to fault in
+      bytes_ -= spare_.begin()->first;
+      spare_.erase(spare_.begin());
+    }
+  }
 
+ private:
+  const size_t limit_;
+  std::mutex mu_;
+  std::multimap<size_t, Buffer> spare_;  // by capacity
+  size_t bytes_ = 0;
+};
+
+// A small pool of compression workers fed through a queue of jobs. It also keeps the large buffers that payloads
+// were copied into once they are compressed (for record mode's background thread, a serial stage, to copy the next
+// payloads into), and the compressed blobs once the writer has written them (for the workers to compress into).
+class CompressionPool {
+ public:
   CompressionPool(int threads, int level, WriterOptions::Shuffle shuffle, size_t spareLimit)
-      : level_(level), shuffle_(shuffle), spareLimit_(spareLimit) {
+      : level_(level), shuffle_(shuffle), spareRaw_(spareLimit), spareBlobs_(spareLimit / 2) {
     for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] {
       nameThisThread("RankLens Zstd");
       run();
@@ -57,23 +93,16 @@ class CompressionPool {
     wake_.notify_all();
     for (auto& t : workers_) t.join();
   }
-  // An empty vector, or a kept one with room for `bytes` (its capacity at most twice that).
-  std::vector<uint8_t> takeBuffer(size_t bytes) {
-    if (bytes < kReusedFrom) return {};
-    std::lock_guard<std::mutex> lock(spareMu_);
-    auto it = spare_.lower_bound(bytes);
-    if (it == spare_.end() || it->first > 2 * bytes) return {};
-    std::vector<uint8_t> buffer = std::move(it->second);
-    spareBytes_ -= it->first;
-    spare_.erase(it);
-    return buffer;
-  }
+  // An empty vector, or a kept one with room for `bytes`, to copy a payload into.
+  std::vector<uint8_t> takeBuffer(size_t bytes) { return spareRaw_.take(bytes); }
+  // A written blob's memory, for a later payload to be compressed into.
+  void keepBlob(Blob&& blob) { spareBlobs_.keep(std::move(blob)); }
 
   // `elementBytes`: the payload's datatype width, which byte planes take (shuffleBlocks; `raw` is changed in place).
   std::shared_future<Compressed> submit(std::vector<uint8_t>&& raw, size_t elementBytes) {
     auto job = std::make_shared<std::packaged_task<Compressed()>>([this, raw = std::move(raw), elementBytes]() mutable {
       Compressed out = compress(raw, elementBytes);
-      keep(std::move(raw));
+      spareRaw_.keep(std::move(raw));
       return out;
     });
     std::shared_future<Compressed> result = job->get_future().share();
@@ -186,6 +215,7 @@ class CompressionPool {
     // rawCrc32 is of the bytes as the program had them.
     out.rawCrc32 = shuffleBlocksAndChecksum(raw.data(), raw.size(), width);
     out.shuffle = width;
+    out.bytes = spareBlobs_.take(ZSTD_compressBound(raw.size()));
     compressBlob(threadContext(), level_, width != 0, raw.data(), raw.size(), &out.bytes, &out.error);
     return out;
   }
@@ -202,23 +232,10 @@ class CompressionPool {
       job();
     }
   }
-  void keep(std::vector<uint8_t>&& buffer) {
-    const size_t capacity = buffer.capacity();
-    if (capacity < kReusedFrom || capacity > spareLimit_) return;
-    std::lock_guard<std::mutex> lock(spareMu_);
-    spare_.emplace(capacity, std::move(buffer));
-    spareBytes_ += capacity;
-    while (spareBytes_ > spareLimit_) {  // the smallest go first: the large ones are the costly ones to fault in
-      spareBytes_ -= spare_.begin()->first;
-      spare_.erase(spare_.begin());
-    }
-  }
   int level_;
   const WriterOptions::Shuffle shuffle_;
-  const size_t spareLimit_;
-  std::mutex spareMu_;
-  std::multimap<size_t, std::vector<uint8_t>> spare_;  // by capacity
-  size_t spareBytes_ = 0;
+  SpareBuffers<std::vector<uint8_t>> spareRaw_;
+  SpareBuffers<Blob> spareBlobs_;
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> jobs_;
@@ -342,7 +359,9 @@ struct TraceWriter::Impl {
         appendFrame(&frames, body.data(), body.size());
         ++recordsDone;
         // A written payload's memory goes back now, not with its batch: appends waiting for room resume while later
-        // payloads of the batch still compress (large ones take a thread for 100+ ms each).
+        // payloads of the batch still compress (large ones take a thread for 100+ ms each). The blob's buffer is
+        // kept for a later payload (the shared state holds the only Compressed, which nothing reads after this).
+        pool->keepBlob(std::move(const_cast<Compressed&>(c).bytes));
         item.compressed = {};
         lock.lock();
         queuedBytes -= item.accounted;
