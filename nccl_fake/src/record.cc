@@ -181,8 +181,8 @@ CallRecorder* recorder() {
     }
     st.recorder = std::make_unique<CallRecorder>(
         *st.device, options, [](const ranklens::trace::Timing& t) { Runtime::get().emit(RecordType::kTiming, t); },
-        [](const ranklens::trace::PayloadRef& ref, const void* data, size_t bytes) {
-          Runtime::get().emitPayload(ref, data, bytes);
+        [](const ranklens::trace::PayloadRef& ref, const void* data, size_t bytes, std::function<void()> release) {
+          Runtime::get().emitPayload(ref, data, bytes, std::move(release));
         });
     std::string error;
     if (!st.recorder->prepareStaging(&error))

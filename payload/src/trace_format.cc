@@ -172,6 +172,26 @@ uint32_t shuffleBlocksAndChecksum(uint8_t* data, size_t bytes, int width) {
   return convertAndChecksum(data, bytes, width, true);
 }
 
+uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, int width) {
+  if (!validShuffle(width)) width = 0;
+  uint32_t crc = 0;
+  for (size_t at = 0; at < bytes; at += kShuffleBlockBytes) {
+    const size_t length = std::min(kShuffleBlockBytes, bytes - at);
+    const size_t elements = width > 0 ? length / static_cast<size_t>(width) : 0;
+    const uint8_t* in = src + at;
+    uint8_t* out = dst + at;
+    crc = crc32_gzip_refl(crc, in, length);  // the block is in cache for the pass below
+    switch (width) {
+      case 2: toPlanes<2>(in, out, elements); break;
+      case 4: toPlanes<4>(in, out, elements); break;
+      case 8: toPlanes<8>(in, out, elements); break;
+    }
+    const size_t done = elements * static_cast<size_t>(width);
+    std::memcpy(out + done, in + done, length - done);  // the tail (everything, as it is, for width 0)
+  }
+  return crc;
+}
+
 std::string Problem::describe() const { return file + ": offset " + std::to_string(offset) + ": " + reason; }
 
 static std::string indexed(const char* prefix, uint32_t index, const char* suffix) {

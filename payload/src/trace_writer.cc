@@ -73,9 +73,10 @@ class SpareBuffers {
   size_t bytes_ = 0;
 };
 
-// A small pool of compression workers fed through a queue of jobs. It also keeps the large buffers that payloads
-// were copied into once they are compressed (for record mode's background thread, a serial stage, to copy the next
-// payloads into), and the compressed blobs once the writer has written them (for the workers to compress into).
+// A small pool of compression workers fed through a queue of jobs. Borrowed payloads (appendPayloadBorrowed: record
+// mode's staging memory) are copied out first, by whichever worker is free next, ahead of any compression. It also
+// keeps the large buffers that payloads were copied into once they are compressed, for the next payloads, and the
+// compressed blobs once the writer has written them, for the workers to compress into.
 class CompressionPool {
  public:
   CompressionPool(int threads, int level, WriterOptions::Shuffle shuffle, size_t spareLimit)
@@ -93,15 +94,15 @@ class CompressionPool {
     wake_.notify_all();
     for (auto& t : workers_) t.join();
   }
-  // An empty vector, or a kept one with room for `bytes`, to copy a payload into.
-  std::vector<uint8_t> takeBuffer(size_t bytes) { return spareRaw_.take(bytes); }
+  // An empty buffer, or a kept one with room for `bytes`, to copy a payload into.
+  Blob takeBuffer(size_t bytes) { return spareRaw_.take(bytes); }
   // A written blob's memory, for a later payload to be compressed into.
   void keepBlob(Blob&& blob) { spareBlobs_.keep(std::move(blob)); }
 
   // `elementBytes`: the payload's datatype width, which byte planes take (shuffleBlocks; `raw` is changed in place).
-  std::shared_future<Compressed> submit(std::vector<uint8_t>&& raw, size_t elementBytes) {
+  std::shared_future<Compressed> submit(Blob&& raw, size_t elementBytes) {
     auto job = std::make_shared<std::packaged_task<Compressed()>>([this, raw = std::move(raw), elementBytes]() mutable {
-      Compressed out = compress(raw, elementBytes);
+      Compressed out = compress(raw, elementBytes, Copied{});
       spareRaw_.keep(std::move(raw));
       return out;
     });
@@ -114,7 +115,62 @@ class CompressionPool {
     return result;
   }
 
+  // `data` stays the caller's until `release` is called: once a worker has copied it (storing it as planes on the
+  // way, where they are sure to be used, and checksumming it), ahead of any queued compression.
+  std::shared_future<Compressed> submitBorrowed(const void* data, size_t bytes, size_t elementBytes,
+                                                std::function<void()> release) {
+    auto promise = std::make_shared<std::promise<Compressed>>();
+    std::shared_future<Compressed> result = promise->get_future().share();
+    auto copy = [this, data, bytes, elementBytes, release = std::move(release), promise]() mutable {
+      Blob raw;
+      Copied copied;
+      try {
+        raw = spareRaw_.take(bytes);
+        raw.resize(bytes);
+        copied.width = shuffle_ == WriterOptions::Shuffle::kAlways ? planesWidth(elementBytes) : 0;
+        copied.crc = shuffleCopyAndChecksum(raw.data(), static_cast<const uint8_t*>(data), bytes, copied.width);
+        copied.done = true;
+      } catch (...) {
+        release();
+        promise->set_exception(std::current_exception());
+        return;
+      }
+      release();
+      auto job = [this, raw = std::move(raw), elementBytes, copied, promise]() mutable {
+        try {
+          Compressed out = compress(raw, elementBytes, copied);
+          spareRaw_.keep(std::move(raw));
+          promise->set_value(std::move(out));
+        } catch (...) {
+          promise->set_exception(std::current_exception());
+        }
+      };
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        jobs_.push_back(std::move(job));
+      }
+      wake_.notify_one();
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      copies_.push_back(std::move(copy));
+    }
+    wake_.notify_one();
+    return result;
+  }
+
  private:
+  // A borrowed payload's copy: its CRC-32 and the planes it was stored as on the way (0: as it is).
+  struct Copied {
+    bool done = false;
+    int width = 0;
+    uint32_t crc = 0;
+  };
+  // The element width byte planes would take for a payload of `elementBytes` elements, 0 for none.
+  int planesWidth(size_t elementBytes) const {
+    const int width = static_cast<int>(elementBytes);
+    return shuffle_ == WriterOptions::Shuffle::kOff || width < 2 || !validShuffle(width) ? 0 : width;
+  }
   // Payload shuffle auto: a sample of kAutoPieces pieces of kAutoPieceBytes spread over the payload (its head alone
   // misleads: GPT-2's largest gradient bucket starts with 256 KiB of dense noise, then holds bf16-valued fp32 that
   // compress 3-4x faster as planes); smaller payloads are the sample themselves, and below kAutoMinBytes too little to
@@ -168,7 +224,7 @@ class CompressionPool {
   // time, not the size, and planes must save a quarter of it: a tie (noise) stays as it is, sparing the shuffles.
   static bool planesPay(int64_t planesNs, int64_t asIsNs) { return planesNs * 4 < asIsNs * 3; }
   // Fills `done` when the sample was the whole payload.
-  int autoWidth(const std::vector<uint8_t>& raw, int width, Compressed* done) {
+  int autoWidth(const Blob& raw, int width, Compressed* done) {
     if (raw.size() < kAutoMinBytes) return 0;
     std::string error;
     if (raw.size() <= kAutoPieces * kAutoPieceBytes) {
@@ -201,19 +257,25 @@ class CompressionPool {
                                                      {ZSTD_createCCtx(), ZSTD_freeCCtx}};
     return contexts[which].get();
   }
-  Compressed compress(std::vector<uint8_t>& raw, size_t elementBytes) {
+  // `raw` as the program had it, or as `copied` left it (stored as planes already, its CRC-32 known; under auto
+  // copied as it was, the decision still to make).
+  Compressed compress(Blob& raw, size_t elementBytes, const Copied& copied) {
     Compressed out;
-    int width = static_cast<int>(elementBytes);
-    if (shuffle_ == WriterOptions::Shuffle::kOff || width < 2 || !validShuffle(width)) width = 0;
+    int width = planesWidth(elementBytes);
     if (width != 0 && shuffle_ == WriterOptions::Shuffle::kAuto) {
       width = autoWidth(raw, width, &out);
       if (!out.bytes.empty()) {
-        out.rawCrc32 = crc32Bytes(raw.data(), raw.size());
+        out.rawCrc32 = copied.done ? copied.crc : crc32Bytes(raw.data(), raw.size());
         return out;
       }
     }
     // rawCrc32 is of the bytes as the program had them.
-    out.rawCrc32 = shuffleBlocksAndChecksum(raw.data(), raw.size(), width);
+    if (!copied.done) {
+      out.rawCrc32 = shuffleBlocksAndChecksum(raw.data(), raw.size(), width);
+    } else {
+      if (width != copied.width) shuffleBlocks(raw.data(), raw.size(), width);  // auto chose planes after the copy
+      out.rawCrc32 = copied.crc;
+    }
     out.shuffle = width;
     out.bytes = spareBlobs_.take(ZSTD_compressBound(raw.size()));
     compressBlob(threadContext(), level_, width != 0, raw.data(), raw.size(), &out.bytes, &out.error);
@@ -224,21 +286,23 @@ class CompressionPool {
       std::function<void()> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
+        wake_.wait(lock, [&] { return stopping_ || !copies_.empty() || !jobs_.empty(); });
+        // Copies first: each holds the lender's memory (record mode's staging) until it is done.
+        std::deque<std::function<void()>>& from = !copies_.empty() ? copies_ : jobs_;
+        if (from.empty()) return;
+        job = std::move(from.front());
+        from.pop_front();
       }
       job();
     }
   }
   int level_;
   const WriterOptions::Shuffle shuffle_;
-  SpareBuffers<std::vector<uint8_t>> spareRaw_;
+  SpareBuffers<Blob> spareRaw_;
   SpareBuffers<Blob> spareBlobs_;
   std::mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> jobs_;
+  std::deque<std::function<void()>> copies_, jobs_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };
@@ -483,7 +547,7 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
   impl_->inFlight++;  // close() waits for this payload: it was accepted
   lock.unlock();
   // Copy and hand to a compression worker outside the lock; the slot in the queue keeps the order.
-  std::vector<uint8_t> copy = impl_->pool->takeBuffer(bytes);
+  Blob copy = impl_->pool->takeBuffer(bytes);
   const bool reused = copy.capacity() > 0;
   copy.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
   Item item;
@@ -498,6 +562,32 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
   impl_->stats.payloadBuffersReused += reused ? 1 : 0;
   impl_->stats.payloadsAccepted++;
   impl_->inFlight--;
+  impl_->nudge();
+  impl_->progress.notify_all();
+  return true;
+}
+
+bool TraceWriter::appendPayloadBorrowed(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy,
+                                        std::function<void()> release) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  const size_t reserve = std::min(impl_->options.recordReserveBytes, impl_->options.queueBytes);
+  if (!impl_->admit(bytes, lock, policy, impl_->options.queueBytes - reserve, /*anyWhenQueueEmpty=*/false)) {
+    impl_->stats.payloadsDropped++;
+    lock.unlock();
+    release();
+    return false;
+  }
+  impl_->queuedBytes += bytes;
+  Item item;
+  item.payload = true;
+  item.accounted = bytes;
+  item.ref = ref;
+  item.ref.rawBytes = bytes;
+  // Queued now, in order; a worker copies the bytes out (and releases them) before it compresses anything else.
+  item.compressed = impl_->pool->submitBorrowed(data, bytes, events::datatypeBytes(ref.datatype), std::move(release));
+  impl_->queue.push_back(std::move(item));
+  impl_->accepted++;
+  impl_->stats.payloadsAccepted++;
   impl_->nudge();
   impl_->progress.notify_all();
   return true;

@@ -551,7 +551,7 @@ TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
         std::lock_guard<std::mutex> lock(mu);
         timings.push_back(t);
       },
-      [](const ranklens::trace::PayloadRef&, const void*, size_t) {});
+      [](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()>) {});
   int dev = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
   recorder.prepareDevice(dev);
@@ -623,10 +623,11 @@ void expectStoresWhatTheCallReceived(ranklens::device::CopyOptions copies, cudaS
         std::lock_guard<std::mutex> lock(mu);
         timings.push_back(t);
       },
-      [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes) {
+      [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes, std::function<void()> release) {
         std::lock_guard<std::mutex> lock(mu);
         const auto* p = static_cast<const unsigned char*>(data);
         stored.emplace_back(p, p + bytes);
+        release();
       });
   std::string error;
   ASSERT_TRUE(recorder.prepareStaging(&error)) << error;

@@ -559,6 +559,55 @@ TEST(TraceShuffle, ShuffledPayloadsReadBackByEveryPath) {
   }
 }
 
+// appendPayloadBorrowed (record mode's staging memory): the bytes are read by a worker, which releases them once
+// copied (the lender may then overwrite them); whatever the layout, the payload reads back as it was lent, in order.
+TEST(TraceBorrowed, LentBytesAreCopiedBeforeTheyAreReleasedAndReadBackAsTheyWere) {
+  for (const auto shuffle : {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
+    TempDir tmp;
+    const std::string dir = tmp / "rank0";
+    std::mt19937 rng(11);
+    std::vector<std::vector<float>> payloads;
+    for (size_t count : {size_t(1) << 18, (size_t(1) << 20) + 3, size_t(5000)}) {
+      std::vector<float> v(count);
+      for (auto& x : v) x = static_cast<float>(static_cast<int>(rng() % 1000)) * 0.25f;
+      payloads.push_back(std::move(v));
+    }
+    std::atomic<int> released{0};
+    {
+      WriterOptions options;
+      options.shuffle = shuffle;
+      options.zstdLevel = -1;
+      options.compressionThreads = 2;
+      auto writer = makeWriter(dir, options);
+      ASSERT_NE(writer, nullptr);
+      std::vector<std::vector<float>> lent = payloads;  // the lender's memory, scribbled over once released
+      for (size_t i = 0; i < lent.size(); ++i) {
+        std::vector<float>* mine = &lent[i];
+        ASSERT_TRUE(writer->appendPayloadBorrowed(refFor(0, i, kAllReduce, 7, mine->size()), mine->data(),
+                                                  mine->size() * 4, BackPressure::kWait, [mine, &released] {
+                                                    std::fill(mine->begin(), mine->end(), -1.0f);
+                                                    released++;
+                                                  }));
+      }
+      ASSERT_TRUE(writer->close());
+    }
+    EXPECT_EQ(released.load(), 3);
+    auto reader = openReader(dir);
+    ASSERT_NE(reader, nullptr);
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      auto ref = reader->payload(0, kAllReduce, -1, i);
+      ASSERT_TRUE(ref.has_value());
+      if (shuffle == WriterOptions::Shuffle::kAlways) EXPECT_EQ(ref->shuffle, 4);
+      if (shuffle == WriterOptions::Shuffle::kOff) EXPECT_EQ(ref->shuffle, 0);
+      std::vector<uint8_t> out;
+      Problem problem;
+      ASSERT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
+      ASSERT_EQ(out.size(), payloads[i].size() * 4);
+      EXPECT_EQ(memcmp(out.data(), payloads[i].data(), out.size()), 0) << "payload " << i;
+    }
+  }
+}
+
 // kAuto (record mode's default in session 22; `on` since) stores planes only where a sample spread over the payload
 // compresses in a quarter less CPU time as planes: fp32 values that hold bf16 values (autocast gradients: two zero
 // planes) do, by far; normal-distributed fp32 (dense noise, which zstd stores almost raw either way) is a near tie

@@ -161,7 +161,7 @@ class CapturedCalls : public ::testing::Test {
           std::lock_guard<std::mutex> lock(out_.mu);
           out_.timings.push_back(t);
         },
-        [](const ranklens::trace::PayloadRef&, const void*, size_t) {});
+        [](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()>) {});
     recorder_->prepareDevice(0);
   }
   void TearDown() override {
@@ -324,7 +324,7 @@ TEST_F(CapturedCalls, AnEmptyPoolUnderCaptureMeansNoDurationNotNewEvents) {
 // the recorder saw on the job's devices, whoever sampled it.
 TEST_F(CapturedCalls, TheLeastFreeDeviceMemoryIsKept) {
   recorder_ = std::make_unique<CallRecorder>(device_, options(), [](const Timing&) {},
-                                             [](const ranklens::trace::PayloadRef&, const void*, size_t) {});
+                                             [](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()>) {});
   recorder_->sampleDeviceMemory();
   EXPECT_EQ(recorder_->stats().deviceMemoryTotal, 0u) << "no device seen yet: nothing to sample";
   recorder_->prepareDevice(0);
@@ -381,10 +381,12 @@ TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
     options.stagingBytes = 1 << 20;
     options.pollMicros = 50;
     CallRecorder recorder(*host, options, [](const Timing&) {},
-                          [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes) {
+                          [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes,
+                              std::function<void()> release) {
                             std::lock_guard<std::mutex> lock(mu);
                             const auto* p = static_cast<const unsigned char*>(data);
                             stored.emplace_back(p, p + bytes);
+                            release();
                           });
     std::string error;
     ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
@@ -407,6 +409,59 @@ TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
       EXPECT_EQ(stored[seq], std::vector<unsigned char>(src + seq, src + seq + 16 + seq)) << "call " << seq;
     EXPECT_EQ(recorder.stats().payloadsFailed, 0u);
   }
+}
+
+// Staging lent to the payload sink stays taken until the sink releases it (a trace writer's worker copies it out
+// later), or drops every copy of its release: with room for one payload, the next one is skipped while the first is
+// held, and stored once it was given back either way.
+TEST(CallRecorderStaging, ALentRegionComesBackWhenReleasedOrDropped) {
+  auto host = ranklens::device::makeHostRecordDevice();
+  std::mutex mu;
+  std::vector<std::function<void()>> held;
+  size_t received = 0;
+  CallRecorder::Options options;
+  options.payloads = true;
+  options.stagingBytes = 4096;  // one 3000-byte payload at a time
+  options.pollMicros = 50;
+  CallRecorder recorder(*host, options, [](const Timing&) {},
+                        [&](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()> release) {
+                          std::lock_guard<std::mutex> lock(mu);
+                          ++received;
+                          held.push_back(std::move(release));
+                        });
+  std::string error;
+  ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
+  recorder.prepareDevice(0);
+  static unsigned char src[3000] = {1};
+  auto call = [&](uint64_t seq) {
+    CallRecorder::Span* span = recorder.begin(0, kEager, identity(seq));
+    ASSERT_NE(span, nullptr);
+    ranklens::timing::PayloadRequest request;
+    request.ref.seq = seq;
+    request.src = src;
+    request.bytes = sizeof(src);
+    recorder.end(span, {request});
+    ASSERT_TRUE(recorder.drain(2'000'000'000));
+  };
+  call(0);
+  call(1);  // staging still lent out: skipped
+  EXPECT_EQ(recorder.stats().payloadsSkippedFull, 1u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(held.size(), 1u);
+    held[0]();  // released
+  }
+  call(2);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(held.size(), 2u);
+    held.clear();  // dropped without a call: the region comes back all the same
+  }
+  call(3);
+  EXPECT_EQ(recorder.stats().payloadsSkippedFull, 1u);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(received, 3u);
+  held.clear();
 }
 
 }  // namespace

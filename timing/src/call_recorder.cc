@@ -75,7 +75,13 @@ CallRecorder::~CallRecorder() {
   for (Span* span : freeSpans_) delete span;
   for (auto& [dev, pool] : pools_)
     for (Event e : pool->free) device_.destroyEvent(e);
-  if (staging_) device_.freePinned(staging_);
+  // Staging lent to the payload sink (a trace writer's workers copy it out) is freed only once returned.
+  bool returned = false;
+  {
+    std::unique_lock<std::mutex> lock(stagingMu_);
+    returned = stagingFreed_.wait_for(lock, std::chrono::seconds(10), [this] { return lent_ == 0; });
+  }
+  if (staging_ && returned) device_.freePinned(staging_);
 }
 
 bool CallRecorder::prepareStaging(std::string* error) {
@@ -335,6 +341,14 @@ bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* ou
   }
 }
 
+void CallRecorder::returnLoan(size_t offset, size_t bytes) {
+  std::lock_guard<std::mutex> lock(stagingMu_);
+  stagingFree_.give(offset, bytes);
+  lent_--;
+  // Under the lock: the destructor, waiting for the last loan, cannot go on (and destroy this) before it is done.
+  stagingFreed_.notify_all();
+}
+
 void CallRecorder::releaseStaging(size_t offset, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(stagingMu_);
@@ -437,8 +451,21 @@ bool CallRecorder::complete(Span* span) {
     timingSink_(timing);
   }
   for (const Staged& s : span->staged) {
-    payloadSink_(s.ref, staging_ + s.offset, s.bytes);
-    releaseStaging(s.offset, stagedBytes(s.bytes));
+    // The region goes back when the sink is done with it: the release it calls, or its last copy destroyed.
+    struct Loan {
+      Loan(CallRecorder* r, size_t o, size_t b) : recorder(r), offset(o), bytes(b) {}
+      Loan(const Loan&) = delete;  // one region, returned once
+      Loan& operator=(const Loan&) = delete;
+      ~Loan() { recorder->returnLoan(offset, bytes); }
+      CallRecorder* recorder;
+      size_t offset, bytes;
+    };
+    {
+      std::lock_guard<std::mutex> lock(stagingMu_);
+      lent_++;
+    }
+    auto loan = std::make_shared<Loan>(this, s.offset, stagedBytes(s.bytes));
+    payloadSink_(s.ref, staging_ + s.offset, s.bytes, [loan = std::move(loan)]() mutable { loan.reset(); });
   }
   giveEvents(span->device, span->events, span->copies ? 3 : 2);  // a kept end event was taken out (chainGap)
   span->events[0] = span->events[1] = span->events[2] = nullptr;

@@ -40,10 +40,19 @@ class Runtime {
   void emit(ranklens::trace::RecordType type, const Record& record, int rankHint = -1) {
     if (auto* writer = eventWriter(rankHint)) writer->append(type, record);
   }
-  // Queues a payload (record mode's background thread; may wait for queue space, never on the job's threads).
-  bool emitPayload(const ranklens::trace::PayloadRef& ref, const void* data, size_t bytes) {
+  // Queues a payload (record mode's background thread; may wait for queue space, never on the job's threads). `data`
+  // is lent until `release` is called: payloads of kLendFromBytes and more are copied out by the writer's compression
+  // workers (spread over them, and fused with the byte-plane pass), smaller ones here, where a copy costs less than
+  // the handoff.
+  static constexpr size_t kLendFromBytes = 1u << 20;
+  bool emitPayload(const ranklens::trace::PayloadRef& ref, const void* data, size_t bytes,
+                   std::function<void()> release) {
     auto* writer = eventWriter(-1);
-    return writer && writer->appendPayload(ref, data, bytes, ranklens::trace::BackPressure::kWait);
+    if (writer && bytes >= kLendFromBytes)
+      return writer->appendPayloadBorrowed(ref, data, bytes, ranklens::trace::BackPressure::kWait, std::move(release));
+    const bool queued = writer && writer->appendPayload(ref, data, bytes, ranklens::trace::BackPressure::kWait);
+    release();
+    return queued;
   }
   ranklens::trace::TraceWriter* writer() { return eventWriter(-1); }
   // Whether this process's trace can be written, opening it if needed (`rankHint` as for emit): false only when

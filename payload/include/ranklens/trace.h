@@ -123,6 +123,9 @@ void unshuffleBlocks(uint8_t* data, size_t bytes, int width);
 // shuffleBlocks, returning the CRC-32 of the bytes as they were (each block checksummed in cache before it is stored:
 // one pass over memory fewer than crc32Bytes then shuffleBlocks). Width 0 or invalid: the CRC-32 alone.
 uint32_t shuffleBlocksAndChecksum(uint8_t* data, size_t bytes, int width);
+// The same from `src` into `dst` (not overlapping) in one pass: a copy out of record mode's staging memory that is
+// also the byte-plane pass and the checksum. Width 0 or invalid: a copy and the CRC-32.
+uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, int width);
 // zstd's match finder for payloads stored as planes at the fast levels (below 1; payload_zstd_level is -1 by
 // default): a 64-entry hash table and matches of at least 7 bytes. What planes repeat is long runs (zero planes, zero
 // rows), which zstd's repeat-offset check finds without the table; the short matches a full table finds in an
@@ -268,6 +271,12 @@ class TraceWriter {
   bool appendPayload(const PayloadRef& ref, const void* data, size_t bytes);
   // Same, with its own back-pressure policy (record mode: records never wait, its payload thread may).
   bool appendPayload(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy);
+  // The same without copying on the caller's thread: `data` stays readable until `release` is called, once, by a
+  // compression worker when it has copied the bytes out (ahead of any compression), or here at once when the payload
+  // is refused (false). Record mode hands its staging memory over so: the copy out of it is spread over the workers
+  // and is also their byte-plane pass.
+  bool appendPayloadBorrowed(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy,
+                             std::function<void()> release);
   // Waits until everything accepted before the call is written to the files (write(2) done): a SIGKILL after
   // flush() returns loses none of it. Returns false if a write failed (the error is in lastError()).
   bool flush();

@@ -69,7 +69,9 @@ class CallRecorder {
     bool timeCaptured = true;   // captured calls: event nodes in the graph (captured_timing), else no duration
   };
   using TimingSink = std::function<void(const trace::Timing&)>;
-  using PayloadSink = std::function<void(const trace::PayloadRef&, const void*, size_t)>;
+  // A stored payload's bytes in staging memory, lent to the sink until it calls `release` (at once, or later from any
+  // thread; dropping every copy of `release` returns the memory too).
+  using PayloadSink = std::function<void(const trace::PayloadRef&, const void*, size_t, std::function<void()> release)>;
 
   CallRecorder(device::RecordDevice& device, const Options& options, TimingSink timingSink,
                PayloadSink payloadSink);
@@ -129,6 +131,7 @@ class CallRecorder {
   bool stage(const PayloadRequest& request, bool mayWait, Staged* out);
   uint64_t* doneFlag(const Staged& s) const;  // in staging, after the bytes
   void releaseStaging(size_t offset, size_t bytes);
+  void returnLoan(size_t offset, size_t bytes);  // a region lent to the payload sink comes back
   void run();
   bool complete(Span* span);  // background thread: false while the span's work is pending
   // A communicator's last timed collective outside groups: its end event stays out of the pool until the next one's
@@ -183,6 +186,7 @@ class CallRecorder {
   std::vector<Span*> captured_;         // captured calls waiting for a launch of their graph
   std::vector<device::RecordDevice::Event> retired_;  // events left in graphs, destroyed with the recorder
   std::map<uint64_t, ChainEnd> chain_;  // by communicator; background thread only (then the destructor)
+  uint64_t lent_ = 0;  // staging regions the payload sink has not returned yet (under stagingMu_)
   std::mutex memoryMu_;
   uint64_t memoryLeastFree_ = 0, memoryTotal_ = 0;  // sampleDeviceMemory's; 0: never sampled
   std::thread thread_;
