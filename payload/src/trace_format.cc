@@ -116,16 +116,15 @@ void fromPlanes(const uint8_t* in, uint8_t* out, size_t elements) {
   fromPlanesBytes<W>(in, out, elements, i);
 }
 
-// Stores every block of `data` as planes of `width` (toStored) or restores it, in place; `original` sees each block in
-// the program's byte order while it is in cache: before it is stored, after it is restored.
-template <typename Original>
-void eachBlock(uint8_t* data, size_t bytes, int width, bool toStored, Original&& original) {
+// Applies `convert` (toPlanes or fromPlanes for `width`) to every block of `data` in place; `after` sees each block
+// as it ends up, while it is still in cache.
+template <typename After>
+void eachBlock(uint8_t* data, size_t bytes, int width, bool toStored, After&& after) {
   static thread_local std::unique_ptr<uint8_t[]> scratch(new uint8_t[kShuffleBlockBytes]);
   for (size_t at = 0; at < bytes; at += kShuffleBlockBytes) {
     const size_t length = std::min(kShuffleBlockBytes, bytes - at);
     const size_t elements = width > 0 ? length / static_cast<size_t>(width) : 0;
     uint8_t* block = data + at;
-    if (toStored) original(block, length);
     if (elements > 0) {
       uint8_t* tmp = scratch.get();
       switch (width) {
@@ -135,7 +134,7 @@ void eachBlock(uint8_t* data, size_t bytes, int width, bool toStored, Original&&
       }
       std::memcpy(block, tmp, elements * static_cast<size_t>(width));  // the tail stays where it is
     }
-    if (!toStored) original(block, length);
+    after(block, length);
   }
 }
 
@@ -152,25 +151,17 @@ void unshuffleBlocks(uint8_t* data, size_t bytes, int width) {
 }
 
 namespace {
-// Stores (toStored) or restores the planes in place and returns the CRC-32 of the bytes in the program's order, each
-// block checksummed while it is in cache; width 0 or invalid: the CRC-32 alone.
-uint32_t convertAndChecksum(uint8_t* data, size_t bytes, int width, bool toStored) {
+// Unshuffles a decoded payload in place (width 0: leaves it) and returns the CRC-32 of the result, each block
+// checksummed while still in cache.
+uint32_t restoreAndChecksum(uint8_t* data, size_t bytes, int width) {
   if (width == 0 || !validShuffle(width)) return crc32Bytes(data, bytes);
   uint32_t crc = 0;
-  eachBlock(data, bytes, width, toStored, [&crc](const uint8_t* block, size_t length) {
+  eachBlock(data, bytes, width, false, [&crc](const uint8_t* block, size_t length) {
     crc = crc32_gzip_refl(crc, block, length);
   });
   return crc;
 }
-// A decoded payload's byte order restored, and its CRC-32.
-uint32_t restoreAndChecksum(uint8_t* data, size_t bytes, int width) {
-  return convertAndChecksum(data, bytes, width, false);
-}
 }  // namespace
-
-uint32_t shuffleBlocksAndChecksum(uint8_t* data, size_t bytes, int width) {
-  return convertAndChecksum(data, bytes, width, true);
-}
 
 uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, int width) {
   if (!validShuffle(width)) width = 0;

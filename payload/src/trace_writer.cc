@@ -94,78 +94,75 @@ class CompressionPool {
     wake_.notify_all();
     for (auto& t : workers_) t.join();
   }
-  // An empty buffer, or a kept one with room for `bytes`, to copy a payload into.
-  Blob takeBuffer(size_t bytes) { return spareRaw_.take(bytes); }
   // A written blob's memory, for a later payload to be compressed into.
   void keepBlob(Blob&& blob) { spareBlobs_.keep(std::move(blob)); }
 
-  // `elementBytes`: the payload's datatype width, which byte planes take (shuffleBlocks; `raw` is changed in place).
-  std::shared_future<Compressed> submit(Blob&& raw, size_t elementBytes) {
-    auto job = std::make_shared<std::packaged_task<Compressed()>>([this, raw = std::move(raw), elementBytes]() mutable {
-      Compressed out = compress(raw, elementBytes, Copied{});
-      spareRaw_.keep(std::move(raw));
-      return out;
-    });
-    std::shared_future<Compressed> result = job->get_future().share();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      jobs_.push_back([job] { (*job)(); });
-    }
-    wake_.notify_one();
+  // A payload copied in: its bytes already stored as planes of `width` where they are sure to be (0: as they are;
+  // under auto the decision comes after, on a sample of them), and the CRC-32 of the program's bytes. The copy is the
+  // byte-plane pass and the checksum, in one (shuffleCopyAndChecksum).
+  struct Copy {
+    Blob raw;
+    int width = 0;
+    uint32_t crc = 0;
+    bool reused = false;  // into a kept buffer
+  };
+  Copy copyIn(const void* data, size_t bytes, size_t elementBytes) {
+    Copy copy;
+    copy.raw = spareRaw_.take(bytes);
+    copy.reused = copy.raw.capacity() > 0;
+    copy.raw.resize(bytes);
+    copy.width = shuffle_ == WriterOptions::Shuffle::kAlways ? planesWidth(elementBytes) : 0;
+    copy.crc = shuffleCopyAndChecksum(copy.raw.data(), static_cast<const uint8_t*>(data), bytes, copy.width);
+    return copy;
+  }
+  // `elementBytes`: the payload's datatype width, which byte planes take.
+  std::future<Compressed> submit(Copy&& copy, size_t elementBytes) {
+    auto promise = std::make_shared<std::promise<Compressed>>();
+    std::future<Compressed> result = promise->get_future();
+    enqueue(jobs_, compressJob(std::move(copy), elementBytes, std::move(promise)));
     return result;
   }
-
-  // `data` stays the caller's until `release` is called: once a worker has copied it (storing it as planes on the
-  // way, where they are sure to be used, and checksumming it), ahead of any queued compression.
-  std::shared_future<Compressed> submitBorrowed(const void* data, size_t bytes, size_t elementBytes,
-                                                std::function<void()> release) {
+  // `data` stays the caller's until `release` is called: once a worker has copied it in, ahead of any queued
+  // compression.
+  std::future<Compressed> submitBorrowed(const void* data, size_t bytes, size_t elementBytes,
+                                         std::function<void()> release) {
     auto promise = std::make_shared<std::promise<Compressed>>();
-    std::shared_future<Compressed> result = promise->get_future().share();
-    auto copy = [this, data, bytes, elementBytes, release = std::move(release), promise]() mutable {
-      Blob raw;
-      Copied copied;
+    std::future<Compressed> result = promise->get_future();
+    enqueue(copies_, [this, data, bytes, elementBytes, release = std::move(release), promise]() mutable {
+      Copy copy;
       try {
-        raw = spareRaw_.take(bytes);
-        raw.resize(bytes);
-        copied.width = shuffle_ == WriterOptions::Shuffle::kAlways ? planesWidth(elementBytes) : 0;
-        copied.crc = shuffleCopyAndChecksum(raw.data(), static_cast<const uint8_t*>(data), bytes, copied.width);
-        copied.done = true;
+        copy = copyIn(data, bytes, elementBytes);
       } catch (...) {
         release();
         promise->set_exception(std::current_exception());
         return;
       }
       release();
-      auto job = [this, raw = std::move(raw), elementBytes, copied, promise]() mutable {
-        try {
-          Compressed out = compress(raw, elementBytes, copied);
-          spareRaw_.keep(std::move(raw));
-          promise->set_value(std::move(out));
-        } catch (...) {
-          promise->set_exception(std::current_exception());
-        }
-      };
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        jobs_.push_back(std::move(job));
-      }
-      wake_.notify_one();
-    };
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      copies_.push_back(std::move(copy));
-    }
-    wake_.notify_one();
+      enqueue(jobs_, compressJob(std::move(copy), elementBytes, std::move(promise)));
+    });
     return result;
   }
 
  private:
-  // A borrowed payload's copy: its CRC-32 and the planes it was stored as on the way (0: as it is).
-  struct Copied {
-    bool done = false;
-    int width = 0;
-    uint32_t crc = 0;
-  };
+  using Promise = std::shared_ptr<std::promise<Compressed>>;
+  std::function<void()> compressJob(Copy&& copy, size_t elementBytes, Promise promise) {
+    return [this, copy = std::move(copy), elementBytes, promise = std::move(promise)]() mutable {
+      try {
+        Compressed out = compress(copy, elementBytes);
+        spareRaw_.keep(std::move(copy.raw));
+        promise->set_value(std::move(out));
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    };
+  }
+  void enqueue(std::deque<std::function<void()>>& queue, std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue.push_back(std::move(job));
+    }
+    wake_.notify_one();
+  }
   // The element width byte planes would take for a payload of `elementBytes` elements, 0 for none.
   int planesWidth(size_t elementBytes) const {
     const int width = static_cast<int>(elementBytes);
@@ -257,24 +254,15 @@ class CompressionPool {
                                                      {ZSTD_createCCtx(), ZSTD_freeCCtx}};
     return contexts[which].get();
   }
-  // `raw` as the program had it, or as `copied` left it (stored as planes already, its CRC-32 known; under auto
-  // copied as it was, the decision still to make).
-  Compressed compress(Blob& raw, size_t elementBytes, const Copied& copied) {
+  Compressed compress(Copy& copy, size_t elementBytes) {
+    Blob& raw = copy.raw;
     Compressed out;
-    int width = planesWidth(elementBytes);
-    if (width != 0 && shuffle_ == WriterOptions::Shuffle::kAuto) {
-      width = autoWidth(raw, width, &out);
-      if (!out.bytes.empty()) {
-        out.rawCrc32 = copied.done ? copied.crc : crc32Bytes(raw.data(), raw.size());
-        return out;
-      }
-    }
-    // rawCrc32 is of the bytes as the program had them.
-    if (!copied.done) {
-      out.rawCrc32 = shuffleBlocksAndChecksum(raw.data(), raw.size(), width);
-    } else {
-      if (width != copied.width) shuffleBlocks(raw.data(), raw.size(), width);  // auto chose planes after the copy
-      out.rawCrc32 = copied.crc;
+    out.rawCrc32 = copy.crc;
+    int width = copy.width;
+    if (shuffle_ == WriterOptions::Shuffle::kAuto && planesWidth(elementBytes) != 0) {
+      width = autoWidth(raw, planesWidth(elementBytes), &out);  // copied as it was
+      if (!out.bytes.empty()) return out;
+      shuffleBlocks(raw.data(), raw.size(), width);  // 0 leaves it
     }
     out.shuffle = width;
     out.bytes = spareBlobs_.take(ZSTD_compressBound(raw.size()));
@@ -310,7 +298,7 @@ class CompressionPool {
 struct Item {
   std::string body;                          // record body (empty for payloads)
   PayloadRef ref;                            // payloads
-  std::shared_future<Compressed> compressed;  // payloads
+  std::future<Compressed> compressed;        // payloads
   size_t accounted = 0;                      // bytes counted against the queue bound
   bool payload = false;
 };
@@ -398,7 +386,7 @@ struct TraceWriter::Impl {
           ++recordsDone;
           continue;
         }
-        const Compressed& c = item.compressed.get();
+        Compressed c = item.compressed.get();
         if (!c.error.empty()) {
           ++failedPayloads;
           continue;
@@ -424,8 +412,8 @@ struct TraceWriter::Impl {
         ++recordsDone;
         // A written payload's memory goes back now, not with its batch: appends waiting for room resume while later
         // payloads of the batch still compress (large ones take a thread for 100+ ms each). The blob's buffer is
-        // kept for a later payload (the shared state holds the only Compressed, which nothing reads after this).
-        pool->keepBlob(std::move(const_cast<Compressed&>(c).bytes));
+        // kept for a later payload.
+        pool->keepBlob(std::move(c.bytes));
         item.compressed = {};
         lock.lock();
         queuedBytes -= item.accounted;
@@ -456,6 +444,32 @@ struct TraceWriter::Impl {
   // Wakes the writer only when the queue is filling up; otherwise it comes by within kLinger.
   void nudge() {
     if (queuedBytes >= hurryBytes()) wake.notify_one();
+  }
+
+  // A payload of `bytes` taken into the queue's count (waiting for room or refused as `policy` says; refusals
+  // counted). Under `lock`.
+  bool admitPayload(size_t bytes, BackPressure policy, std::unique_lock<std::mutex>& lock) {
+    const size_t reserve = std::min(options.recordReserveBytes, options.queueBytes);
+    if (!admit(bytes, lock, policy, options.queueBytes - reserve, /*anyWhenQueueEmpty=*/false)) {
+      stats.payloadsDropped++;
+      return false;
+    }
+    queuedBytes += bytes;
+    return true;
+  }
+  // An admitted payload's place in the queue (under the lock): the writer takes its blob from `compressed`.
+  void queuePayload(const PayloadRef& ref, size_t bytes, std::future<Compressed> compressed) {
+    Item item;
+    item.payload = true;
+    item.accounted = bytes;
+    item.ref = ref;
+    item.ref.rawBytes = bytes;
+    item.compressed = std::move(compressed);
+    queue.push_back(std::move(item));
+    accepted++;
+    stats.payloadsAccepted++;
+    nudge();
+    progress.notify_all();
   }
 
   bool admitRecord(size_t bytes, std::unique_lock<std::mutex>& lock) {
@@ -537,59 +551,32 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
 
 bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy) {
   std::unique_lock<std::mutex> lock(impl_->mu);
-  const size_t reserve = std::min(impl_->options.recordReserveBytes, impl_->options.queueBytes);
-  if (!impl_->admit(bytes, lock, policy, impl_->options.queueBytes - reserve,
-                    /*anyWhenQueueEmpty=*/false)) {
-    impl_->stats.payloadsDropped++;
-    return false;
-  }
-  impl_->queuedBytes += bytes;
+  if (!impl_->admitPayload(bytes, policy, lock)) return false;
   impl_->inFlight++;  // close() waits for this payload: it was accepted
   lock.unlock();
   // Copy and hand to a compression worker outside the lock; the slot in the queue keeps the order.
-  Blob copy = impl_->pool->takeBuffer(bytes);
-  const bool reused = copy.capacity() > 0;
-  copy.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
-  Item item;
-  item.payload = true;
-  item.accounted = bytes;
-  item.ref = ref;
-  item.ref.rawBytes = bytes;
-  item.compressed = impl_->pool->submit(std::move(copy), events::datatypeBytes(ref.datatype));
+  const size_t elementBytes = events::datatypeBytes(ref.datatype);
+  CompressionPool::Copy copy = impl_->pool->copyIn(data, bytes, elementBytes);
+  const bool reused = copy.reused;
+  std::future<Compressed> compressed = impl_->pool->submit(std::move(copy), elementBytes);
   lock.lock();
-  impl_->queue.push_back(std::move(item));
-  impl_->accepted++;
   impl_->stats.payloadBuffersReused += reused ? 1 : 0;
-  impl_->stats.payloadsAccepted++;
   impl_->inFlight--;
-  impl_->nudge();
-  impl_->progress.notify_all();
+  impl_->queuePayload(ref, bytes, std::move(compressed));
   return true;
 }
 
 bool TraceWriter::appendPayloadBorrowed(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy,
                                         std::function<void()> release) {
   std::unique_lock<std::mutex> lock(impl_->mu);
-  const size_t reserve = std::min(impl_->options.recordReserveBytes, impl_->options.queueBytes);
-  if (!impl_->admit(bytes, lock, policy, impl_->options.queueBytes - reserve, /*anyWhenQueueEmpty=*/false)) {
-    impl_->stats.payloadsDropped++;
+  if (!impl_->admitPayload(bytes, policy, lock)) {
     lock.unlock();
     release();
     return false;
   }
-  impl_->queuedBytes += bytes;
-  Item item;
-  item.payload = true;
-  item.accounted = bytes;
-  item.ref = ref;
-  item.ref.rawBytes = bytes;
-  // Queued now, in order; a worker copies the bytes out (and releases them) before it compresses anything else.
-  item.compressed = impl_->pool->submitBorrowed(data, bytes, events::datatypeBytes(ref.datatype), std::move(release));
-  impl_->queue.push_back(std::move(item));
-  impl_->accepted++;
-  impl_->stats.payloadsAccepted++;
-  impl_->nudge();
-  impl_->progress.notify_all();
+  // Queued now, in order; a worker copies the bytes in (and releases them) before it compresses anything else.
+  impl_->queuePayload(
+      ref, bytes, impl_->pool->submitBorrowed(data, bytes, events::datatypeBytes(ref.datatype), std::move(release)));
   return true;
 }
 

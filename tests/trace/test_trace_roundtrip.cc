@@ -487,11 +487,11 @@ TEST(TraceShuffle, EveryWidthAndLengthComesBack) {
                           kShuffleBlockBytes, kShuffleBlockBytes + 3, 3 * kShuffleBlockBytes + 5}) {
       std::vector<uint8_t> bytes(length);
       for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-      std::vector<uint8_t> stored = bytes, alsoStored = bytes;
+      std::vector<uint8_t> stored = bytes, alsoStored(length);
       shuffleBlocks(stored.data(), stored.size(), width);
       if (length >= 2 * static_cast<size_t>(width)) EXPECT_NE(stored, bytes) << width << " " << length;
       // The writer's pass: the same planes, and the CRC-32 of the bytes as they were.
-      EXPECT_EQ(shuffleBlocksAndChecksum(alsoStored.data(), alsoStored.size(), width),
+      EXPECT_EQ(shuffleCopyAndChecksum(alsoStored.data(), bytes.data(), bytes.size(), width),
                 crc32Bytes(bytes.data(), bytes.size()));
       EXPECT_EQ(alsoStored, stored) << "width " << width << ", " << length << " bytes";
       unshuffleBlocks(stored.data(), stored.size(), width);

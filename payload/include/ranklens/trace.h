@@ -120,11 +120,9 @@ inline bool validShuffle(int width) { return width == 0 || width == 2 || width =
 // In place, raw -> stored and back; `width` 2, 4 or 8 (anything else leaves the bytes alone).
 void shuffleBlocks(uint8_t* data, size_t bytes, int width);
 void unshuffleBlocks(uint8_t* data, size_t bytes, int width);
-// shuffleBlocks, returning the CRC-32 of the bytes as they were (each block checksummed in cache before it is stored:
-// one pass over memory fewer than crc32Bytes then shuffleBlocks). Width 0 or invalid: the CRC-32 alone.
-uint32_t shuffleBlocksAndChecksum(uint8_t* data, size_t bytes, int width);
-// The same from `src` into `dst` (not overlapping) in one pass: a copy out of record mode's staging memory that is
-// also the byte-plane pass and the checksum. Width 0 or invalid: a copy and the CRC-32.
+// shuffleBlocks from `src` into `dst` (not overlapping), returning the CRC-32 of `src`, in one pass: the writer's copy
+// of a payload is also its byte-plane pass and its checksum (each block checksummed in cache). Width 0 or invalid: a
+// copy and the CRC-32.
 uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, int width);
 // zstd's match finder for payloads stored as planes at the fast levels (below 1; payload_zstd_level is -1 by
 // default): a 64-entry hash table and matches of at least 7 bytes. What planes repeat is long runs (zero planes, zero
