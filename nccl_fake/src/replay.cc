@@ -303,13 +303,7 @@ uint64_t deviceStageBytes(const ranklens::trace::Recording& recording, uint64_t 
   ranklens::trace::DeviceStageSizing in;
   in.largestStepBytes = largestStepBytes;
   in.arenaBytes = arenaBytes;
-  const auto& counters = recording.manifest().counters;
-  const auto total = counters.find(ranklens::trace::counter::kDeviceMemoryTotal);
-  const auto leastFree = counters.find(ranklens::trace::counter::kDeviceMemoryLeastFree);
-  if (total != counters.end() && leastFree != counters.end()) {
-    in.recordedTotalBytes = total->second;
-    in.recordedLeastFreeBytes = leastFree->second;
-  }
+  ranklens::trace::setRecordedDeviceMemory(recording.manifest(), &in);
   if (device.memoryInfo(&in.freeBytes, &in.totalBytes) != 0) in.freeBytes = in.totalBytes = 0;
   std::string basis;
   const uint64_t bytes = ranklens::trace::autoDeviceStageBytes(in, &basis);

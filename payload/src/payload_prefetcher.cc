@@ -50,6 +50,14 @@ bool hostMemoryInfo(uint64_t* availableBytes, uint64_t* totalBytes) {
   return true;
 }
 
+void setRecordedDeviceMemory(const Manifest& manifest, DeviceStageSizing* in) {
+  const auto total = manifest.counters.find(counter::kDeviceMemoryTotal);
+  const auto leastFree = manifest.counters.find(counter::kDeviceMemoryLeastFree);
+  if (total == manifest.counters.end() || leastFree == manifest.counters.end()) return;
+  in->recordedTotalBytes = total->second;
+  in->recordedLeastFreeBytes = leastFree->second;
+}
+
 uint64_t autoDeviceStageBytes(const DeviceStageSizing& in, std::string* basis) {
   constexpr uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
   auto mib = [](uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; };

@@ -82,13 +82,7 @@ PayloadStats payloadStats(const EventLog& log) {
   trace::DeviceStageSizing sizing;
   sizing.largestStepBytes = p.largestStep;
   sizing.arenaBytes = p.autoPrefetch;
-  const auto& counters = log.manifest.counters;
-  const auto total = counters.find(trace::counter::kDeviceMemoryTotal);
-  const auto leastFree = counters.find(trace::counter::kDeviceMemoryLeastFree);
-  if (total != counters.end() && leastFree != counters.end()) {
-    sizing.recordedTotalBytes = total->second;
-    sizing.recordedLeastFreeBytes = leastFree->second;
-  }
+  trace::setRecordedDeviceMemory(log.manifest, &sizing);
   p.autoDevice = trace::autoDeviceStageBytes(sizing, nullptr);
   return p;
 }

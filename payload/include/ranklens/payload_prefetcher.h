@@ -54,6 +54,8 @@ struct DeviceStageSizing {
   uint64_t recordedLeastFreeBytes = 0;  // the least free memory the recorder saw on the job's GPU
   uint64_t totalBytes = 0, freeBytes = 0;  // the replaying GPU's, now (0: unknown)
 };
+// The recorded figures of DeviceStageSizing from a manifest's device_memory_* counters (left 0 without them).
+void setRecordedDeviceMemory(const Manifest& manifest, DeviceStageSizing* in);
 // Without recorded figures 256 MiB (the fixed size before session 23). With them: the job's peak use (recorded total
 // less least free, NCCL's buffers and other processes included) and a margin (2 GiB or a tenth of the GPU, the more)
 // are kept from the replaying GPU, and half the rest may go to staging, up to two steps of payloads (at least 64
