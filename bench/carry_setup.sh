@@ -78,3 +78,24 @@ carry_gpu_tests_and_baseline() {
   echo "baseline rc=$? median_step_ms $(carry_step_ms "$2/base.log")"
   carry_result_row "$1" baseline "$2/base.log"
 }
+
+# carry_record OUT_JSONL WORKDIR NAME LIBRARY TRAIN_ARGS EXTRA_JSON [VAR=VALUE...]: records the job on one GPU through
+# torchrun with payloads all and LIBRARY (VAR=VALUE... set for it), the recorder's threads sampled: the trace in
+# WORKDIR/NAME, its log NAME.log, the samples NAME.tc; one summary line on stdout and the row NAME (with EXTRA_JSON's
+# fields) in OUT_JSONL. Used by results scripts from s24b on.
+carry_record() {
+  local out=$1 w=$2 name=$3 lib=$4 train=$5 extra=$6
+  shift 6
+  $PY bench/thread_cpu.py --match train_gpt.py --wait 120 > "$w/$name.tc" &
+  env "$@" timeout 150 .carry/bin/ranklens record --lib "$lib" --trace "$w/$name" --payloads all -- \
+    $PY -m torch.distributed.run --standalone --nproc-per-node 1 $train > "$w/$name.log" 2>&1
+  echo "$name rc=$? median_step_ms $(carry_step_ms "$w/$name.log") trace $(du -sh "$w/$name" | cut -f1)"
+  wait
+  carry_result_row "$out" "$name" "$w/$name.log" "$w/$name/rank0" "$w/$name.tc" "$extra"
+}
+
+# carry_stamp OUT_JSONL MACHINE SCRIPT: adds the commit, the time, MACHINE and the command (bash SCRIPT) to every row.
+carry_stamp() {
+  local command="bash $3"
+  sed -i "s|}\$|, \"commit\": \"$C\", \"date\": \"$(date -u +%FT%TZ)\", \"machine\": \"$2\", \"command\": \"$command\"}|" "$1"
+}

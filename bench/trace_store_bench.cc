@@ -444,7 +444,8 @@ ReadFixture& scanFixture() {
   return f;
 }
 
-// One payload trace per (level, dtype, size): kBatchBytes of payloads, 2 compression threads.
+// One payload trace per (level, dtype, size): kBatchBytes of payloads, one compression thread (so one payload file,
+// which the in-memory decoders read whole).
 ReadFixture& payloadFixture(int level, int dtype, size_t bytes) {
   static std::map<std::tuple<int, int, size_t>, ReadFixture> fixtures;
   auto key = std::make_tuple(level, dtype, bytes);
@@ -454,6 +455,7 @@ ReadFixture& payloadFixture(int level, int dtype, size_t bytes) {
   out.dir = gRoot + "/fixture-payload-L" + std::to_string(level) + "-" + dtypeName(dtype) + "-" + sizeName(bytes);
   trace::WriterOptions options;
   options.zstdLevel = level;
+  options.compressionThreads = 1;
   auto writer = trace::TraceWriter::create(out.dir, benchManifest(), options, &out.error);
   if (!writer) return out;
   const std::vector<uint8_t>& data = pool(dtype);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// TraceWriter: bounded queue -> one writer thread (whole frames, write(2) only) + zstd compression workers.
-// Items are written in the order they were accepted; a payload's reference is written after its blob.
+// TraceWriter: bounded queue -> one writer thread (segment frames, write(2) only) + zstd compression workers, which
+// append the blobs they compress to payload files of their own. Records are written in the order they were accepted; a
+// payload's reference is written after its blob.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -8,6 +9,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -33,6 +35,56 @@ struct Compressed {
   uint32_t rawCrc32 = 0;
   int shuffle = 0;  // PayloadRef.shuffle
   std::string error;
+};
+
+// A payload's blob once a compression worker has appended it to a payload file: what its PayloadRef needs.
+struct Written {
+  uint32_t rawCrc32 = 0;
+  int shuffle = 0;
+  uint32_t file = 0;
+  uint64_t offset = 0, compressedBytes = 0;
+  std::string error;      // not compressed (the payload is dropped and counted)
+  std::string fileError;  // not written (the trace's error, as for a segment write)
+};
+
+// Payload files, written by the compression workers each into one of its own: writes into one file serialise on its
+// inode (one tmpfs file took 2.3-2.9 GB/s from one thread or two; two files, one each, 5.5 GB/s), which made the
+// single writer thread the bound of a full-payload recording (s24a). A worker opens the next free index when it first
+// writes and when its file is full, so the indices stay contiguous.
+class PayloadFiles {
+ public:
+  PayloadFiles(std::string dir, uint64_t fileBytes) : dir_(std::move(dir)), fileBytes_(fileBytes) {}
+  struct Open {  // one worker's file
+    AppendFile file;
+    uint32_t index = 0;
+    bool open = false;
+  };
+  bool append(Open* to, const Blob& blob, Written* where) {
+    if (!to->open || (to->file.size() > kFileHeaderBytes && to->file.size() + blob.size() > fileBytes_)) {
+      to->file.close();
+      to->open = false;
+      const uint32_t index = next_.fetch_add(1);
+      if (index > kMaxFileIndex) {
+        where->fileError = dir_ + ": " + std::to_string(kMaxFileIndex + 1) +
+                           " payload files: raise WriterOptions.payloadFileBytes";
+        return false;
+      }
+      if (!to->file.create(dir_ + "/" + payloadName(index), kPayloadMagic, index, &where->fileError)) return false;
+      to->index = index;
+      to->open = true;
+    }
+    where->file = to->index;
+    where->offset = to->file.size();
+    where->compressedBytes = blob.size();
+    return to->file.append(blob.data(), blob.size(), &where->fileError);
+  }
+  // Files created (the highest index + 1).
+  uint32_t count() const { return std::min(next_.load(), kMaxFileIndex + 1); }
+
+ private:
+  const std::string dir_;
+  const uint64_t fileBytes_;
+  std::atomic<uint32_t> next_{0};
 };
 
 // Large buffers kept for reuse, by capacity, up to `limit` bytes in all: a fresh 39 MB vector is a fresh mmap whose
@@ -73,14 +125,15 @@ class SpareBuffers {
   size_t bytes_ = 0;
 };
 
-// A small pool of compression workers fed through a queue of jobs. Borrowed payloads (appendPayloadBorrowed: record
-// mode's staging memory) are copied out first, by whichever worker is free next, ahead of any compression. It also
-// keeps the large buffers that payloads were copied into once they are compressed, for the next payloads, and the
-// compressed blobs once the writer has written them, for the workers to compress into.
+// A small pool of compression workers fed through a queue of jobs; each appends the blobs it compresses to a payload
+// file of its own (PayloadFiles). Borrowed payloads (appendPayloadBorrowed: record mode's staging memory) are copied
+// out first, by whichever worker is free next, ahead of any compression. It also keeps the large buffers that payloads
+// were copied into once they are compressed, for the next payloads, and the compressed blobs once written, for the
+// workers to compress into.
 class CompressionPool {
  public:
-  CompressionPool(int threads, int level, WriterOptions::Shuffle shuffle, size_t spareLimit)
-      : level_(level), shuffle_(shuffle), spareRaw_(spareLimit), spareBlobs_(spareLimit / 2) {
+  CompressionPool(int threads, int level, WriterOptions::Shuffle shuffle, size_t spareLimit, PayloadFiles* files)
+      : level_(level), shuffle_(shuffle), spareRaw_(spareLimit), spareBlobs_(spareLimit / 2), files_(files) {
     for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] {
       nameThisThread("RankLens Zstd");
       run();
@@ -94,9 +147,6 @@ class CompressionPool {
     wake_.notify_all();
     for (auto& t : workers_) t.join();
   }
-  // A written blob's memory, for a later payload to be compressed into.
-  void keepBlob(Blob&& blob) { spareBlobs_.keep(std::move(blob)); }
-
   // A payload copied in: its bytes already stored as planes of `width` where they are sure to be (0: as they are;
   // under auto the decision comes after, on a sample of them), and the CRC-32 of the program's bytes. The copy is the
   // byte-plane pass and the checksum, in one (shuffleCopyAndChecksum).
@@ -116,19 +166,19 @@ class CompressionPool {
     return copy;
   }
   // `elementBytes`: the payload's datatype width, which byte planes take.
-  std::future<Compressed> submit(Copy&& copy, size_t elementBytes) {
-    auto promise = std::make_shared<std::promise<Compressed>>();
-    std::future<Compressed> result = promise->get_future();
+  std::future<Written> submit(Copy&& copy, size_t elementBytes) {
+    auto promise = std::make_shared<std::promise<Written>>();
+    std::future<Written> result = promise->get_future();
     enqueue(jobs_, compressJob(std::move(copy), elementBytes, std::move(promise)));
     return result;
   }
   // `data` stays the caller's until `release` is called: once a worker has copied it in, ahead of any queued
   // compression.
-  std::future<Compressed> submitBorrowed(const void* data, size_t bytes, size_t elementBytes,
-                                         std::function<void()> release) {
-    auto promise = std::make_shared<std::promise<Compressed>>();
-    std::future<Compressed> result = promise->get_future();
-    enqueue(copies_, [this, data, bytes, elementBytes, release = std::move(release), promise]() mutable {
+  std::future<Written> submitBorrowed(const void* data, size_t bytes, size_t elementBytes,
+                                      std::function<void()> release) {
+    auto promise = std::make_shared<std::promise<Written>>();
+    std::future<Written> result = promise->get_future();
+    enqueue(copies_, [this, data, bytes, elementBytes, release = std::move(release), promise](PayloadFiles::Open&) mutable {
       Copy copy;
       try {
         copy = copyIn(data, bytes, elementBytes);
@@ -144,19 +194,26 @@ class CompressionPool {
   }
 
  private:
-  using Promise = std::shared_ptr<std::promise<Compressed>>;
-  std::function<void()> compressJob(Copy&& copy, size_t elementBytes, Promise promise) {
-    return [this, copy = std::move(copy), elementBytes, promise = std::move(promise)]() mutable {
+  using Promise = std::shared_ptr<std::promise<Written>>;
+  using Job = std::function<void(PayloadFiles::Open&)>;
+  Job compressJob(Copy&& copy, size_t elementBytes, Promise promise) {
+    return [this, copy = std::move(copy), elementBytes, promise = std::move(promise)](PayloadFiles::Open& file) mutable {
       try {
         Compressed out = compress(copy, elementBytes);
         spareRaw_.keep(std::move(copy.raw));
-        promise->set_value(std::move(out));
+        Written written;
+        written.rawCrc32 = out.rawCrc32;
+        written.shuffle = out.shuffle;
+        written.error = std::move(out.error);
+        if (written.error.empty()) files_->append(&file, out.bytes, &written);
+        spareBlobs_.keep(std::move(out.bytes));
+        promise->set_value(std::move(written));
       } catch (...) {
         promise->set_exception(std::current_exception());
       }
     };
   }
-  void enqueue(std::deque<std::function<void()>>& queue, std::function<void()> job) {
+  void enqueue(std::deque<Job>& queue, Job job) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue.push_back(std::move(job));
@@ -270,27 +327,29 @@ class CompressionPool {
     return out;
   }
   void run() {
+    PayloadFiles::Open file;  // this worker's
     for (;;) {
-      std::function<void()> job;
+      Job job;
       {
         std::unique_lock<std::mutex> lock(mu_);
         wake_.wait(lock, [&] { return stopping_ || !copies_.empty() || !jobs_.empty(); });
         // Copies first: each holds the lender's memory (record mode's staging) until it is done.
-        std::deque<std::function<void()>>& from = !copies_.empty() ? copies_ : jobs_;
+        std::deque<Job>& from = !copies_.empty() ? copies_ : jobs_;
         if (from.empty()) return;
         job = std::move(from.front());
         from.pop_front();
       }
-      job();
+      job(file);
     }
   }
   int level_;
   const WriterOptions::Shuffle shuffle_;
   SpareBuffers<Blob> spareRaw_;
   SpareBuffers<Blob> spareBlobs_;
+  PayloadFiles* const files_;
   std::mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> copies_, jobs_;
+  std::deque<Job> copies_, jobs_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };
@@ -298,7 +357,7 @@ class CompressionPool {
 struct Item {
   std::string body;                          // record body (empty for payloads)
   PayloadRef ref;                            // payloads
-  std::future<Compressed> compressed;        // payloads
+  std::future<Written> written;              // payloads: the blob, compressed and written
   size_t accounted = 0;                      // bytes counted against the queue bound
   bool payload = false;
 };
@@ -309,6 +368,7 @@ struct TraceWriter::Impl {
   std::string dir;
   Manifest manifest;
   WriterOptions options;
+  std::unique_ptr<PayloadFiles> payloadFiles;
   std::unique_ptr<CompressionPool> pool;
 
   mutable std::mutex mu;
@@ -324,9 +384,8 @@ struct TraceWriter::Impl {
   std::thread thread;
 
   // Writer-thread state.
-  AppendFile segment, payloadFile;
-  uint32_t segmentIndex = 0, payloadIndex = 0;
-  bool payloadOpen = false;
+  AppendFile segment;
+  uint32_t segmentIndex = 0;
 
   bool openSegment(uint32_t index, std::string* err) {
     if (index > kMaxFileIndex) {
@@ -336,16 +395,6 @@ struct TraceWriter::Impl {
     segmentIndex = index;
     manifest.segments = index + 1;
     return segment.create(dir + "/" + segmentName(index), kSegmentMagic, index, err);
-  }
-  bool openPayload(uint32_t index, std::string* err) {
-    if (index > kMaxFileIndex) {
-      *err = dir + ": " + std::to_string(kMaxFileIndex + 1) + " payload files: raise WriterOptions.payloadFileBytes";
-      return false;
-    }
-    payloadIndex = index;
-    payloadOpen = true;
-    manifest.payload_files = index + 1;
-    return payloadFile.create(dir + "/" + payloadName(index), kPayloadMagic, index, err);
   }
 
   // Writes `frames` to the current segment, rolling over first if the segment is full.
@@ -358,6 +407,15 @@ struct TraceWriter::Impl {
     bool ok = segment.append(frames->data(), frames->size(), err);
     frames->clear();
     return ok;
+  }
+  // Adds a record's frame to `frames`, writing those pending first where it would take the current segment past
+  // segmentBytes: segments roll over between any two frames, not only between the writer's batches.
+  bool addFrame(std::string* frames, const char* body, size_t size, std::string* err) {
+    if (!frames->empty() && segment.size() + frames->size() + kFrameHeaderBytes + size > options.segmentBytes &&
+        !writeFrames(frames, err))
+      return false;
+    appendFrame(frames, body, size);
+    return true;
   }
 
   void run() {
@@ -382,39 +440,42 @@ struct TraceWriter::Impl {
       for (auto& item : batch) {
         if (!ok) break;
         if (!item.payload) {
-          appendFrame(&frames, item.body.data(), item.body.size());
-          ++recordsDone;
+          ok = addFrame(&frames, item.body.data(), item.body.size(), &err);
+          recordsDone += ok;
           continue;
         }
-        Compressed c = item.compressed.get();
-        if (!c.error.empty()) {
+        Written w;
+        try {
+          w = item.written.get();  // the blob is in its payload file once this returns
+        } catch (const std::exception& e) {  // out of memory copying or compressing it
+          w.error = e.what();
+        }
+        item.written = {};
+        if (!w.fileError.empty()) {
+          err = w.fileError;
+          ok = false;
+          break;
+        }
+        if (!w.error.empty()) {
           ++failedPayloads;
           continue;
         }
-        if (!payloadOpen) ok = openPayload(0, &err);
-        else if (payloadFile.size() > kFileHeaderBytes && payloadFile.size() + c.bytes.size() > options.payloadFileBytes) {
-          payloadFile.close();
-          ok = openPayload(payloadIndex + 1, &err);
-        }
         PayloadRef ref = item.ref;
-        ref.file = payloadIndex;
-        ref.offset = payloadFile.size();
-        ref.compressedBytes = c.bytes.size();
-        ref.rawCrc32 = c.rawCrc32;
+        ref.file = w.file;
+        ref.offset = w.offset;
+        ref.compressedBytes = w.compressedBytes;
+        ref.rawCrc32 = w.rawCrc32;
         ref.zstdLevel = options.zstdLevel;
-        ref.shuffle = c.shuffle;
-        // The blob goes to disk before the frames that precede its reference, and before the reference itself.
-        ok = ok && writeFrames(&frames, &err) && payloadFile.append(c.bytes.data(), c.bytes.size(), &err);
-        if (!ok) break;
+        ref.shuffle = w.shuffle;
         msgpack::sbuffer body;
         packRecordBody(&body, RecordType::kPayloadRef, ref);
-        appendFrame(&frames, body.data(), body.size());
+        if (!addFrame(&frames, body.data(), body.size(), &err)) {
+          ok = false;
+          break;
+        }
         ++recordsDone;
         // A written payload's memory goes back now, not with its batch: appends waiting for room resume while later
-        // payloads of the batch still compress (large ones take a thread for 100+ ms each). The blob's buffer is
-        // kept for a later payload.
-        pool->keepBlob(std::move(c.bytes));
-        item.compressed = {};
+        // payloads of the batch still compress (large ones take a thread for 100+ ms each).
         lock.lock();
         queuedBytes -= item.accounted;
         stats.payloadsWritten++;
@@ -457,14 +518,14 @@ struct TraceWriter::Impl {
     queuedBytes += bytes;
     return true;
   }
-  // An admitted payload's place in the queue (under the lock): the writer takes its blob from `compressed`.
-  void queuePayload(const PayloadRef& ref, size_t bytes, std::future<Compressed> compressed) {
+  // An admitted payload's place in the queue (under the lock): the writer takes where its blob went from `written`.
+  void queuePayload(const PayloadRef& ref, size_t bytes, std::future<Written> written) {
     Item item;
     item.payload = true;
     item.accounted = bytes;
     item.ref = ref;
     item.ref.rawBytes = bytes;
-    item.compressed = std::move(compressed);
+    item.written = std::move(written);
     queue.push_back(std::move(item));
     accepted++;
     stats.payloadsAccepted++;
@@ -516,8 +577,9 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, con
   impl->options = options;
   if (!impl->openSegment(0, error) || !impl->writeManifest(error)) return nullptr;
   // Spare copy buffers up to the queue's size: the queue already lets that much raw payload be in flight.
+  impl->payloadFiles = std::make_unique<PayloadFiles>(rankDir, options.payloadFileBytes);
   impl->pool = std::make_unique<CompressionPool>(options.compressionThreads, options.zstdLevel, options.shuffle,
-                                                 options.queueBytes);
+                                                 options.queueBytes, impl->payloadFiles.get());
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] {
     nameThisThread("RankLens Write");
@@ -558,11 +620,11 @@ bool TraceWriter::appendPayload(const PayloadRef& ref, const void* data, size_t 
   const size_t elementBytes = events::datatypeBytes(ref.datatype);
   CompressionPool::Copy copy = impl_->pool->copyIn(data, bytes, elementBytes);
   const bool reused = copy.reused;
-  std::future<Compressed> compressed = impl_->pool->submit(std::move(copy), elementBytes);
+  std::future<Written> written = impl_->pool->submit(std::move(copy), elementBytes);
   lock.lock();
   impl_->stats.payloadBuffersReused += reused ? 1 : 0;
   impl_->inFlight--;
-  impl_->queuePayload(ref, bytes, std::move(compressed));
+  impl_->queuePayload(ref, bytes, std::move(written));
   return true;
 }
 
@@ -615,13 +677,13 @@ bool TraceWriter::close() {
   impl_->wake.notify_all();
   impl_->progress.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
-  impl_->pool.reset();
+  impl_->pool.reset();  // its workers close their payload files
   impl_->segment.close();
-  impl_->payloadFile.close();
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->closed = true;
   Manifest& m = impl_->manifest;
   m.closed = true;
+  m.payload_files = impl_->payloadFiles->count();
   m.end_time_ns = realtimeNanoseconds();
   m.records_written = impl_->stats.recordsWritten;
   m.records_dropped = impl_->stats.recordsDropped;

@@ -113,6 +113,7 @@ void writeRank(const std::string& dir, int rank) {
   options.segmentBytes = 600;        // several segments
   options.payloadFileBytes = 2048;   // several payload files
   options.policy = tr::BackPressure::kWait;
+  options.compressionThreads = 1;  // one worker writes every payload file, in order: the tests name files and offsets
   options.shuffle = rank == 1 ? tr::WriterOptions::Shuffle::kAlways : tr::WriterOptions::Shuffle::kOff;  // rank 1's payloads of 2-, 4- and 8-byte types are stored as byte planes (1.8)
   std::string error;
   Rank r{rank, tr::TraceWriter::create(dir, manifest, options, &error)};

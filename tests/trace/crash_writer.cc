@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   WriterOptions options;
   options.policy = BackPressure::kWait;  // nothing may be dropped: the test checks every index
   options.queueBytes = 1u << 20;
-  options.compressionThreads = 1;
+  options.compressionThreads = 3;  // payload files written by several threads at once, as in record mode
   options.zstdLevel = 1;
   options.segmentBytes = 16u << 10;
   options.payloadFileBytes = 8u << 10;

@@ -219,12 +219,11 @@ int main(int argc, char** argv) {
     fprintf(stderr, "make_fuzz_seeds: expected 4 payloads, found %zu\n", refs.size());
     return 1;
   }
-  const std::string pay = slurp(dir + "/" + payloadName(0));
   for (size_t i = 0; i < refs.size(); ++i) {
     std::string seed;
     u32(&seed, fuzz_layout::payloadSeedWord(refs[i]));
     u32(&seed, refs[i].rawCrc32);
-    seed += pay.substr(refs[i].offset, refs[i].compressedBytes);
+    seed += slurp(dir + "/" + payloadName(refs[i].file)).substr(refs[i].offset, refs[i].compressedBytes);
     ok = ok && emit(out + "/fuzz_payload/" + names[i] + ".bin", seed);
   }
   {
@@ -250,7 +249,7 @@ int main(int argc, char** argv) {
     std::string seed;
     u32(&seed, fuzz_layout::payloadSeedWord(*ref));
     u32(&seed, ref->rawCrc32);
-    seed += slurp(shuffledDir + "/" + payloadName(0)).substr(ref->offset, ref->compressedBytes);
+    seed += slurp(shuffledDir + "/" + payloadName(ref->file)).substr(ref->offset, ref->compressedBytes);
     ok = ok && emit(out + "/fuzz_payload/float32-gradients-shuffled.bin", seed);
     // The same gradients in a frame with zstd's content checksum (writers before 1.9; readers still verify it).
     std::string frame(ZSTD_compressBound(gradient.size()), '\0');
