@@ -464,4 +464,54 @@ TEST(CallRecorderStaging, ALentRegionComesBackWhenReleasedOrDropped) {
   held.clear();
 }
 
+// Under staging_full: wait the caller waits for a lent region to come back, and the recorder counts the wait and its
+// length (the manifest's staging_waits and staging_wait_ns, which the end-of-recording messages report).
+TEST(CallRecorderStaging, AWaitForRoomIsCountedWithItsLength) {
+  auto host = ranklens::device::makeHostRecordDevice();
+  std::mutex mu;
+  std::vector<std::function<void()>> held;
+  CallRecorder::Options options;
+  options.payloads = true;
+  options.waitWhenFull = true;
+  options.stagingBytes = 4096;  // one 3000-byte payload at a time
+  options.pollMicros = 50;
+  CallRecorder recorder(*host, options, [](const Timing&) {},
+                        [&](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()> release) {
+                          std::lock_guard<std::mutex> lock(mu);
+                          held.push_back(std::move(release));
+                        });
+  std::string error;
+  ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
+  recorder.prepareDevice(0);
+  static unsigned char src[3000] = {2};
+  auto call = [&](uint64_t seq) {
+    CallRecorder::Span* span = recorder.begin(0, kEager, identity(seq));
+    ASSERT_NE(span, nullptr);
+    ranklens::timing::PayloadRequest request;
+    request.ref.seq = seq;
+    request.src = src;
+    request.bytes = sizeof(src);
+    recorder.end(span, {request});
+    ASSERT_TRUE(recorder.drain(2'000'000'000));
+  };
+  call(0);
+  EXPECT_EQ(recorder.stats().waitsForStaging, 0u);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    std::lock_guard<std::mutex> lock(mu);
+    held.at(0)();
+  });
+  call(1);  // waits until the first region is released
+  releaser.join();
+  const auto stats = recorder.stats();
+  EXPECT_EQ(stats.waitsForStaging, 1u);
+  EXPECT_EQ(stats.payloadsSkippedFull, 0u);
+  EXPECT_GE(stats.stagingWaitNs, 30'000'000u);  // most of the releaser's 60 ms
+  EXPECT_LT(stats.stagingWaitNs, 10'000'000'000u);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(held.size(), 2u);
+  held.clear();
+}
+
+
 }  // namespace

@@ -327,16 +327,22 @@ bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* ou
     counters_.payloadsSkippedTooLarge++;
     return false;
   }
+  std::chrono::steady_clock::time_point waitStart;
   for (bool waited = false;; waited = true) {
     if (stagingFree_.take(reserved, &out->offset)) {
       out->bytes = request.bytes;
-      if (waited) counters_.waitsForStaging++;
+      if (waited) {
+        counters_.waitsForStaging++;
+        counters_.stagingWaitNs += static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - waitStart).count());
+      }
       return true;
     }
     if (!options_.waitWhenFull || !mayWait) {
       counters_.payloadsSkippedFull++;
       return false;
     }
+    if (!waited) waitStart = std::chrono::steady_clock::now();
     stagingFreed_.wait(lock);
   }
 }
@@ -578,6 +584,7 @@ RecorderStats CallRecorder::stats() const {
   s.payloadsFailed = counters_.payloadsFailed;
   s.payloadsByCopyEngine = counters_.payloadsByCopyEngine;
   s.waitsForStaging = counters_.waitsForStaging;
+  s.stagingWaitNs = counters_.stagingWaitNs;
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(memoryMu_));
     s.deviceMemoryLeastFree = memoryLeastFree_;

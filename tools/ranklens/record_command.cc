@@ -54,8 +54,10 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
 
 namespace {
 
-// One line per rank directory: what the manifest says was written, and whether the writer closed it.
+// One line per rank directory: what the manifest says was written, and whether the writer closed it; then what to
+// change where staging lost payloads or held the job back.
 void reportRanks(const std::string& traceDir) {
+  uint64_t skippedFull = 0, waitNs = 0;
   const std::vector<std::string> ranks = trace::rankDirectories(traceDir);
   if (ranks.empty()) {
     std::cerr << "ranklens: no rank wrote a trace under " << traceDir
@@ -84,9 +86,25 @@ void reportRanks(const std::string& traceDir) {
       auto it = m.counters.find(counter);
       if (it != m.counters.end() && it->second > 0) std::cout << ", " << counter << " " << it->second;
     }
+    auto counterOf = [&](const char* name) {
+      auto it = m.counters.find(name);
+      return it == m.counters.end() ? uint64_t{0} : it->second;
+    };
+    skippedFull += counterOf(shown::kPayloadsSkippedStagingFull);
+    if (const uint64_t ns = counterOf(shown::kStagingWaitNs); ns > 0) {
+      std::cout << ", waited " << std::fixed << std::setprecision(1) << ns / 1e6 << " ms for staging";
+      std::cout.unsetf(std::ios_base::floatfield);
+      waitNs += ns;
+    }
     if (!m.closed) std::cout << ", NOT CLOSED (the process died: complete records are kept, counters may be stale)";
     std::cout << "\n";
   }
+  if (skippedFull > 0)
+    std::cout << "  " << skippedFull << " payloads did not fit in staging (pinned memory, staging_bytes): raise "
+              << "RANKLENS_STAGING_BYTES, or set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits)\n";
+  else if (waitNs > 0)
+    std::cout << "  the job waited for room in staging to keep every payload: a larger RANKLENS_STAGING_BYTES "
+              << "shortens the wait\n";
 }
 
 }  // namespace

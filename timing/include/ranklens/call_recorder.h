@@ -52,6 +52,7 @@ struct RecorderStats {
   uint64_t payloadsFailed = 0;           // a copy could not be enqueued
   uint64_t payloadsByCopyEngine = 0;     // of those staged, copied by a copy engine (an event after it), not a kernel
   uint64_t waitsForStaging = 0;          // staging_full: wait, times the caller waited
+  uint64_t stagingWaitNs = 0;            // and for how long in all
   uint64_t pending = 0;                  // spans not yet completed
   // The job's GPU memory, sampled by the background thread (every 100 ms while it runs, and by sampleDeviceMemory):
   // the least free memory seen on any of its devices and that device's total. 0 and 0 when never sampled.
@@ -180,7 +181,7 @@ class CallRecorder {
   struct Counters {
     std::atomic<uint64_t> timed{0}, captured{0}, capturedTimed{0}, timingErrors{0}, payloadsStaged{0}, payloadBytesStaged{0},
         payloadsSkippedFull{0}, payloadsSkippedTooLarge{0}, payloadsSkippedCaptured{0}, payloadsFailed{0},
-        payloadsByCopyEngine{0}, waitsForStaging{0};
+        payloadsByCopyEngine{0}, waitsForStaging{0}, stagingWaitNs{0};
   } counters_;
   std::mutex capturedMu_;
   std::vector<Span*> captured_;         // captured calls waiting for a launch of their graph
