@@ -548,11 +548,14 @@ const KeyDesc kKeys[] = {
      "when it is full the background thread waits and staging fills (then staging_full applies)",
      [](const Input& in, Settings& s) { return parseBytes(in, 16u << 20, s.payload_queue_bytes); },
      [](const Settings& s) { return showBytes(s.payload_queue_bytes); }},
-    {"staging_bytes", "RANKLENS_STAGING_BYTES", "256MiB",
+    {"staging_bytes", "RANKLENS_STAGING_BYTES", "auto",
      "record: pinned host memory for payloads copied off the GPU and not yet compressed (allocated at the first "
-     "communicator when payloads are on); a larger message is skipped and counted",
-     [](const Input& in, Settings& s) { return parseBytes(in, 1, s.staging_bytes); },
-     [](const Settings& s) { return showBytes(s.staging_bytes); }},
+     "communicator when payloads are on); a larger message is skipped and counted; auto: 256MiB for payloads "
+     "small, and for payloads all 2GiB, at most a sixteenth of the host's memory shared by its ranks",
+     [](const Input& in, Settings& s) {
+       return parseBytesOrAuto(in, 1, Settings::kAutoStagingBytes, s.staging_bytes);
+     },
+     [](const Settings& s) { return showBytesOrAuto(s.staging_bytes, Settings::kAutoStagingBytes); }},
     {"staging_full", "RANKLENS_STAGING_FULL", "skip",
      "record: when staging memory is full, skip the payload (counted in the trace; the job is never slowed) or "
      "wait for space (complete payloads, may slow the job)",

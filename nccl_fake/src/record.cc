@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -25,6 +26,7 @@
 #include "nccl_fake/runtime.h"
 #include "ranklens/call_recorder.h"
 #include "ranklens/kernel_clock.h"
+#include "ranklens/payload_prefetcher.h"
 #include "ranklens/record_device.h"
 
 namespace nccl_fake {
@@ -142,6 +144,16 @@ std::string describeWriter(const ranklens::config::Settings& s, const real::Libr
          "), payloads " + payloads;
 }
 
+// Ranks sharing this host, as the launcher says (torchrun, Open MPI, MPICH/Hydra); 1 when none does.
+int localRanks() {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = getenv(name);
+    const int n = value ? atoi(value) : 0;
+    if (n > 0) return n;
+  }
+  return 1;
+}
+
 // Created with the first communicator: by then the job has chosen its GPU, and a delay is harmless.
 CallRecorder* recorder() {
   State& st = state();
@@ -166,7 +178,12 @@ CallRecorder* recorder() {
 
     CallRecorder::Options options;
     options.payloads = s.payloads != ranklens::config::Payloads::kNone;
-    options.stagingBytes = s.staging_bytes;
+    const bool autoStaging = s.staging_bytes == ranklens::config::Settings::kAutoStagingBytes;
+    options.stagingBytes = autoStaging ? ranklens::timing::autoStagingBytes(s.payloads == ranklens::config::Payloads::kAll,
+                                                                            ranklens::trace::hostMemoryBytes(),
+                                                                            localRanks())
+                                       : s.staging_bytes;
+    options.stagingLeastBytes = autoStaging ? 64u << 20 : 0;  // auto takes less where the host will not pin that much
     options.waitWhenFull = s.staging_full == ranklens::config::StagingFull::kWait;
     options.timeCaptured = s.captured_timing == ranklens::config::CapturedTiming::kEvents;
     options.pollMicros = s.timing_poll_us;
@@ -187,14 +204,19 @@ CallRecorder* recorder() {
     std::string error;
     if (!st.recorder->prepareStaging(&error))
       WARN("record: cannot allocate %llu bytes of pinned staging memory (%s); payloads are skipped and counted. "
-           "Lower RANKLENS_STAGING_BYTES", static_cast<unsigned long long>(s.staging_bytes), error.c_str());
+           "Lower RANKLENS_STAGING_BYTES", static_cast<unsigned long long>(options.stagingBytes), error.c_str());
+    else if (st.recorder->stagingBytes() < options.stagingBytes)
+      WARN("record: %llu MiB of pinned staging memory could not be allocated; using %llu MiB (staging_bytes: auto)",
+           static_cast<unsigned long long>(options.stagingBytes >> 20),
+           static_cast<unsigned long long>(st.recorder->stagingBytes() >> 20));
     rt.setBeforeClose([] { flush(); });
     if (s.record_alternate_steps > 0)
       WARN("record: record_alternate_steps %d (a benchmark setting): steps %d-%d, %d-%d, ... are forwarded without "
            "being recorded; this trace cannot be replayed", s.record_alternate_steps, s.record_alternate_steps,
            2 * s.record_alternate_steps - 1, 3 * s.record_alternate_steps, 4 * s.record_alternate_steps - 1);
-    INFO(kSubInit | kSubRanklens, "record: recorder ready on the %s device, payloads %s, staging %llu bytes",
-         st.device->name(), ranklens::config::toString(s.payloads), static_cast<unsigned long long>(s.staging_bytes));
+    INFO(kSubInit | kSubRanklens, "record: recorder ready on the %s device, payloads %s, staging %llu bytes%s",
+         st.device->name(), ranklens::config::toString(s.payloads),
+         static_cast<unsigned long long>(st.recorder->stagingBytes()), autoStaging ? " (auto)" : "");
   });
   return st.recorder.get();
 }
@@ -611,11 +633,11 @@ void noteStage(int64_t step) { state().step.store(step, std::memory_order_relaxe
 // Payloads lost to a full staging area, or a job held back by it, are said at the end (and again only when more were
 // lost since): the counters alone would leave a recording that silently lacks a third of its payloads (GPT-2 small
 // DDP with payloads all and the default 256 MiB under staging_full: skip, s23h).
-void warnOfStaging(const ranklens::timing::RecorderStats& s) {
+void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes) {
   static std::mutex mu;
   static uint64_t skippedSaid = 0, waitedSaid = 0;
   std::lock_guard<std::mutex> lock(mu);
-  const unsigned long long stagingMiB = Runtime::get().settings().staging_bytes >> 20;
+  const unsigned long long stagingMiB = stagingBytes >> 20;
   if (s.payloadsSkippedFull > skippedSaid) {
     skippedSaid = s.payloadsSkippedFull;
     WARN("record: %llu of %llu payloads were skipped because staging (staging_bytes, %llu MiB) was full: raise "
@@ -672,7 +694,7 @@ void flush() {
         {ranklens::trace::counter::kCallsUnrecorded, state().callsUnrecorded.load(std::memory_order_relaxed)},
     };
     for (const auto& [name, value] : values) writer->setCounter(name, value);
-    warnOfStaging(s);
+    warnOfStaging(s, rec->stagingBytes());
     if (s.deviceMemoryTotal > 0) {
       writer->setCounter(ranklens::trace::counter::kDeviceMemoryTotal, s.deviceMemoryTotal);
       writer->setCounter(ranklens::trace::counter::kDeviceMemoryLeastFree, s.deviceMemoryLeastFree);

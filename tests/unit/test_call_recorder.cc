@@ -107,8 +107,15 @@ class CapturingDevice final : public RecordDevice {
   }
   uint64_t captureIdNow = 1;
   int queries = 0;
-  int allocPinned(void**, size_t) override { return 1; }
-  void freePinned(void*) override {}
+  size_t pinnable = 0;  // the largest pinned allocation that succeeds (none by default)
+  std::vector<size_t> pinAttempts;
+  int allocPinned(void** ptr, size_t bytes) override {
+    pinAttempts.push_back(bytes);
+    if (bytes > pinnable) return 1;
+    *ptr = malloc(bytes);
+    return *ptr ? 0 : 1;
+  }
+  void freePinned(void* ptr) override { free(ptr); }
   int prepareDevice(int) override { return 0; }
   int copyToHost(int, void*, const void*, size_t, cudaStream_t, uint64_t*, uint64_t, bool) override { return 1; }
   void prepareBackgroundThread() override {}
@@ -511,6 +518,51 @@ TEST(CallRecorderStaging, AWaitForRoomIsCountedWithItsLength) {
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(held.size(), 2u);
   held.clear();
+}
+
+
+// staging_bytes: auto. 256 MiB for small payloads; for every payload 2 GiB, at most a sixteenth of the host's memory
+// shared by its ranks, at least 256 MiB.
+TEST(AutoStagingBytes, SmallPayloadsOrEveryPayloadWithinTheHostsShare) {
+  using ranklens::timing::autoStagingBytes;
+  constexpr uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
+  EXPECT_EQ(autoStagingBytes(false, 128 * GiB, 1), 256 * MiB);
+  EXPECT_EQ(autoStagingBytes(true, 128 * GiB, 1), 2 * GiB);   // one H200 host
+  EXPECT_EQ(autoStagingBytes(true, 560 * GiB, 8), 2 * GiB);   // 8 GPUs: 4.4 GiB each would be the share
+  EXPECT_EQ(autoStagingBytes(true, 64 * GiB, 8), 512 * MiB);  // a small host's share
+  EXPECT_EQ(autoStagingBytes(true, 2 * GiB, 4), 256 * MiB);   // never below the small payloads' size
+  EXPECT_EQ(autoStagingBytes(true, 0, 1), 2 * GiB);           // host memory unknown
+  EXPECT_EQ(autoStagingBytes(true, 128 * GiB, 0), 2 * GiB);   // no launcher count: one rank
+}
+
+// Where the host will not pin the size asked for, auto takes half, then half again, down to its least; an explicit
+// size is taken or refused whole.
+TEST(CallRecorderStaging, AutoHalvesWhatCannotBePinnedDownToItsLeast) {
+  for (const bool halving : {true, false}) {
+    SCOPED_TRACE(halving ? "auto" : "explicit");
+    CapturingDevice device;
+    device.pinnable = 300u << 10;
+    CallRecorder::Options options;
+    options.payloads = true;
+    options.stagingBytes = 2u << 20;
+    options.stagingLeastBytes = halving ? 64u << 10 : 0;
+    CallRecorder recorder(device, options, [](const Timing&) {}, {});
+    std::string error;
+    EXPECT_EQ(recorder.prepareStaging(&error), halving) << error;
+    EXPECT_EQ(recorder.stagingBytes(), halving ? 256u << 10 : 0u);
+    EXPECT_EQ(device.pinAttempts, halving ? std::vector<size_t>({2u << 20, 1u << 20, 512u << 10, 256u << 10})
+                                          : std::vector<size_t>({2u << 20}));
+  }
+  CapturingDevice none;  // nothing can be pinned: auto stops at its least and says why
+  CallRecorder::Options options;
+  options.payloads = true;
+  options.stagingBytes = 1u << 20;
+  options.stagingLeastBytes = 256u << 10;
+  CallRecorder recorder(none, options, [](const Timing&) {}, {});
+  std::string error;
+  EXPECT_FALSE(recorder.prepareStaging(&error));
+  EXPECT_EQ(none.pinAttempts, std::vector<size_t>({1u << 20, 512u << 10, 256u << 10}));
+  EXPECT_EQ(recorder.stagingBytes(), 0u);
 }
 
 

@@ -606,7 +606,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_PREFETCH_THREADS", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
   const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
-                                             "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "on", "1GiB", "256MiB", "skip",
+                                             "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "on", "1GiB", "auto", "skip",
                                              "events", "events", "2000", "64KiB", "0", "high", "0",
                                              "", "error", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "auto", "0", "auto", ""};
@@ -726,6 +726,13 @@ TEST(ConfigReplay, ReplayKnobsFromYamlAndEnvironment) {
   r = fromYaml("prefetch_bytes: 1GiB\n", {{"RANKLENS_PREFETCH_BYTES", "auto"}});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.settings.prefetch_bytes, 0ull) << "env auto beats YAML";
+  EXPECT_EQ(fromYaml("").settings.staging_bytes, Settings::kAutoStagingBytes) << "auto by default";
+  r = fromYaml("staging_bytes: auto\n", {{"RANKLENS_STAGING_BYTES", "512MiB"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.settings.staging_bytes, 512ull << 20) << "env beats YAML";
+  EXPECT_EQ(fromYaml("staging_bytes: 1GiB\n").settings.staging_bytes, 1ull << 30);
+  r = fromYaml("staging_bytes: 0\n");
+  ASSERT_FALSE(r.ok) << "at least one byte";
   EXPECT_EQ(fromYaml("").settings.payload_device_bytes, Settings::kAutoDeviceBytes) << "auto by default";
   r = fromYaml("payload_device_bytes: auto\n", {{"RANKLENS_PAYLOAD_DEVICE_BYTES", "1GiB"}});
   ASSERT_TRUE(r.ok) << r.error;

@@ -89,15 +89,31 @@ bool CallRecorder::prepareStaging(std::string* error) {
   std::lock_guard<std::mutex> lock(stagingMu_);
   if (staging_ || stagingFailed_) return staging_ != nullptr;
   void* memory = nullptr;
-  if (device_.allocPinned(&memory, options_.stagingBytes) != 0) {
-    stagingFailed_ = true;
-    if (error) *error = device::lastError();
-    return false;
+  size_t bytes = options_.stagingBytes;
+  while (device_.allocPinned(&memory, bytes) != 0) {
+    if (bytes / 2 < std::max<size_t>(options_.stagingLeastBytes, 1) || options_.stagingLeastBytes == 0) {
+      stagingFailed_ = true;
+      if (error) *error = device::lastError();
+      return false;
+    }
+    bytes /= 2;
   }
   staging_ = static_cast<char*>(memory);
-  stagingSize_ = options_.stagingBytes;
+  stagingSize_ = bytes;
   stagingFree_.reset(stagingSize_);
   return true;
+}
+
+size_t CallRecorder::stagingBytes() const {
+  std::lock_guard<std::mutex> lock(stagingMu_);
+  return staging_ ? stagingSize_ : 0;
+}
+
+uint64_t autoStagingBytes(bool everyPayload, uint64_t hostMemoryBytes, int localRanks) {
+  constexpr uint64_t kSmall = 256ull << 20, kEvery = 2ull << 30;
+  if (!everyPayload) return kSmall;
+  if (hostMemoryBytes == 0) return kEvery;
+  return std::clamp<uint64_t>(hostMemoryBytes / 16 / static_cast<uint64_t>(std::max(localRanks, 1)), kSmall, kEvery);
 }
 
 CallRecorder::DevicePool& CallRecorder::pool(int device) {

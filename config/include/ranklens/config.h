@@ -76,7 +76,9 @@ struct Settings {
   std::vector<std::string> payload_comms;   // communicator ids (creation order) or commName values; empty: all
   Range payload_steps;                      // step numbers (ranklensMarkStage); all by default
   Range payload_seqs;                       // per-communicator sequence numbers; all by default
-  unsigned long long staging_bytes = 256ull << 20;  // pinned host memory for payloads in flight
+  // Pinned host memory for payloads in flight; kAutoStagingBytes: from the payload policy and the host (record.cc).
+  static constexpr unsigned long long kAutoStagingBytes = ~0ull;
+  unsigned long long staging_bytes = kAutoStagingBytes;
   int payload_zstd_level = -1;             // zstd level of stored payloads (negative: fast levels)
   int payload_threads = 0;                 // payload compression threads; 0: a quarter of the cores, 2..8
   PayloadShuffle payload_shuffle = PayloadShuffle::kOn;  // byte planes for 2/4/8-byte elements

@@ -64,6 +64,7 @@ class CallRecorder {
   struct Options {
     bool payloads = false;
     size_t stagingBytes = 256u << 20;
+    size_t stagingLeastBytes = 0;  // where pinning stagingBytes fails, halve it down to this much (0: do not)
     bool waitWhenFull = false;
     size_t eventBatch = 128;    // events created at a time when a device's pool runs dry
     int pollMicros = 2000;      // background polling interval while spans are pending (timing_poll_us)
@@ -82,6 +83,7 @@ class CallRecorder {
 
   // Allocates pinned staging memory now (call it where a delay is harmless: communicator creation).
   bool prepareStaging(std::string* error);
+  size_t stagingBytes() const;  // as allocated by prepareStaging (0: none)
   // Creates `device`'s events ahead of use.
   void prepareDevice(int device);
 
@@ -163,7 +165,7 @@ class CallRecorder {
   std::mutex spansMu_;
   std::vector<Span*> freeSpans_;
 
-  std::mutex stagingMu_;
+  mutable std::mutex stagingMu_;
   std::condition_variable stagingFreed_;
   char* staging_ = nullptr;
   size_t stagingSize_ = 0;
@@ -192,6 +194,12 @@ class CallRecorder {
   uint64_t memoryLeastFree_ = 0, memoryTotal_ = 0;  // sampleDeviceMemory's; 0: never sampled
   std::thread thread_;
 };
+
+// staging_bytes: auto. Payloads up to payload_max_bytes (the default policy, `small`) need little room: 256 MiB. To
+// store every payload a recording keeps the job's pace only while a step's payloads fit (GPT-2 small DDP on one H200,
+// 0.48 GB a step: 2.0x the job's step time with 256 MiB, 1.04-1.14x with 1 or 2 GiB; s24c): 2 GiB, at most a
+// sixteenth of the host's memory shared among its `localRanks`, at least 256 MiB. hostMemoryBytes 0: unknown.
+uint64_t autoStagingBytes(bool everyPayload, uint64_t hostMemoryBytes, int localRanks);
 
 }  // namespace timing
 }  // namespace ranklens
