@@ -532,8 +532,8 @@ const KeyDesc kKeys[] = {
      },
      [](const Settings& s) { return std::to_string(s.payload_zstd_level); }},
     {"payload_threads", "RANKLENS_PAYLOAD_THREADS", "0",
-     "record: threads that compress stored payloads (0: a quarter of the cores, 2..8); with payloads all they "
-     "are what bounds the recording when they are all busy",
+     "record: threads that compress stored payloads and write them (0: half of this rank's share of the host's "
+     "cores, 2..8); with payloads all they are what bounds the recording when they are all busy",
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.payload_threads); },
      [](const Settings& s) { return std::to_string(s.payload_threads); }},
     {"payload_shuffle", "RANKLENS_PAYLOAD_SHUFFLE", "on",

@@ -6,9 +6,12 @@
 // written out below.
 #include "nccl_fake/record.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <thread>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -152,6 +155,13 @@ int localRanks() {
     if (n > 0) return n;
   }
   return 1;
+}
+
+// CPUs this process may run on (its affinity), else the machine's.
+int usableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
 }
 
 // Created with the first communicator: by then the job has chosen its GPU, and a delay is harmless.
@@ -586,7 +596,8 @@ void installWriterSetup() {
       // Full capture spends these threads compressing, and they bound it: GPT-2 small DDP's fp32 gradients on one
       // H200 host kept all four busy at about 190 MB/s each at level -1 (session 21, s21a): payload_threads and
       // payload_zstd_level.
-      writer->compressionThreads = s.payload_threads > 0 ? s.payload_threads : workerThreads();
+      writer->compressionThreads =
+          s.payload_threads > 0 ? s.payload_threads : ranklens::trace::autoCompressionThreads(usableCpus(), localRanks());
       writer->zstdLevel = s.payload_zstd_level;
       using WriterShuffle = ranklens::trace::WriterOptions::Shuffle;
       writer->shuffle = s.payload_shuffle == ranklens::config::PayloadShuffle::kOff  ? WriterShuffle::kOff

@@ -558,6 +558,10 @@ struct TraceWriter::Impl {
   }
 };
 
+int autoCompressionThreads(int cpus, int localRanks) {
+  return std::clamp(std::max(cpus, 1) / std::max(localRanks, 1) / 2, 2, 8);
+}
+
 TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, const Manifest& manifest,

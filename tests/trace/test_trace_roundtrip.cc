@@ -426,6 +426,15 @@ TEST(TraceRoundTrip, ZeroBytePayloadFromNullPointer) {
 }
 
 // The writer's threads carry names (top -H, gdb, /proc/PID/task/*/comm) so a user can see which one is busy.
+TEST(TraceRoundTrip, AutoCompressionThreadsAreHalfTheRanksShareOfTheCpus) {
+  EXPECT_EQ(autoCompressionThreads(16, 1), 8);    // one H200 host
+  EXPECT_EQ(autoCompressionThreads(128, 8), 8);   // 8 GPUs on 128 CPUs
+  EXPECT_EQ(autoCompressionThreads(64, 8), 4);
+  EXPECT_EQ(autoCompressionThreads(256, 1), 8);   // at most 8
+  EXPECT_EQ(autoCompressionThreads(2, 1), 2);     // at least 2
+  EXPECT_EQ(autoCompressionThreads(0, 0), 2);     // unknown
+}
+
 TEST(TraceRoundTrip, WriterThreadsAreNamed) {
   auto named = [](const std::string& name) {
     int count = 0;

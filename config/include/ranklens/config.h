@@ -80,7 +80,7 @@ struct Settings {
   static constexpr unsigned long long kAutoStagingBytes = ~0ull;
   unsigned long long staging_bytes = kAutoStagingBytes;
   int payload_zstd_level = -1;             // zstd level of stored payloads (negative: fast levels)
-  int payload_threads = 0;                 // payload compression threads; 0: a quarter of the cores, 2..8
+  int payload_threads = 0;                 // payload compression threads; 0: trace::autoCompressionThreads
   PayloadShuffle payload_shuffle = PayloadShuffle::kOn;  // byte planes for 2/4/8-byte elements
   unsigned long long payload_queue_bytes = 1ull << 30;  // payloads out of staging awaiting compression, writing
   StagingFull staging_full = StagingFull::kSkip;
