@@ -11,13 +11,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <thread>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <memory>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -593,8 +593,8 @@ void installWriterSetup() {
     if (auto* device = state().device.get()) device->describe(&manifest->gpu_name, &manifest->gpu_uuid);
     manifest->writer = describeWriter(s, lib);
     if (s.payloads != ranklens::config::Payloads::kNone) {
-      // Full capture spends these threads compressing, and they bound it: GPT-2 small DDP's fp32 gradients on one
-      // H200 host kept all four busy at about 190 MB/s each at level -1 (session 21, s21a): payload_threads and
+      // Full capture spends these threads compressing and writing, and they bound it once staging holds a step's
+      // payloads (s24d: GPT-2 small DDP at 1.06x the job's step time with 8, 1.7-1.9x with 4): payload_threads and
       // payload_zstd_level.
       writer->compressionThreads =
           s.payload_threads > 0 ? s.payload_threads : ranklens::trace::autoCompressionThreads(usableCpus(), localRanks());
@@ -641,12 +641,12 @@ bool active() {
 
 void noteStage(int64_t step) { state().step.store(step, std::memory_order_relaxed); }
 
-// Payloads lost to a full staging area, or a job held back by it, are said at the end (and again only when more were
+// Payloads lost to a full or too small staging area, or a job held back by it, are said at the end (and again only when more were
 // lost since): the counters alone would leave a recording that silently lacks a third of its payloads (GPT-2 small
 // DDP with payloads all and the default 256 MiB under staging_full: skip, s23h).
 void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes) {
   static std::mutex mu;
-  static uint64_t skippedSaid = 0, waitedSaid = 0;
+  static uint64_t skippedSaid = 0, tooLargeSaid = 0, waitedSaid = 0;
   std::lock_guard<std::mutex> lock(mu);
   const unsigned long long stagingMiB = stagingBytes >> 20;
   if (s.payloadsSkippedFull > skippedSaid) {
@@ -655,6 +655,12 @@ void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes
          "RANKLENS_STAGING_BYTES, or set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits for room)",
          static_cast<unsigned long long>(s.payloadsSkippedFull),
          static_cast<unsigned long long>(s.payloadsSkippedFull + s.payloadsStaged), stagingMiB);
+  }
+  if (s.payloadsSkippedTooLarge > tooLargeSaid) {
+    tooLargeSaid = s.payloadsSkippedTooLarge;
+    WARN("record: %llu payloads larger than all of staging (staging_bytes, %llu MiB) were skipped: raise "
+         "RANKLENS_STAGING_BYTES above the largest message to keep them",
+         static_cast<unsigned long long>(s.payloadsSkippedTooLarge), stagingMiB);
   }
   if (s.waitsForStaging > waitedSaid) {
     waitedSaid = s.waitsForStaging;

@@ -418,108 +418,100 @@ TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
   }
 }
 
-// Staging lent to the payload sink stays taken until the sink releases it (a trace writer's worker copies it out
-// later), or drops every copy of its release: with room for one payload, the next one is skipped while the first is
-// held, and stored once it was given back either way.
-TEST(CallRecorderStaging, ALentRegionComesBackWhenReleasedOrDropped) {
-  auto host = ranklens::device::makeHostRecordDevice();
-  std::mutex mu;
-  std::vector<std::function<void()>> held;
-  size_t received = 0;
-  CallRecorder::Options options;
-  options.payloads = true;
-  options.stagingBytes = 4096;  // one 3000-byte payload at a time
-  options.pollMicros = 50;
-  CallRecorder recorder(*host, options, [](const Timing&) {},
-                        [&](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()> release) {
-                          std::lock_guard<std::mutex> lock(mu);
-                          ++received;
-                          held.push_back(std::move(release));
-                        });
-  std::string error;
-  ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
-  recorder.prepareDevice(0);
-  static unsigned char src[3000] = {1};
-  auto call = [&](uint64_t seq) {
-    CallRecorder::Span* span = recorder.begin(0, kEager, identity(seq));
+// A recorder on the host device with staging room for one 3000-byte payload at a time, whose payload sink keeps each
+// region's release for the test to call (or drop).
+class OnePayloadOfStaging {
+ public:
+  explicit OnePayloadOfStaging(bool waitWhenFull) {
+    CallRecorder::Options options;
+    options.payloads = true;
+    options.waitWhenFull = waitWhenFull;
+    options.stagingBytes = 4096;
+    options.pollMicros = 50;
+    recorder = std::make_unique<CallRecorder>(
+        *host, options, [](const Timing&) {},
+        [this](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()> release) {
+          std::lock_guard<std::mutex> lock(mu);
+          ++received;
+          held.push_back(std::move(release));
+        });
+    std::string error;
+    EXPECT_TRUE(recorder->prepareStaging(&error)) << error;
+    recorder->prepareDevice(0);
+  }
+  ~OnePayloadOfStaging() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      held.clear();  // regions still lent come back (the recorder's destructor would wait for them)
+    }
+    recorder.reset();
+  }
+  // A call with a 3000-byte payload, waited out.
+  void call(uint64_t seq) {
+    static unsigned char src[3000] = {1};
+    CallRecorder::Span* span = recorder->begin(0, kEager, identity(seq));
     ASSERT_NE(span, nullptr);
     ranklens::timing::PayloadRequest request;
     request.ref.seq = seq;
     request.src = src;
     request.bytes = sizeof(src);
-    recorder.end(span, {request});
-    ASSERT_TRUE(recorder.drain(2'000'000'000));
-  };
-  call(0);
-  call(1);  // staging still lent out: skipped
-  EXPECT_EQ(recorder.stats().payloadsSkippedFull, 1u);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    ASSERT_EQ(held.size(), 1u);
-    held[0]();  // released
+    recorder->end(span, {request});
+    ASSERT_TRUE(recorder->drain(2'000'000'000));
   }
-  call(2);
+
+  std::unique_ptr<ranklens::device::RecordDevice> host = ranklens::device::makeHostRecordDevice();
+  std::unique_ptr<CallRecorder> recorder;
+  std::mutex mu;
+  std::vector<std::function<void()>> held;  // releases, under mu
+  size_t received = 0;                      // under mu
+};
+
+// Staging lent to the payload sink stays taken until the sink releases it (a trace writer's worker copies it out
+// later), or drops every copy of its release: with room for one payload, the next one is skipped while the first is
+// held, and stored once it was given back either way.
+TEST(CallRecorderStaging, ALentRegionComesBackWhenReleasedOrDropped) {
+  OnePayloadOfStaging t(/*waitWhenFull=*/false);
+  t.call(0);
+  t.call(1);  // staging still lent out: skipped
+  EXPECT_EQ(t.recorder->stats().payloadsSkippedFull, 1u);
   {
-    std::lock_guard<std::mutex> lock(mu);
-    ASSERT_EQ(held.size(), 2u);
-    held.clear();  // dropped without a call: the region comes back all the same
+    std::lock_guard<std::mutex> lock(t.mu);
+    ASSERT_EQ(t.held.size(), 1u);
+    t.held[0]();  // released
   }
-  call(3);
-  EXPECT_EQ(recorder.stats().payloadsSkippedFull, 1u);
-  std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(received, 3u);
-  held.clear();
+  t.call(2);
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    ASSERT_EQ(t.held.size(), 2u);
+    t.held.clear();  // dropped without a call: the region comes back all the same
+  }
+  t.call(3);
+  EXPECT_EQ(t.recorder->stats().payloadsSkippedFull, 1u);
+  std::lock_guard<std::mutex> lock(t.mu);
+  EXPECT_EQ(t.received, 3u);
 }
 
 // Under staging_full: wait the caller waits for a lent region to come back, and the recorder counts the wait and its
 // length (the manifest's staging_waits and staging_wait_ns, which the end-of-recording messages report).
 TEST(CallRecorderStaging, AWaitForRoomIsCountedWithItsLength) {
-  auto host = ranklens::device::makeHostRecordDevice();
-  std::mutex mu;
-  std::vector<std::function<void()>> held;
-  CallRecorder::Options options;
-  options.payloads = true;
-  options.waitWhenFull = true;
-  options.stagingBytes = 4096;  // one 3000-byte payload at a time
-  options.pollMicros = 50;
-  CallRecorder recorder(*host, options, [](const Timing&) {},
-                        [&](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()> release) {
-                          std::lock_guard<std::mutex> lock(mu);
-                          held.push_back(std::move(release));
-                        });
-  std::string error;
-  ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
-  recorder.prepareDevice(0);
-  static unsigned char src[3000] = {2};
-  auto call = [&](uint64_t seq) {
-    CallRecorder::Span* span = recorder.begin(0, kEager, identity(seq));
-    ASSERT_NE(span, nullptr);
-    ranklens::timing::PayloadRequest request;
-    request.ref.seq = seq;
-    request.src = src;
-    request.bytes = sizeof(src);
-    recorder.end(span, {request});
-    ASSERT_TRUE(recorder.drain(2'000'000'000));
-  };
-  call(0);
-  EXPECT_EQ(recorder.stats().waitsForStaging, 0u);
+  OnePayloadOfStaging t(/*waitWhenFull=*/true);
+  t.call(0);
+  EXPECT_EQ(t.recorder->stats().waitsForStaging, 0u);
   std::thread releaser([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    std::lock_guard<std::mutex> lock(mu);
-    held.at(0)();
+    std::lock_guard<std::mutex> lock(t.mu);
+    t.held.at(0)();
   });
-  call(1);  // waits until the first region is released
+  t.call(1);  // waits until the first region is released
   releaser.join();
-  const auto stats = recorder.stats();
+  const auto stats = t.recorder->stats();
   EXPECT_EQ(stats.waitsForStaging, 1u);
   EXPECT_EQ(stats.payloadsSkippedFull, 0u);
   EXPECT_GE(stats.stagingWaitNs, 30'000'000u);  // most of the releaser's 60 ms
   EXPECT_LT(stats.stagingWaitNs, 10'000'000'000u);
-  std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(held.size(), 2u);
-  held.clear();
+  std::lock_guard<std::mutex> lock(t.mu);
+  EXPECT_EQ(t.received, 2u);
 }
-
 
 // staging_bytes: auto. 256 MiB for small payloads; for every payload 2 GiB, at most a sixteenth of the host's memory
 // shared by its ranks, at least 256 MiB.

@@ -91,7 +91,7 @@ bool CallRecorder::prepareStaging(std::string* error) {
   void* memory = nullptr;
   size_t bytes = options_.stagingBytes;
   while (device_.allocPinned(&memory, bytes) != 0) {
-    if (bytes / 2 < std::max<size_t>(options_.stagingLeastBytes, 1) || options_.stagingLeastBytes == 0) {
+    if (options_.stagingLeastBytes == 0 || bytes / 2 < options_.stagingLeastBytes) {
       stagingFailed_ = true;
       if (error) *error = device::lastError();
       return false;

@@ -57,7 +57,7 @@ namespace {
 // One line per rank directory: what the manifest says was written, and whether the writer closed it; then what to
 // change where staging lost payloads or held the job back.
 void reportRanks(const std::string& traceDir) {
-  uint64_t skippedFull = 0, waitNs = 0;
+  uint64_t skippedFull = 0, tooLarge = 0, waitNs = 0;
   const std::vector<std::string> ranks = trace::rankDirectories(traceDir);
   if (ranks.empty()) {
     std::cerr << "ranklens: no rank wrote a trace under " << traceDir
@@ -91,6 +91,7 @@ void reportRanks(const std::string& traceDir) {
       return it == m.counters.end() ? uint64_t{0} : it->second;
     };
     skippedFull += counterOf(shown::kPayloadsSkippedStagingFull);
+    tooLarge += counterOf(shown::kPayloadsSkippedTooLarge);
     if (const uint64_t ns = counterOf(shown::kStagingWaitNs); ns > 0) {
       std::cout << ", waited " << std::fixed << std::setprecision(1) << ns / 1e6 << " ms for staging";
       std::cout.unsetf(std::ios_base::floatfield);
@@ -99,6 +100,9 @@ void reportRanks(const std::string& traceDir) {
     if (!m.closed) std::cout << ", NOT CLOSED (the process died: complete records are kept, counters may be stale)";
     std::cout << "\n";
   }
+  if (tooLarge > 0)
+    std::cout << "  " << tooLarge << " payloads were larger than all of staging (staging_bytes): raise "
+              << "RANKLENS_STAGING_BYTES above the largest message to keep them\n";
   if (skippedFull > 0)
     std::cout << "  " << skippedFull << " payloads did not fit in staging (pinned memory, staging_bytes): raise "
               << "RANKLENS_STAGING_BYTES, or set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits)\n";
