@@ -648,24 +648,25 @@ void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes
   static std::mutex mu;
   static uint64_t skippedSaid = 0, tooLargeSaid = 0, waitedSaid = 0;
   std::lock_guard<std::mutex> lock(mu);
-  const unsigned long long stagingMiB = stagingBytes >> 20;
+  const std::string staging = stagingBytes >= (1u << 20) ? std::to_string(stagingBytes >> 20) + " MiB"
+                                                          : std::to_string(stagingBytes) + " bytes";
   if (s.payloadsSkippedFull > skippedSaid) {
     skippedSaid = s.payloadsSkippedFull;
-    WARN("record: %llu of %llu payloads were skipped because staging (staging_bytes, %llu MiB) was full: raise "
+    WARN("record: %llu of %llu payloads were skipped because staging (staging_bytes, %s) was full: raise "
          "RANKLENS_STAGING_BYTES, or set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits for room)",
          static_cast<unsigned long long>(s.payloadsSkippedFull),
-         static_cast<unsigned long long>(s.payloadsSkippedFull + s.payloadsStaged), stagingMiB);
+         static_cast<unsigned long long>(s.payloadsSkippedFull + s.payloadsStaged), staging.c_str());
   }
   if (s.payloadsSkippedTooLarge > tooLargeSaid) {
     tooLargeSaid = s.payloadsSkippedTooLarge;
-    WARN("record: %llu payloads larger than all of staging (staging_bytes, %llu MiB) were skipped: raise "
+    WARN("record: %llu payloads larger than all of staging (staging_bytes, %s) were skipped: raise "
          "RANKLENS_STAGING_BYTES above the largest message to keep them",
-         static_cast<unsigned long long>(s.payloadsSkippedTooLarge), stagingMiB);
+         static_cast<unsigned long long>(s.payloadsSkippedTooLarge), staging.c_str());
   }
   if (s.waitsForStaging > waitedSaid) {
     waitedSaid = s.waitsForStaging;
-    INFO(kSubInit | kSubRanklens, "record: the job waited %.1f ms in all for room in staging (%llu times; staging_bytes %llu MiB)",
-         s.stagingWaitNs / 1e6, static_cast<unsigned long long>(s.waitsForStaging), stagingMiB);
+    INFO(kSubInit | kSubRanklens, "record: the job waited %.1f ms in all for room in staging (%llu times; staging_bytes %s)",
+         s.stagingWaitNs / 1e6, static_cast<unsigned long long>(s.waitsForStaging), staging.c_str());
   }
 }
 
