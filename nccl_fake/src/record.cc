@@ -653,7 +653,8 @@ void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes
   if (s.payloadsSkippedFull > skippedSaid) {
     skippedSaid = s.payloadsSkippedFull;
     WARN("record: %llu of %llu payloads were skipped because staging (staging_bytes, %s) was full: raise "
-         "RANKLENS_STAGING_BYTES, or set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits for room)",
+         "RANKLENS_STAGING_BYTES, set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits for room), or "
+         "store fewer steps whole (RANKLENS_PAYLOAD_STEPS)",
          static_cast<unsigned long long>(s.payloadsSkippedFull),
          static_cast<unsigned long long>(s.payloadsSkippedFull + s.payloadsStaged), staging.c_str());
   }

@@ -105,7 +105,8 @@ void reportRanks(const std::string& traceDir) {
               << "RANKLENS_STAGING_BYTES above the largest message to keep them\n";
   if (skippedFull > 0)
     std::cout << "  " << skippedFull << " payloads did not fit in staging (pinned memory, staging_bytes): raise "
-              << "RANKLENS_STAGING_BYTES, or set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits)\n";
+              << "RANKLENS_STAGING_BYTES, set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits), or store "
+              << "fewer steps whole (RANKLENS_PAYLOAD_STEPS)\n";
   else if (waitNs > 0)
     std::cout << "  the job waited for room in staging to keep every payload: a larger RANKLENS_STAGING_BYTES "
               << "shortens the wait\n";
