@@ -62,9 +62,23 @@ std::map<uint64_t, SignatureStats> perCommunicator(const std::map<Signature, Sig
 // auto would stage them in on a GPU like the recorded one (from what the job left free of it).
 struct PayloadStats {
   uint64_t count = 0, bytes = 0, largestStep = 0, autoPrefetch = 0, autoDevice = 0;
+  // Payloads the recording meant to store and did not (the manifest's counters and payloads_dropped), by reason: a
+  // value replay gives those calls `fill` instead.
+  std::vector<std::pair<const char*, uint64_t>> lost;
 };
 PayloadStats payloadStats(const EventLog& log) {
   PayloadStats p;
+  namespace counter = trace::counter;
+  const std::pair<const char*, const char*> reasons[] = {
+      {counter::kPayloadsSkippedStagingFull, "for a full staging"},
+      {counter::kPayloadsSkippedTooLarge, "larger than all of staging"},
+      {counter::kPayloadsSkippedCaptured, "in calls captured into a CUDA graph"},
+      {counter::kPayloadCopyFailures, "whose copy off the GPU failed"}};
+  for (const auto& [name, why] : reasons) {
+    auto it = log.manifest.counters.find(name);
+    if (it != log.manifest.counters.end() && it->second > 0) p.lost.emplace_back(why, it->second);
+  }
+  if (log.manifest.payloads_dropped > 0) p.lost.emplace_back("refused by the trace writer", log.manifest.payloads_dropped);
   std::map<CallKey, uint64_t> current;  // the last reference of a call wins (an edit appends one)
   for (const auto& ref : log.payloads) current[callKey(ref.commId, ref.op, ref.peer, ref.seq)] = ref.rawBytes;
   if (current.empty()) return p;
@@ -102,7 +116,9 @@ nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, Sign
                          {"counters", log.manifest.counters}};
   const PayloadStats p = payloadStats(log);
   rank["payloads"] = {{"count", p.count}, {"bytes", p.bytes}, {"largest_step_bytes", p.largestStep},
-                      {"auto_prefetch_bytes", p.autoPrefetch}, {"auto_device_bytes", p.autoDevice}};
+                      {"auto_prefetch_bytes", p.autoPrefetch}, {"auto_device_bytes", p.autoDevice},
+                      {"not_stored", nlohmann::json::object()}};
+  for (const auto& [why, n] : p.lost) rank["payloads"]["not_stored"][why] = n;
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
     const SignatureStats& c = comms[comm.commId];
@@ -137,6 +153,15 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
         << bytesText(p.largestStep) << " (a value replay's prefetch_bytes: auto pins " << bytesText(p.autoPrefetch)
         << " for them on this host, and payload_device_bytes: auto stages " << bytesText(p.autoDevice)
         << " on a GPU like the recorded one)\n";
+  if (!p.lost.empty()) {
+    out << "  payloads not stored while recording:";
+    const char* separator = " ";
+    for (const auto& [why, n] : p.lost) {
+      out << separator << n << " " << why;
+      separator = ", ";
+    }
+    out << " (a value replay gives those calls `fill`)\n";
+  }
   out << "  communicators (calls, bytes, recorded GPU time):\n";
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {

@@ -183,6 +183,8 @@ struct Manifest {
 namespace counter {
 inline constexpr const char kPayloadsSkippedStagingFull[] = "payloads_skipped_staging_full";
 inline constexpr const char kPayloadsSkippedTooLarge[] = "payloads_skipped_too_large";
+inline constexpr const char kPayloadsSkippedCaptured[] = "payloads_skipped_captured";
+inline constexpr const char kPayloadCopyFailures[] = "payload_copy_failures";
 inline constexpr const char kStagingWaits[] = "staging_waits";
 inline constexpr const char kStagingWaitNs[] = "staging_wait_ns";
 inline constexpr const char kTimingErrors[] = "timing_errors";
