@@ -6,8 +6,6 @@
 // written out below.
 #include "nccl_fake/record.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -17,7 +15,6 @@
 #include <memory>
 #include <shared_mutex>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -29,7 +26,6 @@
 #include "nccl_fake/runtime.h"
 #include "ranklens/call_recorder.h"
 #include "ranklens/kernel_clock.h"
-#include "ranklens/payload_prefetcher.h"
 #include "ranklens/record_device.h"
 
 namespace nccl_fake {
@@ -155,13 +151,6 @@ int localRanks() {
     if (n > 0) return n;
   }
   return 1;
-}
-
-// CPUs this process may run on (its affinity), else the machine's.
-int usableCpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
 }
 
 // Created with the first communicator: by then the job has chosen its GPU, and a delay is harmless.
@@ -597,7 +586,7 @@ void installWriterSetup() {
       // payloads (s24d: GPT-2 small DDP at 1.06x the job's step time with 8, 1.7-1.9x with 4): payload_threads and
       // payload_zstd_level.
       writer->compressionThreads =
-          s.payload_threads > 0 ? s.payload_threads : ranklens::trace::autoCompressionThreads(usableCpus(), localRanks());
+          s.payload_threads > 0 ? s.payload_threads : ranklens::trace::autoCompressionThreads(manifest->cpus, localRanks());
       writer->zstdLevel = s.payload_zstd_level;
       using WriterShuffle = ranklens::trace::WriterOptions::Shuffle;
       writer->shuffle = s.payload_shuffle == ranklens::config::PayloadShuffle::kOff  ? WriterShuffle::kOff
@@ -652,17 +641,16 @@ void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes
                                                           : std::to_string(stagingBytes) + " bytes";
   if (s.payloadsSkippedFull > skippedSaid) {
     skippedSaid = s.payloadsSkippedFull;
-    WARN("record: %llu of %llu payloads were skipped because staging (staging_bytes, %s) was full: raise "
-         "RANKLENS_STAGING_BYTES, set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits for room), or "
-         "store fewer steps whole (RANKLENS_PAYLOAD_STEPS)",
+    WARN("record: %llu of %llu payloads were skipped because staging (staging_bytes, %s) was full: %s",
          static_cast<unsigned long long>(s.payloadsSkippedFull),
-         static_cast<unsigned long long>(s.payloadsSkippedFull + s.payloadsStaged), staging.c_str());
+         static_cast<unsigned long long>(s.payloadsSkippedFull + s.payloadsStaged), staging.c_str(),
+         ranklens::trace::advice::kStagingFull);
   }
   if (s.payloadsSkippedTooLarge > tooLargeSaid) {
     tooLargeSaid = s.payloadsSkippedTooLarge;
-    WARN("record: %llu payloads larger than all of staging (staging_bytes, %s) were skipped: raise "
-         "RANKLENS_STAGING_BYTES above the largest message to keep them",
-         static_cast<unsigned long long>(s.payloadsSkippedTooLarge), staging.c_str());
+    WARN("record: %llu payloads larger than all of staging (staging_bytes, %s) were skipped: %s",
+         static_cast<unsigned long long>(s.payloadsSkippedTooLarge), staging.c_str(),
+         ranklens::trace::advice::kStagingTooSmall);
   }
   if (s.waitsForStaging > waitedSaid) {
     waitedSaid = s.waitsForStaging;

@@ -1,14 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "ranklens/payload_prefetcher.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <set>
 #include <mutex>
@@ -28,26 +25,6 @@ uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes) {
   const uint64_t least = std::min<uint64_t>(512ull << 20, most);
   const uint64_t wanted = largestStepBytes > (UINT64_MAX / 4) ? UINT64_MAX : 4 * largestStepBytes;
   return std::clamp(wanted, least, most);
-}
-
-uint64_t hostMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && pageBytes > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageBytes) : 0;
-}
-
-bool hostMemoryInfo(uint64_t* availableBytes, uint64_t* totalBytes) {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key, unit;
-  uint64_t value = 0, available = 0, total = 0;
-  while (meminfo >> key >> value) {
-    std::getline(meminfo, unit);
-    if (key == "MemTotal:") total = value * 1024;
-    else if (key == "MemAvailable:") available = value * 1024;
-  }
-  if (total == 0 || available == 0) return false;
-  *availableBytes = available;
-  *totalBytes = total;
-  return true;
 }
 
 void setRecordedDeviceMemory(const Manifest& manifest, DeviceStageSizing* in) {

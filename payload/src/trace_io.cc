@@ -183,6 +183,26 @@ void AppendFile::close() {
   fd_ = -1;
 }
 
+uint64_t hostMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && pageBytes > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageBytes) : 0;
+}
+
+bool hostMemoryInfo(uint64_t* availableBytes, uint64_t* totalBytes) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  uint64_t value = 0, available = 0, total = 0;
+  while (meminfo >> key >> value) {
+    std::getline(meminfo, unit);
+    if (key == "MemTotal:") total = value * 1024;
+    else if (key == "MemAvailable:") available = value * 1024;
+  }
+  if (total == 0 || available == 0) return false;
+  *availableBytes = available;
+  *totalBytes = total;
+  return true;
+}
+
 void describeHost(Manifest* manifest) {
   char host[256] = "";
   gethostname(host, sizeof(host) - 1);

@@ -30,17 +30,11 @@ namespace trace {
 
 namespace {
 
-struct Compressed {
-  Blob bytes;
-  uint32_t rawCrc32 = 0;
-  int shuffle = 0;  // PayloadRef.shuffle
-  std::string error;
-};
-
-// A payload's blob once a compression worker has appended it to a payload file: what its PayloadRef needs.
+// A payload's blob once a compression worker has compressed it and appended it to a payload file: what its PayloadRef
+// needs.
 struct Written {
   uint32_t rawCrc32 = 0;
-  int shuffle = 0;
+  int shuffle = 0;  // PayloadRef.shuffle
   uint32_t file = 0;
   uint64_t offset = 0, compressedBytes = 0;
   std::string error;      // not compressed (the payload is dropped and counted)
@@ -199,14 +193,11 @@ class CompressionPool {
   Job compressJob(Copy&& copy, size_t elementBytes, Promise promise) {
     return [this, copy = std::move(copy), elementBytes, promise = std::move(promise)](PayloadFiles::Open& file) mutable {
       try {
-        Compressed out = compress(copy, elementBytes);
+        Blob blob;
+        Written written = compress(copy, elementBytes, &blob);
         spareRaw_.keep(std::move(copy.raw));
-        Written written;
-        written.rawCrc32 = out.rawCrc32;
-        written.shuffle = out.shuffle;
-        written.error = std::move(out.error);
-        if (written.error.empty()) files_->append(&file, out.bytes, &written);
-        spareBlobs_.keep(std::move(out.bytes));
+        if (written.error.empty()) files_->append(&file, blob, &written);
+        spareBlobs_.keep(std::move(blob));
         promise->set_value(std::move(written));
       } catch (...) {
         promise->set_exception(std::current_exception());
@@ -277,8 +268,8 @@ class CompressionPool {
   // before they had their own match finder (trace::kPlanesHashLog) and about as long since. So the measure is the CPU
   // time, not the size, and planes must save a quarter of it: a tie (noise) stays as it is, sparing the shuffles.
   static bool planesPay(int64_t planesNs, int64_t asIsNs) { return planesNs * 4 < asIsNs * 3; }
-  // Fills `done` when the sample was the whole payload.
-  int autoWidth(const Blob& raw, int width, Compressed* done) {
+  // Fills `done` with the compressed payload when the sample was the whole of it.
+  int autoWidth(const Blob& raw, int width, Blob* done) {
     if (raw.size() < kAutoMinBytes) return 0;
     std::string error;
     if (raw.size() <= kAutoPieces * kAutoPieceBytes) {
@@ -287,9 +278,8 @@ class CompressionPool {
       if (!asIs.ok || !planes.ok) return 0;  // compress() tries again and reports the error
       const bool usePlanes = planesPay(planes.cpuNs, asIs.cpuNs);
       const Blob& chosen = *(usePlanes ? planes.bytes : asIs.bytes);
-      done->bytes.assign(chosen.begin(), chosen.end());
-      done->shuffle = usePlanes ? width : 0;
-      return done->shuffle;
+      done->assign(chosen.begin(), chosen.end());
+      return usePlanes ? width : 0;
     }
     static thread_local std::vector<uint8_t> sample;
     sample.resize(kAutoPieces * kAutoPieceBytes);
@@ -311,19 +301,20 @@ class CompressionPool {
                                                      {ZSTD_createCCtx(), ZSTD_freeCCtx}};
     return contexts[which].get();
   }
-  Compressed compress(Copy& copy, size_t elementBytes) {
+  // Compresses a copied payload into `blob` (a kept buffer where one fits); the result's file fields are left for
+  // PayloadFiles::append.
+  Written compress(Copy& copy, size_t elementBytes, Blob* blob) {
     Blob& raw = copy.raw;
-    Compressed out;
+    Written out;
     out.rawCrc32 = copy.crc;
-    int width = copy.width;
+    out.shuffle = copy.width;
     if (shuffle_ == WriterOptions::Shuffle::kAuto && planesWidth(elementBytes) != 0) {
-      width = autoWidth(raw, planesWidth(elementBytes), &out);  // copied as it was
-      if (!out.bytes.empty()) return out;
-      shuffleBlocks(raw.data(), raw.size(), width);  // 0 leaves it
+      out.shuffle = autoWidth(raw, planesWidth(elementBytes), blob);  // copied as it was
+      if (!blob->empty()) return out;
+      shuffleBlocks(raw.data(), raw.size(), out.shuffle);  // 0 leaves it
     }
-    out.shuffle = width;
-    out.bytes = spareBlobs_.take(ZSTD_compressBound(raw.size()));
-    compressBlob(threadContext(), level_, width != 0, raw.data(), raw.size(), &out.bytes, &out.error);
+    *blob = spareBlobs_.take(ZSTD_compressBound(raw.size()));
+    compressBlob(threadContext(), level_, out.shuffle != 0, raw.data(), raw.size(), blob, &out.error);
     return out;
   }
   void run() {

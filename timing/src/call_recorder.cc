@@ -363,19 +363,11 @@ bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* ou
   }
 }
 
-void CallRecorder::returnLoan(size_t offset, size_t bytes) {
+void CallRecorder::releaseStaging(size_t offset, size_t bytes, bool lent) {
   std::lock_guard<std::mutex> lock(stagingMu_);
   stagingFree_.give(offset, bytes);
-  lent_--;
+  if (lent) lent_--;
   // Under the lock: the destructor, waiting for the last loan, cannot go on (and destroy this) before it is done.
-  stagingFreed_.notify_all();
-}
-
-void CallRecorder::releaseStaging(size_t offset, size_t bytes) {
-  {
-    std::lock_guard<std::mutex> lock(stagingMu_);
-    stagingFree_.give(offset, bytes);
-  }
   stagingFreed_.notify_all();
 }
 
@@ -415,7 +407,7 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
                                             span->stream, done, token, request.oneRank);
       if (copied != 0 && copied != RecordDevice::kSignalled) {
         counters_.payloadsFailed++;
-        releaseStaging(staged.offset, stagedBytes(staged.bytes));
+        releaseStaging(staged.offset, stagedBytes(staged.bytes), /*lent=*/false);
         continue;
       }
       if (copied == RecordDevice::kSignalled) {
@@ -478,7 +470,7 @@ bool CallRecorder::complete(Span* span) {
       Loan(CallRecorder* r, size_t o, size_t b) : recorder(r), offset(o), bytes(b) {}
       Loan(const Loan&) = delete;  // one region, returned once
       Loan& operator=(const Loan&) = delete;
-      ~Loan() { recorder->returnLoan(offset, bytes); }
+      ~Loan() { recorder->releaseStaging(offset, bytes, /*lent=*/true); }
       CallRecorder* recorder;
       size_t offset, bytes;
     };

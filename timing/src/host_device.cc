@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "ranklens/device.h"
-#include "ranklens/payload_prefetcher.h"
+#include "ranklens/trace.h"
 #include "reduce_copies.h"
 
 namespace ranklens {

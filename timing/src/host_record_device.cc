@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "ranklens/device.h"
-#include "ranklens/payload_prefetcher.h"
+#include "ranklens/trace.h"
 #include "ranklens/record_device.h"
 
 namespace ranklens {

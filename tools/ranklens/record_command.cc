@@ -80,16 +80,14 @@ void reportRanks(const std::string& traceDir) {
     if (m.records_dropped || m.payloads_dropped)
       std::cout << ", DROPPED " << m.records_dropped << " records / " << m.payloads_dropped << " payloads";
     namespace shown = trace::counter;
-    for (const char* counter : {shown::kPayloadsSkippedStagingFull, shown::kPayloadsSkippedTooLarge,
-                                shown::kTimingErrors, shown::kKernelClockUnmatched, shown::kKernelClockIncomplete,
-                                shown::kCallsUnrecorded}) {
-      auto it = m.counters.find(counter);
-      if (it != m.counters.end() && it->second > 0) std::cout << ", " << counter << " " << it->second;
-    }
     auto counterOf = [&](const char* name) {
       auto it = m.counters.find(name);
       return it == m.counters.end() ? uint64_t{0} : it->second;
     };
+    for (const char* counter : {shown::kPayloadsSkippedStagingFull, shown::kPayloadsSkippedTooLarge,
+                                shown::kTimingErrors, shown::kKernelClockUnmatched, shown::kKernelClockIncomplete,
+                                shown::kCallsUnrecorded})
+      if (const uint64_t n = counterOf(counter); n > 0) std::cout << ", " << counter << " " << n;
     skippedFull += counterOf(shown::kPayloadsSkippedStagingFull);
     tooLarge += counterOf(shown::kPayloadsSkippedTooLarge);
     if (const uint64_t ns = counterOf(shown::kStagingWaitNs); ns > 0) {
@@ -101,12 +99,11 @@ void reportRanks(const std::string& traceDir) {
     std::cout << "\n";
   }
   if (tooLarge > 0)
-    std::cout << "  " << tooLarge << " payloads were larger than all of staging (staging_bytes): raise "
-              << "RANKLENS_STAGING_BYTES above the largest message to keep them\n";
+    std::cout << "  " << tooLarge << " payloads were larger than all of staging (staging_bytes): "
+              << trace::advice::kStagingTooSmall << "\n";
   if (skippedFull > 0)
-    std::cout << "  " << skippedFull << " payloads did not fit in staging (pinned memory, staging_bytes): raise "
-              << "RANKLENS_STAGING_BYTES, set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits), or store "
-              << "fewer steps whole (RANKLENS_PAYLOAD_STEPS)\n";
+    std::cout << "  " << skippedFull << " payloads did not fit in staging (pinned memory, staging_bytes): "
+              << trace::advice::kStagingFull << "\n";
   else if (waitNs > 0)
     std::cout << "  the job waited for room in staging to keep every payload: a larger RANKLENS_STAGING_BYTES "
               << "shortens the wait\n";

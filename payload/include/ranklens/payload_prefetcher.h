@@ -37,11 +37,6 @@ struct PrefetchStats {
 // (Recording::largestStepPayloadBytes), at least 512 MiB, at most 8 GiB and an eighth of `hostMemoryBytes` (0:
 // unknown; pinned memory is taken from the host for good).
 uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes);
-// This host's physical memory in bytes (0 when unknown).
-uint64_t hostMemoryBytes();
-// This host's memory: what new allocations can still take (MemAvailable in /proc/meminfo) and all of it. False when
-// unknown. The host devices report it as their "device" memory (they keep everything in host memory).
-bool hostMemoryInfo(uint64_t* availableBytes, uint64_t* totalBytes);
 
 // payload_device_bytes: auto. What the replayed rank can spare of its GPU's memory for payloads decoded ahead, from
 // what the recorded job left free (the recorder's `device_memory_*` manifest counters) and what the replaying GPU

@@ -196,6 +196,14 @@ inline constexpr const char kDeviceMemoryTotal[] = "device_memory_total_bytes";
 inline constexpr const char kDeviceMemoryLeastFree[] = "device_memory_least_free_bytes";
 }  // namespace counter
 
+// What to change where staging lost payloads: the recorder's WARN at the end and `ranklens record`'s summary say it.
+namespace advice {
+inline constexpr const char kStagingFull[] =
+    "raise RANKLENS_STAGING_BYTES, set RANKLENS_STAGING_FULL=wait to keep every one (the job then waits for room), or "
+    "store fewer steps whole (RANKLENS_PAYLOAD_STEPS)";
+inline constexpr const char kStagingTooSmall[] = "raise RANKLENS_STAGING_BYTES above the largest message to keep them";
+}  // namespace advice
+
 // The process settings a launcher gives each rank (torchrun: OMP_NUM_THREADS=1) that change its speed: kept in the
 // manifest, and restored by `ranklens replay --trace` where the caller sets none (a rank started alone would run with
 // every core as OpenMP threads).
@@ -206,6 +214,11 @@ constexpr const char* kProcessSettingVariables[] = {"OMP_NUM_THREADS", "MKL_NUM_
 std::map<std::string, std::string> captureEnvironment();
 // This process's host: name, processor model and the CPUs it may run on (Manifest host, cpu_model, cpus).
 void describeHost(Manifest* manifest);
+// This host's physical memory in bytes (0 when unknown).
+uint64_t hostMemoryBytes();
+// This host's memory: what new allocations can still take (MemAvailable in /proc/meminfo) and all of it. False when
+// unknown. The host devices report it as their "device" memory (they keep everything in host memory).
+bool hostMemoryInfo(uint64_t* availableBytes, uint64_t* totalBytes);
 // "" when both manifests name the same processor, CPU count and GPU (or a side does not say); else what differs,
 // e.g. "CPUs 16 against 32".
 std::string machineDifference(const Manifest& recorded, const Manifest& replayed);

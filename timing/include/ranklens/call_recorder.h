@@ -133,8 +133,8 @@ class CallRecorder {
   void giveEvents(int device, const device::RecordDevice::Event* events, size_t n);
   bool stage(const PayloadRequest& request, bool mayWait, Staged* out);
   uint64_t* doneFlag(const Staged& s) const;  // in staging, after the bytes
-  void releaseStaging(size_t offset, size_t bytes);
-  void returnLoan(size_t offset, size_t bytes);  // a region lent to the payload sink comes back
+  // A staged region given back: its copy failed, or (lent) the payload sink is done with it.
+  void releaseStaging(size_t offset, size_t bytes, bool lent);
   void run();
   bool complete(Span* span);  // background thread: false while the span's work is pending
   // A communicator's last timed collective outside groups: its end event stays out of the pool until the next one's
