@@ -327,6 +327,13 @@ Session* load() {
     s->hostTime = st.host_time != ranklens::config::HostTime::kIgnore;
     s->estimateAll = st.timing == ranklens::config::TimingSource::kEstimated;
     if (recorded && !openRecording(s.get(), st)) return;
+    if (recorded && s->fidelity == Fidelity::kValue) {
+      // A value replay of a recording that lacks payloads runs, but its values are not the recorded run's: say so
+      // before the job spends its time.
+      const std::string gaps =
+          ranklens::trace::describePayloadGaps(*s->recording, ranklens::trace::payloadGaps(*s->recording));
+      if (!gaps.empty()) WARN("replay: %s", gaps.c_str());
+    }
     std::string historyError;
     if (!st.history.empty()) {
       if (!ranklens::timing::loadHistory(st.history, &s->history, &historyError)) {
@@ -1099,7 +1106,9 @@ void finish() {
          static_cast<unsigned long>(c.estimatesFromBenchmarks), static_cast<unsigned long>(c.holds));
     return;
   }
-  const bool faithful = c.mismatches == 0 && c.commsUnmatched == 0 && c.payloadFailures == 0;
+  // At value fidelity a call filled for want of its payload makes the rank's values another run's.
+  const bool faithful = c.mismatches == 0 && c.commsUnmatched == 0 && c.payloadFailures == 0 &&
+                        (s->fidelity != Fidelity::kValue || c.filledWithoutPayload == 0);
   char line[512];
   snprintf(line, sizeof line,
            "replay summary: %lu calls, %lu matched, %lu mismatched (%lu resynchronised, %lu recorded calls skipped, "

@@ -171,5 +171,60 @@ bool Recording::readPayload(const PayloadRef& ref, uint8_t* out, size_t outBytes
   return impl_->reader->readPayload(ref, out, outBytes, problem);
 }
 
+PayloadGaps payloadGaps(const Recording& recording) {
+  PayloadGaps gaps;
+  const events::StepMarkers markers = events::stepMarkers(recording.stages());
+  for (const RecordedCall& c : recording.calls()) {
+    const events::Call& call = c.call;
+    if (call.op == static_cast<int>(events::Op::kSend) ||
+        events::receivedBytes(static_cast<events::Op>(call.op), call.count, call.datatype, call.nranks, call.rank,
+                              call.rootOrPeer) == 0)
+      continue;
+    gaps.receiving++;
+    if (c.payload) continue;
+    if (gaps.missing++ > 0) continue;
+    gaps.first = &c;
+    if (markers.marks.empty()) continue;
+    gaps.stepKind = markers.kind;
+    auto after = std::upper_bound(markers.marks.begin(), markers.marks.end(), call.timeNs,
+                                  [](int64_t t, const events::Stage& mark) { return t < mark.timeNs; });
+    if (after != markers.marks.begin()) gaps.firstStep = std::prev(after)->step;
+  }
+  return gaps;
+}
+
+std::string describePayloadGaps(const Recording& recording, const PayloadGaps& gaps) {
+  if (gaps.missing == 0 || gaps.first == nullptr) return "";
+  const Manifest& m = recording.manifest();
+  std::string why;
+  uint64_t explained = 0;
+  for (const auto& [reason, n] : payloadsNotStored(m)) {
+    why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + reason;
+    explained += n;
+  }
+  if (gaps.missing > explained) {
+    auto policy = m.env.find("RANKLENS_PAYLOADS");
+    why += (why.empty() ? "" : ", ") + std::string(explained > 0 ? "the rest " : "") +
+           "left out by its payload policy (" +
+           (policy != m.env.end() ? "RANKLENS_PAYLOADS=" + policy->second
+                                  : std::string("payloads: small, the default, stores up to 64 KiB")) +
+           "; payload_ops, payload_comms, payload_steps and payload_seqs narrow it)";
+  }
+  const events::Call& c = gaps.first->call;
+  std::string where = std::string(events::opName(static_cast<events::Op>(c.op))) + " comm " +
+                      std::to_string(c.commId) + " seq " + std::to_string(c.seq);
+  // A "step" marker starts its step; an "optimizer" marker ends one (the next step starts there).
+  const bool ends = gaps.stepKind != nullptr && std::string(gaps.stepKind) == "optimizer";
+  if (gaps.stepKind != nullptr)
+    where += gaps.firstStep < 0 ? " (before the first " + std::string(gaps.stepKind) + " marker)"
+             : ends             ? " (after optimizer step " + std::to_string(gaps.firstStep) + ")"
+                                : " (step " + std::to_string(gaps.firstStep) + ")";
+  return "fidelity value: " + std::to_string(gaps.missing) + " of the " + std::to_string(gaps.receiving) +
+         " recorded calls that receive data have no payload in the recording (" + why +
+         "); they get the fill semantics, so this rank's values part from the recorded run's at " + where +
+         ". To replay every value, record with payloads: all and staging_full: wait (ranklens record --payloads all; "
+         "RANKLENS_STAGING_FULL=wait)";
+}
+
 }  // namespace trace
 }  // namespace ranklens

@@ -206,6 +206,21 @@ std::string machineDifference(const Manifest& recorded, const Manifest& replayed
   return out;
 }
 
+std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& manifest) {
+  const std::pair<const char*, const char*> reasons[] = {
+      {counter::kPayloadsSkippedStagingFull, "for a full staging"},
+      {counter::kPayloadsSkippedTooLarge, "larger than all of staging"},
+      {counter::kPayloadsSkippedCaptured, "in calls captured into a CUDA graph"},
+      {counter::kPayloadCopyFailures, "whose copy off the GPU failed"}};
+  std::vector<std::pair<const char*, uint64_t>> out;
+  for (const auto& [name, why] : reasons) {
+    auto it = manifest.counters.find(name);
+    if (it != manifest.counters.end() && it->second > 0) out.emplace_back(why, it->second);
+  }
+  if (manifest.payloads_dropped > 0) out.emplace_back("refused by the trace writer", manifest.payloads_dropped);
+  return out;
+}
+
 std::map<std::string, std::string> captureEnvironment() {
   static const char* kExact[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                                  "CUDA_VISIBLE_DEVICES"};

@@ -26,6 +26,7 @@
 #include "estimate_command.h"
 #include "record_command.h"
 #include "ranklens/config.h"
+#include "ranklens/recording.h"
 #include "ranklens/trace.h"
 #include "summary.h"
 #include "waits_command.h"
@@ -45,7 +46,7 @@ std::string defaultTraceDir() {
 }
 
 // How faithful the replay of a recording was, from the counters the library left in the replay trace's manifest.
-void printReplayCounters(const std::string& rankDir, bool ofRecording = true) {
+void printReplayCounters(const std::string& rankDir, bool ofRecording = true, bool valueFidelity = false) {
   std::string error;
   auto reader = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &error);
   if (!reader) return;
@@ -93,6 +94,10 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true) {
     std::cout << "warning: " << recorded - matched << " of the " << recorded
               << " recorded calls were not replayed: the program ended early or took another path (the first "
                  "divergence is in the comparison below)\n";
+  if (valueFidelity && get("replay_filled_without_payload") > 0)
+    std::cout << "warning: " << get("replay_filled_without_payload")
+              << " calls got the fill semantics for want of a recorded payload: at value fidelity this rank's values "
+                 "are not the recorded run's from the first of them on (the warning before the run named it)\n";
 }
 
 struct ReplayOptions {
@@ -153,6 +158,17 @@ bool checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std:
               << (m.gpu_name.empty() ? std::string() : ", " + m.gpu_name) << (m.closed ? "" : " (not closed: crashed?)")
               << "\n";
   return true;
+}
+
+// A value replay of a recording that lacks payloads runs, but its values are not the recorded run's: said before
+// the job starts (the library says it too, under NCCL_DEBUG).
+void warnOfPayloadGaps(const ReplayOptions& o) {
+  std::string error;
+  auto recording = ranklens::trace::Recording::open(o.trace, o.rank, &error);
+  if (!recording) return;  // the library reports what it cannot open
+  const std::string gaps =
+      ranklens::trace::describePayloadGaps(*recording, ranklens::trace::payloadGaps(*recording));
+  if (!gaps.empty()) std::cerr << "warning: " << gaps << "\n";
 }
 
 int runReplay(const ReplayOptions& o) {
@@ -229,6 +245,7 @@ int runReplay(const ReplayOptions& o) {
               << rankDir << "); choose a new --trace-dir (or trace_dir), or remove that one\n";
     return 2;
   }
+  if (!o.trace.empty() && loaded.settings.fidelity == ranklens::config::Fidelity::kValue) warnOfPayloadGaps(o);
   if (!o.quiet)
     std::cerr << "ranklens: replaying rank " << o.rank << " of " << worldSize << " ("
               << ranklens::config::toString(loaded.settings.fidelity)
@@ -247,7 +264,7 @@ int runReplay(const ReplayOptions& o) {
       } else {
         // A replayed recording: how faithful it was, call by call and step by step (ranklens compare).
         const std::string rankDir = traceDir + "/rank" + std::to_string(o.rank);
-        printReplayCounters(rankDir);
+        printReplayCounters(rankDir, true, loaded.settings.fidelity == ranklens::config::Fidelity::kValue);
         std::cout << "\nRecorded vs replayed (ranklens compare " << o.trace << " " << traceDir << " --rank " << o.rank
                   << "):\n";
         ranklens::tools::CompareOptions compare;

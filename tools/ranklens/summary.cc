@@ -68,17 +68,7 @@ struct PayloadStats {
 };
 PayloadStats payloadStats(const EventLog& log) {
   PayloadStats p;
-  namespace counter = trace::counter;
-  const std::pair<const char*, const char*> reasons[] = {
-      {counter::kPayloadsSkippedStagingFull, "for a full staging"},
-      {counter::kPayloadsSkippedTooLarge, "larger than all of staging"},
-      {counter::kPayloadsSkippedCaptured, "in calls captured into a CUDA graph"},
-      {counter::kPayloadCopyFailures, "whose copy off the GPU failed"}};
-  for (const auto& [name, why] : reasons) {
-    auto it = log.manifest.counters.find(name);
-    if (it != log.manifest.counters.end() && it->second > 0) p.lost.emplace_back(why, it->second);
-  }
-  if (log.manifest.payloads_dropped > 0) p.lost.emplace_back("refused by the trace writer", log.manifest.payloads_dropped);
+  p.lost = trace::payloadsNotStored(log.manifest);
   std::map<CallKey, uint64_t> current;  // the last reference of a call wins (an edit appends one)
   for (const auto& ref : log.payloads) current[callKey(ref.commId, ref.op, ref.peer, ref.seq)] = ref.rawBytes;
   if (current.empty()) return p;

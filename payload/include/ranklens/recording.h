@@ -85,6 +85,22 @@ class Recording {
   std::unique_ptr<Impl> impl_;
 };
 
+// The calls a value replay of `recording` cannot give their recorded data: they receive bytes (not Send, more than
+// 0) and the recording stored no payload for them, because its payload policy left them out (`payloads: small`,
+// the default, stores up to 64 KiB) or it could not (payloadsNotStored). Replayed at value fidelity those calls get
+// the fill semantics, and the rank's values part from the recorded run's at the first of them.
+struct PayloadGaps {
+  uint64_t receiving = 0;               // recorded calls that receive data
+  uint64_t missing = 0;                 // of those, without a payload
+  const RecordedCall* first = nullptr;  // the first of those in submission order
+  int64_t firstStep = -1;               // its step number (events::stepMarkers); -1: no marker before it
+  const char* stepKind = nullptr;       // the markers' name ("step", "optimizer"); nullptr: the rank has none
+};
+PayloadGaps payloadGaps(const Recording& recording);
+// One sentence for a value replay's warning: how many, why (the manifest's counts and the recorded RANKLENS_PAYLOADS),
+// the first call and its step, what follows and the fix. "" when nothing is missing.
+std::string describePayloadGaps(const Recording& recording, const PayloadGaps& gaps);
+
 // The recordings of one job's ranks, opened together (history build, `ranklens trace waits`).
 struct JobRecordings {
   std::vector<std::unique_ptr<Recording>> owned;

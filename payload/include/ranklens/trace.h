@@ -204,6 +204,10 @@ inline constexpr const char kStagingFull[] =
 inline constexpr const char kStagingTooSmall[] = "raise RANKLENS_STAGING_BYTES above the largest message to keep them";
 }  // namespace advice
 
+// The payloads a recording meant to store and did not, by reason (its counters above and payloads_dropped), e.g.
+// {"for a full staging", 41}; reasons with none left out. A value replay gives those calls the fill semantics.
+std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& manifest);
+
 // The process settings a launcher gives each rank (torchrun: OMP_NUM_THREADS=1) that change its speed: kept in the
 // manifest, and restored by `ranklens replay --trace` where the caller sets none (a rank started alone would run with
 // every core as OpenMP threads).

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a value replay of a recording cannot restore: the calls that receive data without a stored payload, the
+// first of them and its step, and why (the recording's counters, else its payload policy).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ranklens/events.h"
+#include "ranklens/recording.h"
+#include "ranklens/trace.h"
+
+namespace {
+
+using namespace ranklens;
+
+struct Call {
+  int64_t timeNs;
+  events::Op op;
+  uint64_t count;
+  bool stored;
+};
+
+struct Rank {
+  std::vector<events::Stage> marks;
+  std::vector<Call> calls;
+  std::map<std::string, uint64_t> counters;
+  std::map<std::string, std::string> env;
+};
+
+std::unique_ptr<trace::Recording> write(const std::string& dir, const Rank& r) {
+  EXPECT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
+  trace::Manifest m;
+  m.mode = "record";
+  m.rank = 0;
+  m.world_size = 2;
+  m.env = r.env;
+  std::string error;
+  auto w = trace::TraceWriter::create(dir, m, {}, &error);
+  EXPECT_NE(w, nullptr) << error;
+  if (!w) return nullptr;
+  events::CommInit world;
+  world.nranks = 2;
+  world.how = "init";
+  w->append(trace::RecordType::kCommInit, world);
+  for (const auto& mark : r.marks) w->append(trace::RecordType::kStage, mark);
+  uint64_t collSeq = 0, sendSeq = 0;
+  for (const Call& call : r.calls) {
+    events::Call c;
+    c.nranks = 2;
+    c.op = static_cast<int>(call.op);
+    c.seq = call.op == events::Op::kSend ? sendSeq++ : collSeq++;
+    c.rootOrPeer = call.op == events::Op::kSend ? 1 : -1;
+    c.datatype = 0;  // int8
+    c.count = c.bytes = call.count;
+    c.timeNs = call.timeNs;
+    w->append(trace::RecordType::kCall, c);
+    if (!call.stored) continue;
+    trace::PayloadRef ref;
+    ref.seq = c.seq;
+    ref.op = c.op;
+    ref.peer = c.rootOrPeer;
+    ref.count = call.count;
+    const std::vector<uint8_t> data(call.count, 7);
+    EXPECT_TRUE(w->appendPayload(ref, data.data(), data.size(), trace::BackPressure::kWait));
+  }
+  for (const auto& [name, value] : r.counters) w->setCounter(name, value);
+  EXPECT_TRUE(w->close());
+  auto recording = trace::Recording::open(dir, -1, &error);
+  EXPECT_NE(recording, nullptr) << error;
+  return recording;
+}
+
+events::Stage mark(const char* name, int64_t step, int64_t timeNs) {
+  events::Stage s;
+  s.name = name;
+  s.step = step;
+  s.timeNs = timeNs;
+  return s;
+}
+
+class PayloadGaps : public ::testing::Test {
+ protected:
+  std::string root_ = ::testing::TempDir() + "/payload-gaps-" + std::to_string(getpid());
+  std::string dir_ = root_ + "/rank0";
+  void TearDown() override { EXPECT_EQ(system(("rm -rf '" + root_ + "'").c_str()), 0); }
+};
+
+TEST_F(PayloadGaps, NoneWhenEveryReceivingCallHasItsPayload) {
+  Rank r;
+  r.calls = {{10, events::Op::kAllReduce, 64, true},
+             {20, events::Op::kSend, 64, false},       // sends receive nothing
+             {30, events::Op::kAllReduce, 0, false},   // nor do empty calls
+             {40, events::Op::kBroadcast, 8, true}};
+  auto rec = write(dir_, r);
+  ASSERT_NE(rec, nullptr);
+  const trace::PayloadGaps gaps = trace::payloadGaps(*rec);
+  EXPECT_EQ(gaps.receiving, 2u);
+  EXPECT_EQ(gaps.missing, 0u);
+  EXPECT_EQ(gaps.first, nullptr);
+  EXPECT_EQ(trace::describePayloadGaps(*rec, gaps), "");
+}
+
+TEST_F(PayloadGaps, NamesTheFirstMissingCallItsStepAndTheRecordingsReason) {
+  Rank r;
+  r.marks = {mark("step", 0, 100), mark("step", 1, 200), mark("step", 2, 300)};
+  r.calls = {{150, events::Op::kAllReduce, 64, true},
+             {160, events::Op::kAllReduce, 64, true},
+             {250, events::Op::kAllReduce, 64, false},  // step 1: skipped for a full staging
+             {260, events::Op::kSend, 64, false},
+             {350, events::Op::kAllReduce, 64, false}};
+  r.counters = {{trace::counter::kPayloadsSkippedStagingFull, 2}};
+  auto rec = write(dir_, r);
+  ASSERT_NE(rec, nullptr);
+  const trace::PayloadGaps gaps = trace::payloadGaps(*rec);
+  EXPECT_EQ(gaps.receiving, 4u);
+  EXPECT_EQ(gaps.missing, 2u);
+  ASSERT_NE(gaps.first, nullptr);
+  EXPECT_EQ(gaps.first->call.seq, 2u);
+  EXPECT_EQ(gaps.firstStep, 1);
+  const std::string text = trace::describePayloadGaps(*rec, gaps);
+  EXPECT_NE(text.find("2 of the 4 recorded calls that receive data have no payload in the recording (2 for a full "
+                      "staging)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("part from the recorded run's at AllReduce comm 0 seq 2 (step 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find("staging_full: wait"), std::string::npos) << text;
+  EXPECT_EQ(text.find("payload policy"), std::string::npos) << "every missing payload is explained: " << text;
+}
+
+TEST_F(PayloadGaps, WhatTheCountersDoNotExplainIsThePayloadPolicy) {
+  Rank r;
+  r.marks = {mark("optimizer", 4, 100)};
+  r.calls = {{50, events::Op::kAllReduce, 8, true},
+             {150, events::Op::kAllReduce, 1 << 20, false},
+             {160, events::Op::kAllReduce, 1 << 20, false}};
+  r.counters = {{trace::counter::kPayloadsSkippedTooLarge, 1}};
+  auto rec = write(dir_, r);
+  ASSERT_NE(rec, nullptr);
+  const std::string text = trace::describePayloadGaps(*rec, trace::payloadGaps(*rec));
+  EXPECT_NE(text.find("(1 larger than all of staging, the rest left out by its payload policy (payloads: small, the "
+                      "default, stores up to 64 KiB"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("AllReduce comm 0 seq 1 (after optimizer step 4)"), std::string::npos) << text;
+}
+
+TEST_F(PayloadGaps, ThePolicyTheRecordingWasGivenAndACallBeforeAnyMarker) {
+  Rank r;
+  r.marks = {mark("step", 0, 100)};
+  r.calls = {{50, events::Op::kAllGather, 64, false}, {150, events::Op::kAllReduce, 64, false}};
+  r.env = {{"RANKLENS_PAYLOADS", "none"}};
+  auto rec = write(dir_, r);
+  ASSERT_NE(rec, nullptr);
+  const std::string text = trace::describePayloadGaps(*rec, trace::payloadGaps(*rec));
+  EXPECT_NE(text.find("2 of the 2 recorded calls that receive data have no payload in the recording (left out by its "
+                      "payload policy (RANKLENS_PAYLOADS=none;"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("AllGather comm 0 seq 0 (before the first step marker)"), std::string::npos) << text;
+}
+
+}  // namespace
