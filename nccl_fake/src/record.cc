@@ -184,6 +184,12 @@ CallRecorder* recorder() {
                                        : s.staging_bytes;
     options.stagingLeastBytes = autoStaging ? 64u << 20 : 0;  // auto takes less where the host will not pin that much
     options.waitWhenFull = s.staging_full == ranklens::config::StagingFull::kWait;
+    if (s.payloads == ranklens::config::Payloads::kAll) {
+      // Every payload stored: keep room for the control values a timing replay restores (staging full of gradients
+      // would otherwise skip them under skip, or hold them up under wait).
+      options.controlBytes = s.payload_max_bytes;
+      options.controlReserveBytes = ranklens::timing::kControlReserveBytes;
+    }
     options.timeCaptured = s.captured_timing == ranklens::config::CapturedTiming::kEvents;
     options.pollMicros = s.timing_poll_us;
     // The trace may have been opened before this first communicator (a stage marker came first): name the GPU now.

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -422,10 +423,12 @@ TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
 // region's release for the test to call (or drop).
 class OnePayloadOfStaging {
  public:
-  explicit OnePayloadOfStaging(bool waitWhenFull) {
+  explicit OnePayloadOfStaging(bool waitWhenFull, size_t controlBytes = 0, size_t controlReserveBytes = 0) {
     CallRecorder::Options options;
     options.payloads = true;
     options.waitWhenFull = waitWhenFull;
+    options.controlBytes = controlBytes;
+    options.controlReserveBytes = controlReserveBytes;
     options.stagingBytes = 4096;
     options.pollMicros = 50;
     recorder = std::make_unique<CallRecorder>(
@@ -446,15 +449,16 @@ class OnePayloadOfStaging {
     }
     recorder.reset();
   }
-  // A call with a 3000-byte payload, waited out.
-  void call(uint64_t seq) {
-    static unsigned char src[3000] = {1};
+  // A call with a payload of `bytes` (3000: staging holds one), waited out.
+  void call(uint64_t seq, size_t bytes = 3000) {
+    static unsigned char src[4096] = {1};
+    ASSERT_LE(bytes, sizeof(src));
     CallRecorder::Span* span = recorder->begin(0, kEager, identity(seq));
     ASSERT_NE(span, nullptr);
     ranklens::timing::PayloadRequest request;
     request.ref.seq = seq;
     request.src = src;
-    request.bytes = sizeof(src);
+    request.bytes = bytes;
     recorder->end(span, {request});
     ASSERT_TRUE(recorder->drain(2'000'000'000));
   }
@@ -511,6 +515,67 @@ TEST(CallRecorderStaging, AWaitForRoomIsCountedWithItsLength) {
   EXPECT_LT(stats.stagingWaitNs, 10'000'000'000u);
   std::lock_guard<std::mutex> lock(t.mu);
   EXPECT_EQ(t.received, 2u);
+}
+
+// With every payload stored, the control values (up to payload_max_bytes) keep a reserve of staging that larger
+// payloads cannot take: staging full of a lent gradient still stores a control value, under skip and without a wait
+// under wait (where the larger payload waits instead); a payload that would need the reserve is too large.
+TEST(CallRecorderStaging, ControlPayloadsKeepARoomLargerOnesCannotTake) {
+  for (const bool wait : {false, true}) {
+    SCOPED_TRACE(wait ? "wait" : "skip");
+    // 4096 bytes: the reserve is an eighth (512, below the 1024 asked for), so larger payloads have 3584.
+    OnePayloadOfStaging t(wait, /*controlBytes=*/256, /*controlReserveBytes=*/1024);
+    t.call(0, 3000);  // takes 3072 of the 3584, and stays lent
+    std::thread larger;
+    if (wait) {
+      // Its 768 bytes would reach into the reserve: it waits (first, so that without a reserve it would take the
+      // room the control values need).
+      larger = std::thread([&] { t.call(1, 600); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } else {
+      t.call(1, 600);  // skipped
+      EXPECT_EQ(t.recorder->stats().payloadsSkippedFull, 1u);
+    }
+    // A wrong wait for room would last for ever: the releaser ends it after 2 s, and the assertions below say so.
+    std::mutex doneMu;
+    std::condition_variable doneCv;
+    bool done = false;
+    std::thread releaser([&] {
+      std::unique_lock<std::mutex> lock(doneMu);
+      if (doneCv.wait_for(lock, std::chrono::seconds(2), [&] { return done; })) return;
+      std::lock_guard<std::mutex> held(t.mu);
+      t.held.clear();
+    });
+    t.call(2, 200);  // control values: stored at once, from the reserve
+    t.call(3, 200);
+    {
+      std::lock_guard<std::mutex> lock(doneMu);
+      done = true;
+    }
+    doneCv.notify_all();
+    releaser.join();
+    auto stats = t.recorder->stats();
+    EXPECT_EQ(stats.waitsForStaging, 0u);
+    EXPECT_EQ(stats.payloadsStaged, 3u);
+    {
+      std::lock_guard<std::mutex> lock(t.mu);
+      EXPECT_EQ(t.received, 3u);
+      t.held.clear();  // everything back; the waiting larger payload goes in
+    }
+    if (larger.joinable()) larger.join();
+    EXPECT_EQ(t.recorder->stats().waitsForStaging, wait ? 1u : 0u);
+    {
+      std::lock_guard<std::mutex> lock(t.mu);
+      t.held.clear();
+    }
+    const uint64_t staged = t.recorder->stats().payloadsStaged;
+    t.call(4, 3500);  // 3584 with its flag, rounded: all a larger payload may have
+    t.call(5, 256);   // the largest control value: in the reserve beside it
+    t.call(6, 3600);  // would fit in staging only with the reserve
+    stats = t.recorder->stats();
+    EXPECT_EQ(stats.payloadsSkippedTooLarge, 1u);
+    EXPECT_EQ(stats.payloadsStaged, staged + 2);
+  }
 }
 
 // staging_bytes: auto. 256 MiB for small payloads; for every payload 2 GiB, at most a sixteenth of the host's memory

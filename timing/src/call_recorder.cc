@@ -101,6 +101,7 @@ bool CallRecorder::prepareStaging(std::string* error) {
   staging_ = static_cast<char*>(memory);
   stagingSize_ = bytes;
   stagingFree_.reset(stagingSize_);
+  controlReserve_ = options_.controlBytes > 0 ? std::min(options_.controlReserveBytes, bytes / 8) : 0;
   return true;
 }
 
@@ -336,16 +337,22 @@ uint64_t* CallRecorder::doneFlag(const Staged& s) const {
   return reinterpret_cast<uint64_t*>(staging_ + s.offset + flagOffset(s.bytes));
 }
 
+bool CallRecorder::isControl(size_t payloadBytes) const { return payloadBytes <= options_.controlBytes; }
+
 bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* out) {
   std::unique_lock<std::mutex> lock(stagingMu_);
   const size_t reserved = stagedBytes(request.bytes);
-  if (staging_ == nullptr || FreeList::rounded(reserved) > stagingSize_) {
+  // Larger payloads leave the control reserve alone: what they may take in all is staging less the reserve.
+  const bool control = isControl(request.bytes);
+  const size_t room = control ? stagingSize_ : stagingSize_ - controlReserve_;
+  if (staging_ == nullptr || FreeList::rounded(reserved) > room) {
     counters_.payloadsSkippedTooLarge++;
     return false;
   }
   std::chrono::steady_clock::time_point waitStart;
   for (bool waited = false;; waited = true) {
-    if (stagingFree_.take(reserved, &out->offset)) {
+    if ((control || bulkTaken_ + FreeList::rounded(reserved) <= room) && stagingFree_.take(reserved, &out->offset)) {
+      if (!control) bulkTaken_ += FreeList::rounded(reserved);
       out->bytes = request.bytes;
       if (waited) {
         counters_.waitsForStaging++;
@@ -363,9 +370,11 @@ bool CallRecorder::stage(const PayloadRequest& request, bool mayWait, Staged* ou
   }
 }
 
-void CallRecorder::releaseStaging(size_t offset, size_t bytes, bool lent) {
+void CallRecorder::releaseStaging(size_t offset, size_t payloadBytes, bool lent) {
   std::lock_guard<std::mutex> lock(stagingMu_);
+  const size_t bytes = stagedBytes(payloadBytes);
   stagingFree_.give(offset, bytes);
+  if (!isControl(payloadBytes)) bulkTaken_ -= FreeList::rounded(bytes);
   if (lent) lent_--;
   // Under the lock: the destructor, waiting for the last loan, cannot go on (and destroy this) before it is done.
   stagingFreed_.notify_all();
@@ -407,7 +416,7 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
                                             span->stream, done, token, request.oneRank);
       if (copied != 0 && copied != RecordDevice::kSignalled) {
         counters_.payloadsFailed++;
-        releaseStaging(staged.offset, stagedBytes(staged.bytes), /*lent=*/false);
+        releaseStaging(staged.offset, staged.bytes, /*lent=*/false);
         continue;
       }
       if (copied == RecordDevice::kSignalled) {
@@ -478,7 +487,7 @@ bool CallRecorder::complete(Span* span) {
       std::lock_guard<std::mutex> lock(stagingMu_);
       lent_++;
     }
-    auto loan = std::make_shared<Loan>(this, s.offset, stagedBytes(s.bytes));
+    auto loan = std::make_shared<Loan>(this, s.offset, s.bytes);
     payloadSink_(s.ref, staging_ + s.offset, s.bytes, [loan = std::move(loan)]() mutable { loan.reset(); });
   }
   giveEvents(span->device, span->events, span->copies ? 3 : 2);  // a kept end event was taken out (chainGap)

@@ -66,6 +66,11 @@ class CallRecorder {
     size_t stagingBytes = 256u << 20;
     size_t stagingLeastBytes = 0;  // where pinning stagingBytes fails, halve it down to this much (0: do not)
     bool waitWhenFull = false;
+    // Payloads of at most `controlBytes` (payload_max_bytes: the control values a replay restores at timing
+    // fidelity) may use the last `controlReserveBytes` of staging (at most an eighth of it), which larger ones may
+    // not: with every payload stored, staging full of gradients neither skips nor holds up a control value. 0: none.
+    size_t controlBytes = 0;
+    size_t controlReserveBytes = 0;
     size_t eventBatch = 128;    // events created at a time when a device's pool runs dry
     int pollMicros = 2000;      // background polling interval while spans are pending (timing_poll_us)
     bool timeCaptured = true;   // captured calls: event nodes in the graph (captured_timing), else no duration
@@ -134,7 +139,8 @@ class CallRecorder {
   bool stage(const PayloadRequest& request, bool mayWait, Staged* out);
   uint64_t* doneFlag(const Staged& s) const;  // in staging, after the bytes
   // A staged region given back: its copy failed, or (lent) the payload sink is done with it.
-  void releaseStaging(size_t offset, size_t bytes, bool lent);
+  void releaseStaging(size_t offset, size_t payloadBytes, bool lent);
+  bool isControl(size_t payloadBytes) const;  // may use the control reserve
   void run();
   bool complete(Span* span);  // background thread: false while the span's work is pending
   // A communicator's last timed collective outside groups: its end event stays out of the pool until the next one's
@@ -171,6 +177,8 @@ class CallRecorder {
   size_t stagingSize_ = 0;
   FreeList stagingFree_;
   bool stagingFailed_ = false;
+  size_t controlReserve_ = 0;  // staging only control payloads may take (Options::controlReserveBytes)
+  size_t bulkTaken_ = 0;       // staging taken by larger payloads, rounded as FreeList takes it
 
   std::mutex pendingMu_;
   std::condition_variable pendingCv_, drainedCv_;
@@ -194,6 +202,9 @@ class CallRecorder {
   uint64_t memoryLeastFree_ = 0, memoryTotal_ = 0;  // sampleDeviceMemory's; 0: never sampled
   std::thread thread_;
 };
+
+// With payloads: all, the staging only control values (payload_max_bytes) may take: at most an eighth of staging.
+inline constexpr size_t kControlReserveBytes = 16u << 20;
 
 // staging_bytes: auto. Payloads up to payload_max_bytes (the default policy, `small`) need little room: 256 MiB. To
 // store every payload a recording keeps the job's pace only while a step's payloads fit (GPT-2 small DDP on one H200,
