@@ -99,3 +99,17 @@ carry_stamp() {
   local command="bash $3"
   sed -i "s|}\$|, \"commit\": \"$C\", \"date\": \"$(date -u +%FT%TZ)\", \"machine\": \"$2\", \"command\": \"$command\"}|" "$1"
 }
+
+# carry_value_replay OUT_JSONL WORKDIR NAME LIBRARY TRACE TRAIN_ARGS: replays rank 0 of TRACE at value fidelity with
+# LIBRARY through `ranklens replay` (log WORKDIR/NAME.log, its trace WORKDIR/NAME): one summary line on stdout (its
+# median step time, the result line, the launcher's warnings) and the row NAME in OUT_JSONL. From s25a on.
+carry_value_replay() {
+  local out=$1 w=$2 name=$3 lib=$4 trace=$5 train=$6
+  timeout 150 .carry/bin/ranklens replay --lib "$lib" --rank 0 --fidelity value --trace "$trace" \
+    --trace-dir "$w/$name" -- $PY $train > "$w/$name.log" 2>&1
+  echo "$name rc=$? median_step_ms $(carry_step_ms "$w/$name.log") $(grep -E '^result' "$w/$name.log")" \
+    "warnings: $(grep -c '^warning' "$w/$name.log")"
+  grep -E '^warning' "$w/$name.log" | cut -c1-400
+  carry_result_row "$out" "$name" "$w/$name.log" "$w/$name/rank0" "" \
+    "{\"warnings\": $(grep -E '^warning' "$w/$name.log" | $PY -c 'import json,sys; print(json.dumps(sys.stdin.read().splitlines()))')}"
+}
