@@ -151,14 +151,22 @@ class CompressionPool {
     bool reused = false;  // into a kept buffer
   };
   Copy copyIn(const void* data, size_t bytes, size_t elementBytes) {
+    const StageClock clock;
     Copy copy;
     copy.raw = spareRaw_.take(bytes);
     copy.reused = copy.raw.capacity() > 0;
     copy.raw.resize(bytes);
     copy.width = shuffle_ == WriterOptions::Shuffle::kAlways ? planesWidth(elementBytes) : 0;
     copy.crc = shuffleCopyAndChecksum(copy.raw.data(), static_cast<const uint8_t*>(data), bytes, copy.width);
+    clock.addTo(&times_[kCopy]);
     return copy;
   }
+  // Where the payload work went, summed over the threads that did it (the manifest's payload_*_ns counters).
+  enum Stage { kCopy, kCompress, kWrite, kStages };
+  struct StageTime {
+    std::atomic<uint64_t> wallNs{0}, cpuNs{0};
+  };
+  const StageTime& time(Stage stage) const { return times_[stage]; }
   // `elementBytes`: the payload's datatype width, which byte planes take.
   std::future<Written> submit(Copy&& copy, size_t elementBytes) {
     auto promise = std::make_shared<std::promise<Written>>();
@@ -194,9 +202,15 @@ class CompressionPool {
     return [this, copy = std::move(copy), elementBytes, promise = std::move(promise)](PayloadFiles::Open& file) mutable {
       try {
         Blob blob;
+        StageClock clock;
         Written written = compress(copy, elementBytes, &blob);
+        clock.addTo(&times_[kCompress]);
         spareRaw_.keep(std::move(copy.raw));
-        if (written.error.empty()) files_->append(&file, blob, &written);
+        if (written.error.empty()) {
+          clock = StageClock();
+          files_->append(&file, blob, &written);
+          clock.addTo(&times_[kWrite]);
+        }
         spareBlobs_.keep(std::move(blob));
         promise->set_value(std::move(written));
       } catch (...) {
@@ -227,11 +241,20 @@ class CompressionPool {
     int64_t cpuNs = 0;
     bool ok = false;
   };
-  static int64_t threadCpuNs() {
+  static int64_t threadCpuNs() { return clockNs(CLOCK_THREAD_CPUTIME_ID); }
+  static int64_t clockNs(clockid_t id) {
     timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    clock_gettime(id, &ts);
     return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   }
+  // A stage's wall and thread CPU time from construction to addTo (two clock reads each, per payload).
+  struct StageClock {
+    int64_t wall = clockNs(CLOCK_MONOTONIC), cpu = threadCpuNs();
+    void addTo(StageTime* t) const {
+      t->wallNs += static_cast<uint64_t>(clockNs(CLOCK_MONOTONIC) - wall);
+      t->cpuNs += static_cast<uint64_t>(threadCpuNs() - cpu);
+    }
+  };
   // Compresses `data` (as planes of `width` when it is not 0, shuffling a copy) and times zstd in this thread's CPU
   // time, which other threads taking the core do not inflate. The shuffle is left out: at 15 GB/s it is a few percent
   // of either compression, and a sanitizer build slows it (not zstd) several times. Fresh pages are kept out too,
@@ -338,6 +361,7 @@ class CompressionPool {
   SpareBuffers<Blob> spareRaw_;
   SpareBuffers<Blob> spareBlobs_;
   PayloadFiles* const files_;
+  StageTime times_[kStages];
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Job> copies_, jobs_;
@@ -672,6 +696,17 @@ bool TraceWriter::close() {
   impl_->wake.notify_all();
   impl_->progress.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
+  if (impl_->pool) {
+    // The compression workers' time by stage: what bounds a full-payload recording (docs/trace-format.md).
+    using Pool = CompressionPool;
+    const std::pair<const char*, Pool::Stage> stages[] = {
+        {"copy", Pool::kCopy}, {"compress", Pool::kCompress}, {"write", Pool::kWrite}};
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (const auto& [name, stage] : stages) {
+      impl_->manifest.counters[std::string("payload_") + name + "_ns"] = impl_->pool->time(stage).wallNs.load();
+      impl_->manifest.counters[std::string("payload_") + name + "_cpu_ns"] = impl_->pool->time(stage).cpuNs.load();
+    }
+  }
   impl_->pool.reset();  // its workers close their payload files
   impl_->segment.close();
   std::lock_guard<std::mutex> lock(impl_->mu);

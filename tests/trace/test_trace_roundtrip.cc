@@ -1055,6 +1055,16 @@ TEST(TraceRoundTrip, CompressionWorkersWritePayloadFilesOfTheirOwn) {
   }
   EXPECT_EQ(files, stored + kFileHeaderBytes * extents.size());
   EXPECT_EQ(extents.size(), pays.size());  // every file holds a blob
+  // The workers' time by stage is in the manifest, each stage's CPU time within its wall time.
+  const auto& counters = reader->manifest().counters;
+  for (const char* stage : {"copy", "compress", "write"}) {
+    SCOPED_TRACE(stage);
+    const std::string name = std::string("payload_") + stage;
+    ASSERT_EQ(counters.count(name + "_ns"), 1u);
+    ASSERT_EQ(counters.count(name + "_cpu_ns"), 1u);
+    EXPECT_GT(counters.at(name + "_ns"), 0u);
+    EXPECT_LE(counters.at(name + "_cpu_ns"), counters.at(name + "_ns") + 1'000'000);  // clock granularity
+  }
 }
 
 // A payload file the worker cannot write (here: past the process's file size limit) is the trace's error, as a
