@@ -3,7 +3,7 @@
 # neither threads nor the zstd level)? 1) The host's page-cache write rate: N writers (1, 2, 4, 8, 16) each writing
 # 1 GiB with dd into /dev/shm and into /tmp at once; aggregate GB/s. 2) The 30-step GPT-2 small DDP recording (payloads
 # all, staging_full wait) with 8 and 16 compression threads, with the new per-stage counters (ranklens trace summary:
-# copy, compress, write), and, where perf runs, a system-wide profile of 5 s of its steady state.
+# copy, compress, write), and, where perf runs, a system-wide profile of 1.5 s of its steady state (from step 10).
 set -u
 cd "$(dirname "$0")/../../.."
 source bench/carry_setup.sh; carry_env; carry_real_nccl
@@ -32,7 +32,8 @@ print(round(statistics.median(ms), 3) if ms else None)'; }
   for threads in 8 16; do
     name=wait-t$threads
     if [[ $threads == 8 ]] && command -v perf > /dev/null; then
-      (sleep 25; timeout 20 perf record -a -g -o $W/perf.data -- sleep 5 > $W/perf.log 2>&1) &
+      (for i in $(seq 600); do grep -q "step 10 loss" $W/$name.log 2>/dev/null && break; sleep 0.1; done
+       timeout 20 perf record -a -g -o $W/perf.data -- sleep 1.5 > $W/perf.log 2>&1) &
     fi
     carry_record "$out" $W $name .carry/lib/libnccl.so.2 "$T" \
       "{\"payload_threads\": $threads, \"steady_ms\": null}" RANKLENS_STAGING_FULL=wait RANKLENS_PAYLOAD_THREADS=$threads
