@@ -7,13 +7,14 @@
 // raw payload bytes, e.g. `rlpayload export TRACE -c 0 -s 40 -f raw -o grad.raw`.
 //
 //   payload_codec_choices FILE... [--element-bytes 4] [--levels 1,-1,-5] [--checksum off|on|both]
-//                         [--match-finder planes|level|both] [--repeats 3] [--json]
+//                         [--match-finder planes|level|both] [--literals on|off|both] [--repeats 3] [--json]
 //
 // --match-finder: for the planes, the recorder's match finder at the fast levels (`planes`: trace::kPlanesHashLog and
 // kPlanesMinMatch, session 23), the level's own (`level`, as before), or both.
 // --checksum: zstd's content checksum (XXH64) in the frame, as writers before format 1.9 set it (`on`), or not, as
 // 1.9 writers do (`off`, the default). One line per file, layout, level and checksum: ratio, compress and decompress MB/s (best of --repeats on one thread), and
 // the shuffle and unshuffle rates; every decode is checked against its input.
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_literalCompressionMode (--literals)
 #include <zstd.h>
 
 #include <chrono>
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
   std::vector<int> levels = {1, -1, -5};
   int repeats = 3;
   bool json = false;
-  std::string checksum = "off", matchFinder = "both";
+  std::string checksum = "off", matchFinder = "both", literals = "on";
   app.add_option("files", files, "raw payload files (rlpayload export -f raw)")->required()->check(CLI::ExistingFile);
   app.add_option("--element-bytes", width, "bytes per element: 2 (bf16/fp16), 4 (fp32), 8")
       ->check(CLI::IsMember({2, 4, 8}));
@@ -65,6 +66,10 @@ int main(int argc, char** argv) {
                  "planes: the recorder's match finder for byte planes at the fast levels (a 64-entry hash table, "
                  "7-byte matches); level: the zstd level's own; both")
       ->check(CLI::IsMember({"planes", "level", "both"}));
+  app.add_option("--literals", literals,
+                 "zstd's Huffman coding of literals: on (zstd decides, as the recorder), off (literals stored raw: "
+                 "matches only), or both")
+      ->check(CLI::IsMember({"on", "off", "both"}));
   app.add_option("--repeats", repeats, "runs of each, the fastest kept")->check(CLI::Range(1, 100));
   app.add_flag("--json", json, "one JSON object per line");
   CLI11_PARSE(app, argc, argv);
@@ -95,8 +100,10 @@ int main(int argc, char** argv) {
       const std::vector<uint8_t>& src = isShuffled ? shuffled : raw;
       for (const int level : levels)
       for (const bool withChecksum : {false, true})
-      for (const bool planesTable : {true, false}) {
+      for (const bool planesTable : {true, false})
+      for (const bool rawLiterals : {false, true}) {
         if (checksum != "both" && withChecksum != (checksum == "on")) continue;
+        if (literals != "both" && rawLiterals != (literals == "off")) continue;
         // The planes' own match finder exists only for planes at the fast levels; elsewhere the level's alone.
         const bool applies = isShuffled && ranklens::trace::planesMatchFinder(level);
         if (applies ? (matchFinder != "both" && planesTable != (matchFinder == "planes")) : planesTable) continue;
@@ -109,6 +116,7 @@ int main(int argc, char** argv) {
             ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, ranklens::trace::kPlanesHashLog);
             ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, ranklens::trace::kPlanesMinMatch);
           }
+          if (rawLiterals) ZSTD_CCtx_setParameter(cctx, ZSTD_c_literalCompressionMode, ZSTD_ps_disable);
           size = ZSTD_compress2(cctx, frame.data(), frame.size(), src.data(), n);
         });
         size_t out = 0;
@@ -119,14 +127,15 @@ int main(int argc, char** argv) {
         if (json) {
           printf("{\"file\": \"%s\", \"bytes\": %zu, \"element_bytes\": %zu, \"layout\": \"%s\", \"level\": %d, "
                  "\"ratio\": %.3f, \"compress_mb_s\": %.0f, \"decompress_mb_s\": %.0f, \"shuffle_mb_s\": %.0f, "
-                 "\"unshuffle_mb_s\": %.0f, \"zstd_checksum\": %s, \"match_finder\": \"%s\", \"roundtrip_ok\": %s}\n",
+                 "\"unshuffle_mb_s\": %.0f, \"zstd_checksum\": %s, \"match_finder\": \"%s\", \"literals\": \"%s\", "
+                 "\"roundtrip_ok\": %s}\n",
                  file.c_str(), n, width, isShuffled ? "shuffled" : "raw", level, double(n) / size, mb / compressS,
                  mb / decompressS, mb / shuffleS, mb / unshuffleS, withChecksum ? "true" : "false",
-                 planesTable ? "planes" : "level", ok ? "true" : "false");
+                 planesTable ? "planes" : "level", rawLiterals ? "raw" : "zstd", ok ? "true" : "false");
         } else {
-          printf("%s  %-8s level %3d%s%s: ratio %.2f, compress %6.0f MB/s, decompress %6.0f MB/s%s\n", file.c_str(),
+          printf("%s  %-8s level %3d%s%s%s: ratio %.2f, compress %6.0f MB/s, decompress %6.0f MB/s%s\n", file.c_str(),
                  isShuffled ? "shuffled" : "raw", level, withChecksum ? " +xxh64" : "",
-                 planesTable ? " (planes' match finder)" : "", double(n) / size, mb / compressS, mb / decompressS,
+                 planesTable ? " (planes' match finder)" : "", rawLiterals ? " (raw literals)" : "", double(n) / size, mb / compressS, mb / decompressS,
                  ok ? "" : "  ROUNDTRIP FAILED");
         }
       }
