@@ -163,9 +163,8 @@ uint32_t restoreAndChecksum(uint8_t* data, size_t bytes, int width) {
 }
 }  // namespace
 
-uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, int width) {
+uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, int width, uint32_t crc) {
   if (!validShuffle(width)) width = 0;
-  uint32_t crc = 0;
   for (size_t at = 0; at < bytes; at += kShuffleBlockBytes) {
     const size_t length = std::min(kShuffleBlockBytes, bytes - at);
     const size_t elements = width > 0 ? length / static_cast<size_t>(width) : 0;

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <ctime>
 
 #include <zstd.h>
@@ -31,9 +33,8 @@ void appendFrame(std::string* out, const char* body, size_t size) {
   out->append(body, size);
 }
 
-bool compressBlob(void* context, int level, bool planes, const void* data, size_t size, Blob* out,
-                  std::string* error) {
-  auto* cctx = static_cast<ZSTD_CCtx*>(context);
+namespace {
+void setBlobParameters(ZSTD_CCtx* cctx, int level, bool planes) {
   ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   if (planes && planesMatchFinder(level)) {
@@ -45,6 +46,52 @@ bool compressBlob(void* context, int level, bool planes, const void* data, size_
   // (payload_codec_choices --checksum both, session 22).
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 0);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
+}
+}  // namespace
+
+bool compressBlobFrom(void* context, int level, const uint8_t* data, size_t size, int width, Blob* out,
+                      uint32_t* crc, std::string* error) {
+  if (size == 0) {  // compressBlob's empty frame, which every zstd decoder takes
+    *crc = 0;
+    return compressBlob(context, level, false, data, 0, out, error);
+  }
+  auto* cctx = static_cast<ZSTD_CCtx*>(context);
+  setBlobParameters(cctx, level, validShuffle(width) && width != 0);
+  ZSTD_CCtx_setPledgedSrcSize(cctx, size);  // the frame carries the content size, as compressBlob's
+  static thread_local std::unique_ptr<uint8_t[]> block(new uint8_t[kShuffleBlockBytes]);
+  out->resize(ZSTD_compressBound(size));
+  ZSTD_outBuffer output{out->data(), out->size(), 0};
+  *crc = 0;
+  size_t at = 0;
+  do {
+    const size_t length = std::min(kShuffleBlockBytes, size - at);
+    *crc = shuffleCopyAndChecksum(block.get(), data + at, length, width, *crc);
+    at += length;
+    ZSTD_inBuffer input{block.get(), length, 0};
+    const ZSTD_EndDirective mode = at == size ? ZSTD_e_end : ZSTD_e_continue;
+    for (;;) {
+      const size_t left = ZSTD_compressStream2(cctx, &output, &input, mode);
+      if (ZSTD_isError(left)) {
+        *error = std::string("zstd: ") + ZSTD_getErrorName(left);
+        out->clear();
+        return false;
+      }
+      if (mode == ZSTD_e_continue ? input.pos == input.size : left == 0) break;
+      if (output.pos == output.size) {  // compressBound should leave room; grow rather than fail if not
+        out->resize(out->size() + out->size() / 2 + 4096);
+        output.dst = out->data();
+        output.size = out->size();
+      }
+    }
+  } while (at < size);
+  out->resize(output.pos);
+  return true;
+}
+
+bool compressBlob(void* context, int level, bool planes, const void* data, size_t size, Blob* out,
+                  std::string* error) {
+  auto* cctx = static_cast<ZSTD_CCtx*>(context);
+  setBlobParameters(cctx, level, planes);
   static const uint8_t kEmpty = 0;
   out->resize(ZSTD_compressBound(size));
   const size_t n = ZSTD_compress2(cctx, out->data(), out->size(), size ? data : &kEmpty, size);

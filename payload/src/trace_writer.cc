@@ -174,13 +174,34 @@ class CompressionPool {
     enqueue(jobs_, compressJob(std::move(copy), elementBytes, std::move(promise)));
     return result;
   }
-  // `data` stays the caller's until `release` is called: once a worker has copied it in, ahead of any queued
-  // compression.
+  // `data` stays the caller's until `release` is called, by the next free worker, ahead of any queued compression:
+  // once it has compressed it straight out of `data` where the layout is known before (payload_shuffle on or off), or
+  // copied it in (auto decides on a sample of the copy).
   std::future<Written> submitBorrowed(const void* data, size_t bytes, size_t elementBytes,
                                       std::function<void()> release) {
     auto promise = std::make_shared<std::promise<Written>>();
     std::future<Written> result = promise->get_future();
-    enqueue(copies_, [this, data, bytes, elementBytes, release = std::move(release), promise](PayloadFiles::Open&) mutable {
+    enqueue(copies_, [this, data, bytes, elementBytes, release = std::move(release), promise](PayloadFiles::Open& file) mutable {
+      if (shuffle_ != WriterOptions::Shuffle::kAuto) {
+        bool released = false;
+        try {
+          Written written;
+          written.shuffle = planesWidth(elementBytes);
+          Blob blob = spareBlobs_.take(ZSTD_compressBound(bytes));
+          const StageClock clock;
+          compressBlobFrom(threadContext(), level_, static_cast<const uint8_t*>(data), bytes, written.shuffle, &blob,
+                           &written.rawCrc32, &written.error);
+          clock.addTo(&times_[kCompress]);
+          release();
+          released = true;
+          store(file, blob, &written);
+          promise->set_value(std::move(written));
+        } catch (...) {
+          if (!released) release();
+          promise->set_exception(std::current_exception());
+        }
+        return;
+      }
       Copy copy;
       try {
         copy = copyIn(data, bytes, elementBytes);
@@ -202,21 +223,25 @@ class CompressionPool {
     return [this, copy = std::move(copy), elementBytes, promise = std::move(promise)](PayloadFiles::Open& file) mutable {
       try {
         Blob blob;
-        StageClock clock;
+        const StageClock clock;
         Written written = compress(copy, elementBytes, &blob);
         clock.addTo(&times_[kCompress]);
         spareRaw_.keep(std::move(copy.raw));
-        if (written.error.empty()) {
-          clock = StageClock();
-          files_->append(&file, blob, &written);
-          clock.addTo(&times_[kWrite]);
-        }
-        spareBlobs_.keep(std::move(blob));
+        store(file, blob, &written);
         promise->set_value(std::move(written));
       } catch (...) {
         promise->set_exception(std::current_exception());
       }
     };
+  }
+  // Appends a compressed blob to this worker's payload file (unless compressing it failed) and keeps its buffer.
+  void store(PayloadFiles::Open& file, Blob& blob, Written* written) {
+    if (written->error.empty()) {
+      const StageClock clock;
+      files_->append(&file, blob, written);
+      clock.addTo(&times_[kWrite]);
+    }
+    spareBlobs_.keep(std::move(blob));
   }
   void enqueue(std::deque<Job>& queue, Job job) {
     {

@@ -580,7 +580,8 @@ TEST(TraceShuffle, ShuffledPayloadsReadBackByEveryPath) {
 }
 
 // appendPayloadBorrowed (record mode's staging memory): the bytes are read by a worker, which releases them once
-// copied (the lender may then overwrite them); whatever the layout, the payload reads back as it was lent, in order.
+// compressed (shuffle on or off) or copied (auto) (the lender may then overwrite them); whatever the layout, the
+// payload reads back as it was lent, in order.
 TEST(TraceBorrowed, LentBytesAreCopiedBeforeTheyAreReleasedAndReadBackAsTheyWere) {
   for (const auto shuffle : {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
     TempDir tmp;
@@ -625,6 +626,64 @@ TEST(TraceBorrowed, LentBytesAreCopiedBeforeTheyAreReleasedAndReadBackAsTheyWere
       ASSERT_EQ(out.size(), payloads[i].size() * 4);
       EXPECT_EQ(memcmp(out.data(), payloads[i].data(), out.size()), 0) << "payload " << i;
     }
+  }
+}
+
+// With the layout known before (shuffle on or off) a lent payload is compressed straight out of the lender's memory,
+// block by block (compressBlobFrom): no copy is made (the manifest's payload_copy_ns stays 0), and every width and
+// length, a short last block and a tail of no whole element included, reads back as lent; with auto it is copied in.
+TEST(TraceBorrowed, CompressedStraightOutOfTheLendersMemoryAtEveryWidthAndLength) {
+  struct Case { int datatype; size_t width; uint64_t count; };
+  const std::vector<Case> cases = {{0, 1, 2 * kShuffleBlockBytes + 5}, {6, 2, kShuffleBlockBytes / 2 + 3},
+                                   {7, 4, 3 * kShuffleBlockBytes / 4 + 1}, {8, 8, kShuffleBlockBytes / 8},
+                                   {7, 4, 1}, {7, 4, 0}};
+  for (const auto shuffle : {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
+    SCOPED_TRACE(shuffle == WriterOptions::Shuffle::kOff ? "off" : shuffle == WriterOptions::Shuffle::kAlways ? "on" : "auto");
+    TempDir tmp;
+    const std::string dir = tmp / "rank0";
+    std::mt19937 rng(5);
+    std::vector<std::vector<uint8_t>> sent;
+    {
+      WriterOptions options;
+      options.shuffle = shuffle;
+      options.compressionThreads = 2;
+      auto writer = makeWriter(dir, options);
+      ASSERT_NE(writer, nullptr);
+      for (size_t i = 0; i < cases.size(); ++i) {
+        std::vector<uint8_t> bytes(cases[i].count * cases[i].width);
+        for (size_t k = 0; k < bytes.size(); ++k)
+          bytes[k] = static_cast<uint8_t>(k % cases[i].width == cases[i].width - 1 ? 0x3c : rng() % 7);
+        sent.push_back(bytes);
+        auto* lent = new std::vector<uint8_t>(std::move(bytes));
+        ASSERT_TRUE(writer->appendPayloadBorrowed(refFor(0, i, kAllReduce, cases[i].datatype, cases[i].count),
+                                                  lent->data(), lent->size(), BackPressure::kWait, [lent] {
+                                                    std::fill(lent->begin(), lent->end(), 0xee);
+                                                    delete lent;
+                                                  }));
+      }
+      ASSERT_TRUE(writer->close());
+    }
+    auto reader = openReader(dir);
+    ASSERT_NE(reader, nullptr);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE("payload " + std::to_string(i));
+      auto ref = reader->payload(0, kAllReduce, -1, i);
+      ASSERT_TRUE(ref.has_value());
+      if (shuffle == WriterOptions::Shuffle::kAlways)
+        EXPECT_EQ(ref->shuffle, cases[i].width == 1 ? 0 : static_cast<int>(cases[i].width));
+      std::vector<uint8_t> out;
+      Problem problem;
+      ASSERT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
+      EXPECT_EQ(out, sent[i]);
+      std::vector<uint8_t> into(ref->rawBytes, 0xff);
+      ASSERT_TRUE(reader->readPayload(*ref, into.data(), into.size(), &problem)) << problem.describe();
+      EXPECT_EQ(into, sent[i]);
+    }
+    const auto& counters = reader->manifest().counters;
+    ASSERT_EQ(counters.count("payload_copy_ns"), 1u);
+    if (shuffle == WriterOptions::Shuffle::kAuto) EXPECT_GT(counters.at("payload_copy_ns"), 0u);
+    else EXPECT_EQ(counters.at("payload_copy_ns"), 0u);
+    EXPECT_GT(counters.at("payload_compress_ns"), 0u);
   }
 }
 

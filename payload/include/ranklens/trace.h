@@ -122,8 +122,8 @@ void shuffleBlocks(uint8_t* data, size_t bytes, int width);
 void unshuffleBlocks(uint8_t* data, size_t bytes, int width);
 // shuffleBlocks from `src` into `dst` (not overlapping), returning the CRC-32 of `src`, in one pass: the writer's copy
 // of a payload is also its byte-plane pass and its checksum (each block checksummed in cache). Width 0 or invalid: a
-// copy and the CRC-32.
-uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, int width);
+// copy and the CRC-32. `crc`: the CRC-32 of the bytes before `src` (a payload checksummed in pieces).
+uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, int width, uint32_t crc = 0);
 // zstd's match finder for payloads stored as planes at the fast levels (below 1; payload_zstd_level is -1 by
 // default): a 64-entry hash table and matches of at least 7 bytes. What planes repeat is long runs (zero planes, zero
 // rows), which zstd's repeat-offset check finds without the table; the short matches a full table finds in an
