@@ -520,6 +520,17 @@ TEST(TraceShuffle, EveryWidthAndLengthComesBack) {
   }
 }
 
+// The payload decodes to `expected` whole and into caller memory (over 1 MiB: piece by piece).
+void expectReadsBackEveryWay(TraceReader& reader, const PayloadRef& ref, const std::vector<uint8_t>& expected) {
+  std::vector<uint8_t> out;
+  Problem problem;
+  ASSERT_TRUE(reader.readPayload(ref, &out, &problem)) << problem.describe();
+  EXPECT_EQ(out, expected);
+  std::vector<uint8_t> into(ref.rawBytes, 0xff);
+  ASSERT_TRUE(reader.readPayload(ref, into.data(), into.size(), &problem)) << problem.describe();
+  EXPECT_EQ(into, expected);
+}
+
 // A writer with shuffle on stores 2-, 4- and 8-byte types as planes (and 1-byte ones as they are); every read path
 // gives the program's bytes back: the whole-blob decode, the decode into caller memory and, above 1 MiB, the
 // piece-by-piece decode.
@@ -552,13 +563,7 @@ TEST(TraceShuffle, ShuffledPayloadsReadBackByEveryPath) {
     auto ref = reader->payload(0, kAllReduce, -1, i);
     ASSERT_TRUE(ref.has_value());
     EXPECT_EQ(ref->shuffle, cases[i].width == 1 ? 0 : static_cast<int>(cases[i].width));
-    std::vector<uint8_t> out;
-    Problem problem;
-    ASSERT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
-    EXPECT_EQ(out, sent[i]);
-    std::vector<uint8_t> into(ref->rawBytes, 0xff);  // over 1 MiB: decoded piece by piece
-    ASSERT_TRUE(reader->readPayload(*ref, into.data(), into.size(), &problem)) << problem.describe();
-    EXPECT_EQ(into, sent[i]);
+    expectReadsBackEveryWay(*reader, *ref, sent[i]);
   }
   // A reader that did not restore the order (one older than 1.8) fails the CRC-32 check, never returns the planes;
   // a width the format does not know is refused.
@@ -671,13 +676,7 @@ TEST(TraceBorrowed, CompressedStraightOutOfTheLendersMemoryAtEveryWidthAndLength
       ASSERT_TRUE(ref.has_value());
       if (shuffle == WriterOptions::Shuffle::kAlways)
         EXPECT_EQ(ref->shuffle, cases[i].width == 1 ? 0 : static_cast<int>(cases[i].width));
-      std::vector<uint8_t> out;
-      Problem problem;
-      ASSERT_TRUE(reader->readPayload(*ref, &out, &problem)) << problem.describe();
-      EXPECT_EQ(out, sent[i]);
-      std::vector<uint8_t> into(ref->rawBytes, 0xff);
-      ASSERT_TRUE(reader->readPayload(*ref, into.data(), into.size(), &problem)) << problem.describe();
-      EXPECT_EQ(into, sent[i]);
+      expectReadsBackEveryWay(*reader, *ref, sent[i]);
     }
     const auto& counters = reader->manifest().counters;
     ASSERT_EQ(counters.count("payload_copy_ns"), 1u);
