@@ -1,0 +1,27 @@
+#!/bin/bash
+# Session 25, call G (nvidia-h200-x2, when lent), about 8 minutes: issue #4's full-payload ratio on 2 GPUs in the steady
+# state: as s23b (written in session 23, never run: no 2-GPU machine since), but 40 steps per run, so that the median
+# of steps 3-39 is past the ~10 steps staging and the writer's queue absorb (s25b). s23b's text:
+# DDP and FSDP2 GPT-2 small (bf16, micro-batch
+# 8), process-level runs alternating baseline / payloads: all with staging_full: wait (every payload stored), twice;
+# the traces in /dev/shm, deleted once counted. Then the recorder's busiest threads in one DDP recording.
+set -u
+cd "$(dirname "$0")/../../.."
+source bench/carry_setup.sh; carry_env; carry_real_nccl
+RANKLENS_COMMIT=$C timeout 470 $PY bench/record_overhead_torch.py --lib .carry/lib/libnccl.so.2 --modes ddp,fsdp2 \
+  --arms baseline,full --repeats 2 --steps 40 --recorder-env RANKLENS_STAGING_FULL=wait --work /tmp/s25g \
+  --trace-root /dev/shm/s25g --budget 430 --timeout 110 \
+  --json "$OUT/record_full_payload_2gpu-$C.json" > "$OUT/s25g-$C.log" 2>&1
+echo "full-payload ratio rc=$? $(date -u +%T)"; grep -E "PASS|FAIL|ratio|^  " "$OUT/s25g-$C.log" | tail -12
+rm -rf /dev/shm/s25g
+T="examples/torch/train_gpt.py --parallel ddp --log-all-ranks --mark-steps --steps 10 --micro-batch 8
+   --d-model 768 --layers 12 --heads 12 --vocab 50304 --seq-len 1024"
+W=$(mktemp -d /dev/shm/s25g-XXXXXX)
+$PY bench/thread_cpu.py --match train_gpt.py --wait 60 --label "2-GPU DDP, payloads all" \
+  > "$OUT/record_full_payload_2gpu_threads-$C.json" &
+RANKLENS_STAGING_FULL=wait timeout 100 .carry/bin/ranklens record --lib .carry/lib/libnccl.so.2 --trace $W/rec \
+  --payloads all -- $PY -m torch.distributed.run --standalone --nproc-per-node 2 $T > $W/rec.log 2>&1
+echo "threads rc=$? median_step_ms $(carry_step_ms $W/rec.log)"; wait; cat "$OUT/record_full_payload_2gpu_threads-$C.json"
+tail -15 $W/rec.log
+rm -rf $W
+cp /tmp/meta.txt "$OUT/meta_s25g-$C.txt"
