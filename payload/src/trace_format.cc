@@ -220,6 +220,35 @@ std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& 
   return out;
 }
 
+CompressionLoad compressionLoad(const Manifest& manifest) {
+  CompressionLoad load;
+  auto counter = [&](const std::string& name, uint64_t* value) {
+    auto it = manifest.counters.find(name);
+    if (it == manifest.counters.end()) return false;
+    *value = it->second;
+    return true;
+  };
+  uint64_t threads = 0, activeNs = 0;
+  if (!counter("payload_threads", &threads) || !counter("payload_active_ns", &activeNs)) return load;
+  double* wall[] = {&load.copySeconds, &load.compressSeconds, &load.writeSeconds};
+  const char* stages[] = {"copy", "compress", "write"};
+  for (int i = 0; i < 3; ++i) {
+    uint64_t ns = 0, cpuNs = 0;
+    if (!counter(std::string("payload_") + stages[i] + "_ns", &ns) ||
+        !counter(std::string("payload_") + stages[i] + "_cpu_ns", &cpuNs))
+      return load;
+    *wall[i] = ns / 1e9;
+    load.cpuSeconds += cpuNs / 1e9;
+  }
+  load.known = true;
+  load.threads = threads;
+  load.activeSeconds = activeNs / 1e9;
+  const double busy = load.copySeconds + load.compressSeconds + load.writeSeconds;
+  if (threads > 0 && activeNs > 0) load.busyShare = std::min(1.0, busy / (static_cast<double>(threads) * load.activeSeconds));
+  if (manifest.payload_raw_bytes > 0) load.cpuSecondsPerGB = load.cpuSeconds / (manifest.payload_raw_bytes / 1e9);
+  return load;
+}
+
 std::map<std::string, std::string> captureEnvironment() {
   static const char* kExact[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                                  "CUDA_VISIBLE_DEVICES"};

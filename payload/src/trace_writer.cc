@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -158,7 +159,7 @@ class CompressionPool {
     copy.raw.resize(bytes);
     copy.width = shuffle_ == WriterOptions::Shuffle::kAlways ? planesWidth(elementBytes) : 0;
     copy.crc = shuffleCopyAndChecksum(copy.raw.data(), static_cast<const uint8_t*>(data), bytes, copy.width);
-    clock.addTo(&times_[kCopy]);
+    clock.addTo(&times_[kCopy], this);
     return copy;
   }
   // Where the payload work went, summed over the threads that did it (the manifest's payload_*_ns counters).
@@ -167,6 +168,12 @@ class CompressionPool {
     std::atomic<uint64_t> wallNs{0}, cpuNs{0};
   };
   const StageTime& time(Stage stage) const { return times_[stage]; }
+  // From the first stage's start to the last one's end: the span over which payloads flowed through the pool.
+  uint64_t activeNs() const {
+    const int64_t first = firstNs_.load(), last = lastNs_.load();
+    return last > first ? static_cast<uint64_t>(last - first) : 0;
+  }
+  size_t threads() const { return workers_.size(); }
   // `elementBytes`: the payload's datatype width, which byte planes take.
   std::future<Written> submit(Copy&& copy, size_t elementBytes) {
     auto promise = std::make_shared<std::promise<Written>>();
@@ -191,7 +198,7 @@ class CompressionPool {
           const StageClock clock;
           compressBlobFrom(threadContext(), level_, static_cast<const uint8_t*>(data), bytes, written.shuffle, &blob,
                            &written.rawCrc32, &written.error);
-          clock.addTo(&times_[kCompress]);
+          clock.addTo(&times_[kCompress], this);
           release();
           released = true;
           store(file, blob, &written);
@@ -225,7 +232,7 @@ class CompressionPool {
         Blob blob;
         const StageClock clock;
         Written written = compress(copy, elementBytes, &blob);
-        clock.addTo(&times_[kCompress]);
+        clock.addTo(&times_[kCompress], this);
         spareRaw_.keep(std::move(copy.raw));
         store(file, blob, &written);
         promise->set_value(std::move(written));
@@ -239,7 +246,7 @@ class CompressionPool {
     if (written->error.empty()) {
       const StageClock clock;
       files_->append(&file, blob, written);
-      clock.addTo(&times_[kWrite]);
+      clock.addTo(&times_[kWrite], this);
     }
     spareBlobs_.keep(std::move(blob));
   }
@@ -275,9 +282,14 @@ class CompressionPool {
   // A stage's wall and thread CPU time from construction to addTo (two clock reads each, per payload).
   struct StageClock {
     int64_t wall = clockNs(CLOCK_MONOTONIC), cpu = threadCpuNs();
-    void addTo(StageTime* t) const {
-      t->wallNs += static_cast<uint64_t>(clockNs(CLOCK_MONOTONIC) - wall);
+    void addTo(StageTime* t, CompressionPool* pool) const {
+      const int64_t end = clockNs(CLOCK_MONOTONIC);
+      t->wallNs += static_cast<uint64_t>(end - wall);
       t->cpuNs += static_cast<uint64_t>(threadCpuNs() - cpu);
+      for (int64_t first = pool->firstNs_.load(); wall < first && !pool->firstNs_.compare_exchange_weak(first, wall);) {
+      }
+      for (int64_t last = pool->lastNs_.load(); end > last && !pool->lastNs_.compare_exchange_weak(last, end);) {
+      }
     }
   };
   // Compresses `data` (as planes of `width` when it is not 0, shuffling a copy) and times zstd in this thread's CPU
@@ -387,6 +399,7 @@ class CompressionPool {
   SpareBuffers<Blob> spareBlobs_;
   PayloadFiles* const files_;
   StageTime times_[kStages];
+  std::atomic<int64_t> firstNs_{INT64_MAX}, lastNs_{0};  // StageClock's
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Job> copies_, jobs_;
@@ -731,6 +744,8 @@ bool TraceWriter::close() {
       impl_->manifest.counters[std::string("payload_") + name + "_ns"] = impl_->pool->time(stage).wallNs.load();
       impl_->manifest.counters[std::string("payload_") + name + "_cpu_ns"] = impl_->pool->time(stage).cpuNs.load();
     }
+    impl_->manifest.counters["payload_threads"] = impl_->pool->threads();
+    impl_->manifest.counters["payload_active_ns"] = impl_->pool->activeNs();
   }
   impl_->pool.reset();  // its workers close their payload files
   impl_->segment.close();

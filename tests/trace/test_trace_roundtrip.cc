@@ -1123,6 +1123,35 @@ TEST(TraceRoundTrip, CompressionWorkersWritePayloadFilesOfTheirOwn) {
     EXPECT_GT(counters.at(name + "_ns"), 0u);
     EXPECT_LE(counters.at(name + "_cpu_ns"), counters.at(name + "_ns") + 1'000'000);  // clock granularity
   }
+  const CompressionLoad load = compressionLoad(reader->manifest());
+  ASSERT_TRUE(load.known);
+  EXPECT_EQ(load.threads, 4u);
+  EXPECT_GT(load.activeSeconds, 0.0);
+  EXPECT_GT(load.busyShare, 0.0);
+  EXPECT_LE(load.busyShare, 1.0);
+}
+
+// How busy a recording's compression threads were, from its counters: the stages' wall time over threads x the span
+// payloads flowed, and their CPU time per GB of payload; unknown for a writer older than the counters.
+TEST(CompressionLoad, BusyShareAndCpuPerGigabyteFromTheCounters) {
+  Manifest m;
+  EXPECT_FALSE(compressionLoad(m).known);
+  m.counters = {{"payload_threads", 8},           {"payload_active_ns", 2'000'000'000},
+                {"payload_copy_ns", 1'000'000'000}, {"payload_copy_cpu_ns", 900'000'000},
+                {"payload_compress_ns", 8'000'000'000}, {"payload_compress_cpu_ns", 7'600'000'000},
+                {"payload_write_ns", 3'000'000'000}, {"payload_write_cpu_ns", 3'000'000'000}};
+  m.payload_raw_bytes = 10'000'000'000;
+  const CompressionLoad load = compressionLoad(m);
+  ASSERT_TRUE(load.known);
+  EXPECT_EQ(load.threads, 8u);
+  EXPECT_DOUBLE_EQ(load.compressSeconds, 8.0);
+  EXPECT_DOUBLE_EQ(load.busyShare, 12.0 / 16.0);
+  EXPECT_NEAR(load.cpuSeconds, 11.5, 1e-9);
+  EXPECT_NEAR(load.cpuSecondsPerGB, 1.15, 1e-9);
+  m.counters["payload_active_ns"] = 1'000'000'000;  // more stage time than the threads had: at most all of it
+  EXPECT_DOUBLE_EQ(compressionLoad(m).busyShare, 1.0);
+  m.counters.erase("payload_write_cpu_ns");
+  EXPECT_FALSE(compressionLoad(m).known);
 }
 
 // A payload file the worker cannot write (here: past the process's file size limit) is the trace's error, as a

@@ -54,10 +54,14 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
 
 namespace {
 
+// Compression threads busier than this over the span payloads flowed are taken as what bound a recording.
+constexpr double kThreadsBoundShare = 0.5;
+
 // One line per rank directory: what the manifest says was written, and whether the writer closed it; then what to
 // change where staging lost payloads or held the job back.
 void reportRanks(const std::string& traceDir) {
   uint64_t skippedFull = 0, tooLarge = 0, waitNs = 0;
+  trace::CompressionLoad busiest;  // of the ranks that waited for staging or skipped payloads for a full one
   const std::vector<std::string> ranks = trace::rankDirectories(traceDir);
   if (ranks.empty()) {
     std::cerr << "ranklens: no rank wrote a trace under " << traceDir
@@ -95,6 +99,10 @@ void reportRanks(const std::string& traceDir) {
       std::cout.unsetf(std::ios_base::floatfield);
       waitNs += ns;
     }
+    if (const trace::CompressionLoad load = trace::compressionLoad(m);
+        load.known && (counterOf(shown::kStagingWaitNs) > 0 || counterOf(shown::kPayloadsSkippedStagingFull) > 0) &&
+        load.busyShare > busiest.busyShare)
+      busiest = load;
     if (!m.closed) std::cout << ", NOT CLOSED (the process died: complete records are kept, counters may be stale)";
     std::cout << "\n";
   }
@@ -104,7 +112,15 @@ void reportRanks(const std::string& traceDir) {
   if (skippedFull > 0)
     std::cout << "  " << skippedFull << " payloads did not fit in staging (pinned memory, staging_bytes): "
               << trace::advice::kStagingFull << "\n";
-  else if (waitNs > 0)
+  // Staging absorbs bursts; when the compression threads were busy nearly all the time payloads flowed, they bound
+  // the recording (GPT-2 small DDP: about ten steps absorbed, then 1.7-2.7x the job's step time, s25b-s25d).
+  if (busiest.busyShare >= kThreadsBoundShare)
+    std::cout << "  the " << busiest.threads << " compression threads were busy " << std::fixed << std::setprecision(0)
+              << 100 * busiest.busyShare << "% of the time payloads flowed (" << std::setprecision(2)
+              << busiest.cpuSecondsPerGB << " CPU-s per GB of payload): they, not staging, bound a long recording; "
+              << "give them free cores (RANKLENS_PAYLOAD_THREADS) or store fewer steps (RANKLENS_PAYLOAD_STEPS)\n"
+              << std::defaultfloat;
+  else if (skippedFull == 0 && waitNs > 0)
     std::cout << "  the job waited for room in staging to keep every payload: a larger RANKLENS_STAGING_BYTES "
               << "shortens the wait\n";
 }

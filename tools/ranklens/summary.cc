@@ -143,20 +143,13 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
         << bytesText(p.largestStep) << " (a value replay's prefetch_bytes: auto pins " << bytesText(p.autoPrefetch)
         << " for them on this host, and payload_device_bytes: auto stages " << bytesText(p.autoDevice)
         << " on a GPU like the recorded one)\n";
-  // Where the compression threads' time went (format 1.9 writers since session 25): what bounds full capture.
-  if (auto it = log.manifest.counters.find("payload_write_ns"); p.count > 0 && it != log.manifest.counters.end()) {
-    out << "  compression threads, wall (CPU) seconds in all:";
-    const char* separator = " ";
-    for (const char* stage : {"copy", "compress", "write"}) {
-      const std::string name = std::string("payload_") + stage;
-      auto wall = log.manifest.counters.find(name + "_ns"), cpu = log.manifest.counters.find(name + "_cpu_ns");
-      if (wall == log.manifest.counters.end() || cpu == log.manifest.counters.end()) continue;
-      out << separator << stage << " " << std::fixed << std::setprecision(2) << wall->second / 1e9 << " ("
-          << cpu->second / 1e9 << ")";
-      separator = ", ";
-    }
-    out << std::defaultfloat << "\n";
-  }
+  // Where the compression threads' time went: once staging is full they bound a full-payload recording.
+  if (const trace::CompressionLoad load = trace::compressionLoad(log.manifest); p.count > 0 && load.known)
+    out << "  compression threads: " << load.threads << ", busy " << std::fixed << std::setprecision(0)
+        << 100 * load.busyShare << "% of the " << std::setprecision(2) << load.activeSeconds
+        << " s payloads flowed; copy " << load.copySeconds << " s, compress " << load.compressSeconds << " s, write "
+        << load.writeSeconds << " s in all (" << load.cpuSeconds << " CPU-s, " << load.cpuSecondsPerGB
+        << " per GB of payload)\n" << std::defaultfloat;
   if (!p.lost.empty()) {
     out << "  payloads not stored while recording:";
     const char* separator = " ";
