@@ -159,7 +159,7 @@ class CompressionPool {
     copy.raw.resize(bytes);
     copy.width = shuffle_ == WriterOptions::Shuffle::kAlways ? planesWidth(elementBytes) : 0;
     copy.crc = shuffleCopyAndChecksum(copy.raw.data(), static_cast<const uint8_t*>(data), bytes, copy.width);
-    clock.addTo(&times_[kCopy], this);
+    clock.addTo(&times_[kCopy]);
     return copy;
   }
   // Where the payload work went, summed over the threads that did it (the manifest's payload_*_ns counters).
@@ -168,10 +168,11 @@ class CompressionPool {
     std::atomic<uint64_t> wallNs{0}, cpuNs{0};
   };
   const StageTime& time(Stage stage) const { return times_[stage]; }
-  // From the first stage's start to the last one's end: the span over which payloads flowed through the pool.
-  uint64_t activeNs() const {
-    const int64_t first = firstNs_.load(), last = lastNs_.load();
-    return last > first ? static_cast<uint64_t>(last - first) : 0;
+  // How long the pool had work, queued or running: its threads' busy share is the stages' time over threads x this
+  // (gaps with no payload in flight, such as a job's start-up, left out).
+  uint64_t activeNs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return activeNs_;
   }
   size_t threads() const { return workers_.size(); }
   // `elementBytes`: the payload's datatype width, which byte planes take.
@@ -198,7 +199,7 @@ class CompressionPool {
           const StageClock clock;
           compressBlobFrom(threadContext(), level_, static_cast<const uint8_t*>(data), bytes, written.shuffle, &blob,
                            &written.rawCrc32, &written.error);
-          clock.addTo(&times_[kCompress], this);
+          clock.addTo(&times_[kCompress]);
           release();
           released = true;
           store(file, blob, &written);
@@ -232,7 +233,7 @@ class CompressionPool {
         Blob blob;
         const StageClock clock;
         Written written = compress(copy, elementBytes, &blob);
-        clock.addTo(&times_[kCompress], this);
+        clock.addTo(&times_[kCompress]);
         spareRaw_.keep(std::move(copy.raw));
         store(file, blob, &written);
         promise->set_value(std::move(written));
@@ -246,7 +247,7 @@ class CompressionPool {
     if (written->error.empty()) {
       const StageClock clock;
       files_->append(&file, blob, written);
-      clock.addTo(&times_[kWrite], this);
+      clock.addTo(&times_[kWrite]);
     }
     spareBlobs_.keep(std::move(blob));
   }
@@ -254,6 +255,7 @@ class CompressionPool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue.push_back(std::move(job));
+      if (inFlight_++ == 0) activeSince_ = clockNs(CLOCK_MONOTONIC);
     }
     wake_.notify_one();
   }
@@ -282,14 +284,9 @@ class CompressionPool {
   // A stage's wall and thread CPU time from construction to addTo (two clock reads each, per payload).
   struct StageClock {
     int64_t wall = clockNs(CLOCK_MONOTONIC), cpu = threadCpuNs();
-    void addTo(StageTime* t, CompressionPool* pool) const {
-      const int64_t end = clockNs(CLOCK_MONOTONIC);
-      t->wallNs += static_cast<uint64_t>(end - wall);
+    void addTo(StageTime* t) const {
+      t->wallNs += static_cast<uint64_t>(clockNs(CLOCK_MONOTONIC) - wall);
       t->cpuNs += static_cast<uint64_t>(threadCpuNs() - cpu);
-      for (int64_t first = pool->firstNs_.load(); wall < first && !pool->firstNs_.compare_exchange_weak(first, wall);) {
-      }
-      for (int64_t last = pool->lastNs_.load(); end > last && !pool->lastNs_.compare_exchange_weak(last, end);) {
-      }
     }
   };
   // Compresses `data` (as planes of `width` when it is not 0, shuffling a copy) and times zstd in this thread's CPU
@@ -391,6 +388,8 @@ class CompressionPool {
         from.pop_front();
       }
       job(file);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--inFlight_ == 0) activeNs_ += static_cast<uint64_t>(clockNs(CLOCK_MONOTONIC) - activeSince_);
     }
   }
   int level_;
@@ -399,8 +398,10 @@ class CompressionPool {
   SpareBuffers<Blob> spareBlobs_;
   PayloadFiles* const files_;
   StageTime times_[kStages];
-  std::atomic<int64_t> firstNs_{INT64_MAX}, lastNs_{0};  // StageClock's
   std::mutex mu_;
+  size_t inFlight_ = 0;                          // jobs queued or running (under mu_)
+  int64_t activeSince_ = 0;                      // when inFlight_ last left 0
+  uint64_t activeNs_ = 0;                        // summed while inFlight_ > 0
   std::condition_variable wake_;
   std::deque<Job> copies_, jobs_;
   bool stopping_ = false;

@@ -1131,8 +1131,8 @@ TEST(TraceRoundTrip, CompressionWorkersWritePayloadFilesOfTheirOwn) {
   EXPECT_LE(load.busyShare, 1.0);
 }
 
-// How busy a recording's compression threads were, from its counters: the stages' wall time over threads x the span
-// payloads flowed, and their CPU time per GB of payload; unknown for a writer older than the counters.
+// How busy a recording's compression threads were, from its counters: the stages' wall time over threads x the time
+// they had payloads (queued or in work), and their CPU time per GB of payload; unknown for a writer before them.
 TEST(CompressionLoad, BusyShareAndCpuPerGigabyteFromTheCounters) {
   Manifest m;
   EXPECT_FALSE(compressionLoad(m).known);

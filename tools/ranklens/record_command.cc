@@ -54,7 +54,7 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
 
 namespace {
 
-// Compression threads busier than this over the span payloads flowed are taken as what bound a recording.
+// Compression threads busier than this while they had payloads to work on are taken as what bound a recording.
 constexpr double kThreadsBoundShare = 0.5;
 
 // One line per rank directory: what the manifest says was written, and whether the writer closed it; then what to
@@ -112,11 +112,11 @@ void reportRanks(const std::string& traceDir) {
   if (skippedFull > 0)
     std::cout << "  " << skippedFull << " payloads did not fit in staging (pinned memory, staging_bytes): "
               << trace::advice::kStagingFull << "\n";
-  // Staging absorbs bursts; when the compression threads were busy nearly all the time payloads flowed, they bound
+  // Staging absorbs bursts; when the compression threads were busy most of the time they had payloads, they bound
   // the recording (GPT-2 small DDP: about ten steps absorbed, then 1.7-2.7x the job's step time, s25b-s25d).
   if (busiest.busyShare >= kThreadsBoundShare)
     std::cout << "  the " << busiest.threads << " compression threads were busy " << std::fixed << std::setprecision(0)
-              << 100 * busiest.busyShare << "% of the time payloads flowed (" << std::setprecision(2)
+              << 100 * busiest.busyShare << "% of the time they had payloads (" << std::setprecision(2)
               << busiest.cpuSecondsPerGB << " CPU-s per GB of payload): they, not staging, bound a long recording; "
               << "give them free cores (RANKLENS_PAYLOAD_THREADS) or store fewer steps (RANKLENS_PAYLOAD_STEPS)\n"
               << std::defaultfloat;

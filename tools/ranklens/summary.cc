@@ -147,7 +147,7 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
   if (const trace::CompressionLoad load = trace::compressionLoad(log.manifest); p.count > 0 && load.known)
     out << "  compression threads: " << load.threads << ", busy " << std::fixed << std::setprecision(0)
         << 100 * load.busyShare << "% of the " << std::setprecision(2) << load.activeSeconds
-        << " s payloads flowed; copy " << load.copySeconds << " s, compress " << load.compressSeconds << " s, write "
+        << " s they had payloads; copy " << load.copySeconds << " s, compress " << load.compressSeconds << " s, write "
         << load.writeSeconds << " s in all (" << load.cpuSeconds << " CPU-s, " << load.cpuSecondsPerGB
         << " per GB of payload)\n" << std::defaultfloat;
   if (!p.lost.empty()) {

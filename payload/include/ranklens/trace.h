@@ -209,14 +209,14 @@ inline constexpr const char kStagingTooSmall[] = "raise RANKLENS_STAGING_BYTES a
 std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& manifest);
 
 // What a recording's compression threads did, from its payload_* counters (writers since session 25; known false
-// before): the time each stage took in all, and how busy the threads were over the span payloads flowed. Once staging
+// before): the time each stage took in all, and how busy the threads were while payloads were in their hands. Once staging
 // is full they bound a full-payload recording (s25b-s25d).
 struct CompressionLoad {
   bool known = false;
   uint64_t threads = 0;
   double copySeconds = 0, compressSeconds = 0, writeSeconds = 0;  // wall, summed over the threads
   double cpuSeconds = 0;     // the three stages' thread CPU time
-  double activeSeconds = 0;  // from the first payload's stage to the last one's end
+  double activeSeconds = 0;  // while the threads had payloads queued or in work (gaps with none left out)
   double busyShare = 0;      // the stages' wall time over threads x activeSeconds (0..1)
   double cpuSecondsPerGB = 0;  // of payload (payload_raw_bytes)
 };
