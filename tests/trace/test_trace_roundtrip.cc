@@ -16,6 +16,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <future>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -683,6 +684,39 @@ TEST(TraceBorrowed, CompressedStraightOutOfTheLendersMemoryAtEveryWidthAndLength
     if (shuffle == WriterOptions::Shuffle::kAuto) EXPECT_GT(counters.at("payload_copy_ns"), 0u);
     else EXPECT_EQ(counters.at("payload_copy_ns"), 0u);
     EXPECT_GT(counters.at("payload_compress_ns"), 0u);
+  }
+}
+
+// A lent payload compressed straight out of the lender's memory (shuffle on or off) takes no room in the writer's
+// queue: the lender's memory bounds it (s25i). Held in the queue (its release blocks the only worker), a first lent
+// payload leaves room for a second under kDrop; with auto the first is copied in and counts, and the second is
+// dropped (an empty queue still admits anything).
+TEST(TraceBorrowed, PayloadsCompressedFromTheLenderTakeNoQueueRoom) {
+  for (const auto shuffle : {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
+    const bool copies = shuffle == WriterOptions::Shuffle::kAuto;
+    SCOPED_TRACE(copies ? "auto" : "on/off");
+    TempDir tmp;
+    const std::string dir = tmp / "rank0";
+    const std::vector<float> values(1u << 18, 0.5f);  // 1 MiB
+    WriterOptions options;
+    options.shuffle = shuffle;
+    options.compressionThreads = 1;
+    options.queueBytes = 64u << 10;  // below either payload
+    auto writer = makeWriter(dir, options);
+    ASSERT_NE(writer, nullptr);
+    std::promise<void> gate;
+    std::shared_future<void> opened = gate.get_future().share();
+    ASSERT_TRUE(writer->appendPayloadBorrowed(refFor(0, 0, kAllReduce, 7, values.size()), values.data(), values.size() * 4,
+                                              BackPressure::kWait, [opened] { opened.wait(); }));
+    const bool second = writer->appendPayloadBorrowed(refFor(0, 1, kAllReduce, 7, values.size()), values.data(),
+                                                      values.size() * 4, BackPressure::kDrop, [] {});
+    EXPECT_EQ(second, !copies);
+    gate.set_value();
+    ASSERT_TRUE(writer->close());
+    auto reader = openReader(dir);
+    ASSERT_NE(reader, nullptr);
+    EXPECT_EQ(reader->payloads().size(), copies ? 1u : 2u);
+    EXPECT_EQ(reader->manifest().payloads_dropped, copies ? 1u : 0u);
   }
 }
 
