@@ -588,9 +588,8 @@ void installWriterSetup() {
     if (auto* device = state().device.get()) device->describe(&manifest->gpu_name, &manifest->gpu_uuid);
     manifest->writer = describeWriter(s, lib);
     if (s.payloads != ranklens::config::Payloads::kNone) {
-      // Full capture spends these threads compressing and writing, and their CPU bounds it once staging is full
-      // (GPT-2 small DDP on one H200: about 1.1 CPU-s per GB of payload; 1.7-2.7x the job's step time with 8, s25b-s25d):
-      // payload_threads and payload_zstd_level.
+      // Full capture spends these threads compressing and writing, about 1.1 CPU-s per GB of payload (GPT-2 small DDP
+      // on one H200, s25d): payload_threads and payload_zstd_level.
       writer->compressionThreads =
           s.payload_threads > 0 ? s.payload_threads : ranklens::trace::autoCompressionThreads(manifest->cpus, localRanks());
       writer->zstdLevel = s.payload_zstd_level;
