@@ -54,8 +54,9 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
 
 namespace {
 
-// Compression threads busier than this while they had payloads to work on are taken as what bound a recording.
-constexpr double kThreadsBoundShare = 0.5;
+// Compression threads busier than this while they had payloads to work on are taken as what bound a recording: at
+// 46-51% something before them held the payloads (the writer's queue, s25h/s25i); with that gone they were 78% busy.
+constexpr double kThreadsBoundShare = 0.75;
 
 // One line per rank directory: what the manifest says was written, and whether the writer closed it; then what to
 // change where staging lost payloads or held the job back.
