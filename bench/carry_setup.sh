@@ -113,3 +113,14 @@ carry_value_replay() {
   carry_result_row "$out" "$name" "$w/$name.log" "$w/$name/rank0" "" \
     "{\"warnings\": $(grep -E '^warning' "$w/$name.log" | $PY -c 'import json,sys; print(json.dumps(sys.stdin.read().splitlines()))')}"
 }
+
+# carry_steady_ms LOG: the median of train_gpt.py's steps 10 and later in LOG (its "step N loss L time_ms T" lines):
+# a full-payload recording's steady state, past the ~10 steps staging and the writer's queue absorb. From s25j on
+# (s25b-s25i carry their own copy, as run).
+carry_steady_ms() {
+  grep -h "step .* time_ms" "$1" | $PY -c '
+import re, statistics, sys
+ms = [float(m.group(2)) for m in (re.search(r"step (\d+) loss \S+ time_ms (\S+)", l) for l in sys.stdin) if m and int(m.group(1)) >= 10]
+print(round(statistics.median(ms), 3) if ms else None)'
+}
+

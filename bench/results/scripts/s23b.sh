@@ -3,11 +3,13 @@
 # session 22 recorder (byte planes chosen per payload, trace format 1.9): DDP and FSDP2 GPT-2 small (bf16, micro-batch
 # 8), process-level runs alternating baseline / payloads: all with staging_full: wait (every payload stored), twice;
 # the traces in /dev/shm, deleted once counted. Then the recorder's busiest threads in one DDP recording.
+# Never run yet (no 2-GPU machine since session 23); session 25 raised its 15 steps per run to 40, so that the median
+# of steps 3-39 is past the ~10 steps staging and the writer's queue absorb (s25b): the steady state.
 set -u
 cd "$(dirname "$0")/../../.."
 source bench/carry_setup.sh; carry_env; carry_real_nccl
 RANKLENS_COMMIT=$C timeout 470 $PY bench/record_overhead_torch.py --lib .carry/lib/libnccl.so.2 --modes ddp,fsdp2 \
-  --arms baseline,full --repeats 2 --steps 15 --recorder-env RANKLENS_STAGING_FULL=wait --work /tmp/s23b \
+  --arms baseline,full --repeats 2 --steps 40 --recorder-env RANKLENS_STAGING_FULL=wait --work /tmp/s23b \
   --trace-root /dev/shm/s23b --budget 430 --timeout 110 \
   --json "$OUT/record_full_payload_2gpu-$C.json" > "$OUT/s23b-$C.log" 2>&1
 echo "full-payload ratio rc=$? $(date -u +%T)"; grep -E "PASS|FAIL|ratio|^  " "$OUT/s23b-$C.log" | tail -12

@@ -9,16 +9,12 @@ out=$OUT/record_queue_uncounted-$C.jsonl; : > "$out"
 T="examples/torch/train_gpt.py --parallel ddp --log-all-ranks --mark-steps --steps 30 --micro-batch 16
    --d-model 768 --layers 12 --heads 12 --vocab 50304 --seq-len 1024"
 W=$(mktemp -d /dev/shm/s25j-XXXXXX)
-steady() { grep -h "step .* time_ms" "$1" | $PY -c '
-import re, statistics, sys
-ms = [float(m.group(2)) for m in (re.search(r"step (\d+) loss \S+ time_ms (\S+)", l) for l in sys.stdin) if m and int(m.group(1)) >= 10]
-print(round(statistics.median(ms), 3) if ms else None)'; }
 {
   for lib in e3c2394 $C; do
     L=.carry/lib/libnccl.so.2; [[ $lib == e3c2394 ]] && L=.carry/old/e3c2394/libnccl.so.2
     name=wait-$lib
     carry_record "$out" $W $name $L "$T" "{\"library\": \"$lib\", \"steady_ms\": null}" RANKLENS_STAGING_FULL=wait
-    s=$(steady $W/$name.log); echo "$name steady_ms $s"
+    s=$(carry_steady_ms $W/$name.log); echo "$name steady_ms $s"
     sed -i "\$s/\"steady_ms\": null/\"steady_ms\": $s/" "$out"
     .carry/bin/ranklens trace summary $W/$name/rank0 | grep -E "compression threads"
     sed -n '/^Recorded/,$p' $W/$name.log
