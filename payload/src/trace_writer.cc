@@ -175,9 +175,6 @@ class CompressionPool {
     return activeNs_;
   }
   size_t threads() const { return workers_.size(); }
-  // Whether a borrowed payload is copied in (payload_shuffle auto decides on a sample of the copy), not compressed
-  // straight out of the lender's memory.
-  bool copiesBorrowed() const { return shuffle_ == WriterOptions::Shuffle::kAuto; }
   // `elementBytes`: the payload's datatype width, which byte planes take.
   std::future<Written> submit(Copy&& copy, size_t elementBytes) {
     auto promise = std::make_shared<std::promise<Written>>();
@@ -695,7 +692,7 @@ bool TraceWriter::appendPayloadBorrowed(const PayloadRef& ref, const void* data,
   // A payload compressed straight out of the lender's memory takes none of the queue's: the lender's memory (record
   // mode's staging) bounds those. Counted against payload_queue_bytes, they held a full-payload recording of GPT-2
   // small DDP to 135 ms per step where 4 GiB of queue gave 71 ms (s25i). A payload the pool copies in counts.
-  const size_t accounted = impl_->pool->copiesBorrowed() ? bytes : 0;
+  const size_t accounted = impl_->options.shuffle == WriterOptions::Shuffle::kAuto ? bytes : 0;  // the pool copies
   std::unique_lock<std::mutex> lock(impl_->mu);
   if (!impl_->admitPayload(accounted, policy, lock)) {
     lock.unlock();
