@@ -638,12 +638,14 @@ void noteStage(int64_t step) { state().step.store(step, std::memory_order_relaxe
 // Payloads lost to a full or too small staging area, or a job held back by it, are said at the end (and again only when more were
 // lost since): the counters alone would leave a recording that silently lacks a third of its payloads (GPT-2 small
 // DDP with payloads all and the default 256 MiB under staging_full: skip, s23h).
-void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes) {
+void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes, size_t controlReserveBytes) {
   static std::mutex mu;
   static uint64_t skippedSaid = 0, tooLargeSaid = 0, waitedSaid = 0;
   std::lock_guard<std::mutex> lock(mu);
-  const std::string staging = stagingBytes >= (1u << 20) ? std::to_string(stagingBytes >> 20) + " MiB"
-                                                          : std::to_string(stagingBytes) + " bytes";
+  auto sizeText = [](size_t bytes) {
+    return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+  };
+  const std::string staging = sizeText(stagingBytes);
   if (s.payloadsSkippedFull > skippedSaid) {
     skippedSaid = s.payloadsSkippedFull;
     WARN("record: %llu of %llu payloads were skipped because staging (staging_bytes, %s) was full: %s",
@@ -653,8 +655,11 @@ void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes
   }
   if (s.payloadsSkippedTooLarge > tooLargeSaid) {
     tooLargeSaid = s.payloadsSkippedTooLarge;
-    WARN("record: %llu payloads larger than all of staging (staging_bytes, %s) were skipped: %s",
-         static_cast<unsigned long long>(s.payloadsSkippedTooLarge), staging.c_str(),
+    // With payloads: all a larger payload may not take the room kept for control values: say so where it is kept.
+    const std::string kept = controlReserveBytes == 0 ? std::string()
+                             : ", less the " + sizeText(controlReserveBytes) + " kept for payloads up to payload_max_bytes";
+    WARN("record: %llu payloads larger than all of staging (staging_bytes, %s%s) were skipped: %s",
+         static_cast<unsigned long long>(s.payloadsSkippedTooLarge), staging.c_str(), kept.c_str(),
          ranklens::trace::advice::kStagingTooSmall);
   }
   if (s.waitsForStaging > waitedSaid) {
@@ -706,7 +711,7 @@ void flush() {
         {ranklens::trace::counter::kCallsUnrecorded, state().callsUnrecorded.load(std::memory_order_relaxed)},
     };
     for (const auto& [name, value] : values) writer->setCounter(name, value);
-    warnOfStaging(s, rec->stagingBytes());
+    warnOfStaging(s, rec->stagingBytes(), rec->controlReserveBytes());
     if (s.deviceMemoryTotal > 0) {
       writer->setCounter(ranklens::trace::counter::kDeviceMemoryTotal, s.deviceMemoryTotal);
       writer->setCounter(ranklens::trace::counter::kDeviceMemoryLeastFree, s.deviceMemoryLeastFree);

@@ -110,6 +110,11 @@ size_t CallRecorder::stagingBytes() const {
   return staging_ ? stagingSize_ : 0;
 }
 
+size_t CallRecorder::controlReserveBytes() const {
+  std::lock_guard<std::mutex> lock(stagingMu_);
+  return staging_ ? controlReserve_ : 0;
+}
+
 uint64_t autoStagingBytes(bool everyPayload, uint64_t hostMemoryBytes, int localRanks) {
   constexpr uint64_t kSmall = 256ull << 20, kEvery = 2ull << 30;
   if (!everyPayload) return kSmall;

@@ -89,6 +89,7 @@ class CallRecorder {
   // Allocates pinned staging memory now (call it where a delay is harmless: communicator creation).
   bool prepareStaging(std::string* error);
   size_t stagingBytes() const;  // as allocated by prepareStaging (0: none)
+  size_t controlReserveBytes() const;  // of those, kept for payloads up to Options::controlBytes
   // Creates `device`'s events ahead of use.
   void prepareDevice(int device);
 
