@@ -330,8 +330,7 @@ Session* load() {
     if (recorded && s->fidelity == Fidelity::kValue) {
       // A value replay of a recording that lacks payloads runs, but its values are not the recorded run's: say so
       // before the job spends its time.
-      const std::string gaps =
-          ranklens::trace::describePayloadGaps(*s->recording, ranklens::trace::payloadGaps(*s->recording));
+      const std::string gaps = ranklens::trace::describePayloadGaps(*s->recording);
       if (!gaps.empty()) WARN("replay: %s", gaps.c_str());
     }
     std::string historyError;

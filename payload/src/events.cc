@@ -73,11 +73,16 @@ StepMarkers stepMarkers(const std::vector<Stage>& stages) {
   return out;
 }
 
+ptrdiff_t markerBefore(const std::vector<Stage>& marks, int64_t timeNs) {
+  auto next = std::upper_bound(marks.begin(), marks.end(), timeNs,
+                               [](int64_t t, const Stage& mark) { return t < mark.timeNs; });
+  return (next - marks.begin()) - 1;
+}
+
 uint64_t largestStepBytes(const std::vector<Stage>& stages, const std::vector<std::pair<int64_t, uint64_t>>& timedBytes) {
-  std::vector<int64_t> starts;
-  for (const Stage& mark : stepMarkers(stages).marks) starts.push_back(mark.timeNs);
-  std::vector<uint64_t> bytes(starts.size() + 1, 0);
-  for (const auto& [time, n] : timedBytes) bytes[std::upper_bound(starts.begin(), starts.end(), time) - starts.begin()] += n;
+  const std::vector<Stage> marks = stepMarkers(stages).marks;
+  std::vector<uint64_t> bytes(marks.size() + 1, 0);  // [0]: before the first marker
+  for (const auto& [time, n] : timedBytes) bytes[static_cast<size_t>(markerBefore(marks, time) + 1)] += n;
   return *std::max_element(bytes.begin(), bytes.end());
 }
 

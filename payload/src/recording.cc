@@ -186,14 +186,14 @@ PayloadGaps payloadGaps(const Recording& recording) {
     gaps.first = &c;
     if (markers.marks.empty()) continue;
     gaps.stepKind = markers.kind;
-    auto after = std::upper_bound(markers.marks.begin(), markers.marks.end(), call.timeNs,
-                                  [](int64_t t, const events::Stage& mark) { return t < mark.timeNs; });
-    if (after != markers.marks.begin()) gaps.firstStep = std::prev(after)->step;
+    if (const ptrdiff_t at = events::markerBefore(markers.marks, call.timeNs); at >= 0)
+      gaps.firstStep = markers.marks[static_cast<size_t>(at)].step;
   }
   return gaps;
 }
 
-std::string describePayloadGaps(const Recording& recording, const PayloadGaps& gaps) {
+std::string describePayloadGaps(const Recording& recording) {
+  const PayloadGaps gaps = payloadGaps(recording);
   if (gaps.missing == 0 || gaps.first == nullptr) return "";
   const Manifest& m = recording.manifest();
   std::string why;

@@ -222,20 +222,18 @@ std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& 
 
 CompressionLoad compressionLoad(const Manifest& manifest) {
   CompressionLoad load;
-  auto counter = [&](const std::string& name, uint64_t* value) {
+  auto counter = [&](const char* name, uint64_t* value) {
     auto it = manifest.counters.find(name);
     if (it == manifest.counters.end()) return false;
     *value = it->second;
     return true;
   };
   uint64_t threads = 0, activeNs = 0;
-  if (!counter("payload_threads", &threads) || !counter("payload_active_ns", &activeNs)) return load;
-  double* wall[] = {&load.copySeconds, &load.compressSeconds, &load.writeSeconds};
-  const char* stages[] = {"copy", "compress", "write"};
+  if (!counter(counter::kPayloadThreads, &threads) || !counter(counter::kPayloadActiveNs, &activeNs)) return load;
+  double* wall[] = {&load.copySeconds, &load.compressSeconds, &load.writeSeconds};  // kPayloadStages' order
   for (int i = 0; i < 3; ++i) {
     uint64_t ns = 0, cpuNs = 0;
-    if (!counter(std::string("payload_") + stages[i] + "_ns", &ns) ||
-        !counter(std::string("payload_") + stages[i] + "_cpu_ns", &cpuNs))
+    if (!counter(counter::kPayloadStages[i].wallNs, &ns) || !counter(counter::kPayloadStages[i].cpuNs, &cpuNs))
       return load;
     *wall[i] = ns / 1e9;
     load.cpuSeconds += cpuNs / 1e9;

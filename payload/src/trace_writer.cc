@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -162,7 +163,8 @@ class CompressionPool {
     clock.addTo(&times_[kCopy]);
     return copy;
   }
-  // Where the payload work went, summed over the threads that did it (the manifest's payload_*_ns counters).
+  // Where the payload work went, summed over the threads that did it (the manifest's counter::kPayloadStages, in this
+  // order).
   enum Stage { kCopy, kCompress, kWrite, kStages };
   struct StageTime {
     std::atomic<uint64_t> wallNs{0}, cpuNs{0};
@@ -407,6 +409,8 @@ class CompressionPool {
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };
+
+static_assert(std::size(counter::kPayloadStages) == CompressionPool::kStages, "a counter pair per stage");
 
 struct Item {
   std::string body;                          // record body (empty for payloads)
@@ -741,17 +745,16 @@ bool TraceWriter::close() {
   impl_->progress.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
   if (impl_->pool) {
-    // The compression workers' time by stage: what bounds a full-payload recording (docs/trace-format.md).
-    using Pool = CompressionPool;
-    const std::pair<const char*, Pool::Stage> stages[] = {
-        {"copy", Pool::kCopy}, {"compress", Pool::kCompress}, {"write", Pool::kWrite}};
+    // The compression workers' time by stage: what bounds a full-payload recording (trace::compressionLoad).
     std::lock_guard<std::mutex> lock(impl_->mu);
-    for (const auto& [name, stage] : stages) {
-      impl_->manifest.counters[std::string("payload_") + name + "_ns"] = impl_->pool->time(stage).wallNs.load();
-      impl_->manifest.counters[std::string("payload_") + name + "_cpu_ns"] = impl_->pool->time(stage).cpuNs.load();
+    auto& counters = impl_->manifest.counters;
+    for (int stage = 0; stage < CompressionPool::kStages; ++stage) {
+      const auto& time = impl_->pool->time(static_cast<CompressionPool::Stage>(stage));
+      counters[counter::kPayloadStages[stage].wallNs] = time.wallNs.load();
+      counters[counter::kPayloadStages[stage].cpuNs] = time.cpuNs.load();
     }
-    impl_->manifest.counters["payload_threads"] = impl_->pool->threads();
-    impl_->manifest.counters["payload_active_ns"] = impl_->pool->activeNs();
+    counters[counter::kPayloadThreads] = impl_->pool->threads();
+    counters[counter::kPayloadActiveNs] = impl_->pool->activeNs();
   }
   impl_->pool.reset();  // its workers close their payload files
   impl_->segment.close();

@@ -101,7 +101,7 @@ TEST_F(PayloadGaps, NoneWhenEveryReceivingCallHasItsPayload) {
   EXPECT_EQ(gaps.receiving, 2u);
   EXPECT_EQ(gaps.missing, 0u);
   EXPECT_EQ(gaps.first, nullptr);
-  EXPECT_EQ(trace::describePayloadGaps(*rec, gaps), "");
+  EXPECT_EQ(trace::describePayloadGaps(*rec), "");
 }
 
 TEST_F(PayloadGaps, NamesTheFirstMissingCallItsStepAndTheRecordingsReason) {
@@ -121,7 +121,7 @@ TEST_F(PayloadGaps, NamesTheFirstMissingCallItsStepAndTheRecordingsReason) {
   ASSERT_NE(gaps.first, nullptr);
   EXPECT_EQ(gaps.first->call.seq, 2u);
   EXPECT_EQ(gaps.firstStep, 1);
-  const std::string text = trace::describePayloadGaps(*rec, gaps);
+  const std::string text = trace::describePayloadGaps(*rec);
   EXPECT_NE(text.find("2 of the 4 recorded calls that receive data have no payload in the recording (2 for a full "
                       "staging)"),
             std::string::npos)
@@ -140,7 +140,7 @@ TEST_F(PayloadGaps, WhatTheCountersDoNotExplainIsThePayloadPolicy) {
   r.counters = {{trace::counter::kPayloadsSkippedTooLarge, 1}};
   auto rec = write(dir_, r);
   ASSERT_NE(rec, nullptr);
-  const std::string text = trace::describePayloadGaps(*rec, trace::payloadGaps(*rec));
+  const std::string text = trace::describePayloadGaps(*rec);
   EXPECT_NE(text.find("(1 larger than all of staging, the rest left out by its payload policy (payloads: small, the "
                       "default, stores up to 64 KiB"),
             std::string::npos)
@@ -155,7 +155,7 @@ TEST_F(PayloadGaps, ThePolicyTheRecordingWasGivenAndACallBeforeAnyMarker) {
   r.env = {{"RANKLENS_PAYLOADS", "none"}};
   auto rec = write(dir_, r);
   ASSERT_NE(rec, nullptr);
-  const std::string text = trace::describePayloadGaps(*rec, trace::payloadGaps(*rec));
+  const std::string text = trace::describePayloadGaps(*rec);
   EXPECT_NE(text.find("2 of the 2 recorded calls that receive data have no payload in the recording (left out by its "
                       "payload policy (RANKLENS_PAYLOADS=none;"),
             std::string::npos)

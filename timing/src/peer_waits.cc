@@ -55,11 +55,9 @@ std::vector<RankWaits> peerWaits(const std::vector<const trace::Recording*>& ran
       w.collectives++;
       w.lastToArrive += wait == 0;
       w.waitNs += wait;
-      // The step whose marker precedes the call's submission.
-      auto next = std::upper_bound(markers.begin(), markers.end(), rc.call.timeNs,
-                                   [](int64_t t, const events::Stage& s) { return t < s.timeNs; });
-      const size_t index = static_cast<size_t>(next - markers.begin());
-      if (index > 0 && index < markers.size()) w.steps[index - 1].waitNs += wait;
+      // The step whose marker precedes the call's submission (the last marker closes the last step).
+      const ptrdiff_t step = events::markerBefore(markers, rc.call.timeNs);
+      if (step >= 0 && static_cast<size_t>(step) + 1 < markers.size()) w.steps[static_cast<size_t>(step)].waitNs += wait;
     }
     out.push_back(std::move(w));
   }

@@ -166,8 +166,7 @@ void warnOfPayloadGaps(const ReplayOptions& o) {
   std::string error;
   auto recording = ranklens::trace::Recording::open(o.trace, o.rank, &error);
   if (!recording) return;  // the library reports what it cannot open
-  const std::string gaps =
-      ranklens::trace::describePayloadGaps(*recording, ranklens::trace::payloadGaps(*recording));
+  const std::string gaps = ranklens::trace::describePayloadGaps(*recording);
   if (!gaps.empty()) std::cerr << "warning: " << gaps << "\n";
 }
 

@@ -93,16 +93,17 @@ void reportRanks(const std::string& traceDir) {
                                 shown::kTimingErrors, shown::kKernelClockUnmatched, shown::kKernelClockIncomplete,
                                 shown::kCallsUnrecorded})
       if (const uint64_t n = counterOf(counter); n > 0) std::cout << ", " << counter << " " << n;
-    skippedFull += counterOf(shown::kPayloadsSkippedStagingFull);
+    const uint64_t rankSkippedFull = counterOf(shown::kPayloadsSkippedStagingFull);
+    const uint64_t rankWaitNs = counterOf(shown::kStagingWaitNs);
+    skippedFull += rankSkippedFull;
     tooLarge += counterOf(shown::kPayloadsSkippedTooLarge);
-    if (const uint64_t ns = counterOf(shown::kStagingWaitNs); ns > 0) {
-      std::cout << ", waited " << std::fixed << std::setprecision(1) << ns / 1e6 << " ms for staging";
+    if (rankWaitNs > 0) {
+      std::cout << ", waited " << std::fixed << std::setprecision(1) << rankWaitNs / 1e6 << " ms for staging";
       std::cout.unsetf(std::ios_base::floatfield);
-      waitNs += ns;
+      waitNs += rankWaitNs;
     }
     if (const trace::CompressionLoad load = trace::compressionLoad(m);
-        load.known && (counterOf(shown::kStagingWaitNs) > 0 || counterOf(shown::kPayloadsSkippedStagingFull) > 0) &&
-        load.busyShare > busiest.busyShare)
+        load.known && (rankWaitNs > 0 || rankSkippedFull > 0) && load.busyShare > busiest.busyShare)
       busiest = load;
     if (!m.closed) std::cout << ", NOT CLOSED (the process died: complete records are kept, counters may be stale)";
     std::cout << "\n";

@@ -98,6 +98,9 @@ struct StepMarkers {
   std::vector<Stage> marks;
 };
 StepMarkers stepMarkers(const std::vector<Stage>& stages);
+// The index in `marks` (StepMarkers::marks, time-ordered) of the last marker at or before `timeNs`: the step a call
+// submitted then belongs to; -1 before the first marker (or with none).
+ptrdiff_t markerBefore(const std::vector<Stage>& marks, int64_t timeNs);
 // The most bytes of one step: `timedBytes` (time, bytes) summed per step, the steps cut at stepMarkers(stages) (what
 // precedes the first marker counts as a step; without markers, everything is one). 0 for none.
 uint64_t largestStepBytes(const std::vector<Stage>& stages, const std::vector<std::pair<int64_t, uint64_t>>& timedBytes);

@@ -97,9 +97,9 @@ struct PayloadGaps {
   const char* stepKind = nullptr;       // the markers' name ("step", "optimizer"); nullptr: the rank has none
 };
 PayloadGaps payloadGaps(const Recording& recording);
-// One sentence for a value replay's warning: how many, why (the manifest's counts and the recorded RANKLENS_PAYLOADS),
-// the first call and its step, what follows and the fix. "" when nothing is missing.
-std::string describePayloadGaps(const Recording& recording, const PayloadGaps& gaps);
+// One sentence for a value replay's warning on payloadGaps(recording): how many, why (the manifest's counts and the
+// recorded RANKLENS_PAYLOADS), the first call and its step, what follows and the fix. "" when nothing is missing.
+std::string describePayloadGaps(const Recording& recording);
 
 // The recordings of one job's ranks, opened together (history build, `ranklens trace waits`).
 struct JobRecordings {

@@ -194,6 +194,17 @@ inline constexpr const char kCallsUnrecorded[] = "calls_unrecorded";
 // The job's GPU memory as the recorder sampled it (replay sizes payload_device_bytes: auto from them).
 inline constexpr const char kDeviceMemoryTotal[] = "device_memory_total_bytes";
 inline constexpr const char kDeviceMemoryLeastFree[] = "device_memory_least_free_bytes";
+// The compression threads' work (writers since session 25, compressionLoad): how many, how long they had payloads,
+// and each stage's wall and thread CPU time, in the order copy, compress, write.
+inline constexpr const char kPayloadThreads[] = "payload_threads";
+inline constexpr const char kPayloadActiveNs[] = "payload_active_ns";
+struct StageCounters {
+  const char* wallNs;
+  const char* cpuNs;
+};
+inline constexpr StageCounters kPayloadStages[] = {{"payload_copy_ns", "payload_copy_cpu_ns"},
+                                                   {"payload_compress_ns", "payload_compress_cpu_ns"},
+                                                   {"payload_write_ns", "payload_write_cpu_ns"}};
 }  // namespace counter
 
 // What to change where staging lost payloads: the recorder's WARN at the end and `ranklens record`'s summary say it.
