@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "ranklens/trace.h"
 #include "ranklens/thread_name.h"
@@ -184,6 +185,14 @@ class CompressionPool {
     enqueue(jobs_, compressJob(std::move(copy), elementBytes, std::move(promise)));
     return result;
   }
+  // A borrowed payload's bytes, given back to the lender once: when the worker is done reading them, or on its way out.
+  struct LentBytes {
+    std::function<void()> release;
+    void giveBack() {
+      if (release) std::exchange(release, nullptr)();
+    }
+    ~LentBytes() { giveBack(); }
+  };
   // `data` stays the caller's until `release` is called, by the next free worker, ahead of any queued compression:
   // once it has compressed it straight out of `data` where the layout is known before (payload_shuffle on or off), or
   // copied it in (auto decides on a sample of the copy).
@@ -192,9 +201,10 @@ class CompressionPool {
     auto promise = std::make_shared<std::promise<Written>>();
     std::future<Written> result = promise->get_future();
     enqueue(copies_, [this, data, bytes, elementBytes, release = std::move(release), promise](PayloadFiles::Open& file) mutable {
-      if (shuffle_ != WriterOptions::Shuffle::kAuto) {
-        bool released = false;
-        try {
+      LentBytes lent{std::move(release)};
+      Copy copy;
+      try {
+        if (shuffle_ != WriterOptions::Shuffle::kAuto) {
           Written written;
           written.shuffle = planesWidth(elementBytes);
           Blob blob = spareBlobs_.take(ZSTD_compressBound(bytes));
@@ -202,25 +212,18 @@ class CompressionPool {
           compressBlobFrom(threadContext(), level_, static_cast<const uint8_t*>(data), bytes, written.shuffle, &blob,
                            &written.rawCrc32, &written.error);
           clock.addTo(&times_[kCompress]);
-          release();
-          released = true;
+          lent.giveBack();
           store(file, blob, &written);
           promise->set_value(std::move(written));
-        } catch (...) {
-          if (!released) release();
-          promise->set_exception(std::current_exception());
+          return;
         }
-        return;
-      }
-      Copy copy;
-      try {
         copy = copyIn(data, bytes, elementBytes);
       } catch (...) {
-        release();
+        lent.giveBack();
         promise->set_exception(std::current_exception());
         return;
       }
-      release();
+      lent.giveBack();
       enqueue(jobs_, compressJob(std::move(copy), elementBytes, std::move(promise)));
     });
     return result;
