@@ -468,4 +468,79 @@ TEST(RecordWriter, AStageBeforeTheFirstCommunicatorGetsRecordModesTrace) {
   ASSERT_EQ(t.stages.size(), 1u);
 }
 
+// `ranklens record`'s closing lines from a rank's counters: which of staging or the compression threads bound a
+// full-payload recording, and what to change. Whether a host-device run finds staging full is timing-dependent, so
+// the "job" here copies in a trace whose manifest carries the counters a GPU recording wrote (s26a's shapes).
+std::string recordReport(const std::string& tag, const std::map<std::string, uint64_t>& counters) {
+  namespace rt = ranklens::trace;
+  const std::string dir = trace_test::freshDir(TEST_TMP_DIR, "report-" + tag + "-" + std::to_string(getpid()));
+  std::string error;
+  {
+    rt::Manifest manifest;
+    manifest.mode = "record";
+    auto writer = rt::TraceWriter::create(dir + "/made/rank0", manifest, rt::WriterOptions{}, &error);
+    EXPECT_NE(writer, nullptr) << error;
+    if (!writer || !writer->close()) return "no trace: " + error;
+  }
+  // The writer's close() sets the payload counters from its own pool: put the recording's in afterwards.
+  auto reader = rt::TraceReader::open(dir + "/made/rank0", rt::Limits{}, &error);
+  EXPECT_NE(reader, nullptr) << error;
+  if (!reader) return "unreadable: " + error;
+  rt::Manifest manifest = reader->manifest();
+  reader.reset();
+  for (const auto& [name, value] : counters) manifest.counters[name] = value;
+  manifest.payload_raw_bytes = 15'435'015'920;  // s26a's 30 steps of GPT-2 small gradients
+  msgpack::sbuffer buffer;
+  msgpack::pack(buffer, manifest);
+  FILE* file = fopen((dir + "/made/rank0/manifest.msgpack").c_str(), "wb");
+  EXPECT_NE(file, nullptr);
+  if (!file) return "manifest not written";
+  fwrite(buffer.data(), 1, buffer.size(), file);
+  fclose(file);
+  trace_test::ChildRun run = trace_test::runWithEnv(
+      {}, "'" RANKLENS_CLI "' record --real-nccl '" FAKE_REAL_NCCL "' --trace '" + dir + "/trace' -- sh -c 'mkdir -p " +
+              dir + "/trace && cp -r " + dir + "/made/rank0 " + dir + "/trace/'");
+  EXPECT_EQ(run.status, 0) << run.output;
+  return run.output;
+}
+
+// The compression threads' counters: `busySeconds` of stage time among 8 threads that had payloads for 2 s.
+std::map<std::string, uint64_t> threadCounters(double busySeconds) {
+  const uint64_t ns = static_cast<uint64_t>(busySeconds * 1e9);
+  return {{"payload_threads", 8},           {"payload_active_ns", 2'000'000'000},
+          {"payload_copy_ns", 0},           {"payload_copy_cpu_ns", 0},
+          {"payload_compress_ns", ns * 4 / 5}, {"payload_compress_cpu_ns", ns * 4 / 5},
+          {"payload_write_ns", ns / 5},     {"payload_write_cpu_ns", ns / 5}};
+}
+
+TEST(RecordCommand, NamesTheCompressionThreadsWhenTheyBoundTheRecording) {
+  auto counters = threadCounters(14.4);  // 14.4 of 16 thread-seconds: 90% busy
+  counters["payloads_skipped_staging_full"] = 9;
+  const std::string out = recordReport("threads", counters);
+  EXPECT_NE(out.find("payloads_skipped_staging_full 9"), std::string::npos) << out;
+  EXPECT_NE(out.find("9 payloads did not fit in staging (pinned memory, staging_bytes): raise RANKLENS_STAGING_BYTES"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("the 8 compression threads were busy 90% of the time they had payloads (0.93 CPU-s per GB of "
+                     "payload): they, not staging, bound a long recording; give them free cores "
+                     "(RANKLENS_PAYLOAD_THREADS)"),
+            std::string::npos) << out;
+}
+
+TEST(RecordCommand, NamesStagingWhenTheJobWaitedAndTheThreadsHadRoom) {
+  auto counters = threadCounters(7.6);  // 48% busy: something before them held the payloads (s25h)
+  counters["staging_wait_ns"] = 2'410'042'769;
+  const std::string out = recordReport("staging", counters);
+  EXPECT_NE(out.find("waited 2410.0 ms for staging"), std::string::npos) << out;
+  EXPECT_NE(out.find("the job waited for room in staging to keep every payload: a larger RANKLENS_STAGING_BYTES"),
+            std::string::npos) << out;
+  EXPECT_EQ(out.find("compression threads were busy"), std::string::npos) << out;
+}
+
+TEST(RecordCommand, SaysNothingOfBoundsWhenTheJobNeitherWaitedNorSkipped) {
+  const std::string out = recordReport("quiet", threadCounters(15.0));  // busy, but the job kept its pace
+  EXPECT_NE(out.find("Recorded 1 rank(s)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("compression threads were busy"), std::string::npos) << out;
+  EXPECT_EQ(out.find("staging"), std::string::npos) << out;
+}
+
 }  // namespace
