@@ -266,10 +266,11 @@ bool openRecording(Session* s, const ranklens::config::Settings& st) {
                 "; replay with --world-size " + std::to_string(m.world_size) + " or pick the matching trace";
     return false;
   }
-  const auto it = m.counters.find(ranklens::trace::counter::kCallsUnrecorded);
-  if (it != m.counters.end() && it->second > 0) {
+  namespace counter = ranklens::trace::counter;
+  if (const uint64_t unrecorded = ranklens::trace::counterValue(m, counter::kCallsUnrecorded).value_or(0);
+      unrecorded > 0) {
     loadError = "replay_trace " + s->recording->directory() + " was recorded with record_alternate_steps (a " +
-                "benchmark setting): " + std::to_string(it->second) + " of its calls were forwarded without being " +
+                "benchmark setting): " + std::to_string(unrecorded) + " of its calls were forwarded without being " +
                 "recorded, so it cannot be replayed; record again without RANKLENS_RECORD_ALTERNATE_STEPS";
     return false;
   }

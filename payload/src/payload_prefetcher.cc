@@ -28,11 +28,11 @@ uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes) {
 }
 
 void setRecordedDeviceMemory(const Manifest& manifest, DeviceStageSizing* in) {
-  const auto total = manifest.counters.find(counter::kDeviceMemoryTotal);
-  const auto leastFree = manifest.counters.find(counter::kDeviceMemoryLeastFree);
-  if (total == manifest.counters.end() || leastFree == manifest.counters.end()) return;
-  in->recordedTotalBytes = total->second;
-  in->recordedLeastFreeBytes = leastFree->second;
+  const std::optional<uint64_t> total = counterValue(manifest, counter::kDeviceMemoryTotal);
+  const std::optional<uint64_t> leastFree = counterValue(manifest, counter::kDeviceMemoryLeastFree);
+  if (!total || !leastFree) return;
+  in->recordedTotalBytes = *total;
+  in->recordedLeastFreeBytes = *leastFree;
 }
 
 uint64_t autoDeviceStageBytes(const DeviceStageSizing& in, std::string* basis) {

@@ -205,6 +205,12 @@ std::string machineDifference(const Manifest& recorded, const Manifest& replayed
   return out;
 }
 
+std::optional<uint64_t> counterValue(const Manifest& manifest, const char* name) {
+  const auto it = manifest.counters.find(name);
+  if (it == manifest.counters.end()) return std::nullopt;
+  return it->second;
+}
+
 std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& manifest) {
   const std::pair<const char*, const char*> reasons[] = {
       {counter::kPayloadsSkippedStagingFull, "for a full staging"},
@@ -212,10 +218,8 @@ std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& 
       {counter::kPayloadsSkippedCaptured, "in calls captured into a CUDA graph"},
       {counter::kPayloadCopyFailures, "whose copy off the GPU failed"}};
   std::vector<std::pair<const char*, uint64_t>> out;
-  for (const auto& [name, why] : reasons) {
-    auto it = manifest.counters.find(name);
-    if (it != manifest.counters.end() && it->second > 0) out.emplace_back(why, it->second);
-  }
+  for (const auto& [name, why] : reasons)
+    if (const uint64_t n = counterValue(manifest, name).value_or(0); n > 0) out.emplace_back(why, n);
   if (manifest.payloads_dropped > 0) out.emplace_back("refused by the trace writer", manifest.payloads_dropped);
   return out;
 }
@@ -223,10 +227,9 @@ std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& 
 CompressionLoad compressionLoad(const Manifest& manifest) {
   CompressionLoad load;
   auto counter = [&](const char* name, uint64_t* value) {
-    auto it = manifest.counters.find(name);
-    if (it == manifest.counters.end()) return false;
-    *value = it->second;
-    return true;
+    const std::optional<uint64_t> v = counterValue(manifest, name);
+    if (v) *value = *v;
+    return v.has_value();
   };
   uint64_t threads = 0, activeNs = 0;
   if (!counter(counter::kPayloadThreads, &threads) || !counter(counter::kPayloadActiveNs, &activeNs)) return load;

@@ -85,10 +85,7 @@ void reportRanks(const std::string& traceDir) {
     if (m.records_dropped || m.payloads_dropped)
       std::cout << ", DROPPED " << m.records_dropped << " records / " << m.payloads_dropped << " payloads";
     namespace shown = trace::counter;
-    auto counterOf = [&](const char* name) {
-      auto it = m.counters.find(name);
-      return it == m.counters.end() ? uint64_t{0} : it->second;
-    };
+    auto counterOf = [&](const char* name) { return trace::counterValue(m, name).value_or(0); };
     for (const char* counter : {shown::kPayloadsSkippedStagingFull, shown::kPayloadsSkippedTooLarge,
                                 shown::kTimingErrors, shown::kKernelClockUnmatched, shown::kKernelClockIncomplete,
                                 shown::kCallsUnrecorded})

@@ -207,6 +207,9 @@ inline constexpr StageCounters kPayloadStages[] = {{"payload_copy_ns", "payload_
                                                    {"payload_write_ns", "payload_write_cpu_ns"}};
 }  // namespace counter
 
+// A counter of the manifest, or nullopt where the writing library did not set it (older writers, other modes).
+std::optional<uint64_t> counterValue(const Manifest& manifest, const char* name);
+
 // What to change where staging lost payloads: the recorder's WARN at the end and `ranklens record`'s summary say it.
 namespace advice {
 inline constexpr const char kStagingFull[] =
