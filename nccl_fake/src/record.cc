@@ -590,8 +590,12 @@ void installWriterSetup() {
     if (s.payloads != ranklens::config::Payloads::kNone) {
       // Full capture spends these threads compressing and writing, about 1.1 CPU-s per GB of payload (GPT-2 small DDP
       // on one H200, s25d): payload_threads and payload_zstd_level.
+      const bool controlValuesOnly =
+          s.payloads == ranklens::config::Payloads::kSmall && s.payload_max_bytes <= (1u << 20);
       writer->compressionThreads =
-          s.payload_threads > 0 ? s.payload_threads : ranklens::trace::autoCompressionThreads(manifest->cpus, localRanks());
+          s.payload_threads > 0
+              ? s.payload_threads
+              : ranklens::trace::autoCompressionThreads(manifest->cpus, localRanks(), controlValuesOnly);
       writer->zstdLevel = s.payload_zstd_level;
       using WriterShuffle = ranklens::trace::WriterOptions::Shuffle;
       writer->shuffle = s.payload_shuffle == ranklens::config::PayloadShuffle::kOff  ? WriterShuffle::kOff

@@ -620,7 +620,8 @@ struct TraceWriter::Impl {
   }
 };
 
-int autoCompressionThreads(int cpus, int localRanks) {
+int autoCompressionThreads(int cpus, int localRanks, bool controlValuesOnly) {
+  if (controlValuesOnly) return 2;
   return std::clamp(std::max(cpus, 1) / std::max(localRanks, 1) / 2, 2, 8);
 }
 

@@ -434,6 +434,8 @@ TEST(TraceRoundTrip, AutoCompressionThreadsAreHalfTheRanksShareOfTheCpus) {
   EXPECT_EQ(autoCompressionThreads(256, 1), 8);   // at most 8
   EXPECT_EQ(autoCompressionThreads(2, 1), 2);     // at least 2
   EXPECT_EQ(autoCompressionThreads(0, 0), 2);     // unknown
+  EXPECT_EQ(autoCompressionThreads(16, 1, true), 2);  // control values only (payloads: small)
+  EXPECT_EQ(autoCompressionThreads(128, 8, true), 2);
 }
 
 TEST(TraceRoundTrip, WriterThreadsAreNamed) {

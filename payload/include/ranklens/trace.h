@@ -289,9 +289,10 @@ struct WriterOptions {
 };
 
 // Compression threads for a recording (payload_threads: 0): half of this rank's share of the `cpus` it may run on,
-// 2..8. GPT-2 small DDP recorded with every payload on a 16-core H200 host (one rank) ran at 1.06x the job's step time
-// with 8 threads and 1.7-1.9x with 4, the count before session 24 (a quarter of the cores, whatever the ranks; s24d).
-int autoCompressionThreads(int cpus, int localRanks);
+// 2..8; 2 when only control values up to 1 MiB are stored (`payloads: small`): they take little CPU, and each thread
+// that takes a payload opens a payload file of its own. GPT-2 small DDP recorded with every payload on a 16-core H200
+// host (one rank) ran at 1.06-1.26x the job's step time with 8 threads and 1.03x with 12 (s26a, steps 10-29).
+int autoCompressionThreads(int cpus, int localRanks, bool controlValuesOnly = false);
 
 struct WriterStats {
   uint64_t recordsAccepted = 0, recordsWritten = 0, recordsDropped = 0;
