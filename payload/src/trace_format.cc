@@ -345,8 +345,9 @@ bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const
 
 namespace {
 
-// The bounds of a `size`-byte payload blob that its frame header shows (`head`: its first `headBytes` bytes, the
-// header among them), checked against `ref` and `limits` before anything is allocated or decoded for it.
+// The bounds of a `size`-byte payload blob that its first frame's header shows (`head`: its first `headBytes` bytes,
+// the header among them), checked against `ref` and `limits` before anything is allocated or decoded for it. Since
+// format 1.10 a blob may be several frames (one per 256 KiB block): the first may declare less than the payload.
 bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const PayloadRef& ref, const Limits& limits,
                       std::string* reason) {
   auto fail = [&](std::string text) {
@@ -363,12 +364,12 @@ bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const 
   const unsigned long long declared = ZSTD_getFrameContentSize(head, headBytes);
   if (declared == ZSTD_CONTENTSIZE_ERROR) return fail("not a zstd frame");
   if (declared == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
-  if (declared != ref.rawBytes)
+  if (declared > ref.rawBytes)
     return fail("zstd frame declares " + std::to_string(declared) + " bytes, reference says " +
                 std::to_string(ref.rawBytes));
   ZSTD_frameHeader header;
   if (ZSTD_getFrameHeader(&header, head, headBytes) != 0) return fail("damaged zstd frame header");
-  // zstd cannot expand more than ~32768x (a 4-byte RLE block stands for 128 KiB): refuse a frame that claims more
+  // zstd cannot expand more than ~32768x (a 4-byte RLE block stands for 128 KiB): refuse a blob that claims more
   // before allocating what it claims.
   if (ref.rawBytes > static_cast<uint64_t>(size) * 32768 + (128u << 10))
     return fail("zstd frame of " + std::to_string(size) + " bytes cannot hold the " + std::to_string(ref.rawBytes) +
@@ -376,19 +377,37 @@ bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const 
   return true;
 }
 
-// Every bound of a payload blob checked against `ref` and `limits`, before anything is allocated for it.
+// Every bound of a payload blob checked against `ref` and `limits`, before anything is allocated for it: its frames,
+// each declaring its content size, end where the blob ends and declare ref.rawBytes in all.
 bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
                        std::string* reason) {
   if (!checkFrameHeader(data, size, size, ref, limits, reason)) return false;
-  const size_t frameSize = ZSTD_findFrameCompressedSize(data, size);
-  if (ZSTD_isError(frameSize)) {
-    if (reason) *reason = std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize);
+  auto fail = [&](std::string text) {
+    if (reason) *reason = std::move(text);
     return false;
+  };
+  uint64_t declared = 0;
+  size_t at = 0, frames = 0;
+  while (at < size && (declared < ref.rawBytes || frames == 0)) {
+    const unsigned long long content = ZSTD_getFrameContentSize(data + at, size - at);
+    if (content == ZSTD_CONTENTSIZE_ERROR) return fail("not a zstd frame at byte " + std::to_string(at) + " of the blob");
+    if (content == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
+    const size_t frameSize = ZSTD_findFrameCompressedSize(data + at, size - at);
+    if (ZSTD_isError(frameSize)) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize));
+    if (content > ref.rawBytes - declared)
+      return fail("zstd frame" + std::string(frames ? "s declare " : " declares ") + std::to_string(declared + content) +
+                  " bytes" + (frames ? " in all" : "") + ", reference says " + std::to_string(ref.rawBytes));
+    if (content > static_cast<uint64_t>(frameSize) * 32768 + (128u << 10))
+      return fail("zstd frame of " + std::to_string(frameSize) + " bytes cannot hold the " + std::to_string(content) +
+                  " bytes it declares");
+    declared += content;
+    at += frameSize;
+    ++frames;
   }
-  if (frameSize != size) {
-    if (reason) *reason = "blob holds " + std::to_string(size - frameSize) + " bytes after its frame";
-    return false;
-  }
+  if (declared != ref.rawBytes)
+    return fail("zstd frame" + std::string(frames > 1 ? "s declare " : " declares ") + std::to_string(declared) +
+                " bytes" + (frames > 1 ? " in all" : "") + ", reference says " + std::to_string(ref.rawBytes));
+  if (at != size) return fail("blob holds " + std::to_string(size - at) + " bytes after its frame");
   return true;
 }
 
@@ -418,8 +437,13 @@ bool inflateStreaming(Next&& next, uint64_t size, const PayloadRef& ref, uint8_t
   // frames the block-by-block route accepts (an empty compressed block, an RLE block in a frame of no content; found
   // by fuzz_payload): the header alone comes first, so that every frame goes block by block, however it is cut into
   // pieces.
-  const size_t header = ZSTD_frameHeaderSize(piece, pieceBytes);
-  ZSTD_inBuffer input = {piece, ZSTD_isError(header) ? pieceBytes : std::min(header, pieceBytes), 0};
+  // So for each frame of the blob (format 1.10: one per 256 KiB block): a frame that starts within a piece is shown
+  // its header alone first.
+  auto headerOnly = [&](size_t from) {
+    const size_t header = ZSTD_frameHeaderSize(piece + from, pieceBytes - from);
+    return ZSTD_isError(header) ? pieceBytes : std::min(from + header, pieceBytes);
+  };
+  ZSTD_inBuffer input = {piece, headerOnly(0), 0};
   uint32_t crc = 0;
   for (;;) {
     const size_t before = output.pos, consumedBefore = input.pos;
@@ -428,19 +452,25 @@ bool inflateStreaming(Next&& next, uint64_t size, const PayloadRef& ref, uint8_t
     // A shuffled payload is restored and checksummed once whole: zstd reads back what it wrote into `out` (its window
     // is `out` itself), so no byte may change before the frame ends.
     if (ref.shuffle == 0) crc = crc32_gzip_refl(crc, out + before, output.pos - before);
-    if (left == 0) {  // the frame ended (zstd's checksum verified, where it has one): nothing may follow it
+    if (left == 0) {  // a frame ended (zstd's checksum verified, where it has one)
       const uint64_t after = (size - taken) + (pieceBytes - input.pos);
-      if (after > 0) return fail("blob holds " + std::to_string(after) + " bytes after its frame");
-      break;
+      if (output.pos == ref.rawBytes || after == 0) {  // the payload is whole, or the blob ends: nothing may follow
+        if (after > 0) return fail("blob holds " + std::to_string(after) + " bytes after its frame");
+        break;
+      }
+      if (input.pos < pieceBytes) {  // the next frame starts in this piece
+        input.size = headerOnly(input.pos);
+        continue;
+      }
     }
     if (input.pos == input.size && input.size < pieceBytes) {
-      input.size = pieceBytes;  // the rest of the first piece, after its header
+      input.size = pieceBytes;  // the rest of the piece, after a frame's header
     } else if (input.pos == input.size) {
       if (taken == size)
         return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorString(ZSTD_error_srcSize_wrong));
       if (!next(&piece, &pieceBytes)) return fail("short read");
       taken += pieceBytes;
-      input = {piece, pieceBytes, 0};
+      input = {piece, left == 0 ? headerOnly(0) : pieceBytes, 0};  // left 0: a frame starts the piece
     } else if (output.pos == before && input.pos == consumedBefore) {
       return fail("zstd: no progress (the frame needs more room than the payload's size)");
     }

@@ -57,34 +57,25 @@ bool compressBlobFrom(void* context, int level, const uint8_t* data, size_t size
   }
   auto* cctx = static_cast<ZSTD_CCtx*>(context);
   setBlobParameters(cctx, level, validShuffle(width) && width != 0);
-  ZSTD_CCtx_setPledgedSrcSize(cctx, size);  // the frame carries the content size, as compressBlob's
   static thread_local std::unique_ptr<uint8_t[]> block(new uint8_t[kShuffleBlockBytes]);
-  out->resize(ZSTD_compressBound(size));
-  ZSTD_outBuffer output{out->data(), out->size(), 0};
+  const size_t blocks = (size + kShuffleBlockBytes - 1) / kShuffleBlockBytes;
+  out->resize(blocks * ZSTD_compressBound(kShuffleBlockBytes));
+  size_t written = 0;
   *crc = 0;
-  size_t at = 0;
-  do {
+  // One frame per block, each compressed in one call from the block while it is in cache: zstd's streaming API would
+  // copy every block into a window of its own first (a quarter more of these threads' time on gradient planes).
+  for (size_t at = 0; at < size; at += kShuffleBlockBytes) {
     const size_t length = std::min(kShuffleBlockBytes, size - at);
     *crc = shuffleCopyAndChecksum(block.get(), data + at, length, width, *crc);
-    at += length;
-    ZSTD_inBuffer input{block.get(), length, 0};
-    const ZSTD_EndDirective mode = at == size ? ZSTD_e_end : ZSTD_e_continue;
-    for (;;) {
-      const size_t left = ZSTD_compressStream2(cctx, &output, &input, mode);
-      if (ZSTD_isError(left)) {
-        *error = std::string("zstd: ") + ZSTD_getErrorName(left);
-        out->clear();
-        return false;
-      }
-      if (mode == ZSTD_e_continue ? input.pos == input.size : left == 0) break;
-      if (output.pos == output.size) {  // compressBound should leave room; grow rather than fail if not
-        out->resize(out->size() + out->size() / 2 + 4096);
-        output.dst = out->data();
-        output.size = out->size();
-      }
+    const size_t n = ZSTD_compress2(cctx, out->data() + written, out->size() - written, block.get(), length);
+    if (ZSTD_isError(n)) {
+      *error = std::string("zstd: ") + ZSTD_getErrorName(n);
+      out->clear();
+      return false;
     }
-  } while (at < size);
-  out->resize(output.pos);
+    written += n;
+  }
+  out->resize(written);
   return true;
 }
 

@@ -728,6 +728,24 @@ def test_payload_hand_made_frame_reads(tmp_path):
     assert reader.read_payload(ref) == data
 
 
+def test_payload_of_a_frame_per_block_reads(tmp_path):
+    # Format 1.10: a payload compressed straight out of the recorder's staging is one zstd frame per 256 KiB block.
+    data = os.urandom(2 * 262144 + 1000)
+    blob = b"".join(tg.zstd_frame(data[i:i + 262144]) for i in range(0, len(data), 262144))
+    reader, ref = payload_reader(tmp_path, blob, data)
+    assert reader.read_payload(ref) == data
+    # Frames that declare more than the reference, in all; frames left over once the payload is whole; a blob that
+    # ends a frame short.
+    reader, ref = payload_reader(tmp_path / "b", blob, data, raw_bytes=2 * 262144 + 500)
+    assert "zstd frames declare 525288 bytes" in payload_problem(reader, ref).reason
+    reader, ref = payload_reader(tmp_path / "c", blob + bytes(5), data)
+    assert "5 unused bytes after its frame" in payload_problem(reader, ref).reason
+    reader, ref = payload_reader(tmp_path / "d", blob, data, raw_bytes=2 * 262144)
+    assert "unused bytes after its frame" in payload_problem(reader, ref).reason
+    reader, ref = payload_reader(tmp_path / "e", blob, data, raw_bytes=len(data) + 1)
+    assert "decompressed" in payload_problem(reader, ref).reason
+
+
 def test_payload_declared_size_mismatch(tmp_path):
     data = b"x" * 100
     # The frame declares 100 bytes, the reference 99.

@@ -4,7 +4,8 @@
 //                          with extra trailing fields and an unknown record type, a bare header)
 //   OUTDIR/fuzz_payload/   rawBytes u32 (shuffle in its top bits), rawCrc32 u32, then one blob as the writer stored
 //                          it (fuzz_payload's layout, payload_seed_layout.h); one of them byte-shuffled, one a
-//                          frame with zstd's content checksum, as writers before format 1.9 made them
+//                          frame with zstd's content checksum, as writers before format 1.9 made them, one of two
+//                          frames (format 1.10)
 //   OUTDIR/fuzz_manifest/  manifests (of an open and of a closed trace, and a 1.7 one with unknown keys)
 // Every seed is under 4 KiB. Regenerate the committed corpus with:
 //   build/dev/tests/trace/make_fuzz_seeds tests/fuzz/corpus
@@ -76,6 +77,18 @@ std::string newerBody(int type, const Record& record) {
 }
 
 }  // namespace
+
+// A zstd frame of `bytes` at `data` as writers since 1.9 make them (content size, no checksum); empty on failure.
+std::string zstdFrameOf(const uint8_t* data, size_t bytes) {
+  std::string frame(ZSTD_compressBound(bytes), '\0');
+  const size_t n = ZSTD_compress(frame.data(), frame.size(), data, bytes, 3);
+  if (ZSTD_isError(n)) {
+    fprintf(stderr, "make_fuzz_seeds: zstd: %s\n", ZSTD_getErrorName(n));
+    return {};
+  }
+  frame.resize(n);
+  return frame;
+}
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -266,6 +279,17 @@ int main(int argc, char** argv) {
     u32(&seed, refs[0].rawCrc32);
     seed += frame.substr(0, n);
     ok = ok && emit(out + "/fuzz_payload/float32-gradients-zstd-checksum.bin", seed);
+    // The same gradients as two frames, their content in order (format 1.10 writes one frame per 256 KiB block).
+    seed.clear();
+    u32(&seed, fuzz_layout::payloadSeedWord(refs[0]));
+    u32(&seed, refs[0].rawCrc32);
+    for (const size_t half : {size_t{0}, gradient.size() / 2}) {
+      const size_t bytes = half == 0 ? gradient.size() / 2 : gradient.size() - half;
+      const std::string part = zstdFrameOf(gradient.data() + half, bytes);
+      if (part.empty()) return 1;
+      seed += part;
+    }
+    ok = ok && emit(out + "/fuzz_payload/float32-gradients-two-frames.bin", seed);
   }
 
   // A manifest of a newer minor version with keys this reader does not know.

@@ -211,6 +211,87 @@ TEST(StreamingDecodeVerdicts, AnEmptyCompressedBlockGetsOneVerdictOnEveryPath) {
   EXPECT_FALSE(streamDecode(blob, ref, 18, &streamed, &why));
 }
 
+// Format 1.10: a payload compressed straight out of the lender's memory is one zstd frame per 256 KiB block. Every
+// path reads the same bytes from it, in memory and in pieces of every size (pieces that end inside a frame's header
+// among them), and gives one verdict on blobs cut at a frame's end, overlong, or declaring another size in all.
+TEST(StreamingDecodeFrames, ABlobOfAFramePerBlockReadsTheSameOnEveryPath) {
+  const std::string dir = ::testing::TempDir() + "/frames-" + std::to_string(getpid());
+  ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
+  std::mt19937 random(3);
+  std::normal_distribution<float> gradient(0.0f, 1e-3f);
+  std::vector<float> values((3u << 20) / 4 + 5);  // 12 blocks and 20 bytes
+  for (auto& v : values) v = gradient(random);
+  {
+    WriterOptions options;
+    options.shuffle = WriterOptions::Shuffle::kAlways;
+    std::string error;
+    auto writer = TraceWriter::create(dir, Manifest{}, options, &error);
+    ASSERT_NE(writer, nullptr) << error;
+    PayloadRef ref;
+    ref.datatype = 7;  // float32
+    ref.count = values.size();
+    ASSERT_TRUE(writer->appendPayloadBorrowed(ref, values.data(), values.size() * 4, BackPressure::kWait, [] {}));
+    ASSERT_TRUE(writer->close()) << writer->lastError();
+  }
+  std::string error;
+  auto reader = TraceReader::open(dir, Limits{}, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  ASSERT_EQ(reader->payloads().size(), 1u);
+  const PayloadRef ref = reader->payloads()[0];
+  const std::string blob = readRange(dir + "/" + payloadName(ref.file), ref.offset, ref.compressedBytes);
+  std::vector<size_t> frameEnds;
+  for (size_t at = 0; at < blob.size();) {
+    const size_t frame = ZSTD_findFrameCompressedSize(blob.data() + at, blob.size() - at);
+    ASSERT_FALSE(ZSTD_isError(frame)) << ZSTD_getErrorName(frame);
+    at += frame;
+    frameEnds.push_back(at);
+  }
+  ASSERT_EQ(frameEnds.size(), 13u);
+  std::vector<uint8_t> want(values.size() * 4);
+  memcpy(want.data(), values.data(), want.size());
+  std::vector<uint8_t> whole, streamed;
+  Problem problem;
+  ASSERT_TRUE(reader->readPayload(ref, &whole, &problem)) << problem.describe();
+  EXPECT_EQ(whole, want);
+  std::vector<size_t> pieces(std::begin(kPieces), std::end(kPieces));
+  pieces.push_back(frameEnds[0] + 2);  // the second frame's header cut by the piece's end
+  for (size_t piece : pieces) {
+    std::string why;
+    EXPECT_TRUE(streamDecode(blob, ref, piece, &streamed, &why)) << "piece " << piece << ": " << why;
+    EXPECT_EQ(streamed, want) << "piece " << piece;
+  }
+  // Refused alike: the last frame cut off, 5 bytes more, a reference that says a frame less or a byte more.
+  struct Bad { std::string name, blob; PayloadRef ref; };
+  PayloadRef cut = ref, longer = ref, fewer = ref, oneMore = ref;
+  cut.compressedBytes = frameEnds[11];
+  longer.compressedBytes = blob.size() + 5;
+  fewer.rawBytes -= 20;
+  oneMore.rawBytes += 1;
+  const std::vector<Bad> bad = {{"cut", blob.substr(0, frameEnds[11]), cut},
+                                {"longer", blob + std::string(5, '\0'), longer},
+                                {"fewer", blob, fewer},
+                                {"one more", blob, oneMore}};
+  for (const Bad& b : bad) {
+    std::string wholeWhy;
+    EXPECT_FALSE(wholeDecode(b.blob, b.ref, &whole, &wholeWhy)) << b.name;
+    EXPECT_FALSE(wholeWhy.empty()) << b.name;
+    for (size_t piece : pieces) {
+      std::string why;
+      EXPECT_FALSE(streamDecode(b.blob, b.ref, piece, &streamed, &why)) << b.name << ", piece " << piece;
+      EXPECT_FALSE(why.empty()) << b.name;
+    }
+  }
+  std::string why;
+  EXPECT_FALSE(wholeDecode(blob, oneMore, &whole, &why));
+  EXPECT_EQ(why, "zstd frames declare " + std::to_string(ref.rawBytes) + " bytes in all, reference says " +
+                     std::to_string(oneMore.rawBytes));
+  EXPECT_FALSE(wholeDecode(blob, fewer, &whole, &why));  // the frames before the last hold the payload: then 1 more
+  EXPECT_EQ(why, "blob holds " + std::to_string(blob.size() - frameEnds[11]) + " bytes after its frame");
+  EXPECT_FALSE(wholeDecode(blob + std::string(5, '\0'), longer, &whole, &why));
+  EXPECT_EQ(why, "blob holds 5 bytes after its frame");
+  EXPECT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
+}
+
 TEST_F(StreamingDecode, TheReaderNamesFileAndOffsetOfADamagedLargeBlob) {
   std::unique_ptr<TraceReader> reader;
   PayloadRef ref;

@@ -384,8 +384,9 @@ def unshuffle(data: bytes, width: int) -> bytes:
 
 
 def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) -> bytes:
-    """Decompress one zstd frame with every bound checked against the PayloadRef `ref` (and restore a shuffled
-    payload's byte order); raises ValueError (MissingDependency when the zstandard package is not installed)."""
+    """Decompress a payload blob -- one zstd frame, or since format 1.10 one per 256 KiB block, their content in
+    order -- with every bound checked against the PayloadRef `ref` (and restore a shuffled payload's byte order);
+    raises ValueError (MissingDependency when the zstandard package is not installed)."""
     zstandard = _zstandard()
     raw_bytes = ref["rawBytes"]
     shuffle = ref.get("shuffle", 0)
@@ -393,33 +394,41 @@ def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) 
         raise ValueError(f"byte shuffle of width {shuffle} (known: 0, 2, 4, 8; a newer writer?)")
     if raw_bytes > limits.max_payload_bytes:
         raise ValueError(f"rawBytes {raw_bytes} exceeds the payload limit of {limits.max_payload_bytes}")
-    try:
-        params = zstandard.get_frame_parameters(blob)
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"not a zstd frame: {exc}") from None
-    declared = params.content_size
-    if declared == zstandard.CONTENTSIZE_UNKNOWN or declared < 0:
-        raise ValueError("zstd frame does not declare its content size")
-    if declared > limits.max_payload_bytes:
-        raise ValueError(f"zstd frame declares {declared} bytes, over the payload limit of "
-                         f"{limits.max_payload_bytes}")
-    if declared != raw_bytes:
-        raise ValueError(f"zstd frame declares {declared} bytes, the reference says rawBytes {raw_bytes}")
-    try:
-        # One frame filling the blob exactly; zstd verifies its checksum where the frame has one (writers before
-        # format 1.9) and that the output stays within the (checked) declared size.
-        # Block by block, as the C++ reader decodes: the header alone first, since zstd decodes a frame it holds
-        # whole as its one-shot decoder does, which refuses frames the block-by-block route accepts (an empty
-        # compressed block, an RLE block in a frame of no content).
-        stream = zstandard.ZstdDecompressor().decompressobj()
-        header = zstandard.frame_header_size(blob)
-        out = stream.decompress(blob[:header]) + stream.decompress(blob[header:])
-        if not stream.eof:
-            raise ValueError("damaged zstd frame: the blob ends before the frame's last block")
-        if stream.unused_data:
-            raise ValueError(f"blob holds {len(stream.unused_data)} unused bytes after its frame")
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"zstd: {exc}") from None
+    pieces, produced, rest, frames = [], 0, blob, 0
+    while True:
+        try:
+            params = zstandard.get_frame_parameters(rest)
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"not a zstd frame: {exc}") from None
+        declared = params.content_size
+        if declared == zstandard.CONTENTSIZE_UNKNOWN or declared < 0:
+            raise ValueError("zstd frame does not declare its content size")
+        if declared > limits.max_payload_bytes:
+            raise ValueError(f"zstd frame declares {declared} bytes, over the payload limit of "
+                             f"{limits.max_payload_bytes}")
+        if produced + declared > raw_bytes:
+            what = "zstd frames declare" if frames else "zstd frame declares"
+            raise ValueError(f"{what} {produced + declared} bytes, the reference says rawBytes {raw_bytes}")
+        try:
+            # zstd verifies its checksum where the frame has one (writers before format 1.9) and that the output
+            # stays within the (checked) declared size. Block by block, as the C++ reader decodes: the header alone
+            # first, since zstd decodes a frame it holds whole as its one-shot decoder does, which refuses frames the
+            # block-by-block route accepts (an empty compressed block, an RLE block in a frame of no content).
+            stream = zstandard.ZstdDecompressor().decompressobj()
+            header = zstandard.frame_header_size(rest)
+            pieces.append(stream.decompress(rest[:header]) + stream.decompress(rest[header:]))
+            if not stream.eof:
+                raise ValueError("damaged zstd frame: the blob ends before the frame's last block")
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"zstd: {exc}") from None
+        produced += len(pieces[-1])
+        frames += 1
+        rest = stream.unused_data
+        if produced >= raw_bytes or not rest:
+            break
+    if rest:
+        raise ValueError(f"blob holds {len(rest)} unused bytes after its frame")
+    out = b"".join(pieces)
     if len(out) != raw_bytes:
         raise ValueError(f"decompressed {len(out)} bytes, the reference says rawBytes {raw_bytes}")
     if shuffle:
