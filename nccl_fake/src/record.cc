@@ -588,8 +588,8 @@ void installWriterSetup() {
     if (auto* device = state().device.get()) device->describe(&manifest->gpu_name, &manifest->gpu_uuid);
     manifest->writer = describeWriter(s, lib);
     if (s.payloads != ranklens::config::Payloads::kNone) {
-      // Full capture spends these threads compressing and writing, about 1.1 CPU-s per GB of payload (GPT-2 small DDP
-      // on one H200, s25d): payload_threads and payload_zstd_level.
+      // Full capture spends these threads compressing and writing, about 0.8-0.9 CPU-s per GB of payload (GPT-2 small
+      // DDP on one H200, trace format 1.10, s26b): payload_threads and payload_zstd_level.
       const bool controlValuesOnly =
           s.payloads == ranklens::config::Payloads::kSmall && s.payload_max_bytes <= (1u << 20);
       writer->compressionThreads =
