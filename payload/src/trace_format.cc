@@ -345,9 +345,31 @@ bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const
 
 namespace {
 
+// One zstd frame's header (`head`: up to `headBytes` bytes from the frame's start, at byte `offset` of the blob),
+// with `before` bytes of the payload declared by the frames ahead of it: it must declare its content size, and no
+// more than the rest of ref.rawBytes. Every frame of a blob (format 1.10: one per 256 KiB block) is checked so, on
+// every path, before it is decoded. Its content size goes to `content`.
+bool checkFrame(const uint8_t* head, size_t headBytes, uint64_t offset, uint64_t before, const PayloadRef& ref,
+                uint64_t* content, std::string* reason) {
+  auto fail = [&](std::string text) {
+    if (reason) *reason = std::move(text);
+    return false;
+  };
+  const unsigned long long declared = ZSTD_getFrameContentSize(head, headBytes);
+  if (declared == ZSTD_CONTENTSIZE_ERROR)
+    return fail(offset == 0 ? "not a zstd frame" : "not a zstd frame at byte " + std::to_string(offset) + " of the blob");
+  if (declared == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
+  if (declared > ref.rawBytes - before)
+    return fail(offset == 0 ? "zstd frame declares " + std::to_string(declared) + " bytes, reference says " +
+                                  std::to_string(ref.rawBytes)
+                            : "zstd frames declare " + std::to_string(before + declared) + " bytes in all, reference says " +
+                                  std::to_string(ref.rawBytes));
+  *content = declared;
+  return true;
+}
+
 // The bounds of a `size`-byte payload blob that its first frame's header shows (`head`: its first `headBytes` bytes,
-// the header among them), checked against `ref` and `limits` before anything is allocated or decoded for it. Since
-// format 1.10 a blob may be several frames (one per 256 KiB block): the first may declare less than the payload.
+// the header among them), checked against `ref` and `limits` before anything is allocated or decoded for it.
 bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const PayloadRef& ref, const Limits& limits,
                       std::string* reason) {
   auto fail = [&](std::string text) {
@@ -361,12 +383,8 @@ bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const 
   if (ref.rawBytes > limits.maxPayloadBytes)
     return fail("payload of " + std::to_string(ref.rawBytes) + " bytes exceeds the limit of " +
                 std::to_string(limits.maxPayloadBytes));
-  const unsigned long long declared = ZSTD_getFrameContentSize(head, headBytes);
-  if (declared == ZSTD_CONTENTSIZE_ERROR) return fail("not a zstd frame");
-  if (declared == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
-  if (declared > ref.rawBytes)
-    return fail("zstd frame declares " + std::to_string(declared) + " bytes, reference says " +
-                std::to_string(ref.rawBytes));
+  uint64_t declared = 0;
+  if (!checkFrame(head, headBytes, 0, 0, ref, &declared, reason)) return false;
   ZSTD_frameHeader header;
   if (ZSTD_getFrameHeader(&header, head, headBytes) != 0) return fail("damaged zstd frame header");
   // zstd cannot expand more than ~32768x (a 4-byte RLE block stands for 128 KiB): refuse a blob that claims more
@@ -377,8 +395,8 @@ bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const 
   return true;
 }
 
-// Every bound of a payload blob checked against `ref` and `limits`, before anything is allocated for it: its frames,
-// each declaring its content size, end where the blob ends and declare ref.rawBytes in all.
+// Every bound of a payload blob checked against `ref` and `limits`, before anything is allocated for it: its frames
+// end where the blob ends, each declaring its content size, ref.rawBytes in all.
 bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
                        std::string* reason) {
   if (!checkFrameHeader(data, size, size, ref, limits, reason)) return false;
@@ -389,17 +407,10 @@ bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, 
   uint64_t declared = 0;
   size_t at = 0, frames = 0;
   while (at < size && (declared < ref.rawBytes || frames == 0)) {
-    const unsigned long long content = ZSTD_getFrameContentSize(data + at, size - at);
-    if (content == ZSTD_CONTENTSIZE_ERROR) return fail("not a zstd frame at byte " + std::to_string(at) + " of the blob");
-    if (content == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
+    uint64_t content = 0;
+    if (!checkFrame(data + at, size - at, at, declared, ref, &content, reason)) return false;
     const size_t frameSize = ZSTD_findFrameCompressedSize(data + at, size - at);
     if (ZSTD_isError(frameSize)) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize));
-    if (content > ref.rawBytes - declared)
-      return fail("zstd frame" + std::string(frames ? "s declare " : " declares ") + std::to_string(declared + content) +
-                  " bytes" + (frames ? " in all" : "") + ", reference says " + std::to_string(ref.rawBytes));
-    if (content > static_cast<uint64_t>(frameSize) * 32768 + (128u << 10))
-      return fail("zstd frame of " + std::to_string(frameSize) + " bytes cannot hold the " + std::to_string(content) +
-                  " bytes it declares");
     declared += content;
     at += frameSize;
     ++frames;
@@ -411,11 +422,12 @@ bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, 
   return true;
 }
 
-// Decodes a frame whose header was checked from the pieces `next(&piece, &bytes)` hands out in order (false: one could
-// not be read; `size` in all), straight into `out` (ref.rawBytes long), and checks the size and CRC-32 of what came
-// out. Every path decodes every payload here, so that they give one verdict.
-template <typename Next>
-bool inflateStreaming(Next&& next, uint64_t size, const PayloadRef& ref, uint8_t* out, size_t outBytes,
+// Decodes a blob whose first frame header was checked from the pieces `next(&piece, &bytes)` hands out in order
+// (false: one could not be read; `size` in all), straight into `out` (ref.rawBytes long), and checks the size and
+// CRC-32 of what came out; each later frame's header is read through `peek(offset, into, bytes)` and checked
+// (checkFrame) before it is decoded. Every path decodes every payload here, so that they give one verdict.
+template <typename Next, typename Peek>
+bool inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef& ref, uint8_t* out, size_t outBytes,
                       std::string* reason) {
   auto fail = [&](std::string text) {
     if (reason) *reason = std::move(text);
@@ -458,6 +470,12 @@ bool inflateStreaming(Next&& next, uint64_t size, const PayloadRef& ref, uint8_t
         if (after > 0) return fail("blob holds " + std::to_string(after) + " bytes after its frame");
         break;
       }
+      const uint64_t at = taken - pieceBytes + input.pos;  // where the next frame starts in the blob
+      uint8_t head[ZSTD_FRAMEHEADERSIZE_MAX];
+      const size_t headBytes = static_cast<size_t>(std::min<uint64_t>(sizeof head, size - at));
+      uint64_t content = 0;
+      if (!peek(at, head, headBytes)) return fail("short read");
+      if (!checkFrame(head, headBytes, at, output.pos, ref, &content, reason)) return false;
       if (input.pos < pieceBytes) {  // the next frame starts in this piece
         input.size = headerOnly(input.pos);
         continue;
@@ -490,7 +508,11 @@ bool inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uin
     *bytes = size;
     return true;
   };
-  return inflateStreaming(onePiece, size, ref, out, static_cast<size_t>(ref.rawBytes), reason);
+  auto peek = [data](uint64_t at, uint8_t* into, size_t bytes) {
+    memcpy(into, data + at, bytes);
+    return true;
+  };
+  return inflateStreaming(onePiece, peek, size, ref, out, static_cast<size_t>(ref.rawBytes), reason);
 }
 
 }  // namespace
@@ -561,7 +583,7 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
     *at = piece.data();
     return true;
   };
-  return inflateStreaming(nextPiece, size, ref, out, outBytes, reason);
+  return inflateStreaming(nextPiece, read, size, ref, out, outBytes, reason);
 }
 
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason) {

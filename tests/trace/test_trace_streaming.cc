@@ -289,6 +289,25 @@ TEST(StreamingDecodeFrames, ABlobOfAFramePerBlockReadsTheSameOnEveryPath) {
   EXPECT_EQ(why, "blob holds " + std::to_string(blob.size() - frameEnds[11]) + " bytes after its frame");
   EXPECT_FALSE(wholeDecode(blob + std::string(5, '\0'), longer, &whole, &why));
   EXPECT_EQ(why, "blob holds 5 bytes after its frame");
+  // Every frame must declare its content size, the second as the first, whichever path reads it.
+  const std::string first(reinterpret_cast<const char*>(want.data()), 1000), second(
+      reinterpret_cast<const char*>(want.data()) + 1000, 2000);
+  const std::string sizeless = zstdFrame(first, 3, true, false) + zstdFrame(second, 3, /*contentSize=*/false, false);
+  PayloadRef two;
+  two.rawBytes = 3000;
+  two.compressedBytes = sizeless.size();
+  two.rawCrc32 = crc32Bytes(want.data(), 3000);
+  EXPECT_FALSE(wholeDecode(sizeless, two, &whole, &why));
+  EXPECT_EQ(why, "zstd frame without a content size");
+  for (size_t piece : {size_t{18}, size_t{97}, size_t{65536}}) {
+    EXPECT_FALSE(streamDecode(sizeless, two, piece, &streamed, &why)) << "piece " << piece;
+    EXPECT_EQ(why, "zstd frame without a content size") << "piece " << piece;
+  }
+  const std::string sized = zstdFrame(first, 3, true, false) + zstdFrame(second, 3, true, false);  // and with it
+  two.compressedBytes = sized.size();
+  EXPECT_TRUE(wholeDecode(sized, two, &whole, &why)) << why;
+  EXPECT_TRUE(streamDecode(sized, two, 18, &streamed, &why)) << why;
+  EXPECT_EQ(streamed, std::vector<uint8_t>(want.begin(), want.begin() + 3000));
   EXPECT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
 }
 
