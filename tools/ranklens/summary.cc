@@ -14,11 +14,15 @@
 #include "ranklens/events.h"
 #include "ranklens/payload_prefetcher.h"
 #include "ranklens/trace.h"
+#include "text_format.h"
 #include "trace_log.h"
 
 namespace ranklens {
 namespace tools {
 namespace {
+
+// Payload bytes below which the compression threads' CPU per GB is not shown: too few to be a rate.
+constexpr uint64_t kBytesForARate = 64u << 20;
 
 namespace fs = std::filesystem;
 using events::Call;
@@ -144,12 +148,16 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
         << " for them on this host, and payload_device_bytes: auto stages " << bytesText(p.autoDevice)
         << " on a GPU like the recorded one)\n";
   // Where the compression threads' time went: once staging is full they bound a full-payload recording.
-  if (const trace::CompressionLoad load = trace::compressionLoad(log.manifest); p.count > 0 && load.known)
+  // The rate per GB only where there were enough bytes for one (a few KiB of control values would say 100 s per GB).
+  if (const trace::CompressionLoad load = trace::compressionLoad(log.manifest); p.count > 0 && load.known) {
     out << "  compression threads: " << load.threads << ", busy " << std::fixed << std::setprecision(0)
-        << 100 * load.busyShare << "% of the " << std::setprecision(2) << load.activeSeconds
-        << " s they had payloads; copy " << load.copySeconds << " s, compress " << load.compressSeconds << " s, write "
-        << load.writeSeconds << " s in all (" << load.cpuSeconds << " CPU-s, " << load.cpuSecondsPerGB
-        << " per GB of payload)\n" << std::defaultfloat;
+        << 100 * load.busyShare << "% of the " << durationText(load.activeSeconds) << " they had payloads; copy "
+        << durationText(load.copySeconds) << ", compress " << durationText(load.compressSeconds) << ", write "
+        << durationText(load.writeSeconds) << " in all (" << durationText(load.cpuSeconds) << " of CPU";
+    if (log.manifest.payload_raw_bytes >= kBytesForARate)
+      out << ", " << std::setprecision(2) << load.cpuSecondsPerGB << " s per GB of payload";
+    out << ")\n" << std::defaultfloat;
+  }
   if (!p.lost.empty()) {
     out << "  payloads not stored while recording:";
     const char* separator = " ";
