@@ -8,7 +8,8 @@
 // to bf16 values, a quarter of them zero (a bf16-autocast job's fp32 gradients, as record_host_overhead --data
 // bf16-gradients makes them).
 //
-//   payload_blob_frames [FILE...] [--synthetic 40] [--element-bytes 4] [--level -1] [--repeats 5] [--json]
+//   payload_blob_frames [FILE...] [--synthetic 40] [--element-bytes 4] [--level -1] [--frame-kib 256,1024]
+//                       [--repeats 5] [--json]
 #include <zstd.h>
 
 #include <chrono>
@@ -78,12 +79,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> files;
   size_t syntheticMiB = 0;
   int width = 4, level = -1, repeats = 5;
+  std::vector<size_t> frameKiB = {trace::kPayloadFrameBytes >> 10};
   bool json = false;
   app.add_option("files", files, "raw payload files (rlpayload export -f raw)")->check(CLI::ExistingFile);
   app.add_option("--synthetic", syntheticMiB, "also this many MiB of bf16-valued fp32 gradients, a quarter zero");
   app.add_option("--element-bytes", width, "bytes per element (the byte planes' width): 2, 4, 8")
       ->check(CLI::IsMember({2, 4, 8}));
   app.add_option("--level", level, "zstd level (record mode's default: -1)");
+  app.add_option("--frame-kib", frameKiB, "frame sizes to try, KiB (whole 256 KiB blocks; the writer's: 256)")
+      ->delimiter(',');
   app.add_option("--repeats", repeats, "runs of each, the fastest kept")->check(CLI::Range(1, 100));
   app.add_flag("--json", json, "one JSON object per line");
   CLI11_PARSE(app, argc, argv);
@@ -112,13 +116,17 @@ int main(int argc, char** argv) {
   ZSTD_CCtx* cctx = ZSTD_createCCtx();
   int status = 0;
   for (const auto& [name, raw] : inputs) {
-    for (const bool framePerBlock : {false, true}) {
+    std::vector<size_t> layouts = {0};  // 0: one streamed frame
+    for (size_t kib : frameKiB) layouts.push_back(kib << 10);
+    for (const size_t frameBytes : layouts) {
+      const bool framePerBlock = frameBytes != 0;
       trace::Blob blob;
       uint32_t crc = 0;
       bool ok = true;
       std::string error;
       const double compressS = best(repeats, [&] {
-        ok = framePerBlock ? trace::compressBlobFrom(cctx, level, raw.data(), raw.size(), width, &blob, &crc, &error)
+        ok = framePerBlock ? trace::compressBlobFrom(cctx, level, raw.data(), raw.size(), width, &blob, &crc, &error,
+                                                     frameBytes)
                            : oneStreamedFrame(cctx, level, raw.data(), raw.size(), width, &blob, &crc);
       });
       trace::PayloadRef ref;
@@ -135,15 +143,16 @@ int main(int argc, char** argv) {
       ok = ok && decoded == raw;
       if (!ok) status = 1;
       const double mb = raw.size() / 1e6;
-      const char* layout = framePerBlock ? "frame per block (1.10)" : "one streamed frame (1.9)";
+      const std::string layout = framePerBlock ? "a frame per " + std::to_string(frameBytes >> 10) + " KiB (1.10)"
+                                               : "one streamed frame (1.9)";
       if (json)
         printf("{\"input\": \"%s\", \"bytes\": %zu, \"element_bytes\": %d, \"level\": %d, \"layout\": \"%s\", "
                "\"compressed_bytes\": %zu, \"compress_mb_s\": %.0f, \"decode_mb_s\": %.0f, \"roundtrip_ok\": %s}\n",
-               name.c_str(), raw.size(), width, level, layout, blob.size(), mb / compressS, mb / decodeS,
+               name.c_str(), raw.size(), width, level, layout.c_str(), blob.size(), mb / compressS, mb / decodeS,
                ok ? "true" : "false");
       else
         printf("%s  %-24s %zu bytes: compress %5.0f MB/s (shuffle, CRC-32, zstd), decode %5.0f MB/s%s\n",
-               name.c_str(), layout, blob.size(), mb / compressS, mb / decodeS, ok ? "" : "  ROUNDTRIP FAILED");
+               name.c_str(), layout.c_str(), blob.size(), mb / compressS, mb / decodeS, ok ? "" : "  ROUNDTRIP FAILED");
     }
   }
   ZSTD_freeCCtx(cctx);

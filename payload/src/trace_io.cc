@@ -50,24 +50,29 @@ void setBlobParameters(ZSTD_CCtx* cctx, int level, bool planes) {
 }  // namespace
 
 bool compressBlobFrom(void* context, int level, const uint8_t* data, size_t size, int width, Blob* out,
-                      uint32_t* crc, std::string* error) {
+                      uint32_t* crc, std::string* error, size_t frameBytes) {
   if (size == 0) {  // compressBlob's empty frame, which every zstd decoder takes
     *crc = 0;
     return compressBlob(context, level, false, data, 0, out, error);
   }
   auto* cctx = static_cast<ZSTD_CCtx*>(context);
   setBlobParameters(cctx, level, validShuffle(width) && width != 0);
-  static thread_local std::unique_ptr<uint8_t[]> block(new uint8_t[kShuffleBlockBytes]);
-  const size_t blocks = (size + kShuffleBlockBytes - 1) / kShuffleBlockBytes;
-  out->resize(blocks * ZSTD_compressBound(kShuffleBlockBytes));
+  // Whole shuffle blocks per frame, so that a frame's planes are the format's (shuffleBlocks).
+  frameBytes = std::max(kShuffleBlockBytes, frameBytes / kShuffleBlockBytes * kShuffleBlockBytes);
+  static thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < std::min(frameBytes, size)) buffer.resize(std::min(frameBytes, size));
+  const size_t frames = (size + frameBytes - 1) / frameBytes;
+  out->resize(frames * ZSTD_compressBound(std::min(frameBytes, size)));
   size_t written = 0;
   *crc = 0;
-  // One frame per block, each compressed in one call from the block while it is in cache: zstd's streaming API would
-  // copy every block into a window of its own first (a quarter more of these threads' time on gradient planes).
-  for (size_t at = 0; at < size; at += kShuffleBlockBytes) {
-    const size_t length = std::min(kShuffleBlockBytes, size - at);
-    *crc = shuffleCopyAndChecksum(block.get(), data + at, length, width, *crc);
-    const size_t n = ZSTD_compress2(cctx, out->data() + written, out->size() - written, block.get(), length);
+  // A frame at a time, compressed in one call from the buffer while it is in cache: zstd's streaming API would copy
+  // every block into a window of its own first (a quarter more of these threads' time on gradient planes).
+  for (size_t at = 0; at < size; at += frameBytes) {
+    const size_t length = std::min(frameBytes, size - at);
+    for (size_t block = 0; block < length; block += kShuffleBlockBytes)
+      *crc = shuffleCopyAndChecksum(buffer.data() + block, data + at + block,
+                                    std::min(kShuffleBlockBytes, length - block), width, *crc);
+    const size_t n = ZSTD_compress2(cctx, out->data() + written, out->size() - written, buffer.data(), length);
     if (ZSTD_isError(n)) {
       *error = std::string("zstd: ") + ZSTD_getErrorName(n);
       out->clear();
