@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Trace format 1.10 against 1.9 for the payloads record mode compresses straight out of staging: each 256 KiB block
-// (shuffled into byte planes with its CRC-32, trace::shuffleCopyAndChecksum) compressed as a zstd frame of its own
-// in one call (1.10, trace::compressBlobFrom), or streamed into one frame for the whole payload (1.9: zstd's stream
-// copies every block into a window of its own first); then both decoded as a value replay does
+// Trace format 1.10 against 1.9 for the payloads record mode compresses straight out of staging: each MiB (four
+// 256 KiB blocks shuffled into byte planes with their CRC-32, trace::shuffleCopyAndChecksum; --frame-kib for other
+// sizes) compressed as a zstd frame of its own in one call (1.10, trace::compressBlobFrom), or the blocks streamed
+// into one frame for the whole payload (1.9: zstd's stream copies every block into a window of its own first); then
+// both decoded as a value replay does
 // (trace::decodePayloadInto). One thread, best of --repeats, every decode checked. No GPU; input: raw payload files
 // (`rlpayload export TRACE -c 0 -s 40 -f raw -o grad.raw`) or, with --synthetic N, N MiB of fp32 gradients rounded
 // to bf16 values, a quarter of them zero (a bf16-autocast job's fp32 gradients, as record_host_overhead --data
@@ -74,7 +75,7 @@ bool oneStreamedFrame(ZSTD_CCtx* cctx, int level, const uint8_t* data, size_t si
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"payload_blob_frames: trace 1.10's zstd frame per 256 KiB block against 1.9's one streamed frame, "
+  CLI::App app{"payload_blob_frames: trace 1.10's zstd frames (1 MiB) against 1.9's one streamed frame, "
                "compressed and decoded as record mode and a value replay do (no GPU)"};
   std::vector<std::string> files;
   size_t syntheticMiB = 0;

@@ -347,7 +347,7 @@ namespace {
 
 // One zstd frame's header (`head`: up to `headBytes` bytes from the frame's start, at byte `offset` of the blob),
 // with `before` bytes of the payload declared by the frames ahead of it: it must declare its content size, and no
-// more than the rest of ref.rawBytes. Every frame of a blob (format 1.10: one per 256 KiB block) is checked so, on
+// more than the rest of ref.rawBytes. Every frame of a blob (format 1.10: one per MiB of payload) is checked so, on
 // every path, before it is decoded. Its content size goes to `content`.
 bool checkFrame(const uint8_t* head, size_t headBytes, uint64_t offset, uint64_t before, const PayloadRef& ref,
                 uint64_t* content, std::string* reason) {
@@ -449,7 +449,7 @@ bool inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef&
   // frames the block-by-block route accepts (an empty compressed block, an RLE block in a frame of no content; found
   // by fuzz_payload): the header alone comes first, so that every frame goes block by block, however it is cut into
   // pieces.
-  // So for each frame of the blob (format 1.10: one per 256 KiB block): a frame that starts within a piece is shown
+  // So for each frame of the blob (format 1.10: one per MiB of payload): a frame that starts within a piece is shown
   // its header alone first.
   auto headerOnly = [&](size_t from) {
     const size_t header = ZSTD_frameHeaderSize(piece + from, pieceBytes - from);

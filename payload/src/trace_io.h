@@ -44,9 +44,10 @@ void appendFrame(std::string* out, const char* body, size_t size);
 // planesMatchFinder's table at the fast levels. False with `error` on failure.
 bool compressBlob(void* cctx, int level, bool planes, const void* data, size_t size, Blob* out, std::string* error);
 // How much of a payload compressBlobFrom puts in each zstd frame (whole 256 KiB shuffle blocks): smaller frames
-// compress faster from cache, larger ones decode faster (zstd builds its tables anew for each frame);
-// bench/payload_blob_frames.
-constexpr size_t kPayloadFrameBytes = 256u << 10;
+// compress faster from cache, larger ones decode faster (zstd builds its tables anew for each frame). On GPT-2 small
+// DDP's gradients (one H200, s26d) 256 KiB and 1 MiB recorded alike, and value replays of 1 MiB-frame traces waited
+// for decoding once where 256 KiB ones waited 9-12 times; bench/payload_blob_frames compares them on any host.
+constexpr size_t kPayloadFrameBytes = 1u << 20;
 // A blob of `size` bytes at `data` stored as planes of `width` (0: as they are), and their CRC-32 in `crc`, without a
 // copy of the payload: each `frameBytes` goes, block by block, through shuffleCopyAndChecksum into a buffer that stays
 // in cache and is compressed from there as a zstd frame of its own (format 1.10: a blob is one or more frames, their

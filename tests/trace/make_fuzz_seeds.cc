@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
     u32(&seed, refs[0].rawCrc32);
     seed += frame.substr(0, n);
     ok = ok && emit(out + "/fuzz_payload/float32-gradients-zstd-checksum.bin", seed);
-    // The same gradients as two frames, their content in order (format 1.10 writes one frame per 256 KiB block).
+    // The same gradients as two frames, their content in order (format 1.10 writes one frame per MiB of payload).
     seed.clear();
     u32(&seed, fuzz_layout::payloadSeedWord(refs[0]));
     u32(&seed, refs[0].rawCrc32);

@@ -384,7 +384,7 @@ def unshuffle(data: bytes, width: int) -> bytes:
 
 
 def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) -> bytes:
-    """Decompress a payload blob -- one zstd frame, or since format 1.10 one per 256 KiB block, their content in
+    """Decompress a payload blob -- one zstd frame, or since format 1.10 one per MiB of payload, their content in
     order -- with every bound checked against the PayloadRef `ref` (and restore a shuffled payload's byte order);
     raises ValueError (MissingDependency when the zstandard package is not installed)."""
     zstandard = _zstandard()

@@ -29,7 +29,7 @@ constexpr int kFormatMinor = 10;  // 1.1: manifest counters; 1.2: Call.hostNs, G
                                    // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces;
                                    // 1.6: Timing.gapNs; 1.7: manifest cpu_model, cpus; 1.8: PayloadRef.shuffle;
                                    // 1.9: payload blobs without zstd's content checksum; 1.10: a payload blob may be
-                                   // several zstd frames (one per 256 KiB block), their content in order
+                                   // several zstd frames (one per MiB), their content in order
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
