@@ -115,7 +115,7 @@ carry_value_replay() {
 }
 
 # carry_steady_ms LOG: the median of train_gpt.py's steps 10 and later in LOG (its "step N loss L time_ms T" lines):
-# a full-payload recording's steady state, past the ~10 steps staging and the writer's queue absorb. From s25j on
+# a full-payload recording's steady state, past the ~10 steps staging and the writer's queue absorb. From s26a on
 # (s25b-s25i carry their own copy, as run).
 carry_steady_ms() {
   grep -h "step .* time_ms" "$1" | $PY -c '
@@ -124,3 +124,15 @@ ms = [float(m.group(2)) for m in (re.search(r"step (\d+) loss \S+ time_ms (\S+)"
 print(round(statistics.median(ms), 3) if ms else None)'
 }
 
+# carry_record_steady OUT_JSONL WORKDIR NAME LIBRARY TRAIN_ARGS EXTRA_JSON [VAR=VALUE...]: carry_record, then the
+# steps 10-29 median as the row's steady_ms (EXTRA_JSON must hold "steady_ms": null), and what `ranklens trace
+# summary` and `ranklens record` said of the compression threads and staging; the trace stays in WORKDIR/NAME. For
+# results scripts after s26d (s26a-s26d carry their own copy, as run).
+carry_record_steady() {
+  local out=$1 w=$2 name=$3
+  carry_record "$@"
+  local s; s=$(carry_steady_ms "$w/$name.log"); echo "$name steady_ms $s"
+  sed -i "\$s/\"steady_ms\": null/\"steady_ms\": $s/" "$out"
+  .carry/bin/ranklens trace summary "$w/$name/rank0" | grep -E "compression threads"
+  sed -n '/^Recorded/,$p' "$w/$name.log"
+}
