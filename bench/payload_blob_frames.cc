@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::vector<uint8_t>>> inputs;
   for (const std::string& file : files) {
     std::ifstream in(file, std::ios::binary);
-    inputs.emplace_back(file, std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+    inputs.emplace_back(file,
+                        std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
   }
   if (syntheticMiB > 0) {
     std::vector<uint8_t> bytes(syntheticMiB << 20);

@@ -357,13 +357,14 @@ bool checkFrame(const uint8_t* head, size_t headBytes, uint64_t offset, uint64_t
   };
   const unsigned long long declared = ZSTD_getFrameContentSize(head, headBytes);
   if (declared == ZSTD_CONTENTSIZE_ERROR)
-    return fail(offset == 0 ? "not a zstd frame" : "not a zstd frame at byte " + std::to_string(offset) + " of the blob");
+    return fail(offset == 0 ? std::string("not a zstd frame")
+                            : "not a zstd frame at byte " + std::to_string(offset) + " of the blob");
   if (declared == ZSTD_CONTENTSIZE_UNKNOWN) return fail("zstd frame without a content size");
-  if (declared > ref.rawBytes - before)
-    return fail(offset == 0 ? "zstd frame declares " + std::to_string(declared) + " bytes, reference says " +
-                                  std::to_string(ref.rawBytes)
-                            : "zstd frames declare " + std::to_string(before + declared) + " bytes in all, reference says " +
-                                  std::to_string(ref.rawBytes));
+  if (declared > ref.rawBytes - before) {
+    const std::string reference = ", reference says " + std::to_string(ref.rawBytes);
+    return fail(offset == 0 ? "zstd frame declares " + std::to_string(declared) + " bytes" + reference
+                            : "zstd frames declare " + std::to_string(before + declared) + " bytes in all" + reference);
+  }
   *content = declared;
   return true;
 }

@@ -51,8 +51,8 @@ constexpr size_t kPayloadFrameBytes = 1u << 20;
 // A blob of `size` bytes at `data` stored as planes of `width` (0: as they are), and their CRC-32 in `crc`, without a
 // copy of the payload: each `frameBytes` goes, block by block, through shuffleCopyAndChecksum into a buffer that stays
 // in cache and is compressed from there as a zstd frame of its own (format 1.10: a blob is one or more frames, their
-// content in order). Record mode's large payloads are compressed so straight out of staging (a copy and its reading back cost a
-// full-capture recording about a third of its compression threads' CPU, s25d).
+// content in order). Record mode's large payloads are compressed so straight out of staging (a copy and its reading
+// back cost a full-capture recording about a third of its compression threads' CPU, s25d).
 bool compressBlobFrom(void* cctx, int level, const uint8_t* data, size_t size, int width, Blob* out, uint32_t* crc,
                       std::string* error, size_t frameBytes = kPayloadFrameBytes);
 // Parses <prefix>NNNNNN<suffix> (exactly six decimal digits, as segmentName/payloadName write them).

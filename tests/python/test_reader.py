@@ -729,7 +729,8 @@ def test_payload_hand_made_frame_reads(tmp_path):
 
 
 def test_payload_of_a_frame_per_block_reads(tmp_path):
-    # Format 1.10: a payload compressed straight out of the recorder's staging is one zstd frame per MiB (any size reads).
+    # Format 1.10: a payload compressed straight out of the recorder's staging is one zstd frame per MiB; any size
+    # of frame reads.
     data = os.urandom(2 * 262144 + 1000)
     blob = b"".join(tg.zstd_frame(data[i:i + 262144]) for i in range(0, len(data), 262144))
     reader, ref = payload_reader(tmp_path, blob, data)
