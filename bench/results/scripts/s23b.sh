@@ -1,9 +1,10 @@
 #!/bin/bash
 # Session 23, call B (nvidia-h200-x2, when lent), about 8 minutes: issue #4's full-payload ratio on 2 GPUs with the
-# session 22 recorder (byte planes chosen per payload, trace format 1.9): DDP and FSDP2 GPT-2 small (bf16, micro-batch
-# 8), process-level runs alternating baseline / payloads: all with staging_full: wait (every payload stored), twice;
-# the traces in /dev/shm, deleted once counted. Then the recorder's busiest threads in one DDP recording.
-# Never run yet (no 2-GPU machine since session 23); session 25 raised its 15 steps per run to 40, so that the median
+# carried recorder (written for session 22's; as of session 26: byte planes, trace format 1.10): DDP and FSDP2 GPT-2
+# small (bf16, micro-batch 8), process-level runs alternating baseline / payloads: all with staging_full: wait (every
+# payload stored), twice; the traces in /dev/shm, deleted once counted. Then the recorder's busiest threads in one
+# DDP recording, and what `ranklens trace summary` says of each rank's compression threads.
+# Never run yet (no 2-GPU machine since session 17); session 25 raised its 15 steps per run to 40, so that the median
 # of steps 3-39 is past the ~10 steps staging and the writer's queue absorb (s25b): the steady state.
 set -u
 cd "$(dirname "$0")/../../.."
@@ -23,5 +24,6 @@ RANKLENS_STAGING_FULL=wait timeout 100 .carry/bin/ranklens record --lib .carry/l
   --payloads all -- $PY -m torch.distributed.run --standalone --nproc-per-node 2 $T > $W/rec.log 2>&1
 echo "threads rc=$? median_step_ms $(carry_step_ms $W/rec.log)"; wait; cat "$OUT/record_full_payload_2gpu_threads-$C.json"
 tail -15 $W/rec.log
+for rank in 0 1; do .carry/bin/ranklens trace summary $W/rec/rank$rank | grep -E "compression threads|payloads:"; done
 rm -rf $W
 cp /tmp/meta.txt "$OUT/meta_s23b-$C.txt"
