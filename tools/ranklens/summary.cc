@@ -113,6 +113,14 @@ nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, Sign
                       {"auto_prefetch_bytes", p.autoPrefetch}, {"auto_device_bytes", p.autoDevice},
                       {"not_stored", nlohmann::json::object()}};
   for (const auto& [why, n] : p.lost) rank["payloads"]["not_stored"][why] = n;
+  if (const trace::CompressionLoad load = trace::compressionLoad(log.manifest); load.known) {
+    rank["payloads"]["compression"] = {
+        {"threads", load.threads},          {"busy_share", load.busyShare},          {"active_s", load.activeSeconds},
+        {"copy_s", load.copySeconds},       {"compress_s", load.compressSeconds},    {"write_s", load.writeSeconds},
+        {"cpu_s", load.cpuSeconds},         {"cpu_s_per_gb", nullptr}};
+    if (log.manifest.payload_raw_bytes >= kBytesForARate)
+      rank["payloads"]["compression"]["cpu_s_per_gb"] = load.cpuSecondsPerGB;
+  }
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
     const SignatureStats& c = comms[comm.commId];
