@@ -246,7 +246,8 @@ CompressionLoad compressionLoad(const Manifest& manifest) {
   load.activeSeconds = activeNs / 1e9;
   const double busy = load.copySeconds + load.compressSeconds + load.writeSeconds;
   if (threads > 0 && activeNs > 0) load.busyShare = std::min(1.0, busy / (static_cast<double>(threads) * load.activeSeconds));
-  if (manifest.payload_raw_bytes > 0) load.cpuSecondsPerGB = load.cpuSeconds / (manifest.payload_raw_bytes / 1e9);
+  if (manifest.payload_raw_bytes >= CompressionLoad::kBytesForARate)
+    load.cpuSecondsPerGB = load.cpuSeconds / (manifest.payload_raw_bytes / 1e9);
   return load;
 }
 

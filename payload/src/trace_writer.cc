@@ -33,6 +33,11 @@ namespace trace {
 
 namespace {
 
+// Whether a lent payload is copied in before it is compressed: only `payload_shuffle: auto`, which decides on a
+// sample of the copy; on and off compress straight out of the lender's memory (compressBlobFrom). The pool's path
+// and the writer's queue accounting (a copy takes queue room, a lent payload does not) both follow it.
+bool copiesLentPayload(WriterOptions::Shuffle shuffle) { return shuffle == WriterOptions::Shuffle::kAuto; }
+
 // A payload's blob once a compression worker has compressed it and appended it to a payload file: what its PayloadRef
 // needs.
 struct Written {
@@ -204,7 +209,7 @@ class CompressionPool {
       LentBytes lent{std::move(release)};
       Copy copy;
       try {
-        if (shuffle_ != WriterOptions::Shuffle::kAuto) {
+        if (!copiesLentPayload(shuffle_)) {
           Written written;
           written.shuffle = planesWidth(elementBytes);
           Blob blob = spareBlobs_.take(ZSTD_compressBound(bytes));
@@ -700,7 +705,7 @@ bool TraceWriter::appendPayloadBorrowed(const PayloadRef& ref, const void* data,
   // A payload compressed straight out of the lender's memory takes none of the queue's: the lender's memory (record
   // mode's staging) bounds those. Counted against payload_queue_bytes, they held a full-payload recording of GPT-2
   // small DDP to 135 ms per step where 4 GiB of queue gave 71 ms (s25i). A payload the pool copies in counts.
-  const size_t accounted = impl_->options.shuffle == WriterOptions::Shuffle::kAuto ? bytes : 0;  // the pool copies
+  const size_t accounted = copiesLentPayload(impl_->options.shuffle) ? bytes : 0;
   std::unique_lock<std::mutex> lock(impl_->mu);
   if (!impl_->admitPayload(accounted, policy, lock)) {
     lock.unlock();

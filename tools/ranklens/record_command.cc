@@ -113,13 +113,14 @@ void reportRanks(const std::string& traceDir) {
               << trace::advice::kStagingFull << "\n";
   // Staging absorbs bursts; when the compression threads were busy most of the time they had payloads, they bound
   // the recording (GPT-2 small DDP: about ten steps absorbed, then 1.7-2.7x the job's step time, s25b-s25d).
-  if (busiest.busyShare >= kThreadsBoundShare)
+  if (busiest.busyShare >= kThreadsBoundShare) {
     std::cout << "  the " << busiest.threads << " compression threads were busy " << std::fixed << std::setprecision(0)
-              << 100 * busiest.busyShare << "% of the time they had payloads (" << std::setprecision(2)
-              << busiest.cpuSecondsPerGB << " CPU-s per GB of payload): they, not staging, bound a long recording; "
-              << "give them free cores (RANKLENS_PAYLOAD_THREADS) or store fewer steps (RANKLENS_PAYLOAD_STEPS)\n"
-              << std::defaultfloat;
-  else if (skippedFull == 0 && waitNs > 0)
+              << 100 * busiest.busyShare << "% of the time they had payloads";
+    if (busiest.cpuSecondsPerGB > 0)  // compressionLoad leaves it out for too few bytes to make a rate
+      std::cout << " (" << std::setprecision(2) << busiest.cpuSecondsPerGB << " CPU-s per GB of payload)";
+    std::cout << ": they, not staging, bound a long recording; give them free cores (RANKLENS_PAYLOAD_THREADS) or "
+              << "store fewer steps (RANKLENS_PAYLOAD_STEPS)\n" << std::defaultfloat;
+  } else if (skippedFull == 0 && waitNs > 0)
     std::cout << "  the job waited for room in staging to keep every payload: a larger RANKLENS_STAGING_BYTES "
               << "shortens the wait\n";
 }

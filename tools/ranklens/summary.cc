@@ -21,9 +21,6 @@ namespace ranklens {
 namespace tools {
 namespace {
 
-// Payload bytes below which the compression threads' CPU per GB is not shown: too few to be a rate.
-constexpr uint64_t kBytesForARate = 64u << 20;
-
 namespace fs = std::filesystem;
 using events::Call;
 using events::Op;
@@ -118,8 +115,7 @@ nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, Sign
         {"threads", load.threads},          {"busy_share", load.busyShare},          {"active_s", load.activeSeconds},
         {"copy_s", load.copySeconds},       {"compress_s", load.compressSeconds},    {"write_s", load.writeSeconds},
         {"cpu_s", load.cpuSeconds},         {"cpu_s_per_gb", nullptr}};
-    if (log.manifest.payload_raw_bytes >= kBytesForARate)
-      rank["payloads"]["compression"]["cpu_s_per_gb"] = load.cpuSecondsPerGB;
+    if (load.cpuSecondsPerGB > 0) rank["payloads"]["compression"]["cpu_s_per_gb"] = load.cpuSecondsPerGB;
   }
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
@@ -156,14 +152,13 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
         << " for them on this host, and payload_device_bytes: auto stages " << bytesText(p.autoDevice)
         << " on a GPU like the recorded one)\n";
   // Where the compression threads' time went: once staging is full they bound a full-payload recording.
-  // The rate per GB only where there were enough bytes for one (a few KiB of control values would say 100 s per GB).
+  // The rate per GB only where there were enough bytes for one (compressionLoad).
   if (const trace::CompressionLoad load = trace::compressionLoad(log.manifest); p.count > 0 && load.known) {
     out << "  compression threads: " << load.threads << ", busy " << std::fixed << std::setprecision(0)
         << 100 * load.busyShare << "% of the " << durationText(load.activeSeconds) << " they had payloads; copy "
         << durationText(load.copySeconds) << ", compress " << durationText(load.compressSeconds) << ", write "
         << durationText(load.writeSeconds) << " in all (" << durationText(load.cpuSeconds) << " of CPU";
-    if (log.manifest.payload_raw_bytes >= kBytesForARate)
-      out << ", " << std::setprecision(2) << load.cpuSecondsPerGB << " s per GB of payload";
+    if (load.cpuSecondsPerGB > 0) out << ", " << std::setprecision(2) << load.cpuSecondsPerGB << " s per GB of payload";
     out << ")\n" << std::defaultfloat;
   }
   if (!p.lost.empty()) {

@@ -233,7 +233,9 @@ struct CompressionLoad {
   double cpuSeconds = 0;     // the three stages' thread CPU time
   double activeSeconds = 0;  // while the threads had payloads queued or in work (gaps with none left out)
   double busyShare = 0;      // the stages' wall time over threads x activeSeconds (0..1)
-  double cpuSecondsPerGB = 0;  // of payload (payload_raw_bytes)
+  double cpuSecondsPerGB = 0;  // of payload (payload_raw_bytes); 0 below kBytesForARate
+  // Payload bytes below which CPU per GB is left out: a few KiB of control values would read as 100 s per GB.
+  static constexpr uint64_t kBytesForARate = 64u << 20;
 };
 CompressionLoad compressionLoad(const Manifest& manifest);
 
