@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // crash_writer DIR [FLUSH_EVERY]: writes a trace whose every record is derived from its index i, forever, for
 // test_trace_crash to SIGKILL at a random moment. Record i is a Stage {name "r<i>", step i, timeNs 3i+1}; after
-// every 7th (i % 7 == 0) comes a payload for (comm 0, AllReduce, seq i) of payloadBytes(i). Every FLUSH_EVERY
+// every 7th (i % 7 == 0) comes a payload for (comm 0, AllReduce, seq i) of payloadBytes(i), and after every 50th
+// (carriesLargePayload) a lent fp32 payload of 1-3 MiB for (comm 1, AllReduce, seq i). Every FLUSH_EVERY
 // records it calls flush() and, once flush() has returned, prints the number of records accepted so far (one line,
 // one write(2), unbuffered): everything up to that count must survive the kill.
 // Small segment and payload files so the kill also lands on rollovers.
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "crash_writer.h"
 #include "ranklens/trace.h"
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   options.zstdLevel = 1;
   options.segmentBytes = 16u << 10;
   options.payloadFileBytes = 8u << 10;
+  options.shuffle = WriterOptions::Shuffle::kAlways;  // lent payloads compressed out of the lender's memory
   std::string error;
   auto writer = TraceWriter::create(argv[1], manifest, options, &error);
   if (!writer) {
@@ -51,6 +54,14 @@ int main(int argc, char** argv) {
       const std::string bytes = crashtest::payloadBytes(i);
       if (!writer->appendPayload(crashtest::refFor(i), bytes.data(), bytes.size())) {
         fprintf(stderr, "crash_writer: payload %llu refused\n", static_cast<unsigned long long>(i));
+        return 1;
+      }
+    }
+    if (crashtest::carriesLargePayload(i)) {
+      auto* lent = new std::vector<float>(crashtest::largePayload(i));
+      if (!writer->appendPayloadBorrowed(crashtest::largeRefFor(i), lent->data(), lent->size() * sizeof(float),
+                                         BackPressure::kWait, [lent] { delete lent; })) {
+        fprintf(stderr, "crash_writer: large payload %llu refused\n", static_cast<unsigned long long>(i));
         return 1;
       }
     }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ranklens/events.h"
 #include "ranklens/trace.h"
@@ -31,6 +32,29 @@ inline ranklens::trace::PayloadRef refFor(uint64_t i) {
   ref.op = static_cast<int>(ranklens::events::Op::kAllReduce);
   ref.datatype = 1;  // uint8
   ref.count = payloadBytes(i).size();
+  ref.peer = -1;
+  return ref;
+}
+
+// Every 50th record (i % 50 == 25) also carries a large fp32 payload, lent to the writer (appendPayloadBorrowed), as
+// record mode hands over its staging: 1 to 3 MiB, so that it is compressed straight out of the lender's memory into a
+// blob of one zstd frame per MiB (format 1.10), and a kill can land in the middle of such a blob. Communicator 1 keeps
+// its (comm, op, peer, seq) apart from the small payloads'.
+inline bool carriesLargePayload(uint64_t i) { return i % 50 == 25; }
+
+inline std::vector<float> largePayload(uint64_t i) {
+  std::vector<float> out(((1u << 20) * (1 + (i / 50) % 3) + (i * 13) % 1000 * 4) / sizeof(float));
+  for (size_t j = 0; j < out.size(); ++j) out[j] = static_cast<float>((i * 31 + j * 7 + (j * j) % 13) % 4096) * 0.25f;
+  return out;
+}
+
+inline ranklens::trace::PayloadRef largeRefFor(uint64_t i) {
+  ranklens::trace::PayloadRef ref;
+  ref.commId = 1;
+  ref.seq = i;
+  ref.op = static_cast<int>(ranklens::events::Op::kAllReduce);
+  ref.datatype = 7;  // float32
+  ref.count = largePayload(i).size();
   ref.peer = -1;
   return ref;
 }
