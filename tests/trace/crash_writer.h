@@ -42,9 +42,11 @@ inline ranklens::trace::PayloadRef refFor(uint64_t i) {
 // its (comm, op, peer, seq) apart from the small payloads'.
 inline bool carriesLargePayload(uint64_t i) { return i % 50 == 25; }
 
+inline size_t largePayloadCount(uint64_t i) { return ((1u << 20) * (1 + (i / 50) % 3) + (i * 13) % 1000 * 4) / 4; }
+
 inline std::vector<float> largePayload(uint64_t i) {
-  std::vector<float> out(((1u << 20) * (1 + (i / 50) % 3) + (i * 13) % 1000 * 4) / sizeof(float));
-  for (size_t j = 0; j < out.size(); ++j) out[j] = static_cast<float>((i * 31 + j * 7 + (j * j) % 13) % 4096) * 0.25f;
+  std::vector<float> out(largePayloadCount(i));
+  for (size_t j = 0; j < out.size(); ++j) out[j] = static_cast<float>((i * 31 + j * 7) & 4095) * 0.25f;
   return out;
 }
 
@@ -54,7 +56,7 @@ inline ranklens::trace::PayloadRef largeRefFor(uint64_t i) {
   ref.seq = i;
   ref.op = static_cast<int>(ranklens::events::Op::kAllReduce);
   ref.datatype = 7;  // float32
-  ref.count = largePayload(i).size();
+  ref.count = largePayloadCount(i);
   ref.peer = -1;
   return ref;
 }
