@@ -298,6 +298,7 @@ TEST_F(CudaDevice, MarkedHoldContainsTheCopyBeforeIt) {
   void *src = nullptr, *dst = nullptr;
   ASSERT_EQ(device_->alloc(&src, bytes), 0);
   ASSERT_EQ(device_->alloc(&dst, bytes), 0);
+  ASSERT_EQ(cudaMemset(src, 0x5a, bytes), cudaSuccess);  // copied: initialised (compute-sanitizer's initcheck)
   cudaEvent_t before, after;
   cudaEventCreate(&before);
   cudaEventCreate(&after);

@@ -63,8 +63,20 @@ class CapturingDevice final : public RecordDevice {
     return 0;
   }
   void describe(std::string*, std::string*) override {}
+  // New events as earlier calls may leave them (`staleRecords`): recorded, each one later than the one before, so that
+  // two taken from the pool's back (after prepareDevice took and gave back three, reversing them) measure a positive
+  // time that no launch made.
+  bool staleRecords = false;
+  bool recordsPending = false;  // eager records not done until a test says so
   int createEvents(int, size_t count, std::vector<Event>* out) override {
-    for (size_t i = 0; i < count; ++i) out->push_back(new FakeEvent());
+    for (size_t i = 0; i < count; ++i) {
+      auto* e = new FakeEvent();
+      if (staleRecords) {
+        e->recorded = true;
+        e->ns = 500 + static_cast<int64_t>(out->size());
+      }
+      out->push_back(e);
+    }
     return 0;
   }
   void destroyEvent(Event event) override { delete static_cast<FakeEvent*>(event); }
@@ -74,6 +86,7 @@ class CapturingDevice final : public RecordDevice {
     auto* e = static_cast<FakeEvent*>(event);
     EXPECT_FALSE(e->inGraph) << "an event of a graph was reused";
     e->recorded = true;
+    e->pending = recordsPending;
     e->ns = (clock += 100);
     eagerRecorded.insert(e);
     return 0;
@@ -86,6 +99,17 @@ class CapturingDevice final : public RecordDevice {
     graph.push_back(e);
     return 0;
   }
+  int primeCapturedEvents(int, Event start, Event end) override {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_FALSE(static_cast<FakeEvent*>(start)->inGraph || static_cast<FakeEvent*>(end)->inGraph)
+        << "primed after it joined the graph";
+    for (auto* e : {static_cast<FakeEvent*>(end), static_cast<FakeEvent*>(start)}) {
+      e->recorded = true;
+      e->ns = (clock += 100);
+    }
+    ++primed;
+    return 0;
+  }
   int queryEvent(Event event) override {
     std::lock_guard<std::mutex> lock(mu);
     ++queries;
@@ -94,7 +118,15 @@ class CapturingDevice final : public RecordDevice {
   int elapsedNs(Event start, Event end, int64_t* nanoseconds) override {
     std::lock_guard<std::mutex> lock(mu);
     auto *s = static_cast<FakeEvent*>(start), *e = static_cast<FakeEvent*>(end);
-    if (!s->recorded || !e->recorded) return 1;
+    // As CUDA, whose answers here are API errors to compute-sanitizer: never recorded, or not done yet.
+    if (!s->recorded || !e->recorded) {
+      ++elapsedErrors;
+      return 1;
+    }
+    if (s->pending || e->pending) {
+      ++elapsedErrors;
+      return kPending;
+    }
     *nanoseconds = e->ns - s->ns;
     return 0;
   }
@@ -107,7 +139,7 @@ class CapturingDevice final : public RecordDevice {
     return capturingStreams.count(stream) ? captureIdNow : 0;
   }
   uint64_t captureIdNow = 1;
-  int queries = 0;
+  int queries = 0, primed = 0, elapsedErrors = 0;
   size_t pinnable = 0;  // the largest pinned allocation that succeeds (none by default)
   std::vector<size_t> pinAttempts;
   int allocPinned(void** ptr, size_t bytes) override {
@@ -215,6 +247,55 @@ TEST_F(CapturedCalls, TimedAtTheFirstCompletedLaunchOfTheirGraph) {
   size_t captured = 0;
   for (const Timing& timing : out_.timings) captured += timing.captured;
   EXPECT_EQ(captured, 1u);
+}
+
+// Before its graph's first launch a captured call's events hold what the recorder primed them with (end, then start):
+// pool events that earlier calls left in the other order would otherwise measure a positive time no launch made, and
+// events never recorded would be asked for a time CUDA answers with an error.
+TEST_F(CapturedCalls, EventsFromThePoolArePrimedSoThatNothingIsMeasuredBeforeALaunch) {
+  for (bool stale : {true, false}) {
+    SCOPED_TRACE(stale ? "pool events with stale records" : "pool events never recorded");
+    device_.staleRecords = stale;
+    out_.timings.clear();
+    make(options());
+    device_.capturingStreams.insert(kCaptured);
+    CallRecorder::Span* span = recorder_->begin(0, kCaptured, identity(11));
+    ASSERT_NE(span, nullptr);
+    recorder_->end(span, {});
+    device_.capturingStreams.clear();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(out_.size(), 0u) << "a duration before any launch";
+    {
+      std::lock_guard<std::mutex> lock(device_.mu);
+      EXPECT_EQ(device_.primed, 1);
+      EXPECT_EQ(device_.elapsedErrors, 0);
+    }
+    device_.launch(4000, device_.graph.size() - 2);
+    ASSERT_TRUE(waitFor(out_, 1));
+    EXPECT_EQ(out_.timings[0].durationNs, 4000);
+    recorder_->stop();
+    std::lock_guard<std::mutex> lock(device_.mu);
+    device_.primed = 0;
+  }
+}
+
+// A call still running at a poll is found so by a query of its end, never by asking for its elapsed time (an API
+// error to compute-sanitizer, cudaErrorNotReady): the fake's events stay pending until released.
+TEST_F(CapturedCalls, ARunningCallIsQueriedNotAskedForItsTime) {
+  make(options());
+  device_.recordsPending = true;  // the call's start and end still running
+  recorder_->end(recorder_->begin(0, kEager, identity(1)), {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // many polls
+  EXPECT_EQ(out_.size(), 0u);
+  {
+    std::lock_guard<std::mutex> lock(device_.mu);
+    EXPECT_EQ(device_.elapsedErrors, 0);
+    EXPECT_EQ(device_.eagerRecorded.size(), 2u);
+    for (FakeEvent* e : device_.eagerRecorded) e->pending = false;
+  }
+  ASSERT_TRUE(waitFor(out_, 1));
+  EXPECT_EQ(out_.timings[0].seq, 1u);
+  EXPECT_GT(out_.timings[0].durationNs, 0);
 }
 
 TEST_F(CapturedCalls, AStartNewerThanItsEndIsWaitedOut) {

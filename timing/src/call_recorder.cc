@@ -132,7 +132,9 @@ CallRecorder::DevicePool& CallRecorder::pool(int device) {
 void CallRecorder::prepareDevice(int device) {
   Event events[3];
   if (takeEvents(device, 3, events)) giveEvents(device, events, 3);
-  if (options_.payloads) device_.prepareDevice(device);  // a failure shows at the first copy, which is counted
+  // The payload copy kernel, and the stream that primes captured calls' events: a failure shows at the first copy
+  // or captured call, which is counted.
+  if (options_.payloads || options_.timeCaptured) device_.prepareDevice(device);
 }
 
 bool CallRecorder::takeEvents(int device, size_t n, Event* out, bool create) {
@@ -210,6 +212,12 @@ CallRecorder::Span* CallRecorder::beginCaptured(int device, cudaStream_t stream,
       span->events[0] = span->events[1] = nullptr;
       span->captured = false;
       recycle(span);
+    } else if (device_.primeCapturedEvents(device, span->events[0], span->events[1]) != 0) {
+      counters_.timingErrors++;
+      giveEvents(device, span->events, 2);  // in no graph: as good as before
+      span->events[0] = span->events[1] = nullptr;
+      span->captured = false;
+      recycle(span);
     } else if (device_.recordEventInCapture(span->events[0], stream) == 0) {
       return span;
     } else {
@@ -254,7 +262,7 @@ void CallRecorder::pollCaptured() {
     auto keep = captured_.begin();
     for (Span* span : captured_) {
       // Complete and positive: both events from the same launch. Between launches the start may already be a
-      // newer launch's while the end is the older one's; an event never recorded (no launch yet) has no time.
+      // newer launch's while the end is the older one's; before the first, both hold their priming (end, then start).
       int64_t ns = -1;
       const bool blocked = span->captureId != 0 &&
                            std::find(waiting.begin(), waiting.end(), span->captureId) != waiting.end();
@@ -457,10 +465,12 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
 }
 
 bool CallRecorder::complete(Span* span) {
-  // The copies wait for the call's end: once they are done, so is the call. Otherwise the elapsed time itself says
-  // whether the call is done (one CUDA call per span instead of a query and then the time: the fewer calls this
-  // thread makes, the less the job's thread waits for the driver behind it).
-  if (span->copies && device_.queryEvent(span->events[2]) == RecordDevice::kPending) return false;
+  // The copies wait for the call's end: once they are done, so is the call. Otherwise the end event is asked: the
+  // elapsed time of a call not yet done would say so with one CUDA call fewer, but as an API error
+  // (cudaErrorNotReady), which compute-sanitizer reports for every call still running at a poll.
+  if (span->copies ? device_.queryEvent(span->events[2]) == RecordDevice::kPending
+                   : span->timed && device_.queryEvent(span->events[1]) == RecordDevice::kPending)
+    return false;
   for (const Staged& s : span->staged)
     if (s.token != 0 && __atomic_load_n(doneFlag(s), __ATOMIC_ACQUIRE) != s.token) return false;
   if (span->timed) {

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -128,6 +129,17 @@ class CudaRecordDevice final : public RecordDevice {
     return check(cudaEventRecordWithFlags(static_cast<cudaEvent_t>(event), stream, cudaEventRecordExternal),
                  "cudaEventRecordWithFlags (external, in a graph capture)");
   }
+  int primeCapturedEvents(int device, Event start, Event end) override {
+    cudaStream_t stream =
+        device >= 0 && device < kDevices ? primeStreams_[device].load(std::memory_order_acquire) : nullptr;
+    if (stream == nullptr) {
+      setError("cuda record device: no stream to prime a captured call's events on device " + std::to_string(device) +
+               " (prepareDevice was not called for it)");
+      return 1;
+    }
+    if (int err = recordEvent(end, stream)) return err;
+    return recordEvent(start, stream);
+  }
   int queryEvent(Event event) override {
     cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (err == cudaErrorNotReady) return kPending;
@@ -189,6 +201,14 @@ class CudaRecordDevice final : public RecordDevice {
       if (device >= 0 && device < kDevices) {
         copyPriorities_[device].store(greatest, std::memory_order_relaxed);
         copyKernels_[device].store(function, std::memory_order_release);
+        std::lock_guard<std::mutex> lock(primeMu_);
+        if (primeStreams_[device].load(std::memory_order_relaxed) == nullptr) {
+          cudaStream_t stream = nullptr;
+          if (int err = check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, least),
+                              "cudaStreamCreateWithPriority (priming captured calls' events)"))
+            return err;
+          primeStreams_[device].store(stream, std::memory_order_release);  // kept for the process's life
+        }
       }
       return 0;
     });
@@ -263,6 +283,8 @@ class CudaRecordDevice final : public RecordDevice {
   const CopyOptions copies_;
   std::atomic<cudaFunction_t> copyKernels_[kDevices] = {};  // by device, from prepareDevice
   std::atomic<int> copyPriorities_[kDevices] = {};           // the device's greatest stream priority
+  std::mutex primeMu_;                                        // creates primeStreams_
+  std::atomic<cudaStream_t> primeStreams_[kDevices] = {};     // primeCapturedEvents' stream, by device
   const DriverCalls driver_ = DriverCalls::resolve();
   // The staging memory's mapping (one allocation per recorder, made before its first call).
   std::atomic<uintptr_t> mappedHost_{0}, mappedDevice_{0};

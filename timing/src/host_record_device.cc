@@ -52,6 +52,10 @@ class HostRecordDevice final : public RecordDevice {
     setError("host record device: no CUDA graphs on the host");
     return 1;
   }
+  int primeCapturedEvents(int, Event start, Event end) override {
+    recordEvent(end, nullptr);
+    return recordEvent(start, nullptr);
+  }
   int queryEvent(Event) override { return 0; }
   int elapsedNs(Event start, Event end, int64_t* nanoseconds) override {
     auto* s = static_cast<HostEvent*>(start);

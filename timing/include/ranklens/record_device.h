@@ -35,8 +35,14 @@ class RecordDevice {
   // Records `event` as a node of the CUDA graph `stream` is capturing (cudaEventRecordExternal): every launch of the
   // graph records it again, so it must never be reused. The host device has no graphs: nonzero.
   virtual int recordEventInCapture(Event event, cudaStream_t stream) = 0;
+  // Records `end`, then `start`, on a stream of RankLens's own on `device` (prepareDevice's), outside the capture the
+  // calling thread may be in: until a launch of the graph that holds them as nodes records them again, the time from
+  // `start` to `end` is negative, never a duration. As they come from the pool they may hold an earlier call's
+  // records, in either order, or none (cudaEventElapsedTime's error, which compute-sanitizer reports).
+  virtual int primeCapturedEvents(int device, Event start, Event end) = 0;
   virtual int queryEvent(Event event) = 0;  // 0 complete, kPending, else an error
-  // kPending while either event has not completed: one call both checks and measures.
+  // kPending while either event has not completed. The recorder queries the end first (queryEvent): a pending
+  // answer here is an API error to CUDA's tools (compute-sanitizer), a pending query is not.
   virtual int elapsedNs(Event start, Event end, int64_t* nanoseconds) = 0;
   // True while `stream` is being captured into a CUDA graph (also when the query itself fails: then nothing may be
   // enqueued on it that the capture would not allow).
@@ -45,7 +51,8 @@ class RecordDevice {
   virtual uint64_t captureId(cudaStream_t stream) = 0;
   virtual int allocPinned(void** ptr, size_t bytes) = 0;
   virtual void freePinned(void* ptr) = 0;
-  // Loads what copyToHost launches on `device` (at communicator creation: a first launch could synchronise).
+  // Loads what copyToHost launches on `device`, and creates primeCapturedEvents' stream (at communicator creation:
+  // neither may happen inside a capture, and a first launch could synchronise).
   virtual int prepareDevice(int device) = 0;
   // Enqueues a copy of a received buffer into pinned memory (allocPinned's) on `stream`, the call's own stream, which
   // belongs to `device` (one thread may drive several devices: the current one may be another).
