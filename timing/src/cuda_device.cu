@@ -647,6 +647,10 @@ class CudaDevice final : public StreamDevice {
     if (table[device] == nullptr) {
       if (int err = check(cudaMalloc(&table[device], bytes), (std::string("cudaMalloc (") + what + ")").c_str()))
         return err;
+      // Zeroed, although hold_traffic's scratch is only moved about: compute-sanitizer's initcheck reports reads of
+      // memory never written.
+      if (int err = check(cudaMemset(table[device], 0, bytes), (std::string("cudaMemset (") + what + ")").c_str()))
+        return err;
     }
     *out = table[device];
     return 0;
