@@ -465,14 +465,19 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
 }
 
 bool CallRecorder::complete(Span* span) {
-  // The copies wait for the call's end: once they are done, so is the call. Otherwise the end event is asked: the
-  // elapsed time of a call not yet done would say so with one CUDA call fewer, but as an API error
-  // (cudaErrorNotReady), which compute-sanitizer reports for every call still running at a poll.
-  if (span->copies ? device_.queryEvent(span->events[2]) == RecordDevice::kPending
-                   : span->timed && device_.queryEvent(span->events[1]) == RecordDevice::kPending)
+  // The copies follow the call's end on its stream: once they are done (their event, or the flags the copy kernel
+  // sets, which cost no CUDA call to read), so is the call. Otherwise the end event is asked: the elapsed time of a
+  // call not yet done would say so with one CUDA call fewer, but as an API error (cudaErrorNotReady), which
+  // compute-sanitizer reports for every call still running at a poll.
+  if (span->copies && device_.queryEvent(span->events[2]) == RecordDevice::kPending) return false;
+  bool signalled = false;
+  for (const Staged& s : span->staged) {
+    if (s.token == 0) continue;
+    if (__atomic_load_n(doneFlag(s), __ATOMIC_ACQUIRE) != s.token) return false;
+    signalled = true;
+  }
+  if (span->timed && !span->copies && !signalled && device_.queryEvent(span->events[1]) == RecordDevice::kPending)
     return false;
-  for (const Staged& s : span->staged)
-    if (s.token != 0 && __atomic_load_n(doneFlag(s), __ATOMIC_ACQUIRE) != s.token) return false;
   if (span->timed) {
     trace::Timing timing = span->identity;
     int64_t ns = -1;
