@@ -33,6 +33,7 @@ class CapturingDevice final : public RecordDevice {
   std::set<cudaStream_t> capturingStreams;
   std::vector<FakeEvent*> graph;  // events recorded into the capture, in order
   std::set<FakeEvent*> eagerRecorded;
+  std::vector<FakeEvent*> eagerOrder;  // eager records, in the order they were made
   int64_t clock = 1000;
 
   // A launch of the graph: every node records again, `ns` apart, in capture order. `first`: the nodes from there on
@@ -89,6 +90,7 @@ class CapturingDevice final : public RecordDevice {
     e->pending = recordsPending;
     e->ns = (clock += 100);
     eagerRecorded.insert(e);
+    eagerOrder.push_back(e);
     return 0;
   }
   int recordEventInCapture(Event event, cudaStream_t stream) override {
@@ -296,6 +298,38 @@ TEST_F(CapturedCalls, ARunningCallIsQueriedNotAskedForItsTime) {
   ASSERT_TRUE(waitFor(out_, 1));
   EXPECT_EQ(out_.timings[0].seq, 1u);
   EXPECT_GT(out_.timings[0].durationNs, 0);
+}
+
+// The poll thread finds where a stream's finished calls end by bisection: a few queries per pass, whatever the number
+// of calls in flight, and every finished call written, in order, none of those still running.
+TEST_F(CapturedCalls, FinishedCallsOfAStreamAreFoundInAFewQueriesAPass) {
+  CallRecorder::Options o = options();
+  o.pollMicros = 5000;  // few passes, so that they can be counted
+  make(o);
+  device_.recordsPending = true;
+  for (uint64_t seq = 0; seq < 256; ++seq) recorder_->end(recorder_->begin(0, kEager, identity(seq)), {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(12));
+  int before = 0;
+  {
+    std::lock_guard<std::mutex> lock(device_.mu);
+    ASSERT_EQ(device_.eagerOrder.size(), 512u);
+    for (size_t i = 0; i < 200; ++i) device_.eagerOrder[i]->pending = false;  // the first 100 calls are done
+    before = device_.queries;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(waitFor(out_, 100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(12));  // two more passes: nothing else may be written
+  {
+    std::lock_guard<std::mutex> lock(device_.mu);
+    const auto passes = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
+                            .count() / 5 + 2;
+    EXPECT_EQ(out_.size(), 100u);
+    EXPECT_LE(device_.queries - before, passes * 10) << "about log2(256) queries a pass, " << passes << " passes";
+    EXPECT_EQ(device_.elapsedErrors, 0);
+    for (FakeEvent* e : device_.eagerOrder) e->pending = false;
+  }
+  ASSERT_TRUE(waitFor(out_, 256));
+  for (size_t i = 0; i < out_.timings.size(); ++i) EXPECT_EQ(out_.timings[i].seq, i);
 }
 
 TEST_F(CapturedCalls, AStartNewerThanItsEndIsWaitedOut) {

@@ -464,11 +464,9 @@ void CallRecorder::end(Span* span, const std::vector<PayloadRequest>& payloads) 
   handedOn_++;
 }
 
-bool CallRecorder::complete(Span* span) {
+bool CallRecorder::doneOnGpu(const Span* span) {
   // The copies follow the call's end on its stream: once they are done (their event, or the flags the copy kernel
-  // sets, which cost no CUDA call to read), so is the call. Otherwise the end event is asked: the elapsed time of a
-  // call not yet done would say so with one CUDA call fewer, but as an API error (cudaErrorNotReady), which
-  // compute-sanitizer reports for every call still running at a poll.
+  // sets), so is the call.
   if (span->copies && device_.queryEvent(span->events[2]) == RecordDevice::kPending) return false;
   bool signalled = false;
   for (const Staged& s : span->staged) {
@@ -476,8 +474,10 @@ bool CallRecorder::complete(Span* span) {
     if (__atomic_load_n(doneFlag(s), __ATOMIC_ACQUIRE) != s.token) return false;
     signalled = true;
   }
-  if (span->timed && !span->copies && !signalled && device_.queryEvent(span->events[1]) == RecordDevice::kPending)
-    return false;
+  return !span->timed || span->copies || signalled || device_.queryEvent(span->events[1]) != RecordDevice::kPending;
+}
+
+bool CallRecorder::complete(Span* span) {
   if (span->timed) {
     trace::Timing timing = span->identity;
     int64_t ns = -1;
@@ -534,8 +534,13 @@ void CallRecorder::chainGap(Span* span, trace::Timing* timing) {
 
 void CallRecorder::run() {
   device_.prepareBackgroundThread();
-  std::vector<Span*> pending;           // in submission order
-  std::vector<cudaStream_t> blocked;    // streams whose oldest span is still running, this pass
+  std::vector<Span*> pending;  // in submission order
+  struct StreamSpans {
+    cudaStream_t stream;
+    std::vector<size_t> spans;  // indices into pending, in order
+  };
+  std::vector<StreamSpans> streams;  // this pass's, by stream
+  std::vector<char> finished;        // by index into pending, this pass
   auto memorySampled = std::chrono::steady_clock::now() - kMemorySampleInterval;
   for (;;) {
     {
@@ -549,25 +554,43 @@ void CallRecorder::run() {
       pending.insert(pending.end(), incoming_.begin(), incoming_.end());
       incoming_.clear();
     }
-    blocked.clear();
+    // Work on one stream completes in order: its spans that are done come first. The boundary is found by bisection
+    // (a few CUDA queries per stream and pass, not one per span), then each span before it is written.
+    streams.clear();
+    for (size_t i = 0; i < pending.size(); ++i) {
+      auto at = std::find_if(streams.begin(), streams.end(),
+                             [&](const StreamSpans& s) { return s.stream == pending[i]->stream; });
+      if (at == streams.end()) at = streams.insert(streams.end(), StreamSpans{pending[i]->stream, {}});
+      at->spans.push_back(i);
+    }
+    finished.assign(pending.size(), 0);
     size_t done = 0;
-    auto keep = pending.begin();
-    for (auto it = pending.begin(); it != pending.end(); ++it) {
-      Span* span = *it;
-      // Work on one stream completes in order: once one span is pending, later ones on its stream are too.
-      bool finished = false;
-      if (std::find(blocked.begin(), blocked.end(), span->stream) == blocked.end()) {
+    for (const StreamSpans& stream : streams) {
+      const std::vector<size_t>& spans = stream.spans;
+      size_t lo = 0, hi = spans.size();  // spans[< lo] done, spans[>= hi] running
+      if (doneOnGpu(pending[spans[hi - 1]])) lo = hi;  // the newest done: every one is (the common case when idle)
+      else --hi;
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (doneOnGpu(pending[spans[mid]])) lo = mid + 1;
+        else hi = mid;
+      }
+      for (size_t k = 0; k < lo; ++k) {
+        bool written = false;
         try {
-          finished = complete(span);
+          written = complete(pending[spans[k]]);
         } catch (...) {
-          finished = true;  // a sink failed (out of memory): the span is dropped, never retried forever
+          written = true;  // a sink failed (out of memory): the span is dropped, never retried forever
           counters_.timingErrors++;
         }
-        if (!finished) blocked.push_back(span->stream);
+        if (!written) break;
+        finished[spans[k]] = 1;
+        ++done;
       }
-      if (finished) ++done;
-      else *keep++ = span;
     }
+    auto keep = pending.begin();
+    for (size_t i = 0; i < finished.size(); ++i)
+      if (!finished[i]) *keep++ = pending[i];
     pending.erase(keep, pending.end());
     pollCaptured();
     if (const auto now = std::chrono::steady_clock::now(); now - memorySampled >= kMemorySampleInterval) {

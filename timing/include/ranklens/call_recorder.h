@@ -143,7 +143,11 @@ class CallRecorder {
   void releaseStaging(size_t offset, size_t payloadBytes, bool lent);
   bool isControl(size_t payloadBytes) const;  // may use the control reserve
   void run();
-  bool complete(Span* span);  // background thread: false while the span's work is pending
+  // Background thread. Whether the GPU is done with a span's call and its copies: the copy kernel's flags (no CUDA
+  // call), else an event query; never the elapsed time of running work (cudaErrorNotReady, an API error to
+  // compute-sanitizer).
+  bool doneOnGpu(const Span* span);
+  bool complete(Span* span);  // writes a span doneOnGpu found done; false if it was not after all
   // A communicator's last timed collective outside groups: its end event stays out of the pool until the next one's
   // gap (Timing.gapNs) is measured from it.
   struct ChainEnd {
