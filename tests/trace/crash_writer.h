@@ -25,15 +25,20 @@ inline std::string payloadBytes(uint64_t i) {
   return out;
 }
 
-inline ranklens::trace::PayloadRef refFor(uint64_t i) {
+// An all-reduce's payload reference: record i's on communicator `comm`.
+inline ranklens::trace::PayloadRef allReduceRef(uint64_t comm, uint64_t i, int datatype, uint64_t count) {
   ranklens::trace::PayloadRef ref;
-  ref.commId = 0;
+  ref.commId = comm;
   ref.seq = i;
   ref.op = static_cast<int>(ranklens::events::Op::kAllReduce);
-  ref.datatype = 1;  // uint8
-  ref.count = payloadBytes(i).size();
+  ref.datatype = datatype;
+  ref.count = count;
   ref.peer = -1;
   return ref;
+}
+
+inline ranklens::trace::PayloadRef refFor(uint64_t i) {
+  return allReduceRef(0, i, 1 /* uint8 */, payloadBytes(i).size());
 }
 
 // Every 50th record (i % 50 == 25) also carries a large fp32 payload, lent to the writer (appendPayloadBorrowed), as
@@ -51,14 +56,7 @@ inline std::vector<float> largePayload(uint64_t i) {
 }
 
 inline ranklens::trace::PayloadRef largeRefFor(uint64_t i) {
-  ranklens::trace::PayloadRef ref;
-  ref.commId = 1;
-  ref.seq = i;
-  ref.op = static_cast<int>(ranklens::events::Op::kAllReduce);
-  ref.datatype = 7;  // float32
-  ref.count = largePayloadCount(i);
-  ref.peer = -1;
-  return ref;
+  return allReduceRef(1, i, 7 /* float32 */, largePayloadCount(i));
 }
 
 }  // namespace crashtest

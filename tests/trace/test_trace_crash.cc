@@ -128,7 +128,8 @@ uint64_t flushedCount(const std::string& output, uint64_t flushEvery) {
 }
 
 struct Summary {
-  uint64_t withManifest = 0, maxFlushed = 0, maxRecords = 0, truncations = 0, segmentsSeen = 0, largePayloads = 0, unreferencedTails = 0;
+  uint64_t withManifest = 0, maxFlushed = 0, maxRecords = 0, truncations = 0, segmentsSeen = 0;
+  uint64_t largePayloads = 0, unreferencedTails = 0;
 };
 
 // A lent payload (crash_writer's every 50th record) reads back exactly, from a blob of one zstd frame per MiB of its
@@ -221,7 +222,8 @@ void verify(const std::string& dir, uint64_t flushed, Summary* summary) {
     EXPECT_TRUE(std::binary_search(payloadSeqs.begin(), payloadSeqs.end(), i)) << "flushed payload " << i << " missing";
   for (uint64_t i = 0; i < flushed; ++i)
     if (crashtest::carriesLargePayload(i))
-      EXPECT_TRUE(std::binary_search(largeSeqs.begin(), largeSeqs.end(), i)) << "flushed large payload " << i << " missing";
+      EXPECT_TRUE(std::binary_search(largeSeqs.begin(), largeSeqs.end(), i))
+          << "flushed large payload " << i << " missing";
   // Random access agrees with the scan.
   for (uint64_t seq : payloadSeqs) {
     auto ref = reader->payload(0, static_cast<int>(events::Op::kAllReduce), -1, seq);
@@ -282,8 +284,8 @@ TEST(TraceCrash, SigkillLosesNothingFlushedAndInventsNothing) {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
   printf("TraceCrash: %llu iterations in %.1f s; %llu had a manifest, %llu ended in a truncated frame; up to %llu "
-         "records flushed, %llu read, %llu segments; %llu lent payloads of 1-3 MiB read back, %llu payload files ending "
-         "in bytes no reference reaches\n",
+         "records flushed, %llu read, %llu segments; %llu lent payloads of 1-3 MiB read back, %llu payload files "
+         "ending in bytes no reference reaches\n",
          static_cast<unsigned long long>(iterations), seconds, static_cast<unsigned long long>(summary.withManifest),
          static_cast<unsigned long long>(summary.truncations), static_cast<unsigned long long>(summary.maxFlushed),
          static_cast<unsigned long long>(summary.maxRecords), static_cast<unsigned long long>(summary.segmentsSeen),
