@@ -193,6 +193,16 @@ class CudaRecordDevice final : public RecordDevice {
   }
   int prepareDevice(int device) override {
     return onDevice(device, [&] {
+      if (device >= 0 && device < kDevices) {
+        std::lock_guard<std::mutex> lock(primeMu_);
+        if (primeStreams_[device].load(std::memory_order_relaxed) == nullptr) {
+          cudaStream_t stream = nullptr;  // the least priority: it only ever records two events at once
+          if (int err = check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                              "cudaStreamCreateWithFlags (priming captured calls' events)"))
+            return err;
+          primeStreams_[device].store(stream, std::memory_order_release);  // kept for the process's life
+        }
+      }
       cudaFunction_t function = nullptr;
       if (int err = check(loadRecordCopy(&function), "loading the payload copy kernel")) return err;
       int least = 0, greatest = 0;
@@ -201,14 +211,6 @@ class CudaRecordDevice final : public RecordDevice {
       if (device >= 0 && device < kDevices) {
         copyPriorities_[device].store(greatest, std::memory_order_relaxed);
         copyKernels_[device].store(function, std::memory_order_release);
-        std::lock_guard<std::mutex> lock(primeMu_);
-        if (primeStreams_[device].load(std::memory_order_relaxed) == nullptr) {
-          cudaStream_t stream = nullptr;
-          if (int err = check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, least),
-                              "cudaStreamCreateWithPriority (priming captured calls' events)"))
-            return err;
-          primeStreams_[device].store(stream, std::memory_order_release);  // kept for the process's life
-        }
       }
       return 0;
     });
