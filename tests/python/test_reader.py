@@ -747,6 +747,16 @@ def test_payload_of_a_frame_per_block_reads(tmp_path):
     assert "decompressed" in payload_problem(reader, ref).reason
 
 
+def test_payload_frame_that_decodes_to_less_than_it_declares(tmp_path):
+    # Found by fuzz_payload (session 27): a 15-byte frame that declares 35 bytes and ends after none. Followed by a
+    # frame of the whole payload, the sizes produced add up and the CRC matches, but the declared ones (35 + 64) do
+    # not: refused, as by the C++ reader.
+    lying = bytes.fromhex("28b52ffd2023000000000000010000")
+    data = os.urandom(64)
+    reader, ref = payload_reader(tmp_path, lying + tg.zstd_frame(data), data)
+    assert "zstd frame at byte 0 of the blob decodes to 0 bytes, declares 35" in payload_problem(reader, ref).reason
+
+
 def test_payload_declared_size_mismatch(tmp_path):
     data = b"x" * 100
     # The frame declares 100 bytes, the reference 99.

@@ -311,6 +311,45 @@ TEST(StreamingDecodeFrames, ABlobOfAFramePerBlockReadsTheSameOnEveryPath) {
   EXPECT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
 }
 
+// Found by fuzz_payload (session 27): a 15-byte zstd frame that declares 35 bytes and ends after none, followed by a
+// legacy-format frame that declares 64, the reference's size. By the declared sizes (99 bytes) the blob is refused;
+// decoded piece by piece it made 64 bytes with the right CRC, and was accepted when the blob came in one piece. Every
+// path refuses it now: no frame may decode to other than what it declares.
+TEST(StreamingDecodeFrames, AFrameThatDecodesToLessThanItDeclaresIsRefusedOnEveryPath) {
+  const unsigned char bytes[] = {
+      0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x23, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x27, 0xb5, 0x2f, 0xfd,
+      0x20, 0x40, 0x00, 0x00, 0x00, 0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x40, 0x55, 0x01, 0x00, 0x02, 0x84, 0x09, 0x11, 0xe0,
+      0xad, 0x19, 0x73, 0x0b, 0x52, 0xc1, 0x5a, 0x9d, 0x68, 0xba, 0x0e, 0x41, 0x98, 0x7c, 0x49, 0x52, 0x67, 0xbe, 0x5c,
+      0x79, 0x72, 0xe4, 0xc7, 0x8d, 0x17, 0x27, 0x3e, 0x5c, 0x78, 0x70, 0xa0, 0x7a, 0x2a, 0xa7, 0x6a, 0x02, 0x00};
+  const std::string blob(reinterpret_cast<const char*>(bytes), sizeof bytes);
+  PayloadRef ref;
+  ref.datatype = 0;  // int8
+  ref.count = ref.rawBytes = 64;
+  ref.rawCrc32 = 0xdb724133;
+  ref.compressedBytes = blob.size();
+  std::vector<uint8_t> out;
+  std::string why;
+  EXPECT_FALSE(wholeDecode(blob, ref, &out, &why));
+  EXPECT_EQ(why, "zstd frames declare 99 bytes in all, reference says 64");
+  for (size_t piece : {size_t{18}, size_t{24}, size_t{97}, size_t{65536}}) {
+    EXPECT_FALSE(streamDecode(blob, ref, piece, &out, &why)) << "piece " << piece;
+    EXPECT_FALSE(why.empty()) << "piece " << piece;
+  }
+  EXPECT_FALSE(streamDecode(blob, ref, 97, &out, &why));
+  EXPECT_EQ(why, "zstd frame at byte 0 of the blob decodes to 0 bytes, declares 35");
+  // The same first frame before a current-format frame of the whole payload: what the frames make adds up to the
+  // reference and the CRC matches, what they declare does not.
+  const std::string payload(64, 'p');
+  const std::string current = blob.substr(0, 15) + zstdFrame(payload);
+  ref.rawCrc32 = crc32Bytes(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
+  ref.compressedBytes = current.size();
+  EXPECT_FALSE(wholeDecode(current, ref, &out, &why));
+  for (size_t piece : {size_t{18}, size_t{24}, size_t{97}, size_t{65536}}) {
+    EXPECT_FALSE(streamDecode(current, ref, piece, &out, &why)) << "piece " << piece;
+    EXPECT_EQ(why, "zstd frame at byte 0 of the blob decodes to 0 bytes, declares 35") << "piece " << piece;
+  }
+}
+
 TEST_F(StreamingDecode, TheReaderNamesFileAndOffsetOfADamagedLargeBlob) {
   std::unique_ptr<TraceReader> reader;
   PayloadRef ref;
