@@ -371,9 +371,10 @@ bool checkFrame(const uint8_t* head, size_t headBytes, uint64_t offset, uint64_t
 }
 
 // The bounds of a `size`-byte payload blob that its first frame's header shows (`head`: its first `headBytes` bytes,
-// the header among them), checked against `ref` and `limits` before anything is allocated or decoded for it.
+// the header among them), checked against `ref` and `limits` before anything is allocated or decoded for it. The
+// first frame's content size goes to `firstDeclared`.
 bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const PayloadRef& ref, const Limits& limits,
-                      std::string* reason) {
+                      uint64_t* firstDeclared, std::string* reason) {
   auto fail = [&](std::string text) {
     if (reason) *reason = std::move(text);
     return false;
@@ -385,8 +386,7 @@ bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const 
   if (ref.rawBytes > limits.maxPayloadBytes)
     return fail("payload of " + std::to_string(ref.rawBytes) + " bytes exceeds the limit of " +
                 std::to_string(limits.maxPayloadBytes));
-  uint64_t declared = 0;
-  if (!checkFrame(head, headBytes, 0, 0, ref, &declared, reason)) return false;
+  if (!checkFrame(head, headBytes, 0, 0, ref, firstDeclared, reason)) return false;
   ZSTD_frameHeader header;
   if (ZSTD_getFrameHeader(&header, head, headBytes) != 0) return fail("damaged zstd frame header");
   // zstd cannot expand more than ~32768x (a 4-byte RLE block stands for 128 KiB): refuse a blob that claims more
@@ -400,17 +400,16 @@ bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const 
 // Every bound of a payload blob checked against `ref` and `limits`, before anything is allocated for it: its frames
 // end where the blob ends, each declaring its content size, ref.rawBytes in all.
 bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
-                       std::string* reason) {
-  if (!checkFrameHeader(data, size, size, ref, limits, reason)) return false;
+                       uint64_t* firstDeclared, std::string* reason) {
+  if (!checkFrameHeader(data, size, size, ref, limits, firstDeclared, reason)) return false;
   auto fail = [&](std::string text) {
     if (reason) *reason = std::move(text);
     return false;
   };
-  uint64_t declared = 0;
+  uint64_t declared = 0, content = *firstDeclared;  // the first frame's header is checked (checkFrameHeader)
   size_t at = 0, frames = 0;
   while (at < size && (declared < ref.rawBytes || frames == 0)) {
-    uint64_t content = 0;
-    if (!checkFrame(data + at, size - at, at, declared, ref, &content, reason)) return false;
+    if (frames > 0 && !checkFrame(data + at, size - at, at, declared, ref, &content, reason)) return false;
     const size_t frameSize = ZSTD_findFrameCompressedSize(data + at, size - at);
     if (ZSTD_isError(frameSize)) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize));
     declared += content;
@@ -424,13 +423,14 @@ bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, 
   return true;
 }
 
-// Decodes a blob whose first frame header was checked from the pieces `next(&piece, &bytes)` hands out in order
+// Decodes a blob whose first frame header was checked (declaring `firstDeclared` bytes) from the pieces
+// `next(&piece, &bytes)` hands out in order
 // (false: one could not be read; `size` in all), straight into `out` (ref.rawBytes long), and checks the size and
 // CRC-32 of what came out; each later frame's header is read through `peek(offset, into, bytes)` and checked
 // (checkFrame) before it is decoded. Every path decodes every payload here, so that they give one verdict.
 template <typename Next, typename Peek>
-bool inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef& ref, uint8_t* out, size_t outBytes,
-                      std::string* reason) {
+bool inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef& ref, uint64_t firstDeclared,
+                      uint8_t* out, size_t outBytes, std::string* reason) {
   auto fail = [&](std::string text) {
     if (reason) *reason = std::move(text);
     return false;
@@ -461,9 +461,7 @@ bool inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef&
   // Each frame must decode to the size its header declares (checked against the payload's before it was decoded):
   // zstd's streaming decoder let a frame that declared 35 bytes end after none (fuzz_payload), which left the whole
   // blob's verdict (by the declared sizes) and the piecewise one apart.
-  uint64_t frameAt = 0, frameStart = 0, frameDeclared = ZSTD_getFrameContentSize(piece, pieceBytes);
-  if (frameDeclared == ZSTD_CONTENTSIZE_ERROR || frameDeclared == ZSTD_CONTENTSIZE_UNKNOWN)
-    return fail("zstd frame without a content size");
+  uint64_t frameAt = 0, frameStart = 0, frameDeclared = firstDeclared;
   uint32_t crc = 0;
   for (;;) {
     const size_t before = output.pos, consumedBefore = input.pos;
@@ -516,7 +514,8 @@ bool inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef&
 
 // A checked frame in memory into `out` (ref.rawBytes long): one piece for inflateStreaming, which decodes blobs read
 // piece by piece too, so that every path gives one verdict.
-bool inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uint8_t* out, std::string* reason) {
+bool inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uint64_t firstDeclared, uint8_t* out,
+                    std::string* reason) {
   auto onePiece = [data, size](const uint8_t** piece, size_t* bytes) {
     *piece = data;
     *bytes = size;
@@ -526,31 +525,33 @@ bool inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uin
     memcpy(into, data + at, bytes);
     return true;
   };
-  return inflateStreaming(onePiece, peek, size, ref, out, static_cast<size_t>(ref.rawBytes), reason);
+  return inflateStreaming(onePiece, peek, size, ref, firstDeclared, out, static_cast<size_t>(ref.rawBytes), reason);
 }
 
 }  // namespace
 
 bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
                    std::vector<uint8_t>* out, std::string* reason) {
-  if (!checkPayloadFrame(data, size, ref, limits, reason)) return false;
+  uint64_t firstDeclared = 0;
+  if (!checkPayloadFrame(data, size, ref, limits, &firstDeclared, reason)) return false;
   try {
     out->resize(ref.rawBytes);
   } catch (const std::bad_alloc&) {
     if (reason) *reason = "cannot allocate " + std::to_string(ref.rawBytes) + " bytes";
     return false;
   }
-  return inflateChecked(data, size, ref, out->data(), reason);
+  return inflateChecked(data, size, ref, firstDeclared, out->data(), reason);
 }
 
 bool decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits, uint8_t* out,
                        size_t outBytes, std::string* reason) {
-  if (!checkPayloadFrame(data, size, ref, limits, reason)) return false;
+  uint64_t firstDeclared = 0;
+  if (!checkPayloadFrame(data, size, ref, limits, &firstDeclared, reason)) return false;
   if (outBytes != ref.rawBytes) {
     if (reason) *reason = "payload of " + std::to_string(ref.rawBytes) + " bytes, room for " + std::to_string(outBytes);
     return false;
   }
-  return inflateChecked(data, size, ref, out, reason);
+  return inflateChecked(data, size, ref, firstDeclared, out, reason);
 }
 
 bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRef& ref, const Limits& limits,
@@ -582,7 +583,9 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
   } unpoison{piece};
   uint64_t taken = std::min<uint64_t>(size, pieceBytes);
   if (!fill(0, static_cast<size_t>(taken))) return fail("short read");
-  if (!checkFrameHeader(piece.data(), static_cast<size_t>(taken), size, ref, limits, reason)) return false;
+  uint64_t firstDeclared = 0;
+  if (!checkFrameHeader(piece.data(), static_cast<size_t>(taken), size, ref, limits, &firstDeclared, reason))
+    return false;
   bool first = true;
   auto nextPiece = [&](const uint8_t** at, size_t* bytes) {
     if (!first) {
@@ -597,7 +600,7 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
     *at = piece.data();
     return true;
   };
-  return inflateStreaming(nextPiece, read, size, ref, out, outBytes, reason);
+  return inflateStreaming(nextPiece, read, size, ref, firstDeclared, out, outBytes, reason);
 }
 
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason) {
