@@ -60,9 +60,8 @@ struct Trace {
   std::vector<ranklens::events::Stage> stages;
   std::vector<ranklens::trace::CommBinding> bindings;
   std::unique_ptr<ranklens::trace::TraceReader> reader;
-  uint64_t counter(const std::string& name) const {
-    auto it = manifest.counters.find(name);
-    return it == manifest.counters.end() ? ~0ull : it->second;
+  uint64_t counter(const std::string& name) const {  // ~0 where the recording did not set it
+    return ranklens::trace::counterValue(manifest, name.c_str()).value_or(~0ull);
   }
 };
 

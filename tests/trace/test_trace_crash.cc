@@ -26,8 +26,6 @@
 #include <string>
 #include <vector>
 
-#include <zstd.h>
-
 #include "crash_writer.h"
 #include "trace_io.h"  // kPayloadFrameBytes
 #include "trace_test_util.h"
@@ -141,14 +139,10 @@ void verifyLargePayload(TraceReader& reader, const std::string& dir, const Paylo
   EXPECT_EQ(ref.datatype, want.datatype);
   ASSERT_EQ(ref.count, want.count);
   EXPECT_EQ(ref.shuffle, 4);
-  const std::string blob = readRange(dir + "/" + payloadName(ref.file), ref.offset, ref.compressedBytes);
-  size_t frames = 0;
-  for (size_t at = 0; at < blob.size(); ++frames) {
-    const size_t frame = ZSTD_findFrameCompressedSize(blob.data() + at, blob.size() - at);
-    ASSERT_FALSE(ZSTD_isError(frame)) << "payload " << ref.seq << ": " << ZSTD_getErrorName(frame);
-    at += frame;
-  }
-  EXPECT_EQ(frames, (ref.rawBytes + kPayloadFrameBytes - 1) / kPayloadFrameBytes) << ref.seq;
+  const std::vector<size_t> frameEnds = payloadFrameEnds(dir, ref);
+  ASSERT_FALSE(frameEnds.empty());
+  EXPECT_EQ(frameEnds.back(), ref.compressedBytes) << ref.seq;
+  EXPECT_EQ(frameEnds.size(), (ref.rawBytes + kPayloadFrameBytes - 1) / kPayloadFrameBytes) << ref.seq;
   std::vector<uint8_t> bytes;
   Problem problem;
   ASSERT_TRUE(reader.readPayload(ref, &bytes, &problem)) << problem.describe();

@@ -239,14 +239,9 @@ TEST(StreamingDecodeFrames, ABlobOfAFramePerBlockReadsTheSameOnEveryPath) {
   ASSERT_EQ(reader->payloads().size(), 1u);
   const PayloadRef ref = reader->payloads()[0];
   const std::string blob = readRange(dir + "/" + payloadName(ref.file), ref.offset, ref.compressedBytes);
-  std::vector<size_t> frameEnds;
-  for (size_t at = 0; at < blob.size();) {
-    const size_t frame = ZSTD_findFrameCompressedSize(blob.data() + at, blob.size() - at);
-    ASSERT_FALSE(ZSTD_isError(frame)) << ZSTD_getErrorName(frame);
-    at += frame;
-    frameEnds.push_back(at);
-  }
+  const std::vector<size_t> frameEnds = payloadFrameEnds(dir, ref);
   ASSERT_EQ(frameEnds.size(), 4u);
+  ASSERT_EQ(frameEnds.back(), blob.size());
   std::vector<uint8_t> want(values.size() * 4);
   memcpy(want.data(), values.data(), want.size());
   std::vector<uint8_t> whole, streamed;

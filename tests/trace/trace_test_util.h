@@ -239,6 +239,20 @@ std::string bodyWithFields(int type, const Record& record, size_t keep, const st
   for (const auto& f : fields) pk.pack(f);
   return std::string(buffer.data(), buffer.size());
 }
+// Where each zstd frame of the payload blob `ref` points at in `rankDir` ends (format 1.10: a frame per MiB);
+// a damaged frame fails the test and ends the list.
+inline std::vector<size_t> payloadFrameEnds(const std::string& rankDir, const PayloadRef& ref) {
+  const std::string blob = readRange(rankDir + "/" + payloadName(ref.file), ref.offset, ref.compressedBytes);
+  std::vector<size_t> ends;
+  for (size_t at = 0; at < blob.size();) {
+    const size_t frame = ZSTD_findFrameCompressedSize(blob.data() + at, blob.size() - at);
+    EXPECT_FALSE(ZSTD_isError(frame)) << "payload seq " << ref.seq << ": " << ZSTD_getErrorName(frame);
+    if (ZSTD_isError(frame)) break;
+    at += frame;
+    ends.push_back(at);
+  }
+  return ends;
+}
 // One zstd frame with the flags the writer uses (content size, checksum) unless told otherwise.
 inline std::string zstdFrame(const std::string& raw, int level = 3, bool contentSize = true, bool checksum = true) {
   ZSTD_CCtx* cctx = ZSTD_createCCtx();
