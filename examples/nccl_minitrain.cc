@@ -13,13 +13,16 @@
 // Buffers come from ncclMemAlloc and are never read or written from the host, so the program also runs on a machine
 // without a GPU under RankLens's host device (RANKLENS_DEVICE=host); it then passes a NULL stream.
 //
-// Usage:  RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH]
+// Usage:  RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH] [--digest]
 //   RANK, WORLD_SIZE  this process's rank and the world size (defaults 0 and 1)
 //   --steps N         training steps (default 3)
 //   --tp K            tensor-parallel size; must divide WORLD_SIZE (default 2, or 1 when WORLD_SIZE is odd)
 //   --id-file PATH    exchange the world communicator's ncclUniqueId through PATH (rank 0 writes it, the others
 //                     wait for it): needed to run on real NCCL with several processes. Under torchrun
 //                     (TORCHELASTIC_RUN_ID set) it defaults to /tmp/nccl_minitrain.<run id>.uid.
+//   --digest          (GPU only) fill the buffers with a pattern of this rank at the start, and at the end print
+//                     `RANKLENS_DIGEST buffers fnv1a64:<hex>`, a checksum of every buffer a call received into:
+//                     a value replay restores them all from the recording, so its digest is the real run's
 //   LOCAL_RANK        with GPUs, the device is LOCAL_RANK % (device count) (default 0)
 // Recording it on 2 GPUs (the trace shipped in examples/traces/minitrain-2xh200):
 //   ranklens record --trace T -- torchrun --standalone --nproc-per-node 2 --no-python nccl_minitrain --steps 10
@@ -51,6 +54,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -85,7 +90,7 @@ constexpr size_t kPipe = size_t{1} << 15;        // fp32 elements sent to the ne
 [[noreturn]] void usageError(const std::string& message) {
   fprintf(stderr,
           "minitrain: %s\n"
-          "usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH]\n"
+          "usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH] [--digest]\n"
           "  RANK in 0..WORLD_SIZE-1 (default 0), WORLD_SIZE >= 1 (default 1), N >= 0 (default 3),\n"
           "  K >= 1 dividing WORLD_SIZE (default 2, or 1 when WORLD_SIZE is odd)\n",
           message.c_str());
@@ -183,6 +188,27 @@ void* alloc(size_t bytes) {
   return ptr;
 }
 
+// FNV-1a over the device buffers' bytes, in order.
+uint64_t digestOf(const std::vector<std::pair<void*, size_t>>& buffers) {
+  uint64_t h = 1469598103934665603ull;
+  std::vector<unsigned char> host;
+  for (const auto& [ptr, bytes] : buffers) {
+    host.resize(bytes);
+    CUDA_CHECK(cudaMemcpy(host.data(), ptr, bytes, cudaMemcpyDeviceToHost));
+    for (unsigned char c : host) h = (h ^ c) * 1099511628211ull;
+  }
+  return h;
+}
+
+int deviceCountOrZero() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,10 +218,15 @@ int main(int argc, char** argv) {
   int tp = worldSize % 2 == 0 ? 2 : 1;
   const char* runId = getenv("TORCHELASTIC_RUN_ID");
   std::string idFile = runId && *runId ? std::string("/tmp/nccl_minitrain.") + runId + ".uid" : std::string();
+  bool digest = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--digest") {
+      digest = true;
+      continue;
+    }
     if (arg == "-h" || arg == "--help") {
-      printf("usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH]\n");
+      printf("usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH] [--digest]\n");
       return 0;
     }
     if ((arg == "--steps" || arg == "--tp" || arg == "--id-file") && i + 1 >= argc)
@@ -214,16 +245,13 @@ int main(int argc, char** argv) {
   }
   if (worldSize % tp != 0)
     usageError("--tp " + std::to_string(tp) + " does not divide WORLD_SIZE=" + std::to_string(worldSize));
+  if (digest && deviceCountOrZero() == 0) usageError("--digest reads the buffers back from a GPU, and none is visible");
   const int dpSize = worldSize / tp;
   const int tpIndex = rank % tp, dpIndex = rank / tp;
   const int tpColor = dpIndex, dpColor = dpSize + tpIndex;
 
   // A GPU when there is one; otherwise a NULL stream (RankLens's host device needs no GPU).
-  int deviceCount = 0;
-  if (cudaGetDeviceCount(&deviceCount) != cudaSuccess) {
-    deviceCount = 0;
-    (void)cudaGetLastError();  // clear the sticky "no device" error
-  }
+  const int deviceCount = deviceCountOrZero();
   cudaStream_t stream = nullptr;
   int device = -1;
   if (deviceCount > 0) {
@@ -267,6 +295,19 @@ int main(int argc, char** argv) {
   auto* pipeSend = alloc(kPipe * 4);
   auto* pipeRecv = alloc(kPipe * 4);
   const int next = (rank + 1) % worldSize, prev = (rank - 1 + worldSize) % worldSize;
+  // What a call received into: the digest's buffers.
+  const std::vector<std::pair<void*, size_t>> received = {
+      {paramFull, kParamShard * 2 * tp}, {actShard, kActShard * 4}, {buckets[0], kBuckets[0] * 4},
+      {buckets[1], kBuckets[1] * 4},     {buckets[2], kBuckets[2] * 4}, {foundInf, sizeof(int32_t)},
+      {pipeRecv, kPipe * 4}};
+  if (digest) {  // a pattern of this rank in every buffer, so that the sums are the same in every run
+    for (const auto& [ptr, bytes] : received) CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+    CUDA_CHECK(cudaMemset(paramShard, 0x3c, kParamShard * 2));
+    CUDA_CHECK(cudaMemset(actFull, 0x3c + rank % 4, kActShard * 4 * tp));
+    CUDA_CHECK(cudaMemset(pipeSend, 0x40 + rank % 8, kPipe * 4));
+    for (int b = 0; b < 3; ++b) CUDA_CHECK(cudaMemset(buckets[b], 0x3a + rank % 4, kBuckets[b] * 4));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
   using MarkStage = int (*)(const char*, int64_t);
   const auto markStage = reinterpret_cast<MarkStage>(dlsym(RTLD_DEFAULT, "ranklensMarkStage"));
@@ -293,6 +334,10 @@ int main(int argc, char** argv) {
   }
 
   if (markStage != nullptr) markStage("step", steps);  // closes the last step
+  if (digest) {
+    printf("RANKLENS_DIGEST buffers fnv1a64:%016llx\n", static_cast<unsigned long long>(digestOf(received)));
+    fflush(stdout);
+  }
   NCCL_CHECK(ncclCommDestroy(dpComm));
   NCCL_CHECK(ncclCommDestroy(tpComm));
   NCCL_CHECK(ncclCommDestroy(world));

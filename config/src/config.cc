@@ -44,6 +44,9 @@ constexpr const char* kConfigVar = "RANKLENS_CONFIG";
 constexpr const char* kAllowedVars[] = {"RANKLENS_RANK", "RANKLENS_WORLD_SIZE", "RANKLENS_PROGRESS",
                                          "RANKLENS_ADAPTER", "RANKLENS_ADAPTER_STORE", "RANKLENS_ADAPTER_MARKS",
                                          "RANKLENS_COMMIT",
+                                         // launcher to placement library (ranklens/share_gpu.h)
+                                         "RANKLENS_SHARE_GPU", "RANKLENS_SHARE_GPU_VISIBLE",
+                                         "RANKLENS_SHARE_GPU_LOCAL_RANK",
                                          "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS", "RANKLENS_KEEP_TEST_DIRS"};
 
 template <typename E, size_t N>

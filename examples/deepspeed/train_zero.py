@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     result["deepspeed"] = deepspeed.__version__
     print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
 
+    if args.digest:
+        train_gpt.print_digest(local_params(engine, args.zero_stage)[0])
     if args.save_params:
         path = args.save_params.format(rank=rank)
         params, partitions = local_params(engine, args.zero_stage)

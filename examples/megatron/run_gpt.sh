@@ -26,6 +26,8 @@
 #                       MASTER_* from the environment: what `ranklens replay` runs (--nproc stays the job's size)
 #   --save-params DIR   after the last iteration, save a checkpoint in Megatron's legacy per-rank torch format
 #                       (DIR/iter_<N>/mp_rank_<tp>[_<pp>]/model_optim_rng.pt, model only: no optimizer, no RNG)
+#   --digest            run pretrain_gpt.py through pretrain_digest.py (beside this script), which prints each rank's
+#                       parameter checksum when training ends (`RANKLENS_DIGEST params sha256:<hex>`)
 #   --dry-run           print the command and exit
 #   anything else       passed on to pretrain_gpt.py, after this script's own arguments (so, for options that take
 #                       a value, it overrides them)
@@ -42,7 +44,7 @@ MEGATRON_DIR="$(cd "$1" && pwd)"; shift
 
 TP=1 PP=1 NPROC=2 STEPS=10 MBS=2 NMICRO=4
 LAYERS=8 HIDDEN=512 HEADS=8 SEQ=512 VOCAB=8192
-DETERMINISTIC=1 COMPILE=1 GLOO=0 DRY=0 ONE_RANK=0 SAVE_DIR=
+DETERMINISTIC=1 COMPILE=1 GLOO=0 DRY=0 ONE_RANK=0 SAVE_DIR= DIGEST=0
 EXTRA=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -62,6 +64,7 @@ while [[ $# -gt 0 ]]; do
     --gloo) GLOO=1; shift ;;
     --dry-run) DRY=1; shift ;;
     --one-rank) ONE_RANK=1; shift ;;
+    --digest) DIGEST=1; shift ;;
     --save-params) SAVE_DIR="$2"; shift 2 ;;
     -h|--help) usage ;;
     *) EXTRA+=("$1"); shift ;;
@@ -109,11 +112,13 @@ ARGS=(
 (( GLOO )) || ARGS+=(--disable-gloo-process-groups)
 
 [[ -n $SAVE_DIR ]] && ARGS+=(--save "$SAVE_DIR" --save-interval "$STEPS" --ckpt-format torch --no-save-optim --no-save-rng)
+SCRIPT=("$MEGATRON_DIR/pretrain_gpt.py")
+(( DIGEST )) && SCRIPT=("$(cd "$(dirname "$0")" && pwd)/pretrain_digest.py" "$MEGATRON_DIR/pretrain_gpt.py")
 if (( ONE_RANK )); then
-  CMD=("$PYTHON_BIN" "$MEGATRON_DIR/pretrain_gpt.py" "${ARGS[@]}" "${EXTRA[@]}")
+  CMD=("$PYTHON_BIN" "${SCRIPT[@]}" "${ARGS[@]}" "${EXTRA[@]}")
 else
-  CMD=("$PYTHON_BIN" -m torch.distributed.run --standalone --nproc-per-node "$NPROC"
-       "$MEGATRON_DIR/pretrain_gpt.py" "${ARGS[@]}" "${EXTRA[@]}")
+  CMD=("$PYTHON_BIN" -m torch.distributed.run --standalone --nproc-per-node "$NPROC" "${SCRIPT[@]}" "${ARGS[@]}"
+       "${EXTRA[@]}")
 fi
 echo "run_gpt.sh: TP=$TP PP=$PP DP=$DP nproc=$NPROC global_batch=$GBS steps=$STEPS deterministic=$DETERMINISTIC" \
      "compile=$COMPILE gloo=$GLOO" >&2

@@ -29,6 +29,8 @@ Options for measurements (none changes the output above; all are off by default)
   --save-params PATH   at the end, this rank's parameters (state_dict on the CPU; FSDP2: the local shards) to
                        PATH, `{rank}` replaced by the rank (torch.save of {"rank", "world_size", "parallel",
                        "steps", "params": {name: tensor}})
+  --digest             at the end, print `RANKLENS_DIGEST params sha256:<hex>`: a checksum of this rank's parameters
+                       (the tensors --save-params writes), which `ranklens replay --ranks` shows per rank
   --mark-steps         call ranklensMarkStage("step", i) (C ABI, exported by RankLens's libnccl.so.2) at the start
                        of every step i and ranklensMarkStage("step", steps) after the last one, when the symbol is
                        loaded; otherwise nothing
@@ -247,6 +249,8 @@ def add_measurement_arguments(p: argparse.ArgumentParser, save_help: str):
                    help="deterministic algorithms (torch.use_deterministic_algorithms, cuDNN deterministic; sets "
                         "CUBLAS_WORKSPACE_CONFIG=:4096:8 if unset)")
     m.add_argument("--save-params", metavar="PATH", default=None, help=save_help)
+    m.add_argument("--digest", action="store_true",
+                   help="print 'RANKLENS_DIGEST params sha256:<hex>', a checksum of this rank's parameters, at the end")
     m.add_argument("--mark-steps", action="store_true",
                    help="call ranklensMarkStage(\"step\", i) at the start of each step when RankLens's library "
                         "is loaded")
@@ -306,15 +310,34 @@ def find_mark_stage():
     return None, None
 
 
-def save_params(model: nn.Module, path: str, meta: dict) -> None:
+def local_state(model: nn.Module) -> dict:
     """This rank's parameters and buffers as CPU tensors (DTensors: the local shard)."""
     params = {}
     for name, value in model.state_dict().items():
         if hasattr(value, "to_local"):
             value = value.to_local()
         params[name] = value.detach().to("cpu", copy=True)
+    return params
+
+
+def save_params(model: nn.Module, path: str, meta: dict) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch.save({**meta, "params": params}, path)
+    torch.save({**meta, "params": local_state(model)}, path)
+
+
+def params_digest(params: dict) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order: equal digests, equal parameters."""
+    import hashlib
+    h = hashlib.sha256()
+    for name in sorted(params):
+        t = params[name].detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return "params sha256:" + h.hexdigest()[:32]
+
+
+def print_digest(params: dict) -> None:
+    print("RANKLENS_DIGEST " + params_digest(params), flush=True)
 
 
 def merged_length(intervals: list[tuple[float, float]]) -> float:
@@ -576,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     result = result_record(rank, world_size, args.parallel, losses, step_ms, n_params, device, args.steps)
     print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
 
+    if args.digest:
+        print_digest(local_state(model))
     if args.save_params:
         path = args.save_params.format(rank=rank)
         save_params(model, path, {"rank": rank, "world_size": world_size, "parallel": args.parallel,

@@ -15,7 +15,7 @@
 
 Options shared with train_gpt.py: model size, --steps, --micro-batch (per data-parallel rank; for pp the whole
 batch, split into --microbatches), --deterministic, --save-params PATH ({rank} expanded; DTensors saved as local
-shards, each pp stage its own parameters), --mark-steps, --log-all-ranks, --device cpu --backend gloo for a smoke
+shards, each pp stage its own parameters), --digest (print a checksum of those parameters), --mark-steps, --log-all-ranks, --device cpu --backend gloo for a smoke
 test. Output: `step <i> loss ...` lines and one `RESULT {json}` per rank (pp: the loss is known on the last stage;
 other stages report null losses).
 """
@@ -36,7 +36,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_gpt import GPT, env_int, find_mark_stage, save_params, synthetic_batch  # noqa: E402
+from train_gpt import (GPT, env_int, find_mark_stage, local_state, print_digest, save_params,  # noqa: E402
+                       synthetic_batch)
 
 WARMUP_STEPS = 3
 
@@ -61,6 +62,8 @@ def parse_args(argv=None):
     p.add_argument("--backend", default="nccl")
     p.add_argument("--deterministic", action="store_true")
     p.add_argument("--save-params", default=None, metavar="PATH")
+    p.add_argument("--digest", action="store_true",
+                   help="print 'RANKLENS_DIGEST params sha256:<hex>', a checksum of this rank's parameters, at the end")
     p.add_argument("--mark-steps", action="store_true")
     p.add_argument("--log-all-ranks", action="store_true")
     return p.parse_args(argv)
@@ -209,6 +212,8 @@ def main(argv=None) -> int:
         "final_loss": losses[-1] if losses else None, "losses": losses, "step_ms": [round(v, 3) for v in step_ms],
         "median_step_ms": statistics.median(timed) if timed else None, "params": n_params,
         "torch": torch.__version__}), flush=True)
+    if args.digest:
+        print_digest(local_state(model))
     if args.save_params:
         save_params(model, args.save_params.format(rank=rank),
                     {"rank": rank, "world_size": world, "parallel": args.parallel, "steps": args.steps})

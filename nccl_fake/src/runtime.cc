@@ -11,6 +11,8 @@
 #include <ctime>
 #include <thread>
 
+#include "ranklens/share_gpu.h"
+
 namespace nccl_fake {
 
 using ranklens::config::DeviceKind;
@@ -152,6 +154,10 @@ ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
     manifest.rank = envInt("RANK", rankHint);
     manifest.world_size = envInt("WORLD_SIZE", -1);
     manifest.local_rank = envInt("LOCAL_RANK", -1);
+    // A rank on a shared GPU (ranklens/share_gpu.h): its LOCAL_RANK was mapped onto the GPUs there were; the manifest
+    // keeps the launcher's.
+    manifest.shared_gpu = ranklens::share_gpu::placedHere();
+    if (manifest.shared_gpu) manifest.local_rank = envInt(ranklens::share_gpu::kLocalRankVar, manifest.local_rank);
     manifest.nccl_version = settings_.nccl_version;
     manifest.mode = ranklens::config::toString(settings_.mode);
     if (device_) {

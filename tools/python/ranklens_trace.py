@@ -76,7 +76,7 @@ def _zstandard():
 
 FORMAT_NAME = "ranklens-trace"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 10
+FORMAT_MINOR = 11
 SEGMENT_MAGIC = 0x47534C52  # "RLSG"
 PAYLOAD_MAGIC = 0x59504C52  # "RLPY"
 FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserved
@@ -181,6 +181,8 @@ MANIFEST_KEYS: Dict[str, Tuple[str, Any]] = {
     "counters": ("counters", {}),
     # 1.7: the host's processor and the CPUs the process may run on.
     "cpu_model": (_S, ""), "cpus": (_I32, 0),
+    # 1.11: the job's ranks shared GPUs (its durations are not a lone rank's).
+    "shared_gpu": (_B, False),
 }
 
 

@@ -382,7 +382,7 @@ json traceJson(const EventLog& log) {
   return {{"dir", log.directory}, {"mode", log.manifest.mode}, {"rank", log.manifest.rank},
           {"closed", log.manifest.closed}, {"communicators", log.comms.size()}, {"calls", log.calls.size()},
           {"timings", log.timings.size()}, {"problems", problems}, {"cpu_model", log.manifest.cpu_model},
-          {"cpus", log.manifest.cpus}, {"gpu_name", log.manifest.gpu_name}};
+          {"cpus", log.manifest.cpus}, {"gpu_name", log.manifest.gpu_name}, {"shared_gpu", log.manifest.shared_gpu}};
 }
 
 json countsJson(const MatchCounts& counts) {
@@ -531,6 +531,9 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
     if (!machines.empty())
       out << "  machines differ: " << machines << " (a host-bound step runs at its machine's speed: compare "
           << "replays made side by side on one machine, docs/fidelity.md section 4)\n";
+    if (c.recorded->manifest.shared_gpu)
+      out << "  the recorded ranks shared a GPU (ranklens record --share-gpu): its step times are not a lone "
+          << "rank's, so this error says nothing of the replay's timing\n";
   }
 
   out << "\n" << std::left << std::setw(22) << "Timing.durationNs sum" << std::right << std::setw(14) << "recorded"

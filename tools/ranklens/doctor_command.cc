@@ -137,6 +137,9 @@ void checkTrace(const std::string& path, Report* r) {
       << m.payloads_written << " payloads, GPU " << (m.gpu_name.empty() ? "-" : m.gpu_name) << ", format "
       << m.version_major << "." << m.version_minor;
     if (!m.closed) s << ", not closed (the writer died; complete records are usable)";
+    if (m.shared_gpu)
+      s << "; recorded with its ranks sharing a GPU (--share-gpu): values and calls are a real run's, step times are "
+           "not a lone rank's, so replay it at value or structure fidelity (a timing replay warns)";
     if (!reader->problems().empty()) {
       s << "; " << reader->problems().size() << " damaged place(s), first: " << reader->problems().front().describe();
       r->fail("trace " + d.filename().string(), s.str());
@@ -154,6 +157,24 @@ void checkTrace(const std::string& path, Report* r) {
                                  : "; this machine differs (" + differs + "): a host-bound step runs at its machine's "
                                    "speed, so replayed step times differ from the recording's for that alone "
                                    "(docs/fidelity.md section 4)"));
+  }
+}
+
+// Whether `ranklens record|run --share-gpu` can put several ranks of a real job on this machine's GPU(s).
+void checkShareGpu(const std::string& lib, Report* r) {
+  const fs::path placement = fs::path(lib).parent_path() / "libranklens_share_gpu.so";
+  const int gpus = visibleGpus();
+  if (!fs::exists(placement)) {
+    r->fail("share GPU", placement.string() + " is missing: --share-gpu cannot place ranks (rebuild RankLens)");
+  } else if (const char* hostId = getenv("NCCL_HOSTID"); hostId != nullptr) {
+    r->fail("share GPU", std::string("NCCL_HOSTID=") + hostId + " is set: --share-gpu gives each process its own "
+                         "and refuses to start while it is set; unset it");
+  } else {
+    r->ok("share GPU", "--share-gpu runs a real multi-rank job here (" +
+                           (gpus > 0 ? std::to_string(gpus) + " GPU(s) visible" : std::string("no GPU visible now")) +
+                           "): each process gets its own NCCL_HOSTID, so NCCL accepts several ranks per GPU and "
+                           "connects them over sockets on the loopback interface; LOCAL_RANK becomes local rank % "
+                           "GPUs. Values and calls are real, step times are not a lone rank's");
   }
 }
 
@@ -194,6 +215,7 @@ int runDoctor(const DoctorOptions& o) {
     r.note("GPU", "none visible (nvidia-smi: " + gpus.substr(0, gpus.find('\n')) +
                       "); replay runs on the host device (RANKLENS_DEVICE=host), recording needs the job's GPUs");
 
+  if (!lib.empty()) checkShareGpu(lib, &r);
   if (!o.skipPython && !lib.empty()) checkPython(o, lib, &r);
   if (!o.trace.empty()) checkTrace(o.trace, &r);
   std::cout << (r.problems ? std::to_string(r.problems) + " problem(s) found\n" : "nothing blocks recording or replay\n");

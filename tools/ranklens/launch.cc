@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "launch.h"
 
+#include "ranklens/share_gpu.h"
+
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
@@ -199,6 +203,73 @@ void enablePythonAdapter(const std::string& dir, bool store, std::map<std::strin
                  "that connects to all peers\n";
     (*env)["TORCH_DISTRIBUTED_DEBUG"] = "INFO";
   }
+}
+
+namespace {
+// The CUDA driver API through dlopen: the tool links no CUDA library, and runs on machines without one. Null when
+// there is no driver or it does not initialise.
+void* cudaDriver() {
+  static void* driver = [] {
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    using Init = int (*)(unsigned);
+    auto init = cuda ? reinterpret_cast<Init>(dlsym(cuda, "cuInit")) : nullptr;
+    return init != nullptr && init(0) == 0 ? cuda : nullptr;
+  }();
+  return driver;
+}
+}  // namespace
+
+int visibleGpus() {
+  using Count = int (*)(int*);
+  void* cuda = cudaDriver();
+  auto count = cuda ? reinterpret_cast<Count>(dlsym(cuda, "cuDeviceGetCount")) : nullptr;
+  int n = 0;
+  return count != nullptr && count(&n) == 0 ? n : 0;
+}
+
+uint64_t gpuMemoryBytes() {
+  using Get = int (*)(int*, int);
+  using TotalMem = int (*)(size_t*, int);
+  void* cuda = cudaDriver();
+  auto get = cuda ? reinterpret_cast<Get>(dlsym(cuda, "cuDeviceGet")) : nullptr;
+  auto total = cuda ? reinterpret_cast<TotalMem>(dlsym(cuda, "cuDeviceTotalMem_v2")) : nullptr;
+  int device = 0;
+  size_t bytes = 0;
+  if (visibleGpus() < 1 || get == nullptr || total == nullptr || get(&device, 0) != 0 || total(&bytes, device) != 0)
+    return 0;
+  return bytes;
+}
+
+bool shareGpus(const std::string& lib, std::map<std::string, std::string>* env, std::string* summary,
+               std::string* error) {
+  namespace sg = ranklens::share_gpu;
+  if (const char* hostId = getenv("NCCL_HOSTID"); hostId != nullptr) {
+    *error = std::string("--share-gpu: NCCL_HOSTID is set (") + hostId + "); RankLens gives every process of the job "
+             "its own NCCL_HOSTID so that NCCL accepts several ranks on one GPU: unset it";
+    return false;
+  }
+  const fs::path placement = fs::path(lib).parent_path() / "libranklens_share_gpu.so";
+  if (!fs::exists(placement)) {
+    *error = "--share-gpu: " + placement.string() + " is missing (it is built and installed beside libnccl.so.2): "
+             "rebuild RankLens, or pass --lib with a complete build";
+    return false;
+  }
+  const int gpus = visibleGpus();
+  const char* visible = getenv("CUDA_VISIBLE_DEVICES");
+  (*env)[sg::kGpusVar] = std::to_string(std::max(gpus, 1));
+  (*env)[sg::kVisibleVar] = visible ? visible : sg::kVisibleUnset;
+  auto preload = env->find("LD_PRELOAD");
+  (*env)["LD_PRELOAD"] = preload == env->end() ? prepend("LD_PRELOAD", placement.string(), ':')
+                                               : placement.string() + ":" + preload->second;
+  const char* ifname = getenv("NCCL_SOCKET_IFNAME");
+  if (ifname == nullptr || *ifname == '\0') (*env)["NCCL_SOCKET_IFNAME"] = "lo";
+  *summary = "ranks share " +
+             (gpus > 0 ? std::to_string(gpus) + " GPU" + (gpus > 1 ? "s (local rank % " + std::to_string(gpus) + ")" : "")
+                       : std::string("the GPU (none visible to the launcher: ranks are placed as on one)")) +
+             ", each process with its own NCCL_HOSTID; NCCL connects them over sockets on " +
+             (ifname && *ifname ? std::string("NCCL_SOCKET_IFNAME=") + ifname : std::string("lo")) +
+             " (values and calls are a real run's, step times are not a lone rank's)";
+  return true;
 }
 
 std::string freshDirectoryName(const std::string& base, const std::string& prefix) {

@@ -3,6 +3,7 @@
 // settings the program will see, and running it.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -42,6 +43,18 @@ std::string findPythonAdapter();
 // TCPStore (replay): MASTER_ADDR/MASTER_PORT (a free port unless MASTER_PORT is set), TORCHELASTIC_USE_AGENT_STORE,
 // and the torch settings that would wait for absent peers are turned off, each with a warning.
 void enablePythonAdapter(const std::string& dir, bool store, std::map<std::string, std::string>* env);
+// --share-gpu: lets several real NCCL ranks share this machine's GPUs (ranklens/share_gpu.h): preloads the placement
+// library found beside `lib` (RankLens's libnccl.so.2), tells it how many GPUs there are and what
+// CUDA_VISIBLE_DEVICES is, and points NCCL's sockets at the loopback interface unless NCCL_SOCKET_IFNAME is set.
+// False, with `error` saying why and what to do, when the job's environment already sets NCCL_HOSTID or the library
+// is missing. `summary` says what was set up, for the launcher's first line.
+bool shareGpus(const std::string& lib, std::map<std::string, std::string>* env, std::string* summary,
+               std::string* error);
+// The GPUs this process sees (the CUDA driver's count under CUDA_VISIBLE_DEVICES); 0 without a driver or GPU.
+int visibleGpus();
+// The memory of the first visible GPU in bytes; 0 without a driver or GPU.
+uint64_t gpuMemoryBytes();
+
 // A new, unused directory name: <base>/<prefix>-<seconds>-<pid>.
 std::string freshDirectoryName(const std::string& base, const std::string& prefix);
 

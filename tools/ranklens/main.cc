@@ -25,6 +25,7 @@
 #include "doctor_command.h"
 #include "estimate_command.h"
 #include "record_command.h"
+#include "replay_command.h"
 #include "ranklens/config.h"
 #include "ranklens/recording.h"
 #include "ranklens/trace.h"
@@ -38,6 +39,7 @@ extern char** environ;
 namespace {
 
 namespace fs = std::filesystem;
+using ranklens::tools::ReplayOptions;
 constexpr const char* kVersion = "0.1.0";
 
 std::string defaultTraceDir() {
@@ -100,13 +102,6 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true, bo
                  "are not the recorded run's from the first of them on (the warning before the run named it)\n";
 }
 
-struct ReplayOptions {
-  int rank = -1, worldSize = -1;
-  std::string lib, config, fill, device, groups, traceDir, trace, fidelity, onMismatch, history, override = "both";
-  bool noEvents = false, quiet = false, noPythonAdapter = false;
-  std::vector<std::string> command;
-};
-
 // With --trace: the recording decides the world size, and a rank or world size that contradicts it is refused
 // here, before the job starts (the library would refuse it too, but only after the job's own start-up). The
 // recorded placement is reported: the replay runs as local rank 0 on this machine's GPU whatever it was.
@@ -142,6 +137,13 @@ bool checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std:
     return false;
   }
   if (*worldSize < 1) *worldSize = m.world_size;
+  // Values and calls of a shared-GPU recording are a real run's; its durations are not (the ranks shared the SMs and
+  // talked over sockets), and a timing replay holds each call for them.
+  if (m.shared_gpu && (o.fidelity.empty() || o.fidelity == "timing"))
+    std::cerr << "warning: " << rankDir << " was recorded with its ranks sharing a GPU (ranklens record "
+              << "--share-gpu): its durations are not those of a rank with a GPU of its own, so this timing replay "
+              << "holds calls for times no lone rank took; replay at value or structure fidelity for values and "
+              << "calls, or record with one GPU per rank for step times\n";
   for (const char* name : ranklens::trace::kProcessSettingVariables) {
     auto recorded = m.env.find(name);
     if (recorded != m.env.end() && getenv(name) == nullptr) (*restored)[name] = recorded->second;
@@ -171,6 +173,16 @@ void warnOfPayloadGaps(const ReplayOptions& o) {
 }
 
 int runReplay(const ReplayOptions& o) {
+  if (!o.ranks.empty() || o.reportOnly || !o.slurm.empty()) return ranklens::tools::runReplayRanks(o);
+  if (o.rank < 0) {
+    std::cerr << "error: --rank R is required (or --ranks LIST with --trace to replay several ranks in turn)\n";
+    return 2;
+  }
+  if (o.command.empty()) {
+    std::cerr << "error: no program to run: give it after --, e.g. ranklens replay --rank 3 --world-size 8 -- "
+                 "python3 train.py\n";
+    return 2;
+  }
   // Without --trace: structure, or with --history timing from estimates.
   const bool estimatesOnly = o.trace.empty() && !o.history.empty() && (o.fidelity.empty() || o.fidelity == "timing");
   if (o.trace.empty() && !o.fidelity.empty() && o.fidelity != "structure" && !estimatesOnly) {
@@ -321,7 +333,7 @@ int main(int argc, char** argv) {
 
   ReplayOptions replay;
   auto* rp = app.add_subcommand("replay", "Run a program as rank R of a virtual N-rank world (structure replay)");
-  rp->add_option("-r,--rank", replay.rank, "Global rank to run")->required();
+  auto* rankOption = rp->add_option("-r,--rank", replay.rank, "Global rank to run");
   rp->add_option("-n,--world-size", replay.worldSize,
                  "World size of the original job (required without --trace; with it, the recording's)");
   rp->add_option("-c,--config", replay.config, "YAML settings file (RANKLENS_CONFIG)")->check(CLI::ExistingFile);
@@ -360,10 +372,41 @@ int main(int argc, char** argv) {
                "Do not load the Python adapter (a store for the lone rank, optimizer-step markers; PYTHONPATH, "
                "MASTER_ADDR/PORT, TORCHELASTIC_USE_AGENT_STORE)");
   rp->add_flag("-q,--quiet", replay.quiet, "No launcher messages and no summary");
-  rp->add_option("command", replay.command, "The program and its arguments (after --)")->required();
+  auto* ranksOption = rp->add_option(
+      "--ranks", replay.ranks,
+      "Replay these ranks of --trace, each alone, in turn (or --parallel at once), and print one line per rank: "
+      "exit code, calls matched, first divergence, step-time error where meaningful, the program's digest. "
+      "'all' or a list, e.g. 0,3,8-15");
+  ranksOption->excludes(rankOption);
+  rp->add_option("--parallel", replay.parallel,
+                 "With --ranks: replays at once on this machine's GPU: a number, or auto (as many as its memory "
+                 "holds, from the recorded memory use). Step-time errors are not judged when several replays share "
+                 "the GPU")
+      ->capture_default_str();
+  rp->add_option("--out", replay.out,
+                 "With --ranks: directory for each rank's log (rank<R>.log), replay trace (rank<R>/), exit code and "
+                 "report.json (default: a new $TMPDIR/ranklens-replays-*)");
+  rp->add_option("--slurm", replay.slurm,
+                 "With --ranks: write a Slurm job array that replays one rank per task (sbatch FILE), instead of "
+                 "running here; then print its table with --report")
+      ->needs(ranksOption);
+  rp->add_flag("--report", replay.reportOnly,
+               "With --ranks and --out: print the table of replays already made there (after a Slurm array)")
+      ->needs(ranksOption);
+  rp->add_option("--digest-prefix", replay.digestPrefix,
+                 "With --ranks: the last line of a rank's output that starts with this is shown as its digest "
+                 "(e.g. a checksum of the parameters the program prints)")
+      ->capture_default_str();
+  rp->add_option("--rank-timeout", replay.rankTimeoutSeconds,
+                 "With --ranks: stop a rank's replay after this many seconds (exit code 124); 0: no limit")
+      ->check(CLI::NonNegativeNumber);
+  rp->add_option("command", replay.command, "The program and its arguments (after --)");
 
   ranklens::tools::RecordOptions recordOptions;
   auto* record = ranklens::tools::addRecordCommand(app, &recordOptions);
+
+  ranklens::tools::RunOptions runOptions;
+  auto* run = ranklens::tools::addRunCommand(app, &runOptions);
 
   ranklens::tools::DoctorOptions doctorOptions;
   auto* doctor = ranklens::tools::addDoctorCommand(app, &doctorOptions);
@@ -399,6 +442,7 @@ int main(int argc, char** argv) {
   try {
     if (rp->parsed()) return runReplay(replay);
     if (record->parsed()) return ranklens::tools::runRecord(recordOptions);
+    if (run->parsed()) return ranklens::tools::runRun(runOptions);
     if (doctor->parsed()) return ranklens::tools::runDoctor(doctorOptions);
     if (estimateCommands.build->parsed()) return ranklens::tools::runHistoryBuild(estimateOptions);
     if (estimateCommands.importNcclTests->parsed()) return ranklens::tools::runHistoryImportNcclTests(estimateOptions);

@@ -15,6 +15,25 @@ namespace tools {
 
 namespace fs = std::filesystem;
 
+namespace {
+constexpr const char* kShareGpuHelp =
+    "Let the job's ranks share this machine's GPU(s): each process gets its own NCCL_HOSTID (NCCL then accepts "
+    "several ranks on one GPU and connects them over sockets on the loopback interface) and LOCAL_RANK is mapped "
+    "onto the GPUs there are (local rank % GPUs), so scripts that call torch.cuda.set_device(LOCAL_RANK) run "
+    "unchanged. Values and calls are a real run's; step times are not a lone rank's (the ranks share the SMs)";
+
+// --share-gpu for record and run: the environment, or false with the error printed.
+bool addShareGpu(const std::string& lib, bool quiet, std::map<std::string, std::string>* env) {
+  std::string summary, error;
+  if (!shareGpus(lib, env, &summary, &error)) {
+    std::cerr << "error: " << error << "\n";
+    return false;
+  }
+  if (!quiet) std::cerr << "ranklens: " << summary << "\n";
+  return true;
+}
+}  // namespace
+
 CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
   auto* cmd = app.add_subcommand(
       "record", "Run a job with every rank recording its NCCL calls, GPU durations and payloads to --trace");
@@ -38,6 +57,7 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
                   "(programs linked without RPATH), or both")
       ->check(CLI::IsMember({"preload", "library-path", "both"}));
   cmd->add_flag("-q,--quiet", o->quiet, "No launcher messages and no per-rank report");
+  cmd->add_flag("--share-gpu", o->shareGpu, kShareGpuHelp);
   cmd->add_option("command", o->command, "The launcher or program and its arguments (after --)")->required();
   cmd->footer(
       "The environment reaches every process the command starts on this machine (torchrun, mpirun on one node,\n"
@@ -45,6 +65,7 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
       "-x RANKLENS_TRACE_DIR ...); Slurm's srun passes the environment by default.\n"
       "Examples:\n"
       "  ranklens record --trace /scratch/run42 -- torchrun --nproc-per-node 8 train.py\n"
+      "  ranklens record --share-gpu --trace /tmp/run4 --payloads all -- torchrun --nproc-per-node 4 train.py\n"
       "  ranklens record --trace /scratch/run42 --payloads all -- torchrun --nproc-per-node 2 train.py\n"
       "  ranklens record --trace /scratch/nt --real-nccl /usr/lib/x86_64-linux-gnu/libnccl.so.2 -- "
       "./all_reduce_perf -g 2 -c 1\n"
@@ -147,6 +168,7 @@ int runRecord(const RecordOptions& o) {
   if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();
   if (!o.realNccl.empty()) env["RANKLENS_REAL_NCCL"] = fs::absolute(o.realNccl).string();
   pointAtLibrary(lib, o.override, &env);
+  if (o.shareGpu && !addShareGpu(lib, o.quiet, &env)) return 2;
   if (const std::string adapter = findPythonAdapter(); !adapter.empty())
     enablePythonAdapter(adapter, false, &env);  // optimizer-step markers in every rank's trace
   config::LoadResult loaded;
@@ -160,6 +182,35 @@ int runRecord(const RecordOptions& o) {
     std::cerr << "ranklens: " << o.command[0] << " exited with status " << exitCode << "\n";
     reportRanks(traceDir);
   }
+  return exitCode;
+}
+
+CLI::App* addRunCommand(CLI::App& app, RunOptions* o) {
+  auto* cmd = app.add_subcommand("run", "Run a job on the real NCCL with its ranks sharing this machine's GPU(s) "
+                                        "(--share-gpu), recording nothing: a multi-rank test on one GPU");
+  cmd->add_flag("--share-gpu", o->shareGpu, kShareGpuHelp)->required();
+  cmd->add_option("--lib", o->lib, "RankLens's libnccl.so.2, beside which the placement library is found (default: "
+                                   "the one installed beside ranklens); the job itself runs on its own NCCL");
+  cmd->add_flag("-q,--quiet", o->quiet, "No launcher messages");
+  cmd->add_option("command", o->command, "The launcher or program and its arguments (after --)")->required();
+  cmd->footer(
+      "Examples:\n"
+      "  ranklens run --share-gpu -- torchrun --standalone --nproc-per-node 4 train.py\n"
+      "  ranklens run --share-gpu -- mpirun -np 8 ./all_reduce_perf -b 8 -e 1M -g 1 -c 1\n"
+      "Then record the same command: ranklens record --share-gpu --trace DIR -- <the command>");
+  return cmd;
+}
+
+int runRun(const RunOptions& o) {
+  const std::string lib = findLibrary(o.lib);
+  if (lib.empty()) {
+    std::cerr << "error: " << libraryNotFound() << "\n";
+    return 2;
+  }
+  std::map<std::string, std::string> env;
+  if (!addShareGpu(lib, o.quiet, &env)) return 2;
+  const int exitCode = runCommand(env, o.command);
+  if (!o.quiet) std::cerr << "ranklens: " << o.command[0] << " exited with status " << exitCode << "\n";
   return exitCode;
 }
 

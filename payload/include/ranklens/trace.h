@@ -25,11 +25,12 @@ namespace ranklens {
 namespace trace {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 10;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
+constexpr int kFormatMinor = 11;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
                                    // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces;
                                    // 1.6: Timing.gapNs; 1.7: manifest cpu_model, cpus; 1.8: PayloadRef.shuffle;
                                    // 1.9: payload blobs without zstd's content checksum; 1.10: a payload blob may be
-                                   // several zstd frames (one per MiB), their content in order
+                                   // several zstd frames (one per MiB), their content in order; 1.11: manifest
+                                   // shared_gpu
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
@@ -173,10 +174,13 @@ struct Manifest {
   // unknown): a host-bound step runs at its machine's speed, so a replay elsewhere is compared knowing it.
   std::string cpu_model;
   int cpus = 0;
+  // 1.11: the job's ranks shared GPUs (`ranklens record --share-gpu`): its values and calls are a real run's, its
+  // durations are not those of a rank with a GPU of its own.
+  bool shared_gpu = false;
   MSGPACK_DEFINE_MAP(format, version_major, version_minor, rank, world_size, local_rank, host, pid, gpu_name,
                      gpu_uuid, nccl_version, mode, writer, start_time_ns, end_time_ns, env, closed, records_written,
                      records_dropped, payloads_written, payloads_dropped, payload_raw_bytes, payload_compressed_bytes,
-                     segments, payload_files, counters, cpu_model, cpus)
+                     segments, payload_files, counters, cpu_model, cpus, shared_gpu)
 };
 
 // Manifest::counters that a reader other than the writing recorder looks up (`ranklens record`'s summary, replay's
