@@ -216,7 +216,7 @@ json manifestJson(const tr::Manifest& m) {
           {"payloads_dropped", m.payloads_dropped}, {"payload_raw_bytes", m.payload_raw_bytes},
           {"payload_compressed_bytes", m.payload_compressed_bytes}, {"segments", m.segments},
           {"payload_files", m.payload_files}, {"counters", m.counters}, {"cpu_model", m.cpu_model},
-          {"cpus", m.cpus}};
+          {"cpus", m.cpus}, {"shared_gpu", m.shared_gpu}};
 }
 
 json problemJson(const tr::Problem& p, bool withReasons) {
