@@ -21,7 +21,8 @@
 //                     wait for it): needed to run on real NCCL with several processes. Under torchrun
 //                     (TORCHELASTIC_RUN_ID set) it defaults to /tmp/nccl_minitrain.<run id>.uid.
 //   --digest          (GPU only) fill the buffers with a pattern of this rank at the start, and at the end print
-//                     `RANKLENS_DIGEST buffers fnv1a64:<hex>`, a checksum of every buffer a call received into:
+//                     `RANKLENS_DIGEST buffers fnv1a64:<hex>` (and `RESULT {"rank": r, "digest": ...}`), a checksum of
+//                     every buffer a call received into:
 //                     a value replay restores them all from the recording, so its digest is the real run's
 //   LOCAL_RANK        with GPUs, the device is LOCAL_RANK % (device count) (default 0)
 // Recording it on 2 GPUs (the trace shipped in examples/traces/minitrain-2xh200):
@@ -335,7 +336,9 @@ int main(int argc, char** argv) {
 
   if (markStage != nullptr) markStage("step", steps);  // closes the last step
   if (digest) {
-    printf("RANKLENS_DIGEST buffers fnv1a64:%016llx\n", static_cast<unsigned long long>(digestOf(received)));
+    const unsigned long long value = digestOf(received);
+    printf("RANKLENS_DIGEST buffers fnv1a64:%016llx\nRESULT {\"rank\": %d, \"digest\": \"buffers fnv1a64:%016llx\"}\n",
+           value, rank, value);
     fflush(stdout);
   }
   NCCL_CHECK(ncclCommDestroy(dpComm));

@@ -164,10 +164,9 @@ def main(argv: list[str] | None = None) -> int:
 
     result = train_gpt.result_record(rank, world_size, parallel, losses, step_ms, n_params, device, args.steps)
     result["deepspeed"] = deepspeed.__version__
-    print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
-
     if args.digest:
-        train_gpt.print_digest(local_params(engine, args.zero_stage)[0])
+        result["digest"] = train_gpt.print_digest(local_params(engine, args.zero_stage)[0])
+    print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
     if args.save_params:
         path = args.save_params.format(rank=rank)
         params, partitions = local_params(engine, args.zero_stage)

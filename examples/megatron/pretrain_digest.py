@@ -3,6 +3,7 @@
 """Runs Megatron-LM's pretrain_gpt.py unchanged and, when training ends, prints this rank's parameter checksum:
 
     RANKLENS_DIGEST params sha256:<hex>
+    RESULT {"rank": <rank>, "digest": "params sha256:<hex>"}
 
 Megatron saves a checkpoint from data-parallel rank 0 only, so a checkpoint cannot show that every rank of a
 replay ended with the recorded run's parameters; the digest can (`ranklens replay --ranks` shows it per rank).
@@ -35,7 +36,11 @@ def main() -> None:
         result = train(forward_step_func, model, *args, **kwargs)
         chunks = model if isinstance(model, (list, tuple)) else [model]
         params = {f"chunk{i}.{name}": p for i, chunk in enumerate(chunks) for name, p in chunk.named_parameters()}
-        print_digest(params)
+        digest = print_digest(params)
+        import json
+        import torch.distributed as dist
+        print("RESULT " + json.dumps({"rank": dist.get_rank() if dist.is_initialized() else 0, "digest": digest}),
+              flush=True)
         return result
 
     training.train = train_then_digest

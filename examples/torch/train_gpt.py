@@ -21,7 +21,7 @@ and, on the same machine, produces the same losses.
 Output: one `step <i> loss <float> time_ms <float>` line per step (rank 0 only, or every rank
 with --log-all-ranks, then prefixed `[rank r/N]`), and at the end one line per process
 `RESULT {json}` with rank, world_size, parallel, steps, final_loss, all_finite and
-median_step_ms (steps after the first 3). Exit code 0 only if every loss was finite.
+median_step_ms (steps after the first 3), and with --digest the digest. Exit code 0 only if every loss was finite.
 
 Options for measurements (none changes the output above; all are off by default):
   --deterministic      torch.use_deterministic_algorithms(True), cuDNN deterministic (sets
@@ -336,8 +336,11 @@ def params_digest(params: dict) -> str:
     return "params sha256:" + h.hexdigest()[:32]
 
 
-def print_digest(params: dict) -> None:
-    print("RANKLENS_DIGEST " + params_digest(params), flush=True)
+def print_digest(params: dict) -> str:
+    """Prints the RANKLENS_DIGEST line and returns the digest (RESULT lines carry it with the rank)."""
+    digest = params_digest(params)
+    print("RANKLENS_DIGEST " + digest, flush=True)
+    return digest
 
 
 def merged_length(intervals: list[tuple[float, float]]) -> float:
@@ -597,10 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     mark(args.steps)
 
     result = result_record(rank, world_size, args.parallel, losses, step_ms, n_params, device, args.steps)
-    print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
-
     if args.digest:
-        print_digest(local_state(model))
+        result["digest"] = print_digest(local_state(model))
+    print("RESULT " + json.dumps(result, allow_nan=False), flush=True)
     if args.save_params:
         path = args.save_params.format(rank=rank)
         save_params(model, path, {"rank": rank, "world_size": world_size, "parallel": args.parallel,

@@ -207,13 +207,12 @@ def main(argv=None) -> int:
 
     finite = all(v is None or math.isfinite(v) for v in losses)
     timed = step_ms[WARMUP_STEPS:] if len(step_ms) > WARMUP_STEPS else step_ms
+    digest = print_digest(local_state(model)) if args.digest else None
     print("RESULT " + json.dumps({
         "rank": rank, "world_size": world, "parallel": args.parallel, "steps": len(losses), "all_finite": finite,
         "final_loss": losses[-1] if losses else None, "losses": losses, "step_ms": [round(v, 3) for v in step_ms],
         "median_step_ms": statistics.median(timed) if timed else None, "params": n_params,
-        "torch": torch.__version__}), flush=True)
-    if args.digest:
-        print_digest(local_state(model))
+        "torch": torch.__version__, **({"digest": digest} if digest else {})}), flush=True)
     if args.save_params:
         save_params(model, args.save_params.format(rank=rank),
                     {"rank": rank, "world_size": world, "parallel": args.parallel, "steps": args.steps})
