@@ -129,6 +129,8 @@ class Acceptance:
             [self.py, "-c", "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', "
                             "'libnccl.so.2'))"], capture_output=True, text=True).stdout.strip()
         self.cases: list[dict] = []
+        self.machine = subprocess.run(["sh", "-c", "nvidia-smi -L 2>/dev/null"], capture_output=True,
+                                      text=True).stdout.strip()
         self.lock = threading.Lock()
         self.ddp2_digests: dict[int, str] | None = None
         self.minitrain8_digests: dict[int, str] | None = None
@@ -136,9 +138,25 @@ class Acceptance:
 
     # ------------------------------------------------------------------------------------------------ helpers
 
+    def write_json(self, wall: float | None) -> bool:
+        order = ["ddp-2", "unrecorded-ddp-2", "ddp-4", "fsdp2-2", "fsdp2-4", "tp-2", "tp-fsdp2-8", "pp-4", "c10d-2",
+                 "minitrain-8", "unrecorded-minitrain-8", "zero2-2", "zero3-2", "megatron-8", "nccl-tests-2",
+                 "nccl-tests-4", "nccl-tests-8"]
+        self.cases.sort(key=lambda c: order.index(c["name"]) if c["name"] in order else len(order))
+        all_pass = bool(self.cases) and all(c["pass"] for c in self.cases)
+        doc = {"benchmark": "gpu acceptance (one GPU, ranks sharing it)", "commit": self.a.commit,
+               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "machine": self.machine, "command": "scripts/gpu-test.sh " + " ".join(sys.argv[1:]),
+               "wall_s": wall, "finished": wall is not None, "all_pass": all_pass, "cases": self.cases}
+        os.makedirs(os.path.dirname(os.path.abspath(self.a.json)), exist_ok=True)
+        with open(self.a.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        return all_pass
+
     def add(self, case: dict) -> None:
         with self.lock:
             self.cases.append(case)
+            self.write_json(None)  # after every case: a run stopped midway keeps what it judged
         say(f"[acceptance] {case['name']}: {'PASS' if case['pass'] else 'FAIL'} ({case['seconds']} s) {case['detail']}")
 
     def torchrun(self, nproc: int, *argv: str) -> list[str]:
@@ -474,8 +492,7 @@ def main(argv=None) -> int:
     if not os.path.exists(acc.ranklens):
         print(f"error: no ranklens at {acc.ranklens}: build RankLens (scripts/setup.sh) or give --prefix", file=sys.stderr)
         return 2
-    gpus = subprocess.run(["sh", "-c", "nvidia-smi -L 2>/dev/null"], capture_output=True, text=True).stdout.strip()
-    say(f"[acceptance] {gpus or 'no GPU'}; torch's NCCL {acc.real_nccl}; work in {a.work}")
+    say(f"[acceptance] {acc.machine or 'no GPU'}; torch's NCCL {acc.real_nccl}; work in {a.work}")
     t0 = time.monotonic()
     lanes = [acc.lane_torch, acc.lane_cpp_and_frameworks, acc.lane_nccl_tests]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
@@ -483,26 +500,17 @@ def main(argv=None) -> int:
             try:
                 f.result()
             except Exception as e:  # keep every other case's result
-                acc.add({"name": f"lane error", "ranks": 0, "pass": False, "seconds": 0,
+                acc.add({"name": "lane error", "ranks": 0, "pass": False, "seconds": 0,
                          "detail": f"{type(e).__name__}: {e}"})
     wall = round(time.monotonic() - t0, 1)
-    order = ["ddp-2", "unrecorded-ddp-2", "ddp-4", "fsdp2-2", "fsdp2-4", "tp-2", "tp-fsdp2-8", "pp-4", "c10d-2",
-             "minitrain-8", "unrecorded-minitrain-8", "zero2-2", "zero3-2", "megatron-8", "nccl-tests-2",
-             "nccl-tests-4", "nccl-tests-8"]
-    cases = sorted(acc.cases, key=lambda c: order.index(c["name"]) if c["name"] in order else len(order))
-    all_pass = bool(cases) and all(c["pass"] for c in cases)
+    with acc.lock:
+        all_pass = acc.write_json(wall)
+    cases = acc.cases
     print("\n| case | ranks | result | seconds | detail |\n| --- | --- | --- | --- | --- |")
     for c in cases:
         print(f"| {c['name']} | {c['ranks']} | {'PASS' if c['pass'] else 'FAIL'} | {c['seconds']} | {c['detail']} |")
     print(f"\n{sum(c['pass'] for c in cases)} of {len(cases)} cases passed in {wall} s: "
           f"{'ALL PASS' if all_pass else 'SOME FAILED'}")
-    doc = {"benchmark": "gpu acceptance (one GPU, ranks sharing it)", "commit": a.commit,
-           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "machine": gpus, "command": "scripts/gpu-test.sh " + " ".join(sys.argv[1:]), "wall_s": wall,
-           "all_pass": all_pass, "cases": cases}
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(doc, f, indent=1)
     if a.logs:
         with tarfile.open(a.logs, "w:gz") as t:
             for root, dirs, files in os.walk(a.work):
