@@ -9,8 +9,10 @@
 #                           yaml-cpp and ISA-L it links (deps/ goes on the tools' LD_LIBRARY_PATH: it has no NCCL);
 #                           cudart/ the CUDA runtime nccl_minitrain links (apart, so that torch never picks it up)
 #   .carry/frameworks/      DeepSpeed's wheels and Megatron-LM's sources (scripts/prepare_frameworks.sh)
-#   .carry/nccl-tests.tgz   NVIDIA/nccl-tests' sources, built there with MPI (NCCL_TESTS_GIT: a clone or mirror;
-#                           default: github), and .carry/nccl-home/include/nccl.h, the NCCL header to build them with
+#   .carry/nccl-tests.tgz   NVIDIA/nccl-tests' sources at NCCL_TESTS_REF (default v2.18.3, the last release that builds
+#                           against NCCL 2.28's header: later ones use the 2.29 device API), built there with MPI
+#                           (NCCL_TESTS_GIT: a clone or mirror; default: github), and .carry/nccl-home/include/nccl.h,
+#                           the NCCL header to build them with
 #   .carry/COMMIT           the commit the bundle was made from
 #   scripts/gpu-bundle.sh
 set -euo pipefail
@@ -36,11 +38,12 @@ if [[ ! -f .carry/frameworks/megatron-lm.tgz ]]; then
 fi
 
 src=${NCCL_TESTS_GIT:-https://github.com/NVIDIA/nccl-tests}
+ref=${NCCL_TESTS_REF:-v2.18.3}
 if [[ -d $src ]]; then
-  git -C "$src" archive --format=tar.gz --prefix=nccl-tests/ -o "$PWD/.carry/nccl-tests.tgz" HEAD
+  git -C "$src" archive --format=tar.gz --prefix=nccl-tests/ -o "$PWD/.carry/nccl-tests.tgz" "$ref"
 else
   tmp=$(mktemp -d)
-  git clone -q --depth 1 "$src" "$tmp/nccl-tests"
+  git clone -q --depth 1 --branch "$ref" "$src" "$tmp/nccl-tests"
   tar czf .carry/nccl-tests.tgz -C "$tmp" --exclude=.git nccl-tests
   rm -rf "$tmp"
 fi

@@ -135,6 +135,8 @@ class Acceptance:
         self.ddp2_digests: dict[int, str] | None = None
         self.minitrain8_digests: dict[int, str] | None = None
         self.ready = {"ddp-2": threading.Event(), "minitrain-8": threading.Event()}
+        self.frameworks_ready: tuple[str, str | None] | None = None
+        self.nccl_tests_built: tuple[str, str | None] | None = None
 
     # ------------------------------------------------------------------------------------------------ helpers
 
@@ -245,56 +247,76 @@ class Acceptance:
 
     # ------------------------------------------------------------------------------------------------ cases
 
-    def lane_torch(self) -> None:
-        gpt, par = "examples/torch/train_gpt.py", "examples/torch/train_parallel.py"
-        for name, nproc, script, extra in [("ddp-2", 2, gpt, ["--parallel", "ddp"]),
-                                           ("fsdp2-2", 2, gpt, ["--parallel", "fsdp2"]),
-                                           ("tp-2", 2, par, ["--parallel", "tp"]),
-                                           ("ddp-4", 4, gpt, ["--parallel", "ddp"]),
-                                           ("fsdp2-4", 4, gpt, ["--parallel", "fsdp2"]),
-                                           ("pp-4", 4, par, ["--parallel", "pp", "--layers", "8", "--microbatches", "4"]),
-                                           ("tp-fsdp2-8", 8, par, ["--parallel", "tp-dp", "--tp", "2"])]:
+    # Four lanes run at once (--jobs), each case after the one before it in its lane; an unrecorded run follows the
+    # recording whose digests it is held to. Balanced so that the whole run takes about seven minutes on one H200.
+    LANES = [["ddp-2", "unrecorded-ddp-2", "fsdp2-2", "tp-2", "ddp-4", "fsdp2-4"],
+             ["minitrain-8", "unrecorded-minitrain-8", "c10d-2", "pp-4", "tp-fsdp2-8"],
+             ["zero2-2", "zero3-2", "megatron-8"],
+             ["nccl-tests-2", "nccl-tests-4", "nccl-tests-8"]]
+    GPT, PARALLEL = "examples/torch/train_gpt.py", "examples/torch/train_parallel.py"
+    TORCH_CASES = {"ddp-2": (2, GPT, ["--parallel", "ddp"]), "fsdp2-2": (2, GPT, ["--parallel", "fsdp2"]),
+                   "ddp-4": (4, GPT, ["--parallel", "ddp"]), "fsdp2-4": (4, GPT, ["--parallel", "fsdp2"]),
+                   "tp-2": (2, PARALLEL, ["--parallel", "tp"]),
+                   "pp-4": (4, PARALLEL, ["--parallel", "pp", "--layers", "8", "--microbatches", "4"]),
+                   "tp-fsdp2-8": (8, PARALLEL, ["--parallel", "tp-dp", "--tp", "2"])}
+    MINITRAIN = ["--steps", "6", "--digest"]
+
+    def lane(self, names: list[str]) -> None:
+        for name in names:
             if not self.wanted(name):
+                if name in self.ready:
+                    self.ready[name].set()
                 continue
+            try:
+                self.run_case(name)
+            finally:
+                if name in self.ready:
+                    self.ready[name].set()
+
+    def run_case(self, name: str) -> None:
+        mini_env = {"LD_LIBRARY_PATH": os.pathsep.join(self.minitrain_libs + [self.env["LD_LIBRARY_PATH"]]).strip(":")}
+        if name in self.TORCH_CASES:
+            nproc, script, extra = self.TORCH_CASES[name]
             digests = self.recorded_case(name, nproc, self.torchrun(nproc, script, *extra, *TRAIN),
                                          [self.py, script, *extra, *TRAIN])
             if name == "ddp-2":
                 self.ddp2_digests = digests
-                self.ready["ddp-2"].set()
-                if self.wanted("unrecorded-ddp-2"):
-                    self.unrecorded_case("unrecorded-ddp-2", 2,
-                                         self.torchrun(2, gpt, "--parallel", "ddp", *TRAIN), "ddp-2")
-        self.ready["ddp-2"].set()
-
-    def lane_cpp_and_frameworks(self) -> None:
-        mini_env = {"LD_LIBRARY_PATH": os.pathsep.join(self.minitrain_libs + [self.env["LD_LIBRARY_PATH"]]).strip(":")}
-        if self.wanted("minitrain-8"):
-            args = ["--steps", "6", "--digest"]
+        elif name == "unrecorded-ddp-2":
+            self.unrecorded_case(name, 2, self.torchrun(2, self.GPT, "--parallel", "ddp", *TRAIN), "ddp-2")
+        elif name == "minitrain-8":
             self.minitrain8_digests = self.recorded_case(
-                "minitrain-8", 8, self.torchrun(8, "--no-python", self.minitrain, *args), [self.minitrain, *args],
-                env=mini_env)
-            self.ready["minitrain-8"].set()
-            if self.wanted("unrecorded-minitrain-8"):
-                self.unrecorded_case("unrecorded-minitrain-8", 8, self.torchrun(8, "--no-python", self.minitrain, *args),
-                                     "minitrain-8", env=mini_env)
-        self.ready["minitrain-8"].set()
-        if self.wanted("c10d-2"):
+                name, 8, self.torchrun(8, "--no-python", self.minitrain, *self.MINITRAIN),
+                [self.minitrain, *self.MINITRAIN], env=mini_env)
+        elif name == "unrecorded-minitrain-8":
+            self.unrecorded_case(name, 8, self.torchrun(8, "--no-python", self.minitrain, *self.MINITRAIN),
+                                 "minitrain-8", env=mini_env)
+        elif name == "c10d-2":
             self.c10d_case()
-        site = self.frameworks()
-        if site is None:
-            return
-        ds_env = {"PYTHONPATH": os.pathsep.join(filter(None, [site, self.env.get("PYTHONPATH")]))}
-        for stage in ("2", "3"):
-            name = f"zero{stage}-2"
-            if self.wanted(name):
-                argv = ["examples/deepspeed/train_zero.py", "--zero-stage", stage, *TRAIN]
-                self.recorded_case(name, 2, self.torchrun(2, *argv), [self.py, *argv], env=ds_env)
-        if self.wanted("megatron-8"):
-            mlm = os.path.join(self.work, "megatron-lm")
-            layout = ["bash", "examples/megatron/run_gpt.sh", mlm, "--tp", "2", "--pp", "2", "--nproc", "8",
-                      "--steps", "6", "--digest"]
-            self.recorded_case("megatron-8", 8, layout, [*layout, "--one-rank"],
-                               env={**ds_env, "PYTHON": self.py})
+        elif name in ("zero2-2", "zero3-2", "megatron-8"):
+            site = self.frameworks(name)
+            if site is None:
+                return
+            env = {"PYTHONPATH": os.pathsep.join(filter(None, [site, self.env.get("PYTHONPATH")]))}
+            if name == "megatron-8":
+                mlm = os.path.join(self.work, "megatron-lm")
+                layout = ["bash", "examples/megatron/run_gpt.sh", mlm, "--tp", "2", "--pp", "2", "--nproc", "8",
+                          "--steps", "6", "--digest"]
+                self.recorded_case(name, 8, layout, [*layout, "--one-rank"], env={**env, "PYTHON": self.py})
+            else:
+                argv = ["examples/deepspeed/train_zero.py", "--zero-stage", name[4], *TRAIN]
+                self.recorded_case(name, 2, self.torchrun(2, *argv), [self.py, *argv], env=env)
+        elif name.startswith("nccl-tests-"):
+            t0 = time.monotonic()
+            bindir, problem = self.nccl_tests_built or self.build_nccl_tests()
+            self.nccl_tests_built = (bindir, problem)
+            nproc = int(name.rsplit("-", 1)[1])
+            if problem:
+                self.add({"name": name, "ranks": nproc, "pass": False, "seconds": round(time.monotonic() - t0, 1),
+                          "detail": problem})
+            else:
+                self.nccl_tests_case(name, nproc, bindir)
+        else:
+            raise ValueError(f"unknown case {name}")
 
     def c10d_case(self) -> None:
         t0 = time.monotonic()
@@ -314,28 +336,35 @@ class Acceptance:
         self.recorded_case("c10d-2", 2, self.torchrun(2, "--no-python", client, *args, "--save-params", real),
                            [client, *args, "--save-params", rep], files=(real, rep))
 
-    def frameworks(self) -> str | None:
-        """DeepSpeed importable (from the carried wheels if need be) and Megatron-LM unpacked; the site directory
-        to put on PYTHONPATH ("" when DeepSpeed is installed already), or None with the cases failed."""
-        wanted = [n for n in ("zero2-2", "zero3-2", "megatron-8") if self.wanted(n)]
-        if not wanted:
+    def frameworks(self, name: str) -> str | None:
+        """DeepSpeed importable (from the carried wheels if need be) and Megatron-LM unpacked, once: the site
+        directory to put on PYTHONPATH ("" when DeepSpeed is installed already), or None with the case failed."""
+        with self.lock:
+            if self.frameworks_ready is None:
+                self.frameworks_ready = self.prepare_frameworks()
+        site, problem = self.frameworks_ready
+        if problem:
+            self.add({"name": name, "ranks": 2 if name.startswith("zero") else 8, "pass": False, "seconds": 0,
+                      "detail": problem})
             return None
+        return site
+
+    def prepare_frameworks(self) -> tuple[str, str | None]:
         carry = os.path.join(REPO, ".carry", "frameworks")
         site = ""
-        problem = None
         if subprocess.run([self.py, "-c", "import deepspeed"], capture_output=True).returncode != 0:
             site = os.path.join(self.work, "site")
             wheels = sorted(os.path.join(carry, "whl", w) for w in os.listdir(os.path.join(carry, "whl"))) \
                 if os.path.isdir(os.path.join(carry, "whl")) else []
-            rc = run([self.py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target",
-                      site, *wheels], os.path.join(self.work, "frameworks.log"), self.env, 300) if wheels else 1
             if not wheels:
-                problem = ("DeepSpeed is not installed and no wheels are carried (scripts/prepare_frameworks.sh "
-                           "makes .carry/frameworks)")
-            elif rc != 0:
-                problem = f"installing the carried DeepSpeed wheels failed: {tail(os.path.join(self.work, 'frameworks.log'))}"
+                return "", ("DeepSpeed is not installed and no wheels are carried (scripts/prepare_frameworks.sh "
+                            "makes .carry/frameworks)")
+            rc = run([self.py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target",
+                      site, *wheels], os.path.join(self.work, "frameworks.log"), self.env, 300)
+            if rc != 0:
+                return "", f"installing the carried DeepSpeed wheels failed: {tail(os.path.join(self.work, 'frameworks.log'))}"
         mlm = os.path.join(self.work, "megatron-lm")
-        if not problem and not os.path.exists(os.path.join(mlm, "pretrain_gpt.py")):
+        if not os.path.exists(os.path.join(mlm, "pretrain_gpt.py")):
             src = self.a.megatron or os.path.join(carry, "megatron-lm.tgz")
             if os.path.isdir(src):
                 shutil.copytree(src, mlm, dirs_exist_ok=True)
@@ -344,27 +373,8 @@ class Acceptance:
                 with tarfile.open(src) as t:
                     t.extractall(mlm)
             else:
-                problem = "no Megatron-LM (--megatron DIR, or .carry/frameworks/megatron-lm.tgz)"
-        if problem:
-            for name in wanted:
-                self.add({"name": name, "ranks": 2 if name.startswith("zero") else 8, "pass": False, "seconds": 0,
-                          "detail": problem})
-            return None
-        return site
-
-    def lane_nccl_tests(self) -> None:
-        names = [f"nccl-tests-{n}" for n in (2, 4, 8) if self.wanted(f"nccl-tests-{n}")]
-        if not names:
-            return
-        t0 = time.monotonic()
-        bindir, problem = self.build_nccl_tests()
-        if problem:
-            for name in names:
-                self.add({"name": name, "ranks": int(name.rsplit("-", 1)[1]), "pass": False,
-                          "seconds": round(time.monotonic() - t0, 1), "detail": problem})
-            return
-        for name in names:
-            self.nccl_tests_case(name, int(name.rsplit("-", 1)[1]), bindir)
+                return "", "no Megatron-LM (--megatron DIR, or .carry/frameworks/megatron-lm.tgz)"
+        return site, None
 
     def mpi(self) -> tuple[str | None, str | None, list[str]]:
         """MPI_HOME (with include/mpi.h), mpirun, and the flags this mpirun needs; None where not found."""
@@ -470,7 +480,7 @@ def parse_args(argv=None):
                    help="where the results go (default: %(default)s)")
     p.add_argument("--logs", default=None, help="also pack every log (no traces) into this .tgz")
     p.add_argument("--cases", default="", help="comma-separated case names (default: all; see the list above)")
-    p.add_argument("--jobs", type=int, default=3, help="lanes of cases run at once on the GPU (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=4, help="lanes of cases run at once on the GPU (default: %(default)s)")
     p.add_argument("--parallel", type=int, default=4, help="replays at once per case (default: %(default)s)")
     p.add_argument("--timeout", type=int, default=300, help="seconds per recording or rank replay (default: %(default)s)")
     p.add_argument("--megatron", default=None, help="a Megatron-LM checkout (default: .carry/frameworks' archive)")
@@ -494,9 +504,8 @@ def main(argv=None) -> int:
         return 2
     say(f"[acceptance] {acc.machine or 'no GPU'}; torch's NCCL {acc.real_nccl}; work in {a.work}")
     t0 = time.monotonic()
-    lanes = [acc.lane_torch, acc.lane_cpp_and_frameworks, acc.lane_nccl_tests]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        for f in [pool.submit(lane) for lane in lanes]:
+        for f in [pool.submit(acc.lane, names) for names in acc.LANES]:
             try:
                 f.result()
             except Exception as e:  # keep every other case's result
