@@ -11,8 +11,8 @@
 #   .carry/frameworks/      DeepSpeed's wheels and Megatron-LM's sources (scripts/prepare_frameworks.sh)
 #   .carry/nccl-tests.tgz   NVIDIA/nccl-tests' sources at NCCL_TESTS_REF (default v2.18.3, the last release that builds
 #                           against NCCL 2.28's header: later ones use the 2.29 device API), built there with MPI
-#                           (NCCL_TESTS_GIT: a clone or mirror; default: github), and .carry/nccl-home/include/nccl.h,
-#                           the NCCL header to build them with
+#                           (NCCL_TESTS_GIT: a clone or mirror; default: github), and .carry/nccl-home/include, the
+#                           NCCL headers to build them with (nccl.h, nccl_device.h, nccl_device/)
 #   .carry/COMMIT           the commit the bundle was made from
 #   scripts/gpu-bundle.sh
 set -euo pipefail
@@ -48,7 +48,8 @@ else
   rm -rf "$tmp"
 fi
 mkdir -p .carry/nccl-home/include
-cp /usr/local/cuda/include/nccl.h .carry/nccl-home/include/
+cp -r /usr/local/cuda/include/nccl.h /usr/local/cuda/include/nccl_device.h /usr/local/cuda/include/nccl_device \
+  .carry/nccl-home/include/
 git rev-parse --short HEAD > .carry/COMMIT
 [[ -z $(git status --porcelain --untracked-files=no) ]] ||
   echo "gpu-bundle: warning: uncommitted changes are in this build; .carry/COMMIT says $(cat .carry/COMMIT)" >&2

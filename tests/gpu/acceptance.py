@@ -415,7 +415,13 @@ class Acceptance:
                                    "/usr/local/cuda/include/nccl.h", "/usr/include/nccl.h"] if os.path.exists(h)), None)
         if not header or not self.real_nccl:
             return "", f"no nccl.h ({header}) or real libnccl.so.2 ({self.real_nccl}) to build nccl-tests with"
-        shutil.copy(header, os.path.join(nccl_home, "include", "nccl.h"))
+        # The whole NCCL include set beside it (nccl_device.h, nccl_device/): nvcc searches NCCL_HOME before the
+        # toolkit's own include directory, whose device-API headers may be another NCCL version's.
+        for entry in os.listdir(os.path.dirname(header)):
+            path = os.path.join(os.path.dirname(header), entry)
+            if entry.startswith("nccl"):
+                (shutil.copytree(path, os.path.join(nccl_home, "include", entry), dirs_exist_ok=True)
+                 if os.path.isdir(path) else shutil.copy(path, os.path.join(nccl_home, "include", entry)))
         for name in ("libnccl.so", "libnccl.so.2"):
             link = os.path.join(nccl_home, "lib", name)
             if not os.path.lexists(link):
