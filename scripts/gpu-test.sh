@@ -20,5 +20,10 @@ fi
 if [[ " $* " != *" --prefix "* && ! -x build/release/tools/ranklens ]]; then
   scripts/setup.sh release
 fi
-commit=$(git rev-parse --short HEAD 2>/dev/null || cat .carry/COMMIT 2>/dev/null || echo unknown)
+# The commit a bundle was made from names what runs; else this checkout's.
+if [[ " $* " == *" --prefix "* && -f .carry/COMMIT ]]; then
+  commit=$(cat .carry/COMMIT)
+else
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+fi
 exec env RANKLENS_COMMIT="${RANKLENS_COMMIT:-$commit}" "$PY" tests/gpu/acceptance.py --python "$PY" "$@"
