@@ -315,6 +315,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Examples:\n"
       "  ranklens record --trace /scratch/run42 -- torchrun --nproc-per-node 2 train.py\n"
+      "  ranklens record --share-gpu --trace /tmp/run4 --payloads all -- torchrun --nproc-per-node 4 train.py\n"
+      "  ranklens replay --trace /tmp/run4 --ranks all --fidelity value -- python3 train.py\n"
       "  ranklens replay --rank 3 --world-size 8 -- ./my_nccl_program\n"
       "  ranklens replay --rank 37 --world-size 64 --fill poison -- python3 train.py\n"
       "  ranklens replay --rank 1 --trace /scratch/run42 --fidelity value -- python3 train.py\n"
@@ -401,6 +403,16 @@ int main(int argc, char** argv) {
                  "With --ranks: stop a rank's replay after this many seconds (exit code 124); 0: no limit")
       ->check(CLI::NonNegativeNumber);
   rp->add_option("command", replay.command, "The program and its arguments (after --)");
+  rp->footer(
+      "Examples:\n"
+      "  ranklens replay --rank 3 --world-size 8 -- ./my_nccl_program                   (structure, no recording)\n"
+      "  ranklens replay --trace /scratch/run42 --rank 1 --fidelity value -- python3 train.py\n"
+      "  ranklens replay --trace /scratch/run42 --ranks all --parallel 4 --fidelity value -- python3 train.py\n"
+      "  ranklens replay --trace /scratch/run42 --ranks 0-511 --slurm replay.sbatch --out /scratch/replays -- "
+      "python3 train.py\n"
+      "Exit code: the program's (128+N if killed by signal N, 127 if it cannot start, 2 for bad usage); with --ranks\n"
+      "  0 when every rank exited 0 with every recorded call matched and nothing diverged, else 1.\n"
+      "docs/tools.md describes the summary and --ranks' table; docs/config.md every variable it sets.");
 
   ranklens::tools::RecordOptions recordOptions;
   auto* record = ranklens::tools::addRecordCommand(app, &recordOptions);
