@@ -452,6 +452,7 @@ struct KeyDesc {
   const char* key;
   const char* env;
   const char* defaultText;  // must match the initialiser in Settings (a test checks it)
+  const char* values;       // what it accepts, for docs/config.md's table
   const char* help;
   std::string (*parse)(const Input& in, Settings& s);  // "" on success, else the full one-line message
   std::string (*show)(const Settings& s);
@@ -459,60 +460,73 @@ struct KeyDesc {
 
 const KeyDesc kKeys[] = {
     {"mode", "RANKLENS_MODE", "replay",
+     "replay | record",
      "replay: run one rank alone against virtual peers; record: forward to the real NCCL and write a trace",
      [](const Input& in, Settings& s) { return parseEnum(in, kModeNames, s.mode); },
      [](const Settings& s) { return std::string(toString(s.mode)); }},
     {"fidelity", "RANKLENS_FIDELITY", "structure",
+     "structure | timing | value",
      "structure: calls and communicators only; timing: also hold streams for recorded durations; "
      "value: also restore recorded payloads",
      [](const Input& in, Settings& s) { return parseEnum(in, kFidelityNames, s.fidelity); },
      [](const Settings& s) { return std::string(toString(s.fidelity)); }},
     {"fill", "RANKLENS_FILL", "clone",
+     "clone | keep | zero | poison",
      "receive-buffer contents when no recorded payload exists: clone (every peer sent what this rank sent), "
      "keep (untouched), zero, poison (a pattern that makes unrestored data stand out)",
      [](const Input& in, Settings& s) { return parseEnum(in, kFillNames, s.fill); },
      [](const Settings& s) { return std::string(toString(s.fill)); }},
     {"device", "RANKLENS_DEVICE", "auto",
+     "auto | cuda | host",
      "where stream-side effects run: cuda, host (no GPU needed), or auto (cuda when a GPU is usable)",
      [](const Input& in, Settings& s) { return parseEnum(in, kDeviceNames, s.device); },
      [](const Settings& s) { return std::string(toString(s.device)); }},
-    {"trace_dir", "RANKLENS_TRACE_DIR", "", "directory for per-rank event logs; empty: no events are written",
+    {"trace_dir", "RANKLENS_TRACE_DIR", "",
+     "a path", "directory for per-rank event logs; empty: no events are written",
      [](const Input& in, Settings& s) { return parseString(in, s.trace_dir); },
      [](const Settings& s) { return s.trace_dir; }},
     {"nccl_version", "RANKLENS_NCCL_VERSION", "22809",
+     "integer 1..999999, in NCCL's code form major*10000 + minor*100 + patch",
      "NCCL version code reported by ncclGetVersion in replay (major*10000 + minor*100 + patch)",
      [](const Input& in, Settings& s) {
        return parseInt(in, 1, 999999, "an NCCL version code such as 22809 (1..999999)", s.nccl_version);
      },
      [](const Settings& s) { return std::to_string(s.nccl_version); }},
     {"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "8",
+     "integer ≥ 1",
      "virtual topology: consecutive world ranks sharing a node (locality, LSA team)",
      [](const Input& in, Settings& s) { return parseInt(in, 1, INT_MAX, "an integer >= 1", s.ranks_per_node); },
      [](const Settings& s) { return std::to_string(s.ranks_per_node); }},
     {"groups", "RANKLENS_GROUPS", "[]",
+     "a sequence of group entries (see below); in the environment, as YAML flow text",
      "split table: the world ranks (in child-rank order) of each communicator ncclCommSplit creates, "
      "optionally per color",
      [](const Input& in, Settings& s) { return parseGroups(in, s.groups); },
      [](const Settings& s) { return showGroups(s.groups); }},
     {"real_nccl", "RANKLENS_REAL_NCCL", "",
-     "record: path of the real libnccl.so.2 to forward to; empty: the one already loaded (torch preloads its "
-     "wheel's), else the Python environment's nvidia/nccl/lib, conda, LD_LIBRARY_PATH and system directories",
+     "a path",
+     "record: path of the real libnccl.so.2 to forward to; empty: the one already loaded (torch preloads "
+     "its wheel's), else the Python environment's, conda's, LD_LIBRARY_PATH's or the system's",
      [](const Input& in, Settings& s) { return parseString(in, s.real_nccl); },
      [](const Settings& s) { return s.real_nccl; }},
     {"payloads", "RANKLENS_PAYLOADS", "small",
+     "none | small | all",
      "record: which received buffers are stored: none (timing only), small (messages up to payload_max_bytes: "
      "the values that steer control flow), all",
      [](const Input& in, Settings& s) { return parseEnum(in, kPayloadsNames, s.payloads); },
      [](const Settings& s) { return std::string(toString(s.payloads)); }},
     {"payload_max_bytes", "RANKLENS_PAYLOAD_MAX_BYTES", "64KiB",
+     "a byte count: an integer with an optional KiB, MiB or GiB suffix",
      "record: with payloads=small, the largest message (bytes received by this rank) that is stored",
      [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_max_bytes); },
      [](const Settings& s) { return showBytes(s.payload_max_bytes); }},
     {"payload_ops", "RANKLENS_PAYLOAD_OPS", "[]",
+     "a list of operations among AllReduce Broadcast Reduce AllGather ReduceScatter AlltoAll Gather Scatter Send Recv; in the environment, comma-separated",
      "record: store payloads only of these operations (e.g. [AllReduce, Recv]); empty: all",
      [](const Input& in, Settings& s) { return parseOps(in, s.payload_ops); },
      [](const Settings& s) { return showList(s.payload_ops); }},
     {"payload_comms", "RANKLENS_PAYLOAD_COMMS", "[]",
+     "a list of communicator ids (creation order, as ranklens trace summary shows them) or commName values; comma-separated in the environment",
      "record: store payloads only of these communicators, by id (creation order, as in `ranklens trace summary`) "
      "or by commName; empty: all",
      [](const Input& in, Settings& s) {
@@ -520,14 +534,17 @@ const KeyDesc kKeys[] = {
      },
      [](const Settings& s) { return showList(s.payload_comms); }},
     {"payload_steps", "RANKLENS_PAYLOAD_STEPS", "all",
+     "A-B (inclusive), A- (from A on), A, or all",
      "record: store payloads only during these steps (as marked by ranklensMarkStage), e.g. 10-20",
      [](const Input& in, Settings& s) { return parseRange(in, s.payload_steps); },
      [](const Settings& s) { return showRange(s.payload_steps); }},
     {"payload_seqs", "RANKLENS_PAYLOAD_SEQS", "all",
+     "as payload_steps",
      "record: store payloads only of calls whose per-communicator sequence number is in this range",
      [](const Input& in, Settings& s) { return parseRange(in, s.payload_seqs); },
      [](const Settings& s) { return showRange(s.payload_seqs); }},
     {"payload_zstd_level", "RANKLENS_PAYLOAD_ZSTD_LEVEL", "-1",
+     "-100..19",
      "record: the zstd level payloads are compressed at (negative: zstd's fast levels); a value replay decodes "
      "them again, so it bounds both full-payload recording and value replay",
      [](const Input& in, Settings& s) {
@@ -535,23 +552,26 @@ const KeyDesc kKeys[] = {
      },
      [](const Settings& s) { return std::to_string(s.payload_zstd_level); }},
     {"payload_threads", "RANKLENS_PAYLOAD_THREADS", "0",
+     "0..64",
      "record: threads that compress stored payloads and write them (0: half of this rank's share of the host's "
      "cores, 2..8); with payloads all they are what bounds the recording when they are all busy",
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.payload_threads); },
      [](const Settings& s) { return std::to_string(s.payload_threads); }},
     {"payload_shuffle", "RANKLENS_PAYLOAD_SHUFFLE", "on",
-     "record: store payloads of 2-, 4- and 8-byte elements as byte planes before compressing them (trace format "
-     "1.8; with their own zstd match finder at the fast levels, real bf16-valued fp32 gradients compress 12x faster "
-     "than as they are): always (on), when zstd takes a quarter less CPU time on a sample spread over the payload as "
-     "planes (auto), or never (off)",
+     "on | auto | off",
+     "record: store payloads of 2-, 4- and 8-byte elements as byte planes before compressing them, which "
+     "compresses floating-point values much faster: always (on), when a sample says it pays (auto), or "
+     "never (off)",
      [](const Input& in, Settings& s) { return parseEnum(in, kPayloadShuffleNames, s.payload_shuffle); },
      [](const Settings& s) { return std::string(toString(s.payload_shuffle)); }},
     {"payload_queue_bytes", "RANKLENS_PAYLOAD_QUEUE_BYTES", "1GiB",
+     "a byte count ≥ 16 MiB",
      "record: host memory for payloads taken out of staging that wait for a compression thread or the writer; "
      "when it is full the background thread waits and staging fills (then staging_full applies)",
      [](const Input& in, Settings& s) { return parseBytes(in, 16u << 20, s.payload_queue_bytes); },
      [](const Settings& s) { return showBytes(s.payload_queue_bytes); }},
     {"staging_bytes", "RANKLENS_STAGING_BYTES", "auto",
+     "auto or a byte count ≥ 1",
      "record: pinned host memory for payloads copied off the GPU and not yet compressed (allocated at the first "
      "communicator when payloads are on); a larger message is skipped and counted; auto: 256MiB for payloads "
      "small, and for payloads all 2GiB, at most a sixteenth of the host's memory shared by its ranks",
@@ -560,46 +580,53 @@ const KeyDesc kKeys[] = {
      },
      [](const Settings& s) { return showBytesOrAuto(s.staging_bytes, Settings::kAutoStagingBytes); }},
     {"staging_full", "RANKLENS_STAGING_FULL", "skip",
+     "skip | wait",
      "record: when staging memory is full, skip the payload (counted in the trace; the job is never slowed) or "
      "wait for space (complete payloads, may slow the job)",
      [](const Input& in, Settings& s) { return parseEnum(in, kStagingFullNames, s.staging_full); },
      [](const Settings& s) { return std::string(toString(s.staging_full)); }},
     {"timing_clock", "RANKLENS_TIMING_CLOCK", "events",
+     "events | kernel",
      "record: where each call's GPU duration comes from: CUDA events around the call, or the timestamps of NCCL's "
      "own kernel (through NCCL's profiler plugin interface; no events on the calling thread)",
      [](const Input& in, Settings& s) { return parseEnum(in, kTimingClockNames, s.timing_clock); },
      [](const Settings& s) { return std::string(toString(s.timing_clock)); }},
     {"captured_timing", "RANKLENS_CAPTURED_TIMING", "events",
+     "events | off",
      "record: a call captured into a CUDA graph is timed by two event nodes added to the graph, at the first launch "
      "of it that completes (events), or has no duration (off: the graph gets nothing of RankLens's)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCapturedTimingNames, s.captured_timing); },
      [](const Settings& s) { return std::string(toString(s.captured_timing)); }},
     {"timing_poll_us", "RANKLENS_TIMING_POLL_US", "2000",
-     "record: how often (microseconds) the background thread looks for finished calls while some are pending, to "
-     "write their Timing records and store their payloads; its event queries share the CUDA driver with the job's "
-     "thread, so a longer interval costs the job's calls less and keeps staged payloads longer",
+     "10..100000",
+     "record: how often (microseconds) the background thread looks for finished calls while some are "
+     "pending; longer costs the job's calls less CUDA driver time and keeps staged payloads longer",
      [](const Input& in, Settings& s) {
        return parseInt(in, 10, 100000, "microseconds, 10..100000", s.timing_poll_us);
      },
      [](const Settings& s) { return std::to_string(s.timing_poll_us); }},
     {"payload_copy_kernel_bytes", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "64KiB",
+     "a byte count ≥ 0",
      "record: a stored payload up to this size is copied off the GPU by a one-block kernel on the call's stream, "
      "which signals its own completion (no copy engine round trip, no event); larger ones, and all when 0, by a "
      "copy engine followed by an event",
      [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_copy_kernel_bytes); },
      [](const Settings& s) { return showBytes(s.payload_copy_kernel_bytes); }},
     {"payload_copy_kernel_bytes_one_rank", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK", "0",
+     "a byte count ≥ 0",
      "record: payload_copy_kernel_bytes for calls on 1-rank communicators, whose stream has no NCCL kernel before "
      "the copy (a copy kernel there waits for an SM when the job's compute fills them; a copy engine does not, and "
      "costs the same otherwise); 0: always the copy engine",
      [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_copy_kernel_bytes_one_rank); },
      [](const Settings& s) { return showBytes(s.payload_copy_kernel_bytes_one_rank); }},
     {"payload_copy_priority", "RANKLENS_PAYLOAD_COPY_PRIORITY", "high",
+     "high | stream",
      "record: the launch priority of the payload copy kernel: high (the device's greatest stream priority: it takes "
      "the first free SM slot ahead of the job's pending compute blocks) or stream (its stream's priority)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCopyPriorityNames, s.payload_copy_priority); },
      [](const Settings& s) { return std::string(toString(s.payload_copy_priority)); }},
     {"record_alternate_steps", "RANKLENS_RECORD_ALTERNATE_STEPS", "0",
+     "integer >= 0",
      "record, for the overhead benchmark only: from the first step marker on, every other block of this many steps "
      "is forwarded to the real NCCL without being recorded (step-time A/B within one process); such a trace "
      "cannot be replayed. 0: off",
@@ -608,50 +635,58 @@ const KeyDesc kKeys[] = {
      },
      [](const Settings& s) { return std::to_string(s.record_alternate_steps); }},
     {"replay_trace", "RANKLENS_REPLAY_TRACE", "",
+     "a path",
      "replay: the recorded trace to replay, a rank directory or a trace root holding rank<RANK>; needed for "
      "fidelity timing and value, optional for structure (calls are then checked against it)",
      [](const Input& in, Settings& s) { return parseString(in, s.replay_trace); },
      [](const Settings& s) { return s.replay_trace; }},
     {"on_mismatch", "RANKLENS_ON_MISMATCH", "error",
+     "error | warn | estimate",
      "replay: a call that does not match the recording fails with ncclInvalidUsage (error), is logged and "
      "replayed without a hold or payload (warn), or gets an estimated duration and no payload (estimate)",
      [](const Input& in, Settings& s) { return parseEnum(in, kOnMismatchNames, s.on_mismatch); },
      [](const Settings& s) { return std::string(toString(s.on_mismatch)); }},
     {"completion", "RANKLENS_COMPLETION", "kernel",
+     "kernel | host_callback",
      "replay: how a stream is held for a call's duration: kernel (a 1-thread kernel waiting on the GPU timer, "
      "named ranklens_<Op> in profilers) or host_callback (cudaLaunchHostFunc; serialises streams)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCompletionNames, s.completion); },
      [](const Settings& s) { return std::string(toString(s.completion)); }},
     {"host_time", "RANKLENS_HOST_TIME", "replay",
-     "replay (timing, value): a call keeps the calling thread at least as long as the recorded call did (replay: "
-     "host-bound ranks keep their pace, e.g. when NCCL's flow control held the thread for peers), at least as long "
-     "as the call's own cost (own: the recorded time, capped at twice the 10th percentile of its operation's; more "
-     "is most likely a wait for a full CUDA launch queue, which the replayed program meets by itself), or returns at "
+     "replay | own | ignore",
+     "replay (timing, value): a call keeps the calling thread as long as the recorded call did (replay), "
+     "at most twice the 10th percentile of its operation's recorded host times (own: the rest was most "
+     "likely a wait for a full launch queue, which the replayed program meets by itself), or returns at "
      "once (ignore)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHostTimeNames, s.host_time); },
      [](const Settings& s) { return std::string(toString(s.host_time)); }},
     {"timing", "RANKLENS_TIMING", "recorded",
+     "recorded | estimated",
      "replay (fidelity timing, value): each call is held for its recorded duration, or for the estimate from "
      "`history` (estimated: what-if runs, calls the recording never saw at this scale)",
      [](const Input& in, Settings& s) { return parseEnum(in, kTimingSourceNames, s.timing); },
      [](const Settings& s) { return std::string(toString(s.timing)); }},
     {"history", "RANKLENS_HISTORY", "",
+     "a path",
      "replay: duration history of recorded runs (ranklens history build) used by timing: estimated and "
      "on_mismatch: estimate; empty: the replayed recording's own timed calls",
      [](const Input& in, Settings& s) { return parseString(in, s.history); },
      [](const Settings& s) { return s.history; }},
     {"estimate_target", "RANKLENS_ESTIMATE_TARGET", "transfer",
+     "transfer | observed",
      "replay: what an estimated duration stands for: observed (what a rank measured, its waits for peers "
      "included) or transfer (the collective's own time, the shortest over the job's ranks; from a history built "
      "by this version)",
      [](const Input& in, Settings& s) { return parseEnum(in, kEstimateTargetNames, s.estimate_target); },
      [](const Settings& s) { return std::string(toString(s.estimate_target)); }},
     {"hold_blocks", "RANKLENS_HOLD_BLOCKS", "1",
+     "integer 1..1024",
      "replay (completion: kernel): SMs each hold kernel occupies; 1 leaves the rest to compute, more (e.g. NCCL's "
      "channel count) reproduce the slowdown of compute that overlaps communication",
      [](const Input& in, Settings& s) { return parseInt(in, 1, 1024, "an integer in 1..1024", s.hold_blocks); },
      [](const Settings& s) { return std::to_string(s.hold_blocks); }},
     {"hold_threads", "RANKLENS_HOLD_THREADS", "32",
+     "multiple of 32 in 32..1024",
      "replay (completion: kernel): threads of each hold block (NCCL's blocks have 512-640), so that a hold takes "
      "the warp slots of an SM that an NCCL block takes",
      [](const Input& in, Settings& s) {
@@ -663,6 +698,7 @@ const KeyDesc kKeys[] = {
      },
      [](const Settings& s) { return std::to_string(s.hold_threads); }},
     {"hold_shared_bytes", "RANKLENS_HOLD_SHARED_BYTES", "auto",
+     "auto, sm or a byte count",
      "replay (completion: kernel): dynamic shared memory of each hold block: auto (an SM's whole shared memory "
      "when hold_blocks > 1, so that nothing else runs on a held SM; none for one block), sm (always an SM's "
      "whole), or a byte count (e.g. NCCL's own, from a profile)",
@@ -673,9 +709,9 @@ const KeyDesc kKeys[] = {
                                                      : std::to_string(s.hold_shared_bytes);
      }},
     {"hold_traffic", "RANKLENS_HOLD_TRAFFIC", "0",
-     "replay (completion: kernel), experiment: device memory each hold reads and writes per byte of its call, in "
-     "the hold's last part and never lengthening it, so that compute overlapping the call meets the memory load "
-     "and power draw of NCCL's data movement; 0: none. Use with an NCCL-shaped hold (hold_blocks, hold_threads)",
+     "decimal 0..64",
+     "replay (completion: kernel), experimental: device memory each hold reads and writes per byte of its "
+     "call, so that compute overlapping the call meets memory traffic like NCCL's; 0: none",
      [](const Input& in, Settings& s) {
        return parseDecimal(in, 0, 64, "a decimal in 0..64 such as 2 or 2.5", s.hold_traffic);
      },
@@ -685,20 +721,21 @@ const KeyDesc kKeys[] = {
        return std::string(text);
      }},
     {"hold_from", "RANKLENS_HOLD_FROM", "arrival",
-     "replay: where a hold counts its duration from: the moment its stream reached the call (a mark before the "
-     "call's copies, which then count within the duration, and before any wait of the hold for SMs), or the hold "
-     "kernel's own start (what the program does before NCCL's kernel gets the SMs then adds to the call, as it "
-     "did in the real run when the recording was made with another program)",
+     "arrival | start",
+     "replay: a hold counts its duration from the moment its stream reached the call (arrival: the call's "
+     "copies and any wait for SMs count within it) or from the hold kernel's own start (start: such waits "
+     "add to the call, as NCCL's kernel's did in the real run)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHoldFromNames, s.hold_from); },
      [](const Settings& s) { return std::string(toString(s.hold_from)); }},
     {"peer_pacing", "RANKLENS_PEER_PACING", "off",
-     "replay (timing, value; kernel holds): a collective ends the last arrival's recorded duration after the later "
-     "of this rank's arrival and its peers', each peer arriving its recorded gap after the communicator's previous "
-     "collective ended (recorded: needs every rank's recording, RankLens 1.6 traces), instead of this "
+     "off | recorded",
+     "replay (timing, value; kernel holds): a collective ends when its slowest peer, arriving at its "
+     "recorded pace, would have finished it (recorded: needs every rank's recording), instead of this "
      "rank's recorded duration after its own arrival (off)",
      [](const Input& in, Settings& s) { return parseEnum(in, kPeerPacingNames, s.peer_pacing); },
      [](const Settings& s) { return std::string(toString(s.peer_pacing)); }},
     {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
+     "integer 0..1048576",
      "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
      "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",
      [](const Input& in, Settings& s) {
@@ -706,15 +743,18 @@ const KeyDesc kKeys[] = {
      },
      [](const Settings& s) { return std::to_string(s.resync_window); }},
     {"prefetch_bytes", "RANKLENS_PREFETCH_BYTES", "auto",
+     "auto | a byte count ≥ 1 MiB",
      "replay (value): pinned host memory holding payloads decoded ahead of their calls by worker threads; auto: 4x "
      "the recording's largest step of payloads, at least 512MiB, at most 8GiB and an eighth of the host's memory",
      [](const Input& in, Settings& s) { return parseBytesOrAuto(in, 1 << 20, 0, s.prefetch_bytes); },
      [](const Settings& s) { return showBytesOrAuto(s.prefetch_bytes, 0); }},
     {"prefetch_threads", "RANKLENS_PREFETCH_THREADS", "0",
+     "0..64",
      "replay (value): worker threads decoding recorded payloads ahead of their calls; 0: a quarter of the cores, 2..8",
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.prefetch_threads); },
      [](const Settings& s) { return std::to_string(s.prefetch_threads); }},
     {"payload_device_bytes", "RANKLENS_PAYLOAD_DEVICE_BYTES", "auto",
+     "auto | a byte count | 0",
      "replay (timing, value): device memory that recorded payloads move into ahead of their calls, so that a "
      "restore is a copy within the GPU; auto: up to two steps of payloads, from what the recorded job left free of "
      "its GPU (256MiB when the recording does not say); 0: restore from pinned host memory",
@@ -723,6 +763,7 @@ const KeyDesc kKeys[] = {
      },
      [](const Settings& s) { return showBytesOrAuto(s.payload_device_bytes, Settings::kAutoDeviceBytes); }},
     {"break_at", "RANKLENS_BREAK_AT", "",
+     "<comm>:<seq>",
      "replay: raise SIGTRAP (stops under a debugger) when the call <comm>:<seq> is made, comm = creation order "
      "as in `ranklens trace summary`, e.g. 0:120",
      [](const Input& in, Settings& s) { return parseBreakAt(in, s); },
@@ -912,7 +953,7 @@ std::vector<KeyInfo> describe(const Settings& settings) {
     for (const KeyDesc& d : kKeys) {
       auto it = settings.set_by.find(d.key);
       rows.push_back({d.key, d.env, d.show(settings), it == settings.set_by.end() ? "default" : it->second,
-                      d.defaultText, d.help});
+                      d.defaultText, d.values, d.help});
     }
   } catch (...) {
     // Only std::bad_alloc can get here; a partial table is better than an exception through the C ABI.

@@ -289,7 +289,23 @@ int runReplay(const ReplayOptions& o) {
   return exitCode;
 }
 
-int runDumpConfig(const std::string& configPath) {
+// docs/config.md's table of settings, one line each (a test holds the two together).
+int printSettingsTable() {
+  auto cell = [](const std::string& text) {
+    std::string out;
+    for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+    return out;
+  };
+  std::cout << "| key | environment variable | values | default | what it does |\n| --- | --- | --- | --- | --- |\n";
+  for (const auto& row : ranklens::config::describe(ranklens::config::Settings{}))
+    std::cout << "| `" << row.key << "` | `" << row.env << "` | " << cell(row.values) << " | "
+              << (row.default_value.empty() ? std::string("empty") : "`" + row.default_value + "`") << " | "
+              << cell(row.help) << " |\n";
+  return 0;
+}
+
+int runDumpConfig(const std::string& configPath, bool markdown) {
+  if (markdown) return printSettingsTable();
   if (!configPath.empty()) setenv("RANKLENS_CONFIG", configPath.c_str(), 1);
   auto loaded = ranklens::config::loadFromEnvironment([](const char* n) { return getenv(n); });
   if (!loaded.ok) {
@@ -442,8 +458,10 @@ int main(int argc, char** argv) {
   auto* timeline = ranklens::tools::addTimelineCommand(app, &timelineOptions);
 
   std::string configPath;
+  bool markdown = false;
   auto* dump = app.add_subcommand("dump-config", "Show every setting: value, where it came from, default");
   dump->add_option("-c,--config", configPath, "YAML settings file (else RANKLENS_CONFIG)");
+  dump->add_flag("--markdown", markdown, "Print the table of every setting (docs/config.md's) instead");
 
   try {
     app.parse(argc, argv);
@@ -464,7 +482,7 @@ int main(int argc, char** argv) {
     if (waits->parsed()) return ranklens::tools::runWaits(waitsOptions);
     if (compare->parsed()) return ranklens::tools::runCompare(compareOptions, std::cout, std::cerr);
     if (timeline->parsed()) return ranklens::tools::runTimeline(timelineOptions, std::cerr);
-    if (dump->parsed()) return runDumpConfig(configPath);
+    if (dump->parsed()) return runDumpConfig(configPath, markdown);
   } catch (const std::exception& e) {  // a bug, or a record that decodes into nonsense: say so, do not abort
     std::cerr << "error: internal error: " << e.what() << " (please report it with the command line)\n";
     return 1;

@@ -137,9 +137,10 @@ LoadResult loadFromEnvironment(const GetEnv& getenv, const std::vector<std::stri
 LoadResult loadFromYaml(const std::string& yamlText, const std::string& origin, const GetEnv& getenv,
                         const std::vector<std::string>* envNames = nullptr);
 
-// One row per key, for `dump-config` and docs: key, environment variable, value, set_by, default, help.
+// One row per key, for `dump-config` and docs/config.md's table (`ranklens dump-config --markdown`): key, environment
+// variable, value, set_by, default, accepted values, help.
 struct KeyInfo {
-  std::string key, env, value, set_by, default_value, help;
+  std::string key, env, value, set_by, default_value, values, help;
 };
 std::vector<KeyInfo> describe(const Settings& settings);
 
