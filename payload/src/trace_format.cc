@@ -205,6 +205,30 @@ std::string machineDifference(const Manifest& recorded, const Manifest& replayed
   return out;
 }
 
+std::vector<Incomparable> stepTimeIncomparable(const Manifest& recorded, const Manifest& replayed) {
+  std::vector<Incomparable> out;
+  if (replayed.gpu_name.empty())
+    out.push_back({"host device", "the replay ran on the host device, which accounts GPU time instead of waiting for it"});
+  else if (replayed.writer.find("(structure") != std::string::npos)
+    out.push_back({"structure fidelity", "the replay was at structure fidelity, which holds no call for its duration"});
+  if (recorded.shared_gpu)
+    out.push_back({"shared-GPU recording", "the recorded ranks shared a GPU (--share-gpu), so its step times are not a "
+                                           "lone rank's"});
+  if (!replayed.gpu_name.empty() && !recorded.gpu_name.empty() && recorded.gpu_name != replayed.gpu_name)
+    out.push_back({"recorded on " + recorded.gpu_name,
+                   "the recording ran on " + recorded.gpu_name + ", the replay on " + replayed.gpu_name});
+  const bool cpuDiffers = !recorded.cpu_model.empty() && !replayed.cpu_model.empty() &&
+                          recorded.cpu_model != replayed.cpu_model;
+  const bool cpusDiffer = recorded.cpus > 0 && replayed.cpus > 0 && recorded.cpus != replayed.cpus;
+  if (cpuDiffers || cpusDiffer)
+    out.push_back({"other host", "the hosts differ (" +
+                                     (cpuDiffers ? recorded.cpu_model + " against " + replayed.cpu_model
+                                                 : std::to_string(recorded.cpus) + " CPUs against " +
+                                                       std::to_string(replayed.cpus)) +
+                                     "), and a host-bound step runs at its machine's speed"});
+  return out;
+}
+
 std::optional<uint64_t> counterValue(const Manifest& manifest, const char* name) {
   const auto it = manifest.counters.find(name);
   if (it == manifest.counters.end()) return std::nullopt;

@@ -277,7 +277,7 @@ std::string CompareTimeline::root_;
 
 TEST_F(CompareTimeline, IdenticalCallsMatchAndStepErrorsSkipWarmup) {
   const json doc = compareJson("identical/rank1", 0);
-  EXPECT_EQ(doc["format_version"], "1.3");
+  EXPECT_EQ(doc["format_version"], "1.4");
   EXPECT_EQ(doc["match"], true);
   EXPECT_EQ(doc["estimated"]["count"], 0);
   EXPECT_EQ(doc["recorded"]["mode"], "record");
@@ -433,7 +433,10 @@ TEST_F(CompareTimeline, TextReportAndJsonFile) {
 TEST_F(CompareTimeline, AReplayOnAnotherMachineIsNamedBesideTheStepTimes) {
   const Result other = ranklens({"compare", path("machine-recorded/rank1"), path("machine-other/rank1")});
   EXPECT_EQ(other.rc, 0) << other.err;
-  EXPECT_NE(other.out.find("machines differ: CPU Test CPU 9000 against Test CPU 7000; CPUs 32 against 16"),
+  EXPECT_NE(other.out.find("not comparable, so this error is no measure of the replay's timing fidelity:"),
+            std::string::npos) << other.out;
+  EXPECT_NE(other.out.find("the hosts differ (Test CPU 9000 against Test CPU 7000), and a host-bound step runs at "
+                           "its machine's speed"),
             std::string::npos) << other.out;
   const Result otherJson =
       ranklens({"compare", path("machine-recorded/rank1"), path("machine-other/rank1"), "--json", "-"});
@@ -441,9 +444,21 @@ TEST_F(CompareTimeline, AReplayOnAnotherMachineIsNamedBesideTheStepTimes) {
   EXPECT_EQ(doc["machines_differ"], "CPU Test CPU 9000 against Test CPU 7000; CPUs 32 against 16");
   EXPECT_EQ(doc["recorded"]["cpus"], 32);
   EXPECT_EQ(doc["replayed"]["cpu_model"], "Test CPU 7000");
+  EXPECT_EQ(doc["step_time_comparable"]["comparable"], false);
+  bool otherHost = false;
+  for (const auto& why : doc["step_time_comparable"]["reasons"]) otherHost = otherHost || why["brief"] == "other host";
+  EXPECT_TRUE(otherHost) << doc["step_time_comparable"].dump();
+  // The same GPU model and host: the error is judged.
+  const Result same = ranklens({"compare", path("machine-recorded/rank1"), path("machine-same/rank1")});
+  EXPECT_NE(same.out.find("comparable: the same GPU model (NVIDIA H200) and host, so this error measures the "
+                          "replay's timing fidelity"),
+            std::string::npos) << same.out;
+  EXPECT_EQ(parseJson(ranklens({"compare", path("machine-recorded/rank1"), path("machine-same/rank1"), "--json", "-"})
+                          .out)["step_time_comparable"]["comparable"],
+            true);
   for (const char* replayed : {"machine-same/rank1", "identical/rank1"}) {  // the same machine; unknown (format 1.6)
     const Result same = ranklens({"compare", path("machine-recorded/rank1"), path(replayed)});
-    EXPECT_EQ(same.out.find("machines differ"), std::string::npos) << replayed << "\n" << same.out;
+    EXPECT_EQ(same.out.find("the hosts differ"), std::string::npos) << replayed << "\n" << same.out;
   }
 }
 

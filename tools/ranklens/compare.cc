@@ -28,7 +28,7 @@ using events::Call;
 using events::CommInit;
 using nlohmann::json;
 
-constexpr const char* kJsonFormatVersion = "1.3";  // of the --json document: minor for added keys, major for changes
+constexpr const char* kJsonFormatVersion = "1.4";  // of the --json document: minor for added keys, major for changes
                                                      // (1.1: "estimated")
 
 // ------------------------------------------------------------------------------------------------ communicators
@@ -390,6 +390,14 @@ json countsJson(const MatchCounts& counts) {
           {"matched_calls", counts.matched}, {"match_percent", counts.percent()}};
 }
 
+// null when comparable, else the reasons why not (trace::stepTimeIncomparable).
+json incomparableJson(const Comparison& c) {
+  json reasons = json::array();
+  for (const auto& why : trace::stepTimeIncomparable(c.recorded->manifest, c.replayed->manifest))
+    reasons.push_back({{"brief", why.brief}, {"detail", why.detail}});
+  return {{"comparable", reasons.empty()}, {"reasons", reasons}};
+}
+
 json reportJson(const Comparison& c, const CompareOptions& options) {
   json comms = {{"matched", json::array()}, {"only_recorded", json::array()}, {"only_replayed", json::array()}};
   for (const auto& [rec, rep] : c.comms.replayedOf) comms["matched"].push_back({{"recorded", rec}, {"replayed", rep}});
@@ -447,6 +455,7 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
           {"first_divergence", divergence},
           {"steps", steps},
           {"machines_differ", trace::machineDifference(c.recorded->manifest, c.replayed->manifest)},
+          {"step_time_comparable", incomparableJson(c)},
           {"timing", timing},
           {"estimated", estimated},
           {"recorded_host_time", host},
@@ -527,13 +536,18 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
         << "  median step  recorded " << msText(s.medianRecordedNs) << ", replayed " << msText(s.medianReplayedNs)
         << "\n  median error |" << percentText(s.medianAbsError, false) << "|, signed "
         << percentText(s.medianError, true) << "  ((replayed - recorded) / recorded per step)\n";
-    const std::string machines = trace::machineDifference(c.recorded->manifest, c.replayed->manifest);
-    if (!machines.empty())
-      out << "  machines differ: " << machines << " (a host-bound step runs at its machine's speed: compare "
-          << "replays made side by side on one machine, docs/fidelity.md section 4)\n";
-    if (c.recorded->manifest.shared_gpu)
-      out << "  the recorded ranks shared a GPU (ranklens record --share-gpu): its step times are not a lone "
-          << "rank's, so this error says nothing of the replay's timing\n";
+    const auto incomparable = trace::stepTimeIncomparable(c.recorded->manifest, c.replayed->manifest);
+    if (incomparable.empty()) {
+      out << "  comparable: the same GPU model" << (c.replayed->manifest.gpu_name.empty()
+                                                        ? std::string()
+                                                        : " (" + c.replayed->manifest.gpu_name + ")")
+          << " and host, so this error measures the replay's timing fidelity\n";
+    } else {
+      out << "  not comparable, so this error is no measure of the replay's timing fidelity:";
+      for (const auto& why : incomparable) out << "\n    " << why.detail;
+      out << "\n  (replay on a machine like the recording's, from a recording with one GPU per rank; "
+          << "docs/fidelity.md)\n";
+    }
   }
 
   out << "\n" << std::left << std::setw(22) << "Timing.durationNs sum" << std::right << std::setw(14) << "recorded"

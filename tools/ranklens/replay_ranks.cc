@@ -98,11 +98,9 @@ bool parseRanks(const std::string& spec, const std::set<int>& recorded, int worl
   return !ranks->empty() || (*error = "--ranks: no rank given", false);
 }
 
-// What the report needs of the recording: its ranks, world size, and per rank whether its GPU was shared, which GPU
-// it was, and the device memory it took (for --parallel auto).
+// What --ranks needs of the recording besides its ranks and world size: the device memory each rank took (for
+// --parallel auto).
 struct RecordedRank {
-  bool sharedGpu = false;
-  std::string gpuName;
   uint64_t deviceBytesUsed = 0;  // 0: unknown
 };
 
@@ -117,8 +115,6 @@ bool readRecording(const std::string& trace, int* worldSize, std::map<int, Recor
     const trace::Manifest& m = reader->manifest();
     if (m.rank < 0) continue;
     RecordedRank& r = (*ranks)[m.rank];
-    r.sharedGpu = m.shared_gpu;
-    r.gpuName = m.gpu_name;
     const auto total = trace::counterValue(m, trace::counter::kDeviceMemoryTotal);
     const auto leastFree = trace::counterValue(m, trace::counter::kDeviceMemoryLeastFree);
     if (total && leastFree && *total > *leastFree) r.deviceBytesUsed = *total - *leastFree;
@@ -220,22 +216,19 @@ std::string percent(double v) {
   return s.str();
 }
 
-// The step-time error where it says something about the replay, else why not.
-std::string judgeStepTime(const json& c, const RecordedRank& recorded, const RankResult& r, const std::string& fidelity) {
-  if (fidelity == "structure") return "n/a: structure fidelity";
-  const std::string replayedGpu = c["replayed"].value("gpu_name", "");
-  if (replayedGpu.empty()) return "n/a: host device";
-  if (recorded.sharedGpu) return "n/a: shared-GPU recording";
+// The step-time error where it says something about the replay, else why not (compare's own judgement, and
+// whether other replays shared the GPU).
+std::string judgeStepTime(const json& c, const RankResult& r) {
+  const json& judged = c["step_time_comparable"];
+  if (judged.is_object() && !judged.value("comparable", true) && !judged["reasons"].empty())
+    return "n/a: " + judged["reasons"][0].value("brief", "not comparable");
   if (r.concurrent) return "n/a: replays shared the GPU";
-  if (replayedGpu != recorded.gpuName) return "n/a: recorded on " + recorded.gpuName;
   const json& median = c["steps"]["median_relative_error"];
   if (!median.is_number()) return "n/a: no steps compared";
-  std::string text = percent(median.get<double>());
-  if (const std::string machines = c.value("machines_differ", ""); !machines.empty()) text += " (hosts differ)";
-  return text;
+  return percent(median.get<double>());
 }
 
-RankResult resultOf(const ReplayOptions& o, int rank, const RecordedRank& recorded) {
+RankResult resultOf(const ReplayOptions& o, int rank) {
   RankResult r;
   r.rank = rank;
   const std::string base = o.out + "/rank" + std::to_string(rank);
@@ -289,8 +282,7 @@ RankResult resultOf(const ReplayOptions& o, int rank, const RecordedRank& record
       << (rep.is_object() ? rep.value("op", "?") + " " + std::to_string(rep.value("count", 0ull)) : "nothing");
     r.divergence = s.str();
   }
-  const std::string fidelity = o.fidelity.empty() ? "timing" : o.fidelity;
-  r.stepError = judgeStepTime(c, recorded, r, fidelity);
+  r.stepError = judgeStepTime(c, r);
   return r;
 }
 
@@ -322,9 +314,9 @@ void printHeader(std::ostream& out) {
       << std::right;
 }
 
-int report(const ReplayOptions& o, const std::vector<int>& ranks, const std::map<int, RecordedRank>& recorded) {
+int report(const ReplayOptions& o, const std::vector<int>& ranks) {
   std::vector<RankResult> results;
-  for (int rank : ranks) results.push_back(resultOf(o, rank, recorded.at(rank)));
+  for (int rank : ranks) results.push_back(resultOf(o, rank));
   std::cout << "\nReplays of " << o.trace << " (" << results.size() << " ranks; logs and traces in " << o.out
             << "):\n";
   printHeader(std::cout);
@@ -549,7 +541,7 @@ int runReplayRanks(const ReplayOptions& o) {
     resolved.out = freshDirectoryName(tmp && *tmp ? tmp : "/tmp", "ranklens-replays");
   }
   resolved.out = fs::absolute(resolved.out).lexically_normal().string();
-  if (o.reportOnly) return report(resolved, ranks, recorded);
+  if (o.reportOnly) return report(resolved, ranks);
   std::error_code ec;
   fs::create_directories(resolved.out, ec);
   if (ec) {
@@ -564,7 +556,7 @@ int runReplayRanks(const ReplayOptions& o) {
     }
   if (!o.slurm.empty()) return writeSlurm(resolved, ranks, parallel);
   if (const int stopped = runLocally(resolved, ranks, parallel); stopped >= 0) return stopped;
-  return report(resolved, ranks, recorded);
+  return report(resolved, ranks);
 }
 
 }  // namespace tools

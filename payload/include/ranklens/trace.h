@@ -261,6 +261,14 @@ bool hostMemoryInfo(uint64_t* availableBytes, uint64_t* totalBytes);
 // "" when both manifests name the same processor, CPU count and GPU (or a side does not say); else what differs,
 // e.g. "CPUs 16 against 32".
 std::string machineDifference(const Manifest& recorded, const Manifest& replayed);
+// Why a replay's step times say nothing of how faithfully it reproduced the recorded ones: the replay ran on the host
+// device or at structure fidelity (nothing held), the recorded ranks shared a GPU, or the machines differ in GPU model
+// or host (a host-bound step runs at its machine's speed). Empty when they are comparable. `brief` fits a table
+// cell, `detail` a sentence.
+struct Incomparable {
+  std::string brief, detail;
+};
+std::vector<Incomparable> stepTimeIncomparable(const Manifest& recorded, const Manifest& replayed);
 uint32_t crc32Bytes(const void* data, size_t size);  // CRC-32 as zlib computes it (ISA-L), any size
 std::string segmentName(uint32_t index);  // seg-000000.rls
 std::string payloadName(uint32_t index);  // pay-000000.rlp
