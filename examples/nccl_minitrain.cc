@@ -58,29 +58,11 @@
 #include <utility>
 #include <vector>
 
+#include "nccl_example_util.h"
+
 namespace {
 
-constexpr int kExitUsage = 64;  // EX_USAGE
-
-#define NCCL_CHECK(call)                                                                                        \
-  do {                                                                                                          \
-    ncclResult_t res_ = (call);                                                                                 \
-    if (res_ != ncclSuccess) {                                                                                  \
-      fprintf(stderr, "minitrain: %s:%d: %s failed: %s (%d)\n  ncclGetLastError: %s\n", __FILE__, __LINE__, #call, \
-              ncclGetErrorString(res_), static_cast<int>(res_), ncclGetLastError(nullptr));                     \
-      exit(1);                                                                                                  \
-    }                                                                                                           \
-  } while (0)
-
-#define CUDA_CHECK(call)                                                                                  \
-  do {                                                                                                    \
-    cudaError_t err_ = (call);                                                                            \
-    if (err_ != cudaSuccess) {                                                                            \
-      fprintf(stderr, "minitrain: %s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call,               \
-              cudaGetErrorString(err_), static_cast<int>(err_));                                          \
-      exit(1);                                                                                            \
-    }                                                                                                     \
-  } while (0)
+using namespace nccl_example;
 
 // Element counts (per rank). Small enough for RankLens's host device, large enough to look like real buckets.
 constexpr size_t kParamShard = size_t{1} << 18;  // bf16 parameters per TP rank (512 KiB)
@@ -96,23 +78,6 @@ constexpr size_t kPipe = size_t{1} << 15;        // fp32 elements sent to the ne
           "  K >= 1 dividing WORLD_SIZE (default 2, or 1 when WORLD_SIZE is odd)\n",
           message.c_str());
   exit(kExitUsage);
-}
-
-// A whole decimal integer in [lo, hi]; `what` names the source in the error ("RANK=x", "--steps x").
-int parseInt(const char* text, int lo, int hi, const std::string& what) {
-  if (text == nullptr || *text == '\0') usageError(what + ": expected an integer");
-  char* end = nullptr;
-  errno = 0;
-  long value = strtol(text, &end, 10);
-  if (errno != 0 || *end != '\0' || end == text || text[0] == ' ' || text[0] == '+' || value < lo || value > hi)
-    usageError(what + ": expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
-  return static_cast<int>(value);
-}
-
-int envInt(const char* name, int fallback, int lo, int hi) {
-  const char* text = getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  return parseInt(text, lo, hi, std::string(name) + "=" + text);
 }
 
 std::string rankList(int first, int stride, int count) {
@@ -156,33 +121,6 @@ void expectShape(ncclComm_t comm, const char* label, int size, int rank) {
   }
 }
 
-// Rank 0 writes the id to `path` (complete before it appears: a temporary file, then rename); the others wait for it
-// (60 s), then read it. The file stays behind: a later run must use another path, or its ranks > 0 could read this
-// stale id (torchrun gives every run its own TORCHELASTIC_RUN_ID, hence its own default path).
-void exchangeUniqueId(const std::string& path, int rank, ncclUniqueId* id) {
-  if (rank == 0) {
-    const std::string tmp = path + ".tmp";
-    FILE* f = fopen(tmp.c_str(), "wb");
-    if (f == nullptr || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 ||
-        rename(tmp.c_str(), path.c_str()) != 0) {
-      fprintf(stderr, "minitrain: cannot write the unique id to %s: %s\n", path.c_str(), strerror(errno));
-      exit(1);
-    }
-    return;
-  }
-  for (int waited = 0; waited < 6000; ++waited) {
-    if (FILE* f = fopen(path.c_str(), "rb")) {
-      const bool ok = fread(id, sizeof *id, 1, f) == 1;
-      fclose(f);
-      if (ok) return;
-    }
-    usleep(10000);
-  }
-  fprintf(stderr, "minitrain: rank %d waited 60 s for rank 0's unique id in %s (is rank 0 running? replaying one "
-          "rank alone: leave --id-file out and unset TORCHELASTIC_RUN_ID)\n", rank, path.c_str());
-  exit(1);
-}
-
 void* alloc(size_t bytes) {
   void* ptr = nullptr;
   NCCL_CHECK(ncclMemAlloc(&ptr, bytes));
@@ -191,23 +129,14 @@ void* alloc(size_t bytes) {
 
 // FNV-1a over the device buffers' bytes, in order.
 uint64_t digestOf(const std::vector<std::pair<void*, size_t>>& buffers) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = fnv1a64(nullptr, 0);
   std::vector<unsigned char> host;
   for (const auto& [ptr, bytes] : buffers) {
     host.resize(bytes);
     CUDA_CHECK(cudaMemcpy(host.data(), ptr, bytes, cudaMemcpyDeviceToHost));
-    for (unsigned char c : host) h = (h ^ c) * 1099511628211ull;
+    h = fnv1a64(host.data(), bytes, h);
   }
   return h;
-}
-
-int deviceCountOrZero() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return n;
 }
 
 }  // namespace
@@ -217,8 +146,7 @@ int main(int argc, char** argv) {
   const int rank = envInt("RANK", 0, 0, worldSize - 1);
   int steps = 3;
   int tp = worldSize % 2 == 0 ? 2 : 1;
-  const char* runId = getenv("TORCHELASTIC_RUN_ID");
-  std::string idFile = runId && *runId ? std::string("/tmp/nccl_minitrain.") + runId + ".uid" : std::string();
+  std::string idFile = defaultIdFile("nccl_minitrain");
   bool digest = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -261,14 +189,7 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaStreamCreate(&stream));
   }
 
-  // World communicator. In a real multi-process job rank 0 calls ncclGetUniqueId and hands the id to every rank
-  // (here through a file) before ncclCommInitRank. A virtual RankLens communicator has no bootstrap, so a rank
-  // replayed alone creates its own id.
-  ncclUniqueId id;
-  if (idFile.empty() || rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  if (!idFile.empty() && worldSize > 1) exchangeUniqueId(idFile, rank, &id);
-  ncclComm_t world = nullptr;
-  NCCL_CHECK(ncclCommInitRank(&world, worldSize, id, rank));
+  ncclComm_t world = initWorld(idFile, rank, worldSize);
   expectShape(world, "world", worldSize, rank);
 
   const std::string tpEntry = "{members: " + rankList(dpIndex * tp, 1, tp) + ", color: " + std::to_string(tpColor) +
