@@ -589,7 +589,7 @@ void installWriterSetup() {
     manifest->writer = describeWriter(s, lib);
     if (s.payloads != ranklens::config::Payloads::kNone) {
       // Full capture spends these threads compressing and writing, about 0.8-0.9 CPU-s per GB of payload (GPT-2 small
-      // DDP on one H200, trace format 1.10, s26b): payload_threads and payload_zstd_level.
+      // DDP on one H200): payload_threads and payload_zstd_level.
       const bool controlValuesOnly =
           s.payloads == ranklens::config::Payloads::kSmall && s.payload_max_bytes <= (1u << 20);
       writer->compressionThreads =
@@ -641,7 +641,7 @@ void noteStage(int64_t step) { state().step.store(step, std::memory_order_relaxe
 
 // Payloads lost to a full or too small staging area, or a job held back by it, are said at the end (and again only when more were
 // lost since): the counters alone would leave a recording that silently lacks a third of its payloads (GPT-2 small
-// DDP with payloads all and the default 256 MiB under staging_full: skip, s23h).
+// DDP with payloads all and a 256 MiB staging under staging_full: skip).
 void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes, size_t controlReserveBytes) {
   static std::mutex mu;
   static uint64_t skippedSaid = 0, tooLargeSaid = 0, waitedSaid = 0;

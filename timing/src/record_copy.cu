@@ -13,8 +13,7 @@ namespace {
 
 // One block: 16 bytes at a time when both ends allow it. Every thread's writes are fenced at system scope before
 // the block's barrier; then one thread writes the token, which the host reads as "the bytes are in place" (no event
-// needed after the copy: one CUDA call fewer on the job's thread, and about 1.2 us less GPU time on its stream,
-// s18g).
+// needed after the copy: one CUDA call fewer on the job's thread, and about 1.2 us less GPU time on its stream).
 extern "C" __global__ void ranklens_RecordPayload(unsigned char* dst, const unsigned char* src, size_t bytes,
                                                   volatile unsigned long long* done, unsigned long long token) {
   size_t copied = 0;

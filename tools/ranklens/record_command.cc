@@ -76,7 +76,7 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
 namespace {
 
 // Compression threads busier than this while they had payloads to work on are taken as what bound a recording: at
-// 46-51% something before them held the payloads (the writer's queue, s25h/s25i); with that gone they were 78% busy.
+// 46-51% something before them held the payloads (the writer's queue); with that gone they were 78% busy.
 constexpr double kThreadsBoundShare = 0.75;
 
 // One line per rank directory: what the manifest says was written, and whether the writer closed it; then what to
@@ -133,7 +133,7 @@ void reportRanks(const std::string& traceDir) {
     std::cout << "  " << skippedFull << " payloads did not fit in staging (pinned memory, staging_bytes): "
               << trace::advice::kStagingFull << "\n";
   // Staging absorbs bursts; when the compression threads were busy most of the time they had payloads, they bound
-  // the recording (GPT-2 small DDP: about ten steps absorbed, then 1.7-2.7x the job's step time, s25b-s25d).
+  // the recording (GPT-2 small DDP: about ten steps absorbed, then 1.7-2.7x the job's step time).
   if (busiest.busyShare >= kThreadsBoundShare) {
     std::cout << "  the " << busiest.threads << " compression threads were busy " << std::fixed << std::setprecision(0)
               << 100 * busiest.busyShare << "% of the time they had payloads";
