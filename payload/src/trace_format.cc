@@ -34,6 +34,7 @@ const char* recordTypeName(RecordType type) {
     case RecordType::kPayloadRef: return "PayloadRef";
     case RecordType::kEdit: return "Edit";
     case RecordType::kCommBinding: return "CommBinding";
+    case RecordType::kFlightRecorderEntry: return "FlightRecorderEntry";
   }
   return "Unknown";
 }

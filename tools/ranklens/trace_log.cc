@@ -26,6 +26,9 @@ bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error)
         case trace::RecordType::kTiming: log->timings.push_back(body.as<trace::Timing>()); break;
         case trace::RecordType::kCommBinding: log->bindings.push_back(body.as<trace::CommBinding>()); break;
         case trace::RecordType::kPayloadRef: log->payloads.push_back(body.as<trace::PayloadRef>()); break;
+        case trace::RecordType::kFlightRecorderEntry:
+          log->frEntries.push_back(body.as<trace::FlightRecorderEntry>());
+          break;
         default: break;
       }
     } catch (const std::exception&) {

@@ -27,6 +27,7 @@ struct EventLog {
   std::vector<trace::CommBinding> bindings;  // replay traces (1.3): each replayed communicator's recorded one
   std::vector<events::GroupEnd> groupEnds;
   std::vector<trace::PayloadRef> payloads;  // every reference, superseded ones (edits) included
+  std::vector<trace::FlightRecorderEntry> frEntries;  // 1.13: traces imported from Flight Recorder dumps
   std::vector<trace::Problem> problems;  // damage found while reading; the intact records before it are loaded
 };
 

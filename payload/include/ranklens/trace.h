@@ -25,12 +25,13 @@ namespace ranklens {
 namespace trace {
 
 constexpr int kFormatMajor = 1;
-constexpr int kFormatMinor = 11;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
+constexpr int kFormatMinor = 13;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
                                    // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces;
                                    // 1.6: Timing.gapNs; 1.7: manifest cpu_model, cpus; 1.8: PayloadRef.shuffle;
                                    // 1.9: payload blobs without zstd's content checksum; 1.10: a payload blob may be
                                    // several zstd frames (one per MiB), their content in order; 1.11: manifest
-                                   // shared_gpu
+                                   // shared_gpu; 1.12: (spec clarifications); 1.13: manifest imported,
+                                   // FlightRecorderEntry records
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
@@ -41,7 +42,7 @@ constexpr uint32_t kMaxFileIndex = 999999;      // file names carry 6 decimal di
 // Record types; the values are on disk and never reused. 1..5 are the virtual communication events of events.h.
 enum class RecordType : int {
   kCommInit = 1, kCommEnd = 2, kCall = 3, kGroupEnd = 4, kStage = 5, kGroupBegin = 6, kTiming = 7, kPayloadRef = 8,
-  kEdit = 9, kCommBinding = 10,
+  kEdit = 9, kCommBinding = 10, kFlightRecorderEntry = 11,
 };
 const char* recordTypeName(RecordType type);
 
@@ -153,6 +154,28 @@ struct CommBinding {
   MSGPACK_DEFINE_ARRAY(commId, recordedCommId, rule, timeNs)
 };
 
+// 1.13: one entry of a PyTorch Flight Recorder dump that `ranklens import flight-recorder` turned into this trace,
+// written after the Call it became (op -1: an entry that is no NCCL call, e.g. "nccl:coalesced"). It keeps what the
+// dump says in the dump's own terms (state, sequence numbers, shapes, the Python stack) and names, in `unknown`, the
+// fields of its Call that the dump does not give and the importer filled with a stand-in.
+struct FlightRecorderEntry {
+  uint64_t commId = 0, seq = 0;
+  int op = -1, peer = -1;
+  int64_t recordId = -1, collectiveSeqId = 0, p2pSeqId = 0, opId = 0;
+  std::string profilingName, pgName, pgDesc;
+  std::string state;           // scheduled | started | completed
+  int64_t timeCreatedNs = 0;   // CLOCK_REALTIME (the dump's time_created_ns)
+  int64_t durationNs = -1;     // the dump's duration_ms (TORCH_NCCL_ENABLE_TIMING=1), -1 none
+  int64_t timeoutMs = 0;
+  bool isP2p = false;
+  std::string inputSizes, outputSizes, inputDtypes, outputDtypes;  // as Python prints them: "[[1024]]", "Float"
+  std::string frames;          // "#0 all_reduce from .../distributed_c10d.py:2696\n#1 ..." (innermost first)
+  std::string unknown;         // comma-separated Call fields not from the dump: count, datatype, redop, root, ...
+  MSGPACK_DEFINE_ARRAY(commId, seq, op, peer, recordId, collectiveSeqId, p2pSeqId, opId, profilingName, pgName, pgDesc,
+                       state, timeCreatedNs, durationNs, timeoutMs, isP2p, inputSizes, outputSizes, inputDtypes,
+                       outputDtypes, frames, unknown)
+};
+
 struct Manifest {
   std::string format = kFormatName;
   int version_major = kFormatMajor, version_minor = 0;  // a missing key reads as 0; writers write kFormatMinor
@@ -177,10 +200,13 @@ struct Manifest {
   // 1.11: the job's ranks shared GPUs (`ranklens record --share-gpu`): its values and calls are a real run's, its
   // durations are not those of a rank with a GPU of its own.
   bool shared_gpu = false;
+  // 1.13: where a trace that no recording wrote came from, e.g. {"from": "flight-recorder", "file": ..., "version":
+  // "2.10", "missing": "payloads, streams, ..."}; empty for recordings.
+  std::map<std::string, std::string> imported;
   MSGPACK_DEFINE_MAP(format, version_major, version_minor, rank, world_size, local_rank, host, pid, gpu_name,
                      gpu_uuid, nccl_version, mode, writer, start_time_ns, end_time_ns, env, closed, records_written,
                      records_dropped, payloads_written, payloads_dropped, payload_raw_bytes, payload_compressed_bytes,
-                     segments, payload_files, counters, cpu_model, cpus, shared_gpu)
+                     segments, payload_files, counters, cpu_model, cpus, shared_gpu, imported)
 };
 
 // Manifest::counters that a reader other than the writing recorder looks up (`ranklens record`'s summary, replay's

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0
+// PyTorch Flight Recorder dumps: the restricted pickle reader, the dump model, the import into a RankLens trace and
+// the cross-rank diagnosis, on the synthetic dumps of tests/data/flight_recorder/make_synthetic.py.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "fr_dump.h"
+#include "fr_import.h"
+#include "ranklens/trace.h"
+
+namespace fs = std::filesystem;
+using namespace ranklens;
+using ranklens::events::Op;
+
+namespace {
+
+const std::string kData = std::string(RANKLENS_TEST_DATA) + "/flight_recorder/synthetic";
+
+fr::Dump load(const std::string& rel, int rank = -1) {
+  fr::Dump d;
+  std::string error;
+  EXPECT_TRUE(fr::loadDump(kData + "/" + rel, rank, &d, &error)) << error;
+  return d;
+}
+
+std::string refusal(const std::string& rel) {
+  fr::Dump d;
+  std::string error;
+  EXPECT_FALSE(fr::loadDump(kData + "/" + rel, 0, &d, &error)) << rel;
+  return error;
+}
+
+std::vector<fr::Dump> loadDir(const std::string& rel, int ranks) {
+  std::vector<fr::Dump> out;
+  for (int r = 0; r < ranks; ++r) out.push_back(load(rel + "/rank_" + std::to_string(r)));
+  return out;
+}
+
+}  // namespace
+
+TEST(FlightRecorderDump, ReadsEveryEntryKindAndState) {
+  const fr::Dump d = load("hang-2/rank_0");
+  EXPECT_EQ(d.format, "pickle");
+  EXPECT_EQ(d.version, "2.10");
+  EXPECT_EQ(d.versionMajor, 2);
+  EXPECT_EQ(d.versionMinor, 10);
+  EXPECT_EQ(d.rank, 0);
+  EXPECT_EQ(d.commLibVersion, "2.27.3");
+  ASSERT_EQ(d.pgConfig.size(), 2u);
+  EXPECT_EQ(d.pgConfig.at("1").desc, "tp");
+  EXPECT_EQ(d.pgConfig.at("0").ranks, (std::vector<int>{0, 1}));
+  ASSERT_EQ(d.pgStatus.count("0"), 1u);
+  EXPECT_EQ(d.pgStatus.at("0").lastStarted, d.pgStatus.at("0").lastCompleted + 1);
+  ASSERT_EQ(d.entries.size(), 16u);
+  std::set<std::string> names, states;
+  for (const fr::Entry& e : d.entries) {
+    names.insert(e.profilingName.substr(0, e.profilingName.find(' ')));
+    states.insert(e.state);
+    EXPECT_TRUE(e.hasFrames);
+    EXPECT_FALSE(e.frames.empty());
+  }
+  EXPECT_EQ(states, (std::set<std::string>{"completed", "started", "scheduled"}));
+  for (const char* n : {"nccl:broadcast", "nccl:all_reduce", "nccl:_allgather_base",
+                        "nccl:reduce_scatter_tensor_coalesced", "nccl:all_to_all", "nccl:reduce", "nccl:gather",
+                        "nccl:scatter", "nccl:send", "nccl:recv", "nccl:coalesced", "nccl:all_reduce_barrier"}) {
+    EXPECT_EQ(names.count(n), 1u) << n;
+  }
+  const fr::Entry& hung = d.entries[d.entries.size() - 2];
+  EXPECT_EQ(hung.profilingName, "nccl:all_reduce");
+  EXPECT_EQ(hung.state, "started");
+  EXPECT_FALSE(hung.durationMs.has_value());
+  EXPECT_TRUE(hung.timeDiscoveredStartedNs.has_value());
+  EXPECT_FALSE(hung.timeDiscoveredCompletedNs.has_value());
+  EXPECT_EQ(hung.frames[2].name, "optimizer_step");
+  EXPECT_EQ(hung.frames[2].filename, "/work/train.py");
+  EXPECT_EQ(hung.timeoutMs, 20000);
+  EXPECT_EQ(d.entries[0].durationMs.value_or(-1), 0.25);
+  EXPECT_EQ(d.entries[2].pgName, "1");
+  EXPECT_EQ(d.entries[2].pgDesc, "tp");
+  EXPECT_EQ(d.entries[2].outputSizes, (std::vector<std::vector<int64_t>>{{512}}));
+  EXPECT_TRUE(d.entries[8].isP2p);
+  EXPECT_EQ(d.entries.back().state, "scheduled");
+  EXPECT_FALSE(d.entries.back().timeDiscoveredStartedNs.has_value());
+}
+
+TEST(FlightRecorderDump, ProtocolFourAndJsonReadTheSame) {
+  const fr::Dump p2 = load("hang-2/rank_0");
+  const fr::Dump p4 = load("desync_size-2/rank_0");  // rank 0 of a desync is the same program, pickled as protocol 4
+  const fr::Dump js = load("json/rank_0.json");
+  EXPECT_EQ(js.format, "json");
+  EXPECT_EQ(js.rank, 0);
+  ASSERT_EQ(p4.entries.size(), js.entries.size());
+  for (size_t k = 0; k < js.entries.size(); ++k) {
+    for (const fr::Dump* d : {&p4, &js}) {
+      const fr::Entry& e = d->entries[k];
+      EXPECT_EQ(e.profilingName, p4.entries[k].profilingName);
+      EXPECT_EQ(e.collectiveSeqId, p4.entries[k].collectiveSeqId);
+      EXPECT_EQ(e.inputSizes, p4.entries[k].inputSizes);
+      EXPECT_EQ(e.inputDtypes, p4.entries[k].inputDtypes);
+      EXPECT_EQ(e.pgName, p4.entries[k].pgName);
+      EXPECT_EQ(e.timeDiscoveredStartedNs.has_value(), p4.entries[k].timeDiscoveredStartedNs.has_value()) << k;
+    }
+  }
+  EXPECT_FALSE(js.entries[0].hasFrames);
+  EXPECT_EQ(js.pgStatus.at("0").lastEnqueued, p2.pgStatus.at("0").lastEnqueued);
+}
+
+TEST(FlightRecorderPickle, TorchListHelpersAreBuiltNotCalled) {
+  std::ifstream in(kData + "/c10_style/rank_0", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fr::Pickle p;
+  std::string error;
+  ASSERT_TRUE(fr::readPickle(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "c10", &p, &error)) << error;
+  const fr::Value* sizes = p.root->get("sizes");
+  ASSERT_NE(sizes, nullptr);
+  ASSERT_EQ(sizes->kind, fr::Value::Kind::kList);
+  ASSERT_EQ(sizes->items.size(), 2u);
+  EXPECT_EQ(sizes->items[1]->i, 8);
+  fr::Dump d;
+  ASSERT_TRUE(fr::parseDump(bytes, "c10_style/rank_0", -1, &d, &error)) << error;
+  EXPECT_TRUE(d.entries.empty());
+}
+
+TEST(FlightRecorderPickle, HostilePicklesAreRefusedWithoutRunningAnything) {
+  fs::remove("/tmp/ranklens-pwned");
+  struct Case {
+    const char* file;
+    const char* says;
+  } cases[] = {
+      {"global_os_system.pkl", "imports os.system"},
+      {"stack_global.pkl", "imports builtins.eval"},
+      {"build.pkl", "opcode BUILD"},
+      {"newobj.pkl", "opcode NEWOBJ"},
+      {"inst.pkl", "opcode INST"},
+      {"persid.pkl", "opcode PERSID"},
+      {"torch_other_global.pkl", "imports torch.jit._pickle.build_tensor_from_id"},
+      {"truncated.pkl", "truncated"},
+      {"unknown_opcode.pkl", "unknown pickle opcode 0xff"},
+      {"memo_missing.pkl", "memo 7 read before it was stored"},
+      {"huge_long.pkl", "more than 64 bits"},
+      {"two_values.pkl", "STOP with 2 values"},
+      {"empty.pkl", "without STOP"},
+      {"not_a_dict.pkl", "expected a dict"},
+      {"version_3.pkl", "version '3.0'"},
+      {"no_version.pkl", "version: expected a version string"},
+      {"bad_state.pkl", "entries[1].state: 'exploded'"},
+      {"bad_sizes.pkl", "entries[2].input_sizes: expected a list of shapes, found a str"},
+      {"bad_json.json", "truncated"},
+  };
+  for (const Case& c : cases) {
+    const std::string error = refusal(std::string("hostile/") + c.file);
+    EXPECT_NE(error.find(c.says), std::string::npos) << c.file << ": " << error;
+    EXPECT_NE(error.find(c.file), std::string::npos) << c.file << ": " << error;  // names the file
+  }
+  EXPECT_NE(refusal("hostile/global_os_system.pkl").find("offset 2:"), std::string::npos);
+  EXPECT_NE(refusal("hostile/version_3.pkl").find("2.x"), std::string::npos);
+  EXPECT_FALSE(fs::exists("/tmp/ranklens-pwned"));
+}
+
+TEST(FlightRecorderPickle, SelfReferencingListIsReadWithoutLeakOrLoop) {
+  // l = []; l.append(l): values live in the document's arena, so the cycle neither leaks nor recurses.
+  fr::Dump d;
+  std::string error;
+  EXPECT_FALSE(fr::loadDump(kData + "/hostile/cycle.pkl", 0, &d, &error));
+  EXPECT_NE(error.find("expected a dict, found a list"), std::string::npos) << error;
+}
+
+TEST(FlightRecorderDump, RankFromFileName) {
+  EXPECT_EQ(fr::rankFromFileName("/tmp/fr/rank_12"), 12);
+  EXPECT_EQ(fr::rankFromFileName("/tmp/fr/nccl_trace_rank_3.json"), 3);
+  EXPECT_EQ(fr::rankFromFileName("/tmp/fr/dump"), -1);
+  fr::Dump d;
+  std::string error;
+  std::ifstream in(kData + "/hang-2/rank_1", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(fr::parseDump(bytes, "dump.pkl", -1, &d, &error));
+  EXPECT_NE(error.find("--rank"), std::string::npos) << error;
+  EXPECT_TRUE(fr::parseDump(bytes, "dump.pkl", 5, &d, &error)) << error;
+  EXPECT_EQ(d.rank, 5);
+}
+
+TEST(FlightRecorderImport, EntriesBecomeCallsWithWhatTheDumpCannotSayMarked) {
+  const fr::Dump d = load("hang-4/rank_2");
+  std::map<std::string, tools::EntryCall> byName;
+  for (const fr::Entry& e : d.entries) byName.emplace(e.profilingName, tools::entryToCall(e, 4, 2));
+  auto at = [&](const std::string& n) -> const tools::EntryCall& { return byName.at(n); };
+  EXPECT_EQ(at("nccl:all_reduce").call.op, static_cast<int>(Op::kAllReduce));
+  EXPECT_EQ(at("nccl:all_reduce").call.count, 1024u);
+  EXPECT_EQ(at("nccl:all_reduce").call.datatype, 7);
+  EXPECT_EQ(at("nccl:all_reduce").call.bytes, 4096u);
+  EXPECT_EQ(at("nccl:all_reduce").call.nranks, 4);
+  EXPECT_EQ(at("nccl:all_reduce").call.rank, 2);
+  EXPECT_EQ(at("nccl:all_reduce").unknown, "redop,stream,payload");
+  EXPECT_EQ(at("nccl:_allgather_base").call.op, static_cast<int>(Op::kAllGather));
+  EXPECT_EQ(at("nccl:_allgather_base").call.count, 256u);  // the send count
+  EXPECT_EQ(at("nccl:_allgather_base").call.bytes, 256u * 4 * 4);
+  EXPECT_EQ(at("nccl:reduce_scatter_tensor_coalesced").call.op, static_cast<int>(Op::kReduceScatter));
+  EXPECT_NE(at("nccl:reduce_scatter_tensor_coalesced").unknown.find("count"), std::string::npos);
+  EXPECT_EQ(at("nccl:all_to_all").call.count, 64u);  // per peer
+  EXPECT_EQ(at("nccl:all_to_all").call.datatype, 9);
+  EXPECT_EQ(at("nccl:reduce").call.datatype, 8);
+  EXPECT_NE(at("nccl:reduce").unknown.find("root"), std::string::npos);
+  EXPECT_EQ(at("nccl:gather").call.datatype, 4);
+  EXPECT_EQ(at("nccl:scatter").call.count, 32u);
+  EXPECT_EQ(at("nccl:scatter").call.datatype, 2);
+  EXPECT_EQ(at("nccl:broadcast").call.op, static_cast<int>(Op::kBroadcast));
+  EXPECT_EQ(at("nccl:send 2->3").call.op, static_cast<int>(Op::kSend));
+  EXPECT_EQ(at("nccl:send 2->3").call.rootOrPeer, 3);
+  EXPECT_EQ(at("nccl:recv 2<-1").call.op, static_cast<int>(Op::kRecv));
+  EXPECT_EQ(at("nccl:recv 2<-1").call.rootOrPeer, 1);
+  EXPECT_EQ(at("nccl:recv 2<-1").unknown.find("redop"), std::string::npos);
+  EXPECT_EQ(at("nccl:all_reduce_barrier").call.count, 1u);
+  EXPECT_FALSE(at("nccl:coalesced").isCall);
+  EXPECT_NE(at("nccl:coalesced").why.find("coalesced"), std::string::npos);
+  EXPECT_EQ(tools::datatypeOfDtype("Float8_e4m3fn"), 10);
+  EXPECT_EQ(tools::datatypeOfDtype("ComplexFloat"), -1);
+}
+
+TEST(FlightRecorderImport, WritesATracePerRank) {
+  const fs::path out = fs::path(::testing::TempDir()) / "fr-import-hang2";
+  fs::remove_all(out);
+  const auto dumps = loadDir("hang-2", 2);
+  std::vector<tools::ImportReport> reports;
+  std::string error;
+  ASSERT_TRUE(tools::importDumps(dumps, out.string(), &reports, &error)) << error;
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].entries, 16u);
+  EXPECT_EQ(reports[0].calls, 15u);  // every entry but torch's "coalesced" marker
+  EXPECT_EQ(reports[0].notCalls, 1u);
+  EXPECT_EQ(reports[0].unfinished, 2u);
+  EXPECT_EQ(reports[1].entries, 15u);  // rank 1 never called the last all-reduce
+
+  auto reader = trace::TraceReader::open((out / "rank0").string(), trace::Limits{}, &error);
+  ASSERT_TRUE(reader) << error;
+  const trace::Manifest& m = reader->manifest();
+  EXPECT_EQ(m.rank, 0);
+  EXPECT_EQ(m.world_size, 2);
+  EXPECT_EQ(m.nccl_version, 22703);
+  EXPECT_EQ(m.version_minor, trace::kFormatMinor);
+  EXPECT_EQ(m.imported.at("from"), "flight-recorder");
+  EXPECT_EQ(m.imported.at("version"), "2.10");
+  EXPECT_NE(m.imported.at("missing").find("payloads"), std::string::npos);
+  std::vector<events::CommInit> comms;
+  std::vector<events::Call> calls;
+  std::vector<trace::Timing> timings;
+  std::vector<trace::FlightRecorderEntry> entries;
+  ASSERT_TRUE(reader->scan([&](trace::RecordType type, const msgpack::object& body, const trace::Location&) {
+    if (type == trace::RecordType::kCommInit) comms.push_back(body.as<events::CommInit>());
+    if (type == trace::RecordType::kCall) calls.push_back(body.as<events::Call>());
+    if (type == trace::RecordType::kTiming) timings.push_back(body.as<trace::Timing>());
+    if (type == trace::RecordType::kFlightRecorderEntry) entries.push_back(body.as<trace::FlightRecorderEntry>());
+    return true;
+  }));
+  ASSERT_EQ(comms.size(), 2u);
+  EXPECT_EQ(comms[0].name, "0:default_pg");
+  EXPECT_EQ(comms[1].name, "1:tp");
+  EXPECT_EQ(comms[1].worldRanks, (std::vector<int>{0, 1}));
+  ASSERT_EQ(calls.size(), 15u);
+  ASSERT_EQ(entries.size(), 16u);
+  EXPECT_EQ(timings.size(), 11u);  // completed collectives with duration_ms; P2P ones have none in this dump
+  // Collective sequence numbers follow torch's collective_seq_id (from 1) minus one, per communicator.
+  const trace::FlightRecorderEntry& hung = entries[entries.size() - 2];
+  EXPECT_EQ(hung.profilingName, "nccl:all_reduce");
+  EXPECT_EQ(hung.state, "started");
+  EXPECT_EQ(hung.seq, static_cast<uint64_t>(hung.collectiveSeqId - 1));
+  EXPECT_EQ(hung.durationNs, -1);
+  EXPECT_NE(hung.frames.find("#2 optimizer_step from /work/train.py:40"), std::string::npos) << hung.frames;
+  EXPECT_EQ(hung.inputSizes, "[[1024]]");
+  EXPECT_EQ(hung.inputDtypes, "Float");
+  EXPECT_EQ(entries[0].durationNs, 250000);
+  EXPECT_EQ(entries.back().state, "scheduled");
+  EXPECT_EQ(entries.back().commId, 1u);
+  EXPECT_EQ(entries.back().seq, 1u);  // the tp group's second all-gather
+  for (const auto& e : entries) {
+    if (e.op < 0) EXPECT_NE(e.unknown.find("coalesced"), std::string::npos);
+  }
+  const trace::FlightRecorderEntry& marker = entries[10];
+  EXPECT_EQ(marker.profilingName, "nccl:coalesced");
+  EXPECT_EQ(marker.op, -1);
+  // A second import into the same directory is refused, not merged.
+  EXPECT_FALSE(tools::importDumps(dumps, out.string(), &reports, &error));
+}
+
+TEST(FlightRecorderImport, DiagnosisNamesTheRankThatDiverged) {
+  const std::string hang = tools::diagnose(loadDir("hang-2", 2));
+  EXPECT_NE(hang.find("process group 0 (default_pg), collective sequence number 11"), std::string::npos) << hang;
+  EXPECT_NE(hang.find("reached by rank 0 (started), never called by rank 1 (missing call)"), std::string::npos) << hang;
+  EXPECT_NE(hang.find("optimizer_step from /work/train.py:40"), std::string::npos) << hang;
+  const std::string hang4 = tools::diagnose(loadDir("hang-4", 4));
+  EXPECT_NE(hang4.find("reached by ranks 0, 1, 2 (started), never called by rank 3"), std::string::npos) << hang4;
+  const std::string size = tools::diagnose(loadDir("desync_size-2", 2));
+  EXPECT_NE(size.find("rank 1 called different sizes"), std::string::npos) << size;
+  EXPECT_NE(size.find("[[2048]]"), std::string::npos) << size;
+  EXPECT_NE(tools::diagnose(loadDir("desync_dtype-2", 2)).find("rank 1 called a different dtype"), std::string::npos);
+  EXPECT_NE(tools::diagnose(loadDir("desync_op-2", 2)).find("rank 1 called a different collective"), std::string::npos);
+  // One rank's dump alone shows its own unfinished calls only.
+  const std::string alone = tools::diagnose({load("hang-2/rank_1")});
+  EXPECT_NE(alone.find("not completed on rank 1"), std::string::npos) << alone;
+}
