@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Builds the libFuzzer targets of the trace format parsers (tests/fuzz: fuzz_segment, fuzz_payload, fuzz_manifest),
 # of the history file with the estimator (fuzz_history), of nccl-tests output into it (fuzz_nccl_tests), of
-# rlpayload's .npy reader (fuzz_npy) and of the settings file (fuzz_config) with clang + ASan + UBSan in build/fuzz,
+# rlpayload's .npy reader (fuzz_npy), of the settings file (fuzz_config) and of PyTorch Flight Recorder dumps
+# (fuzz_flight_recorder) with clang + ASan + UBSan in build/fuzz,
 # then fuzzes each for SECONDS (default 20) on a copy of its seed corpus (tests/fuzz/corpus/<target>), all at once. Fails on any crash, leak, sanitizer report, timeout or OOM; the
 # reproducer is left in build/fuzz/artifacts/ and the log in build/fuzz/logs/.
 #   scripts/fuzz.sh [SECONDS]
@@ -14,7 +15,7 @@ root=$PWD
 seconds=${1:-20}
 [[ $seconds =~ ^[0-9]+$ ]] || { echo "usage: scripts/fuzz.sh [SECONDS]" >&2; exit 2; }
 build=$root/build/fuzz
-targets=(fuzz_segment fuzz_payload fuzz_manifest fuzz_history fuzz_nccl_tests fuzz_npy fuzz_config)
+targets=(fuzz_segment fuzz_payload fuzz_manifest fuzz_history fuzz_nccl_tests fuzz_npy fuzz_config fuzz_flight_recorder)
 
 cc=${CC:-clang}
 cxx=${CXX:-clang++}

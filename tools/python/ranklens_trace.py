@@ -76,7 +76,7 @@ def _zstandard():
 
 FORMAT_NAME = "ranklens-trace"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 11
+FORMAT_MINOR = 13
 SEGMENT_MAGIC = 0x47534C52  # "RLSG"
 PAYLOAD_MAGIC = 0x59504C52  # "RLPY"
 FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserved
@@ -153,6 +153,15 @@ RECORD_TYPES: Dict[int, Tuple[str, List[Tuple[str, str, Any]]]] = {
     9: ("Edit", [("commId", _U64, 0), ("seq", _U64, 0), ("tool", _S, ""), ("action", _S, ""), ("detail", _S, ""),
                  ("user", _S, ""), ("timeNs", _I64, 0), ("op", _I32, -1), ("peer", _I32, -1)]),
     10: ("CommBinding", [("commId", _U64, 0), ("recordedCommId", _I64, -1), ("rule", _S, ""), ("timeNs", _I64, 0)]),
+    # 1.13: an entry of a PyTorch Flight Recorder dump that `ranklens import flight-recorder` made into the Call
+    # before it (op -1: no call), in the dump's own terms; `unknown` names the Call fields the dump does not give.
+    11: ("FlightRecorderEntry", [("commId", _U64, 0), ("seq", _U64, 0), ("op", _I32, -1), ("peer", _I32, -1),
+                                 ("recordId", _I64, -1), ("collectiveSeqId", _I64, 0), ("p2pSeqId", _I64, 0),
+                                 ("opId", _I64, 0), ("profilingName", _S, ""), ("pgName", _S, ""),
+                                 ("pgDesc", _S, ""), ("state", _S, ""), ("timeCreatedNs", _I64, 0),
+                                 ("durationNs", _I64, -1), ("timeoutMs", _I64, 0), ("isP2p", _B, False),
+                                 ("inputSizes", _S, ""), ("outputSizes", _S, ""), ("inputDtypes", _S, ""),
+                                 ("outputDtypes", _S, ""), ("frames", _S, ""), ("unknown", _S, "")]),
 }
 RECORD_NAMES = {code: name for code, (name, _) in RECORD_TYPES.items()}
 CALL, PAYLOAD_REF = 3, 8
@@ -183,6 +192,8 @@ MANIFEST_KEYS: Dict[str, Tuple[str, Any]] = {
     "cpu_model": (_S, ""), "cpus": (_I32, 0),
     # 1.11: the job's ranks shared GPUs (its durations are not a lone rank's).
     "shared_gpu": (_B, False),
+    # 1.13: where an imported trace came from ({"from": "flight-recorder", "file": ..., "missing": ...}).
+    "imported": ("env", {}),
 }
 
 
