@@ -9,7 +9,9 @@
 #include <set>
 
 #include "fr_dump.h"
+#include "fr_export.h"
 #include "fr_import.h"
+#include "trace_log.h"
 #include "ranklens/trace.h"
 
 namespace fs = std::filesystem;
@@ -300,4 +302,108 @@ TEST(FlightRecorderImport, DiagnosisNamesTheRankThatDiverged) {
   // One rank's dump alone shows its own unfinished calls only.
   const std::string alone = tools::diagnose({load("hang-2/rank_1")});
   EXPECT_NE(alone.find("not completed on rank 1"), std::string::npos) << alone;
+}
+
+TEST(FlightRecorderExport, ImportedTraceRoundTripsToTheSameDump) {
+  const fs::path out = fs::path(::testing::TempDir()) / "fr-export-hang2";
+  fs::remove_all(out);
+  const auto dumps = loadDir("hang-2", 2);
+  std::vector<tools::ImportReport> reports;
+  std::string error;
+  ASSERT_TRUE(tools::importDumps(dumps, out.string(), &reports, &error)) << error;
+  for (int r = 0; r < 2; ++r) {
+    tools::EventLog log;
+    ASSERT_TRUE(tools::readEventLog((out / ("rank" + std::to_string(r))).string(), &log, &error)) << error;
+    const std::string bytes = tools::flightRecorderDump(log);
+    fr::Dump back;
+    ASSERT_TRUE(fr::parseDump(bytes, "exported/rank_" + std::to_string(r), -1, &back, &error)) << error;
+    EXPECT_EQ(back.version, "2.10");
+    EXPECT_EQ(back.rank, r);
+    EXPECT_EQ(back.pgConfig.at("0").ranks, dumps[r].pgConfig.at("0").ranks);
+    EXPECT_EQ(back.pgConfig.at("1").desc, "tp");
+    // Every call comes back as the entry it was imported from (torch's coalesced marker is no call: left out).
+    std::vector<const fr::Entry*> original;
+    for (const fr::Entry& e : dumps[r].entries) {
+      if (e.profilingName != "nccl:coalesced") original.push_back(&e);
+    }
+    ASSERT_EQ(back.entries.size(), original.size());
+    for (size_t k = 0; k < original.size(); ++k) {
+      const fr::Entry& a = *original[k];
+      const fr::Entry& b = back.entries[k];
+      EXPECT_EQ(b.profilingName, a.profilingName) << k;
+      EXPECT_EQ(b.state, a.state) << k;
+      EXPECT_EQ(b.collectiveSeqId, a.collectiveSeqId) << k;
+      EXPECT_EQ(b.p2pSeqId, a.p2pSeqId) << k;
+      EXPECT_EQ(b.inputSizes, a.inputSizes) << k;
+      EXPECT_EQ(b.outputSizes, a.outputSizes) << k;
+      EXPECT_EQ(b.inputDtypes, a.inputDtypes) << k;
+      EXPECT_EQ(b.pgName, a.pgName) << k;
+      EXPECT_EQ(b.timeCreatedNs, a.timeCreatedNs) << k;
+      EXPECT_EQ(b.durationMs.has_value(), a.durationMs.has_value()) << k;
+      if (a.durationMs) EXPECT_NEAR(*b.durationMs, *a.durationMs, 1e-6) << k;
+      ASSERT_EQ(b.frames.size(), a.frames.size()) << k;
+      if (!a.frames.empty()) EXPECT_EQ(b.frames.back().name, a.frames.back().name);
+    }
+  }
+}
+
+TEST(FlightRecorderExport, RecordedCallsBecomeEntriesFrTraceUnderstands) {
+  tools::EventLog log;
+  log.manifest.rank = 1;
+  log.manifest.world_size = 4;
+  log.manifest.nccl_version = 22703;
+  events::CommInit world;
+  world.commId = 0;
+  world.nranks = 4;
+  world.rank = 1;
+  world.worldRanks = {0, 1, 2, 3};
+  events::CommInit pair = world;
+  pair.commId = 1;
+  pair.nranks = 2;
+  pair.rank = 1;
+  pair.worldRanks = {0, 1};
+  log.comms = {world, pair};
+  auto call = [](uint64_t comm, uint64_t seq, Op op, uint64_t count, int peer, int nranks) {
+    events::Call c;
+    c.commId = comm;
+    c.seq = seq;
+    c.op = static_cast<int>(op);
+    c.datatype = 9;
+    c.count = count;
+    c.rootOrPeer = peer;
+    c.nranks = nranks;
+    c.timeNs = 1000 + static_cast<int64_t>(seq);
+    return c;
+  };
+  log.calls = {call(0, 0, Op::kAllReduce, 1024, -1, 4), call(0, 1, Op::kAllGather, 256, -1, 4),
+               call(1, 0, Op::kReduceScatter, 64, -1, 2), call(0, 0, Op::kSend, 32, 2, 4)};
+  trace::Timing t = trace::timingOf(log.calls[0]);
+  t.durationNs = 1500000;
+  log.timings = {t};
+  const std::string bytes = tools::flightRecorderDump(log);
+  fr::Dump d;
+  std::string error;
+  ASSERT_TRUE(fr::parseDump(bytes, "rank_1", -1, &d, &error)) << error;
+  ASSERT_EQ(d.entries.size(), 4u);
+  EXPECT_EQ(d.pgConfig.at("0").ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(d.pgConfig.at("1_0_1").ranks, (std::vector<int>{0, 1}));  // a subgroup: named by its members too
+  EXPECT_EQ(d.commLibVersion, "2.27.3");
+  EXPECT_EQ(d.entries[0].profilingName, "nccl:all_reduce");
+  EXPECT_EQ(d.entries[0].collectiveSeqId, 1);
+  EXPECT_NEAR(d.entries[0].durationMs.value_or(0), 1.5, 1e-9);
+  EXPECT_EQ(d.entries[0].inputDtypes, (std::vector<std::string>{"BFloat16"}));
+  EXPECT_EQ(d.entries[1].profilingName, "nccl:_allgather_base");
+  EXPECT_EQ(d.entries[1].outputSizes, (std::vector<std::vector<int64_t>>{{1024}}));
+  EXPECT_EQ(d.entries[2].pgName, "1_0_1");
+  EXPECT_EQ(d.entries[2].inputSizes, (std::vector<std::vector<int64_t>>{{128}}));
+  EXPECT_EQ(d.entries[3].profilingName, "nccl:send 1->2");
+  EXPECT_TRUE(d.entries[3].isP2p);
+  EXPECT_EQ(d.entries[3].p2pSeqId, 1);
+  EXPECT_EQ(d.entries[3].collectiveSeqId, 2);  // the group's last collective, as torch leaves it on P2P entries
+  for (const fr::Entry& e : d.entries) EXPECT_EQ(e.state, "completed");
+  // Import reads it back as the same calls.
+  const tools::EntryCall back = tools::entryToCall(d.entries[1], 4, 1);
+  EXPECT_EQ(back.call.op, static_cast<int>(Op::kAllGather));
+  EXPECT_EQ(back.call.count, 256u);
+  EXPECT_EQ(back.call.datatype, 9);
 }

@@ -24,6 +24,7 @@
 #include "launch.h"
 #include "doctor_command.h"
 #include "estimate_command.h"
+#include "fr_export.h"
 #include "fr_import.h"
 #include "record_command.h"
 #include "replay_command.h"
@@ -457,6 +458,8 @@ int main(int argc, char** argv) {
   auto* compare = ranklens::tools::addCompareCommand(app, &compareOptions);
   ranklens::tools::ImportOptions importOptions;
   auto* importFr = ranklens::tools::addImportCommand(app, &importOptions);
+  ranklens::tools::ExportOptions exportOptions;
+  auto* exportFr = ranklens::tools::addExportCommand(app, &exportOptions);
   ranklens::tools::TimelineOptions timelineOptions;
   auto* timeline = ranklens::tools::addTimelineCommand(app, &timelineOptions);
 
@@ -485,6 +488,7 @@ int main(int argc, char** argv) {
     if (waits->parsed()) return ranklens::tools::runWaits(waitsOptions);
     if (compare->parsed()) return ranklens::tools::runCompare(compareOptions, std::cout, std::cerr);
     if (importFr->parsed()) return ranklens::tools::runImport(importOptions, std::cout, std::cerr);
+    if (exportFr->parsed()) return ranklens::tools::runExport(exportOptions, std::cout, std::cerr);
     if (timeline->parsed()) return ranklens::tools::runTimeline(timelineOptions, std::cerr);
     if (dump->parsed()) return runDumpConfig(configPath, markdown);
   } catch (const std::exception& e) {  // a bug, or a record that decodes into nonsense: say so, do not abort

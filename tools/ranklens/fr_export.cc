@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "fr_export.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "fr_dump.h"
+
+namespace ranklens {
+namespace tools {
+
+namespace fs = std::filesystem;
+using events::Op;
+
+PickleWriter::PickleWriter() { out_ = std::string("\x80\x02", 2); }
+void PickleWriter::none() { out_ += 'N'; }
+void PickleWriter::boolean(bool v) { out_ += v ? '\x88' : '\x89'; }
+void PickleWriter::integer(int64_t v) {
+  if (v >= INT32_MIN && v <= INT32_MAX) {
+    out_ += 'J';
+    const uint32_t u = static_cast<uint32_t>(static_cast<int32_t>(v));
+    for (int k = 0; k < 4; ++k) out_ += static_cast<char>((u >> (8 * k)) & 0xff);
+    return;
+  }
+  out_ += '\x8a';  // LONG1, 8 bytes little-endian two's complement
+  out_ += '\x08';
+  const uint64_t u = static_cast<uint64_t>(v);
+  for (int k = 0; k < 8; ++k) out_ += static_cast<char>((u >> (8 * k)) & 0xff);
+}
+void PickleWriter::real(double v) {
+  out_ += 'G';
+  uint64_t u;
+  std::memcpy(&u, &v, 8);
+  for (int k = 7; k >= 0; --k) out_ += static_cast<char>((u >> (8 * k)) & 0xff);
+}
+void PickleWriter::str(const std::string& s) {
+  out_ += 'X';
+  const uint32_t n = static_cast<uint32_t>(s.size());
+  for (int k = 0; k < 4; ++k) out_ += static_cast<char>((n >> (8 * k)) & 0xff);
+  out_ += s;
+}
+void PickleWriter::beginDict() { out_ += "}("; }
+void PickleWriter::beginList() { out_ += "]("; }
+void PickleWriter::end(bool dict) { out_ += dict ? 'u' : 'e'; }
+void PickleWriter::tuple2() { out_ += '\x86'; }
+std::string PickleWriter::finish() { return out_ + "."; }
+
+namespace {
+
+const char* c10Dtype(int datatype) {
+  switch (datatype) {
+    case 0: return "Char";
+    case 1: return "Byte";
+    case 2: return "Int";
+    case 3: return "UInt32";
+    case 4: return "Long";
+    case 5: return "UInt64";
+    case 6: return "Half";
+    case 7: return "Float";
+    case 8: return "Double";
+    case 9: return "BFloat16";
+    case 10: return "Float8_e4m3fn";
+    case 11: return "Float8_e5m2";
+    default: return "Undefined";
+  }
+}
+
+using Shapes = std::vector<std::vector<int64_t>>;
+
+void shapes(PickleWriter* w, const Shapes& s) {
+  w->beginList();
+  for (const auto& shape : s) {
+    w->beginList();
+    for (int64_t d : shape) w->integer(d);
+    w->end(false);
+  }
+  w->end(false);
+}
+
+void strings(PickleWriter* w, const std::vector<std::string>& v) {
+  w->beginList();
+  for (const auto& s : v) w->str(s);
+  w->end(false);
+}
+
+// An imported entry's shapes ("[[1024], [4]]") and dtypes ("Float, Float") back into lists.
+Shapes parseShapes(const std::string& text) {
+  Shapes out;
+  fr::Pickle doc;
+  std::string error;
+  if (text.empty() || !fr::readJson(text, "shapes", &doc, &error) || !doc.root->isSeq()) return out;
+  for (const fr::Value* shape : doc.root->items) {
+    std::vector<int64_t> dims;
+    if (shape->isSeq())
+      for (const fr::Value* d : shape->items) dims.push_back(d->isInt() ? d->i : 0);
+    out.push_back(std::move(dims));
+  }
+  return out;
+}
+
+std::vector<std::string> splitDtypes(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t a = item.find_first_not_of(' ');
+    if (a != std::string::npos) out.push_back(item.substr(a));
+  }
+  return out;
+}
+
+struct FrameLine {
+  std::string name, file;
+  int64_t line = 0;
+};
+std::vector<FrameLine> parseFrames(const std::string& text) {
+  std::vector<FrameLine> out;
+  std::istringstream in(text);
+  std::string l;
+  while (std::getline(in, l)) {
+    const size_t sp = l.find(' '), from = l.find(" from "), colon = l.rfind(':');
+    if (sp == std::string::npos || from == std::string::npos || colon == std::string::npos || colon < from) continue;
+    FrameLine f;
+    f.name = l.substr(sp + 1, from - sp - 1);
+    f.file = l.substr(from + 6, colon - from - 6);
+    f.line = std::atoll(l.c_str() + colon + 1);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::string ranksText(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t k = 0; k < ranks.size(); ++k) s += (k ? ", " : "") + std::to_string(ranks[k]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::string flightRecorderDump(const EventLog& log) {
+  const bool imported = log.manifest.imported.count("from") && log.manifest.imported.at("from") == "flight-recorder";
+  // Process groups: an imported trace's keep their torch names ("0", "1") and descriptions; a recording's are
+  // named by communicator id, plus the member ranks when they are not every rank, so that disjoint groups made in
+  // the same order on different ranks stay apart when fr_trace puts every rank's dump together.
+  struct Group {
+    std::string name, desc;
+    std::vector<int> ranks;
+    int nranks = 0, rank = 0;
+    int64_t collectives = 0, p2p = 0, ops = 0, enqueued = 0, completed = 0;
+  };
+  std::map<uint64_t, Group> groups;
+  for (const events::CommInit& c : log.comms) {
+    Group g;
+    g.nranks = c.nranks;
+    g.rank = c.rank;
+    g.ranks = c.worldRanks;
+    if (g.ranks.empty()) {
+      for (int r = 0; r < c.nranks; ++r) g.ranks.push_back(r);
+    }
+    const size_t colon = c.name.find(':');
+    if (imported && !c.name.empty()) {
+      g.name = c.name.substr(0, colon);
+      g.desc = colon == std::string::npos ? "undefined" : c.name.substr(colon + 1);
+    } else {
+      g.name = std::to_string(c.commId);
+      if (log.manifest.world_size > 0 && c.nranks != log.manifest.world_size) {
+        for (int r : g.ranks) g.name += "_" + std::to_string(r);
+      }
+      g.desc = c.name.empty() ? "undefined" : c.name;
+    }
+    groups[c.commId] = std::move(g);
+  }
+  std::map<CallKey, const trace::Timing*> timings;
+  for (const trace::Timing& t : log.timings) timings[callKey(t.commId, t.op, t.peer, t.seq)] = &t;
+  std::map<CallKey, const trace::FlightRecorderEntry*> entries;
+  for (const trace::FlightRecorderEntry& e : log.frEntries) {
+    if (e.op >= 0) entries[callKey(e.commId, e.op, e.peer, e.seq)] = &e;
+  }
+
+  PickleWriter w;
+  w.beginDict();
+  w.str("version");
+  w.str("2.10");
+  w.str("comm_lib_version");
+  const int v = log.manifest.nccl_version;
+  w.str(v > 0 ? std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) : "");
+  w.str("entries");
+  w.beginList();
+  int64_t recordId = 0;
+  for (const events::Call& c : log.calls) {
+    auto git = groups.find(c.commId);
+    if (git == groups.end()) continue;  // a call on a communicator the trace never saw made
+    Group& g = git->second;
+    const Op op = static_cast<Op>(c.op);
+    const bool p2p = events::isP2p(op);
+    const int peer = p2p ? c.rootOrPeer : -1;
+    const trace::FlightRecorderEntry* fe = nullptr;
+    if (auto it = entries.find(callKey(c.commId, c.op, peer, c.seq)); it != entries.end()) fe = it->second;
+    const int64_t n = static_cast<int64_t>(c.count), world = std::max(g.nranks, 1);
+    std::string name;
+    Shapes in{{n}}, out{{n}};
+    switch (op) {
+      case Op::kAllReduce: name = "all_reduce"; break;
+      case Op::kBroadcast: name = "broadcast"; break;
+      case Op::kReduce: name = "reduce"; break;
+      case Op::kAllGather: name = "_allgather_base"; out = {{n * world}}; break;
+      case Op::kReduceScatter: name = "_reduce_scatter_base"; in = {{n * world}}; break;
+      case Op::kAlltoAll: name = "all_to_all"; in = out = {{n * world}}; break;
+      case Op::kGather: name = "gather"; out = Shapes(static_cast<size_t>(world), {n}); break;
+      case Op::kScatter: name = "scatter"; in = Shapes(static_cast<size_t>(world), {n}); break;
+      case Op::kSend: name = "send " + std::to_string(g.rank) + "->" + std::to_string(peer); break;
+      case Op::kRecv: name = "recv " + std::to_string(g.rank) + "<-" + std::to_string(peer); break;
+      default: continue;
+    }
+    if (p2p) ++g.p2p;
+    else g.collectives = c.seq + 1;
+    ++g.ops;
+    std::string state = "completed";
+    std::vector<std::string> inTypes(in.size(), c10Dtype(c.datatype)), outTypes(out.size(), c10Dtype(c.datatype));
+    std::vector<FrameLine> frames;
+    int64_t timeoutMs = 600000, collectiveSeq = g.collectives, p2pSeq = g.p2p;
+    std::string profiling = "nccl:" + name;
+    if (fe != nullptr) {  // an imported call: what the dump said
+      profiling = fe->profilingName;
+      state = fe->state;
+      in = parseShapes(fe->inputSizes);
+      out = parseShapes(fe->outputSizes);
+      inTypes = splitDtypes(fe->inputDtypes);
+      outTypes = splitDtypes(fe->outputDtypes);
+      frames = parseFrames(fe->frames);
+      timeoutMs = fe->timeoutMs;
+      collectiveSeq = fe->collectiveSeqId;
+      p2pSeq = fe->p2pSeqId;
+    }
+    ++g.enqueued;
+    if (state == "completed") ++g.completed;
+    w.beginDict();
+    w.str("record_id"); w.integer(recordId++);
+    w.str("pg_id"); w.integer(static_cast<int64_t>(c.commId));
+    w.str("process_group"); w.str(g.name); w.str(g.desc); w.tuple2();
+    w.str("thread_name"); w.str("");
+    w.str("thread_id"); w.str("");
+    w.str("collective_seq_id"); w.integer(collectiveSeq);
+    w.str("p2p_seq_id"); w.integer(p2pSeq);
+    w.str("op_id"); w.integer(g.ops);
+    w.str("profiling_name"); w.str(profiling);
+    w.str("time_created_ns"); w.integer(c.timeNs);
+    auto t = timings.find(callKey(c.commId, c.op, peer, c.seq));
+    if (t != timings.end() && t->second->durationNs > 0 && !t->second->captured) {
+      w.str("duration_ms");
+      w.real(static_cast<double>(t->second->durationNs) / 1e6);
+    }
+    w.str("input_sizes"); shapes(&w, in);
+    w.str("input_dtypes"); strings(&w, inTypes);
+    w.str("output_sizes"); shapes(&w, out);
+    w.str("output_dtypes"); strings(&w, outTypes);
+    w.str("state"); w.str(state);
+    w.str("time_discovered_started_ns");
+    if (state == "scheduled") w.none(); else w.integer(c.timeNs);
+    w.str("time_discovered_completed_ns");
+    if (state == "completed") w.integer(c.timeNs); else w.none();
+    w.str("retired"); w.boolean(state == "completed");
+    w.str("timeout_ms"); w.integer(timeoutMs);
+    w.str("is_p2p"); w.boolean(p2p);
+    w.str("frames");
+    w.beginList();
+    for (const FrameLine& f : frames) {
+      w.beginDict();
+      w.str("name"); w.str(f.name);
+      w.str("filename"); w.str(f.file);
+      w.str("line"); w.integer(f.line);
+      w.end(true);
+    }
+    w.end(false);
+    w.end(true);
+  }
+  w.end(false);
+  w.str("pg_config");
+  w.beginDict();
+  for (const auto& [id, g] : groups) {
+    w.str(g.name);
+    w.beginDict();
+    w.str("name"); w.str(g.name);
+    w.str("desc"); w.str(g.desc);
+    w.str("ranks"); w.str(ranksText(g.ranks));
+    w.end(true);
+  }
+  w.end(true);
+  w.str("pg_status");
+  w.beginDict();
+  for (const auto& [id, g] : groups) {
+    w.str(std::to_string(id));
+    w.beginDict();
+    w.str("last_enqueued_collective"); w.integer(g.collectives);
+    w.str("last_started_collective"); w.integer(g.collectives);
+    w.str("last_completed_collective"); w.integer(g.enqueued == g.completed ? g.collectives : g.collectives - 1);
+    w.end(true);
+  }
+  w.end(true);
+  w.end(true);
+  return w.finish();
+}
+
+CLI::App* addExportCommand(CLI::App& app, ExportOptions* o) {
+  auto* ex = app.add_subcommand("export", "Write a RankLens trace in another tool's format");
+  ex->require_subcommand(1);
+  auto* fr = ex->add_subcommand(
+      "flight-recorder",
+      "PyTorch Flight Recorder dumps (pickle, version 2.10), one file <DIR>/rank_<R> per rank, that torch's "
+      "analyser reads: python -m torch.distributed.flight_recorder.fr_trace DIR");
+  fr->add_option("trace", o->trace, "Trace directory (or one rank<R> directory)")->required()->check(CLI::ExistingDirectory);
+  fr->add_option("-o,--output", o->out, "Directory to write the dumps to")->required();
+  fr->footer(
+      "Every call becomes an entry (state completed; an imported trace's keep the dump's states, shapes and stacks);\n"
+      "durations come from the trace's Timing records. Process groups are the trace's communicators.\n"
+      "Example:\n"
+      "  ranklens export flight-recorder /scratch/run42 -o /tmp/fr && "
+      "python -m torch.distributed.flight_recorder.fr_trace /tmp/fr");
+  return fr;
+}
+
+int runExport(const ExportOptions& o, std::ostream& out, std::ostream& err) {
+  const std::vector<std::string> dirs = trace::rankDirectories(o.trace);
+  if (dirs.empty()) {
+    err << "error: " << o.trace << ": no rank directory with a manifest.msgpack (not a RankLens trace)\n";
+    return 2;
+  }
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec) {
+    err << "error: " << o.out << ": " << ec.message() << "\n";
+    return 1;
+  }
+  for (const std::string& dir : dirs) {
+    EventLog log;
+    std::string error;
+    if (!readEventLog(dir, &log, &error)) {
+      err << "error: " << error << "\n";
+      return 1;
+    }
+    warnAboutDamage(log, "the dump holds the calls before the damage", err);
+    if (log.manifest.rank < 0) {
+      err << "error: " << dir << ": the trace does not say its rank; fr_trace names dumps by rank\n";
+      return 1;
+    }
+    const std::string path = (fs::path(o.out) / ("rank_" + std::to_string(log.manifest.rank))).string();
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    const std::string bytes = flightRecorderDump(log);
+    if (!f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+      err << "error: " << path << ": cannot write\n";
+      return 1;
+    }
+    out << "rank " << log.manifest.rank << ": " << log.calls.size() << " calls -> " << path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace tools
+}  // namespace ranklens
