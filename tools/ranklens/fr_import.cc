@@ -432,6 +432,7 @@ std::string diagnose(const std::vector<fr::Dump>& dumps) {
       std::set<int> missing, unfinished;
       std::map<std::string, std::set<int>> sigs;
       const fr::Entry* any = nullptr;
+      int anyRank = -1;
       for (int r : expected) {
         auto rit = ranks.find(r);
         const fr::Entry* e = nullptr;
@@ -445,7 +446,10 @@ std::string diagnose(const std::vector<fr::Dump>& dumps) {
           missing.insert(r);
           continue;
         }
-        any = e;
+        if (any == nullptr) {
+          any = e;
+          anyRank = r;
+        }
         if (e->state != "completed") unfinished.insert(r);
         sigs[signature(*e)].insert(r);
       }
@@ -478,6 +482,10 @@ std::string diagnose(const std::vector<fr::Dump>& dumps) {
             how = "a different dtype";
           else how = "different sizes";
         }
+        if (oddEntry != nullptr) {  // show the odd rank's stack: where its program diverged
+          any = oddEntry;
+          anyRank = *odd->second.begin();
+        }
         out << "rank" << (odd->second.size() > 1 ? "s " : " ") << rankList(odd->second) << " called " << how << " ("
             << odd->first << ") than rank" << (common->second.size() > 1 ? "s " : " ") << rankList(common->second)
             << " (" << common->first << ")\n";
@@ -492,7 +500,7 @@ std::string diagnose(const std::vector<fr::Dump>& dumps) {
             << (unfinished.size() > 1 ? "s " : " ") << rankList(unfinished) << " (every rank called it)\n";
       }
       if (!any->frames.empty()) {
-        out << "  stack (rank " << *sigs.begin()->second.begin() << "):\n";
+        out << "  stack (rank " << anyRank << "):\n";
         std::istringstream frames(framesText(any->frames));
         std::string line;
         int shown = 0;
