@@ -586,6 +586,20 @@ TEST_F(CompareTimeline, TimelineHasAProcessPerTraceAndASlicePerTiming) {
   EXPECT_EQ(py.out, std::to_string(2 * perTrace) + "\n");
 }
 
+TEST_F(CompareTimeline, OneRanksTimelineSaysItsRankForHolisticTraceAnalysis) {
+  const Result one = ranklens({"timeline", path("recorded/rank1"), "-o", "-"});
+  ASSERT_EQ(one.rc, 0) << one.err;
+  const json doc = parseJson(one.out);
+  ASSERT_TRUE(doc.contains("distributedInfo")) << one.out.substr(0, 300);
+  EXPECT_EQ(doc["distributedInfo"]["rank"], 1);
+  EXPECT_EQ(doc["distributedInfo"]["backend"], "nccl");
+  EXPECT_GE(doc["distributedInfo"]["world_size"].get<int>(), 2);
+  // Several ranks' traces in one file: HTA takes one rank per file, so none is claimed.
+  const Result two = ranklens({"timeline", path("recorded/rank1"), path("identical/rank1"), "-o", "-"});
+  ASSERT_EQ(two.rc, 0) << two.err;
+  EXPECT_FALSE(parseJson(two.out).contains("distributedInfo"));
+}
+
 TEST_F(CompareTimeline, TimelineStepWindowAlignsTracesAtTheFirstStep) {
   const Result r = ranklens({"timeline", path("recorded"), path("identical/rank1"), "-o", "-", "--from-step", "2",
                              "--to-step", "4"});

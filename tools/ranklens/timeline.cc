@@ -212,7 +212,16 @@ int runTimeline(const TimelineOptions& options, std::ostream& err) {
   for (size_t i = 0; i < logs.size(); ++i)
     traces.push_back({{"pid", i + 1}, {"dir", rankDirs[i]}, {"mode", logs[i].manifest.mode},
                       {"rank", logs[i].manifest.rank}, {"origin_ns", windows[i].originNs}});
-  out << "{\"displayTimeUnit\": \"ns\",\n\"otherData\": "
+  out << "{\"displayTimeUnit\": \"ns\",\n";
+  // Holistic Trace Analysis reads one trace file per rank and takes the rank from distributedInfo (as PyTorch's
+  // profiler writes it): a timeline of one rank's trace says which rank it is; one of several ranks cannot.
+  if (logs.size() == 1 && logs[0].manifest.rank >= 0) {
+    out << "\"distributedInfo\": "
+        << json({{"backend", "nccl"}, {"rank", logs[0].manifest.rank},
+                 {"world_size", std::max(logs[0].manifest.world_size, logs[0].manifest.rank + 1)}}).dump()
+        << ",\n";
+  }
+  out << "\"otherData\": "
       << json({{"format", "ranklens-timeline"}, {"format_version", kTimelineFormatVersion}, {"traces", traces}}).dump()
       << ",\n\"traceEvents\": [";
   EventStream events(out);
