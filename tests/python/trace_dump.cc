@@ -202,6 +202,17 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
       j = {{"commId", r.commId}, {"recordedCommId", r.recordedCommId}, {"rule", r.rule}, {"timeNs", r.timeNs}};
       return true;
     }
+    case tr::RecordType::kFlightRecorderEntry: {
+      auto r = as<tr::FlightRecorderEntry>(record);
+      j = {{"commId", r.commId}, {"seq", r.seq}, {"op", r.op}, {"peer", r.peer}, {"recordId", r.recordId},
+           {"collectiveSeqId", r.collectiveSeqId}, {"p2pSeqId", r.p2pSeqId}, {"opId", r.opId},
+           {"profilingName", r.profilingName}, {"pgName", r.pgName}, {"pgDesc", r.pgDesc}, {"state", r.state},
+           {"timeCreatedNs", r.timeCreatedNs}, {"durationNs", r.durationNs}, {"timeoutMs", r.timeoutMs},
+           {"isP2p", r.isP2p}, {"inputSizes", r.inputSizes}, {"outputSizes", r.outputSizes},
+           {"inputDtypes", r.inputDtypes}, {"outputDtypes", r.outputDtypes}, {"frames", r.frames},
+           {"unknown", r.unknown}};
+      return true;
+    }
   }
   return false;
 }
@@ -216,7 +227,7 @@ json manifestJson(const tr::Manifest& m) {
           {"payloads_dropped", m.payloads_dropped}, {"payload_raw_bytes", m.payload_raw_bytes},
           {"payload_compressed_bytes", m.payload_compressed_bytes}, {"segments", m.segments},
           {"payload_files", m.payload_files}, {"counters", m.counters}, {"cpu_model", m.cpu_model},
-          {"cpus", m.cpus}, {"shared_gpu", m.shared_gpu}};
+          {"cpus", m.cpus}, {"shared_gpu", m.shared_gpu}, {"imported", m.imported}};
 }
 
 json problemJson(const tr::Problem& p, bool withReasons) {

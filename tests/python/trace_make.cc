@@ -106,6 +106,7 @@ void writeRank(const std::string& dir, int rank) {
   manifest.gpu_uuid = "GPU-00000000-0000-0000-0000-00000000000" + std::to_string(rank);
   manifest.nccl_version = 22809;
   manifest.mode = "record";
+  manifest.imported = {{"from", "trace_make"}, {"missing", "nothing: a test"}};
   manifest.writer = "trace_make";
   manifest.env = {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"NCCL_DEBUG", "WARN"},
                   {"RANKLENS_NOTE", "caf\xc3\xa9 \"quoted\"\n"}};
@@ -182,6 +183,27 @@ void writeRank(const std::string& dir, int rank) {
   r.record(tr::RecordType::kEdit, tr::Edit{0, 1, "trace_make", "inject", "recv seq 1 replaced", "tester",
                                           1700000000000000001, static_cast<int>(ev::Op::kRecv), other});
   r.record(tr::RecordType::kCommBinding, tr::CommBinding{1, 0, "first call", r.now++});
+  // 1.13: an imported Flight Recorder entry, every field set (the unknown list, a stack with a newline).
+  tr::FlightRecorderEntry fe;
+  fe.commId = 0;
+  fe.seq = 3;
+  fe.op = 0;
+  fe.recordId = 7;
+  fe.collectiveSeqId = 4;
+  fe.p2pSeqId = 1;
+  fe.opId = 9;
+  fe.profilingName = "nccl:all_reduce";
+  fe.pgName = "0";
+  fe.pgDesc = "default_pg";
+  fe.state = "started";
+  fe.timeCreatedNs = 1764000000000000000;
+  fe.durationNs = -1;
+  fe.timeoutMs = 20000;
+  fe.inputSizes = fe.outputSizes = "[[1024]]";
+  fe.inputDtypes = fe.outputDtypes = "Float";
+  fe.frames = "#0 all_reduce from distributed_c10d.py:2950\n#1 main from train.py:12\n";
+  fe.unknown = "redop,stream,payload";
+  r.record(tr::RecordType::kFlightRecorderEntry, fe);
 
   if (rank == 1) {
     // Minor-version compatibility as a 1.0 reader sees it: a Call with only its first three fields (the rest take
