@@ -34,6 +34,7 @@ constexpr const char* kCopyPriorityNames[] = {"high", "stream"};
 constexpr const char* kHoldFromNames[] = {"arrival", "start"};
 constexpr const char* kPeerPacingNames[] = {"off", "recorded"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
+constexpr const char* kAtHangNames[] = {"stop", "wait", "continue"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "own", "ignore"};
 constexpr const char* kTimingSourceNames[] = {"recorded", "estimated"};
@@ -646,6 +647,15 @@ const KeyDesc kKeys[] = {
      "replayed without a hold or payload (warn), or gets an estimated duration and no payload (estimate)",
      [](const Input& in, Settings& s) { return parseEnum(in, kOnMismatchNames, s.on_mismatch); },
      [](const Settings& s) { return std::string(toString(s.on_mismatch)); }},
+    {"at_hang", "RANKLENS_AT_HANG", "stop",
+     "stop | wait | continue",
+     "replay of a trace imported from PyTorch Flight Recorder dumps (ranklens import flight-recorder): at the "
+     "call the dump left started or scheduled (the hang), print where it is (process group, collective, "
+     "sequence number, the ranks that reached it, the recorded Python stack) and fail the call with "
+     "ncclInvalidUsage (stop), or block the calling thread there until a debugger clears ranklens_hang_wait "
+     "(wait), or replay on (continue)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kAtHangNames, s.at_hang); },
+     [](const Settings& s) { return std::string(toString(s.at_hang)); }},
     {"completion", "RANKLENS_COMPLETION", "kernel",
      "kernel | host_callback",
      "replay: how a stream is held for a call's duration: kernel (a 1-thread kernel waiting on the GPU timer, "
@@ -974,6 +984,7 @@ const char* toString(CopyPriority v) { return enumName(v, kCopyPriorityNames); }
 const char* toString(HoldFrom v) { return enumName(v, kHoldFromNames); }
 const char* toString(PeerPacing v) { return enumName(v, kPeerPacingNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
+const char* toString(AtHang v) { return enumName(v, kAtHangNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }
 const char* toString(TimingSource v) { return enumName(v, kTimingSourceNames); }

@@ -24,6 +24,12 @@
 #include "ranklens/peer_waits.h"
 #include "ranklens/recording.h"
 
+// at_hang: wait. A debugger clears it to let the replayed rank go on from the hang
+// (gdb -p PID -ex 'set var ranklens_hang_wait = 0' -ex continue).
+extern "C" {
+__attribute__((used)) volatile int ranklens_hang_wait = 0;
+}
+
 namespace nccl_fake {
 namespace replay {
 
@@ -65,6 +71,8 @@ struct Session {
   ranklens::device::StreamDevice::Calibration calibration;
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
+  ranklens::config::AtHang atHang = ranklens::config::AtHang::kStop;
+  bool hangReported = false;  // an imported trace's hang: reported once (at_hang: continue goes on after it)
   bool hostTime = true;
   // host_time: own. The most host time replayed for a call of each operation (groups: kGroupHostKey); absent: no cap.
   std::map<int, int64_t> hostCaps;
@@ -325,6 +333,7 @@ Session* load() {
     s->fidelity = st.fidelity;
     s->policy = recorded ? st.on_mismatch : OnMismatch::kEstimate;  // no recording: every call is one it lacks
     s->window = st.resync_window;
+    s->atHang = st.at_hang;
     s->hostTime = st.host_time != ranklens::config::HostTime::kIgnore;
     s->estimateAll = st.timing == ranklens::config::TimingSource::kEstimated;
     if (recorded && !openRecording(s.get(), st)) return;
@@ -726,6 +735,60 @@ ncclResult_t matchRecorded(Session* s, CallInfo* info, const ranklens::events::C
   return ncclSuccess;
 }
 
+namespace {
+
+// A trace imported from Flight Recorder dumps: the replayed program reached the call the dump left started or
+// scheduled, where the job hung. Says where in the user's terms; false (the call fails) unless at_hang: continue
+// or a debugger let a waiting rank go on.
+bool reportHang(Session* s, const ranklens::trace::RecordedCall& rc, std::unique_lock<std::mutex>* lock) {
+  const ranklens::trace::FlightRecorderEntry& e = *rc.flightRecorder;
+  const ranklens::config::AtHang at = s->atHang;
+  if (s->hangReported && at == ranklens::config::AtHang::kContinue) return true;
+  s->hangReported = true;
+  std::string where = "process group " + e.pgName + (e.pgDesc.empty() || e.pgDesc == "undefined" ? "" : " (" +
+                      e.pgDesc + ")") + ", " + e.profilingName + " " + e.inputSizes + " " + e.inputDtypes + ", " +
+                      (e.isP2p ? "point-to-point sequence number " + std::to_string(e.p2pSeqId)
+                               : "collective sequence number " + std::to_string(e.collectiveSeqId));
+  const auto& imported = s->recording->manifest().imported;
+  auto diag = imported.find("diagnosis");
+  std::string ranks = diag == imported.end() || diag->second.empty()
+                          ? "  (only this rank's dump was imported: import every rank's to see which reached it)\n"
+                          : "  according to the dumps:\n    " + diag->second.substr(0, 2000);
+  if (!ranks.empty() && ranks.back() != '\n') ranks += "\n";
+  for (size_t at = ranks.find("\n  "); at != std::string::npos && at + 1 < ranks.size();
+       at = ranks.find("\n  ", at + 5)) {
+    ranks.insert(at + 1, "  ");  // indent the diagnosis's own stack lines under it
+  }
+  std::string stack = e.frames.empty() ? "    (the dump has no stack: a JSON dump)\n" : "";
+  size_t start = 0;
+  for (int shown = 0; start < e.frames.size() && shown < 16; ++shown) {
+    const size_t end = e.frames.find('\n', start);
+    stack += "    " + e.frames.substr(start, end == std::string::npos ? std::string::npos : end - start) + "\n";
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  const char* then = at == ranklens::config::AtHang::kStop
+                         ? "The call fails (ncclInvalidUsage) here. RANKLENS_AT_HANG=wait blocks here for a debugger; "
+                           "continue replays on."
+                         : at == ranklens::config::AtHang::kWait ? "" : "Replaying on (at_hang: continue).";
+  lock->unlock();
+  WARN("replay: rank %d reached the call its Flight Recorder dump left %s: where the job hung\n  %s\n%s"
+       "  the dump's Python stack (innermost first):\n%s  replayed call site:%s\n  %s",
+       s->recording->manifest().rank, e.state.c_str(), where.c_str(), ranks.c_str(), stack.c_str(),
+       callSite().c_str(), then);
+  if (at == ranklens::config::AtHang::kWait) {
+    ranklens_hang_wait = 1;
+    WARN("replay: waiting at the hang for a debugger: pid %d. py-spy dump --pid %d shows the Python stack; "
+         "gdb -p %d -ex 'set var ranklens_hang_wait = 0' -ex continue lets the call fail and the program go on",
+         static_cast<int>(getpid()), static_cast<int>(getpid()), static_cast<int>(getpid()));
+    while (ranklens_hang_wait != 0) usleep(100000);
+  }
+  lock->lock();
+  return at == ranklens::config::AtHang::kContinue;
+}
+
+}  // namespace
+
 ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
   Session* s = load();
   info->seq = event.seq;
@@ -741,6 +804,10 @@ ncclResult_t planCall(CallInfo* info, const ranklens::events::Call& event) {
     if (matched != ncclSuccess) return matched;
   }
   info->recorded = match;
+  if (match != nullptr && match->flightRecorder && match->flightRecorder->state != "completed" &&
+      !reportHang(s, *match, &lock)) {
+    return ncclInvalidUsage;
+  }
   if (s->fidelity == Fidelity::kStructure) return ncclSuccess;
   if (estimatesCalls(*s)) {
     info->stepPhase = s->stepOccurrences.phase(event.timeNs);  // a group's: its first call's on the stream

@@ -68,6 +68,7 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
   std::unordered_map<CallKey, Timing, CallKeyHash> durations;
   std::unordered_map<CallKey, PayloadRef, CallKeyHash> payloads;
   std::unordered_set<CallKey, CallKeyHash> captured;
+  std::unordered_map<CallKey, std::shared_ptr<const FlightRecorderEntry>, CallKeyHash> flightRecorder;
   std::string decodeError;
   const bool scanned = im.reader->scan([&](RecordType type, const msgpack::object& body, const Location&) {
     try {
@@ -101,6 +102,11 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
           break;
         }
         case RecordType::kStage: im.stages.push_back(body.as<events::Stage>()); break;
+        case RecordType::kFlightRecorderEntry: {
+          auto e = std::make_shared<FlightRecorderEntry>(body.as<FlightRecorderEntry>());
+          if (e->op >= 0) flightRecorder[keyOf(e->commId, e->op, e->peer, e->seq)] = std::move(e);
+          break;
+        }
         default: break;
       }
     } catch (const std::exception& e) {
@@ -120,6 +126,7 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
   for (size_t i = 0; i < im.calls.size(); ++i) {
     RecordedCall& rc = im.calls[i];
     const CallKey key = callKeyOf(rc.call);
+    if (auto it = flightRecorder.find(key); it != flightRecorder.end()) rc.flightRecorder = it->second;
     if (auto it = durations.find(key); it != durations.end()) {
       rc.durationNs = it->second.durationNs;
       rc.gapNs = it->second.gapNs;

@@ -233,6 +233,9 @@ bool importDumps(const std::vector<fr::Dump>& dumps, const std::string& outDir, 
       return false;
     }
   }
+  // Every rank directory keeps the cross-rank diagnosis: a replay of one rank that reaches the hang says which ranks
+  // had reached it.
+  const std::string diagnosis = dumps.size() > 1 ? diagnose(dumps) : "";
   for (const fr::Dump& d : dumps) {
     ImportReport report;
     report.rank = d.rank;
@@ -263,6 +266,7 @@ bool importDumps(const std::vector<fr::Dump>& dumps, const std::string& outDir, 
                   {"missing", "payloads, streams, reduction operators, roots, element counts of coalesced calls, "
                               "NCCL groups, how communicators were created; each FlightRecorderEntry's unknown "
                               "names its call's"}};
+    if (!diagnosis.empty()) m.imported["diagnosis"] = diagnosis;
     if (!d.entries.empty() && d.entries.front().recordId > 0) {
       m.imported["wrapped"] = "the dump starts at record id " + std::to_string(d.entries.front().recordId) +
                               ": earlier calls were overwritten in torch's ring buffer (TORCH_NCCL_TRACE_BUFFER_SIZE)";

@@ -32,6 +32,9 @@ enum class CapturedTiming { kEvents, kOff };
 enum class CopyPriority { kHigh, kStream };
 // Replay: what happens to a call that does not match the recording.
 enum class OnMismatch { kError, kWarn, kEstimate };
+// Replay of a trace imported from PyTorch Flight Recorder dumps, at the call the dump left started or scheduled (the
+// hang): fail it with a report (stop), report and block the calling thread for a debugger (wait), or report and go on.
+enum class AtHang { kStop, kWait, kContinue };
 // Replay: how a stream is held for a call's duration.
 enum class Completion { kKernel, kHostCallback };
 // Replay: where a call's duration comes from.
@@ -94,6 +97,7 @@ struct Settings {
   // Replay of a recorded trace.
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
   OnMismatch on_mismatch = OnMismatch::kError;
+  AtHang at_hang = AtHang::kStop;
   Completion completion = Completion::kKernel;
   HostTime host_time = HostTime::kReplay;
   TimingSource timing = TimingSource::kRecorded;
@@ -157,6 +161,7 @@ const char* toString(CopyPriority);
 const char* toString(HoldFrom);
 const char* toString(PeerPacing);
 const char* toString(OnMismatch);
+const char* toString(AtHang);
 const char* toString(Completion);
 const char* toString(HostTime);
 const char* toString(TimingSource);

@@ -49,6 +49,8 @@ struct RecordedCall {
   int64_t gapNs = -1;        // Timing.gapNs: since the communicator's previous collective ended; -1 unknown
   std::optional<PayloadRef> payload;
   uint64_t order = 0;  // submission order among all recorded calls of the rank
+  // 1.13, a trace imported from a Flight Recorder dump: the dump's entry for this call (its state, the Python stack)
+  std::shared_ptr<const FlightRecorderEntry> flightRecorder;
 };
 
 class Recording {

@@ -206,6 +206,18 @@ def main():
                 e[key] = 0
     write(os.path.join(OUT, "json", "rank_0.json"), json.dumps(js).encode())
     write(os.path.join(OUT, "c10_style", "rank_0"), c10_style_pickle())
+    # For the replay test (tests/replay/fr_replay_scenario.cc): three all-reduces of 256 floats on the world group;
+    # rank 0's third is left started, rank 1 never made it.
+    for rank in range(2):
+        e = Entries()
+        for k in range(3 if rank == 0 else 2):
+            e.add("0", "default_pg", "nccl:all_reduce", [[256]], [[256]], state="started" if k == 2 else "completed",
+                  stack=("train_step", "main"))
+        status = {"0": {"last_enqueued_collective": e.coll["0"], "last_started_collective": e.coll["0"],
+                        "last_completed_collective": 2}}
+        d = dump(2, rank, e.entries, status)
+        del d["pg_config"]["1"]
+        write(os.path.join(OUT, "replay-2", "rank_%d" % rank), pickle.dumps(d, protocol=2))
     for name, data in hostile().items():
         write(os.path.join(OUT, "hostile", name), data)
     print("wrote", OUT)
