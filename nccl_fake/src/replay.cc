@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <set>
 #include <vector>
 
+#include "nccl_fake/debug.h"
 #include "nccl_fake/runtime.h"
 #include "ranklens/estimator.h"
 #include "ranklens/host_time.h"
@@ -751,14 +753,20 @@ bool reportHang(Session* s, const ranklens::trace::RecordedCall& rc, std::unique
                                : "collective sequence number " + std::to_string(e.collectiveSeqId));
   const auto& imported = s->recording->manifest().imported;
   auto diag = imported.find("diagnosis");
-  std::string ranks = diag == imported.end() || diag->second.empty()
-                          ? "  (only this rank's dump was imported: import every rank's to see which reached it)\n"
-                          : "  according to the dumps:\n    " + diag->second.substr(0, 2000);
-  if (!ranks.empty() && ranks.back() != '\n') ranks += "\n";
-  for (size_t at = ranks.find("\n  "); at != std::string::npos && at + 1 < ranks.size();
-       at = ranks.find("\n  ", at + 5)) {
-    ranks.insert(at + 1, "  ");  // indent the diagnosis's own stack lines under it
+  // The diagnosis's own lines (one per process group); its stacks are left out, the dump's stack follows.
+  std::string ranks;
+  if (diag != imported.end()) {
+    size_t start = 0;
+    while (start < diag->second.size() && ranks.size() < 4000) {
+      const size_t end = diag->second.find('\n', start);
+      const std::string line = diag->second.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (!line.empty() && line[0] != ' ') ranks += "    " + line + "\n";
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
   }
+  ranks = ranks.empty() ? "  (only this rank's dump was imported: import every rank's to see which reached it)\n"
+                        : "  according to the dumps:\n" + ranks;
   std::string stack = e.frames.empty() ? "    (the dump has no stack: a JSON dump)\n" : "";
   size_t start = 0;
   for (int shown = 0; start < e.frames.size() && shown < 16; ++shown) {
@@ -772,15 +780,23 @@ bool reportHang(Session* s, const ranklens::trace::RecordedCall& rc, std::unique
                            "continue replays on."
                          : at == ranklens::config::AtHang::kWait ? "" : "Replaying on (at_hang: continue).";
   lock->unlock();
-  WARN("replay: rank %d reached the call its Flight Recorder dump left %s: where the job hung\n  %s\n%s"
-       "  the dump's Python stack (innermost first):\n%s  replayed call site:%s\n  %s",
-       s->recording->manifest().rank, e.state.c_str(), where.c_str(), ranks.c_str(), stack.c_str(),
-       callSite().c_str(), then);
+  char head[160];
+  std::snprintf(head, sizeof head, "replay: rank %d reached the call its Flight Recorder dump left %s: where the job hung",
+                s->recording->manifest().rank, e.state.c_str());
+  const std::string report = std::string(head) + "\n  " + where + "\n" + ranks +
+                             "  the dump's Python stack (innermost first):\n" + stack +
+                             "  replayed call site:" + callSite() + "\n  " + then;
+  // The one thing this replay is for: said whatever NCCL_DEBUG is (WARN also makes it ncclGetLastError's text,
+  // which PyTorch puts in the error it raises).
+  WARN("%s", report.c_str());
+  if (nccl_fake::logLevel() < nccl_fake::kLogWarn) std::fprintf(stderr, "ranklens: %s\n", report.c_str());
   if (at == ranklens::config::AtHang::kWait) {
     ranklens_hang_wait = 1;
-    WARN("replay: waiting at the hang for a debugger: pid %d. py-spy dump --pid %d shows the Python stack; "
-         "gdb -p %d -ex 'set var ranklens_hang_wait = 0' -ex continue lets the call fail and the program go on",
-         static_cast<int>(getpid()), static_cast<int>(getpid()), static_cast<int>(getpid()));
+    const int pid = static_cast<int>(getpid());
+    std::fprintf(stderr,
+                 "ranklens: waiting at the hang for a debugger: pid %d. py-spy dump --pid %d shows the Python stack; "
+                 "gdb -p %d -ex 'set var ranklens_hang_wait = 0' -ex continue lets the call fail and the program go "
+                 "on\n", pid, pid, pid);
     while (ranklens_hang_wait != 0) usleep(100000);
   }
   lock->lock();

@@ -4,6 +4,7 @@
 // imported dump, its third all-reduce is the one the dump left started: the replay stops it there.
 #include <nccl.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
