@@ -66,7 +66,7 @@ TEST(FlightRecorderDump, ReadsEveryEntryKindAndState) {
     EXPECT_FALSE(e.frames.empty());
   }
   EXPECT_EQ(states, (std::set<std::string>{"completed", "started", "scheduled"}));
-  for (const char* n : {"nccl:broadcast", "nccl:all_reduce", "nccl:_allgather_base",
+  for (const char* n : {"nccl:broadcast", "nccl:all_reduce", "nccl:_all_gather_base",
                         "nccl:reduce_scatter_tensor_coalesced", "nccl:all_to_all", "nccl:reduce", "nccl:gather",
                         "nccl:scatter", "nccl:send", "nccl:recv", "nccl:coalesced", "nccl:all_reduce_barrier"}) {
     EXPECT_EQ(names.count(n), 1u) << n;
@@ -197,9 +197,9 @@ TEST(FlightRecorderImport, EntriesBecomeCallsWithWhatTheDumpCannotSayMarked) {
   EXPECT_EQ(at("nccl:all_reduce").call.nranks, 4);
   EXPECT_EQ(at("nccl:all_reduce").call.rank, 2);
   EXPECT_EQ(at("nccl:all_reduce").unknown, "redop,stream,payload");
-  EXPECT_EQ(at("nccl:_allgather_base").call.op, static_cast<int>(Op::kAllGather));
-  EXPECT_EQ(at("nccl:_allgather_base").call.count, 256u);  // the send count
-  EXPECT_EQ(at("nccl:_allgather_base").call.bytes, 256u * 4 * 4);
+  EXPECT_EQ(at("nccl:_all_gather_base").call.op, static_cast<int>(Op::kAllGather));
+  EXPECT_EQ(at("nccl:_all_gather_base").call.count, 256u);  // the send count
+  EXPECT_EQ(at("nccl:_all_gather_base").call.bytes, 256u * 4 * 4);
   EXPECT_EQ(at("nccl:reduce_scatter_tensor_coalesced").call.op, static_cast<int>(Op::kReduceScatter));
   EXPECT_NE(at("nccl:reduce_scatter_tensor_coalesced").unknown.find("count"), std::string::npos);
   EXPECT_EQ(at("nccl:all_to_all").call.count, 64u);  // per peer
@@ -321,11 +321,10 @@ TEST(FlightRecorderExport, ImportedTraceRoundTripsToTheSameDump) {
     EXPECT_EQ(back.rank, r);
     EXPECT_EQ(back.pgConfig.at("0").ranks, dumps[r].pgConfig.at("0").ranks);
     EXPECT_EQ(back.pgConfig.at("1").desc, "tp");
-    // Every call comes back as the entry it was imported from (torch's coalesced marker is no call: left out).
+    // Every entry comes back as it was imported, torch's coalesced marker (no call) in its place too: fr_trace
+    // groups the calls before it.
     std::vector<const fr::Entry*> original;
-    for (const fr::Entry& e : dumps[r].entries) {
-      if (e.profilingName != "nccl:coalesced") original.push_back(&e);
-    }
+    for (const fr::Entry& e : dumps[r].entries) original.push_back(&e);
     ASSERT_EQ(back.entries.size(), original.size());
     for (size_t k = 0; k < original.size(); ++k) {
       const fr::Entry& a = *original[k];
@@ -392,7 +391,7 @@ TEST(FlightRecorderExport, RecordedCallsBecomeEntriesFrTraceUnderstands) {
   EXPECT_EQ(d.entries[0].collectiveSeqId, 1);
   EXPECT_NEAR(d.entries[0].durationMs.value_or(0), 1.5, 1e-9);
   EXPECT_EQ(d.entries[0].inputDtypes, (std::vector<std::string>{"BFloat16"}));
-  EXPECT_EQ(d.entries[1].profilingName, "nccl:_allgather_base");
+  EXPECT_EQ(d.entries[1].profilingName, "nccl:_all_gather_base");
   EXPECT_EQ(d.entries[1].outputSizes, (std::vector<std::vector<int64_t>>{{1024}}));
   EXPECT_EQ(d.entries[2].pgName, "1_0_1");
   EXPECT_EQ(d.entries[2].inputSizes, (std::vector<std::vector<int64_t>>{{128}}));

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "fr_dump.h"
@@ -192,6 +193,83 @@ std::string flightRecorderDump(const EventLog& log) {
   w.str("entries");
   w.beginList();
   int64_t recordId = 0;
+  struct EntryOut {
+    uint64_t commId = 0;
+    int64_t collectiveSeq = 0, p2pSeq = 0, timeNs = 0, timeoutMs = 600000;
+    std::string profiling, state = "completed";
+    std::optional<double> durationMs;
+    Shapes in, out;
+    std::vector<std::string> inTypes, outTypes;
+    bool p2p = false;
+    std::vector<FrameLine> frames;
+  };
+  auto emit = [&](const EntryOut& o) {
+    Group& g = groups.at(o.commId);
+    ++g.ops;
+    ++g.enqueued;
+    if (o.state == "completed") ++g.completed;
+    w.beginDict();
+    w.str("record_id"); w.integer(recordId++);
+    w.str("pg_id"); w.integer(static_cast<int64_t>(o.commId));
+    w.str("process_group"); w.str(g.name); w.str(g.desc); w.tuple2();
+    w.str("thread_name"); w.str("");
+    w.str("thread_id"); w.str("");
+    w.str("collective_seq_id"); w.integer(o.collectiveSeq);
+    w.str("p2p_seq_id"); w.integer(o.p2pSeq);
+    w.str("op_id"); w.integer(g.ops);
+    w.str("profiling_name"); w.str(o.profiling);
+    w.str("time_created_ns"); w.integer(o.timeNs);
+    if (o.durationMs) {
+      w.str("duration_ms");
+      w.real(*o.durationMs);
+    }
+    w.str("input_sizes"); shapes(&w, o.in);
+    w.str("input_dtypes"); strings(&w, o.inTypes);
+    w.str("output_sizes"); shapes(&w, o.out);
+    w.str("output_dtypes"); strings(&w, o.outTypes);
+    w.str("state"); w.str(o.state);
+    w.str("time_discovered_started_ns");
+    if (o.state == "scheduled") w.none(); else w.integer(o.timeNs);
+    w.str("time_discovered_completed_ns");
+    if (o.state == "completed") w.integer(o.timeNs); else w.none();
+    w.str("retired"); w.boolean(o.state == "completed");
+    w.str("timeout_ms"); w.integer(o.timeoutMs);
+    w.str("is_p2p"); w.boolean(o.p2p);
+    w.str("frames");
+    w.beginList();
+    for (const FrameLine& f : o.frames) {
+      w.beginDict();
+      w.str("name"); w.str(f.name);
+      w.str("filename"); w.str(f.file);
+      w.str("line"); w.integer(f.line);
+      w.end(true);
+    }
+    w.end(false);
+    w.end(true);
+  };
+  std::vector<const trace::FlightRecorderEntry*> markers;
+  for (const trace::FlightRecorderEntry& e : log.frEntries) {
+    if (e.op < 0 && groups.count(e.commId)) markers.push_back(&e);
+  }
+  size_t nextMarker = 0;
+  auto emitMarker = [&](const trace::FlightRecorderEntry& e) {
+    EntryOut o;
+    o.commId = e.commId;
+    o.collectiveSeq = e.collectiveSeqId;
+    o.p2pSeq = e.p2pSeqId;
+    o.profiling = e.profilingName;
+    o.timeNs = e.timeCreatedNs;
+    if (e.durationNs >= 0) o.durationMs = static_cast<double>(e.durationNs) / 1e6;
+    o.in = parseShapes(e.inputSizes);
+    o.out = parseShapes(e.outputSizes);
+    o.inTypes = splitDtypes(e.inputDtypes);
+    o.outTypes = splitDtypes(e.outputDtypes);
+    o.state = e.state;
+    o.timeoutMs = e.timeoutMs;
+    o.p2p = e.isP2p;
+    o.frames = parseFrames(e.frames);
+    emit(o);
+  };
   for (const events::Call& c : log.calls) {
     auto git = groups.find(c.commId);
     if (git == groups.end()) continue;  // a call on a communicator the trace never saw made
@@ -208,7 +286,7 @@ std::string flightRecorderDump(const EventLog& log) {
       case Op::kAllReduce: name = "all_reduce"; break;
       case Op::kBroadcast: name = "broadcast"; break;
       case Op::kReduce: name = "reduce"; break;
-      case Op::kAllGather: name = "_allgather_base"; out = {{n * world}}; break;
+      case Op::kAllGather: name = "_all_gather_base"; out = {{n * world}}; break;
       case Op::kReduceScatter: name = "_reduce_scatter_base"; in = {{n * world}}; break;
       case Op::kAlltoAll: name = "all_to_all"; in = out = {{n * world}}; break;
       case Op::kGather: name = "gather"; out = Shapes(static_cast<size_t>(world), {n}); break;
@@ -218,8 +296,7 @@ std::string flightRecorderDump(const EventLog& log) {
       default: continue;
     }
     if (p2p) ++g.p2p;
-    else g.collectives = c.seq + 1;
-    ++g.ops;
+    else g.collectives = static_cast<int64_t>(c.seq) + 1;
     std::string state = "completed";
     std::vector<std::string> inTypes(in.size(), c10Dtype(c.datatype)), outTypes(out.size(), c10Dtype(c.datatype));
     std::vector<FrameLine> frames;
@@ -237,48 +314,32 @@ std::string flightRecorderDump(const EventLog& log) {
       collectiveSeq = fe->collectiveSeqId;
       p2pSeq = fe->p2pSeqId;
     }
-    ++g.enqueued;
-    if (state == "completed") ++g.completed;
-    w.beginDict();
-    w.str("record_id"); w.integer(recordId++);
-    w.str("pg_id"); w.integer(static_cast<int64_t>(c.commId));
-    w.str("process_group"); w.str(g.name); w.str(g.desc); w.tuple2();
-    w.str("thread_name"); w.str("");
-    w.str("thread_id"); w.str("");
-    w.str("collective_seq_id"); w.integer(collectiveSeq);
-    w.str("p2p_seq_id"); w.integer(p2pSeq);
-    w.str("op_id"); w.integer(g.ops);
-    w.str("profiling_name"); w.str(profiling);
-    w.str("time_created_ns"); w.integer(c.timeNs);
+    EntryOut o;
+    o.commId = c.commId;
+    o.collectiveSeq = collectiveSeq;
+    o.p2pSeq = p2pSeq;
+    o.profiling = profiling;
+    o.timeNs = c.timeNs;
     auto t = timings.find(callKey(c.commId, c.op, peer, c.seq));
     if (t != timings.end() && t->second->durationNs > 0 && !t->second->captured) {
-      w.str("duration_ms");
-      w.real(static_cast<double>(t->second->durationNs) / 1e6);
+      o.durationMs = static_cast<double>(t->second->durationNs) / 1e6;
     }
-    w.str("input_sizes"); shapes(&w, in);
-    w.str("input_dtypes"); strings(&w, inTypes);
-    w.str("output_sizes"); shapes(&w, out);
-    w.str("output_dtypes"); strings(&w, outTypes);
-    w.str("state"); w.str(state);
-    w.str("time_discovered_started_ns");
-    if (state == "scheduled") w.none(); else w.integer(c.timeNs);
-    w.str("time_discovered_completed_ns");
-    if (state == "completed") w.integer(c.timeNs); else w.none();
-    w.str("retired"); w.boolean(state == "completed");
-    w.str("timeout_ms"); w.integer(timeoutMs);
-    w.str("is_p2p"); w.boolean(p2p);
-    w.str("frames");
-    w.beginList();
-    for (const FrameLine& f : frames) {
-      w.beginDict();
-      w.str("name"); w.str(f.name);
-      w.str("filename"); w.str(f.file);
-      w.str("line"); w.integer(f.line);
-      w.end(true);
+    o.in = std::move(in);
+    o.out = std::move(out);
+    o.inTypes = std::move(inTypes);
+    o.outTypes = std::move(outTypes);
+    o.state = state;
+    o.timeoutMs = timeoutMs;
+    o.p2p = p2p;
+    o.frames = std::move(frames);
+    // An imported trace's entries that are no call (torch's coalesced markers) go back where they were: fr_trace
+    // groups the calls before one into a coalesced group.
+    while (fe != nullptr && nextMarker < markers.size() && markers[nextMarker]->recordId < fe->recordId) {
+      emitMarker(*markers[nextMarker++]);
     }
-    w.end(false);
-    w.end(true);
+    emit(o);
   }
+  while (nextMarker < markers.size()) emitMarker(*markers[nextMarker++]);
   w.end(false);
   w.str("pg_config");
   w.beginDict();

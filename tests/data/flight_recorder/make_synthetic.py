@@ -94,7 +94,7 @@ def every_kind(rank, world, skip_last_all_reduce=False, desync=None):
     e = Entries()
     e.add("0", "default_pg", "nccl:broadcast", [[1024]], [[1024]], stack=("init_weights", "main"))
     e.add("0", "default_pg", "nccl:all_reduce", [[1024]], [[1024]])
-    e.add("1", "tp", "nccl:_allgather_base", [[256]], [[256 * world]], duration=0.5)
+    e.add("1", "tp", "nccl:_all_gather_base", [[256]], [[256 * world]], duration=0.5)
     e.add("0", "default_pg", "nccl:reduce_scatter_tensor_coalesced", [[512], [512]], [[512 // world], [512 // world]])
     e.add("0", "default_pg", "nccl:all_to_all", [[64 * world]], [[64 * world]], dtype="BFloat16")
     e.add("0", "default_pg", "nccl:reduce", [[128]], [[128]], dtype="Double")
@@ -115,7 +115,7 @@ def every_kind(rank, world, skip_last_all_reduce=False, desync=None):
         e.add("0", "default_pg", name, size, size, dtype=dtype, state=state,
               stack=("optimizer_step", "train_step", "main"))
     # A tp all-gather enqueued after the hung all-reduce never started.
-    e.add("1", "tp", "nccl:_allgather_base", [[256]], [[256 * world]], state="scheduled",
+    e.add("1", "tp", "nccl:_all_gather_base", [[256]], [[256 * world]], state="scheduled",
           stack=("gather_params", "main"))
     status = {"0": {"last_enqueued_collective": e.coll["0"], "last_started_collective": e.coll["0"],
                     "last_completed_collective": e.coll["0"] - 1},
