@@ -270,10 +270,43 @@ std::string flightRecorderDump(const EventLog& log) {
     o.frames = parseFrames(e.frames);
     emit(o);
   };
+  // NCCL groups (ncclGroupStart/End) as torch's coalescing: the calls a group made on one communicator share one
+  // sequence id (collective_seq_id, or p2p_seq_id for point-to-point calls) and end with a "nccl:coalesced" entry,
+  // which fr_trace needs to match them; a group's single call on a communicator is numbered as any call.
+  std::map<std::pair<uint64_t, uint64_t>, int> perGroup;  // (groupId, commId) -> calls
+  for (const events::Call& c : log.calls) {
+    if (c.groupId != 0) ++perGroup[{c.groupId, c.commId}];
+  }
+  struct Open {
+    uint64_t commId;
+    int64_t collectiveSeq, p2pSeq, timeNs;
+    bool p2p;
+  };
+  uint64_t openGroup = 0;
+  std::vector<Open> open;  // communicators the open group coalesces, in first-call order
+  std::map<uint64_t, Open*> openOf;
+  auto closeGroup = [&]() {
+    for (const Open& o : open) {
+      EntryOut m;
+      m.commId = o.commId;
+      m.collectiveSeq = o.collectiveSeq;
+      m.p2pSeq = o.p2pSeq;
+      m.profiling = "nccl:coalesced";
+      m.timeNs = o.timeNs;
+      m.p2p = o.p2p;
+      emit(m);
+    }
+    open.clear();
+    openOf.clear();
+    openGroup = 0;
+  };
+  open.reserve(log.comms.size() + 1);
   for (const events::Call& c : log.calls) {
     auto git = groups.find(c.commId);
     if (git == groups.end()) continue;  // a call on a communicator the trace never saw made
     Group& g = git->second;
+    if (c.groupId != openGroup && !open.empty()) closeGroup();
+    const bool coalesced = c.groupId != 0 && perGroup[{c.groupId, c.commId}] > 1;
     const Op op = static_cast<Op>(c.op);
     const bool p2p = events::isP2p(op);
     const int peer = p2p ? c.rootOrPeer : -1;
@@ -295,12 +328,27 @@ std::string flightRecorderDump(const EventLog& log) {
       case Op::kRecv: name = "recv " + std::to_string(g.rank) + "<-" + std::to_string(peer); break;
       default: continue;
     }
-    if (p2p) ++g.p2p;
-    else g.collectives = static_cast<int64_t>(c.seq) + 1;
+    Open* grp = nullptr;
+    if (coalesced) {
+      openGroup = c.groupId;
+      auto it = openOf.find(c.commId);
+      if (it == openOf.end()) {  // the group's first call on this communicator: one sequence id for all of them
+        if (p2p) ++g.p2p;
+        else g.collectives = static_cast<int64_t>(c.seq) + 1;
+        open.push_back(Open{c.commId, g.collectives, g.p2p, c.timeNs, p2p});
+        it = openOf.emplace(c.commId, &open.back()).first;
+      }
+      grp = it->second;
+    } else if (p2p) {
+      ++g.p2p;
+    } else {
+      g.collectives = static_cast<int64_t>(c.seq) + 1;
+    }
     std::string state = "completed";
     std::vector<std::string> inTypes(in.size(), c10Dtype(c.datatype)), outTypes(out.size(), c10Dtype(c.datatype));
     std::vector<FrameLine> frames;
-    int64_t timeoutMs = 600000, collectiveSeq = g.collectives, p2pSeq = g.p2p;
+    int64_t timeoutMs = 600000, collectiveSeq = grp ? grp->collectiveSeq : g.collectives,
+            p2pSeq = grp ? grp->p2pSeq : g.p2p;
     std::string profiling = "nccl:" + name;
     if (fe != nullptr) {  // an imported call: what the dump said
       profiling = fe->profilingName;
@@ -339,6 +387,7 @@ std::string flightRecorderDump(const EventLog& log) {
     }
     emit(o);
   }
+  if (!open.empty()) closeGroup();
   while (nextMarker < markers.size()) emitMarker(*markers[nextMarker++]);
   w.end(false);
   w.str("pg_config");
