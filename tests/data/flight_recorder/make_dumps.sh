@@ -15,6 +15,10 @@
 #   job.log, torchrun/          the job's output (FR_HANG lines say what each rank did) and per-rank logs
 #   fr_trace-<dir>.txt          `PY -m torch.distributed.flight_recorder.fr_trace` on each dump directory
 #                               (-j: its entry listing too)
+#   ranklens-<fr|self>*         `ranklens import flight-recorder` of those dumps (the trace and the diagnosis),
+#                               `ranklens export flight-recorder` of that trace with fr_trace on it, and rank 0 of
+#                               the unmodified script replayed alone on the GPU against the import
+#                               (ranklens-<..>-replay-rank0.txt: where it stopped)
 # and OUTDIR/make_dumps.log (set -x), OUTDIR/versions.txt, OUTDIR/summary.txt.
 # --ranklens: the ranklens executable, or an install tree (PATH/bin/ranklens). Every job and every fr_trace run
 # has a time limit (the job's process group is killed past it), so the script always ends.
@@ -114,11 +118,34 @@ for case in $CASES; do
   echo "$rc" > "$dir/rc"
   fr_trace_on "$dir/fr" fr "$dir"
   fr_trace_on "$dir/self/pickle" self "$dir"
+  # RankLens on the same dumps: import (with the cross-rank diagnosis), export back for fr_trace, and rank 0 of the
+  # unmodified script replayed alone against the import (it should stop at the collective the dump left started).
+  for src in fr self/pickle; do
+    tag=${src%%/*}
+    compgen -G "$dir/$src/rank_*" >/dev/null || continue
+    run_limited 120 "$RANKLENS" import flight-recorder "$dir/$src"/rank_* -o "$dir/ranklens-$tag/trace" \
+      > "$dir/ranklens-$tag-import.txt" 2>&1
+    echo "exit status $?" >> "$dir/ranklens-$tag-import.txt"
+    run_limited 120 "$RANKLENS" export flight-recorder "$dir/ranklens-$tag/trace" -o "$dir/ranklens-$tag/export" \
+      > "$dir/ranklens-$tag-export.txt" 2>&1
+    fr_trace_on "$dir/ranklens-$tag/export" "export-$tag" "$dir"
+    run_limited $(( ${PG_TIMEOUT%.*} * 3 + 60 )) env NCCL_DEBUG=WARN "$RANKLENS" replay \
+      --trace "$dir/ranklens-$tag/trace" --rank 0 --fidelity structure --trace-dir "$dir/ranklens-$tag/replayed" -- \
+      "$PY" "$SCRIPT" --mode "$mode" --desync "$variant" --timeout "$PG_TIMEOUT" \
+      > "$dir/ranklens-$tag-replay-rank0.txt" 2>&1
+    echo "exit status $?" >> "$dir/ranklens-$tag-replay-rank0.txt"
+  done
   find "$dir" -name __pycache__ -prune -exec rm -rf {} +
   {
     printf '%-16s job exit %-4s watchdog dumps %s, own pickles %s, JSON %s\n' "$case" "$rc" \
       "$(ls "$dir/fr" | wc -l)" "$(ls "$dir/self/pickle" 2>/dev/null | wc -l)" "$(ls "$dir/self/json" 2>/dev/null | wc -l)"
     grep -h '^FR_HANG\|FR_HANG {' "$dir/job.log" | grep -v '"start"' | sed 's/^.*FR_HANG /    /' | sort -u
+    for f in "$dir"/ranklens-*-import.txt; do
+      printf '    %s: %s\n' "$(basename "$f")" "$(grep -m1 -A1 '^diagnosis' "$f" | tail -1 | cut -c1-200)"
+    done
+    for f in "$dir"/ranklens-*-replay-rank0.txt; do
+      printf '    %s: %s\n' "$(basename "$f")" "$(grep -m1 -A1 'reached the call\|differs from the recording' "$f" | tail -1 | cut -c1-200)"
+    done
     for f in "$dir"/fr_trace-*.txt; do
       [[ $f == *-entries.txt ]] && continue
       printf '    %s: %s\n' "$(basename "$f")" "$(grep -m1 -i 'culprit\|mismatch\|error\|not match' "$f" | cut -c1-160)"
