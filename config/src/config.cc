@@ -158,12 +158,14 @@ std::string yamlString(const std::string& s);
 
 // "<comm>:<seq>" (both non-negative integers) or empty.
 std::string parseBreakAt(const Input& in, Settings& s) {
-  const std::string expected = "<comm>:<seq>, e.g. 0:120 (communicator creation order, sequence number)";
+  const std::string expected =
+      "<comm>:<seq>, e.g. 0:120 (communicator creation order, sequence number), or hang";
   std::string text, err;
   if (!scalarText(in, expected, text, err)) return err;
   s.break_at = text;
   s.break_comm = s.break_seq = -1;
-  if (text.empty()) return "";
+  s.break_hang = text == "hang";
+  if (text.empty() || s.break_hang) return "";
   const size_t colon = text.find(':');
   long long comm = 0, seq = 0;
   if (colon == std::string::npos || !parseInteger(text.substr(0, colon), 0, LLONG_MAX, comm) ||
@@ -773,9 +775,10 @@ const KeyDesc kKeys[] = {
      },
      [](const Settings& s) { return showBytesOrAuto(s.payload_device_bytes, Settings::kAutoDeviceBytes); }},
     {"break_at", "RANKLENS_BREAK_AT", "",
-     "<comm>:<seq>",
+     "<comm>:<seq> | hang",
      "replay: raise SIGTRAP (stops under a debugger) when the call <comm>:<seq> is made, comm = creation order "
-     "as in `ranklens trace summary`, e.g. 0:120",
+     "as in `ranklens trace summary`, e.g. 0:120; hang: at the call a Flight Recorder dump left unfinished "
+     "(an imported trace), after its report (at_hang then says what the call does)",
      [](const Input& in, Settings& s) { return parseBreakAt(in, s); },
      [](const Settings& s) { return s.break_at; }},
 };

@@ -74,6 +74,7 @@ struct Session {
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
   ranklens::config::AtHang atHang = ranklens::config::AtHang::kStop;
+  bool breakAtHang = false;  // break_at: hang
   bool hangReported = false;  // an imported trace's hang: reported once (at_hang: continue goes on after it)
   bool hostTime = true;
   // host_time: own. The most host time replayed for a call of each operation (groups: kGroupHostKey); absent: no cap.
@@ -336,6 +337,7 @@ Session* load() {
     s->policy = recorded ? st.on_mismatch : OnMismatch::kEstimate;  // no recording: every call is one it lacks
     s->window = st.resync_window;
     s->atHang = st.at_hang;
+    s->breakAtHang = st.break_hang;
     s->hostTime = st.host_time != ranklens::config::HostTime::kIgnore;
     s->estimateAll = st.timing == ranklens::config::TimingSource::kEstimated;
     if (recorded && !openRecording(s.get(), st)) return;
@@ -790,6 +792,10 @@ bool reportHang(Session* s, const ranklens::trace::RecordedCall& rc, std::unique
   // which PyTorch puts in the error it raises).
   WARN("%s", report.c_str());
   if (nccl_fake::logLevel() < nccl_fake::kLogWarn) std::fprintf(stderr, "ranklens: %s\n", report.c_str());
+  if (s->breakAtHang) {
+    std::fprintf(stderr, "ranklens: break_at: hang: raising SIGTRAP (under a debugger: continue to go on)\n");
+    raise(SIGTRAP);
+  }
   if (at == ranklens::config::AtHang::kWait) {
     ranklens_hang_wait = 1;
     const int pid = static_cast<int>(getpid());

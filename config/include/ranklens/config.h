@@ -117,6 +117,7 @@ struct Settings {
   unsigned long long payload_device_bytes = kAutoDeviceBytes;
   std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made
   long long break_comm = -1, break_seq = -1;  // break_at parsed; -1 when unset
+  bool break_hang = false;                  // break_at: hang (an imported Flight Recorder trace's unfinished call)
   // key -> where its value came from: "default", "<file>:<line>:<col>" or "env RANKLENS_<KEY>".
   std::map<std::string, std::string> set_by;
 };
