@@ -3,6 +3,7 @@
 // the cross-rank diagnosis, on the synthetic dumps of tests/data/flight_recorder/make_synthetic.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -405,4 +406,55 @@ TEST(FlightRecorderExport, RecordedCallsBecomeEntriesFrTraceUnderstands) {
   EXPECT_EQ(back.call.op, static_cast<int>(Op::kAllGather));
   EXPECT_EQ(back.call.count, 256u);
   EXPECT_EQ(back.call.datatype, 9);
+}
+
+// Real dumps made on a GPU by tests/data/flight_recorder/make_dumps.sh and copied to tests/data/flight_recorder/real/
+// (<case>/fr/rank_* the watchdog's, <case>/self/pickle/rank_* and self/json/rank_*.json each rank's own, job.log the
+// job's FR_HANG lines naming the rank that skipped or differed): each imports, and the diagnosis names that rank.
+TEST(FlightRecorderRealDumps, ImportAndDiagnosisNameTheCulprit) {
+  const fs::path real = fs::path(RANKLENS_TEST_DATA) / "flight_recorder" / "real";
+  if (!fs::is_directory(real)) GTEST_SKIP() << real << " holds no real dumps (make_dumps.sh on a GPU makes them)";
+  int checked = 0;
+  for (const auto& c : fs::directory_iterator(real)) {
+    if (!c.is_directory()) continue;
+    int culprit = -1;  // from the job's log: {"event": "skip" | "desync", "rank": R, ...}
+    std::ifstream log(c.path() / "job.log");
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("FR_HANG") == std::string::npos) continue;
+      if (line.find("\"event\": \"skip\"") == std::string::npos && line.find("\"event\": \"desync\"") == std::string::npos)
+        continue;
+      const size_t at = line.find("\"rank\": ");
+      if (at != std::string::npos) culprit = std::atoi(line.c_str() + at + 8);
+    }
+    for (const char* sub : {"fr", "self/pickle", "self/json"}) {
+      const fs::path dir = c.path() / sub;
+      if (!fs::is_directory(dir)) continue;
+      std::vector<fr::Dump> dumps;
+      for (const auto& f : fs::directory_iterator(dir)) {
+        fr::Dump d;
+        std::string error;
+        ASSERT_TRUE(fr::loadDump(f.path().string(), -1, &d, &error)) << error;
+        EXPECT_EQ(d.versionMajor, 2) << f.path();
+        dumps.push_back(std::move(d));
+      }
+      if (dumps.empty()) continue;
+      std::sort(dumps.begin(), dumps.end(), [](const fr::Dump& a, const fr::Dump& b) { return a.rank < b.rank; });
+      const fs::path out = fs::path(::testing::TempDir()) / ("fr-real-" + c.path().filename().string() + "-" +
+                                                             std::to_string(checked));
+      fs::remove_all(out);
+      std::vector<tools::ImportReport> reports;
+      std::string error;
+      ASSERT_TRUE(tools::importDumps(dumps, out.string(), &reports, &error)) << error;
+      const std::string diagnosis = tools::diagnose(dumps);
+      if (culprit >= 0 && dumps.size() > 1) {
+        const std::string r = std::to_string(culprit);
+        const bool named = diagnosis.find("never called by rank " + r) != std::string::npos ||
+                           diagnosis.find("rank " + r + " called") != std::string::npos ||
+                           diagnosis.find(", " + r + " (missing call)") != std::string::npos;
+        EXPECT_TRUE(named) << c.path() << "/" << sub << ": culprit rank " << culprit << "\n" << diagnosis;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
 }
