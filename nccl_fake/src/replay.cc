@@ -449,18 +449,35 @@ Session* load() {
   return session;
 }
 
-bool sameSignature(const ranklens::events::Call& r, const CallInfo& info) {
+// Whether a comma-separated list (FlightRecorderEntry::unknown) names `field`.
+bool names(const std::string& list, const char* field) {
+  const size_t n = std::strlen(field);
+  for (size_t at = list.find(field); at != std::string::npos; at = list.find(field, at + 1)) {
+    if ((at == 0 || list[at - 1] == ',') && (at + n == list.size() || list[at + n] == ',')) return true;
+  }
+  return false;
+}
+
+// `unknown`: the fields a trace imported from a Flight Recorder dump does not know (it holds a stand-in for them),
+// which are then not compared.
+bool sameSignature(const ranklens::events::Call& r, const CallInfo& info, const std::string* unknown = nullptr) {
+  auto known = [&](const char* field) { return unknown == nullptr || !names(*unknown, field); };
   const bool rooted = ranklens::events::isRooted(info.op) || ranklens::events::isP2p(info.op);
   const bool reduction = ranklens::events::isReduction(info.op);
-  if (r.op != static_cast<int>(info.op) || r.datatype != static_cast<int>(info.datatype) || r.count != info.count)
-    return false;
-  if (rooted && r.rootOrPeer != info.root) return false;
-  if (reduction) {
+  if (r.op != static_cast<int>(info.op)) return false;
+  if (known("datatype") && r.datatype != static_cast<int>(info.datatype)) return false;
+  if (known("count") && r.count != info.count) return false;
+  if (rooted && known("root") && known("peer") && r.rootOrPeer != info.root) return false;
+  if (reduction && known("redop")) {
     // User (PreMulSum) operators are handles that differ between runs: only "a user operator" is compared.
     const bool userRecorded = r.redop >= ncclNumOps, userReplayed = info.redop >= ncclNumOps;
     if (userRecorded != userReplayed || (!userReplayed && r.redop != static_cast<int>(info.redop))) return false;
   }
   return true;
+}
+
+const std::string* unknownOf(const RecordedCall* rc) {
+  return rc != nullptr && rc->flightRecorder ? &rc->flightRecorder->unknown : nullptr;
 }
 
 // Whether calls may be held for an estimate (timing: estimated, or on_mismatch: estimate): only then are they
@@ -615,14 +632,14 @@ void rebindOnFirstCall(Session* s, Session::Binding* binding, const CallInfo& in
   const int peer = kind == SeqKind::kCollective ? -1 : info.root;
   auto startsWith = [&](int64_t recordedId) {
     const RecordedCall* first = s->recording->find(CallKey{static_cast<uint64_t>(recordedId), kind, peer, event.seq});
-    return first != nullptr && sameSignature(first->call, info);
+    return first != nullptr && sameSignature(first->call, info, unknownOf(first));
   };
   const auto& recordedCalls = s->recording->calls();
   int64_t byOrder = -1;  // the recorded communicator the call at this position opened, if it is this call
   if (position < recordedCalls.size()) {
     const RecordedCall& same = recordedCalls[position];
     if (ranklens::trace::callKeyOf(same.call) == CallKey{same.call.commId, kind, peer, event.seq} &&
-        sameSignature(same.call, info))
+        sameSignature(same.call, info, unknownOf(&same)))
       byOrder = static_cast<int64_t>(same.call.commId);
   }
   if (byOrder == binding->recordedId || (byOrder < 0 && startsWith(binding->recordedId))) return;
@@ -680,7 +697,7 @@ ncclResult_t matchRecorded(Session* s, CallInfo* info, const ranklens::events::C
     CallKey key{static_cast<uint64_t>(binding->recordedId), kind, peer,
                 static_cast<uint64_t>(std::max<int64_t>(at, 0))};
     expected = at >= 0 ? s->recording->find(key) : nullptr;
-    if (expected && sameSignature(expected->call, *info)) {
+    if (expected && sameSignature(expected->call, *info, unknownOf(expected))) {
       match = expected;
     } else {
       // Resynchronise: the program may have skipped recorded calls; else this call is one the recording lacks.
@@ -688,7 +705,7 @@ ncclResult_t matchRecorded(Session* s, CallInfo* info, const ranklens::events::C
         key.seq = static_cast<uint64_t>(at + k);
         const RecordedCall* ahead = s->recording->find(key);
         if (ahead == nullptr) break;
-        if (sameSignature(ahead->call, *info)) {
+        if (sameSignature(ahead->call, *info, unknownOf(ahead))) {
           match = ahead;
           *offset += k;
           c.resyncs++;
