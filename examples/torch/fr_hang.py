@@ -44,28 +44,32 @@ def log(rank: int, what: str, **kv) -> None:
 
 
 def dump_api():
-    """torch's functions that return this process's Flight Recorder buffer (pickle bytes, JSON text)."""
+    """torch's functions that return this process's Flight Recorder buffer, as (pickle bytes, JSON text) callables:
+    _dump_nccl_trace / _dump_nccl_trace_json (torch 2.x with NCCL), else the backend-generic _dump_fr_trace /
+    _dump_fr_trace_json of newer torch, asked for the NCCL backend's buffer (their default is gloo's)."""
     c10d = getattr(torch._C, "_distributed_c10d", None)
-    pick = None
-    js = None
-    for name in ("_dump_nccl_trace", "_dump_fr_trace"):
-        if c10d is not None and hasattr(c10d, name):
-            pick = getattr(c10d, name)
-            break
-    for name in ("_dump_nccl_trace_json", "_dump_fr_trace_json"):
-        if c10d is not None and hasattr(c10d, name):
-            js = getattr(c10d, name)
-            break
+    if c10d is None:
+        return None, None
+
+    def call(fn, **kwargs):
+        def dump():
+            try:
+                return fn(**kwargs)
+            except TypeError:  # keyword names differ across versions; the positional order does not
+                return fn(*[v for k, v in kwargs.items() if k != "backend"])
+        return dump
+
+    pick = js = None
+    if hasattr(c10d, "_dump_nccl_trace"):
+        pick = call(c10d._dump_nccl_trace, includeCollectives=True, includeStackTraces=True, onlyActive=False)
+    elif hasattr(c10d, "_dump_fr_trace"):
+        pick = call(c10d._dump_fr_trace, includeCollectives=True, includeStackTraces=True, onlyActive=False,
+                    backend="nccl")
+    if hasattr(c10d, "_dump_nccl_trace_json"):
+        js = call(c10d._dump_nccl_trace_json, includeCollectives=True, onlyActive=False)
+    elif hasattr(c10d, "_dump_fr_trace_json"):
+        js = call(c10d._dump_fr_trace_json, includeCollectives=True, onlyActive=False, backend="nccl")
     return pick, js
-
-
-def call_dump(fn, *args):
-    # The keyword names changed across torch versions; the positional order (collectives, stacks, only active)
-    # did not.
-    try:
-        return fn(*args)
-    except TypeError:
-        return fn()
 
 
 def self_dump(rank: int, dump_dir: str, why: str) -> None:
@@ -77,7 +81,7 @@ def self_dump(rank: int, dump_dir: str, why: str) -> None:
     wrote = []
     if pick is not None:
         try:
-            data = call_dump(pick, True, True, False)
+            data = pick()
             path = os.path.join(dump_dir, "pickle", f"rank_{rank}")
             with open(path, "wb") as f:
                 f.write(data if isinstance(data, (bytes, bytearray)) else bytes(data))
@@ -86,7 +90,7 @@ def self_dump(rank: int, dump_dir: str, why: str) -> None:
             log(rank, "self_dump_failed", kind="pickle", error=repr(e))
     if js is not None:
         try:
-            text = call_dump(js, True, False)
+            text = js()
             path = os.path.join(dump_dir, "json", f"rank_{rank}.json")
             with open(path, "w") as f:
                 f.write(text if isinstance(text, str) else text.decode())
