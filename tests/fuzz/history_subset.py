@@ -3,11 +3,11 @@
 """Writes a history without the rank directories whose path contains a given text, for an evaluation of part of a
 history whose traces are gone (e.g. the first run of each configuration alone: --drop=-run2/).
 
-    bench/history_subset.py IN.hist OUT.hist [--drop TEXT ...] [--max-samples N] [--drop-phases]
+    tests/fuzz/history_subset.py IN.hist OUT.hist [--drop TEXT ...] [--max-samples N] [--drop-phases]
 
 --max-samples keeps the first N samples of each run kept (small seeds for tests/fuzz/corpus/fuzz_history).
 --drop-phases forgets every sample's step phase (-1), so that `ranklens estimate eval` scores the same-place rule
-without its phase window (what it did before 6a31815).
+without its phase window.
 """
 import argparse
 import sys
