@@ -383,7 +383,7 @@ EDGE_CASES = {
     "payload frame without zstd checksum": lambda d: _stage_trace(
         d, lambda w: w.payload(0, 1, 0, b"one" * 10, blob=tg.zstd_frame(b"one" * 10, checksum=False))),
     # zstd's one-shot decoder refuses an empty compressed block that its block-by-block route accepts: both readers
-    # decode block by block (found by the C++ fuzz target, session 22).
+    # decode block by block (found by the C++ fuzz target).
     "payload frame with an empty compressed block": lambda d: _stage_trace(
         d, lambda w: w.payload(0, 1, 0, b"\x07\x09", blob=EMPTY_COMPRESSED_BLOCK_FRAME)),
     "index entry naming no record": lambda d: (
@@ -748,7 +748,7 @@ def test_payload_of_a_frame_per_block_reads(tmp_path):
 
 
 def test_payload_frame_that_decodes_to_less_than_it_declares(tmp_path):
-    # Found by fuzz_payload (session 27): a 15-byte frame that declares 35 bytes and ends after none. Followed by a
+    # Found by fuzz_payload: a 15-byte frame that declares 35 bytes and ends after none. Followed by a
     # frame of the whole payload, the sizes produced add up and the CRC matches, but the declared ones (35 + 64) do
     # not: refused, as by the C++ reader.
     lying = bytes.fromhex("28b52ffd2023000000000000010000")

@@ -690,7 +690,7 @@ TEST(TraceBorrowed, CompressedStraightOutOfTheLendersMemoryAtEveryWidthAndLength
 }
 
 // A lent payload compressed straight out of the lender's memory (shuffle on or off) takes no room in the writer's
-// queue: the lender's memory bounds it (s25i). Held in the queue (its release blocks the only worker), a first lent
+// queue: the lender's memory bounds it. Held in the queue (its release blocks the only worker), a first lent
 // payload leaves room for a second under kDrop; with auto the first is copied in and counts, and the second is
 // dropped (an empty queue still admits anything).
 TEST(TraceBorrowed, PayloadsCompressedFromTheLenderTakeNoQueueRoom) {
@@ -722,7 +722,7 @@ TEST(TraceBorrowed, PayloadsCompressedFromTheLenderTakeNoQueueRoom) {
   }
 }
 
-// kAuto (record mode's default in session 22; `on` since) stores planes only where a sample spread over the payload
+// kAuto (record mode's default before `on`) stores planes only where a sample spread over the payload
 // compresses in a quarter less CPU time as planes: fp32 values that hold bf16 values (autocast gradients: two zero
 // planes) do, by far; normal-distributed fp32 (dense noise, which zstd stores almost raw either way) is a near tie
 // since planes have their own match finder. A payload whose head is noise but whose rest has structure (GPT-2's
