@@ -6,14 +6,14 @@
 # resident memory (GNU time's maximum RSS: the largest process of the tree, ranklens or the program), the median of
 # --repeats runs, on the host device (no GPU needed). Writes bench/results/structure_replay_mesh.json.
 #
-# Usage: bench/structure_replay_mesh.sh [--build DIR] [--worlds 16384,131072] [--steps 3] [--repeats 5] [--out FILE]
+# Usage: bench/structure_replay_mesh.sh [--build DIR] [--worlds 16384,131072] [--steps 3] [--repeats 9] [--out FILE]
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build/release
 worlds=16384,131072
 steps=3
-repeats=5
+repeats=9
 out=$root/bench/results/structure_replay_mesh.json
 while [ $# -gt 0 ]; do
   case $1 in
