@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <exception>
 #include <utility>
 
 namespace ranklens {
@@ -134,8 +135,10 @@ std::string meshSizes(const std::vector<MeshDim>& mesh, long long worldSize, std
   return "";
 }
 
-std::string resolveMeshSplit(const Settings& settings, int worldSize, const std::vector<int>& parentWorldRanks,
-                             int parentRank, int color, int key, MeshSplit* out) {
+namespace {
+
+std::string resolve(const Settings& settings, int worldSize, const std::vector<int>& parentWorldRanks, int parentRank,
+                    int color, int key, MeshSplit* out) {
   const std::vector<MeshDim>& mesh = settings.mesh;
   const int me = parentWorldRanks.at(parentRank);
   const std::string which = "ncclCommSplit(color " + std::to_string(color) + ", key " + std::to_string(key) +
@@ -197,6 +200,22 @@ std::string resolveMeshSplit(const Settings& settings, int worldSize, const std:
          "groups: " + seen + "). Say it with mesh_colors, e.g. RANKLENS_MESH_COLORS=" + mesh.back().name + "=" +
          std::to_string(color) + " (or a range such as " + mesh.back().name + "=" + std::to_string(color) +
          "- for every color from it on; ranklens replay --mesh-colors), or list the child in the groups: table";
+}
+
+}  // namespace
+
+// Called from ncclCommSplit: nothing may leave as an exception (a world too large for memory is the one way in).
+std::string resolveMeshSplit(const Settings& settings, int worldSize, const std::vector<int>& parentWorldRanks,
+                             int parentRank, int color, int key, MeshSplit* out) {
+  try {
+    if (parentRank < 0 || static_cast<size_t>(parentRank) >= parentWorldRanks.size())
+      return "ncclCommSplit: rank " + std::to_string(parentRank) + " is not a member of the communicator split";
+    return resolve(settings, worldSize, parentWorldRanks, parentRank, color, key, out);
+  } catch (const std::exception& e) {
+    return std::string("ncclCommSplit: cannot work out the child from the mesh: ") + e.what();
+  } catch (...) {
+    return "ncclCommSplit: cannot work out the child from the mesh";
+  }
 }
 
 }  // namespace config
