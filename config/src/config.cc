@@ -448,6 +448,116 @@ std::string showGroups(const std::vector<GroupSpec>& groups) {
   return out + "]";
 }
 
+// A mesh dimension's name: what a user would write for it (dp, tp, pp, cp, ep, dp_shard, ...).
+bool meshName(const std::string& name) {
+  return !name.empty() && !(name[0] >= '0' && name[0] <= '9') && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+constexpr const char* kMeshExpected =
+    "dimensions outermost first as name=size, e.g. dp=8192,tp=2 or pp=4,dp=-1,tp=8 (one size may be -1: what the "
+    "world size leaves)";
+
+std::string parseMesh(const Input& in, Settings& s) {
+  std::vector<std::string> items;
+  if (std::string err = parseList(in, kMeshExpected, items); !err.empty()) return err;
+  std::vector<MeshDim> dims;
+  bool inferred = false;
+  long long product = 1;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    MeshDim dim;
+    dim.name = item.substr(0, eq);
+    long long size = 0;
+    if (eq == std::string::npos || !meshName(dim.name) || !parseInteger(item.substr(eq + 1), -1, INT_MAX, size) ||
+        size == 0) {
+      return badValue(in.where, "'" + item + "'", in.key, kMeshExpected);
+    }
+    for (const MeshDim& other : dims) {
+      if (other.name == dim.name) return badValue(in.where, "'" + item + "'", in.key, "each dimension named once");
+    }
+    if (size < 0 && inferred) return badValue(in.where, "'" + item + "'", in.key, "at most one size of -1");
+    inferred = inferred || size < 0;
+    if (size > 0) product *= size;
+    if (product > INT_MAX) return badValue(in.where, "'" + item + "'", in.key, "a mesh of at most 2^31-1 ranks");
+    dim.size = size;
+    dims.push_back(dim);
+    if (dims.size() > 8) return badValue(in.where, "'" + item + "'", in.key, "at most 8 dimensions");
+  }
+  s.mesh = std::move(dims);
+  return "";
+}
+
+std::string showMesh(const Settings& s) {
+  std::string out;
+  for (const MeshDim& d : s.mesh) out += (out.empty() ? "" : ",") + d.name + "=" + std::to_string(d.size);
+  return out;
+}
+
+constexpr const char* kMeshColorsExpected =
+    "entries dims=colors, e.g. tp=0-8191,dp=8192- (dims: mesh dimensions joined by +, such as pp+dp; colors: C, "
+    "A-B inclusive, A- from A on, or all)";
+
+std::string parseMeshColors(const Input& in, Settings& s) {
+  std::vector<std::string> items;
+  if (std::string err = parseList(in, kMeshColorsExpected, items); !err.empty()) return err;
+  std::vector<MeshColors> entries;
+  for (const std::string& item : items) {
+    const size_t eq = item.rfind('=');
+    MeshColors entry;
+    entry.text = item;
+    bool ok = eq != std::string::npos && eq > 0;
+    for (size_t start = 0; ok && start < eq;) {
+      const size_t plus = std::min(item.find('+', start), eq);
+      entry.dims.push_back(item.substr(start, plus - start));
+      ok = meshName(entry.dims.back()) &&
+           std::count(entry.dims.begin(), entry.dims.end(), entry.dims.back()) == 1;
+      start = plus + 1;
+    }
+    const std::string colors = ok ? item.substr(eq + 1) : "";
+    if (ok && colors != "all") {
+      const size_t dash = colors.find('-');
+      long long lo = 0, hi = 0;
+      ok = parseInteger(colors.substr(0, dash), 0, INT_MAX, lo);
+      if (ok && dash == std::string::npos) hi = lo;
+      else if (ok && dash + 1 == colors.size()) hi = -1;
+      else if (ok) ok = parseInteger(colors.substr(dash + 1), lo, INT_MAX, hi);
+      entry.colors.lo = lo;
+      entry.colors.hi = hi;
+    }
+    if (!ok) return badValue(in.where, "'" + item + "'", in.key, kMeshColorsExpected);
+    entries.push_back(std::move(entry));
+  }
+  s.mesh_colors = std::move(entries);
+  return "";
+}
+
+std::string showMeshColors(const Settings& s) {
+  std::string out;
+  for (const MeshColors& e : s.mesh_colors) out += (out.empty() ? "" : ",") + e.text;
+  return out;
+}
+
+// Settings that only make sense together, checked once every source has been read.
+std::string crossCheck(const Settings& s) {
+  if (s.mesh_colors.empty()) return "";
+  const std::string where = s.set_by.count("mesh_colors") ? s.set_by.at("mesh_colors") : "mesh_colors";
+  if (s.mesh.empty()) {
+    return where + ": mesh_colors names mesh dimensions, but no mesh is set: give the mesh too (RANKLENS_MESH, "
+           "e.g. dp=8192,tp=2; ranklens replay --mesh)";
+  }
+  for (const MeshColors& e : s.mesh_colors) {
+    for (const std::string& dim : e.dims) {
+      if (std::none_of(s.mesh.begin(), s.mesh.end(), [&](const MeshDim& d) { return d.name == dim; })) {
+        return where + ": mesh_colors entry '" + e.text + "' names '" + dim + "', which is not a dimension of the "
+               "mesh " + showMesh(s) + ": use the mesh's names";
+      }
+    }
+  }
+  return "";
+}
+
 struct KeyDesc {
   const char* key;
   const char* env;
@@ -503,6 +613,18 @@ const KeyDesc kKeys[] = {
      "optionally per color",
      [](const Input& in, Settings& s) { return parseGroups(in, s.groups); },
      [](const Settings& s) { return showGroups(s.groups); }},
+    {"mesh", "RANKLENS_MESH", "",
+     "name=size,... outermost first, e.g. dp=8192,tp=2; one size may be -1 (what the world size leaves)",
+     "the device mesh from which every ncclCommSplit child is worked out, for any rank at any world size, without a "
+     "groups table; the last dimension is contiguous (torch's DeviceMesh order, the reverse of Megatron's order "
+     "string)",
+     [](const Input& in, Settings& s) { return parseMesh(in, s); },
+     [](const Settings& s) { return showMesh(s); }},
+    {"mesh_colors", "RANKLENS_MESH_COLORS", "",
+     "dims=colors,... e.g. tp=0-8191,dp=8192- (dims joined by +; colors C, A-B, A- or all)",
+     "which split colors span which mesh dimensions (first match wins); torch's colors are recognised without it",
+     [](const Input& in, Settings& s) { return parseMeshColors(in, s); },
+     [](const Settings& s) { return showMeshColors(s); }},
     {"real_nccl", "RANKLENS_REAL_NCCL", "",
      "a path",
      "record: path of the real libnccl.so.2 to forward to; empty: the one already loaded (torch preloads "
@@ -886,6 +1008,7 @@ LoadResult load(const std::string* yamlText, const std::string& origin, const Ge
   std::string err;
   if (yamlText) err = applyYaml(*yamlText, origin, s);
   if (err.empty()) err = applyEnvironment(lookup, s);
+  if (err.empty()) err = crossCheck(s);
   result.warnings = typoWarnings(envNames ? *envNames : processEnvironNames());
   result.ok = err.empty();
   result.error = err;

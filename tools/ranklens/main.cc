@@ -220,6 +220,8 @@ int runReplay(const ReplayOptions& o) {
   if (!o.fill.empty()) env["RANKLENS_FILL"] = o.fill;
   if (!o.device.empty()) env["RANKLENS_DEVICE"] = o.device;
   if (!o.groups.empty()) env["RANKLENS_GROUPS"] = o.groups;
+  if (!o.mesh.empty()) env["RANKLENS_MESH"] = o.mesh;
+  if (!o.meshColors.empty()) env["RANKLENS_MESH_COLORS"] = o.meshColors;
   if (!o.traceDir.empty()) env["RANKLENS_TRACE_DIR"] = o.traceDir;
   if (!o.trace.empty()) {
     env["RANKLENS_REPLAY_TRACE"] = fs::absolute(o.trace).string();
@@ -360,6 +362,12 @@ int main(int argc, char** argv) {
   rp->add_option("-d,--device", replay.device, "Stream device")->check(CLI::IsMember({"auto", "cuda", "host"}));
   rp->add_option("-g,--groups", replay.groups,
                  "Split table as YAML flow text, e.g. '[{members: [0,2]}, {members: [1,3]}]' (RANKLENS_GROUPS)");
+  rp->add_option("--mesh", replay.mesh,
+                 "Device mesh, outermost dimension first, e.g. dp=8192,tp=2 or pp=4,dp=-1,tp=8: every split's "
+                 "members for any rank at any world size, without a groups table (RANKLENS_MESH)");
+  rp->add_option("--mesh-colors", replay.meshColors,
+                 "Which split colors span which mesh dimensions when they are not torch's, e.g. tp=0-8191,dp=8192- "
+                 "(RANKLENS_MESH_COLORS)");
   rp->add_option("-t,--trace-dir", replay.traceDir,
                  "Where the event log goes (default: trace_dir from the config, else a new $TMPDIR/ranklens-*)");
   rp->add_flag("--no-events", replay.noEvents,

@@ -59,6 +59,20 @@ struct GroupSpec {
   std::string origin;         // where it was defined, e.g. "ranklens.yaml:12:5"
 };
 
+// One dimension of the device mesh (`mesh: dp=8192,tp=2`), outermost first: world rank = row-major index of the
+// coordinates, the last dimension contiguous (torch's DeviceMesh order). size -1: what the world size leaves.
+struct MeshDim {
+  std::string name;
+  long long size = 0;
+};
+
+// One `mesh_colors` entry (`tp=0-8191`): a split whose color is in `colors` groups the ranks along these dimensions.
+struct MeshColors {
+  std::vector<std::string> dims;  // mesh dimension names, e.g. {"pp", "dp"} for "pp+dp=..."
+  Range colors;
+  std::string text;               // as written, for messages
+};
+
 struct Settings {
   Mode mode = Mode::kReplay;
   Fidelity fidelity = Fidelity::kStructure;
@@ -68,6 +82,8 @@ struct Settings {
   int nccl_version = 22809;     // what ncclGetVersion reports in replay
   int ranks_per_node = 8;       // virtual topology: ranks sharing a node (LSA team, locality)
   std::vector<GroupSpec> groups;
+  std::vector<MeshDim> mesh;             // empty: no mesh (splits need a recording or the groups table)
+  std::vector<MeshColors> mesh_colors;   // which split colors are which mesh dimensions (ranklens/mesh.h)
   // Record mode.
   std::string real_nccl;                    // path of the real libnccl.so.2; empty: discover it
   Payloads payloads = Payloads::kSmall;
