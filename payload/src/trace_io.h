@@ -12,9 +12,13 @@
 namespace ranklens {
 namespace trace {
 
+// Strict UTF-8 (as Python decodes it): no overlong forms, no surrogates, nothing above U+10FFFF. docs/trace-format.md:
+// a str holding anything else is a field of the wrong type.
+bool validUtf8(const char* text, size_t size);
+
 // An allocator whose value-initialisation leaves bytes as they are: a Blob is sized to ZSTD_compressBound (about the
 // payload's size) before zstd writes into it, and zero-filling that first took about 6% of the compression threads'
-// time (a perf profile of the recorder's pipeline, session 22).
+// time (a perf profile of the recorder's compression threads).
 template <typename T>
 struct UninitialisedAllocator : std::allocator<T> {
   template <typename U>

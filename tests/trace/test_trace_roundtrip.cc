@@ -296,7 +296,7 @@ TEST(TraceRoundTrip, EveryRecordTypeEveryField) {
   EXPECT_EQ(recs[12].as<Edit>(), r.edit);
   const CommBinding binding = recs[13].as<CommBinding>();
   EXPECT_EQ(binding.commId, 1u);
-  EXPECT_EQ(binding.recordedCommId, 0);
+  EXPECT_EQ(binding.recordedCommId, 0u);
   EXPECT_EQ(binding.rule, "first call");
   EXPECT_EQ(binding.timeNs, 99);
   EXPECT_EQ(recs[14].as<CommEnd>(), r.end);

@@ -359,13 +359,9 @@ std::vector<std::string> candidates(const std::string& trace, std::optional<int>
   }
   if (fs::exists(fs::path(trace) / "manifest.msgpack", ec)) return {trace};
   bool segmentsHere = false;
-  std::vector<std::pair<int, std::string>> missing;  // rank<R>/ without a manifest
   for (const auto& entry : fs::directory_iterator(trace, ec)) {
     uint32_t index;
     if (isNumberedName(entry.path().filename().string(), "seg-", ".rls", &index)) segmentsHere = true;
-    const int rank = rankFromDirectoryName(entry.path().string());
-    if (rank >= 0 && entry.is_directory(ec) && !fs::exists(entry.path() / "manifest.msgpack", ec))
-      missing.emplace_back(rank, entry.path().string());
   }
   if (segmentsHere) return {trace};  // a rank directory that lost its manifest
   std::vector<std::string> out;
@@ -374,9 +370,7 @@ std::vector<std::string> candidates(const std::string& trace, std::optional<int>
     if (onlyRank && rank >= 0 && rank != *onlyRank) continue;  // others (ranklens-pid<P>) are checked after opening
     out.push_back(dir);
   }
-  std::sort(missing.begin(), missing.end());
-  for (const auto& [rank, dir] : missing)
-    if (!onlyRank || rank == *onlyRank) out.push_back(dir);
+  // rank<R>/ without a manifest is among them, in rank order (rankDirectories): opening it reports it.
   if (out.empty())
     *error = trace + ": no RankLens trace here (expected manifest.msgpack, or rank directories below it)";
   return out;

@@ -147,7 +147,7 @@ struct Edit {
 // Replay traces: the recorded communicator a replayed one stands for, once final (at its first call).
 struct CommBinding {
   uint64_t commId = 0;          // the replayed communicator
-  int64_t recordedCommId = -1;  // its counterpart in the recording
+  uint64_t recordedCommId = 0;  // its counterpart in the recording (a recorded commId, so uint64 like it)
   std::string rule;             // "creation": bound when created, kept; "first call": rebound by its first call
   int64_t timeNs = 0;
   MSGPACK_DEFINE_ARRAY(commId, recordedCommId, rule, timeNs)
@@ -391,6 +391,9 @@ struct Location {
 using RecordVisitor = std::function<bool(RecordType, const msgpack::object&, const Location&)>;
 bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const std::string& name,
                   const Limits& limits, const RecordVisitor& visit, Problem* problem);
+// Whether a record of a known type is well formed (docs/trace-format.md, "Record types"): every listed field of the
+// right type and width, every str valid UTF-8 and no bin. `why` names the field. True for unknown types.
+bool recordWellFormed(RecordType type, const msgpack::object& record, std::string* why);
 // Decode one payload blob (a zstd frame) with every bound checked against `ref` and `limits`.
 bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
                    std::vector<uint8_t>* out, std::string* reason);
