@@ -424,25 +424,21 @@ def _skippable_frame(data=b"note"):
 
 
 def _damage_before_last_ref(d):
-    """Three payloads in one segment and a current index; then the CRC of the frame of the second is damaged in
-    place (same size, so the index still matches the segment list)."""
+    """Two payloads in one segment with a Stage record between them, and a current index; then the CRC of the
+    Stage's frame is damaged in place (same size, so the index still matches the segment list, and both of its
+    entries lead to intact PayloadRef frames)."""
     w = tg.RankWriter(d)
     w.payload(0, 1, 0, b"one" * 10)
-    loc = w.payload(0, 2, 0, b"two" * 10)
+    w.record(STAGE, ["between", 1, 2])
     w.payload(0, 3, 0, b"three" * 10)
     w.close()
     seg = w.seg_path(0)
-    offset = _ref_frame_offset(seg, 2)
+    records, _ = rt.parse_segment(open(seg, "rb").read(), 0, seg)
+    offset = next(r.offset for r in records if r.type == STAGE)
     data = bytearray(open(seg, "rb").read())
     data[offset + 4] ^= 0xFF  # the frame's CRC
     _write(seg, bytes(data))
     return w
-
-
-def _ref_frame_offset(seg, seq):
-    """The offset of the frame holding the PayloadRef of collective `seq` (found by scanning the segment)."""
-    records, _ = rt.parse_segment(open(seg, "rb").read(), 0, seg)
-    return next(r.offset for r in records if r.type == PAYLOAD_REF and r.fields["seq"] == seq)
 
 
 def _tail(d, tail):
