@@ -758,11 +758,13 @@ bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string*
     Manifest manifest;
     handle.get().convert(manifest);
     if (manifest.format != kFormatName) {
-      *reason = "not a RankLens trace manifest (format '" + manifest.format + "')";
+      *reason = "manifest key 'format': '" + manifest.format + "', expected '" + kFormatName +
+                "' (not a RankLens trace manifest)";
       return false;
     }
     if (manifest.version_major != kFormatMajor) {
-      *reason = "unsupported format version " + std::to_string(manifest.version_major) + "." +
+      *reason = "manifest key 'version_major': unsupported format version " +
+                std::to_string(manifest.version_major) + "." +
                 std::to_string(manifest.version_minor) + " (this reader: " + std::to_string(kFormatMajor) + ".x)";
       return false;
     }

@@ -371,7 +371,10 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& rankDir, const
     return nullptr;
   }
   if (!parseManifest(data.data(), data.size(), &impl->manifest, &reason)) {
-    *error = manifestPath + ": offset 0: " + reason;
+    // A problem of one key names the key (docs/trace-format.md); one of the whole map is at its start.
+    static const std::string keyed = "manifest key ";
+    *error = manifestPath + (reason.rfind(keyed, 0) == 0 ? ": key " + reason.substr(keyed.size())
+                                                         : ": offset 0: " + reason);
     return nullptr;
   }
   if (!impl->listSegments(error)) return nullptr;

@@ -496,14 +496,16 @@ def parse_manifest(data: bytes) -> Dict[str, Any]:
         if key in obj:
             if not _kind_ok(kind, obj[key]):
                 shown = obj[key] if _is_int(obj[key]) else _type_name(obj[key])
-                raise TraceFormatError(f"manifest key '{key}' is {shown}, expected {kind}")
+                raise TraceFormatError(f"manifest key '{key}': is {shown}, expected {kind}")
             out[key] = obj[key]
         else:
             out[key] = dict(default) if isinstance(default, dict) else default
     if out["format"] != FORMAT_NAME:
-        raise TraceFormatError(f"manifest format is {out['format']!r}, expected {FORMAT_NAME!r}")
+        raise TraceFormatError(f"manifest key 'format': {out['format']!r}, expected {FORMAT_NAME!r} (not a RankLens "
+                               f"trace manifest)")
     if out["version_major"] != FORMAT_MAJOR:
-        raise TraceFormatError(f"trace format version {out['version_major']}.{out['version_minor']} is not "
+        raise TraceFormatError(f"manifest key 'version_major': trace format version "
+                               f"{out['version_major']}.{out['version_minor']} is not "
                                f"supported by this reader (version {FORMAT_MAJOR}.{FORMAT_MINOR}, reads "
                                f"{FORMAT_MAJOR}.x)")
     return out
@@ -559,7 +561,10 @@ class RankReader:
         try:
             reader.manifest = parse_manifest(data)
         except TraceFormatError as exc:
-            raise TraceFormatError(f"{manifest_path}: offset 0: {exc}") from None
+            # The spec: a problem of one key names the key; one of the whole map is at its start.
+            text = str(exc)
+            where = f"key {text[len('manifest key '):]}" if text.startswith("manifest key ") else f"offset 0: {text}"
+            raise TraceFormatError(f"{manifest_path}: {where}") from None
         reader._list_segments()
         reader._scan()
         reader._load_index()
