@@ -43,7 +43,7 @@ void setBlobParameters(ZSTD_CCtx* cctx, int level, bool planes) {
   }
   // No zstd content checksum (format 1.9): rawCrc32, of every byte, checks what a reader decodes; without zstd's
   // XXH64 over the same bytes real gradients as planes compressed 5-13% faster and decompressed 34-37% faster
-  // (payload_codec_choices --checksum both, session 22).
+  // (bench/payload_codec_choices --checksum both measures it).
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 0);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
 }

@@ -447,7 +447,7 @@ def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) 
         except zstandard.ZstdError as exc:
             raise ValueError(f"zstd: {exc}") from None
         if len(pieces[-1]) != declared:
-            # zstd let a frame that declared 35 bytes end after none (fuzz_payload, session 27): by the declared
+            # zstd let a frame that declared 35 bytes end after none (found by the C++ fuzz target fuzz_payload): by the declared
             # sizes the C++ reader refuses such a blob, so here too.
             raise ValueError(f"zstd frame at byte {len(blob) - len(rest)} of the blob decodes to {len(pieces[-1])} "
                              f"bytes, declares {declared}")
