@@ -46,12 +46,12 @@ def base_trace(directory):
     w.record(STAGE, ["forward", 1, 11])
     w.record(GROUP_BEGIN, [5, 12])
     w.record(CALL, tg.call(0, 0, 0))
-    w.payload(0, 0, 0, b"\x01" * 16, datatype=7)
+    w.payload(0, 0, 0, b"\x01" * 16, datatype=1)
     w.record(GROUP_END, [5, 1, 0, 13])
     w.record(TIMING, [0, 0, 0, 7, 5, 100, 20, False, -1, -1, 0, 3_000_000_000])
     w.new_segment()
     w.record(CALL, tg.call(0, 0, 9, peer=1))
-    w.payload(0, 0, 9, b"\x02" * 16, datatype=7, peer=1)
+    w.payload(0, 0, 9, b"\x02" * 16, datatype=1, peer=1)
     w.record(CALL, tg.call(0, 1, 3))
     w.record(CALL, tg.call(0, 1, 3, t=5))  # the same identity again: one call, the last
     w.payload(0, 1, 3, bytes(range(16)), datatype=1)
@@ -207,7 +207,7 @@ def test_trace_summary_counts_each_call_once(corpus):
 
 
 def test_base_trace_is_read_whole(corpus):
-    _, doc = _python_doc(os.path.dirname(os.path.dirname(corpus[0][1])) + "/base")
+    _, doc = _python_doc(os.path.join(os.path.dirname(corpus[0][1]), "base"))
     (rank,) = doc["ranks"]
     assert rank["problems"] == [] and len(rank["payloads"]) == 3
     assert all(p["sha256"] for p in rank["payloads"])
