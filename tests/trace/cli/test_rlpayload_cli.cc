@@ -574,7 +574,8 @@ TEST_F(Cli, VerifyComparesManifestCounters) {
             std::string::npos)
       << r.out;
   const Result j = run({"verify", "--json", copy});
-  const auto& problem = nlohmann::json::parse(j.out)["ranks"][1]["problems"][0];
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& problem = doc["ranks"][1]["problems"][0];
   EXPECT_EQ(problem["key"], "records_written") << j.out;
   EXPECT_FALSE(problem.contains("offset")) << j.out;
 }
