@@ -201,7 +201,7 @@ def _is_int(value: Any) -> bool:
 def _is_str(value: Any) -> bool:
     """A msgpack str holding valid UTF-8 (bodies are unpacked with surrogateescape, so bad bytes show as
     surrogates). The spec: "`str` = msgpack str holding UTF-8", so a str holding anything else is a field of the
-    wrong type (the record is malformed). The C++ reader does not check it (a known divergence)."""
+    wrong type (the record is malformed), as is a msgpack bin; the C++ reader checks both the same way."""
     if not isinstance(value, str):
         return False
     try:
@@ -518,8 +518,8 @@ def _read_file(path: str) -> bytes:
         return f.read()
 
 
-# An index entry: [commId, seq, op, peer, segment, offset], extra trailing elements ignored. Spec gap: the spec gives
-# no widths for entry fields; these are the C++ reader's, whose conversion refuses the whole index otherwise.
+# An index entry: [commId, seq, op, peer, segment, offset], extra trailing elements ignored; the widths are the
+# spec's (index.msgpack): an entry outside them makes the whole index unusable (rebuilt).
 _INDEX_ENTRY = (_U64, _U64, _I32, _I32, _U32, _U64)
 
 
@@ -654,9 +654,9 @@ class RankReader:
         if not (isinstance(calls, list) and isinstance(payloads, list)
                 and all(_is_index_entry(e) and e[4] < len(sizes) and e[5] < sizes[e[4]] for e in calls + payloads)):
             return self._rebuild("index call lists malformed")
-        # Spec gap: the spec says an entry is trusted only if it leads to an intact record of the right type and
-        # identity, and that the first one that does not makes the reader rebuild; not when entries are checked.
-        # Like the C++ reader: lazily, when a lookup uses the entry (payloads() uses every payloads entry; calls
+        # The spec: an entry is trusted only if it leads to an intact, well-formed record of the right type and
+        # identity before its segment's first damaged frame, and the first one that does not makes the reader
+        # rebuild. Entries are checked when a lookup uses them (payloads() uses every payloads entry; calls
         # entries are checked only by call()). A later entry for the same call replaces an earlier one.
         for entries, target in ((calls, self._calls), (payloads, self._payloads)):
             for comm, seq, op, peer, segment, offset in (e[:6] for e in entries):
