@@ -651,11 +651,13 @@ ncclResult_t matchRecorded(Session* s, CallInfo* info, const ranklens::events::C
   if (binding != nullptr && !binding->called) {
     const int64_t atCreation = binding->recordedId;
     rebindOnFirstCall(s, binding, *info, event, c.calls - 1);
-    // Final now: the replay trace says which recorded communicator this one stands for (ranklens compare uses it).
-    Runtime::get().emit(ranklens::trace::RecordType::kCommBinding,
-                        ranklens::trace::CommBinding{info->comm->id, binding->recordedId,
-                                                     binding->recordedId == atCreation ? "creation" : "first call",
-                                                     monotonicNs()});
+    // Final now: the replay trace says which recorded communicator this one stands for (ranklens compare uses it);
+    // recordedCommId is a recorded commId (uint64), so a binding to none writes no record.
+    if (binding->recordedId >= 0)
+      Runtime::get().emit(ranklens::trace::RecordType::kCommBinding,
+                          ranklens::trace::CommBinding{info->comm->id, static_cast<uint64_t>(binding->recordedId),
+                                                       binding->recordedId == atCreation ? "creation" : "first call",
+                                                       monotonicNs()});
   }
   const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info->op));
   const int peer = kind == SeqKind::kCollective ? -1 : info->root;

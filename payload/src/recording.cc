@@ -116,6 +116,19 @@ std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, st
   }
   (void)scanned;  // damage is in problems(); the records before it are used
 
+  // docs/trace-format.md: several Call records of one identity are one call, the last in segment order (as the
+  // index and every other command read it); the earlier ones are not calls.
+  {
+    std::unordered_set<CallKey, CallKeyHash> seen;
+    std::vector<RecordedCall> kept;
+    for (auto it = im.calls.rbegin(); it != im.calls.rend(); ++it)
+      if (seen.insert(callKeyOf(it->call)).second) kept.push_back(std::move(*it));
+    if (kept.size() != im.calls.size()) {
+      std::reverse(kept.begin(), kept.end());
+      for (size_t i = 0; i < kept.size(); ++i) kept[i].order = i;
+      im.calls.swap(kept);
+    }
+  }
   im.index.reserve(im.calls.size());
   for (size_t i = 0; i < im.calls.size(); ++i) {
     RecordedCall& rc = im.calls[i];

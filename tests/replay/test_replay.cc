@@ -200,7 +200,7 @@ TEST(ReplayRecording, ValueReplayRestoresEveryReceivedBufferBitForBit) {
   // Each communicator's binding, final at its first call, is in the replay trace (both kept their creation binding).
   ASSERT_EQ(t.bindings.size(), 2u);
   for (const auto& b : t.bindings) {
-    EXPECT_EQ(b.recordedCommId, static_cast<int64_t>(b.commId));
+    EXPECT_EQ(b.recordedCommId, b.commId);
     EXPECT_EQ(b.rule, "creation");
   }
   // The split child was sized from the recording (no split table configured).

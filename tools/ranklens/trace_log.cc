@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 namespace ranklens {
@@ -33,6 +34,14 @@ bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error)
     }
     return true;
   });
+  // docs/trace-format.md: several Call records of one identity are one call, the last in segment order (as the
+  // index says); the earlier ones are not calls, so no command counts the call twice or charges its Timing twice.
+  std::set<CallKey> seen;
+  std::vector<events::Call> calls;
+  for (auto it = log->calls.rbegin(); it != log->calls.rend(); ++it)
+    if (seen.insert(callKey(it->commId, it->op, it->rootOrPeer, it->seq)).second) calls.push_back(*it);
+  std::reverse(calls.begin(), calls.end());
+  log->calls.swap(calls);
   log->problems = reader->problems();
   return true;
 }

@@ -29,6 +29,9 @@ struct Finding {
   std::optional<uint64_t> offset;
   std::string reason;
   bool truncated = false;
+  // Where a finding has no byte offset (the manifest, the index, the counters): the key or entry it is about
+  // (docs/trace-format.md: such problems name the key or entry, not a byte offset).
+  std::string key;
 };
 
 struct RankReport {
@@ -41,7 +44,11 @@ struct RankReport {
   std::vector<Finding> findings;
   void add(bool problem, std::string check, std::string file, std::optional<uint64_t> offset, std::string reason,
            bool truncated = false) {
-    findings.push_back({problem, std::move(check), std::move(file), offset, std::move(reason), truncated});
+    findings.push_back({problem, std::move(check), std::move(file), offset, std::move(reason), truncated, {}});
+  }
+  void addAtKey(bool problem, std::string check, std::string file, std::string key, std::string reason) {
+    findings.push_back({problem, std::move(check), std::move(file), std::nullopt, std::move(reason), false,
+                        std::move(key)});
   }
   size_t count(bool problems) const {
     size_t n = 0;
@@ -95,7 +102,7 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
     handle.get().convert(index);
     if (index.at("version_major").as<int>() != kFormatMajor) {
       r.index = "stale";
-      r.add(false, "index", path, std::nullopt, "written for another format version: readers rebuild it");
+      r.addAtKey(false, "index", path, "version_major", "written for another format version: readers rebuild it");
       return;
     }
     // The listed segments must be exactly the files present, same names and sizes, in any order.
@@ -106,7 +113,7 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
     std::sort(actual.begin(), actual.end());
     if (listed != actual) {
       r.index = "stale";
-      r.add(false, "index", path, std::nullopt,
+      r.addAtKey(false, "index", path, "segments",
             "stale: built from other segment files or sizes (readers rebuild it; an edit or a crash leaves this)");
       return;
     }
@@ -130,7 +137,7 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
       return out;
     };
     const Entries indexedCalls = load("calls"), indexedPayloads = load("payloads");
-    auto compare = [&](const Entries& indexed, const Entries& scanned, const char* what) {
+    auto compare = [&](const Entries& indexed, const Entries& scanned, const char* key, const char* what) {
       uint64_t missing = 0, extra = 0, moved = 0;
       for (const auto& [k, where] : scanned) {
         auto it = indexed.find(k);
@@ -142,15 +149,15 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
       for (const auto& [k, where] : indexed) extra += scanned.count(k) == 0;
       if (missing || extra || moved) {
         r.index = "inconsistent";
-        r.add(true, "index", path, std::nullopt,
+        r.addAtKey(true, "index", path, key,
               std::string("disagrees with the segments it claims to describe: ") + what + ": " +
                   std::to_string(missing) + " missing, " + std::to_string(extra) + " extra, " + std::to_string(moved) +
                   " at another location (readers trust it: delete it to force a rebuild)");
       }
     };
     r.index = "current";
-    compare(indexedCalls, calls, "calls");
-    compare(indexedPayloads, payloads, "payload references");
+    compare(indexedCalls, calls, "calls", "calls");
+    compare(indexedPayloads, payloads, "payloads", "payload references");
   } catch (const std::exception& e) {
     r.index = "unreadable";
     r.add(false, "index", path, std::nullopt, std::string("unreadable (") + e.what() + "): readers rebuild it");
@@ -170,20 +177,20 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
   const Manifest& m = reader->manifest();
   if (m.rank >= 0) {
     if (r.rank >= 0 && r.rank != m.rank)
-      r.add(
-          false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+      r.addAtKey(
+          false, "manifest", dir + "/manifest.msgpack", "rank",
           "manifest says rank " + std::to_string(m.rank) + ", the directory name says rank " + std::to_string(r.rank));
     r.rank = m.rank;
   }
   r.closed = m.closed;
   if (!m.closed)
-    r.add(false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+    r.addAtKey(false, "manifest", dir + "/manifest.msgpack", "closed",
           "not closed: the writer crashed or is still running (counters not compared)");
   if (m.records_dropped)
-    r.add(false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+    r.addAtKey(false, "manifest", dir + "/manifest.msgpack", "records_dropped",
           std::to_string(m.records_dropped) + " records were dropped while recording");
   if (m.payloads_dropped)
-    r.add(false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+    r.addAtKey(false, "manifest", dir + "/manifest.msgpack", "payloads_dropped",
           std::to_string(m.payloads_dropped) + " payloads were dropped while recording");
 
   // --- segments: every intact record, in order
@@ -329,7 +336,7 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
     const std::string mp = dir + "/manifest.msgpack";
     auto expect = [&](const char* key, uint64_t said, uint64_t found, const char* what) {
       if (said != found)
-        r.add(true, "counters", mp, std::nullopt,
+        r.addAtKey(true, "counters", mp, key,
               std::string(key) + " is " + std::to_string(said) + ", but " + std::to_string(found) + " " + what +
                   " found");
     };
@@ -359,13 +366,9 @@ std::vector<std::string> candidates(const std::string& trace, std::optional<int>
   }
   if (fs::exists(fs::path(trace) / "manifest.msgpack", ec)) return {trace};
   bool segmentsHere = false;
-  std::vector<std::pair<int, std::string>> missing;  // rank<R>/ without a manifest
   for (const auto& entry : fs::directory_iterator(trace, ec)) {
     uint32_t index;
     if (isNumberedName(entry.path().filename().string(), "seg-", ".rls", &index)) segmentsHere = true;
-    const int rank = rankFromDirectoryName(entry.path().string());
-    if (rank >= 0 && entry.is_directory(ec) && !fs::exists(entry.path() / "manifest.msgpack", ec))
-      missing.emplace_back(rank, entry.path().string());
   }
   if (segmentsHere) return {trace};  // a rank directory that lost its manifest
   std::vector<std::string> out;
@@ -374,9 +377,7 @@ std::vector<std::string> candidates(const std::string& trace, std::optional<int>
     if (onlyRank && rank >= 0 && rank != *onlyRank) continue;  // others (ranklens-pid<P>) are checked after opening
     out.push_back(dir);
   }
-  std::sort(missing.begin(), missing.end());
-  for (const auto& [rank, dir] : missing)
-    if (!onlyRank || rank == *onlyRank) out.push_back(dir);
+  // rank<R>/ without a manifest is among them, in rank order (rankDirectories): opening it reports it.
   if (out.empty())
     *error = trace + ": no RankLens trace here (expected manifest.msgpack, or rank directories below it)";
   return out;
@@ -413,7 +414,8 @@ int runVerify(const VerifyOptions& o) {
       nlohmann::json jp = nlohmann::json::array(), jw = nlohmann::json::array();
       for (const auto& f : r.findings) {
         nlohmann::json j = {{"check", f.check}, {"file", f.file}, {"reason", f.reason}};
-        j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
+        if (!f.key.empty()) j["key"] = f.key;  // instead of an offset: the manifest or index key it is about
+        else j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
         if (f.problem) j["truncated"] = f.truncated;
         (f.problem ? jp : jw).push_back(j);
       }
@@ -452,6 +454,7 @@ int runVerify(const VerifyOptions& o) {
     for (const auto& f : r.findings) {
       std::cout << "  " << (f.problem ? "problem" : "warning") << ": " << f.file;
       if (f.offset) std::cout << ": offset " << *f.offset;
+      if (!f.key.empty()) std::cout << ": key '" << f.key << "'";
       std::cout << ": " << f.reason << "\n";
     }
   }

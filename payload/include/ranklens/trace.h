@@ -116,7 +116,7 @@ struct PayloadRef {
 // block is stored as planes: byte 0 of each of its elements, then byte 1, ..., then the block's last bytes that make
 // no whole element, as they are. Numbers compress faster and smaller so (the exponent bytes of floating-point values
 // sit together, noisy low mantissa bytes apart): real fp32 gradients at zstd level -1, 2.5-3.5x faster and 1.45-1.5x
-// smaller (bench/results/record/README.md, session 21). rawCrc32 is always of the bytes as the program had them.
+// smaller (bench/results/record/README.md). rawCrc32 is always of the bytes as the program had them.
 constexpr size_t kShuffleBlockBytes = 256u << 10;
 inline bool validShuffle(int width) { return width == 0 || width == 2 || width == 4 || width == 8; }
 // In place, raw -> stored and back; `width` 2, 4 or 8 (anything else leaves the bytes alone).
@@ -147,7 +147,7 @@ struct Edit {
 // Replay traces: the recorded communicator a replayed one stands for, once final (at its first call).
 struct CommBinding {
   uint64_t commId = 0;          // the replayed communicator
-  int64_t recordedCommId = -1;  // its counterpart in the recording
+  uint64_t recordedCommId = 0;  // its counterpart in the recording (a recorded commId, so uint64 like it)
   std::string rule;             // "creation": bound when created, kept; "first call": rebound by its first call
   int64_t timeNs = 0;
   MSGPACK_DEFINE_ARRAY(commId, recordedCommId, rule, timeNs)
@@ -199,7 +199,7 @@ inline constexpr const char kCallsUnrecorded[] = "calls_unrecorded";
 // The job's GPU memory as the recorder sampled it (replay sizes payload_device_bytes: auto from them).
 inline constexpr const char kDeviceMemoryTotal[] = "device_memory_total_bytes";
 inline constexpr const char kDeviceMemoryLeastFree[] = "device_memory_least_free_bytes";
-// The compression threads' work (writers since session 25, compressionLoad): how many, how long they had payloads,
+// The compression threads' work (recent writers, compressionLoad): how many, how long they had payloads,
 // and each stage's wall and thread CPU time, in the order copy, compress, write.
 inline constexpr const char kPayloadThreads[] = "payload_threads";
 inline constexpr const char kPayloadActiveNs[] = "payload_active_ns";
@@ -227,9 +227,9 @@ inline constexpr const char kStagingTooSmall[] = "raise RANKLENS_STAGING_BYTES a
 // {"for a full staging", 41}; reasons with none left out. A value replay gives those calls the fill semantics.
 std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& manifest);
 
-// What a recording's compression threads did, from its payload_* counters (writers since session 25; known false
-// before): the time each stage took in all, and how busy the threads were while payloads were in their hands. Once staging
-// is full they bound a full-payload recording (s25b-s25d).
+// What a recording's compression threads did, from its payload_* counters (writers that count them; known false
+// otherwise): the time each stage took in all, and how busy the threads were while payloads were in their hands. Once staging
+// is full they bound a full-payload recording.
 struct CompressionLoad {
   bool known = false;
   uint64_t threads = 0;
@@ -306,7 +306,7 @@ struct WriterOptions {
 // Compression threads for a recording (payload_threads: 0): half of this rank's share of the `cpus` it may run on,
 // 2..8; 2 when only control values up to 1 MiB are stored (`payloads: small`): they take little CPU, and each thread
 // that takes a payload opens a payload file of its own. GPT-2 small DDP recorded with every payload on a 16-core H200
-// host (one rank) ran at 1.06-1.26x the job's step time with 8 threads and 1.03x with 12 (s26a, steps 10-29).
+// host (one rank) ran at 1.06-1.26x the job's step time with 8 threads and 1.03x with 12 (steps 10-29).
 int autoCompressionThreads(int cpus, int localRanks, bool controlValuesOnly = false);
 
 struct WriterStats {
@@ -391,6 +391,9 @@ struct Location {
 using RecordVisitor = std::function<bool(RecordType, const msgpack::object&, const Location&)>;
 bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const std::string& name,
                   const Limits& limits, const RecordVisitor& visit, Problem* problem);
+// Whether a record of a known type is well formed (docs/trace-format.md, "Record types"): every listed field of the
+// right type and width, every str valid UTF-8 and no bin. `why` names the field. True for unknown types.
+bool recordWellFormed(RecordType type, const msgpack::object& record, std::string* why);
 // Decode one payload blob (a zstd frame) with every bound checked against `ref` and `limits`.
 bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
                    std::vector<uint8_t>* out, std::string* reason);

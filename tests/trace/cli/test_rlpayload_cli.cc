@@ -549,7 +549,13 @@ TEST_F(Cli, VerifyFindsAnIndexThatLies) {
   rltest::writeBytes(index, std::vector<uint8_t>(buf.data(), buf.data() + buf.size()));
   const Result r = run({"verify", copy});
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_NE(r.out.find("index.msgpack: disagrees with the segments"), std::string::npos) << r.out;
+  // Named by the index key it is about, not a byte offset (docs/trace-format.md).
+  EXPECT_NE(r.out.find("index.msgpack: key 'payloads': disagrees with the segments"), std::string::npos) << r.out;
+  const Result j = run({"verify", "--json", copy});
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& problem = doc["ranks"][0]["problems"][0];
+  EXPECT_EQ(problem["key"], "payloads") << j.out;
+  EXPECT_FALSE(problem.contains("offset")) << j.out;
 }
 
 TEST_F(Cli, VerifyComparesManifestCounters) {
@@ -564,7 +570,14 @@ TEST_F(Cli, VerifyComparesManifestCounters) {
   rltest::writeBytes(path, std::vector<uint8_t>(buf.data(), buf.data() + buf.size()));
   const Result r = run({"verify", copy});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.out.find(path + ": records_written is 18, but 15 recorded records"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(path + ": key 'records_written': records_written is 18, but 15 recorded records"),
+            std::string::npos)
+      << r.out;
+  const Result j = run({"verify", "--json", copy});
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& problem = doc["ranks"][1]["problems"][0];
+  EXPECT_EQ(problem["key"], "records_written") << j.out;
+  EXPECT_FALSE(problem.contains("offset")) << j.out;
 }
 
 // A writer killed after flush(): manifest not closed, no index. Still readable (warnings); a torn tail is a
