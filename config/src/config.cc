@@ -34,6 +34,7 @@ constexpr const char* kCopyPriorityNames[] = {"high", "stream"};
 constexpr const char* kHoldFromNames[] = {"arrival", "start"};
 constexpr const char* kPeerPacingNames[] = {"off", "recorded"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
+constexpr const char* kOnPayloadErrorNames[] = {"error", "warn"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "own", "ignore"};
 constexpr const char* kTimingSourceNames[] = {"recorded", "estimated"};
@@ -646,6 +647,14 @@ const KeyDesc kKeys[] = {
      "replayed without a hold or payload (warn), or gets an estimated duration and no payload (estimate)",
      [](const Input& in, Settings& s) { return parseEnum(in, kOnMismatchNames, s.on_mismatch); },
      [](const Settings& s) { return std::string(toString(s.on_mismatch)); }},
+    {"on_payload_error", "RANKLENS_ON_PAYLOAD_ERROR", "error",
+     "error | warn",
+     "replay: a call whose recorded payload the fidelity restores but which cannot be read (a damaged or "
+     "missing payload file, a reference outside it, a blob larger than it claims) fails with ncclSystemError "
+     "naming the call, file, offset and reason (error), or gets the fill semantics with one such line on stderr "
+     "per call, counted as replay_payload_failures (warn: the values from that call on are not the recorded run's)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kOnPayloadErrorNames, s.on_payload_error); },
+     [](const Settings& s) { return std::string(toString(s.on_payload_error)); }},
     {"completion", "RANKLENS_COMPLETION", "kernel",
      "kernel | host_callback",
      "replay: how a stream is held for a call's duration: kernel (a 1-thread kernel waiting on the GPU timer, "
@@ -974,6 +983,7 @@ const char* toString(CopyPriority v) { return enumName(v, kCopyPriorityNames); }
 const char* toString(HoldFrom v) { return enumName(v, kHoldFromNames); }
 const char* toString(PeerPacing v) { return enumName(v, kPeerPacingNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
+const char* toString(OnPayloadError v) { return enumName(v, kOnPayloadErrorNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }
 const char* toString(TimingSource v) { return enumName(v, kTimingSourceNames); }

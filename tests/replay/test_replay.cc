@@ -353,6 +353,64 @@ TEST(ReplayRecording, CallsCapturedInAGraphAreHeldForAnEstimate) {
   EXPECT_LT(extraNs, 3 * 5'000'000u);
 }
 
+// A copy of the shared recording whose first payload blob has its middle bytes overwritten: the blob's frame or
+// its CRC no longer holds. The payload file's path and the blob's offset, for the messages.
+struct Damaged {
+  std::string root, payloadFile;
+  uint64_t offset = 0;
+};
+Damaged damagedPayloadCopy(const std::string& name) {
+  Damaged d;
+  d.root = tmpRoot() + "/" + name;
+  EXPECT_EQ(system(("rm -rf '" + d.root + "' && cp -r '" + recording().root + "' '" + d.root + "'").c_str()), 0);
+  Trace recorded = readTrace(d.root + "/rank1");
+  EXPECT_FALSE(recorded.payloads.empty());
+  if (recorded.payloads.empty()) return d;
+  const auto& ref = recorded.payloads.front();
+  d.offset = ref.offset;
+  d.payloadFile = d.root + "/rank1/" + ranklens::trace::payloadName(ref.file);
+  std::fstream f(d.payloadFile, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(ref.offset + ref.compressedBytes / 2));
+  const std::string junk(std::max<uint64_t>(1, std::min<uint64_t>(ref.compressedBytes / 2, 64)), '\x5a');
+  f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  EXPECT_TRUE(f.good());
+  return d;
+}
+
+// At value fidelity an unreadable recorded payload fails the call (ncclSystemError), and stderr names the call, the
+// file, the offset and the way on, without NCCL_DEBUG.
+TEST(ReplayPayloadError, AnUnusablePayloadFailsTheCallNamingFileAndOffset) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const Damaged d = damagedPayloadCopy("damaged-payload-error");
+  Replayed r = replay("payload-error", {{"RANKLENS_REPLAY_TRACE", d.root}, {"NCCL_DEBUG", "<unset>"}});
+  EXPECT_EQ(r.run.status, 3) << r.run.output;  // the scenario's exit code for a failed call
+  EXPECT_NE(r.run.output.find("unhandled system error"), std::string::npos) << r.run.output;
+  EXPECT_NE(r.run.output.find("ranklens: error: replay: "), std::string::npos) << r.run.output;
+  EXPECT_NE(r.run.output.find(d.payloadFile + ": offset " + std::to_string(d.offset)), std::string::npos)
+      << r.run.output;
+  EXPECT_NE(r.run.output.find("RANKLENS_ON_PAYLOAD_ERROR=warn"), std::string::npos) << r.run.output;
+}
+
+// on_payload_error: warn goes on with the fill, one loud line per call, and the counters say how many.
+TEST(ReplayPayloadError, WarnFillsTheCallSaysSoAndCountsIt) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const Damaged d = damagedPayloadCopy("damaged-payload-warn");
+  Replayed r = replay("payload-warn", {{"RANKLENS_REPLAY_TRACE", d.root}, {"NCCL_DEBUG", "<unset>"},
+                                       {"RANKLENS_ON_PAYLOAD_ERROR", "warn"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  size_t lines = 0;
+  for (size_t at = r.run.output.find("ranklens: warning: replay: "); at != std::string::npos;
+       at = r.run.output.find("ranklens: warning: replay: ", at + 1))
+    lines++;
+  EXPECT_EQ(lines, 1u) << r.run.output;
+  EXPECT_NE(r.run.output.find(d.payloadFile + ": offset " + std::to_string(d.offset)), std::string::npos)
+      << r.run.output;
+  EXPECT_NE(r.output, recording().output);  // under fill: poison the call's values are not the recorded ones
+  Trace t = readTrace(r.traceDir);
+  EXPECT_EQ(t.counter("replay_payload_failures"), 1u);
+  EXPECT_EQ(t.counter("replay_filled_without_payload"), 1u);
+}
+
 TEST(ReplayMismatch, ErrorPolicyFailsTheCallAndNamesBothSides) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   Replayed r = replay("count-error", {{"SCENARIO_VARIANT", "count"}});

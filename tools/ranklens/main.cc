@@ -96,6 +96,11 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true, bo
     std::cout << "warning: " << recorded - matched << " of the " << recorded
               << " recorded calls were not replayed: the program ended early or took another path (the first "
                  "divergence is in the comparison below)\n";
+  if (get("replay_payload_failures") > 0)
+    std::cout << "warning: " << get("replay_payload_failures")
+              << " recorded payloads could not be restored (each named on stderr with its file, offset and reason): "
+                 "the calls got the fill semantics (on_payload_error: warn) or failed (error); "
+                 "rlpayload verify checks the trace\n";
   if (valueFidelity && get("replay_filled_without_payload") > 0)
     std::cout << "warning: " << get("replay_filled_without_payload")
               << " calls got the fill semantics for want of a recorded payload: at value fidelity this rank's values "
