@@ -11,6 +11,7 @@
 #include <set>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <functional>
 #include <memory>
 #include <map>
@@ -409,6 +410,48 @@ TEST(ReplayPayloadError, WarnFillsTheCallSaysSoAndCountsIt) {
   Trace t = readTrace(r.traceDir);
   EXPECT_EQ(t.counter("replay_payload_failures"), 1u);
   EXPECT_EQ(t.counter("replay_filled_without_payload"), 1u);
+}
+
+// `ranklens replay` of the shared recording at value fidelity, its events in `traceDir` (empty: no --trace-dir).
+trace_test::ChildRun cliReplay(const std::string& traceDir, const std::map<std::string, std::string>& env = {}) {
+  std::map<std::string, std::string> all = {{"SCENARIO_OUT", tmpRoot() + "/cli-replay.out"}};
+  for (const auto& [k, v] : env) all[k] = v;
+  return trace_test::runWithEnv(all, "'" RANKLENS_BIN "' replay --trace '" + recording().root +
+                                         "' --rank 1 --fidelity value --device host " +
+                                         (traceDir.empty() ? "" : "--trace-dir '" + traceDir + "'") +
+                                         " -- '" REPLAY_SCENARIO "'");
+}
+
+// An event directory that cannot be written is refused before the job runs, naming the path and the reason.
+TEST(ReplayEventLog, ATraceDirThatCannotBeWrittenIsRefusedBeforeTheRun) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const std::string file = tmpRoot() + "/not-a-directory";
+  std::ofstream(file) << "x";
+  auto r = cliReplay(file);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("error: the replay's event log cannot be written: " + file), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("exited with status"), std::string::npos) << r.output;  // the job did not start
+  // The same through the environment (or trace_dir in the YAML): a directory below a file.
+  r = cliReplay("", {{"RANKLENS_TRACE_DIR", file + "/events"}});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(file + "/events"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Not a directory"), std::string::npos) << r.output;
+}
+
+// A disk that fills during the run: the replay exits non-zero and says "No space left on device" with the path.
+// Needs a small tmpfs (root, or a user namespace that may mount): skipped elsewhere.
+TEST(ReplayEventLog, AFullDiskDuringTheRunFailsTheReplayWithTheReason) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const std::string mnt = trace_test::freshDir(tmpRoot(), "tiny-fs");
+  if (system(("mount -t tmpfs -o size=64k tmpfs '" + mnt + "' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  // Two pages left: the check before the run and the trace's first files fit, the rest of the event log does not.
+  EXPECT_EQ(system(("head -c 57344 /dev/zero > '" + mnt + "/filler' 2>/dev/null").c_str()), 0);
+  auto r = cliReplay(mnt + "/events");
+  EXPECT_EQ(system(("umount '" + mnt + "'").c_str()), 0);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(mnt + "/events"), std::string::npos) << r.output;
 }
 
 TEST(ReplayMismatch, ErrorPolicyFailsTheCallAndNamesBothSides) {

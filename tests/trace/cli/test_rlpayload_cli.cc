@@ -376,6 +376,44 @@ TEST_F(Cli, InjectScaleNoiseAndFromNpy) {
   EXPECT_EQ(run({"diff", trace_, d}).rc, 0);  // same values: the payload is bit for bit the original
 }
 
+// -o from a trace the user may only read (a shared recording, read-only modes): the copy is the user's, writable,
+// and the edit goes in.
+TEST_F(Cli, InjectIntoACopyOfAReadOnlyTrace) {
+  const std::string source = copyOfTrace("trace-read-only");
+  for (const auto& entry : fs::recursive_directory_iterator(source))
+    fs::permissions(entry.path(), fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                    fs::perm_options::remove);
+  const std::string out = fresh("trace-from-read-only");
+  Result r = run({"inject", source, "-r", "0", "-c", "0", "-s", "0", "--nan", "5", "-o", out});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  for (const auto& entry : fs::recursive_directory_iterator(out))
+    EXPECT_NE(fs::status(entry.path()).permissions() & fs::perms::owner_write, fs::perms::none) << entry.path();
+  EXPECT_EQ(parse(run({"show", out, "-r", "0", "-c", "0", "-s", "0", "--json"}))["stats"]["nan"], 1);
+  for (const auto& entry : fs::recursive_directory_iterator(source))
+    fs::permissions(entry.path(), fs::perms::owner_write, fs::perm_options::add);
+}
+
+// A full disk under -o is said as such, with the file that could not be written, and leaves nothing behind. Needs
+// a small tmpfs (root, or a user namespace that may mount): skipped elsewhere.
+TEST_F(Cli, InjectIntoAFullDiskNamesTheFileAndTheReason) {
+  const std::string mnt = fresh("tiny-fs");
+  fs::create_directories(mnt);
+  if (system(("mount -t tmpfs -o size=16k tmpfs '" + mnt + "' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  // Room for a page or so: the copy runs out of space whatever the fixture's size.
+  EXPECT_EQ(system(("head -c 12288 /dev/zero > '" + mnt + "/filler' 2>/dev/null").c_str()), 0);
+  Result r = run({"inject", trace_, "-r", "0", "-c", "0", "-s", "0", "--nan", "5", "-o", mnt + "/edited"});
+  bool leftNothing = true;
+  for (const auto& entry : fs::directory_iterator(mnt)) leftNothing = leftNothing && entry.path().filename() == "filler";
+  const int unmounted = system(("umount '" + mnt + "'").c_str());
+  EXPECT_EQ(unmounted, 0);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(mnt + "/edited.partial-"), std::string::npos) << r.err;  // the file, not just the trace
+  EXPECT_EQ(r.err.find("Input/output error"), std::string::npos) << r.err;
+  EXPECT_TRUE(leftNothing);
+}
+
 TEST_F(Cli, InjectUsageErrors) {
   const std::string out = fresh("trace-never");
   Result r = run({"inject", trace_, "-r", "0", "-c", "1", "-s", "0", "--nan", "1", "-o", out});
