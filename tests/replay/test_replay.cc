@@ -454,6 +454,15 @@ TEST(ReplayEventLog, AFullDiskDuringTheRunFailsTheReplayWithTheReason) {
   EXPECT_NE(r.output.find(mnt + "/events"), std::string::npos) << r.output;
 }
 
+// A world size no job has is refused at once, with the bound, instead of growing until the allocator gives up.
+TEST(ReplayCli, AnAbsurdWorldSizeIsRefusedWithTheBound) {
+  auto r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' replay -n 1000000000 -r 0 --device host --no-events -- true");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--world-size 1000000000: more ranks than RankLens replays (at most 131072)"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(ReplayMismatch, ErrorPolicyFailsTheCallAndNamesBothSides) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   Replayed r = replay("count-error", {{"SCENARIO_VARIANT", "count"}});

@@ -240,6 +240,14 @@ int runReplay(const ReplayOptions& o) {
               << (o.fidelity == "timing" ? ", or --history FILE to hold every call for its estimate" : "") << "\n";
     return 2;
   }
+  // Per-rank state (peers, pacing chains, the launcher's tables) grows with the world size: a mistyped size would
+  // grow to gigabytes before failing without a word on why. No NCCL job comes near this many ranks.
+  constexpr int kMaxWorldSize = 1 << 17;
+  if (o.worldSize > kMaxWorldSize) {
+    std::cerr << "error: --world-size " << o.worldSize << ": more ranks than RankLens replays (at most "
+              << kMaxWorldSize << "); pass the recorded job's world size, or --trace to take it from the recording\n";
+    return 2;
+  }
   int worldSize = o.worldSize;
   std::map<std::string, std::string> recordedEnv;
   if (!o.trace.empty() && !checkAgainstRecording(o, &worldSize, &recordedEnv)) return 2;
