@@ -77,9 +77,31 @@ YAML::Mark valueMark(const YAML::Node& key, const YAML::Node& value) {
   return value.IsNull() || value.Mark().is_null() ? key.Mark() : value.Mark();
 }
 
+// A value or key from the file or the environment in an error line: at most 200 bytes of it, control characters as
+// \xNN, and when cut its whole size, so that a megabyte value or an escape sequence neither floods nor rewrites the
+// terminal (the tools' shownValue, tools/cli_text.h, does the same for arguments).
+std::string shown(const std::string& text) {
+  constexpr size_t kLimit = 200;
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < kLimit; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > kLimit) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 std::string badValue(const std::string& where, const std::string& value, const std::string& key,
                      const std::string& expected) {
-  return where + ": bad value " + value + " for '" + key + "': expected " + expected;
+  const bool quoted = value.size() >= 2 && value.front() == '\'' && value.back() == '\'';
+  const std::string text = quoted ? "'" + shown(value.substr(1, value.size() - 2)) + "'" : shown(value);
+  return where + ": bad value " + text + " for '" + shown(key) + "': expected " + expected;
 }
 
 // One value to parse: a YAML node (from the file) or the text of an environment variable.
@@ -372,7 +394,7 @@ std::string parseGroupEntry(const YAML::Node& entry, const std::string& origin, 
     std::string keyName = key.IsScalar() ? key.Scalar() : "";
     std::string where = at(origin, valueMark(key, value));
     if (keyName != "members" && keyName != "color" && keyName != "name") {
-      return at(origin, key.Mark()) + ": unknown key '" + keyName + "' in '" + name +
+      return at(origin, key.Mark()) + ": unknown key '" + shown(keyName) + "' in '" + name +
              "' (known keys: members, color, name)";
     }
     if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;
@@ -815,7 +837,7 @@ std::string applyYaml(const std::string& text, const std::string& origin, Settin
     const YAML::Node& key = kv.first;
     const KeyDesc* d = key.IsScalar() ? findKey(key.Scalar()) : nullptr;
     if (!d) {
-      return at(origin, key.Mark()) + ": unknown key '" + (key.IsScalar() ? key.Scalar() : "") +
+      return at(origin, key.Mark()) + ": unknown key '" + shown(key.IsScalar() ? key.Scalar() : "") +
              "' (known keys: " + knownKeys() + ")";
     }
     if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;

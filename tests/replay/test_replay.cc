@@ -463,6 +463,29 @@ TEST(ReplayCli, AnAbsurdWorldSizeIsRefusedWithTheBound) {
       << r.output;
 }
 
+// An unknown subcommand is named, with the list; a huge or hostile bad value is cut and escaped in the error line.
+TEST(ReplayCli, UnknownSubcommandsAndBadValuesAreShownReadably) {
+  auto r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' frobnicate");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("error: unknown subcommand 'frobnicate' of ranklens; the subcommands are: replay, record"),
+            std::string::npos)
+      << r.output;
+  r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' trace frob$(printf '\\033')x");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown subcommand 'frob\\x1bx' of ranklens trace; the subcommands are: summary"),
+            std::string::npos)
+      << r.output;
+  const std::string yaml = tmpRoot() + "/huge-value.yaml";
+  std::ofstream(yaml) << "fill: " << std::string(8 << 20, 'a') << "\n";
+  r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' replay -c '" + yaml + "' -n 2 -r 0 --device host --no-events -- true");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_LT(r.output.size(), 2000u);
+  EXPECT_NE(r.output.find("a... (8388608 bytes)' for 'fill'"), std::string::npos) << r.output.substr(0, 2000);
+  r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' replay --fill \"$(printf 'x\\007y')\" -- true");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--fill: x\\x07y not in"), std::string::npos) << r.output;
+}
+
 TEST(ReplayMismatch, ErrorPolicyFailsTheCallAndNamesBothSides) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   Replayed r = replay("count-error", {{"SCENARIO_VARIANT", "count"}});

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../cli_text.h"
 #include "compare.h"
 #include "launch.h"
 #include "doctor_command.h"
@@ -536,10 +537,11 @@ int main(int argc, char** argv) {
   dump->add_option("-c,--config", configPath, "YAML settings file (else RANKLENS_CONFIG)");
   dump->add_flag("--markdown", markdown, "Print the table of every setting (docs/config.md's) instead");
 
+  if (!ranklens::tools::knownSubcommands(app, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
+    int code = ranklens::tools::reportParseError(app, e);
     return code == 0 ? 0 : 2;
   }
   try {
