@@ -19,6 +19,8 @@
 namespace ranklens {
 namespace trace {
 namespace {
+// Largest segment file read (see the scan).
+constexpr uint64_t kMaxSegmentFileBytes = 4ull << 30;
 
 using events::Op;
 
@@ -138,7 +140,9 @@ struct TraceReader::Impl {
     for (uint32_t i = 0; i < segments.size() && !stopped; ++i) {
       std::vector<uint8_t> data;
       std::string err;
-      if (!readFile(segPath(i), ~0ull, &data, &err)) {
+      // A writer rolls segments over at tens of MiB (WriterOptions::segmentBytes, plus one record): a segment of
+      // gigabytes is damaged or sparse, and reading it whole would exhaust memory before saying which file it is.
+      if (!readFile(segPath(i), kMaxSegmentFileBytes, &data, &err)) {
         scanProblems.push_back({segPath(i), 0, err, false});
         continue;
       }
@@ -173,7 +177,7 @@ struct TraceReader::Impl {
   // Reads and parses the single frame at `where`.
   bool readFrame(const Location& where, RecordType* type, msgpack::object_handle* out) {
     if (where.segment >= segments.size()) return false;
-    int fd = ::open(segPath(where.segment).c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(segPath(where.segment).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
     if (fd < 0) return false;
     // The segment's own header must pass its checks, as in a scan: a frame in a segment that fails them is not intact.
     uint8_t fileHeader[kFileHeaderBytes];
@@ -353,7 +357,7 @@ int TraceReader::openBlob(const PayloadRef& ref, std::string* openedPath, Proble
     if (problem) *problem = Problem{path, ref.offset, std::move(reason), truncated};
     return -1;
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0) return fail(std::string("cannot open: ") + strerror(errno));
   struct stat st;
   uint8_t header[kFileHeaderBytes];

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -412,6 +413,50 @@ TEST_F(Cli, InjectIntoAFullDiskNamesTheFileAndTheReason) {
   EXPECT_NE(r.err.find(mnt + "/edited.partial-"), std::string::npos) << r.err;  // the file, not just the trace
   EXPECT_EQ(r.err.find("Input/output error"), std::string::npos) << r.err;
   EXPECT_TRUE(leftNothing);
+}
+
+// rlpayload under `timeout`: a reader that blocks (a FIFO) fails the test instead of hanging it. Output: both streams.
+Result runBounded(const std::string& args) {
+  Result r;
+  FILE* pipe = popen(("timeout 20 '" RLPAYLOAD_BIN "' " + args + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
+  const int status = pclose(pipe);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// A FIFO in place of a segment or the manifest is refused as such, naming it; no reader waits for a writer.
+TEST_F(Cli, AFifoInPlaceOfATraceFileIsRefusedNotWaitedOn) {
+  const std::string copy = copyOfTrace("trace-fifo");
+  const std::string segment = copy + "/rank0/" + segmentName(0);
+  fs::remove(segment);
+  ASSERT_EQ(mkfifo(segment.c_str(), 0644), 0);
+  Result r = runBounded("verify '" + copy + "'");
+  EXPECT_NE(r.rc, 124) << "blocked on the FIFO";
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find(segment + ": not a regular file (a FIFO)"), std::string::npos) << r.out;
+  r = runBounded("ls '" + copy + "'");
+  EXPECT_NE(r.rc, 124) << "blocked on the FIFO";
+  const std::string manifest = copy + "/rank1/manifest.msgpack";
+  fs::remove(manifest);
+  ASSERT_EQ(mkfifo(manifest.c_str(), 0644), 0);
+  r = runBounded("ls '" + copy + "' -r 1");
+  EXPECT_NE(r.rc, 124) << "blocked on the FIFO";
+  EXPECT_NE(r.out.find(manifest + ": not a regular file (a FIFO)"), std::string::npos) << r.out;
+}
+
+// A sparse 64 GiB segment is named with its size, not "std::bad_alloc".
+TEST_F(Cli, AHugeSparseSegmentIsNamedNotAnAllocationFailure) {
+  const std::string copy = copyOfTrace("trace-sparse");
+  const std::string segment = copy + "/rank0/" + segmentName(0);
+  fs::resize_file(segment, 64ull << 30);
+  Result r = runBounded("verify '" + copy + "'");
+  fs::resize_file(segment, 0);
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("bad_alloc"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(segment + ": 68719476736 bytes exceeds the limit"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, InjectUsageErrors) {
