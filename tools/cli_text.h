@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 namespace ranklens::tools {
 
@@ -64,15 +65,19 @@ inline bool knownSubcommands(const CLI::App& app, int argc, char** argv, int fir
     command = argc > 0 ? argv[0] : "";
     command = command.substr(command.find_last_of('/') + 1);
   }
-  if (app.get_subcommands({}).empty()) return true;
+  // Option groups are Apps among the subcommands too; only real subcommands count.
+  std::vector<const CLI::App*> subs;
+  for (const CLI::App* sub : app.get_subcommands({}))
+    if (dynamic_cast<const CLI::Option_group*>(sub) == nullptr && !sub->get_name().empty()) subs.push_back(sub);
+  if (subs.empty()) return true;
   for (int i = first; i < argc; ++i) {
     const std::string word = argv[i];
     if (word == "--") return true;
     if (!word.empty() && word[0] == '-') return true;  // options first: CLI11 judges those
-    for (const CLI::App* sub : app.get_subcommands({}))
+    for (const CLI::App* sub : subs)
       if (sub->check_name(word)) return knownSubcommands(*sub, argc, argv, i + 1, command + " " + sub->get_name());
     std::string names;
-    for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+    for (const CLI::App* sub : subs) names += (names.empty() ? "" : ", ") + sub->get_name();
     std::cerr << "error: unknown subcommand '" << shownValue(word) << "' of " << command
               << "; the subcommands are: " << names << " (" << command << " --help says what each does)\n";
     return false;

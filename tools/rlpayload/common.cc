@@ -259,6 +259,13 @@ bool loadTensor(const Selection& selection, LoadedTensor* out) {
               << ": datatype " << ref.datatype << " is not an NCCL datatype\n";
     return false;
   }
+  // Said here, for every command that reads a tensor (show, export): a reference whose count disagrees with its
+  // blob (a damaged or hostile one claiming 2^62 elements) must not pass silently through one of them.
+  const uint64_t bytes = out->bytes.size();
+  if (bytes / out->info->size != ref.count || bytes % out->info->size != 0)
+    printWarning(out->selected->rank->dir + ": " + describeCall(ref.commId, ref.op, ref.peer, ref.seq) +
+                 ": reference says " + std::to_string(ref.count) + " elements, the blob holds " +
+                 std::to_string(bytes) + " bytes");
   return true;
 }
 

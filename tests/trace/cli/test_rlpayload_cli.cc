@@ -459,6 +459,48 @@ TEST_F(Cli, AHugeSparseSegmentIsNamedNotAnAllocationFailure) {
   EXPECT_NE(r.out.find(segment + ": 68719476736 bytes exceeds the limit"), std::string::npos) << r.out;
 }
 
+// A reference claiming 2^62 elements for a 16-byte blob: export warns as show does (both read it the same way).
+TEST_F(Cli, ExportWarnsOfAReferenceWhoseCountTheBlobDoesNotHold) {
+  const std::string dir = fresh("trace-claims") + "/rank0";
+  Manifest m;
+  m.mode = "record";
+  m.rank = 0;
+  m.world_size = 1;
+  std::string error;
+  auto w = TraceWriter::create(dir, m, {}, &error);
+  ASSERT_NE(w, nullptr) << error;
+  ranklens::events::Call c;
+  c.nranks = 1;
+  c.op = static_cast<int>(ranklens::events::Op::kAllReduce);
+  c.datatype = 7;  // float32
+  c.count = c.bytes = 4;
+  w->append(RecordType::kCall, c);
+  PayloadRef ref;
+  ref.op = c.op;
+  ref.datatype = 7;
+  ref.count = 1ull << 62;
+  const std::vector<float> values = {1, 2, 3, 4};
+  ASSERT_TRUE(w->appendPayload(ref, values.data(), 16));
+  ASSERT_TRUE(w->close());
+  const std::string warning = ": reference says 4611686018427387904 elements, the blob holds 16 bytes";
+  Result shown = run({"show", dir, "-c", "0", "-s", "0"});
+  EXPECT_NE(shown.err.find(warning), std::string::npos) << shown.err;
+  Result exported = run({"export", dir, "-c", "0", "-s", "0", "-o", fresh("claims.npy")});
+  EXPECT_EQ(exported.rc, 0) << exported.err;
+  EXPECT_NE(exported.err.find(warning), std::string::npos) << exported.err;
+}
+
+// An unknown subcommand is named with the list; a subcommand's positional argument is not taken for one.
+TEST_F(Cli, UnknownSubcommandIsNamedWithTheList) {
+  Result r = run({"frobnicate"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("error: unknown subcommand 'frobnicate' of rlpayload; the subcommands are: ls, show, export, "
+                       "inject, diff, verify"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(run({"ls", trace_}).rc, 0);
+}
+
 TEST_F(Cli, InjectUsageErrors) {
   const std::string out = fresh("trace-never");
   Result r = run({"inject", trace_, "-r", "0", "-c", "1", "-s", "0", "--nan", "1", "-o", out});
