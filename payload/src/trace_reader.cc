@@ -488,6 +488,58 @@ std::vector<std::string> rankDirectories(const std::string& traceDir) {
   return out;
 }
 
+std::vector<RankDirectoryTrouble> rankDirectoryTrouble(const std::string& traceDir) {
+  std::vector<RankDirectoryTrouble> out;
+  if (holdsTrace(traceDir)) return out;
+  DIR* d = opendir(traceDir.c_str());
+  if (d == nullptr) return out;
+  std::vector<std::pair<long, std::string>> named;  // every rank<digits> entry, padded or not
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("rank", 0) != 0) continue;
+    const std::string digits = name.substr(4);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    named.emplace_back(std::stol(digits), name);
+  }
+  closedir(d);
+  std::sort(named.begin(), named.end());
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& [rank, name] = named[i];
+    const std::string path = traceDir + "/" + name;
+    RankDirectoryTrouble t;
+    t.rank = static_cast<int>(rank);
+    t.path = path;
+    std::string others;
+    for (const auto& [r, n] : named)
+      if (r == rank && n != name) others += (others.empty() ? "" : ", ") + traceDir + "/" + n;
+    struct stat st;
+    if (!others.empty()) {
+      t.duplicate = true;
+      t.reason = path + " and " + others + " both name rank " + std::to_string(rank) +
+                 ": which one a tool reads would be a guess; remove or rename all but one (rank" +
+                 std::to_string(rank) + "/)";
+    } else if (stat(path.c_str(), &st) != 0) {
+      t.reason = path + ": unusable rank directory: " + strerror(errno) +
+                 (errno == ELOOP ? " (a symlink loop)" : errno == ENOENT ? " (a dangling symlink)" : "");
+    } else if (!S_ISDIR(st.st_mode)) {
+      t.reason = path + ": not a directory, so no recording of rank " + std::to_string(rank) +
+                 " (a rank<R> entry must be the rank's directory)";
+    } else if (access(path.c_str(), R_OK | X_OK) != 0) {
+      t.reason = path + ": cannot read the rank directory: " + strerror(errno);
+    } else if (!holdsTrace(path)) {
+      t.reason = path + ": no manifest.msgpack, so no usable recording of rank " + std::to_string(rank) +
+                 " (a rank that crashed before writing one, or lost it; rlpayload verify says more)";
+    } else if (name != "rank" + std::to_string(rank)) {
+      t.reason = path + ": a rank directory with a padded number is not read (rename it rank" +
+                 std::to_string(rank) + "/)";
+    } else {
+      continue;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* reason) {
   DIR* d = opendir(path.c_str());
   if (d == nullptr) {
@@ -499,6 +551,18 @@ bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDi
     *rankDir = path;
     return true;
   }
+  // A rank whose entry cannot be used, or that two entries name, is said as such: not "no recording of rank R",
+  // nor another rank's directory taken in its place.
+  for (const auto& t : rankDirectoryTrouble(path))
+    if (t.duplicate && (rank < 0 || t.rank == rank)) {
+      *reason = t.reason;
+      return false;
+    }
+  for (const auto& t : rankDirectoryTrouble(path))
+    if (rank >= 0 && t.rank == rank) {
+      *reason = t.reason;
+      return false;
+    }
   const std::string wanted = path + "/rank" + std::to_string(rank);
   if (rank >= 0 && holdsTrace(wanted)) {
     *rankDir = wanted;

@@ -127,6 +127,14 @@ std::vector<std::string> findRankDirectories(const std::string& trace, std::stri
     *error = trace + ": not a directory (a trace is a directory of rank<R>/ directories, or one of them)";
     return {};
   }
+  // Entries named rank<R> that cannot be read are said, never skipped in silence; two naming one rank are refused.
+  for (const auto& t : ranklens::trace::rankDirectoryTrouble(trace)) {
+    if (t.duplicate) {
+      *error = t.reason;
+      return {};
+    }
+    printWarning(t.reason);
+  }
   auto dirs = ranklens::trace::rankDirectories(trace);
   if (dirs.empty())
     *error = trace + ": no RankLens trace here (expected manifest.msgpack, or rank<R>/manifest.msgpack below it)";
@@ -165,6 +173,12 @@ std::optional<Selected> selectPayload(const Selection& s, std::string* error) {
     *error = why;
     return std::nullopt;
   }
+  if (s.rankGiven)
+    for (const auto& t : ranklens::trace::rankDirectoryTrouble(s.trace))
+      if (t.rank == s.rank) {
+        *error = t.reason;
+        return std::nullopt;
+      }
   std::string dir;
   if (dirs.size() == 1) {
     dir = dirs[0];  // one rank (or a rank directory itself): --rank is optional, and checked when given

@@ -501,6 +501,30 @@ TEST_F(Cli, UnknownSubcommandIsNamedWithTheList) {
   EXPECT_EQ(run({"ls", trace_}).rc, 0);
 }
 
+// An unusable rank<R> entry is said, not skipped; asking for that rank names it; two entries for one rank are refused.
+TEST_F(Cli, UnusableAndDuplicateRankDirectoriesAreSaid) {
+  const std::string copy = copyOfTrace("trace-rank-dirs");
+  fs::remove(copy + "/rank0/manifest.msgpack");
+  Result r = run({"ls", copy});
+  EXPECT_NE(r.err.find("warning: " + copy + "/rank0: no manifest.msgpack"), std::string::npos) << r.err;
+  r = run({"show", copy, "-r", "0", "-c", "0", "-s", "0"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find(copy + "/rank0: no manifest.msgpack"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("this is rank 1"), std::string::npos) << r.err;
+  fs::remove_all(copy + "/rank0");
+  fs::create_symlink("rank0", copy + "/rank0");  // a symlink loop
+  r = run({"ls", copy});
+  EXPECT_NE(r.err.find(copy + "/rank0: unusable rank directory: "), std::string::npos) << r.err;
+  fs::remove(copy + "/rank0");
+  rltest::copyTree(copy + "/rank1", copy + "/rank01");
+  r = run({"show", copy, "-r", "1", "-c", "0", "-s", "0"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("both name rank 1"), std::string::npos) << r.err;
+  r = run({"inject", copy, "-r", "1", "-c", "0", "-s", "0", "--nan", "1", "--in-place"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("both name rank 1"), std::string::npos) << r.err;
+}
+
 TEST_F(Cli, InjectUsageErrors) {
   const std::string out = fresh("trace-never");
   Result r = run({"inject", trace_, "-r", "0", "-c", "1", "-s", "0", "--nan", "1", "-o", out});
