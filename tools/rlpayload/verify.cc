@@ -398,6 +398,20 @@ int runVerify(const VerifyOptions& o) {
     if (o.rank && report.rank != *o.rank && dirs.size() > 1) continue;  // --rank: a directory not named rank<R>
     reports.push_back(std::move(report));
   }
+  // rank<R> entries no reader can use (a file, a symlink loop, unreadable, padded, two for one rank): each a problem
+  // of its rank, in rank order, never left out of the count.
+  for (const auto& t : ranklens::trace::rankDirectoryTrouble(o.trace)) {
+    if (o.rank && t.rank != *o.rank) continue;
+    if (!t.duplicate && std::find(dirs.begin(), dirs.end(), t.path) != dirs.end()) continue;  // verified above
+    RankReport report;
+    report.rank = t.rank;
+    report.dir = t.path;
+    report.add(true, "files", t.path, std::nullopt, t.reason.substr(t.reason.find(": ") + 2));
+    reports.push_back(std::move(report));
+  }
+  std::stable_sort(reports.begin(), reports.end(), [](const RankReport& a, const RankReport& b) {
+    return (a.rank < 0 ? INT32_MAX : a.rank) < (b.rank < 0 ? INT32_MAX : b.rank);
+  });
   if (reports.empty()) {
     std::cerr << "error: " << o.trace << ": no rank " << *o.rank << " in this trace\n";
     return kExitFailure;

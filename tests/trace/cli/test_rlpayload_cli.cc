@@ -515,6 +515,10 @@ TEST_F(Cli, UnusableAndDuplicateRankDirectoriesAreSaid) {
   fs::create_symlink("rank0", copy + "/rank0");  // a symlink loop
   r = run({"ls", copy});
   EXPECT_NE(r.err.find(copy + "/rank0: unusable rank directory: "), std::string::npos) << r.err;
+  r = run({"verify", copy});  // not "1 rank, 0 problems"
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("rank 0: " + copy + "/rank0: PROBLEMS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verify: 2 ranks, 1 problem"), std::string::npos) << r.out;
   fs::remove(copy + "/rank0");
   rltest::copyTree(copy + "/rank1", copy + "/rank01");
   r = run({"show", copy, "-r", "1", "-c", "0", "-s", "0"});
