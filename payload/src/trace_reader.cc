@@ -137,6 +137,8 @@ struct TraceReader::Impl {
       payloadRefs.clear();
     }
     bool stopped = false;
+    uint64_t seen = 0;             // intact records, for the closed manifest's count
+    uint64_t lastSegmentBytes = 0;
     for (uint32_t i = 0; i < segments.size() && !stopped; ++i) {
       std::vector<uint8_t> data;
       std::string err;
@@ -146,8 +148,10 @@ struct TraceReader::Impl {
         scanProblems.push_back({segPath(i), 0, err, false});
         continue;
       }
+      lastSegmentBytes = data.size();
       Problem problem;
       auto wrapped = [&](RecordType type, const msgpack::object& body, const Location& where) {
+        ++seen;
         // The records the index points at are decoded on every scan, so a malformed one is always reported.
         try {
           if (type == RecordType::kCall) {
@@ -170,6 +174,17 @@ struct TraceReader::Impl {
       if (!parseSegment(data.data(), data.size(), i, segPath(i), limits, wrapped, &problem))
         scanProblems.push_back(problem);
     }
+    // A segment cut exactly between two frames parses clean: only the closed manifest's count shows the loss. Said
+    // here, where every reader's scan and index rebuild passes, so that no command reads such a trace as whole.
+    // (More records than counted is not damage: an edit appends records after the manifest was closed.)
+    if (!stopped && scanProblems.empty() && openProblems.empty() && manifest.closed && !segments.empty() && seen < manifest.records_written)
+      scanProblems.push_back({segPath(static_cast<uint32_t>(segments.size() - 1)), lastSegmentBytes,
+                              "the segments end between two records after " + std::to_string(seen) +
+                                  " records, but the closed manifest counts " +
+                                  std::to_string(manifest.records_written) +
+                                  ": the trace was cut (a copy or disk that stopped short); the records after this "
+                                  "point are lost, those before it are read",
+                              false});
     refreshProblems();
     return scanProblems.empty();
   }

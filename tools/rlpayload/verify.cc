@@ -243,6 +243,8 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
   r.payloadRefs = refs.size();
   bool segmentDamage = false;
   for (const auto& p : reader->problems()) {
+    // The reader's count check: verify compares every counter with the records itself (below), more precisely.
+    if (p.reason.find(", but the closed manifest counts ") != std::string::npos) continue;
     segmentDamage = true;
     r.add(true, "segment", p.file, p.offset,
           p.reason + (p.truncated ? " (truncated: the file ends inside a frame, as a crash leaves it)" : ""),

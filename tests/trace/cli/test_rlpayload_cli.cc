@@ -529,6 +529,28 @@ TEST_F(Cli, UnusableAndDuplicateRankDirectoriesAreSaid) {
   EXPECT_NE(r.err.find("both name rank 1"), std::string::npos) << r.err;
 }
 
+// A segment cut exactly between two frames while the closed manifest counts more records: every command says so,
+// not only verify.
+TEST_F(Cli, ASegmentCutAtAFrameBoundaryIsReportedByEveryCommand) {
+  const std::string copy = copyOfTrace("trace-cut-at-frame");
+  const std::string rankDir = copy + "/rank0";
+  const auto records = rltest::scanRecords(rankDir);
+  ASSERT_GT(records.size(), 2u);
+  const auto& last = records.back().where;
+  const std::string segment = rankDir + "/" + segmentName(last.segment);
+  fs::resize_file(segment, last.offset);  // the last frame gone, its header and all
+  fs::remove(rankDir + "/index.msgpack");
+  const std::string said = "the closed manifest counts " ;
+  Result r = run({"ls", copy});
+  EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(segment), std::string::npos) << r.err;
+  r = run({"verify", copy});
+  EXPECT_EQ(r.rc, 1);
+  const auto& p = payloads_.front();
+  r = run({"show", copy, "-r", std::to_string(p.rank), "-c", std::to_string(p.comm), "-s", std::to_string(p.seq)});
+  if (p.rank == 0) EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
+}
+
 TEST_F(Cli, InjectUsageErrors) {
   const std::string out = fresh("trace-never");
   Result r = run({"inject", trace_, "-r", "0", "-c", "1", "-s", "0", "--nan", "1", "-o", out});
