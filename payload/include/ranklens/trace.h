@@ -461,6 +461,10 @@ class TraceReader {
 bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
                          const Edit& edit, int zstdLevel, std::string* error);
 
+// Written into a rank directory by an in-place edit before it changes anything, removed when the edit is whole: its
+// presence means an edit was interrupted ("segment <name> <size before>", "payload <new file>", "call <call>" lines).
+constexpr const char* kEditJournal = "edit-journal";
+
 // Whether `dir` is a rank directory holding a trace: its manifest.msgpack exists (also after a crashed writer).
 // TraceWriter::create never writes into one.
 bool holdsTrace(const std::string& dir);

@@ -551,6 +551,39 @@ TEST_F(Cli, ASegmentCutAtAFrameBoundaryIsReportedByEveryCommand) {
   if (p.rank == 0) EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
 }
 
+// An in-place edit killed after its blob, or after its reference: verify says "interrupted edit" with the way back
+// (not "payload_files is N, but M were found"), and following it gives the trace as it was.
+TEST_F(Cli, AKilledInPlaceEditIsAnInterruptedEditWithTheWayBack) {
+  for (const std::string step : {"payload", "reference"}) {
+    SCOPED_TRACE(step);
+    const std::string copy = copyOfTrace("trace-killed-edit-" + step);
+    const std::string before = run({"show", copy, "-r", "0", "-c", "0", "-s", "0", "--json"}).out;
+    Result r = run({"inject", copy, "-r", "0", "-c", "0", "-s", "0", "--nan", "1", "--in-place"},
+                   {"RANKLENS_TEST_EDIT_STOP_AFTER=" + step});
+    EXPECT_EQ(r.rc, 137) << r.err;
+    r = run({"verify", copy});
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.out.find("interrupted edit of "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("not damage: nothing recorded is lost. To roll it back, truncate seg-000000.rls to "),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("payload_files is"), std::string::npos) << r.out;
+    // The way back, as said.
+    const std::string rank0 = copy + "/rank0";
+    std::ifstream journal(rank0 + "/edit-journal");
+    std::string word, segment, payload;
+    uint64_t size = 0;
+    journal >> word >> segment >> size >> word >> payload;
+    fs::resize_file(rank0 + "/" + segment, size);
+    fs::remove(rank0 + "/" + payload);
+    fs::remove(rank0 + "/index.msgpack");
+    fs::remove(rank0 + "/edit-journal");
+    r = run({"verify", copy});
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(run({"show", copy, "-r", "0", "-c", "0", "-s", "0", "--json"}).out, before);
+  }
+}
+
 TEST_F(Cli, InjectUsageErrors) {
   const std::string out = fresh("trace-never");
   Result r = run({"inject", trace_, "-r", "0", "-c", "1", "-s", "0", "--nan", "1", "-o", out});
