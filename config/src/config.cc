@@ -34,6 +34,7 @@ constexpr const char* kCopyPriorityNames[] = {"high", "stream"};
 constexpr const char* kHoldFromNames[] = {"arrival", "start"};
 constexpr const char* kPeerPacingNames[] = {"off", "recorded"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
+constexpr const char* kOnPayloadErrorNames[] = {"error", "warn"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "own", "ignore"};
 constexpr const char* kTimingSourceNames[] = {"recorded", "estimated"};
@@ -76,9 +77,31 @@ YAML::Mark valueMark(const YAML::Node& key, const YAML::Node& value) {
   return value.IsNull() || value.Mark().is_null() ? key.Mark() : value.Mark();
 }
 
+// A value or key from the file or the environment in an error line: at most 200 bytes of it, control characters as
+// \xNN, and when cut its whole size, so that a megabyte value or an escape sequence neither floods nor rewrites the
+// terminal (the tools' shownValue, tools/cli_text.h, does the same for arguments).
+std::string shown(const std::string& text) {
+  constexpr size_t kLimit = 200;
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < kLimit; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > kLimit) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 std::string badValue(const std::string& where, const std::string& value, const std::string& key,
                      const std::string& expected) {
-  return where + ": bad value " + value + " for '" + key + "': expected " + expected;
+  const bool quoted = value.size() >= 2 && value.front() == '\'' && value.back() == '\'';
+  const std::string text = quoted ? "'" + shown(value.substr(1, value.size() - 2)) + "'" : shown(value);
+  return where + ": bad value " + text + " for '" + shown(key) + "': expected " + expected;
 }
 
 // One value to parse: a YAML node (from the file) or the text of an environment variable.
@@ -371,7 +394,7 @@ std::string parseGroupEntry(const YAML::Node& entry, const std::string& origin, 
     std::string keyName = key.IsScalar() ? key.Scalar() : "";
     std::string where = at(origin, valueMark(key, value));
     if (keyName != "members" && keyName != "color" && keyName != "name") {
-      return at(origin, key.Mark()) + ": unknown key '" + keyName + "' in '" + name +
+      return at(origin, key.Mark()) + ": unknown key '" + shown(keyName) + "' in '" + name +
              "' (known keys: members, color, name)";
     }
     if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;
@@ -768,6 +791,14 @@ const KeyDesc kKeys[] = {
      "replayed without a hold or payload (warn), or gets an estimated duration and no payload (estimate)",
      [](const Input& in, Settings& s) { return parseEnum(in, kOnMismatchNames, s.on_mismatch); },
      [](const Settings& s) { return std::string(toString(s.on_mismatch)); }},
+    {"on_payload_error", "RANKLENS_ON_PAYLOAD_ERROR", "error",
+     "error | warn",
+     "replay: a call whose recorded payload the fidelity restores but which cannot be read (a damaged or "
+     "missing payload file, a reference outside it, a blob larger than it claims) fails with ncclSystemError "
+     "naming the call, file, offset and reason (error), or gets the fill semantics with one such line on stderr "
+     "per call, counted as replay_payload_failures (warn: the values from that call on are not the recorded run's)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kOnPayloadErrorNames, s.on_payload_error); },
+     [](const Settings& s) { return std::string(toString(s.on_payload_error)); }},
     {"completion", "RANKLENS_COMPLETION", "kernel",
      "kernel | host_callback",
      "replay: how a stream is held for a call's duration: kernel (a 1-thread kernel waiting on the GPU timer, "
@@ -928,7 +959,7 @@ std::string applyYaml(const std::string& text, const std::string& origin, Settin
     const YAML::Node& key = kv.first;
     const KeyDesc* d = key.IsScalar() ? findKey(key.Scalar()) : nullptr;
     if (!d) {
-      return at(origin, key.Mark()) + ": unknown key '" + (key.IsScalar() ? key.Scalar() : "") +
+      return at(origin, key.Mark()) + ": unknown key '" + shown(key.IsScalar() ? key.Scalar() : "") +
              "' (known keys: " + knownKeys() + ")";
     }
     if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;
@@ -1097,6 +1128,7 @@ const char* toString(CopyPriority v) { return enumName(v, kCopyPriorityNames); }
 const char* toString(HoldFrom v) { return enumName(v, kHoldFromNames); }
 const char* toString(PeerPacing v) { return enumName(v, kPeerPacingNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
+const char* toString(OnPayloadError v) { return enumName(v, kOnPayloadErrorNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }
 const char* toString(TimingSource v) { return enumName(v, kTimingSourceNames); }

@@ -65,6 +65,7 @@ struct Session {
   ranklens::device::StreamDevice::Calibration calibration;
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
+  ranklens::config::OnPayloadError onPayloadError = ranklens::config::OnPayloadError::kError;
   bool hostTime = true;
   // host_time: own. The most host time replayed for a call of each operation (groups: kGroupHostKey); absent: no cap.
   std::map<int, int64_t> hostCaps;
@@ -324,6 +325,7 @@ Session* load() {
     auto s = std::make_unique<Session>();
     s->fidelity = st.fidelity;
     s->policy = recorded ? st.on_mismatch : OnMismatch::kEstimate;  // no recording: every call is one it lacks
+    s->onPayloadError = st.on_payload_error;
     s->window = st.resync_window;
     s->hostTime = st.host_time != ranklens::config::HostTime::kIgnore;
     s->estimateAll = st.timing == ranklens::config::TimingSource::kEstimated;
@@ -828,14 +830,30 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
     return false;
   }
   if (!s->prefetcher->acquire(rc, &staged, &error) || staged.bytes != bytes) {
-    WARN("replay: %s comm %lu seq %lu: recorded payload unusable (%s); the receive buffer gets the fill semantics",
-         info.opName, static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq),
-         error.empty() ? ("recorded " + std::to_string(staged.bytes) + " bytes, the call receives " +
-                          std::to_string(bytes)).c_str()
-                       : error.c_str());
+    if (error.empty())
+      error = "recorded " + std::to_string(staged.bytes) + " bytes, the call receives " + std::to_string(bytes);
     if (staged.data) s->prefetcher->release(rc, nullptr);
+    // A recorded payload that cannot be read is a wrong answer, not a detail: the receive buffer would get the fill
+    // and every value computed from it would be another run's. Said on stderr whatever NCCL_DEBUG is, because a
+    // replay that reports success with a filled call is the failure this setting exists to prevent.
+    const bool stop = s->onPayloadError == ranklens::config::OnPayloadError::kError;
+    char line[2048];
+    snprintf(line, sizeof line,
+             "replay: %s comm %lu seq %lu: the recorded payload cannot be restored: %s; %s", info.opName,
+             static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq), error.c_str(),
+             stop ? "the call fails with ncclSystemError (check the trace with rlpayload verify; "
+                    "RANKLENS_ON_PAYLOAD_ERROR=warn fills the call and goes on)"
+                  : "the receive buffer gets the fill semantics: this rank's values are not the recorded run's from "
+                    "this call on (on_payload_error: warn)");
+    fprintf(stderr, "ranklens: %s: %s\n", stop ? "error" : "warning", line);
+    fflush(stderr);
+    WARN("%s", line);
     std::lock_guard<std::mutex> lock(s->mu);
     s->counters.payloadFailures++;
+    if (stop) {
+      *result = ncclSystemError;
+      return true;
+    }
     s->counters.filledWithoutPayload++;
     return false;
   }

@@ -152,14 +152,19 @@ bool writeFileAtomically(const std::string& path, const void* data, size_t size,
 }
 
 bool readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* out, std::string* error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (or a device) in place of a trace file would otherwise block the open until a writer comes,
+  // and with it every reader; it is refused below as what it is. (Reads of a regular file ignore the flag.)
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     *error = path + ": cannot open: " + strerror(errno);
     return false;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    *error = path + ": not a regular file";
+    *error = path + ": not a regular file" +
+             (S_ISFIFO(st.st_mode) ? std::string(" (a FIFO): a trace's files are regular files; replace it with the "
+                                                 "file it stands for")
+                                   : std::string());
     ::close(fd);
     return false;
   }
@@ -168,7 +173,14 @@ bool readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* 
     ::close(fd);
     return false;
   }
-  out->resize(static_cast<size_t>(st.st_size));
+  try {
+    out->resize(static_cast<size_t>(st.st_size));
+  } catch (const std::bad_alloc&) {  // a sparse or damaged file claiming more than this machine can hold
+    *error = path + ": " + std::to_string(st.st_size) + " bytes: not enough memory to read it (a trace's files are far "
+             "smaller: is it sparse or damaged? rlpayload verify checks the rest)";
+    ::close(fd);
+    return false;
+  }
   size_t done = 0;
   while (done < out->size()) {
     ssize_t n = ::read(fd, out->data() + done, out->size() - done);

@@ -19,6 +19,8 @@
 namespace ranklens {
 namespace trace {
 namespace {
+// Largest segment file read (see the scan).
+constexpr uint64_t kMaxSegmentFileBytes = 4ull << 30;
 
 using events::Op;
 
@@ -245,15 +247,21 @@ struct TraceReader::Impl {
       payloadRefs.clear();
     }
     bool stopped = false;
+    uint64_t seen = 0;             // intact records, for the closed manifest's count
+    uint64_t lastSegmentBytes = 0;
     for (uint32_t i = 0; i < segments.size() && !stopped; ++i) {
       std::vector<uint8_t> data;
       std::string err;
-      if (!readFile(segPath(i), ~0ull, &data, &err)) {
+      // A writer rolls segments over at tens of MiB (WriterOptions::segmentBytes, plus one record): a segment of
+      // gigabytes is damaged or sparse, and reading it whole would exhaust memory before saying which file it is.
+      if (!readFile(segPath(i), kMaxSegmentFileBytes, &data, &err)) {
         scanProblems.push_back({segPath(i), 0, err, false});
         continue;
       }
+      lastSegmentBytes = data.size();
       Problem problem;
       auto wrapped = [&](RecordType type, const msgpack::object& body, const Location& where) {
+        ++seen;
         // Every field of every known record is checked on every scan (docs/trace-format.md: a malformed record is
         // reported and skipped), so that every command sees the same records: visitors never get a malformed one.
         std::string why;
@@ -278,6 +286,17 @@ struct TraceReader::Impl {
       if (!parseSegment(data.data(), data.size(), i, segPath(i), limits, wrapped, &problem))
         scanProblems.push_back(problem);
     }
+    // A segment cut exactly between two frames parses clean: only the closed manifest's count shows the loss. Said
+    // here, where every reader's scan and index rebuild passes, so that no command reads such a trace as whole.
+    // (More records than counted is not damage: an edit appends records after the manifest was closed.)
+    if (!stopped && scanProblems.empty() && openProblems.empty() && manifest.closed && !segments.empty() && seen < manifest.records_written)
+      scanProblems.push_back({segPath(static_cast<uint32_t>(segments.size() - 1)), lastSegmentBytes,
+                              "the segments end between two records after " + std::to_string(seen) +
+                                  " records, but the closed manifest counts " +
+                                  std::to_string(manifest.records_written) +
+                                  ": the trace was cut (a copy or disk that stopped short); the records after this "
+                                  "point are lost, those before it are read",
+                              false});
     refreshProblems();
     return scanProblems.empty();
   }
@@ -287,7 +306,7 @@ struct TraceReader::Impl {
     if (where.segment >= segments.size()) return false;
     // A frame at or after its segment's first damaged frame is not part of the trace, however intact it is.
     if (where.offset >= intactEnd(where.segment)) return false;
-    int fd = ::open(segPath(where.segment).c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(segPath(where.segment).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
     if (fd < 0) return false;
     // The segment's own header must pass its checks, as in a scan: a frame in a segment that fails them is not intact.
     uint8_t fileHeader[kFileHeaderBytes];
@@ -472,7 +491,7 @@ int TraceReader::openBlob(const PayloadRef& ref, std::string* openedPath, Proble
     if (problem) *problem = Problem{path, ref.offset, std::move(reason), truncated};
     return -1;
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0) return fail(std::string("cannot open: ") + strerror(errno));
   struct stat st;
   uint8_t header[kFileHeaderBytes];
@@ -608,6 +627,58 @@ std::vector<std::string> rankDirectories(const std::string& traceDir) {
   return out;
 }
 
+std::vector<RankDirectoryTrouble> rankDirectoryTrouble(const std::string& traceDir) {
+  std::vector<RankDirectoryTrouble> out;
+  if (holdsTrace(traceDir)) return out;
+  DIR* d = opendir(traceDir.c_str());
+  if (d == nullptr) return out;
+  std::vector<std::pair<long, std::string>> named;  // every rank<digits> entry, padded or not
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("rank", 0) != 0) continue;
+    const std::string digits = name.substr(4);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    named.emplace_back(std::stol(digits), name);
+  }
+  closedir(d);
+  std::sort(named.begin(), named.end());
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& [rank, name] = named[i];
+    const std::string path = traceDir + "/" + name;
+    RankDirectoryTrouble t;
+    t.rank = static_cast<int>(rank);
+    t.path = path;
+    std::string others;
+    for (const auto& [r, n] : named)
+      if (r == rank && n != name) others += (others.empty() ? "" : ", ") + traceDir + "/" + n;
+    struct stat st;
+    if (!others.empty()) {
+      t.duplicate = true;
+      t.reason = path + " and " + others + " both name rank " + std::to_string(rank) +
+                 ": which one a tool reads would be a guess; remove or rename all but one (rank" +
+                 std::to_string(rank) + "/)";
+    } else if (stat(path.c_str(), &st) != 0) {
+      t.reason = path + ": unusable rank directory: " + strerror(errno) +
+                 (errno == ELOOP ? " (a symlink loop)" : errno == ENOENT ? " (a dangling symlink)" : "");
+    } else if (!S_ISDIR(st.st_mode)) {
+      t.reason = path + ": not a directory, so no recording of rank " + std::to_string(rank) +
+                 " (a rank<R> entry must be the rank's directory)";
+    } else if (access(path.c_str(), R_OK | X_OK) != 0) {
+      t.reason = path + ": cannot read the rank directory: " + strerror(errno);
+    } else if (!holdsTrace(path)) {
+      t.reason = path + ": no manifest.msgpack, so no usable recording of rank " + std::to_string(rank) +
+                 " (a rank that crashed before writing one, or lost it; rlpayload verify says more)";
+    } else if (name != "rank" + std::to_string(rank)) {
+      t.reason = path + ": a rank directory with a padded number is not read (rename it rank" +
+                 std::to_string(rank) + "/)";
+    } else {
+      continue;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* reason) {
   DIR* d = opendir(path.c_str());
   if (d == nullptr) {
@@ -619,6 +690,18 @@ bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDi
     *rankDir = path;
     return true;
   }
+  // A rank whose entry cannot be used, or that two entries name, is said as such: not "no recording of rank R",
+  // nor another rank's directory taken in its place.
+  for (const auto& t : rankDirectoryTrouble(path))
+    if (t.duplicate && (rank < 0 || t.rank == rank)) {
+      *reason = t.reason;
+      return false;
+    }
+  for (const auto& t : rankDirectoryTrouble(path))
+    if (rank >= 0 && t.rank == rank) {
+      *reason = t.reason;
+      return false;
+    }
   const std::string wanted = path + "/rank" + std::to_string(rank);
   if (rank >= 0 && holdsTrace(wanted)) {
     *rankDir = wanted;

@@ -32,6 +32,8 @@ enum class CapturedTiming { kEvents, kOff };
 enum class CopyPriority { kHigh, kStream };
 // Replay: what happens to a call that does not match the recording.
 enum class OnMismatch { kError, kWarn, kEstimate };
+// Replay: what happens to a call whose recorded payload, which the fidelity restores, cannot be read.
+enum class OnPayloadError { kError, kWarn };
 // Replay: how a stream is held for a call's duration.
 enum class Completion { kKernel, kHostCallback };
 // Replay: where a call's duration comes from.
@@ -110,6 +112,7 @@ struct Settings {
   // Replay of a recorded trace.
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
   OnMismatch on_mismatch = OnMismatch::kError;
+  OnPayloadError on_payload_error = OnPayloadError::kError;
   Completion completion = Completion::kKernel;
   HostTime host_time = HostTime::kReplay;
   TimingSource timing = TimingSource::kRecorded;
@@ -173,6 +176,7 @@ const char* toString(CopyPriority);
 const char* toString(HoldFrom);
 const char* toString(PeerPacing);
 const char* toString(OnMismatch);
+const char* toString(OnPayloadError);
 const char* toString(Completion);
 const char* toString(HostTime);
 const char* toString(TimingSource);

@@ -464,11 +464,25 @@ class TraceReader {
 bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
                          const Edit& edit, int zstdLevel, std::string* error);
 
+// Written into a rank directory by an in-place edit before it changes anything, removed when the edit is whole: its
+// presence means an edit was interrupted ("segment <name> <size before>", "payload <new file>", "call <call>" lines).
+constexpr const char* kEditJournal = "edit-journal";
+
 // Whether `dir` is a rank directory holding a trace: its manifest.msgpack exists (also after a crashed writer).
 // TraceWriter::create never writes into one.
 bool holdsTrace(const std::string& dir);
 // The rank directories of a trace (a rank directory itself, or a directory of rank<R>/ directories).
 std::vector<std::string> rankDirectories(const std::string& traceDir);
+// The rank<R> entries of a trace root that rankDirectories leaves out or cannot tell apart, each with why: not a
+// directory, unreadable, a symlink loop, no manifest.msgpack; and two entries naming one rank (rank0/ and rank00/),
+// which no reader may choose between. Empty for a rank directory itself or a trace without such entries.
+struct RankDirectoryTrouble {
+  int rank = -1;
+  std::string path;
+  std::string reason;      // "<path>: ..." with what the user can do
+  bool duplicate = false;  // another entry names the same rank
+};
+std::vector<RankDirectoryTrouble> rankDirectoryTrouble(const std::string& traceDir);
 // The one rank directory a trace argument names: `path` itself when it holds a manifest, else its rank<rank> child
 // (rank >= 0), else its only rank directory (rank < 0). False with `reason` ("<path>: ..." with the ranks recorded)
 // otherwise; callers add the fix in their own terms.
