@@ -253,7 +253,7 @@ class EstimatorBench:
         for i in range(self.args.real_repeats):
             self.record(target, cfg, run_name=target if i == 0 else f"{target}-again{i}")
         # No recorded control payloads: DDP takes its rebuilt bucket layout from rank 0's broadcast, so the recorded
-        # (bucket 25) layout would override the change being asked about (seen at b7db3a9: every call matched).
+        # (bucket 25) layout would override the change being asked about (with them, every call matched the recording).
         for variant in self.args.variants:
             rep = self.replay(f"whatif-{recorded}-as-b100", self.traces[recorded], cfg,
                               {"RANKLENS_ON_MISMATCH": "estimate", "RANKLENS_HISTORY": self.history,

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Prepares .carry/ (ignored by git) for the GPU machines, which have no Debian build dependencies: builds the release
-# preset, copies the library, the test suite's fake real NCCL (.carry/fake_real), the tools and GPU test binaries the
-# results scripts run (debug info stripped, to stay within the device tool's 64 MiB carry), the Debian shared
-# libraries they need and the image lacks (yaml-cpp, ISA-L) into .carry/deps and beside libnccl.so.2, and the commit
-# into .carry/COMMIT. Leaves .carry/nccl-tests,
-# .carry/frameworks, .carry/pywhl and .carry/old alone.
+# Prepares .carry/ (ignored by git) for a GPU machine that cannot build (no Debian build dependencies): builds the
+# release preset, copies the library, the test suite's fake real NCCL (.carry/fake_real), the tools and benchmark
+# binaries the bench drivers run (debug info stripped, to keep .carry/ small), the Debian shared libraries they need
+# and such a machine lacks (yaml-cpp, ISA-L) into .carry/deps and beside libnccl.so.2, and the commit into
+# .carry/COMMIT. Leaves .carry/nccl-tests and .carry/frameworks alone.
 #   bench/make_carry.sh
-# Then: run with carry [".carry"]; the scripts source bench/carry_setup.sh (carry_env puts .carry/deps on
-# LD_LIBRARY_PATH).
+# Then copy .carry/ beside the repository on the GPU machine and run the drivers from the repository root with
+# LD_LIBRARY_PATH=$PWD/.carry/deps (bench/README.md). scripts/gpu-bundle.sh makes the GPU acceptance run's bundle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -3,14 +3,14 @@
 // as they are and as byte planes (format 1.8, shuffleBlocks: each byte position of the elements of a 256 KiB block
 // stored as one plane, so the exponent bytes of floating-point values sit together and compress). zstd on real
 // fp32 gradients bounds both full-payload recording (about 200 MB/s per thread at level -1 on one H200 host) and
-// value replay (about 0.8 GB/s per thread decoding), bench/results/record/README.md, session 21. No GPU; input is
+// value replay (about 0.8 GB/s per thread decoding). No GPU; input is
 // raw payload bytes, e.g. `rlpayload export TRACE -c 0 -s 40 -f raw -o grad.raw`.
 //
 //   payload_codec_choices FILE... [--element-bytes 4] [--levels 1,-1,-5] [--checksum off|on|both]
 //                         [--match-finder planes|level|both] [--literals on|off|both] [--repeats 3] [--json]
 //
 // --match-finder: for the planes, the recorder's match finder at the fast levels (`planes`: trace::kPlanesHashLog and
-// kPlanesMinMatch, session 23), the level's own (`level`, as before), or both.
+// kPlanesMinMatch), the level's own (`level`, as before), or both.
 // --checksum: zstd's content checksum (XXH64) in the frame, as writers before format 1.9 set it (`on`), or not, as
 // 1.9 writers do (`off`, the default). One line per file, layout, level and checksum: ratio, compress and decompress MB/s (best of --repeats on one thread), and
 // the shuffle and unshuffle rates; every decode is checked against its input.

@@ -15,7 +15,8 @@
 //   prefetcher_contention --payload-mib 25 --payloads 40 --threads 4 --gap-us 0 [--level -1] [--shuffle on|off]
 //                         [--pool grad1.raw grad2.raw ...] [--json]
 //
-// bench/results/replay/prefetcher_contention-*.json holds runs with their commit, machine, command and date.
+// bench/results/replay/prefetcher_contention.json and prefetcher_throughput.jsonl hold the latest runs with their
+// commit, machine, command and date (bench/README.md).
 #include <unistd.h>
 
 #include <algorithm>

@@ -15,8 +15,9 @@ must agree with the profiler's.
               Stage(step=STOP) is compared with the profiler's total time of kernels named nccl*: the ratio must be
               within --tolerance (default 5%).
 
-Outputs: --json (default bench/results/record_fidelity_torch.json; rewritten after every run) and one combined
-log (--log, default: the JSON path with .log); per-run logs, saved parameters, profiles and traces go to --work.
+Outputs: --json (default bench/results/record_fidelity_torch.json; the kept result is
+bench/results/record/record_fidelity_torch.json; rewritten after every run) and one combined log (--log, default:
+the JSON path with .log); per-run logs, saved parameters, profiles and traces go to --work.
 
 Example (GPU machine, repository root; about 3 minutes):
     RANKLENS_COMMIT=<sha> /opt/torch/.venv/bin/python bench/record_fidelity_torch.py \\

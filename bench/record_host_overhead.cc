@@ -18,7 +18,7 @@
 // --probe adds two sides that wrap the real NCCL call in what the recorder must do on the GPU, without RankLens:
 // a capture query and two event records through the CUDA runtime, and the same through the driver's entry points
 // (cuStreamIsCapturing, cuEventRecord). --poller adds a thread that queries those sides' events every 100 us as the
-// recorder's background thread did until 6c74f37 (one query of the end event, two elapsed times). Together they split the added
+// recorder's background thread once did (one query of the end event, two elapsed times). Together they split the added
 // time into CUDA's floor, the background thread's contention and RankLens's own work.
 //
 // --gpu-bound BYTES measures GPU time instead: every call follows a cudaMemsetAsync of BYTES on its stream (the
@@ -149,8 +149,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", data,
                  "--device host: what the buffers hold: zeros; gradients (normally distributed fp32: zstd cannot "
                  "shrink them, so --payloads all writes every byte); or bf16-gradients (the same rounded to bf16 "
-                 "values, their low 16 bits zero, as a bf16-autocast job's fp32 gradients are: GPT-2 small's on an "
-                 "H200, session 22)")
+                 "values, their low 16 bits zero, as a bf16-autocast job's fp32 gradients are, e.g. GPT-2 small's)")
       ->check(CLI::IsMember({"zeros", "gradients", "bf16-gradients"}));
   app.add_option("--ranks", ranks, "ranks of the communicator, one GPU each")->check(CLI::Range(1, 2));
   app.add_option("--clock", clock, "RANKLENS_TIMING_CLOCK for the recorder")

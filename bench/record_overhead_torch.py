@@ -23,8 +23,9 @@ repeat). For recorded runs it counts the trace's records and
 reads the manifests' payload counters (payload_raw_bytes, payload_compressed_bytes, records_dropped,
 payloads_dropped) and the bytes on disk; full-payload traces are deleted once counted (--keep-traces).
 
-Outputs: --json (default bench/results/record_overhead_torch.json; rewritten after every run) and one combined
-log (--log, default: the JSON path with .log) holding every run's output; per-run logs and traces go to --work.
+Outputs: --json (default bench/results/record_overhead_torch.json; the kept result is
+bench/results/record/record_overhead_torch.json; rewritten after every run) and one combined log (--log, default:
+the JSON path with .log) holding every run's output; per-run logs and traces go to --work.
 
 Example (GPU machine, repository root; about 6 minutes with the defaults, at most 10):
     RANKLENS_COMMIT=<sha> /opt/torch/.venv/bin/python bench/record_overhead_torch.py \\

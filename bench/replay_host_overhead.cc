@@ -3,7 +3,7 @@
 // (copies are memcpy, holds are accounted), replaying a recording it writes first -- rank 1 of 2, N small AllGathers
 // (4 KiB received, as ZeRO-3's parameter all-gathers), each timed, each with its received payload when --payloads.
 // Every call is timed on the host (steady_clock) and the median, p90 and mean are reported per fidelity; what is left
-// beside the CUDA calls that a GPU replay adds (bench/results/frameworks/zero3_call_host_time-*.txt) is this.
+// beside the CUDA calls that a GPU replay adds (bench/results/frameworks/replay_call_host_time_zero3.txt) is this.
 //
 // --gap-us spins that long between calls, as the program's own work does (ZeRO-3: 40-80 us between its calls):
 // back to back, the workers that decode payloads ahead cannot keep up and the calls wait for them.

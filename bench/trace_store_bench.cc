@@ -515,7 +515,7 @@ void BM_ReadScan(benchmark::State& state, bool decode) {
 // mode 0: TraceReader::readPayload (open + pread + decodePayload, fresh output vector per payload);
 // 1: trace::decodePayload on the blob already in memory (fresh vector); 2: baseline, ZSTD_decompressDCtx with one
 // reused context and one reused output buffer, no CRC; 3: baseline, mode 2 plus zlib's CRC-32 of the output (the
-// checksum decodePayload computed until session 20).
+// checksum decodePayload computed before it used ISA-L's).
 void BM_ReadPayload(benchmark::State& state, int level, int dtype, size_t bytes, int mode) {
   ReadFixture& f = payloadFixture(level, dtype, bytes);
   if (!f.reader) {

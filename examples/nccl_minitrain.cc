@@ -34,15 +34,16 @@
 //   world  ncclCommInitRank over all ranks
 //   tp     ncclCommSplit(world, color = w / K,      key = w): ranks d*K .. d*K+K-1     (tp index = w % K)
 //   dp     ncclCommSplit(world, color = D + w % K,  key = w): ranks t, t+K, ..., t+(D-1)K (dp index = w / K)
-// The DP colors are offset by D so that no TP color equals a DP color: a RankLens `groups:` entry is selected by
-// color (and membership), so two splits of one parent must not share a color.
+// The DP colors are offset by D so that no TP color equals a DP color: RankLens tells the two splits apart by color
+// (a `mesh_colors` range or a `groups:` entry), so two splits of one parent must not share a color.
 //
-// Under RankLens (replay, structure fidelity) a lone rank cannot learn its peers' colors, so the config's `groups`
-// table must describe both splits. Without it ncclCommSplit returns ncclInvalidUsage; the program then prints NCCL's
-// last error and the RANKLENS_GROUPS entries this rank needs, and exits with status 2.
+// Under RankLens (replay, structure fidelity) a lone rank cannot learn its peers' colors: the layout comes from a
+// mesh (RANKLENS_MESH=dp=D,tp=K RANKLENS_MESH_COLORS=tp=0-<D-1>,dp=D-, at any world size) or the config's
+// `groups` table. Without either ncclCommSplit returns ncclInvalidUsage; the program then prints NCCL's last error
+// and the settings this rank needs, and exits with status 2.
 //
 // Exit status: 0 success; 1 a NCCL or CUDA call failed; 2 ncclCommSplit returned ncclInvalidUsage (RankLens without
-// a groups table); 64 bad command line or environment.
+// a mesh or groups table); 64 bad command line or environment.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -86,19 +87,18 @@ std::string rankList(int first, int stride, int count) {
   return text + "]";
 }
 
-// ncclCommSplit, with the one failure this program explains instead of just reporting: RankLens without a groups
-// table for this split.
-ncclComm_t split(ncclComm_t parent, int color, int key, const char* label, const std::string& groupsHint) {
+// ncclCommSplit, with the one failure this program explains instead of just reporting: RankLens without a way to
+// size this split (a mesh or a groups table).
+ncclComm_t split(ncclComm_t parent, int color, int key, const char* label, const std::string& layoutHint) {
   ncclComm_t child = nullptr;
   ncclResult_t res = ncclCommSplit(parent, color, key, &child, nullptr);
   if (res == ncclInvalidUsage) {
     fprintf(stderr,
             "minitrain: ncclCommSplit(world, color %d, key %d) for the %s communicator returned ncclInvalidUsage: %s\n"
             "  %s\n"
-            "minitrain: under RankLens a replayed rank cannot see its peers' colors; describe the splits in the\n"
-            "  config's `groups:` table (docs/config.md). This rank needs, at least:\n"
-            "  RANKLENS_GROUPS='%s'\n",
-            color, key, label, ncclGetErrorString(res), ncclGetLastError(nullptr), groupsHint.c_str());
+            "minitrain: under RankLens a replayed rank cannot see its peers' colors; describe this program's layout\n"
+            "  (docs/config.md, mesh and groups):\n%s",
+            color, key, label, ncclGetErrorString(res), ncclGetLastError(nullptr), layoutHint.c_str());
     exit(2);
   }
   NCCL_CHECK(res);
@@ -109,13 +109,15 @@ ncclComm_t split(ncclComm_t parent, int color, int key, const char* label, const
   return child;
 }
 
-// The sizes this program expects; a mismatch means the communicator layout (e.g. a RankLens groups table) is wrong.
+// The sizes this program expects; a mismatch means the communicator layout (a RankLens mesh or groups table) is wrong.
 void expectShape(ncclComm_t comm, const char* label, int size, int rank) {
   int gotSize = -1, gotRank = -1;
   NCCL_CHECK(ncclCommCount(comm, &gotSize));
   NCCL_CHECK(ncclCommUserRank(comm, &gotRank));
   if (gotSize != size || gotRank != rank) {
-    fprintf(stderr, "minitrain: the %s communicator is rank %d of %d, expected rank %d of %d (check the groups table)\n",
+    fprintf(stderr,
+            "minitrain: the %s communicator is rank %d of %d, expected rank %d of %d (check the mesh or groups "
+            "table)\n",
             label, gotRank, gotSize, rank, size);
     exit(1);
   }
@@ -192,13 +194,20 @@ int main(int argc, char** argv) {
   ncclComm_t world = initWorld(idFile, rank, worldSize);
   expectShape(world, "world", worldSize, rank);
 
-  const std::string tpEntry = "{members: " + rankList(dpIndex * tp, 1, tp) + ", color: " + std::to_string(tpColor) +
-                              ", name: tp" + std::to_string(dpIndex) + "}";
-  const std::string dpEntry = "{members: " + rankList(tpIndex, tp, dpSize) + ", color: " + std::to_string(dpColor) +
-                              ", name: dp" + std::to_string(tpIndex) + "}";
-  const std::string groupsHint = "[" + tpEntry + ", " + dpEntry + "]";
-  ncclComm_t tpComm = split(world, tpColor, rank, "tensor-parallel", groupsHint);
-  ncclComm_t dpComm = split(world, dpColor, rank, "data-parallel", groupsHint);
+  // The layout for RankLens: a mesh (any world size, one line), and for small worlds the groups this rank needs.
+  std::string layoutHint = "  RANKLENS_MESH=dp=" + std::to_string(dpSize) + ",tp=" + std::to_string(tp) +
+                           " RANKLENS_MESH_COLORS=tp=0-" + std::to_string(dpSize - 1) + ",dp=" +
+                           std::to_string(dpSize) + "-\n  (ranklens replay --mesh dp=" + std::to_string(dpSize) +
+                           ",tp=" + std::to_string(tp) + " --mesh-colors tp=0-" + std::to_string(dpSize - 1) +
+                           ",dp=" + std::to_string(dpSize) + "-)\n";
+  if (dpSize <= 64) {
+    layoutHint += "  or the groups this rank needs: RANKLENS_GROUPS='[{members: " + rankList(dpIndex * tp, 1, tp) +
+                  ", color: " + std::to_string(tpColor) + ", name: tp" + std::to_string(dpIndex) + "}, {members: " +
+                  rankList(tpIndex, tp, dpSize) + ", color: " + std::to_string(dpColor) + ", name: dp" +
+                  std::to_string(tpIndex) + "}]'\n";
+  }
+  ncclComm_t tpComm = split(world, tpColor, rank, "tensor-parallel", layoutHint);
+  ncclComm_t dpComm = split(world, dpColor, rank, "data-parallel", layoutHint);
   expectShape(tpComm, "tensor-parallel", tp, tpIndex);
   expectShape(dpComm, "data-parallel", dpSize, dpIndex);
   printf("minitrain: rank %d of %d: tp %d (rank %d, color %d), dp %d (rank %d, color %d), %s\n", rank, worldSize, tp,

@@ -34,6 +34,7 @@ constexpr const char* kCopyPriorityNames[] = {"high", "stream"};
 constexpr const char* kHoldFromNames[] = {"arrival", "start"};
 constexpr const char* kPeerPacingNames[] = {"off", "recorded"};
 constexpr const char* kOnMismatchNames[] = {"error", "warn", "estimate"};
+constexpr const char* kOnPayloadErrorNames[] = {"error", "warn"};
 constexpr const char* kAtHangNames[] = {"stop", "wait", "continue"};
 constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "own", "ignore"};
@@ -77,9 +78,31 @@ YAML::Mark valueMark(const YAML::Node& key, const YAML::Node& value) {
   return value.IsNull() || value.Mark().is_null() ? key.Mark() : value.Mark();
 }
 
+// A value or key from the file or the environment in an error line: at most 200 bytes of it, control characters as
+// \xNN, and when cut its whole size, so that a megabyte value or an escape sequence neither floods nor rewrites the
+// terminal (the tools' shownValue, tools/cli_text.h, does the same for arguments).
+std::string shown(const std::string& text) {
+  constexpr size_t kLimit = 200;
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < kLimit; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > kLimit) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 std::string badValue(const std::string& where, const std::string& value, const std::string& key,
                      const std::string& expected) {
-  return where + ": bad value " + value + " for '" + key + "': expected " + expected;
+  const bool quoted = value.size() >= 2 && value.front() == '\'' && value.back() == '\'';
+  const std::string text = quoted ? "'" + shown(value.substr(1, value.size() - 2)) + "'" : shown(value);
+  return where + ": bad value " + text + " for '" + shown(key) + "': expected " + expected;
 }
 
 // One value to parse: a YAML node (from the file) or the text of an environment variable.
@@ -374,7 +397,7 @@ std::string parseGroupEntry(const YAML::Node& entry, const std::string& origin, 
     std::string keyName = key.IsScalar() ? key.Scalar() : "";
     std::string where = at(origin, valueMark(key, value));
     if (keyName != "members" && keyName != "color" && keyName != "name") {
-      return at(origin, key.Mark()) + ": unknown key '" + keyName + "' in '" + name +
+      return at(origin, key.Mark()) + ": unknown key '" + shown(keyName) + "' in '" + name +
              "' (known keys: members, color, name)";
     }
     if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;
@@ -451,6 +474,116 @@ std::string showGroups(const std::vector<GroupSpec>& groups) {
   return out + "]";
 }
 
+// A mesh dimension's name: what a user would write for it (dp, tp, pp, cp, ep, dp_shard, ...).
+bool meshName(const std::string& name) {
+  return !name.empty() && !(name[0] >= '0' && name[0] <= '9') && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+constexpr const char* kMeshExpected =
+    "dimensions outermost first as name=size, e.g. dp=8192,tp=2 or pp=4,dp=-1,tp=8 (one size may be -1: what the "
+    "world size leaves)";
+
+std::string parseMesh(const Input& in, Settings& s) {
+  std::vector<std::string> items;
+  if (std::string err = parseList(in, kMeshExpected, items); !err.empty()) return err;
+  std::vector<MeshDim> dims;
+  bool inferred = false;
+  long long product = 1;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    MeshDim dim;
+    dim.name = item.substr(0, eq);
+    long long size = 0;
+    if (eq == std::string::npos || !meshName(dim.name) || !parseInteger(item.substr(eq + 1), -1, INT_MAX, size) ||
+        size == 0) {
+      return badValue(in.where, "'" + item + "'", in.key, kMeshExpected);
+    }
+    for (const MeshDim& other : dims) {
+      if (other.name == dim.name) return badValue(in.where, "'" + item + "'", in.key, "each dimension named once");
+    }
+    if (size < 0 && inferred) return badValue(in.where, "'" + item + "'", in.key, "at most one size of -1");
+    inferred = inferred || size < 0;
+    if (size > 0) product *= size;
+    if (product > INT_MAX) return badValue(in.where, "'" + item + "'", in.key, "a mesh of at most 2^31-1 ranks");
+    dim.size = size;
+    dims.push_back(dim);
+    if (dims.size() > 8) return badValue(in.where, "'" + item + "'", in.key, "at most 8 dimensions");
+  }
+  s.mesh = std::move(dims);
+  return "";
+}
+
+std::string showMesh(const Settings& s) {
+  std::string out;
+  for (const MeshDim& d : s.mesh) out += (out.empty() ? "" : ",") + d.name + "=" + std::to_string(d.size);
+  return out;
+}
+
+constexpr const char* kMeshColorsExpected =
+    "entries dims=colors, e.g. tp=0-8191,dp=8192- (dims: mesh dimensions joined by +, such as pp+dp; colors: C, "
+    "A-B inclusive, A- from A on, or all)";
+
+std::string parseMeshColors(const Input& in, Settings& s) {
+  std::vector<std::string> items;
+  if (std::string err = parseList(in, kMeshColorsExpected, items); !err.empty()) return err;
+  std::vector<MeshColors> entries;
+  for (const std::string& item : items) {
+    const size_t eq = item.rfind('=');
+    MeshColors entry;
+    entry.text = item;
+    bool ok = eq != std::string::npos && eq > 0;
+    for (size_t start = 0; ok && start < eq;) {
+      const size_t plus = std::min(item.find('+', start), eq);
+      entry.dims.push_back(item.substr(start, plus - start));
+      ok = meshName(entry.dims.back()) &&
+           std::count(entry.dims.begin(), entry.dims.end(), entry.dims.back()) == 1;
+      start = plus + 1;
+    }
+    const std::string colors = ok ? item.substr(eq + 1) : "";
+    if (ok && colors != "all") {
+      const size_t dash = colors.find('-');
+      long long lo = 0, hi = 0;
+      ok = parseInteger(colors.substr(0, dash), 0, INT_MAX, lo);
+      if (ok && dash == std::string::npos) hi = lo;
+      else if (ok && dash + 1 == colors.size()) hi = -1;
+      else if (ok) ok = parseInteger(colors.substr(dash + 1), lo, INT_MAX, hi);
+      entry.colors.lo = lo;
+      entry.colors.hi = hi;
+    }
+    if (!ok) return badValue(in.where, "'" + item + "'", in.key, kMeshColorsExpected);
+    entries.push_back(std::move(entry));
+  }
+  s.mesh_colors = std::move(entries);
+  return "";
+}
+
+std::string showMeshColors(const Settings& s) {
+  std::string out;
+  for (const MeshColors& e : s.mesh_colors) out += (out.empty() ? "" : ",") + e.text;
+  return out;
+}
+
+// Settings that only make sense together, checked once every source has been read.
+std::string crossCheck(const Settings& s) {
+  if (s.mesh_colors.empty()) return "";
+  const std::string where = s.set_by.count("mesh_colors") ? s.set_by.at("mesh_colors") : "mesh_colors";
+  if (s.mesh.empty()) {
+    return where + ": mesh_colors names mesh dimensions, but no mesh is set: give the mesh too (RANKLENS_MESH, "
+           "e.g. dp=8192,tp=2; ranklens replay --mesh)";
+  }
+  for (const MeshColors& e : s.mesh_colors) {
+    for (const std::string& dim : e.dims) {
+      if (std::none_of(s.mesh.begin(), s.mesh.end(), [&](const MeshDim& d) { return d.name == dim; })) {
+        return where + ": mesh_colors entry '" + e.text + "' names '" + dim + "', which is not a dimension of the "
+               "mesh " + showMesh(s) + ": use the mesh's names";
+      }
+    }
+  }
+  return "";
+}
+
 struct KeyDesc {
   const char* key;
   const char* env;
@@ -506,6 +639,18 @@ const KeyDesc kKeys[] = {
      "optionally per color",
      [](const Input& in, Settings& s) { return parseGroups(in, s.groups); },
      [](const Settings& s) { return showGroups(s.groups); }},
+    {"mesh", "RANKLENS_MESH", "",
+     "name=size,... outermost first, e.g. dp=8192,tp=2; one size may be -1 (what the world size leaves)",
+     "the device mesh from which every ncclCommSplit child is worked out, for any rank at any world size, without a "
+     "groups table; the last dimension is contiguous (torch's DeviceMesh order, the reverse of Megatron's order "
+     "string)",
+     [](const Input& in, Settings& s) { return parseMesh(in, s); },
+     [](const Settings& s) { return showMesh(s); }},
+    {"mesh_colors", "RANKLENS_MESH_COLORS", "",
+     "dims=colors,... e.g. tp=0-8191,dp=8192- (dims joined by +; colors C, A-B, A- or all)",
+     "which split colors span which mesh dimensions (first match wins); torch's colors are recognised without it",
+     [](const Input& in, Settings& s) { return parseMeshColors(in, s); },
+     [](const Settings& s) { return showMeshColors(s); }},
     {"real_nccl", "RANKLENS_REAL_NCCL", "",
      "a path",
      "record: path of the real libnccl.so.2 to forward to; empty: the one already loaded (torch preloads "
@@ -649,6 +794,14 @@ const KeyDesc kKeys[] = {
      "replayed without a hold or payload (warn), or gets an estimated duration and no payload (estimate)",
      [](const Input& in, Settings& s) { return parseEnum(in, kOnMismatchNames, s.on_mismatch); },
      [](const Settings& s) { return std::string(toString(s.on_mismatch)); }},
+    {"on_payload_error", "RANKLENS_ON_PAYLOAD_ERROR", "error",
+     "error | warn",
+     "replay: a call whose recorded payload the fidelity restores but which cannot be read (a damaged or "
+     "missing payload file, a reference outside it, a blob larger than it claims) fails with ncclSystemError "
+     "naming the call, file, offset and reason (error), or gets the fill semantics with one such line on stderr "
+     "per call, counted as replay_payload_failures (warn: the values from that call on are not the recorded run's)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kOnPayloadErrorNames, s.on_payload_error); },
+     [](const Settings& s) { return std::string(toString(s.on_payload_error)); }},
     {"at_hang", "RANKLENS_AT_HANG", "stop",
      "stop | wait | continue",
      "replay of a trace imported from PyTorch Flight Recorder dumps (ranklens import flight-recorder): at the "
@@ -819,7 +972,7 @@ std::string applyYaml(const std::string& text, const std::string& origin, Settin
     const YAML::Node& key = kv.first;
     const KeyDesc* d = key.IsScalar() ? findKey(key.Scalar()) : nullptr;
     if (!d) {
-      return at(origin, key.Mark()) + ": unknown key '" + (key.IsScalar() ? key.Scalar() : "") +
+      return at(origin, key.Mark()) + ": unknown key '" + shown(key.IsScalar() ? key.Scalar() : "") +
              "' (known keys: " + knownKeys() + ")";
     }
     if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;
@@ -899,6 +1052,7 @@ LoadResult load(const std::string* yamlText, const std::string& origin, const Ge
   std::string err;
   if (yamlText) err = applyYaml(*yamlText, origin, s);
   if (err.empty()) err = applyEnvironment(lookup, s);
+  if (err.empty()) err = crossCheck(s);
   result.warnings = typoWarnings(envNames ? *envNames : processEnvironNames());
   result.ok = err.empty();
   result.error = err;
@@ -987,6 +1141,7 @@ const char* toString(CopyPriority v) { return enumName(v, kCopyPriorityNames); }
 const char* toString(HoldFrom v) { return enumName(v, kHoldFromNames); }
 const char* toString(PeerPacing v) { return enumName(v, kPeerPacingNames); }
 const char* toString(OnMismatch v) { return enumName(v, kOnMismatchNames); }
+const char* toString(OnPayloadError v) { return enumName(v, kOnPayloadErrorNames); }
 const char* toString(AtHang v) { return enumName(v, kAtHangNames); }
 const char* toString(Completion v) { return enumName(v, kCompletionNames); }
 const char* toString(HostTime v) { return enumName(v, kHostTimeNames); }

@@ -15,6 +15,7 @@
 #include "nccl_fake/replay.h"
 #include "nccl_fake/enqueue.h"
 #include "nccl_fake/runtime.h"
+#include "ranklens/mesh.h"
 
 namespace nccl_fake {
 
@@ -128,6 +129,7 @@ ncclResult_t createComm(ncclComm_t* out, int nranks, int rank, const CommConfig&
   comm->color = color;
   comm->key = key;
   comm->worldRanks = std::move(worldRanks);
+  comm->worldSize = parent ? parent->worldSize : nranks;
   if (ncclResult_t matched = replay::onCommCreated(comm); matched != ncclSuccess) {
     comm->destroyed = true;  // stays a tombstone, like every communicator
     *out = nullptr;
@@ -300,11 +302,14 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     return createComm(newcomm, recordedSize, recordedRank, parsed, "split", comm, color, key,
                       std::move(recordedMembers), comm->cudaDev);
   }
-  // A virtual rank cannot see its peers' colors: the child's members come from the group table.
+  // A virtual rank cannot see its peers' colors: the child's members come from the groups table, else the mesh.
   const int me = comm->worldRanks[comm->rank];
-  std::set<int> parentMembers(comm->worldRanks.begin(), comm->worldRanks.end());
   const ranklens::config::GroupSpec* match = nullptr;
-  for (const auto& group : Runtime::get().settings().groups) {
+  const auto& groups = Runtime::get().settings().groups;
+  // Only for the table: a world of 131,072 ranks would pay for it on every split.
+  const std::set<int> parentMembers = groups.empty() ? std::set<int>()
+                                                     : std::set<int>(comm->worldRanks.begin(), comm->worldRanks.end());
+  for (const auto& group : groups) {
     if (group.color && *group.color != color) continue;
     if (std::find(group.members.begin(), group.members.end(), me) == group.members.end()) continue;
     bool subset = std::all_of(group.members.begin(), group.members.end(),
@@ -313,10 +318,28 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     match = &group;
     break;  // first match in file order (docs/config.md)
   }
+  if (match == nullptr && !Runtime::get().settings().mesh.empty()) {
+    // The mesh: any rank at any world size, without a table (ranklens/mesh.h).
+    ranklens::config::MeshSplit child;
+    const std::string err = ranklens::config::resolveMeshSplit(Runtime::get().settings(), comm->worldSize,
+                                                               comm->worldRanks, comm->rank, color, key, &child);
+    if (!err.empty()) {
+      WARN("%s", err.c_str());
+      return ncclInvalidUsage;
+    }
+    INFO(kSubInit, "ncclCommSplit: comm %p color %d key %d -> rank %d of %zu %s, mesh dimensions '%s' (%s)",
+         static_cast<void*>(comm), color, key, child.rank, child.members.size(), describeRanks(child.members).c_str(),
+         child.dims.c_str(), child.how.c_str());
+    const int size = static_cast<int>(child.members.size());  // before the members move into the call
+    return createComm(newcomm, size, child.rank, parsed, "split", comm, color, key, std::move(child.members),
+                      comm->cudaDev);
+  }
   if (match == nullptr) {
     WARN("ncclCommSplit : cannot size the child of comm %p (rank %d of %d, world rank %d, color %d, key %d): a virtual "
-         "rank does not see its peers' colors. Describe the child in the config's `groups:` table (e.g. "
-         "RANKLENS_GROUPS='[{members: [...], color: %d}]' with world ranks in child-rank order; see docs/config.md)",
+         "rank does not see its peers' colors. Describe the layout with a mesh (e.g. RANKLENS_MESH=dp=-1,tp=2, with "
+         "RANKLENS_MESH_COLORS=tp=0-99 when the colors are not torch's; ranklens replay --mesh) or the child in the "
+         "config's `groups:` table (e.g. RANKLENS_GROUPS='[{members: [...], color: %d}]' with world ranks in "
+         "child-rank order); see docs/config.md",
          static_cast<void*>(comm), comm->rank, comm->nRanks, me, color, key, color);
     return ncclInvalidUsage;
   }

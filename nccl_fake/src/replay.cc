@@ -73,6 +73,7 @@ struct Session {
   ranklens::device::StreamDevice::Calibration calibration;
   Fidelity fidelity = Fidelity::kStructure;
   OnMismatch policy = OnMismatch::kError;
+  ranklens::config::OnPayloadError onPayloadError = ranklens::config::OnPayloadError::kError;
   ranklens::config::AtHang atHang = ranklens::config::AtHang::kStop;
   bool breakAtHang = false;  // break_at: hang
   bool hangReported = false;  // an imported trace's hang: reported once (at_hang: continue goes on after it)
@@ -335,6 +336,7 @@ Session* load() {
     auto s = std::make_unique<Session>();
     s->fidelity = st.fidelity;
     s->policy = recorded ? st.on_mismatch : OnMismatch::kEstimate;  // no recording: every call is one it lacks
+    s->onPayloadError = st.on_payload_error;
     s->window = st.resync_window;
     s->atHang = st.at_hang;
     s->breakAtHang = st.break_hang;
@@ -681,11 +683,13 @@ ncclResult_t matchRecorded(Session* s, CallInfo* info, const ranklens::events::C
   if (binding != nullptr && !binding->called) {
     const int64_t atCreation = binding->recordedId;
     rebindOnFirstCall(s, binding, *info, event, c.calls - 1);
-    // Final now: the replay trace says which recorded communicator this one stands for (ranklens compare uses it).
-    Runtime::get().emit(ranklens::trace::RecordType::kCommBinding,
-                        ranklens::trace::CommBinding{info->comm->id, binding->recordedId,
-                                                     binding->recordedId == atCreation ? "creation" : "first call",
-                                                     monotonicNs()});
+    // Final now: the replay trace says which recorded communicator this one stands for (ranklens compare uses it);
+    // recordedCommId is a recorded commId (uint64), so a binding to none writes no record.
+    if (binding->recordedId >= 0)
+      Runtime::get().emit(ranklens::trace::RecordType::kCommBinding,
+                          ranklens::trace::CommBinding{info->comm->id, static_cast<uint64_t>(binding->recordedId),
+                                                       binding->recordedId == atCreation ? "creation" : "first call",
+                                                       monotonicNs()});
   }
   const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info->op));
   const int peer = kind == SeqKind::kCollective ? -1 : info->root;
@@ -932,14 +936,30 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
     return false;
   }
   if (!s->prefetcher->acquire(rc, &staged, &error) || staged.bytes != bytes) {
-    WARN("replay: %s comm %lu seq %lu: recorded payload unusable (%s); the receive buffer gets the fill semantics",
-         info.opName, static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq),
-         error.empty() ? ("recorded " + std::to_string(staged.bytes) + " bytes, the call receives " +
-                          std::to_string(bytes)).c_str()
-                       : error.c_str());
+    if (error.empty())
+      error = "recorded " + std::to_string(staged.bytes) + " bytes, the call receives " + std::to_string(bytes);
     if (staged.data) s->prefetcher->release(rc, nullptr);
+    // A recorded payload that cannot be read is a wrong answer, not a detail: the receive buffer would get the fill
+    // and every value computed from it would be another run's. Said on stderr whatever NCCL_DEBUG is, because a
+    // replay that reports success with a filled call is the failure this setting exists to prevent.
+    const bool stop = s->onPayloadError == ranklens::config::OnPayloadError::kError;
+    char line[2048];
+    snprintf(line, sizeof line,
+             "replay: %s comm %lu seq %lu: the recorded payload cannot be restored: %s; %s", info.opName,
+             static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq), error.c_str(),
+             stop ? "the call fails with ncclSystemError (check the trace with rlpayload verify; "
+                    "RANKLENS_ON_PAYLOAD_ERROR=warn fills the call and goes on)"
+                  : "the receive buffer gets the fill semantics: this rank's values are not the recorded run's from "
+                    "this call on (on_payload_error: warn)");
+    fprintf(stderr, "ranklens: %s: %s\n", stop ? "error" : "warning", line);
+    fflush(stderr);
+    WARN("%s", line);
     std::lock_guard<std::mutex> lock(s->mu);
     s->counters.payloadFailures++;
+    if (stop) {
+      *result = ncclSystemError;
+      return true;
+    }
     s->counters.filledWithoutPayload++;
     return false;
   }

@@ -283,25 +283,41 @@ bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original,
              std::to_string(segment.size()) + " bytes); is a writer still running?";
     return false;
   }
-  // --- 2. the blob, in a new payload file, durable before anything refers to it
+  // --- 2. the blob, in a new payload file, durable before anything refers to it. First the journal (kEditJournal):
+  // an edit killed from here on leaves it, so that verify can say "interrupted edit" and how to finish or roll back,
+  // instead of calling the trace damaged (its counters then disagree with its files, though nothing was lost).
   const std::string payloadPath = rankDir + "/" + payloadName(nextPayload);
+  const std::string journalPath = rankDir + "/" + kEditJournal;
+  {
+    const std::string journal = "segment " + lastSegment.substr(lastSegment.rfind('/') + 1) + " " +
+                                std::to_string(segmentImage.size()) + "\npayload " + payloadName(nextPayload) +
+                                "\ncall " + callName(original) + "\n";
+    if (!writeFileAtomically(journalPath, journal.data(), journal.size(), error)) return false;
+  }
+  // A test hook: stop as a killed edit would, after the named step (payload: the blob written, reference: the
+  // reference appended), to check what verify says of it.
+  const char* stopAfter = getenv("RANKLENS_TEST_EDIT_STOP_AFTER");
+  const std::string stop = stopAfter ? stopAfter : "";
   {
     AppendFile payload;
     if (!payload.create(payloadPath, kPayloadMagic, nextPayload, error) ||
         !payload.append(blob.data(), blob.size(), error)) {
       payload.close();
       ::unlink(payloadPath.c_str());
+      ::unlink(journalPath.c_str());
       return false;
     }
     payload.close();
     if (!syncPath(payloadPath, false, error) || !syncPath(rankDir, true, error)) return false;
   }
+  if (stop == "payload") _exit(137);
   // --- 3. reference + provenance in one write(2): a crash leaves none or a torn tail (readers report it, and the
   // previous reference stays in effect)
   const std::string frames = refFrame + editFrame;
   if (!segment.append(frames.data(), frames.size(), error)) return false;
   segment.close();
   if (!syncPath(lastSegment, false, error)) return false;
+  if (stop == "reference") _exit(137);
 
   // --- 4. the caches: index and manifest (a reader rebuilds a stale index, so a crash here loses nothing)
   std::string why;
@@ -313,6 +329,7 @@ bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original,
     *error = "the edit of " + callName(original) + " is recorded, but the manifest could not be updated: " + why;
     return false;
   }
+  ::unlink(journalPath.c_str());
   return true;
 }
 

@@ -14,8 +14,10 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <set>
 
 #include "ranklens/trace.h"
+#include "trace_io.h"
 
 extern char** environ;
 
@@ -381,6 +383,16 @@ bool checkFrame(const uint8_t* head, size_t headBytes, uint64_t offset, uint64_t
     if (reason) *reason = std::move(text);
     return false;
   };
+  // A skippable frame (magic 0x184D2A50..5F) holds bytes no checksum covers and that are not the payload: zstd
+  // reports its content size as 0, so it would otherwise pass as an empty frame. Writers never write one; refused.
+  if (headBytes >= 4) {
+    uint32_t magic = 0;
+    memcpy(&magic, head, 4);
+    if ((magic & 0xFFFFFFF0u) == 0x184D2A50u)
+      return fail(offset == 0 ? std::string("skippable zstd frame (refused: writers never write one)")
+                              : "skippable zstd frame at byte " + std::to_string(offset) +
+                                    " of the blob (refused: writers never write one)");
+  }
   const unsigned long long declared = ZSTD_getFrameContentSize(head, headBytes);
   if (declared == ZSTD_CONTENTSIZE_ERROR)
     return fail(offset == 0 ? std::string("not a zstd frame")
@@ -628,6 +640,64 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
   return inflateStreaming(nextPiece, read, size, ref, firstDeclared, out, outBytes, reason);
 }
 
+namespace {
+
+bool isManifestKey(const std::string& key) {
+  static const std::set<std::string> known = {
+      "format", "version_major", "version_minor", "rank", "world_size", "local_rank", "host", "pid", "gpu_name",
+      "gpu_uuid", "nccl_version", "mode", "writer", "start_time_ns", "end_time_ns", "env", "closed",
+      "records_written", "records_dropped", "payloads_written", "payloads_dropped", "payload_raw_bytes",
+      "payload_compressed_bytes", "segments", "payload_files", "counters", "cpu_model", "cpus", "shared_gpu"};
+  return known.count(key) != 0;
+}
+
+// No msgpack bin and no str that is not valid UTF-8, anywhere in `o` (map keys included).
+bool strictText(const msgpack::object& o, std::string* why) {
+  switch (o.type) {
+    case msgpack::type::BIN:
+      *why = "msgpack bin where a str is expected";
+      return false;
+    case msgpack::type::STR:
+      if (validUtf8(o.via.str.ptr, o.via.str.size)) return true;
+      *why = "str that is not valid UTF-8";
+      return false;
+    case msgpack::type::ARRAY:
+      for (uint32_t i = 0; i < o.via.array.size; ++i)
+        if (!strictText(o.via.array.ptr[i], why)) return false;
+      return true;
+    case msgpack::type::MAP:
+      for (uint32_t i = 0; i < o.via.map.size; ++i)
+        if (!strictText(o.via.map.ptr[i].key, why) || !strictText(o.via.map.ptr[i].val, why)) return false;
+      return true;
+    default:
+      return true;
+  }
+}
+
+// No map in `o` holds a key twice (keys compared as their msgpack bytes' type and value: str keys by text).
+bool noRepeatedKeys(const msgpack::object& o, std::string* why) {
+  if (o.type == msgpack::type::ARRAY) {
+    for (uint32_t i = 0; i < o.via.array.size; ++i)
+      if (!noRepeatedKeys(o.via.array.ptr[i], why)) return false;
+  } else if (o.type == msgpack::type::MAP) {
+    std::set<std::string> seen;  // each key as its msgpack bytes: n log n for a hostile map of a million keys
+    for (uint32_t i = 0; i < o.via.map.size; ++i) {
+      const msgpack::object& k = o.via.map.ptr[i].key;
+      msgpack::sbuffer packed;
+      msgpack::pack(packed, k);
+      if (!seen.emplace(packed.data(), packed.size()).second) {
+        *why = k.type == msgpack::type::STR ? "key '" + std::string(k.via.str.ptr, k.via.str.size) + "' repeated"
+                                            : std::string("a map key repeated");
+        return false;
+      }
+      if (!noRepeatedKeys(o.via.map.ptr[i].val, why)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason) {
   std::string ignored;
   if (reason == nullptr) reason = &ignored;
@@ -642,11 +712,45 @@ bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string*
     // format and version_major are required: a map without them is not a manifest of any version.
     bool hasFormat = false, hasMajor = false;
     const msgpack::object_map& map = handle.get().via.map;
+    std::set<std::string> seen;
     for (uint32_t i = 0; i < map.size; ++i) {
-      if (map.ptr[i].key.type != msgpack::type::STR) continue;
-      const std::string key(map.ptr[i].key.via.str.ptr, map.ptr[i].key.via.str.size);
+      const msgpack::object& k = map.ptr[i].key;
+      if (k.type != msgpack::type::STR || !validUtf8(k.via.str.ptr, k.via.str.size)) {
+        *reason = "manifest has a key that is not a str of valid UTF-8";
+        return false;
+      }
+      const std::string key(k.via.str.ptr, k.via.str.size);
+      // A repeated key is refused, not resolved to its first or last value (docs/trace-format.md), in nested maps
+      // (env, counters) too.
+      if (!seen.insert(key).second) {
+        *reason = "manifest key '" + key + "': repeated";
+        return false;
+      }
+      std::string why;
+      if (!noRepeatedKeys(map.ptr[i].val, &why)) {
+        *reason = "manifest key '" + key + "': " + why;
+        return false;
+      }
       hasFormat = hasFormat || key == "format";
       hasMajor = hasMajor || key == "version_major";
+      if (!isManifestKey(key)) continue;  // unknown keys are ignored
+      if (!strictText(map.ptr[i].val, &why)) {
+        *reason = "manifest key '" + key + "': " + why;
+        return false;
+      }
+      // Converted alone, so that a value of the wrong type or range names its key.
+      msgpack::object_kv one = map.ptr[i];
+      msgpack::object single;
+      single.type = msgpack::type::MAP;
+      single.via.map.size = 1;
+      single.via.map.ptr = &one;
+      try {
+        Manifest probe;
+        single.convert(probe);
+      } catch (const std::exception& e) {
+        *reason = "manifest key '" + key + "': wrong type or out of range (" + e.what() + ")";
+        return false;
+      }
     }
     if (!hasFormat || !hasMajor) {
       *reason = "manifest lacks 'format' or 'version_major'";
@@ -655,11 +759,13 @@ bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string*
     Manifest manifest;
     handle.get().convert(manifest);
     if (manifest.format != kFormatName) {
-      *reason = "not a RankLens trace manifest (format '" + manifest.format + "')";
+      *reason = "manifest key 'format': '" + manifest.format + "', expected '" + kFormatName +
+                "' (not a RankLens trace manifest)";
       return false;
     }
     if (manifest.version_major != kFormatMajor) {
-      *reason = "unsupported format version " + std::to_string(manifest.version_major) + "." +
+      *reason = "manifest key 'version_major': unsupported format version " +
+                std::to_string(manifest.version_major) + "." +
                 std::to_string(manifest.version_minor) + " (this reader: " + std::to_string(kFormatMajor) + ".x)";
       return false;
     }

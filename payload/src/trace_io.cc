@@ -43,7 +43,7 @@ void setBlobParameters(ZSTD_CCtx* cctx, int level, bool planes) {
   }
   // No zstd content checksum (format 1.9): rawCrc32, of every byte, checks what a reader decodes; without zstd's
   // XXH64 over the same bytes real gradients as planes compressed 5-13% faster and decompressed 34-37% faster
-  // (payload_codec_choices --checksum both, session 22).
+  // (bench/payload_codec_choices --checksum both measures it).
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 0);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
 }
@@ -152,14 +152,19 @@ bool writeFileAtomically(const std::string& path, const void* data, size_t size,
 }
 
 bool readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* out, std::string* error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (or a device) in place of a trace file would otherwise block the open until a writer comes,
+  // and with it every reader; it is refused below as what it is. (Reads of a regular file ignore the flag.)
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     *error = path + ": cannot open: " + strerror(errno);
     return false;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    *error = path + ": not a regular file";
+    *error = path + ": not a regular file" +
+             (S_ISFIFO(st.st_mode) ? std::string(" (a FIFO): a trace's files are regular files; replace it with the "
+                                                 "file it stands for")
+                                   : std::string());
     ::close(fd);
     return false;
   }
@@ -168,7 +173,14 @@ bool readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* 
     ::close(fd);
     return false;
   }
-  out->resize(static_cast<size_t>(st.st_size));
+  try {
+    out->resize(static_cast<size_t>(st.st_size));
+  } catch (const std::bad_alloc&) {  // a sparse or damaged file claiming more than this machine can hold
+    *error = path + ": " + std::to_string(st.st_size) + " bytes: not enough memory to read it (a trace's files are far "
+             "smaller: is it sparse or damaged? rlpayload verify checks the rest)";
+    ::close(fd);
+    return false;
+  }
   size_t done = 0;
   while (done < out->size()) {
     ssize_t n = ::read(fd, out->data() + done, out->size() - done);
@@ -259,6 +271,33 @@ void describeHost(Manifest* manifest) {
   }
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) manifest->cpus = CPU_COUNT(&set);
+}
+
+// Strict UTF-8 (as Python decodes it): no overlong forms, no surrogates, nothing above U+10FFFF.
+bool validUtf8(const char* text, size_t size) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text);
+  size_t i = 0;
+  while (i < size) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t n = 0;
+    uint32_t low = 0, cp = 0;
+    if ((c & 0xE0) == 0xC0) n = 1, low = 0x80, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0) n = 2, low = 0x800, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0) n = 3, low = 0x10000, cp = c & 0x07;
+    else return false;
+    if (size - i <= n) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if (cp < low || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
 }
 
 }  // namespace trace

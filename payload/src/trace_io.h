@@ -12,9 +12,13 @@
 namespace ranklens {
 namespace trace {
 
+// Strict UTF-8 (as Python decodes it): no overlong forms, no surrogates, nothing above U+10FFFF. docs/trace-format.md:
+// a str holding anything else is a field of the wrong type.
+bool validUtf8(const char* text, size_t size);
+
 // An allocator whose value-initialisation leaves bytes as they are: a Blob is sized to ZSTD_compressBound (about the
 // payload's size) before zstd writes into it, and zero-filling that first took about 6% of the compression threads'
-// time (a perf profile of the recorder's pipeline, session 22).
+// time (a perf profile of the recorder's compression threads).
 template <typename T>
 struct UninitialisedAllocator : std::allocator<T> {
   template <typename U>
@@ -45,14 +49,14 @@ void appendFrame(std::string* out, const char* body, size_t size);
 bool compressBlob(void* cctx, int level, bool planes, const void* data, size_t size, Blob* out, std::string* error);
 // How much of a payload compressBlobFrom puts in each zstd frame (whole 256 KiB shuffle blocks): smaller frames
 // compress faster from cache, larger ones decode faster (zstd builds its tables anew for each frame). On GPT-2 small
-// DDP's gradients (one H200, s26d) 256 KiB and 1 MiB recorded alike, and value replays of 1 MiB-frame traces waited
+// DDP's gradients (one H200) 256 KiB and 1 MiB recorded alike, and value replays of 1 MiB-frame traces waited
 // for decoding once where 256 KiB ones waited 9-12 times; bench/payload_blob_frames compares them on any host.
 constexpr size_t kPayloadFrameBytes = 1u << 20;
 // A blob of `size` bytes at `data` stored as planes of `width` (0: as they are), and their CRC-32 in `crc`, without a
 // copy of the payload: each `frameBytes` goes, block by block, through shuffleCopyAndChecksum into a buffer that stays
 // in cache and is compressed from there as a zstd frame of its own (format 1.10: a blob is one or more frames, their
 // content in order). Record mode's large payloads are compressed so straight out of staging (a copy and its reading
-// back cost a full-capture recording about a third of its compression threads' CPU, s25d).
+// back cost a full-capture recording about a third of its compression threads' CPU).
 bool compressBlobFrom(void* cctx, int level, const uint8_t* data, size_t size, int width, Blob* out, uint32_t* crc,
                       std::string* error, size_t frameBytes = kPayloadFrameBytes);
 // Parses <prefix>NNNNNN<suffix> (exactly six decimal digits, as segmentName/payloadName write them).

@@ -19,6 +19,8 @@
 namespace ranklens {
 namespace trace {
 namespace {
+// Largest segment file read (see the scan).
+constexpr uint64_t kMaxSegmentFileBytes = 4ull << 30;
 
 using events::Op;
 
@@ -34,7 +36,78 @@ struct SegmentFile {
   uint64_t size = 0;
 };
 
+// How many fields docs/trace-format.md lists for a known record type (later ones are a newer writer's: not checked).
+size_t listedFields(RecordType type) {
+  switch (type) {
+    case RecordType::kCommInit: return 12;
+    case RecordType::kCommEnd: return 3;
+    case RecordType::kCall: return 14;
+    case RecordType::kGroupEnd: return 5;
+    case RecordType::kStage: return 3;
+    case RecordType::kGroupBegin: return 2;
+    case RecordType::kTiming: return 12;
+    case RecordType::kPayloadRef: return 13;
+    case RecordType::kEdit: return 9;
+    case RecordType::kCommBinding: return 4;
+  }
+  return 0;
+}
+
+// A msgpack str that is valid UTF-8, recursively through arrays; no bin (no known field is bytes).
+bool textFieldOk(const msgpack::object& o, std::string* why) {
+  if (o.type == msgpack::type::BIN) {
+    *why = "msgpack bin where a str is expected";
+    return false;
+  }
+  if (o.type == msgpack::type::STR && !validUtf8(o.via.str.ptr, o.via.str.size)) {
+    *why = "str that is not valid UTF-8";
+    return false;
+  }
+  if (o.type == msgpack::type::ARRAY) {
+    for (uint32_t i = 0; i < o.via.array.size; ++i)
+      if (!textFieldOk(o.via.array.ptr[i], why)) return false;
+  }
+  return true;
+}
+
+template <typename Record>
+void convertCheck(const msgpack::object& body) {
+  Record record;
+  body.convert(record);  // throws on a field of the wrong type or out of its width
+}
+
 }  // namespace
+
+bool recordWellFormed(RecordType type, const msgpack::object& body, std::string* why) {
+  try {
+    switch (type) {
+      case RecordType::kCommInit: convertCheck<events::CommInit>(body); break;
+      case RecordType::kCommEnd: convertCheck<events::CommEnd>(body); break;
+      case RecordType::kCall: convertCheck<events::Call>(body); break;
+      case RecordType::kGroupEnd: convertCheck<events::GroupEnd>(body); break;
+      case RecordType::kStage: convertCheck<events::Stage>(body); break;
+      case RecordType::kGroupBegin: convertCheck<GroupBegin>(body); break;
+      case RecordType::kTiming: convertCheck<Timing>(body); break;
+      case RecordType::kPayloadRef: convertCheck<PayloadRef>(body); break;
+      case RecordType::kEdit: convertCheck<Edit>(body); break;
+      case RecordType::kCommBinding: convertCheck<CommBinding>(body); break;
+      default: return true;  // a type this reader does not know: skipped, not checked
+    }
+  } catch (const std::exception& e) {
+    *why = e.what();
+    return false;
+  }
+  if (body.type != msgpack::type::ARRAY) return true;  // parseSegment refuses such a body before
+  const size_t fields = std::min<size_t>(body.via.array.size, listedFields(type));
+  for (size_t i = 0; i < fields; ++i) {
+    std::string what;
+    if (!textFieldOk(body.via.array.ptr[i], &what)) {
+      *why = "field " + std::to_string(i) + " is a " + what;
+      return false;
+    }
+  }
+  return true;
+}
 
 struct TraceReader::Impl {
   std::string dir;
@@ -42,6 +115,12 @@ struct TraceReader::Impl {
   Manifest manifest;
   std::vector<SegmentFile> segments;
   std::vector<Problem> openProblems, scanProblems, allProblems;
+  // Damage found while checking index entries (intactEnd) before any scan; a scan reports it itself.
+  std::vector<Problem> checkProblems;
+  bool scanned = false;
+  // Per segment: the offset of its first truncated or corrupt frame (its size when none), or -1 not yet known.
+  // Index entries at or past it are not part of the trace.
+  std::vector<int64_t> intactEnds;
   bool rebuilt = false;
   std::map<CallKey, Location> calls;
   std::map<CallKey, Location> payloadRefs;  // the effective (last) reference
@@ -50,7 +129,39 @@ struct TraceReader::Impl {
 
   void refreshProblems() {
     allProblems = openProblems;
-    allProblems.insert(allProblems.end(), scanProblems.begin(), scanProblems.end());
+    const auto& found = scanned ? scanProblems : checkProblems;
+    allProblems.insert(allProblems.end(), found.begin(), found.end());
+  }
+
+  // Where segment `index` stops being readable (docs/trace-format.md: readers stop reading a segment at its first
+  // damaged frame, whichever way they read it): walked once per segment, its damage reported as a scan would.
+  uint64_t intactEnd(uint32_t index) {
+    if (intactEnds.size() != segments.size()) intactEnds.assign(segments.size(), -1);
+    if (intactEnds[index] >= 0) return static_cast<uint64_t>(intactEnds[index]);
+    std::vector<uint8_t> data;
+    std::string err;
+    uint64_t end = 0;
+    if (!readFile(segPath(index), ~0ull, &data, &err)) {
+      checkProblems.push_back({segPath(index), 0, err, false});
+    } else {
+      Problem problem;
+      auto visit = [&](RecordType type, const msgpack::object& body, const Location& where) {
+        std::string why;
+        if (!recordWellFormed(type, body, &why))
+          checkProblems.push_back({segPath(index), where.offset,
+                                   std::string(recordTypeName(type)) + " record is malformed: " + why, false});
+        return true;
+      };
+      if (parseSegment(data.data(), data.size(), index, segPath(index), limits, visit, &problem)) {
+        end = data.size();
+      } else {
+        checkProblems.push_back(problem);
+        end = problem.offset;
+      }
+    }
+    intactEnds[index] = static_cast<int64_t>(end);
+    refreshProblems();
+    return end;
   }
 
   bool listSegments(std::string* error) {
@@ -130,32 +241,41 @@ struct TraceReader::Impl {
 
   bool scan(const RecordVisitor& visit, bool indexing) {
     scanProblems.clear();
+    scanned = true;
     if (indexing) {
       calls.clear();
       payloadRefs.clear();
     }
     bool stopped = false;
+    uint64_t seen = 0;             // intact records, for the closed manifest's count
+    uint64_t lastSegmentBytes = 0;
     for (uint32_t i = 0; i < segments.size() && !stopped; ++i) {
       std::vector<uint8_t> data;
       std::string err;
-      if (!readFile(segPath(i), ~0ull, &data, &err)) {
+      // A writer rolls segments over at tens of MiB (WriterOptions::segmentBytes, plus one record): a segment of
+      // gigabytes is damaged or sparse, and reading it whole would exhaust memory before saying which file it is.
+      if (!readFile(segPath(i), kMaxSegmentFileBytes, &data, &err)) {
         scanProblems.push_back({segPath(i), 0, err, false});
         continue;
       }
+      lastSegmentBytes = data.size();
       Problem problem;
       auto wrapped = [&](RecordType type, const msgpack::object& body, const Location& where) {
-        // The records the index points at are decoded on every scan, so a malformed one is always reported.
-        try {
-          if (type == RecordType::kCall) {
-            auto call = body.as<events::Call>();
-            if (indexing) calls[keyOf(call.commId, call.op, call.rootOrPeer, call.seq)] = where;
-          } else if (type == RecordType::kPayloadRef) {
-            auto ref = body.as<PayloadRef>();
-            if (indexing) payloadRefs[keyOf(ref.commId, ref.op, ref.peer, ref.seq)] = where;
-          }
-        } catch (const std::exception& e) {
+        ++seen;
+        // Every field of every known record is checked on every scan (docs/trace-format.md: a malformed record is
+        // reported and skipped), so that every command sees the same records: visitors never get a malformed one.
+        std::string why;
+        if (!recordWellFormed(type, body, &why)) {
           scanProblems.push_back({segPath(i), where.offset,
-                                  std::string(recordTypeName(type)) + " record is malformed: " + e.what(), false});
+                                  std::string(recordTypeName(type)) + " record is malformed: " + why, false});
+          return true;
+        }
+        if (indexing && type == RecordType::kCall) {
+          auto call = body.as<events::Call>();
+          calls[keyOf(call.commId, call.op, call.rootOrPeer, call.seq)] = where;
+        } else if (indexing && type == RecordType::kPayloadRef) {
+          auto ref = body.as<PayloadRef>();
+          payloadRefs[keyOf(ref.commId, ref.op, ref.peer, ref.seq)] = where;
         }
         if (visit && !visit(type, body, where)) {
           stopped = true;
@@ -166,6 +286,17 @@ struct TraceReader::Impl {
       if (!parseSegment(data.data(), data.size(), i, segPath(i), limits, wrapped, &problem))
         scanProblems.push_back(problem);
     }
+    // A segment cut exactly between two frames parses clean: only the closed manifest's count shows the loss. Said
+    // here, where every reader's scan and index rebuild passes, so that no command reads such a trace as whole.
+    // (More records than counted is not damage: an edit appends records after the manifest was closed.)
+    if (!stopped && scanProblems.empty() && openProblems.empty() && manifest.closed && !segments.empty() && seen < manifest.records_written)
+      scanProblems.push_back({segPath(static_cast<uint32_t>(segments.size() - 1)), lastSegmentBytes,
+                              "the segments end between two records after " + std::to_string(seen) +
+                                  " records, but the closed manifest counts " +
+                                  std::to_string(manifest.records_written) +
+                                  ": the trace was cut (a copy or disk that stopped short); the records after this "
+                                  "point are lost, those before it are read",
+                              false});
     refreshProblems();
     return scanProblems.empty();
   }
@@ -173,7 +304,9 @@ struct TraceReader::Impl {
   // Reads and parses the single frame at `where`.
   bool readFrame(const Location& where, RecordType* type, msgpack::object_handle* out) {
     if (where.segment >= segments.size()) return false;
-    int fd = ::open(segPath(where.segment).c_str(), O_RDONLY | O_CLOEXEC);
+    // A frame at or after its segment's first damaged frame is not part of the trace, however intact it is.
+    if (where.offset >= intactEnd(where.segment)) return false;
+    int fd = ::open(segPath(where.segment).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
     if (fd < 0) return false;
     // The segment's own header must pass its checks, as in a scan: a frame in a segment that fails them is not intact.
     uint8_t fileHeader[kFileHeaderBytes];
@@ -232,6 +365,8 @@ struct TraceReader::Impl {
     RecordType type;
     msgpack::object_handle handle;
     if (!readFrame(where, &type, &handle) || type != expected) return std::nullopt;
+    std::string why;
+    if (!recordWellFormed(type, handle.get().via.array.ptr[1], &why)) return std::nullopt;
     try {
       return handle.get().via.array.ptr[1].as<Record>();
     } catch (const std::exception&) {
@@ -255,7 +390,10 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& rankDir, const
     return nullptr;
   }
   if (!parseManifest(data.data(), data.size(), &impl->manifest, &reason)) {
-    *error = manifestPath + ": offset 0: " + reason;
+    // A problem of one key names the key (docs/trace-format.md); one of the whole map is at its start.
+    static const std::string keyed = "manifest key ";
+    *error = manifestPath + (reason.rfind(keyed, 0) == 0 ? ": key " + reason.substr(keyed.size())
+                                                         : ": offset 0: " + reason);
     return nullptr;
   }
   if (!impl->listSegments(error)) return nullptr;
@@ -353,7 +491,7 @@ int TraceReader::openBlob(const PayloadRef& ref, std::string* openedPath, Proble
     if (problem) *problem = Problem{path, ref.offset, std::move(reason), truncated};
     return -1;
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0) return fail(std::string("cannot open: ") + strerror(errno));
   struct stat st;
   uint8_t header[kFileHeaderBytes];
@@ -467,20 +605,77 @@ std::vector<std::string> rankDirectories(const std::string& traceDir) {
   if (holdsTrace(traceDir)) return {traceDir};
   DIR* d = opendir(traceDir.c_str());
   if (d == nullptr) return out;
-  // rank<R> directories in rank order, then any other directory holding a manifest (e.g. ranklens-pid<P>).
+  // rank<R> directories in rank order, then any other directory holding a manifest (e.g. ranklens-pid<P>). A
+  // rank<R> directory is listed with or without a manifest (docs/trace-format.md): opening one without reports it,
+  // in its place, where skipping it would let a rank vanish from every answer unnoticed.
   std::vector<std::tuple<int, long, std::string>> found;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name == "." || name == ".." || !holdsTrace(traceDir + "/" + name)) continue;
+    if (name == "." || name == "..") continue;
     const std::string digits = name.rfind("rank", 0) == 0 ? name.substr(4) : "";
-    const bool numbered = !digits.empty() && digits.size() <= 9 &&
+    const bool numbered = !digits.empty() && digits.size() <= 10 &&
                           digits.find_first_not_of("0123456789") == std::string::npos &&
-                          (digits == "0" || digits[0] != '0');  // decimal without padding
+                          (digits == "0" || digits[0] != '0') && std::stoll(digits) <= 0x7FFFFFFF;
+    struct stat st;
+    const std::string path = traceDir + "/" + name;
+    if (numbered ? stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) : !holdsTrace(path)) continue;
     found.emplace_back(numbered ? 0 : 1, numbered ? std::stol(digits) : 0, name);
   }
   closedir(d);
   std::sort(found.begin(), found.end());
   for (const auto& [group, rank, name] : found) out.push_back(traceDir + "/" + name);
+  return out;
+}
+
+std::vector<RankDirectoryTrouble> rankDirectoryTrouble(const std::string& traceDir) {
+  std::vector<RankDirectoryTrouble> out;
+  if (holdsTrace(traceDir)) return out;
+  DIR* d = opendir(traceDir.c_str());
+  if (d == nullptr) return out;
+  std::vector<std::pair<long, std::string>> named;  // every rank<digits> entry, padded or not
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("rank", 0) != 0) continue;
+    const std::string digits = name.substr(4);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    named.emplace_back(std::stol(digits), name);
+  }
+  closedir(d);
+  std::sort(named.begin(), named.end());
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& [rank, name] = named[i];
+    const std::string path = traceDir + "/" + name;
+    RankDirectoryTrouble t;
+    t.rank = static_cast<int>(rank);
+    t.path = path;
+    std::string others;
+    for (const auto& [r, n] : named)
+      if (r == rank && n != name) others += (others.empty() ? "" : ", ") + traceDir + "/" + n;
+    struct stat st;
+    if (!others.empty()) {
+      t.duplicate = true;
+      t.reason = path + " and " + others + " both name rank " + std::to_string(rank) +
+                 ": which one a tool reads would be a guess; remove or rename all but one (rank" +
+                 std::to_string(rank) + "/)";
+    } else if (stat(path.c_str(), &st) != 0) {
+      t.reason = path + ": unusable rank directory: " + strerror(errno) +
+                 (errno == ELOOP ? " (a symlink loop)" : errno == ENOENT ? " (a dangling symlink)" : "");
+    } else if (!S_ISDIR(st.st_mode)) {
+      t.reason = path + ": not a directory, so no recording of rank " + std::to_string(rank) +
+                 " (a rank<R> entry must be the rank's directory)";
+    } else if (access(path.c_str(), R_OK | X_OK) != 0) {
+      t.reason = path + ": cannot read the rank directory: " + strerror(errno);
+    } else if (!holdsTrace(path)) {
+      t.reason = path + ": no manifest.msgpack, so no usable recording of rank " + std::to_string(rank) +
+                 " (a rank that crashed before writing one, or lost it; rlpayload verify says more)";
+    } else if (name != "rank" + std::to_string(rank)) {
+      t.reason = path + ": a rank directory with a padded number is not read (rename it rank" +
+                 std::to_string(rank) + "/)";
+    } else {
+      continue;
+    }
+    out.push_back(std::move(t));
+  }
   return out;
 }
 
@@ -495,6 +690,18 @@ bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDi
     *rankDir = path;
     return true;
   }
+  // A rank whose entry cannot be used, or that two entries name, is said as such: not "no recording of rank R",
+  // nor another rank's directory taken in its place.
+  for (const auto& t : rankDirectoryTrouble(path))
+    if (t.duplicate && (rank < 0 || t.rank == rank)) {
+      *reason = t.reason;
+      return false;
+    }
+  for (const auto& t : rankDirectoryTrouble(path))
+    if (rank >= 0 && t.rank == rank) {
+      *reason = t.reason;
+      return false;
+    }
   const std::string wanted = path + "/rank" + std::to_string(rank);
   if (rank >= 0 && holdsTrace(wanted)) {
     *rankDir = wanted;

@@ -51,7 +51,7 @@ struct Written {
 
 // Payload files, written by the compression workers each into one of its own: writes into one file serialise on its
 // inode (one tmpfs file took 2.3-2.9 GB/s from one thread or two; two files, one each, 5.5 GB/s), which made the
-// single writer thread the bound of a full-payload recording (s24a). A worker opens the next free index when it first
+// single writer thread the bound of a full-payload recording. A worker opens the next free index when it first
 // writes and when its file is full, so the indices stay contiguous.
 class PayloadFiles {
  public:
@@ -704,7 +704,7 @@ bool TraceWriter::appendPayloadBorrowed(const PayloadRef& ref, const void* data,
                                         std::function<void()> release) {
   // A payload compressed straight out of the lender's memory takes none of the queue's: the lender's memory (record
   // mode's staging) bounds those. Counted against payload_queue_bytes, they held a full-payload recording of GPT-2
-  // small DDP to 135 ms per step where 4 GiB of queue gave 71 ms (s25i). A payload the pool copies in counts.
+  // small DDP to 135 ms per step where 4 GiB of queue gave 71 ms. A payload the pool copies in counts.
   const size_t accounted = copiesLentPayload(impl_->options.shuffle) ? bytes : 0;
   std::unique_lock<std::mutex> lock(impl_->mu);
   if (!impl_->admitPayload(accounted, policy, lock)) {

@@ -9,6 +9,7 @@ Cases and verdicts:
   tp-2, tp-fsdp2-8, pp-4           examples/torch/train_parallel.py (TP; TP=2 x FSDP2; a 4-stage pipeline)
   c10d-2                           the libtorch C++ client (examples/torch_cpp, built here against the torch wheel)
   minitrain-8                      examples/nccl_minitrain (plain NCCL C++, TP x DP)
+  anomaly-2                        examples/nccl_anomaly, rank 1's gradient NaN at step 4 (the demo's job)
   zero2-2, zero3-2                 DeepSpeed ZeRO-2 / ZeRO-3 (examples/deepspeed/train_zero.py)
   megatron-8                       Megatron-LM pretrain_gpt.py, TP=2 x PP=2 x DP=2 (examples/megatron/run_gpt.sh)
     each: recorded with every payload; every rank replayed alone at value fidelity: exit code 0, 100% of the
@@ -110,12 +111,14 @@ class Acceptance:
         if prefix:
             self.ranklens = os.path.join(prefix, "bin", "ranklens")
             self.minitrain = os.path.join(prefix, "bin", "nccl_minitrain")
+            self.anomaly = os.path.join(prefix, "bin", "nccl_anomaly")
             self.tool_libs = [os.path.join(prefix, "deps")]
             self.minitrain_libs = [os.path.join(prefix, "cudart")]
         else:
             build = a.build
             self.ranklens = os.path.join(build, "tools", "ranklens")
             self.minitrain = os.path.join(build, "examples", "nccl_minitrain")
+            self.anomaly = os.path.join(build, "examples", "nccl_anomaly")
             self.tool_libs, self.minitrain_libs = [], []
         self.env = dict(os.environ)
         self.env["LD_LIBRARY_PATH"] = os.pathsep.join(self.tool_libs + [self.env.get("LD_LIBRARY_PATH", "")]).strip(":")
@@ -142,7 +145,7 @@ class Acceptance:
 
     def write_json(self, wall: float | None) -> bool:
         order = ["ddp-2", "unrecorded-ddp-2", "ddp-4", "fsdp2-2", "fsdp2-4", "tp-2", "tp-fsdp2-8", "pp-4", "c10d-2",
-                 "minitrain-8", "unrecorded-minitrain-8", "zero2-2", "zero3-2", "megatron-8", "nccl-tests-2",
+                 "minitrain-8", "unrecorded-minitrain-8", "anomaly-2", "zero2-2", "zero3-2", "megatron-8", "nccl-tests-2",
                  "nccl-tests-4", "nccl-tests-8"]
         self.cases.sort(key=lambda c: order.index(c["name"]) if c["name"] in order else len(order))
         all_pass = bool(self.cases) and all(c["pass"] for c in self.cases)
@@ -250,7 +253,7 @@ class Acceptance:
     # Four lanes run at once (--jobs), each case after the one before it in its lane; an unrecorded run follows the
     # recording whose digests it is held to. Balanced so that the whole run takes about seven minutes on one H200.
     LANES = [["ddp-2", "unrecorded-ddp-2", "fsdp2-2", "tp-2", "ddp-4", "fsdp2-4"],
-             ["minitrain-8", "unrecorded-minitrain-8", "c10d-2", "pp-4", "tp-fsdp2-8"],
+             ["minitrain-8", "unrecorded-minitrain-8", "anomaly-2", "c10d-2", "pp-4", "tp-fsdp2-8"],
              ["zero2-2", "zero3-2", "megatron-8"],
              ["nccl-tests-2", "nccl-tests-4", "nccl-tests-8"]]
     GPT, PARALLEL = "examples/torch/train_gpt.py", "examples/torch/train_parallel.py"
@@ -260,6 +263,8 @@ class Acceptance:
                    "pp-4": (4, PARALLEL, ["--parallel", "pp", "--layers", "8", "--microbatches", "4"]),
                    "tp-fsdp2-8": (8, PARALLEL, ["--parallel", "tp-dp", "--tp", "2"])}
     MINITRAIN = ["--steps", "6", "--digest"]
+    # The demo's job (scripts/demo.sh): rank 1's NaNs reach rank 0 only through the all-reduce.
+    ANOMALY = ["--nan-rank", "1", "--nan-step", "4"]
 
     def lane(self, names: list[str]) -> None:
         for name in names:
@@ -290,6 +295,9 @@ class Acceptance:
         elif name == "unrecorded-minitrain-8":
             self.unrecorded_case(name, 8, self.torchrun(8, "--no-python", self.minitrain, *self.MINITRAIN),
                                  "minitrain-8", env=mini_env)
+        elif name == "anomaly-2":
+            self.recorded_case(name, 2, self.torchrun(2, "--no-python", self.anomaly, *self.ANOMALY),
+                               [self.anomaly, *self.ANOMALY], env=mini_env)
         elif name == "c10d-2":
             self.c10d_case()
         elif name in ("zero2-2", "zero3-2", "megatron-8"):

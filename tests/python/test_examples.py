@@ -10,8 +10,29 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import record_bench_lib  # noqa: E402  (RESULT lines of ranks that print at once can share a line)
+_DECODER = json.JSONDecoder()
+
+
+def parse_result_lines(text):
+    """train_gpt.py's `RESULT {json}` lines, one per rank; ranks that print at the same moment can share a line
+    (`...}RESULT {...}` holds two)."""
+    out, bad = [], []
+    for line in text.splitlines():
+        start = 0
+        while (i := line.find("RESULT {", start)) >= 0:
+            start = i + len("RESULT {")
+            if i > 0 and line[i - 1].isalnum():
+                continue
+            try:
+                obj, end = _DECODER.raw_decode(line, i + len("RESULT "))
+            except json.JSONDecodeError as e:
+                bad.append(f"{e}: {line[i:i + 200]}")
+                continue
+            out.append(obj)
+            start = end
+    return out, bad
+
+
 TINY = ["--device", "cpu", "--backend", "gloo", "--steps", "2", "--no-autocast", "--d-model", "64", "--layers", "2",
         "--heads", "4", "--seq-len", "32", "--vocab", "256", "--micro-batch", "4", "--microbatches", "2",
         "--log-all-ranks"]
@@ -24,12 +45,17 @@ def test_train_parallel_on_cpu(mode):
                         os.path.join(ROOT, "examples", "torch", "train_parallel.py"), "--parallel", mode, *TINY],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    results, bad = record_bench_lib.parse_result_lines(r.stdout)
+    results, bad = parse_result_lines(r.stdout)
     assert not bad, bad
     assert sorted(x["rank"] for x in results) == [0, 1]
     assert all(x["all_finite"] and x["steps"] == 2 for x in results)
     if mode == "tp":  # every rank of the tensor-parallel group computes the same loss
         assert results[0]["losses"] == results[1]["losses"]
+
+
+def test_result_lines_that_share_a_line():
+    out, bad = parse_result_lines('RESULT {"rank": 0}RESULT {"rank": 1}\nxRESULT {"rank": 2}\nRESULT {bad\n')
+    assert [x["rank"] for x in out] == [0, 1] and len(bad) == 1
 
 
 def test_gpu_split_of_a_profile():

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""bench/history_subset.py: the runs left keep their samples, renumbered; the others are gone."""
+"""tests/fuzz/history_subset.py: the runs left keep their samples, renumbered; the others are gone."""
 import os
 import sys
 
@@ -7,7 +7,7 @@ import msgpack
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "fuzz"))
 
 import history_subset  # noqa: E402
 

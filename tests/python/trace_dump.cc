@@ -8,7 +8,7 @@
 //   trace_dump --selftest                              checks the SHA-256 below against known vectors
 //
 // Document: {"ranks": [{"dir", "indexRebuilt", "manifest", "records", "payloads", "problems"}]}, see the Python
-// module's docstring. Keys sorted (nlohmann's default object is a std::map), no whitespace, ASCII only.
+// module's docstring; a rank whose manifest is missing or unusable is {"dir", "unusable": true} (exit 1). Keys sorted (nlohmann's default object is a std::map), no whitespace, ASCII only.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -326,17 +326,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   json ranks = json::array();
+  int status = 0;
   for (const std::string& dir : tr::rankDirectories(trace)) {  // in the library's order
     json rank;
     std::string error;
     if (!dumpRank(dir, withReasons, &rank, &error)) {
+      // docs/trace-format.md: an unusable rank directory is reported in its place; the other ranks are still read.
       std::fprintf(stderr, "trace_dump: %s\n", error.c_str());
-      return 2;
+      rank = {{"dir", baseName(dir)}, {"unusable", true}};
+      if (withReasons) rank["reason"] = error;
+      status = 1;
     }
     ranks.push_back(rank);
   }
   json doc = {{"ranks", ranks}};
   // Invalid UTF-8 in a str (the library does not check) becomes U+FFFD rather than an exception.
   std::cout << doc.dump(-1, ' ', true, json::error_handler_t::replace) << "\n";
-  return 0;
+  return status;
 }

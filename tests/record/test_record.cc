@@ -476,7 +476,8 @@ TEST(RecordWriter, AStageBeforeTheFirstCommunicatorGetsRecordModesTrace) {
 
 // `ranklens record`'s closing lines from a rank's counters: which of staging or the compression threads bound a
 // full-payload recording, and what to change. Whether a host-device run finds staging full is timing-dependent, so
-// the "job" here copies in a trace whose manifest carries the counters a GPU recording wrote (s26a's shapes).
+// the "job" here copies in a trace whose manifest carries the counters a GPU recording wrote (GPT-2 small DDP on one
+// H200, every payload kept).
 std::string recordReport(const std::string& tag, const std::map<std::string, uint64_t>& counters) {
   namespace rt = ranklens::trace;
   const std::string dir = trace_test::freshDir(TEST_TMP_DIR, "report-" + tag + "-" + std::to_string(getpid()));
@@ -495,7 +496,7 @@ std::string recordReport(const std::string& tag, const std::map<std::string, uin
   rt::Manifest manifest = reader->manifest();
   reader.reset();
   for (const auto& [name, value] : counters) manifest.counters[name] = value;
-  manifest.payload_raw_bytes = 15'435'015'920;  // s26a's 30 steps of GPT-2 small gradients
+  manifest.payload_raw_bytes = 15'435'015'920;  // 30 steps of GPT-2 small DDP's gradients
   msgpack::sbuffer buffer;
   msgpack::pack(buffer, manifest);
   FILE* file = fopen((dir + "/made/rank0/manifest.msgpack").c_str(), "wb");
@@ -533,7 +534,7 @@ TEST(RecordCommand, NamesTheCompressionThreadsWhenTheyBoundTheRecording) {
 }
 
 TEST(RecordCommand, NamesStagingWhenTheJobWaitedAndTheThreadsHadRoom) {
-  auto counters = threadCounters(7.6);  // 48% busy: something before them held the payloads (s25h)
+  auto counters = threadCounters(7.6);  // 48% busy: something before them held the payloads
   counters["staging_wait_ns"] = 2'410'042'769;
   const std::string out = recordReport("staging", counters);
   EXPECT_NE(out.find("waited 2410.0 ms for staging"), std::string::npos) << out;

@@ -164,3 +164,48 @@ TEST_F(PayloadGaps, ThePolicyTheRecordingWasGivenAndACallBeforeAnyMarker) {
 }
 
 }  // namespace
+
+namespace {
+// A PayloadRef whose op is a string: the shape a hand-edited or hostile trace may have.
+struct StringOpRef {
+  uint64_t commId = 0, seq = 0;
+  std::string op = "AllReduce";
+  int datatype = 0;
+  uint64_t count = 4, rawBytes = 4;
+  uint32_t file = 0;
+  uint64_t offset = 0, compressedBytes = 0;
+  uint32_t rawCrc32 = 0;
+  int zstdLevel = 0, peer = -1, shuffle = 0;
+  MSGPACK_DEFINE_ARRAY(commId, seq, op, datatype, count, rawBytes, file, offset, compressedBytes, rawCrc32, zstdLevel,
+                       peer, shuffle)
+};
+}  // namespace
+
+// A record of the wrong shape is reported with its file and offset and skipped, as the spec says: the recording
+// still opens, with the calls around it.
+TEST_F(PayloadGaps, AMalformedRecordIsReportedWithFileAndOffsetAndSkipped) {
+  trace::Manifest m;
+  m.mode = "record";
+  m.rank = 0;
+  m.world_size = 2;
+  std::string error;
+  auto w = trace::TraceWriter::create(dir_, m, {}, &error);
+  ASSERT_NE(w, nullptr) << error;
+  events::Call c;
+  c.nranks = 2;
+  c.op = static_cast<int>(events::Op::kAllReduce);
+  c.count = c.bytes = 4;
+  w->append(trace::RecordType::kCall, c);
+  w->append(trace::RecordType::kPayloadRef, StringOpRef{});
+  c.seq = 1;
+  w->append(trace::RecordType::kCall, c);
+  ASSERT_TRUE(w->close());
+  auto rec = trace::Recording::open(dir_, -1, &error);
+  ASSERT_NE(rec, nullptr) << error;
+  EXPECT_EQ(rec->callCount(), 2u);
+  ASSERT_EQ(rec->problems().size(), 1u);
+  const trace::Problem& p = rec->problems().front();
+  EXPECT_EQ(p.file, dir_ + "/" + trace::segmentName(0));
+  EXPECT_GT(p.offset, 0u);
+  EXPECT_NE(p.reason.find("PayloadRef record"), std::string::npos) << p.reason;
+}

@@ -22,7 +22,7 @@ TEST(AutoArenaBytes, FourStepsWithinTheBounds) {
   const uint64_t host = 128 * kGiB;
   EXPECT_EQ(trace::autoArenaBytes(0, host), 512 * kMiB);
   EXPECT_EQ(trace::autoArenaBytes(100 * kMiB, host), 512 * kMiB);
-  EXPECT_EQ(trace::autoArenaBytes(476 * kMiB, host), 4 * 476 * kMiB);  // GPT-2 small DDP, one H200 (s22f)
+  EXPECT_EQ(trace::autoArenaBytes(476 * kMiB, host), 4 * 476 * kMiB);  // GPT-2 small DDP, one H200
   EXPECT_EQ(trace::autoArenaBytes(5 * kGiB, host), 8 * kGiB);
   EXPECT_EQ(trace::autoArenaBytes(UINT64_MAX, host), 8 * kGiB);  // no overflow
   EXPECT_EQ(trace::autoArenaBytes(1 * kGiB, 16 * kGiB), 2 * kGiB) << "an eighth of the host";
@@ -81,7 +81,7 @@ TEST(LargestStepPayloadBytes, CutAtTheStepMarkersOrTheWholeRecording) {
 
 }  // namespace
 
-// payload_device_bytes: auto. GPT-2 small DDP on one H200 as measured (s22h): 475 MiB of payloads per step, a
+// payload_device_bytes: auto. GPT-2 small DDP on one H200 as measured: 475 MiB of payloads per step, a
 // 1899 MiB pinned arena, the job using a small part of a 141 GiB GPU.
 trace::DeviceStageSizing gpt2OnH200() {
   trace::DeviceStageSizing in;

@@ -11,6 +11,7 @@
 #include <set>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <functional>
 #include <memory>
 #include <map>
@@ -200,7 +201,7 @@ TEST(ReplayRecording, ValueReplayRestoresEveryReceivedBufferBitForBit) {
   // Each communicator's binding, final at its first call, is in the replay trace (both kept their creation binding).
   ASSERT_EQ(t.bindings.size(), 2u);
   for (const auto& b : t.bindings) {
-    EXPECT_EQ(b.recordedCommId, static_cast<int64_t>(b.commId));
+    EXPECT_EQ(b.recordedCommId, b.commId);
     EXPECT_EQ(b.rule, "creation");
   }
   // The split child was sized from the recording (no split table configured).
@@ -351,6 +352,138 @@ TEST(ReplayRecording, CallsCapturedInAGraphAreHeldForAnEstimate) {
   const uint64_t extraNs = t.counter("replay_held_ns") - recordedHoldNs(readTrace(root + "/rank1"));
   EXPECT_GT(extraNs, 3 * 50'000u);
   EXPECT_LT(extraNs, 3 * 5'000'000u);
+}
+
+// A copy of the shared recording whose first payload blob has its middle bytes overwritten: the blob's frame or
+// its CRC no longer holds. The payload file's path and the blob's offset, for the messages.
+struct Damaged {
+  std::string root, payloadFile;
+  uint64_t offset = 0;
+};
+Damaged damagedPayloadCopy(const std::string& name) {
+  Damaged d;
+  d.root = tmpRoot() + "/" + name;
+  EXPECT_EQ(system(("rm -rf '" + d.root + "' && cp -r '" + recording().root + "' '" + d.root + "'").c_str()), 0);
+  Trace recorded = readTrace(d.root + "/rank1");
+  EXPECT_FALSE(recorded.payloads.empty());
+  if (recorded.payloads.empty()) return d;
+  const auto& ref = recorded.payloads.front();
+  d.offset = ref.offset;
+  d.payloadFile = d.root + "/rank1/" + ranklens::trace::payloadName(ref.file);
+  std::fstream f(d.payloadFile, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(ref.offset + ref.compressedBytes / 2));
+  const std::string junk(std::max<uint64_t>(1, std::min<uint64_t>(ref.compressedBytes / 2, 64)), '\x5a');
+  f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  EXPECT_TRUE(f.good());
+  return d;
+}
+
+// At value fidelity an unreadable recorded payload fails the call (ncclSystemError), and stderr names the call, the
+// file, the offset and the way on, without NCCL_DEBUG.
+TEST(ReplayPayloadError, AnUnusablePayloadFailsTheCallNamingFileAndOffset) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const Damaged d = damagedPayloadCopy("damaged-payload-error");
+  Replayed r = replay("payload-error", {{"RANKLENS_REPLAY_TRACE", d.root}, {"NCCL_DEBUG", "<unset>"}});
+  EXPECT_EQ(r.run.status, 3) << r.run.output;  // the scenario's exit code for a failed call
+  EXPECT_NE(r.run.output.find("unhandled system error"), std::string::npos) << r.run.output;
+  EXPECT_NE(r.run.output.find("ranklens: error: replay: "), std::string::npos) << r.run.output;
+  EXPECT_NE(r.run.output.find(d.payloadFile + ": offset " + std::to_string(d.offset)), std::string::npos)
+      << r.run.output;
+  EXPECT_NE(r.run.output.find("RANKLENS_ON_PAYLOAD_ERROR=warn"), std::string::npos) << r.run.output;
+}
+
+// on_payload_error: warn goes on with the fill, one loud line per call, and the counters say how many.
+TEST(ReplayPayloadError, WarnFillsTheCallSaysSoAndCountsIt) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const Damaged d = damagedPayloadCopy("damaged-payload-warn");
+  Replayed r = replay("payload-warn", {{"RANKLENS_REPLAY_TRACE", d.root}, {"NCCL_DEBUG", "<unset>"},
+                                       {"RANKLENS_ON_PAYLOAD_ERROR", "warn"}});
+  ASSERT_EQ(r.run.status, 0) << r.run.output;
+  size_t lines = 0;
+  for (size_t at = r.run.output.find("ranklens: warning: replay: "); at != std::string::npos;
+       at = r.run.output.find("ranklens: warning: replay: ", at + 1))
+    lines++;
+  EXPECT_EQ(lines, 1u) << r.run.output;
+  EXPECT_NE(r.run.output.find(d.payloadFile + ": offset " + std::to_string(d.offset)), std::string::npos)
+      << r.run.output;
+  EXPECT_NE(r.output, recording().output);  // under fill: poison the call's values are not the recorded ones
+  Trace t = readTrace(r.traceDir);
+  EXPECT_EQ(t.counter("replay_payload_failures"), 1u);
+  EXPECT_EQ(t.counter("replay_filled_without_payload"), 1u);
+}
+
+// `ranklens replay` of the shared recording at value fidelity, its events in `traceDir` (empty: no --trace-dir).
+trace_test::ChildRun cliReplay(const std::string& traceDir, const std::map<std::string, std::string>& env = {}) {
+  std::map<std::string, std::string> all = {{"SCENARIO_OUT", tmpRoot() + "/cli-replay.out"}};
+  for (const auto& [k, v] : env) all[k] = v;
+  return trace_test::runWithEnv(all, "'" RANKLENS_BIN "' replay --trace '" + recording().root +
+                                         "' --rank 1 --fidelity value --device host " +
+                                         (traceDir.empty() ? "" : "--trace-dir '" + traceDir + "'") +
+                                         " -- '" REPLAY_SCENARIO "'");
+}
+
+// An event directory that cannot be written is refused before the job runs, naming the path and the reason.
+TEST(ReplayEventLog, ATraceDirThatCannotBeWrittenIsRefusedBeforeTheRun) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const std::string file = tmpRoot() + "/not-a-directory";
+  std::ofstream(file) << "x";
+  auto r = cliReplay(file);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("error: the replay's event log cannot be written: " + file), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("exited with status"), std::string::npos) << r.output;  // the job did not start
+  // The same through the environment (or trace_dir in the YAML): a directory below a file.
+  r = cliReplay("", {{"RANKLENS_TRACE_DIR", file + "/events"}});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(file + "/events"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Not a directory"), std::string::npos) << r.output;
+}
+
+// A disk that fills during the run: the replay exits non-zero and says "No space left on device" with the path.
+// Needs a small tmpfs (root, or a user namespace that may mount): skipped elsewhere.
+TEST(ReplayEventLog, AFullDiskDuringTheRunFailsTheReplayWithTheReason) {
+  ASSERT_EQ(recording().status, 0) << recording().log;
+  const std::string mnt = trace_test::freshDir(tmpRoot(), "tiny-fs");
+  if (system(("mount -t tmpfs -o size=64k tmpfs '" + mnt + "' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  // Two pages left: the check before the run and the trace's first files fit, the rest of the event log does not.
+  EXPECT_EQ(system(("head -c 57344 /dev/zero > '" + mnt + "/filler' 2>/dev/null").c_str()), 0);
+  auto r = cliReplay(mnt + "/events");
+  EXPECT_EQ(system(("umount '" + mnt + "'").c_str()), 0);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(mnt + "/events"), std::string::npos) << r.output;
+}
+
+// A world size no job has is refused at once, with the bound, instead of growing until the allocator gives up.
+TEST(ReplayCli, AnAbsurdWorldSizeIsRefusedWithTheBound) {
+  auto r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' replay -n 1000000000 -r 0 --device host --no-events -- true");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--world-size 1000000000: more ranks than RankLens replays (at most 131072)"),
+            std::string::npos)
+      << r.output;
+}
+
+// An unknown subcommand is named, with the list; a huge or hostile bad value is cut and escaped in the error line.
+TEST(ReplayCli, UnknownSubcommandsAndBadValuesAreShownReadably) {
+  auto r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' frobnicate");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("error: unknown subcommand 'frobnicate' of ranklens; the subcommands are: replay, record"),
+            std::string::npos)
+      << r.output;
+  r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' trace frob$(printf '\\033')x");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown subcommand 'frob\\x1bx' of ranklens trace; the subcommands are: summary"),
+            std::string::npos)
+      << r.output;
+  const std::string yaml = tmpRoot() + "/huge-value.yaml";
+  std::ofstream(yaml) << "fill: " << std::string(8 << 20, 'a') << "\n";
+  r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' replay -c '" + yaml + "' -n 2 -r 0 --device host --no-events -- true");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_LT(r.output.size(), 2000u);
+  EXPECT_NE(r.output.find("a... (8388608 bytes)' for 'fill'"), std::string::npos) << r.output.substr(0, 2000);
+  r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' replay --fill \"$(printf 'x\\007y')\" -- true");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--fill: x\\x07y not in"), std::string::npos) << r.output;
 }
 
 TEST(ReplayMismatch, ErrorPolicyFailsTheCallAndNamesBothSides) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The trace format's CRC-32 (ISA-L since session 20) must give exactly zlib's crc32(), which wrote every earlier
+// The trace format's CRC-32 (computed with ISA-L) must give exactly zlib's crc32(), which wrote every earlier
 // trace and which the Python reader (tools/python) uses: compared here byte for byte, at every length up to 4 KiB
 // and some large ones, from aligned and unaligned starts.
 #include <gtest/gtest.h>

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "ranklens/recording.h"
 #include "trace_test_util.h"
 
 namespace {
@@ -296,7 +297,7 @@ TEST(TraceRoundTrip, EveryRecordTypeEveryField) {
   EXPECT_EQ(recs[12].as<Edit>(), r.edit);
   const CommBinding binding = recs[13].as<CommBinding>();
   EXPECT_EQ(binding.commId, 1u);
-  EXPECT_EQ(binding.recordedCommId, 0);
+  EXPECT_EQ(binding.recordedCommId, 0u);
   EXPECT_EQ(binding.rule, "first call");
   EXPECT_EQ(binding.timeNs, 99);
   EXPECT_EQ(recs[14].as<CommEnd>(), r.end);
@@ -690,7 +691,7 @@ TEST(TraceBorrowed, CompressedStraightOutOfTheLendersMemoryAtEveryWidthAndLength
 }
 
 // A lent payload compressed straight out of the lender's memory (shuffle on or off) takes no room in the writer's
-// queue: the lender's memory bounds it (s25i). Held in the queue (its release blocks the only worker), a first lent
+// queue: the lender's memory bounds it. Held in the queue (its release blocks the only worker), a first lent
 // payload leaves room for a second under kDrop; with auto the first is copied in and counts, and the second is
 // dropped (an empty queue still admits anything).
 TEST(TraceBorrowed, PayloadsCompressedFromTheLenderTakeNoQueueRoom) {
@@ -722,7 +723,7 @@ TEST(TraceBorrowed, PayloadsCompressedFromTheLenderTakeNoQueueRoom) {
   }
 }
 
-// kAuto (record mode's default in session 22; `on` since) stores planes only where a sample spread over the payload
+// kAuto (record mode's default before `on`) stores planes only where a sample spread over the payload
 // compresses in a quarter less CPU time as planes: fp32 values that hold bf16 values (autocast gradients: two zero
 // planes) do, by far; normal-distributed fp32 (dense noise, which zstd stores almost raw either way) is a near tie
 // since planes have their own match finder. A payload whose head is noise but whose rest has structure (GPT-2's
@@ -1949,6 +1950,62 @@ TEST(TraceRoundTrip, PayloadFileOfOtherMajorVersionNamesBothVersions) {
   EXPECT_EQ(problem.file, payPath);
   EXPECT_NE(problem.reason.find("2.1"), std::string::npos) << problem.reason;
   EXPECT_NE(problem.reason.find("1."), std::string::npos) << problem.reason;
+}
+
+// docs/trace-format.md: several Call records of one identity are one call, the last; replay's loader (Recording)
+// reads them so, as summary, compare and the index do. A malformed record (here a Stage whose name is a msgpack bin)
+// is reported and skipped by every reader: the loader gets no record it cannot decode.
+TEST(TraceRoundTrip, RecordingReadsARepeatedCallIdentityOnceAndSkipsMalformedRecords) {
+  TempDir tmp;
+  const std::string dir = tmp / "rank0";
+  {
+    auto writer = makeWriter(dir);
+    ASSERT_NE(writer, nullptr);
+    CommInit init;
+    init.nranks = 2;
+    init.worldRanks = {0, 1};
+    ASSERT_TRUE(writer->append(RecordType::kCommInit, init));
+    Call first;
+    first.op = kAllReduce;
+    first.count = 4;
+    first.bytes = 16;
+    first.timeNs = 1;
+    Call again = first;
+    again.timeNs = 5;
+    Call next = first;
+    next.seq = 1;
+    ASSERT_TRUE(writer->append(RecordType::kCall, first));
+    ASSERT_TRUE(writer->append(RecordType::kCall, again));
+    ASSERT_TRUE(writer->append(RecordType::kCall, next));
+    ASSERT_TRUE(writer->close());
+  }
+  {
+    // A Stage whose name is bin, appended as a whole frame after the writer closed.
+    msgpack::sbuffer body;
+    msgpack::packer<msgpack::sbuffer> pk(body);
+    pk.pack_array(2);
+    pk.pack(static_cast<int>(RecordType::kStage));
+    pk.pack_array(3);
+    pk.pack_bin(3);
+    pk.pack_bin_body("bin", 3);
+    pk.pack(int64_t{1});
+    pk.pack(int64_t{2});
+    const uint32_t length = static_cast<uint32_t>(body.size()), crc = crc32Bytes(body.data(), body.size());
+    std::string frame(reinterpret_cast<const char*>(&length), 4);
+    frame.append(reinterpret_cast<const char*>(&crc), 4).append(body.data(), body.size());
+    std::ofstream(dir + "/" + segmentName(0), std::ios::app | std::ios::binary) << frame;
+  }
+  std::string error;
+  auto recording = Recording::open(dir, -1, &error);
+  ASSERT_NE(recording, nullptr) << error;
+  EXPECT_EQ(recording->callCount(), 2u);
+  const RecordedCall* call = recording->find(callKeyOf(Call{}));
+  ASSERT_NE(call, nullptr);
+  EXPECT_EQ(call->call.timeNs, 5);
+  ASSERT_EQ(recording->problems().size(), 1u);
+  EXPECT_NE(recording->problems()[0].reason.find("Stage record is malformed: field 0 is a msgpack bin"),
+            std::string::npos)
+      << recording->problems()[0].reason;
 }
 
 }  // namespace

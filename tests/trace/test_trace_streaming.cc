@@ -306,7 +306,7 @@ TEST(StreamingDecodeFrames, ABlobOfAFramePerBlockReadsTheSameOnEveryPath) {
   EXPECT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
 }
 
-// Found by fuzz_payload (session 27): a 15-byte zstd frame that declares 35 bytes and ends after none, followed by a
+// Found by fuzz_payload: a 15-byte zstd frame that declares 35 bytes and ends after none, followed by a
 // legacy-format frame that declares 64, the reference's size. By the declared sizes (99 bytes) the blob is refused;
 // decoded piece by piece it made 64 bytes with the right CRC, and was accepted when the blob came in one piece. Every
 // path refuses it now: no frame may decode to other than what it declares.

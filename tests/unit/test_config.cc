@@ -43,14 +43,14 @@ LoadResult fromYaml(const std::string& text, FakeEnv env = {}) {
 LoadResult fromEnv(FakeEnv env) { return loadFromEnvironment(env.getenv(), env.names()); }
 
 const std::vector<std::string> kAllKeys = {"mode",      "fidelity",     "fill",           "device",
-                                           "trace_dir", "nccl_version", "ranks_per_node", "groups",
+                                           "trace_dir", "nccl_version", "ranks_per_node", "groups", "mesh", "mesh_colors",
                                            "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
                                            "payload_comms", "payload_steps", "payload_seqs", "payload_zstd_level", "payload_threads", "payload_shuffle", "payload_queue_bytes", "staging_bytes",
                                            "staging_full", "timing_clock", "captured_timing", "timing_poll_us",
                                            "payload_copy_kernel_bytes", "payload_copy_kernel_bytes_one_rank",
                                            "payload_copy_priority",
                                            "record_alternate_steps", "replay_trace",
-                                           "on_mismatch", "at_hang", "completion",
+                                           "on_mismatch", "on_payload_error", "at_hang", "completion",
                                            "host_time", "timing", "history", "estimate_target",
                                            "hold_blocks", "hold_threads", "hold_shared_bytes", "hold_traffic",
                                            "hold_from", "peer_pacing",
@@ -302,9 +302,9 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
   ASSERT_FALSE(r.ok);
   EXPECT_EQ(r.error,
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, fidelity, fill, device, trace_dir, nccl_version, "
-            "ranks_per_node, groups, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
+            "ranks_per_node, groups, mesh, mesh_colors, real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
             "payload_seqs, payload_zstd_level, payload_threads, payload_shuffle, payload_queue_bytes, staging_bytes, staging_full, timing_clock, captured_timing, timing_poll_us, "
-            "payload_copy_kernel_bytes, payload_copy_kernel_bytes_one_rank, payload_copy_priority, record_alternate_steps, replay_trace, on_mismatch, at_hang, completion, host_time, timing, history, "
+            "payload_copy_kernel_bytes, payload_copy_kernel_bytes_one_rank, payload_copy_priority, record_alternate_steps, replay_trace, on_mismatch, on_payload_error, at_hang, completion, host_time, timing, history, "
             "estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_traffic, hold_from, peer_pacing, resync_window, "
             "prefetch_bytes, prefetch_threads, payload_device_bytes, break_at)");
@@ -605,7 +605,7 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
   ASSERT_EQ(rows.size(), kAllKeys.size());
   const std::vector<std::string> envs = {"RANKLENS_MODE",      "RANKLENS_FIDELITY",     "RANKLENS_FILL",
                                          "RANKLENS_DEVICE",    "RANKLENS_TRACE_DIR",    "RANKLENS_NCCL_VERSION",
-                                         "RANKLENS_RANKS_PER_NODE", "RANKLENS_GROUPS",
+                                         "RANKLENS_RANKS_PER_NODE", "RANKLENS_GROUPS", "RANKLENS_MESH", "RANKLENS_MESH_COLORS",
                                          "RANKLENS_REAL_NCCL", "RANKLENS_PAYLOADS", "RANKLENS_PAYLOAD_MAX_BYTES",
                                          "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
                                          "RANKLENS_PAYLOAD_SEQS", "RANKLENS_PAYLOAD_ZSTD_LEVEL", "RANKLENS_PAYLOAD_THREADS", "RANKLENS_PAYLOAD_SHUFFLE", "RANKLENS_PAYLOAD_QUEUE_BYTES", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL", "RANKLENS_TIMING_CLOCK",
@@ -613,17 +613,17 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
                                          "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK",
                                          "RANKLENS_PAYLOAD_COPY_PRIORITY",
                                          "RANKLENS_RECORD_ALTERNATE_STEPS", "RANKLENS_REPLAY_TRACE",
-                                         "RANKLENS_ON_MISMATCH", "RANKLENS_AT_HANG", "RANKLENS_COMPLETION",
+                                         "RANKLENS_ON_MISMATCH", "RANKLENS_ON_PAYLOAD_ERROR", "RANKLENS_AT_HANG", "RANKLENS_COMPLETION",
                                          "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
                                          "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
                                          "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_HOLD_TRAFFIC", "RANKLENS_HOLD_FROM",
                                          "RANKLENS_PEER_PACING", "RANKLENS_RESYNC_WINDOW",
                                          "RANKLENS_PREFETCH_BYTES", "RANKLENS_PREFETCH_THREADS", "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
-  const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]",
+  const std::vector<std::string> defaults = {"replay", "structure", "clone", "auto", "", "22809", "8", "[]", "", "",
                                              "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "on", "1GiB", "auto", "skip",
                                              "events", "events", "2000", "64KiB", "0", "high", "0",
-                                             "", "error", "stop", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
+                                             "", "error", "error", "stop", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "0", "arrival", "off", "64",
                                              "auto", "0", "auto", ""};
   ASSERT_EQ(envs.size(), kAllKeys.size());
   ASSERT_EQ(defaults.size(), kAllKeys.size());

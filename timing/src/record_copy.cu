@@ -2,7 +2,7 @@
 // Record mode's copy of a small received buffer into mapped pinned memory by a kernel on the call's stream
 // (cuda_record_device.cc): the GPU writes the bytes across the bus itself, so the job's stream waits only for a
 // small kernel, not for a copy engine's round trip (a 4-byte D2H cudaMemcpyAsync stalled the stream about 10 us on
-// H200, bench/results/record/record_gpu_overhead_payload_stream-*.jsonl).
+// H200, measured with bench/record_host_overhead --gpu-bound).
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -152,7 +152,7 @@ RECORD_TYPES: Dict[int, Tuple[str, List[Tuple[str, str, Any]]]] = {
                        ("peer", _I32, -1), ("shuffle", _I32, 0)]),
     9: ("Edit", [("commId", _U64, 0), ("seq", _U64, 0), ("tool", _S, ""), ("action", _S, ""), ("detail", _S, ""),
                  ("user", _S, ""), ("timeNs", _I64, 0), ("op", _I32, -1), ("peer", _I32, -1)]),
-    10: ("CommBinding", [("commId", _U64, 0), ("recordedCommId", _I64, -1), ("rule", _S, ""), ("timeNs", _I64, 0)]),
+    10: ("CommBinding", [("commId", _U64, 0), ("recordedCommId", _U64, 0), ("rule", _S, ""), ("timeNs", _I64, 0)]),
     # 1.13: an entry of a PyTorch Flight Recorder dump that `ranklens import flight-recorder` made into the Call
     # before it (op -1: no call), in the dump's own terms; `unknown` names the Call fields the dump does not give.
     11: ("FlightRecorderEntry", [("commId", _U64, 0), ("seq", _U64, 0), ("op", _I32, -1), ("peer", _I32, -1),
@@ -212,7 +212,7 @@ def _is_int(value: Any) -> bool:
 def _is_str(value: Any) -> bool:
     """A msgpack str holding valid UTF-8 (bodies are unpacked with surrogateescape, so bad bytes show as
     surrogates). The spec: "`str` = msgpack str holding UTF-8", so a str holding anything else is a field of the
-    wrong type (the record is malformed). The C++ reader does not check it (a known divergence)."""
+    wrong type (the record is malformed), as is a msgpack bin; the C++ reader checks both the same way."""
     if not isinstance(value, str):
         return False
     try:
@@ -249,6 +249,24 @@ def _type_name(value: Any) -> str:
 def _unpack(data: bytes) -> Any:
     """One msgpack object filling `data` exactly (trailing bytes are an error)."""
     return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False, unicode_errors="surrogateescape")
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, key: Any):
+        super().__init__(f"key {key!r} appears more than once")
+        self.key = key
+
+
+def _map_without_repeats(pairs: List[Tuple[Any, Any]]) -> Dict[Any, Any]:
+    out: Dict[Any, Any] = {}
+    for key, value in pairs:
+        try:
+            if key in out:
+                raise _RepeatedKey(key)
+        except TypeError:  # an unhashable key (a map or array): not a str, so no manifest
+            raise ValueError(f"map key of type {_type_name(key)}") from None
+        out[key] = value
+    return out
 
 
 def call_kind(op: int) -> int:
@@ -409,6 +427,11 @@ def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) 
         raise ValueError(f"rawBytes {raw_bytes} exceeds the payload limit of {limits.max_payload_bytes}")
     pieces, produced, rest, frames = [], 0, blob, 0
     while True:
+        # The spec: a skippable frame (magic 0x184D2A50..5F) anywhere in a blob is refused (zstd would report its
+        # content size as 0 and skip bytes no checksum covers).
+        if len(rest) >= 4 and (int.from_bytes(rest[:4], "little") & 0xFFFFFFF0) == 0x184D2A50:
+            where = f" at byte {len(blob) - len(rest)} of the blob" if frames else ""
+            raise ValueError(f"skippable zstd frame{where} (refused: writers never write one)")
         try:
             params = zstandard.get_frame_parameters(rest)
         except zstandard.ZstdError as exc:
@@ -435,7 +458,7 @@ def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) 
         except zstandard.ZstdError as exc:
             raise ValueError(f"zstd: {exc}") from None
         if len(pieces[-1]) != declared:
-            # zstd let a frame that declared 35 bytes end after none (fuzz_payload, session 27): by the declared
+            # zstd let a frame that declared 35 bytes end after none (found by the C++ fuzz target fuzz_payload): by the declared
             # sizes the C++ reader refuses such a blob, so here too.
             raise ValueError(f"zstd frame at byte {len(blob) - len(rest)} of the blob decodes to {len(pieces[-1])} "
                              f"bytes, declares {declared}")
@@ -462,14 +485,19 @@ def decode_payload(blob: bytes, ref: Dict[str, Any], limits: Limits = Limits()) 
 def parse_manifest(data: bytes) -> Dict[str, Any]:
     """The manifest's known keys (missing ones defaulted, unknown ones ignored); raises TraceFormatError."""
     try:
-        obj = _unpack(data)
+        # The spec: a key that appears twice makes the map no manifest (refused, naming the key), rather than a
+        # reader keeping the first or the last value.
+        obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False, unicode_errors="surrogateescape",
+                              object_pairs_hook=_map_without_repeats)
+    except _RepeatedKey as exc:
+        raise TraceFormatError(f"manifest key {exc.key!r}: repeated") from None
     except Exception as exc:
         raise TraceFormatError(f"manifest is not valid msgpack ({type(exc).__name__}: {exc})") from None
     if not isinstance(obj, dict):
         raise TraceFormatError(f"manifest is a msgpack {_type_name(obj)}, expected a map")
     # The spec: "A msgpack map with string keys"; a map with a key of another type is not a manifest (as in C++).
     for key in obj:
-        if not isinstance(key, str):
+        if not _is_str(key):
             raise TraceFormatError(f"manifest has a key of type {_type_name(key)}, expected str")
     for key in ("format", "version_major"):
         if key not in obj:
@@ -479,14 +507,16 @@ def parse_manifest(data: bytes) -> Dict[str, Any]:
         if key in obj:
             if not _kind_ok(kind, obj[key]):
                 shown = obj[key] if _is_int(obj[key]) else _type_name(obj[key])
-                raise TraceFormatError(f"manifest key '{key}' is {shown}, expected {kind}")
+                raise TraceFormatError(f"manifest key '{key}': is {shown}, expected {kind}")
             out[key] = obj[key]
         else:
             out[key] = dict(default) if isinstance(default, dict) else default
     if out["format"] != FORMAT_NAME:
-        raise TraceFormatError(f"manifest format is {out['format']!r}, expected {FORMAT_NAME!r}")
+        raise TraceFormatError(f"manifest key 'format': {out['format']!r}, expected {FORMAT_NAME!r} (not a RankLens "
+                               f"trace manifest)")
     if out["version_major"] != FORMAT_MAJOR:
-        raise TraceFormatError(f"trace format version {out['version_major']}.{out['version_minor']} is not "
+        raise TraceFormatError(f"manifest key 'version_major': trace format version "
+                               f"{out['version_major']}.{out['version_minor']} is not "
                                f"supported by this reader (version {FORMAT_MAJOR}.{FORMAT_MINOR}, reads "
                                f"{FORMAT_MAJOR}.x)")
     return out
@@ -499,8 +529,8 @@ def _read_file(path: str) -> bytes:
         return f.read()
 
 
-# An index entry: [commId, seq, op, peer, segment, offset], extra trailing elements ignored. Spec gap: the spec gives
-# no widths for entry fields; these are the C++ reader's, whose conversion refuses the whole index otherwise.
+# An index entry: [commId, seq, op, peer, segment, offset], extra trailing elements ignored; the widths are the
+# spec's (index.msgpack): an entry outside them makes the whole index unusable (rebuilt).
 _INDEX_ENTRY = (_U64, _U64, _I32, _I32, _U32, _U64)
 
 
@@ -542,7 +572,10 @@ class RankReader:
         try:
             reader.manifest = parse_manifest(data)
         except TraceFormatError as exc:
-            raise TraceFormatError(f"{manifest_path}: offset 0: {exc}") from None
+            # The spec: a problem of one key names the key; one of the whole map is at its start.
+            text = str(exc)
+            where = f"key {text[len('manifest key '):]}" if text.startswith("manifest key ") else f"offset 0: {text}"
+            raise TraceFormatError(f"{manifest_path}: {where}") from None
         reader._list_segments()
         reader._scan()
         reader._load_index()
@@ -589,27 +622,11 @@ class RankReader:
         self._by_location = {(r.segment, r.offset): r for r in self._records}
 
     def _record_at(self, segment: int, offset: int) -> Optional[Record]:
-        """Random access: the intact record whose frame starts at `offset` of segment `segment`, else None."""
-        if (segment, offset) in self._by_location:
-            return self._by_location[(segment, offset)]
-        names = {index: name for index, name, _ in self.segments}
-        if segment not in names or offset < FILE_HEADER.size:
-            return None
-        path = os.path.join(self.directory, names[segment])
-        with open(path, "rb") as f:
-            if _check_file_header(f.read(FILE_HEADER.size), path, SEGMENT_MAGIC, "segment", segment):
-                return None
-            f.seek(offset)
-            head = f.read(FRAME_HEADER.size)
-            if len(head) < FRAME_HEADER.size:
-                return None
-            length = FRAME_HEADER.unpack(head)[0]
-            if length > self.limits.max_record_bytes:
-                return None
-            record, problem, _ = parse_frame(head + f.read(length), segment, offset, path, self.limits)
-        if record is not None:
-            self._by_location[(segment, offset)] = record
-        return record
+        """The well-formed record whose frame starts at `offset` of segment `segment`, else None. The spec: a record
+        after the first truncated or corrupt frame of its segment is not part of the trace, even when its own frame
+        is intact and the index names it; the scan made when the reader opened stops there, so only the records it
+        found count (a malformed record is not one either)."""
+        return self._by_location.get((segment, offset))
 
     def _rebuild(self, why: str) -> None:
         """The index from the scan (done when the reader opened): the last Call / PayloadRef of each call."""
@@ -648,9 +665,9 @@ class RankReader:
         if not (isinstance(calls, list) and isinstance(payloads, list)
                 and all(_is_index_entry(e) and e[4] < len(sizes) and e[5] < sizes[e[4]] for e in calls + payloads)):
             return self._rebuild("index call lists malformed")
-        # Spec gap: the spec says an entry is trusted only if it leads to an intact record of the right type and
-        # identity, and that the first one that does not makes the reader rebuild; not when entries are checked.
-        # Like the C++ reader: lazily, when a lookup uses the entry (payloads() uses every payloads entry; calls
+        # The spec: an entry is trusted only if it leads to an intact, well-formed record of the right type and
+        # identity before its segment's first damaged frame, and the first one that does not makes the reader
+        # rebuild. Entries are checked when a lookup uses them (payloads() uses every payloads entry; calls
         # entries are checked only by call()). A later entry for the same call replaces an earlier one.
         for entries, target in ((calls, self._calls), (payloads, self._payloads)):
             for comm, seq, op, peer, segment, offset in (e[:6] for e in entries):
@@ -751,10 +768,13 @@ def rank_directories(trace_dir: str) -> List[str]:
         raise TraceFormatError(f"{trace_dir}: {exc.strerror}") from None
     for name in names:
         path = os.path.join(trace_dir, name)
-        if not os.path.exists(os.path.join(path, MANIFEST)):
-            continue
         m = re.fullmatch(r"rank(0|[1-9][0-9]{0,9})", name)
         rank = int(m.group(1)) if m else -1
+        # The spec: a rank<R> directory is a rank directory with or without a manifest (one without is reported
+        # when it is opened, in rank order); any other child only when it holds a manifest.
+        numbered = 0 <= rank <= 0x7FFFFFFF and os.path.isdir(path)
+        if not numbered and not os.path.exists(os.path.join(path, MANIFEST)):
+            continue
         ranks.append((0, rank, name, path) if 0 <= rank <= 0x7FFFFFFF else (1, 0, name, path))
     return [path for *_, path in sorted(ranks)]
 
@@ -789,7 +809,19 @@ def dump_rank(rank_dir: str, limits: Limits = Limits(), with_reasons: bool = Fal
 
 
 def dump_trace(trace_dir: str, limits: Limits = Limits(), with_reasons: bool = False) -> Dict[str, Any]:
-    return {"ranks": [dump_rank(d, limits, with_reasons) for d in rank_directories(trace_dir)]}
+    """Every rank in order. The spec: a rank directory whose manifest is missing or unusable is reported in its
+    place ({"dir", "unusable": true}) and the other ranks are still read."""
+    ranks = []
+    for d in rank_directories(trace_dir):
+        try:
+            ranks.append(dump_rank(d, limits, with_reasons))
+        except TraceFormatError as exc:
+            entry = {"dir": os.path.basename(os.path.normpath(d)), "unusable": True}
+            if with_reasons:
+                entry["reason"] = str(exc)
+            print(f"ranklens_trace: {exc}", file=sys.stderr)
+            ranks.append(entry)
+    return {"ranks": ranks}
 
 
 def canonical_json(doc: Any) -> str:
@@ -843,7 +875,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     limits = Limits(args.max_record_bytes, args.max_payload_bytes, args.max_files)
     try:
         if args.json:
-            sys.stdout.write(canonical_json(dump_trace(args.trace, limits, args.with_reasons)) + "\n")
+            doc = dump_trace(args.trace, limits, args.with_reasons)
+            sys.stdout.write(canonical_json(doc) + "\n")
+            if any(rank.get("unusable") for rank in doc["ranks"]):
+                return 1
         else:
             _print_text(args.trace, limits, sys.stdout)
     except TraceFormatError as exc:

@@ -61,8 +61,7 @@ CommMatching matchCommunicators(const EventLog& recorded, const EventLog& replay
     return std::any_of(comms.begin(), comms.end(), [id](const CommInit* c) { return c->commId == id; });
   };
   for (const auto& b : replayed.bindings) {
-    if (b.recordedCommId < 0) continue;
-    const auto rec = static_cast<uint64_t>(b.recordedCommId);
+    const uint64_t rec = b.recordedCommId;
     if (!known(recordedComms, rec) || !known(replayedComms, b.commId) || matching.replayedOf.count(rec) ||
         matching.recordedOf.count(b.commId))
       continue;

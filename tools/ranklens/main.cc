@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // ranklens: run a program as rank r of an N-rank job on this machine, with RankLens's libnccl.so.2 in place of
 // NCCL; summarise the events it wrote; show the effective configuration.
-// Exit codes: the program's own exit code for `replay`; 0 success, 1 runtime failure, 2 bad usage otherwise.
+// Exit codes: the program's own exit code for `replay` (1 if it exited 0 but its event log could not be written
+// whole; 2 if the event directory cannot be written, before the run); 0 success, 1 runtime failure, 2 bad usage otherwise.
 #include <CLI/CLI.hpp>
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../cli_text.h"
 #include "compare.h"
 #include "launch.h"
 #include "doctor_command.h"
@@ -43,6 +46,48 @@ namespace {
 namespace fs = std::filesystem;
 using ranklens::tools::ReplayOptions;
 constexpr const char* kVersion = "0.1.0";
+
+// Whether the replay's events can be written under `dir` (created if missing): a path naming a file, a directory
+// without write access or a read-only file system would otherwise let the job run to the end and leave no event
+// log, the comparison after it reading nothing. A file is created and removed to find out (root ignores modes).
+bool eventDirectoryWritable(const std::string& dir, std::string* error) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    *error = dir + ": cannot create the directory: " + (ec ? ec.message() : std::string("it is not a directory"));
+    return false;
+  }
+  std::string probe = dir + "/.ranklens-write-check-XXXXXX";
+  const int fd = mkstemp(probe.data());
+  if (fd < 0) {
+    *error = dir + ": cannot write there: " + strerror(errno);
+    return false;
+  }
+  const bool wrote = write(fd, "x", 1) == 1;
+  const int writeErrno = errno;
+  close(fd);
+  unlink(probe.c_str());
+  if (!wrote) {
+    *error = dir + ": cannot write there: " + strerror(writeErrno);
+    return false;
+  }
+  return true;
+}
+
+// Whether the replay's event log of `rankDir` was written whole (a manifest, closed); else why not, with the path.
+bool eventLogComplete(const std::string& rankDir, std::string* error) {
+  std::string readError;
+  auto reader = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &readError);
+  if (reader && reader->manifest().closed) return true;
+  *error = reader ? rankDir + ": the event log was not closed" : readError;
+  // The writer's own error (errno's text, the file) went to stderr when it failed; a full file system is named
+  // here too, because that is what it most often is.
+  struct statvfs fsStat;
+  const std::string parent = fs::path(rankDir).parent_path().string();
+  if (statvfs(parent.c_str(), &fsStat) == 0 && fsStat.f_bavail == 0)
+    *error += " (" + parent + ": " + strerror(ENOSPC) + ")";
+  return false;
+}
 
 std::string defaultTraceDir() {
   const char* tmp = getenv("TMPDIR");
@@ -98,6 +143,11 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true, bo
     std::cout << "warning: " << recorded - matched << " of the " << recorded
               << " recorded calls were not replayed: the program ended early or took another path (the first "
                  "divergence is in the comparison below)\n";
+  if (get("replay_payload_failures") > 0)
+    std::cout << "warning: " << get("replay_payload_failures")
+              << " recorded payloads could not be restored (each named on stderr with its file, offset and reason): "
+                 "the calls got the fill semantics (on_payload_error: warn) or failed (error); "
+                 "rlpayload verify checks the trace\n";
   if (valueFidelity && get("replay_filled_without_payload") > 0)
     std::cout << "warning: " << get("replay_filled_without_payload")
               << " calls got the fill semantics for want of a recorded payload: at value fidelity this rank's values "
@@ -193,6 +243,14 @@ int runReplay(const ReplayOptions& o) {
               << (o.fidelity == "timing" ? ", or --history FILE to hold every call for its estimate" : "") << "\n";
     return 2;
   }
+  // Per-rank state (peers, pacing chains, the launcher's tables) grows with the world size: a mistyped size would
+  // grow to gigabytes before failing without a word on why. No NCCL job comes near this many ranks.
+  constexpr int kMaxWorldSize = 1 << 17;
+  if (o.worldSize > kMaxWorldSize) {
+    std::cerr << "error: --world-size " << o.worldSize << ": more ranks than RankLens replays (at most "
+              << kMaxWorldSize << "); pass the recorded job's world size, or --trace to take it from the recording\n";
+    return 2;
+  }
   int worldSize = o.worldSize;
   std::map<std::string, std::string> recordedEnv;
   if (!o.trace.empty() && !checkAgainstRecording(o, &worldSize, &recordedEnv)) return 2;
@@ -222,6 +280,8 @@ int runReplay(const ReplayOptions& o) {
   if (!o.fill.empty()) env["RANKLENS_FILL"] = o.fill;
   if (!o.device.empty()) env["RANKLENS_DEVICE"] = o.device;
   if (!o.groups.empty()) env["RANKLENS_GROUPS"] = o.groups;
+  if (!o.mesh.empty()) env["RANKLENS_MESH"] = o.mesh;
+  if (!o.meshColors.empty()) env["RANKLENS_MESH_COLORS"] = o.meshColors;
   if (!o.traceDir.empty()) env["RANKLENS_TRACE_DIR"] = o.traceDir;
   if (!o.trace.empty()) {
     env["RANKLENS_REPLAY_TRACE"] = fs::absolute(o.trace).string();
@@ -266,9 +326,25 @@ int runReplay(const ReplayOptions& o) {
               << ", fill " << ranklens::config::toString(loaded.settings.fill) << ") with " << lib << "\n"
               << "ranklens: events -> " << (traceDir.empty() ? "(disabled)" : traceDir) << "\n";
 
-  const int exitCode = ranklens::tools::runCommand(env, o.command);
+  if (std::string error; !traceDir.empty() && !eventDirectoryWritable(traceDir, &error)) {
+    std::cerr << "error: the replay's event log cannot be written: " << error
+              << "; choose another --trace-dir (or trace_dir), or --no-events to replay without one\n";
+    return 2;
+  }
+
+  const int programExit = ranklens::tools::runCommand(env, o.command);
+  int exitCode = programExit;
+  // A program that exits 0 while its event log could not be written (a full disk) is not a successful replay: the
+  // counters and the comparison below would be missing or another run's.
+  // (No rank directory at all: the program made no NCCL call, so there were no events to write.)
+  if (std::string error, rankDir = traceDir + "/rank" + std::to_string(o.rank);
+      exitCode == 0 && !traceDir.empty() && fs::exists(rankDir) && !eventLogComplete(rankDir, &error)) {
+    std::cerr << "error: the replay's event log is incomplete: " << error
+              << " (the library's error above says why); free space or choose another --trace-dir, and run again\n";
+    exitCode = 1;
+  }
   if (!o.quiet) {
-    std::cerr << "ranklens: " << o.command[0] << " exited with status " << exitCode << "\n";
+    std::cerr << "ranklens: " << o.command[0] << " exited with status " << programExit << "\n";
     if (!traceDir.empty() && fs::exists(traceDir)) {
       if (o.trace.empty()) {
         if (estimatesOnly) printReplayCounters(traceDir + "/rank" + std::to_string(o.rank), false);
@@ -362,6 +438,12 @@ int main(int argc, char** argv) {
   rp->add_option("-d,--device", replay.device, "Stream device")->check(CLI::IsMember({"auto", "cuda", "host"}));
   rp->add_option("-g,--groups", replay.groups,
                  "Split table as YAML flow text, e.g. '[{members: [0,2]}, {members: [1,3]}]' (RANKLENS_GROUPS)");
+  rp->add_option("--mesh", replay.mesh,
+                 "Device mesh, outermost dimension first, e.g. dp=8192,tp=2 or pp=4,dp=-1,tp=8: every split's "
+                 "members for any rank at any world size, without a groups table (RANKLENS_MESH)");
+  rp->add_option("--mesh-colors", replay.meshColors,
+                 "Which split colors span which mesh dimensions when they are not torch's, e.g. tp=0-8191,dp=8192- "
+                 "(RANKLENS_MESH_COLORS)");
   rp->add_option("-t,--trace-dir", replay.traceDir,
                  "Where the event log goes (default: trace_dir from the config, else a new $TMPDIR/ranklens-*)");
   rp->add_flag("--no-events", replay.noEvents,
@@ -469,10 +551,11 @@ int main(int argc, char** argv) {
   dump->add_option("-c,--config", configPath, "YAML settings file (else RANKLENS_CONFIG)");
   dump->add_flag("--markdown", markdown, "Print the table of every setting (docs/config.md's) instead");
 
+  if (!ranklens::tools::knownSubcommands(app, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
+    int code = ranklens::tools::reportParseError(app, e);
     return code == 0 ? 0 : 2;
   }
   try {

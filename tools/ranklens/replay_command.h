@@ -11,7 +11,7 @@ namespace tools {
 
 struct ReplayOptions {
   int rank = -1, worldSize = -1;
-  std::string lib, config, fill, device, groups, traceDir, trace, fidelity, onMismatch, history, override = "both";
+  std::string lib, config, fill, device, groups, mesh, meshColors, traceDir, trace, fidelity, onMismatch, history, override = "both";
   bool noEvents = false, quiet = false, noPythonAdapter = false;
   std::vector<std::string> command;
   // --ranks: replay several ranks of --trace, each alone, and print one line per rank.

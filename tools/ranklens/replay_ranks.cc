@@ -477,6 +477,8 @@ std::vector<std::string> oneRankArguments(const ReplayOptions& o, const std::str
   add("--fill", o.fill);
   add("--device", o.device);
   add("--groups", o.groups);
+  add("--mesh", o.mesh);
+  add("--mesh-colors", o.meshColors);
   add("--fidelity", o.fidelity);
   add("--on-mismatch", o.onMismatch);
   add("--history", o.history.empty() ? "" : fs::absolute(o.history).string());

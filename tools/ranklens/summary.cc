@@ -193,12 +193,17 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
 }  // namespace
 
 int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out, std::ostream& err) {
+  int status = 0;
+  // A rank<R> entry that cannot be read is a rank missing from the summary: said, and the exit status says it too.
+  for (const auto& t : trace::rankDirectoryTrouble(traceDir)) {
+    err << (t.duplicate ? "error: " : "warning: ") << t.reason << "\n";
+    status = 1;
+  }
   const std::vector<std::string> dirs = trace::rankDirectories(traceDir);
   if (dirs.empty()) {
     err << "error: " << traceDir << ": no rank directory with a manifest.msgpack (is this a RankLens trace?)\n";
     return 1;
   }
-  int status = 0;
   nlohmann::json all = nlohmann::json::array();
   for (const auto& dir : dirs) {
     EventLog log;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 namespace ranklens {
@@ -16,7 +17,8 @@ bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error)
   if (!reader) return false;
   log->directory = rankDir;
   log->manifest = reader->manifest();
-  reader->scan([&](trace::RecordType type, const msgpack::object& body, const trace::Location&) {
+  std::vector<trace::Problem> malformed;
+  reader->scan([&](trace::RecordType type, const msgpack::object& body, const trace::Location& where) {
     try {
       switch (type) {
         case trace::RecordType::kCommInit: log->comms.push_back(body.as<events::CommInit>()); break;
@@ -32,11 +34,28 @@ bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error)
         default: break;
       }
     } catch (const std::exception&) {
-      // a record of the wrong shape is reported by the reader's problems()
+      // The spec: a record whose fields have the wrong types is reported (file, offset) and skipped.
+      malformed.push_back(trace::Problem{rankDir + "/" + trace::segmentName(where.segment), where.offset,
+                                         std::string(trace::recordTypeName(type)) +
+                                             " record has a field of the wrong type (skipped)",
+                                         false});
     }
     return true;
   });
+  // docs/trace-format.md: several Call records of one identity are one call, the last in segment order (as the
+  // index says); the earlier ones are not calls, so no command counts the call twice or charges its Timing twice.
+  std::set<CallKey> seen;
+  std::vector<events::Call> calls;
+  for (auto it = log->calls.rbegin(); it != log->calls.rend(); ++it)
+    if (seen.insert(callKey(it->commId, it->op, it->rootOrPeer, it->seq)).second) calls.push_back(*it);
+  std::reverse(calls.begin(), calls.end());
+  log->calls.swap(calls);
   log->problems = reader->problems();
+  for (auto& m : malformed) {  // the reader itself reports a malformed Call or PayloadRef (it indexes them)
+    bool known = false;
+    for (const auto& p : log->problems) known = known || (p.file == m.file && p.offset == m.offset);
+    if (!known) log->problems.push_back(std::move(m));
+  }
   return true;
 }
 

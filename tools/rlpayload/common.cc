@@ -127,6 +127,14 @@ std::vector<std::string> findRankDirectories(const std::string& trace, std::stri
     *error = trace + ": not a directory (a trace is a directory of rank<R>/ directories, or one of them)";
     return {};
   }
+  // Entries named rank<R> that cannot be read are said, never skipped in silence; two naming one rank are refused.
+  for (const auto& t : ranklens::trace::rankDirectoryTrouble(trace)) {
+    if (t.duplicate) {
+      *error = t.reason;
+      return {};
+    }
+    printWarning(t.reason);
+  }
   auto dirs = ranklens::trace::rankDirectories(trace);
   if (dirs.empty())
     *error = trace + ": no RankLens trace here (expected manifest.msgpack, or rank<R>/manifest.msgpack below it)";
@@ -165,6 +173,12 @@ std::optional<Selected> selectPayload(const Selection& s, std::string* error) {
     *error = why;
     return std::nullopt;
   }
+  if (s.rankGiven)
+    for (const auto& t : ranklens::trace::rankDirectoryTrouble(s.trace))
+      if (t.rank == s.rank) {
+        *error = t.reason;
+        return std::nullopt;
+      }
   std::string dir;
   if (dirs.size() == 1) {
     dir = dirs[0];  // one rank (or a rank directory itself): --rank is optional, and checked when given
@@ -259,6 +273,17 @@ bool loadTensor(const Selection& selection, LoadedTensor* out) {
               << ": datatype " << ref.datatype << " is not an NCCL datatype\n";
     return false;
   }
+  // Damage elsewhere in the rank (a cut segment, a damaged frame) does not touch this payload, but the trace is not
+  // whole: said, as ls says it.
+  for (const auto& p : out->selected->rank->reader->problems())
+    printWarning(p.describe() + (p.truncated ? " (truncated)" : ""));
+  // Said here, for every command that reads a tensor (show, export): a reference whose count disagrees with its
+  // blob (a damaged or hostile one claiming 2^62 elements) must not pass silently through one of them.
+  const uint64_t bytes = out->bytes.size();
+  if (bytes / out->info->size != ref.count || bytes % out->info->size != 0)
+    printWarning(out->selected->rank->dir + ": " + describeCall(ref.commId, ref.op, ref.peer, ref.seq) +
+                 ": reference says " + std::to_string(ref.count) + " elements, the blob holds " +
+                 std::to_string(bytes) + " bytes");
   return true;
 }
 

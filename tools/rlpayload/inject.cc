@@ -2,8 +2,12 @@
 // rlpayload inject: change one call's payload (NaN, infinity, values, scaling, noise, or a whole .npy), either in a
 // copy of the trace (-o) or in place. Both go through ranklens::trace::appendEditedPayload: the original blob stays
 // where it was, a new blob and a superseding reference are appended, and an Edit record says who did what.
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cmath>
 #include <cstdio>
@@ -27,6 +31,75 @@ std::string currentUser() {
   if (const char* user = getenv("USER"); user && *user) return user;
   if (const passwd* pw = getpwuid(getuid())) return pw->pw_name;
   return "uid " + std::to_string(getuid());
+}
+
+// Copies the trace `from` to the new directory `to`, for -o. Not fs::copy: that keeps a read-only source's modes
+// (the copy could then not be edited by its owner) and reports a full disk as "Input/output error" without a file.
+// Every file and directory of the copy is writable by its owner; an error names the file and errno's reason.
+bool copyTrace(const fs::path& from, const fs::path& to, std::string* error) {
+  struct stat st;
+  if (lstat(from.c_str(), &st) != 0) {
+    *error = from.string() + ": " + strerror(errno);
+    return false;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    if (mkdir(to.c_str(), (st.st_mode & 07777) | S_IRWXU) != 0) {
+      *error = to.string() + ": cannot create: " + strerror(errno);
+      return false;
+    }
+    std::error_code ec;
+    for (fs::directory_iterator it(from, ec), end; !ec && it != end; it.increment(ec))
+      if (!copyTrace(it->path(), to / it->path().filename(), error)) return false;
+    if (ec) {
+      *error = from.string() + ": cannot list: " + ec.message();
+      return false;
+    }
+    return true;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *error = from.string() + ": not a regular file or directory (a trace holds only those); not copied";
+    return false;
+  }
+  const int in = open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    *error = from.string() + ": cannot open: " + strerror(errno);
+    return false;
+  }
+  const int out = open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (st.st_mode & 07777) | S_IRUSR | S_IWUSR);
+  if (out < 0) {
+    *error = to.string() + ": cannot create: " + strerror(errno);
+    close(in);
+    return false;
+  }
+  std::vector<char> buffer(1 << 20);
+  bool ok = true;
+  for (;;) {
+    const ssize_t n = read(in, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = from.string() + ": cannot read: " + strerror(errno);
+      ok = false;
+      break;
+    }
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = write(out, buffer.data() + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        *error = to.string() + ": cannot write: " + strerror(errno);
+        ok = false;
+        break;
+      }
+      done += w;
+    }
+    if (!ok) break;
+  }
+  close(in);
+  if (close(out) != 0 && ok) {  // NFS and some full file systems report it only here
+    *error = to.string() + ": cannot write: " + strerror(errno);
+    ok = false;
+  }
+  return ok;
 }
 
 uint64_t parseIndex(const std::string& text, const std::string& option) {
@@ -266,9 +339,9 @@ int runInject(const InjectOptions& o) {
     staging = fs::path(o.output).lexically_normal();
     if (staging.filename().empty()) staging = staging.parent_path();
     staging += ".partial-" + std::to_string(getpid());
-    fs::copy(o.selection.trace, staging, fs::copy_options::recursive, ec);
-    if (ec) {
-      std::cerr << "error: " << o.output << ": cannot copy " << o.selection.trace << ": " << ec.message() << "\n";
+    if (std::string copyError; !copyTrace(o.selection.trace, staging, &copyError)) {
+      std::cerr << "error: " << o.output << ": cannot copy " << o.selection.trace << ": " << copyError
+                << " (nothing was changed: the partial copy is removed)\n";
       fs::remove_all(staging, ec);
       return kExitFailure;
     }

@@ -63,7 +63,9 @@ int runLs(const LsOptions& o) {
     if (o.rank && rank->rank != *o.rank) continue;
     // payloads() may rebuild the index (a stale entry): read the problems after it.
     const std::vector<PayloadRef> refs = rank->reader->payloads();
+    // Damage makes the listing incomplete (nothing after a damaged frame is listed): said, and exit 1 as verify's.
     for (const auto& p : rank->reader->problems()) {
+      status = kExitFailure;
       printWarning(p.describe() + (p.truncated ? " (truncated)" : "") + "; records after it are not listed");
       problems.push_back({{"file", p.file}, {"offset", p.offset}, {"reason", p.reason}, {"truncated", p.truncated}});
     }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../cli_text.h"
 #include "commands.h"
 
 using namespace rlpayload;
@@ -179,10 +180,11 @@ int main(int argc, char** argv) {
       footer("  rlpayload verify trace/\n"
              "  rlpayload verify trace/rank3 --json"));
 
+  if (!ranklens::tools::knownSubcommands(app, argc, argv)) return kExitUsage;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);  // prints help/version (0) or the parse error
+    const int code = ranklens::tools::reportParseError(app, e);  // prints help/version (0) or the parse error
     return code == 0 ? kExitOk : kExitUsage;
   }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // rlpayload verify: check every rank of a trace: manifest, segments (truncation vs corruption), record shapes, the
 // index against a rebuild, every payload blob (zstd, sizes, CRC-32), and the manifest's counters.
+#include <sstream>
+#include <fstream>
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -29,6 +31,9 @@ struct Finding {
   std::optional<uint64_t> offset;
   std::string reason;
   bool truncated = false;
+  // Where a finding has no byte offset (the manifest, the index, the counters): the key or entry it is about
+  // (docs/trace-format.md: such problems name the key or entry, not a byte offset).
+  std::string key;
 };
 
 struct RankReport {
@@ -41,7 +46,11 @@ struct RankReport {
   std::vector<Finding> findings;
   void add(bool problem, std::string check, std::string file, std::optional<uint64_t> offset, std::string reason,
            bool truncated = false) {
-    findings.push_back({problem, std::move(check), std::move(file), offset, std::move(reason), truncated});
+    findings.push_back({problem, std::move(check), std::move(file), offset, std::move(reason), truncated, {}});
+  }
+  void addAtKey(bool problem, std::string check, std::string file, std::string key, std::string reason) {
+    findings.push_back({problem, std::move(check), std::move(file), std::nullopt, std::move(reason), false,
+                        std::move(key)});
   }
   size_t count(bool problems) const {
     size_t n = 0;
@@ -95,7 +104,7 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
     handle.get().convert(index);
     if (index.at("version_major").as<int>() != kFormatMajor) {
       r.index = "stale";
-      r.add(false, "index", path, std::nullopt, "written for another format version: readers rebuild it");
+      r.addAtKey(false, "index", path, "version_major", "written for another format version: readers rebuild it");
       return;
     }
     // The listed segments must be exactly the files present, same names and sizes, in any order.
@@ -106,7 +115,7 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
     std::sort(actual.begin(), actual.end());
     if (listed != actual) {
       r.index = "stale";
-      r.add(false, "index", path, std::nullopt,
+      r.addAtKey(false, "index", path, "segments",
             "stale: built from other segment files or sizes (readers rebuild it; an edit or a crash leaves this)");
       return;
     }
@@ -130,7 +139,7 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
       return out;
     };
     const Entries indexedCalls = load("calls"), indexedPayloads = load("payloads");
-    auto compare = [&](const Entries& indexed, const Entries& scanned, const char* what) {
+    auto compare = [&](const Entries& indexed, const Entries& scanned, const char* key, const char* what) {
       uint64_t missing = 0, extra = 0, moved = 0;
       for (const auto& [k, where] : scanned) {
         auto it = indexed.find(k);
@@ -142,15 +151,15 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
       for (const auto& [k, where] : indexed) extra += scanned.count(k) == 0;
       if (missing || extra || moved) {
         r.index = "inconsistent";
-        r.add(true, "index", path, std::nullopt,
+        r.addAtKey(true, "index", path, key,
               std::string("disagrees with the segments it claims to describe: ") + what + ": " +
                   std::to_string(missing) + " missing, " + std::to_string(extra) + " extra, " + std::to_string(moved) +
                   " at another location (readers trust it: delete it to force a rebuild)");
       }
     };
     r.index = "current";
-    compare(indexedCalls, calls, "calls");
-    compare(indexedPayloads, payloads, "payload references");
+    compare(indexedCalls, calls, "calls", "calls");
+    compare(indexedPayloads, payloads, "payloads", "payload references");
   } catch (const std::exception& e) {
     r.index = "unreadable";
     r.add(false, "index", path, std::nullopt, std::string("unreadable (") + e.what() + "): readers rebuild it");
@@ -170,20 +179,20 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
   const Manifest& m = reader->manifest();
   if (m.rank >= 0) {
     if (r.rank >= 0 && r.rank != m.rank)
-      r.add(
-          false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+      r.addAtKey(
+          false, "manifest", dir + "/manifest.msgpack", "rank",
           "manifest says rank " + std::to_string(m.rank) + ", the directory name says rank " + std::to_string(r.rank));
     r.rank = m.rank;
   }
   r.closed = m.closed;
   if (!m.closed)
-    r.add(false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+    r.addAtKey(false, "manifest", dir + "/manifest.msgpack", "closed",
           "not closed: the writer crashed or is still running (counters not compared)");
   if (m.records_dropped)
-    r.add(false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+    r.addAtKey(false, "manifest", dir + "/manifest.msgpack", "records_dropped",
           std::to_string(m.records_dropped) + " records were dropped while recording");
   if (m.payloads_dropped)
-    r.add(false, "manifest", dir + "/manifest.msgpack", std::nullopt,
+    r.addAtKey(false, "manifest", dir + "/manifest.msgpack", "payloads_dropped",
           std::to_string(m.payloads_dropped) + " payloads were dropped while recording");
 
   // --- segments: every intact record, in order
@@ -243,6 +252,8 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
   r.payloadRefs = refs.size();
   bool segmentDamage = false;
   for (const auto& p : reader->problems()) {
+    // The reader's count check: verify compares every counter with the records itself (below), more precisely.
+    if (p.reason.find(", but the closed manifest counts ") != std::string::npos) continue;
     segmentDamage = true;
     r.add(true, "segment", p.file, p.offset,
           p.reason + (p.truncated ? " (truncated: the file ends inside a frame, as a crash leaves it)" : ""),
@@ -329,7 +340,7 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
     const std::string mp = dir + "/manifest.msgpack";
     auto expect = [&](const char* key, uint64_t said, uint64_t found, const char* what) {
       if (said != found)
-        r.add(true, "counters", mp, std::nullopt,
+        r.addAtKey(true, "counters", mp, key,
               std::string(key) + " is " + std::to_string(said) + ", but " + std::to_string(found) + " " + what +
                   " found");
     };
@@ -339,7 +350,28 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
     expect("payload_compressed_bytes", m.payload_compressed_bytes, compressed, "compressed bytes were");
     expect("segments", m.segments, r.segments, "segment files were");
     const uint32_t payloadSpan = payloadFiles.empty() ? 0 : *payloadFiles.rbegin() + 1;
-    expect("payload_files", m.payload_files, payloadSpan, "(highest index + 1) payload files were");
+    // An interrupted in-place edit (its journal left): the counters and files disagree because of it, not damage.
+    std::ifstream journal(dir + "/" + ranklens::trace::kEditJournal);
+    const bool interrupted = journal.is_open();
+    if (interrupted) {
+      std::string segName, payName, call, word;
+      uint64_t segSize = 0;
+      std::string line;
+      while (std::getline(journal, line)) {
+        std::istringstream in(line);
+        in >> word;
+        if (word == "segment") in >> segName >> segSize;
+        else if (word == "payload") in >> payName;
+        else if (word == "call") std::getline(in >> std::ws, call);
+      }
+      r.add(true, "edit", dir + "/" + ranklens::trace::kEditJournal, std::nullopt,
+            "interrupted edit of " + call + " (an in-place rlpayload inject was stopped), not damage: nothing "
+            "recorded is lost. To roll it back, truncate " + segName + " to " + std::to_string(segSize) +
+            " bytes and remove " + payName + ", index.msgpack and " + ranklens::trace::kEditJournal +
+            "; to finish it, roll it back and run the same inject again");
+    }
+    if (!interrupted)
+      expect("payload_files", m.payload_files, payloadSpan, "(highest index + 1) payload files were");
     if (payloadSpan != payloadFiles.size())
       r.add(true, "files", dir, std::nullopt,
             "payload files are not contiguous: " + std::to_string(payloadFiles.size()) + " files, highest index " +
@@ -359,13 +391,9 @@ std::vector<std::string> candidates(const std::string& trace, std::optional<int>
   }
   if (fs::exists(fs::path(trace) / "manifest.msgpack", ec)) return {trace};
   bool segmentsHere = false;
-  std::vector<std::pair<int, std::string>> missing;  // rank<R>/ without a manifest
   for (const auto& entry : fs::directory_iterator(trace, ec)) {
     uint32_t index;
     if (isNumberedName(entry.path().filename().string(), "seg-", ".rls", &index)) segmentsHere = true;
-    const int rank = rankFromDirectoryName(entry.path().string());
-    if (rank >= 0 && entry.is_directory(ec) && !fs::exists(entry.path() / "manifest.msgpack", ec))
-      missing.emplace_back(rank, entry.path().string());
   }
   if (segmentsHere) return {trace};  // a rank directory that lost its manifest
   std::vector<std::string> out;
@@ -374,9 +402,7 @@ std::vector<std::string> candidates(const std::string& trace, std::optional<int>
     if (onlyRank && rank >= 0 && rank != *onlyRank) continue;  // others (ranklens-pid<P>) are checked after opening
     out.push_back(dir);
   }
-  std::sort(missing.begin(), missing.end());
-  for (const auto& [rank, dir] : missing)
-    if (!onlyRank || rank == *onlyRank) out.push_back(dir);
+  // rank<R>/ without a manifest is among them, in rank order (rankDirectories): opening it reports it.
   if (out.empty())
     *error = trace + ": no RankLens trace here (expected manifest.msgpack, or rank directories below it)";
   return out;
@@ -398,6 +424,20 @@ int runVerify(const VerifyOptions& o) {
     if (o.rank && report.rank != *o.rank && dirs.size() > 1) continue;  // --rank: a directory not named rank<R>
     reports.push_back(std::move(report));
   }
+  // rank<R> entries no reader can use (a file, a symlink loop, unreadable, padded, two for one rank): each a problem
+  // of its rank, in rank order, never left out of the count.
+  for (const auto& t : ranklens::trace::rankDirectoryTrouble(o.trace)) {
+    if (o.rank && t.rank != *o.rank) continue;
+    if (!t.duplicate && std::find(dirs.begin(), dirs.end(), t.path) != dirs.end()) continue;  // verified above
+    RankReport report;
+    report.rank = t.rank;
+    report.dir = t.path;
+    report.add(true, "files", t.path, std::nullopt, t.reason.substr(t.reason.find(": ") + 2));
+    reports.push_back(std::move(report));
+  }
+  std::stable_sort(reports.begin(), reports.end(), [](const RankReport& a, const RankReport& b) {
+    return (a.rank < 0 ? INT32_MAX : a.rank) < (b.rank < 0 ? INT32_MAX : b.rank);
+  });
   if (reports.empty()) {
     std::cerr << "error: " << o.trace << ": no rank " << *o.rank << " in this trace\n";
     return kExitFailure;
@@ -413,7 +453,8 @@ int runVerify(const VerifyOptions& o) {
       nlohmann::json jp = nlohmann::json::array(), jw = nlohmann::json::array();
       for (const auto& f : r.findings) {
         nlohmann::json j = {{"check", f.check}, {"file", f.file}, {"reason", f.reason}};
-        j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
+        if (!f.key.empty()) j["key"] = f.key;  // instead of an offset: the manifest or index key it is about
+        else j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
         if (f.problem) j["truncated"] = f.truncated;
         (f.problem ? jp : jw).push_back(j);
       }
@@ -452,6 +493,7 @@ int runVerify(const VerifyOptions& o) {
     for (const auto& f : r.findings) {
       std::cout << "  " << (f.problem ? "problem" : "warning") << ": " << f.file;
       if (f.offset) std::cout << ": offset " << *f.offset;
+      if (!f.key.empty()) std::cout << ": key '" << f.key << "'";
       std::cout << ": " << f.reason << "\n";
     }
   }

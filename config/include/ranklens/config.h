@@ -32,6 +32,8 @@ enum class CapturedTiming { kEvents, kOff };
 enum class CopyPriority { kHigh, kStream };
 // Replay: what happens to a call that does not match the recording.
 enum class OnMismatch { kError, kWarn, kEstimate };
+// Replay: what happens to a call whose recorded payload, which the fidelity restores, cannot be read.
+enum class OnPayloadError { kError, kWarn };
 // Replay of a trace imported from PyTorch Flight Recorder dumps, at the call the dump left started or scheduled (the
 // hang): fail it with a report (stop), report and block the calling thread for a debugger (wait), or report and go on.
 enum class AtHang { kStop, kWait, kContinue };
@@ -62,6 +64,20 @@ struct GroupSpec {
   std::string origin;         // where it was defined, e.g. "ranklens.yaml:12:5"
 };
 
+// One dimension of the device mesh (`mesh: dp=8192,tp=2`), outermost first: world rank = row-major index of the
+// coordinates, the last dimension contiguous (torch's DeviceMesh order). size -1: what the world size leaves.
+struct MeshDim {
+  std::string name;
+  long long size = 0;
+};
+
+// One `mesh_colors` entry (`tp=0-8191`): a split whose color is in `colors` groups the ranks along these dimensions.
+struct MeshColors {
+  std::vector<std::string> dims;  // mesh dimension names, e.g. {"pp", "dp"} for "pp+dp=..."
+  Range colors;
+  std::string text;               // as written, for messages
+};
+
 struct Settings {
   Mode mode = Mode::kReplay;
   Fidelity fidelity = Fidelity::kStructure;
@@ -71,6 +87,8 @@ struct Settings {
   int nccl_version = 22809;     // what ncclGetVersion reports in replay
   int ranks_per_node = 8;       // virtual topology: ranks sharing a node (LSA team, locality)
   std::vector<GroupSpec> groups;
+  std::vector<MeshDim> mesh;             // empty: no mesh (splits need a recording or the groups table)
+  std::vector<MeshColors> mesh_colors;   // which split colors are which mesh dimensions (ranklens/mesh.h)
   // Record mode.
   std::string real_nccl;                    // path of the real libnccl.so.2; empty: discover it
   Payloads payloads = Payloads::kSmall;
@@ -97,6 +115,7 @@ struct Settings {
   // Replay of a recorded trace.
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
   OnMismatch on_mismatch = OnMismatch::kError;
+  OnPayloadError on_payload_error = OnPayloadError::kError;
   AtHang at_hang = AtHang::kStop;
   Completion completion = Completion::kKernel;
   HostTime host_time = HostTime::kReplay;
@@ -162,6 +181,7 @@ const char* toString(CopyPriority);
 const char* toString(HoldFrom);
 const char* toString(PeerPacing);
 const char* toString(OnMismatch);
+const char* toString(OnPayloadError);
 const char* toString(AtHang);
 const char* toString(Completion);
 const char* toString(HostTime);

@@ -27,6 +27,7 @@ struct ncclComm {
   std::string how;   // init | initAll | initScalable | split | shrink
   std::string name;  // ncclConfig_t.commName
   std::vector<int> worldRanks;  // world rank of every member, in comm-rank order
+  int worldSize = 0;            // ranks of the root communicator (the world worldRanks number), for the mesh
   bool blocking = true;
   int ranksPerNode = 8;
   uint64_t paceChain = 0;  // replay, peer_pacing: its chain on the device (StreamDevice::paceChain), set at creation

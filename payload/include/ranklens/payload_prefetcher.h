@@ -33,7 +33,7 @@ struct PrefetchStats {
 
 // prefetch_bytes: auto. A value replay keeps pace when its pinned memory holds about 4 steps of payloads (GPT-2 small
 // DDP on one H200, 0.48 GB per step: 1 GiB 62-68 ms per step, 1.5 GiB 57, 2 GiB 55, 3 GiB 55, the job 52; the fixed
-// 512 MiB of before 87-95 ms; bench/results/replay/README.md, session 22): 4x `largestStepBytes`
+// 512 MiB of before 87-95 ms; bench/results/replay/README.md): 4x `largestStepBytes`
 // (Recording::largestStepPayloadBytes), at least 512 MiB, at most 8 GiB and an eighth of `hostMemoryBytes` (0:
 // unknown; pinned memory is taken from the host for good).
 uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes);
@@ -41,7 +41,7 @@ uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes);
 // payload_device_bytes: auto. What the replayed rank can spare of its GPU's memory for payloads decoded ahead, from
 // what the recorded job left free (the recorder's `device_memory_*` manifest counters) and what the replaying GPU
 // has. Device staging of about two steps of payloads brought a value replay to the job's pace (GPT-2 small DDP on one
-// H200, 0.48 GB per step: 1 GiB 53.1-53.2 ms per step, 256 MiB 54.9-56.9, the job 51.9-52.6; session 22-23).
+// H200, 0.48 GB per step: 1 GiB 53.1-53.2 ms per step, 256 MiB 54.9-56.9, the job 51.9-52.6).
 struct DeviceStageSizing {
   uint64_t largestStepBytes = 0;   // Recording::largestStepPayloadBytes
   uint64_t arenaBytes = 0;         // the pinned arena (prefetch_bytes): device staging never holds more
@@ -51,7 +51,7 @@ struct DeviceStageSizing {
 };
 // The recorded figures of DeviceStageSizing from a manifest's device_memory_* counters (left 0 without them).
 void setRecordedDeviceMemory(const Manifest& manifest, DeviceStageSizing* in);
-// Without recorded figures 256 MiB (the fixed size before session 23). With them: the job's peak use (recorded total
+// Without recorded figures 256 MiB (what a fixed size gave before the recorders sampled memory). With them: the job's peak use (recorded total
 // less least free, NCCL's buffers and other processes included) and a margin (2 GiB or a tenth of the GPU, the more)
 // are kept from the replaying GPU, and half the rest may go to staging, up to two steps of payloads (at least 64
 // MiB). Never more than the arena nor half of what is free now; under 16 MiB it is 0 (no device staging). `basis`

@@ -117,7 +117,7 @@ struct PayloadRef {
 // block is stored as planes: byte 0 of each of its elements, then byte 1, ..., then the block's last bytes that make
 // no whole element, as they are. Numbers compress faster and smaller so (the exponent bytes of floating-point values
 // sit together, noisy low mantissa bytes apart): real fp32 gradients at zstd level -1, 2.5-3.5x faster and 1.45-1.5x
-// smaller (bench/results/record/README.md, session 21). rawCrc32 is always of the bytes as the program had them.
+// smaller (bench/results/record/README.md). rawCrc32 is always of the bytes as the program had them.
 constexpr size_t kShuffleBlockBytes = 256u << 10;
 inline bool validShuffle(int width) { return width == 0 || width == 2 || width == 4 || width == 8; }
 // In place, raw -> stored and back; `width` 2, 4 or 8 (anything else leaves the bytes alone).
@@ -148,7 +148,7 @@ struct Edit {
 // Replay traces: the recorded communicator a replayed one stands for, once final (at its first call).
 struct CommBinding {
   uint64_t commId = 0;          // the replayed communicator
-  int64_t recordedCommId = -1;  // its counterpart in the recording
+  uint64_t recordedCommId = 0;  // its counterpart in the recording (a recorded commId, so uint64 like it)
   std::string rule;             // "creation": bound when created, kept; "first call": rebound by its first call
   int64_t timeNs = 0;
   MSGPACK_DEFINE_ARRAY(commId, recordedCommId, rule, timeNs)
@@ -225,7 +225,7 @@ inline constexpr const char kCallsUnrecorded[] = "calls_unrecorded";
 // The job's GPU memory as the recorder sampled it (replay sizes payload_device_bytes: auto from them).
 inline constexpr const char kDeviceMemoryTotal[] = "device_memory_total_bytes";
 inline constexpr const char kDeviceMemoryLeastFree[] = "device_memory_least_free_bytes";
-// The compression threads' work (writers since session 25, compressionLoad): how many, how long they had payloads,
+// The compression threads' work (recent writers, compressionLoad): how many, how long they had payloads,
 // and each stage's wall and thread CPU time, in the order copy, compress, write.
 inline constexpr const char kPayloadThreads[] = "payload_threads";
 inline constexpr const char kPayloadActiveNs[] = "payload_active_ns";
@@ -253,9 +253,9 @@ inline constexpr const char kStagingTooSmall[] = "raise RANKLENS_STAGING_BYTES a
 // {"for a full staging", 41}; reasons with none left out. A value replay gives those calls the fill semantics.
 std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& manifest);
 
-// What a recording's compression threads did, from its payload_* counters (writers since session 25; known false
-// before): the time each stage took in all, and how busy the threads were while payloads were in their hands. Once staging
-// is full they bound a full-payload recording (s25b-s25d).
+// What a recording's compression threads did, from its payload_* counters (writers that count them; known false
+// otherwise): the time each stage took in all, and how busy the threads were while payloads were in their hands. Once staging
+// is full they bound a full-payload recording.
 struct CompressionLoad {
   bool known = false;
   uint64_t threads = 0;
@@ -332,7 +332,7 @@ struct WriterOptions {
 // Compression threads for a recording (payload_threads: 0): half of this rank's share of the `cpus` it may run on,
 // 2..8; 2 when only control values up to 1 MiB are stored (`payloads: small`): they take little CPU, and each thread
 // that takes a payload opens a payload file of its own. GPT-2 small DDP recorded with every payload on a 16-core H200
-// host (one rank) ran at 1.06-1.26x the job's step time with 8 threads and 1.03x with 12 (s26a, steps 10-29).
+// host (one rank) ran at 1.06-1.26x the job's step time with 8 threads and 1.03x with 12 (steps 10-29).
 int autoCompressionThreads(int cpus, int localRanks, bool controlValuesOnly = false);
 
 struct WriterStats {
@@ -417,6 +417,9 @@ struct Location {
 using RecordVisitor = std::function<bool(RecordType, const msgpack::object&, const Location&)>;
 bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const std::string& name,
                   const Limits& limits, const RecordVisitor& visit, Problem* problem);
+// Whether a record of a known type is well formed (docs/trace-format.md, "Record types"): every listed field of the
+// right type and width, every str valid UTF-8 and no bin. `why` names the field. True for unknown types.
+bool recordWellFormed(RecordType type, const msgpack::object& record, std::string* why);
 // Decode one payload blob (a zstd frame) with every bound checked against `ref` and `limits`.
 bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
                    std::vector<uint8_t>* out, std::string* reason);
@@ -487,11 +490,25 @@ class TraceReader {
 bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
                          const Edit& edit, int zstdLevel, std::string* error);
 
+// Written into a rank directory by an in-place edit before it changes anything, removed when the edit is whole: its
+// presence means an edit was interrupted ("segment <name> <size before>", "payload <new file>", "call <call>" lines).
+constexpr const char* kEditJournal = "edit-journal";
+
 // Whether `dir` is a rank directory holding a trace: its manifest.msgpack exists (also after a crashed writer).
 // TraceWriter::create never writes into one.
 bool holdsTrace(const std::string& dir);
 // The rank directories of a trace (a rank directory itself, or a directory of rank<R>/ directories).
 std::vector<std::string> rankDirectories(const std::string& traceDir);
+// The rank<R> entries of a trace root that rankDirectories leaves out or cannot tell apart, each with why: not a
+// directory, unreadable, a symlink loop, no manifest.msgpack; and two entries naming one rank (rank0/ and rank00/),
+// which no reader may choose between. Empty for a rank directory itself or a trace without such entries.
+struct RankDirectoryTrouble {
+  int rank = -1;
+  std::string path;
+  std::string reason;      // "<path>: ..." with what the user can do
+  bool duplicate = false;  // another entry names the same rank
+};
+std::vector<RankDirectoryTrouble> rankDirectoryTrouble(const std::string& traceDir);
 // The one rank directory a trace argument names: `path` itself when it holds a manifest, else its rank<rank> child
 // (rank >= 0), else its only rank directory (rank < 0). False with `reason` ("<path>: ..." with the ranks recorded)
 // otherwise; callers add the fix in their own terms.

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -376,6 +377,213 @@ TEST_F(Cli, InjectScaleNoiseAndFromNpy) {
   EXPECT_EQ(run({"diff", trace_, d}).rc, 0);  // same values: the payload is bit for bit the original
 }
 
+// -o from a trace the user may only read (a shared recording, read-only modes): the copy is the user's, writable,
+// and the edit goes in.
+TEST_F(Cli, InjectIntoACopyOfAReadOnlyTrace) {
+  const std::string source = copyOfTrace("trace-read-only");
+  for (const auto& entry : fs::recursive_directory_iterator(source))
+    fs::permissions(entry.path(), fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                    fs::perm_options::remove);
+  const std::string out = fresh("trace-from-read-only");
+  Result r = run({"inject", source, "-r", "0", "-c", "0", "-s", "0", "--nan", "5", "-o", out});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  for (const auto& entry : fs::recursive_directory_iterator(out))
+    EXPECT_NE(fs::status(entry.path()).permissions() & fs::perms::owner_write, fs::perms::none) << entry.path();
+  EXPECT_EQ(parse(run({"show", out, "-r", "0", "-c", "0", "-s", "0", "--json"}))["stats"]["nan"], 1);
+  for (const auto& entry : fs::recursive_directory_iterator(source))
+    fs::permissions(entry.path(), fs::perms::owner_write, fs::perm_options::add);
+}
+
+// A full disk under -o is said as such, with the file that could not be written, and leaves nothing behind. Needs
+// a small tmpfs (root, or a user namespace that may mount): skipped elsewhere.
+TEST_F(Cli, InjectIntoAFullDiskNamesTheFileAndTheReason) {
+  const std::string mnt = fresh("tiny-fs");
+  fs::create_directories(mnt);
+  if (system(("mount -t tmpfs -o size=16k tmpfs '" + mnt + "' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  // Room for a page or so: the copy runs out of space whatever the fixture's size.
+  EXPECT_EQ(system(("head -c 12288 /dev/zero > '" + mnt + "/filler' 2>/dev/null").c_str()), 0);
+  Result r = run({"inject", trace_, "-r", "0", "-c", "0", "-s", "0", "--nan", "5", "-o", mnt + "/edited"});
+  bool leftNothing = true;
+  for (const auto& entry : fs::directory_iterator(mnt)) leftNothing = leftNothing && entry.path().filename() == "filler";
+  const int unmounted = system(("umount '" + mnt + "'").c_str());
+  EXPECT_EQ(unmounted, 0);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(mnt + "/edited.partial-"), std::string::npos) << r.err;  // the file, not just the trace
+  EXPECT_EQ(r.err.find("Input/output error"), std::string::npos) << r.err;
+  EXPECT_TRUE(leftNothing);
+}
+
+// rlpayload under `timeout`: a reader that blocks (a FIFO) fails the test instead of hanging it. Output: both streams.
+Result runBounded(const std::string& args) {
+  Result r;
+  FILE* pipe = popen(("timeout 20 '" RLPAYLOAD_BIN "' " + args + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
+  const int status = pclose(pipe);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// A FIFO in place of a segment or the manifest is refused as such, naming it; no reader waits for a writer.
+TEST_F(Cli, AFifoInPlaceOfATraceFileIsRefusedNotWaitedOn) {
+  const std::string copy = copyOfTrace("trace-fifo");
+  const std::string segment = copy + "/rank0/" + segmentName(0);
+  fs::remove(segment);
+  ASSERT_EQ(mkfifo(segment.c_str(), 0644), 0);
+  Result r = runBounded("verify '" + copy + "'");
+  EXPECT_NE(r.rc, 124) << "blocked on the FIFO";
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find(segment + ": not a regular file (a FIFO)"), std::string::npos) << r.out;
+  r = runBounded("ls '" + copy + "'");
+  EXPECT_NE(r.rc, 124) << "blocked on the FIFO";
+  const std::string manifest = copy + "/rank1/manifest.msgpack";
+  fs::remove(manifest);
+  ASSERT_EQ(mkfifo(manifest.c_str(), 0644), 0);
+  r = runBounded("ls '" + copy + "' -r 1");
+  EXPECT_NE(r.rc, 124) << "blocked on the FIFO";
+  EXPECT_NE(r.out.find(manifest + ": not a regular file (a FIFO)"), std::string::npos) << r.out;
+}
+
+// A sparse 64 GiB segment is named with its size, not "std::bad_alloc".
+TEST_F(Cli, AHugeSparseSegmentIsNamedNotAnAllocationFailure) {
+  const std::string copy = copyOfTrace("trace-sparse");
+  const std::string segment = copy + "/rank0/" + segmentName(0);
+  fs::resize_file(segment, 64ull << 30);
+  Result r = runBounded("verify '" + copy + "'");
+  fs::resize_file(segment, 0);
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("bad_alloc"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(segment + ": 68719476736 bytes exceeds the limit"), std::string::npos) << r.out;
+}
+
+// A reference claiming 2^62 elements for a 16-byte blob: export warns as show does (both read it the same way).
+TEST_F(Cli, ExportWarnsOfAReferenceWhoseCountTheBlobDoesNotHold) {
+  const std::string dir = fresh("trace-claims") + "/rank0";
+  Manifest m;
+  m.mode = "record";
+  m.rank = 0;
+  m.world_size = 1;
+  std::string error;
+  auto w = TraceWriter::create(dir, m, {}, &error);
+  ASSERT_NE(w, nullptr) << error;
+  ranklens::events::Call c;
+  c.nranks = 1;
+  c.op = static_cast<int>(ranklens::events::Op::kAllReduce);
+  c.datatype = 7;  // float32
+  c.count = c.bytes = 4;
+  w->append(RecordType::kCall, c);
+  PayloadRef ref;
+  ref.op = c.op;
+  ref.datatype = 7;
+  ref.count = 1ull << 62;
+  const std::vector<float> values = {1, 2, 3, 4};
+  ASSERT_TRUE(w->appendPayload(ref, values.data(), 16));
+  ASSERT_TRUE(w->close());
+  const std::string warning = ": reference says 4611686018427387904 elements, the blob holds 16 bytes";
+  Result shown = run({"show", dir, "-c", "0", "-s", "0"});
+  EXPECT_NE(shown.err.find(warning), std::string::npos) << shown.err;
+  Result exported = run({"export", dir, "-c", "0", "-s", "0", "-o", fresh("claims.npy")});
+  EXPECT_EQ(exported.rc, 0) << exported.err;
+  EXPECT_NE(exported.err.find(warning), std::string::npos) << exported.err;
+}
+
+// An unknown subcommand is named with the list; a subcommand's positional argument is not taken for one.
+TEST_F(Cli, UnknownSubcommandIsNamedWithTheList) {
+  Result r = run({"frobnicate"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("error: unknown subcommand 'frobnicate' of rlpayload; the subcommands are: ls, show, export, "
+                       "inject, diff, verify"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(run({"ls", trace_}).rc, 0);
+}
+
+// An unusable rank<R> entry is said, not skipped; asking for that rank names it; two entries for one rank are refused.
+TEST_F(Cli, UnusableAndDuplicateRankDirectoriesAreSaid) {
+  const std::string copy = copyOfTrace("trace-rank-dirs");
+  fs::remove(copy + "/rank0/manifest.msgpack");
+  Result r = run({"ls", copy});
+  EXPECT_NE(r.err.find("warning: " + copy + "/rank0: no manifest.msgpack"), std::string::npos) << r.err;
+  r = run({"show", copy, "-r", "0", "-c", "0", "-s", "0"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find(copy + "/rank0: no manifest.msgpack"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("this is rank 1"), std::string::npos) << r.err;
+  fs::remove_all(copy + "/rank0");
+  fs::create_symlink("rank0", copy + "/rank0");  // a symlink loop
+  r = run({"ls", copy});
+  EXPECT_NE(r.err.find(copy + "/rank0: unusable rank directory: "), std::string::npos) << r.err;
+  r = run({"verify", copy});  // not "1 rank, 0 problems"
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("rank 0: " + copy + "/rank0: PROBLEMS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verify: 2 ranks, 1 problem"), std::string::npos) << r.out;
+  fs::remove(copy + "/rank0");
+  rltest::copyTree(copy + "/rank1", copy + "/rank01");
+  r = run({"show", copy, "-r", "1", "-c", "0", "-s", "0"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("both name rank 1"), std::string::npos) << r.err;
+  r = run({"inject", copy, "-r", "1", "-c", "0", "-s", "0", "--nan", "1", "--in-place"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("both name rank 1"), std::string::npos) << r.err;
+}
+
+// A segment cut exactly between two frames while the closed manifest counts more records: every command says so,
+// not only verify.
+TEST_F(Cli, ASegmentCutAtAFrameBoundaryIsReportedByEveryCommand) {
+  const std::string copy = copyOfTrace("trace-cut-at-frame");
+  const std::string rankDir = copy + "/rank0";
+  const auto records = rltest::scanRecords(rankDir);
+  ASSERT_GT(records.size(), 2u);
+  const auto& last = records.back().where;
+  const std::string segment = rankDir + "/" + segmentName(last.segment);
+  fs::resize_file(segment, last.offset);  // the last frame gone, its header and all
+  fs::remove(rankDir + "/index.msgpack");
+  const std::string said = "the closed manifest counts " ;
+  Result r = run({"ls", copy});
+  EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(segment), std::string::npos) << r.err;
+  r = run({"verify", copy});
+  EXPECT_EQ(r.rc, 1);
+  const auto& p = payloads_.front();
+  r = run({"show", copy, "-r", std::to_string(p.rank), "-c", std::to_string(p.comm), "-s", std::to_string(p.seq)});
+  if (p.rank == 0) EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
+}
+
+// An in-place edit killed after its blob, or after its reference: verify says "interrupted edit" with the way back
+// (not "payload_files is N, but M were found"), and following it gives the trace as it was.
+TEST_F(Cli, AKilledInPlaceEditIsAnInterruptedEditWithTheWayBack) {
+  for (const std::string step : {"payload", "reference"}) {
+    SCOPED_TRACE(step);
+    const std::string copy = copyOfTrace("trace-killed-edit-" + step);
+    const std::string before = run({"show", copy, "-r", "0", "-c", "0", "-s", "0", "--json"}).out;
+    Result r = run({"inject", copy, "-r", "0", "-c", "0", "-s", "0", "--nan", "1", "--in-place"},
+                   {"RANKLENS_TEST_EDIT_STOP_AFTER=" + step});
+    EXPECT_EQ(r.rc, 137) << r.err;
+    r = run({"verify", copy});
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.out.find("interrupted edit of "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("not damage: nothing recorded is lost. To roll it back, truncate seg-000000.rls to "),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("payload_files is"), std::string::npos) << r.out;
+    // The way back, as said.
+    const std::string rank0 = copy + "/rank0";
+    std::ifstream journal(rank0 + "/edit-journal");
+    std::string word, segment, payload;
+    uint64_t size = 0;
+    journal >> word >> segment >> size >> word >> payload;
+    fs::resize_file(rank0 + "/" + segment, size);
+    fs::remove(rank0 + "/" + payload);
+    fs::remove(rank0 + "/index.msgpack");
+    fs::remove(rank0 + "/edit-journal");
+    r = run({"verify", copy});
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(run({"show", copy, "-r", "0", "-c", "0", "-s", "0", "--json"}).out, before);
+  }
+}
+
 TEST_F(Cli, InjectUsageErrors) {
   const std::string out = fresh("trace-never");
   Result r = run({"inject", trace_, "-r", "0", "-c", "1", "-s", "0", "--nan", "1", "-o", out});
@@ -549,7 +757,13 @@ TEST_F(Cli, VerifyFindsAnIndexThatLies) {
   rltest::writeBytes(index, std::vector<uint8_t>(buf.data(), buf.data() + buf.size()));
   const Result r = run({"verify", copy});
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_NE(r.out.find("index.msgpack: disagrees with the segments"), std::string::npos) << r.out;
+  // Named by the index key it is about, not a byte offset (docs/trace-format.md).
+  EXPECT_NE(r.out.find("index.msgpack: key 'payloads': disagrees with the segments"), std::string::npos) << r.out;
+  const Result j = run({"verify", "--json", copy});
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& problem = doc["ranks"][0]["problems"][0];
+  EXPECT_EQ(problem["key"], "payloads") << j.out;
+  EXPECT_FALSE(problem.contains("offset")) << j.out;
 }
 
 TEST_F(Cli, VerifyComparesManifestCounters) {
@@ -564,7 +778,14 @@ TEST_F(Cli, VerifyComparesManifestCounters) {
   rltest::writeBytes(path, std::vector<uint8_t>(buf.data(), buf.data() + buf.size()));
   const Result r = run({"verify", copy});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.out.find(path + ": records_written is 18, but 15 recorded records"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(path + ": key 'records_written': records_written is 18, but 15 recorded records"),
+            std::string::npos)
+      << r.out;
+  const Result j = run({"verify", "--json", copy});
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& problem = doc["ranks"][1]["problems"][0];
+  EXPECT_EQ(problem["key"], "records_written") << j.out;
+  EXPECT_FALSE(problem.contains("offset")) << j.out;
 }
 
 // A writer killed after flush(): manifest not closed, no index. Still readable (warnings); a torn tail is a
