@@ -121,19 +121,20 @@ void resetLogging() {
   initLocked(s);
 }
 
-void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, const char* fmt, ...) {
-  LogState& s = state();
-  LogLevel current = logLevel();
-  char message[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(message, sizeof(message), fmt, ap);
-  va_end(ap);
+namespace {
 
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (level == kLogWarn) snprintf(s.lastError, sizeof(s.lastError), "%s", message);
-  if (current < level || (level != kLogWarn && (s.mask & subsys) == 0)) return;
+std::string formatV(const char* fmt, va_list ap) {
+  va_list copy;
+  va_copy(copy, ap);
+  const int n = vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string text(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) vsnprintf(text.data(), text.size() + 1, fmt, ap);
+  return text;
+}
 
+// One line in NCCL's shape on the log file; the caller holds s.mu.
+void printLocked(LogState& s, LogLevel level, const char* file, int line, const std::string& message) {
   int tid = static_cast<int>(syscall(SYS_gettid));
   const char* base = strrchr(file, '/');
   base = base ? base + 1 : file;
@@ -146,12 +147,46 @@ void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, con
     localtime_r(&now, &tmNow);
     strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tmNow);
     fprintf(s.file, "\n[%s] %s:%d:%d [0] %s:%d NCCL WARN RANKLENS: %s\n", stamp, s.host, getpid(), tid, base, line,
-            message);
+            message.c_str());
   } else {
     fprintf(s.file, "%s:%d:%d [0] NCCL %s RANKLENS: %s\n", s.host, getpid(), tid,
-            level == kLogTrace ? "TRACE" : "INFO", message);
+            level == kLogTrace ? "TRACE" : "INFO", message.c_str());
   }
   fflush(s.file);
+}
+
+}  // namespace
+
+void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, const char* fmt, ...) {
+  LogState& s = state();
+  LogLevel current = logLevel();
+  va_list ap;
+  va_start(ap, fmt);
+  const std::string message = formatV(fmt, ap);
+  va_end(ap);
+
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (level == kLogWarn) snprintf(s.lastError, sizeof(s.lastError), "%s", message.c_str());
+  if (current < level || (level != kLogWarn && (s.mask & subsys) == 0)) return;
+  printLocked(s, level, file, line, message);
+}
+
+void sayAlways(const char* severity, const char* file, int line, const char* fmt, ...) {
+  LogState& s = state();
+  LogLevel current = logLevel();
+  va_list ap;
+  va_start(ap, fmt);
+  const std::string message = formatV(fmt, ap);
+  va_end(ap);
+
+  std::lock_guard<std::mutex> lock(s.mu);
+  snprintf(s.lastError, sizeof(s.lastError), "%s", message.c_str());
+  if (current >= kLogWarn) {
+    printLocked(s, kLogWarn, file, line, message);
+  } else {
+    fprintf(stderr, "ranklens: %s%s%s\n", severity, *severity ? ": " : "", message.c_str());
+    fflush(stderr);
+  }
 }
 
 const char* lastErrorText() { return state().lastError; }

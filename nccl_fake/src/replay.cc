@@ -762,6 +762,21 @@ ncclResult_t matchRecorded(Session* s, CallInfo* info, const ranklens::events::C
 
 namespace {
 
+// The first `maxLines` lines of `text` (without those that start with a space, if asked), each indented by four.
+std::string indentLines(const std::string& text, int maxLines, bool skipIndented) {
+  std::string out;
+  size_t start = 0;
+  for (int shown = 0; start < text.size() && shown < maxLines;) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    if (end > start && !(skipIndented && text[start] == ' ')) {
+      out += "    " + text.substr(start, end - start) + "\n";
+      ++shown;
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
 // A trace imported from Flight Recorder dumps: the replayed program reached the call the dump left started or
 // scheduled, where the job hung. Says where in the user's terms; false (the call fails) unless at_hang: continue
 // or a debugger let a waiting rank go on.
@@ -776,28 +791,12 @@ bool reportHang(Session* s, const ranklens::trace::RecordedCall& rc, std::unique
                                : "collective sequence number " + std::to_string(e.collectiveSeqId));
   const auto& imported = s->recording->manifest().imported;
   auto diag = imported.find("diagnosis");
-  // The diagnosis's own lines (one per process group); its stacks are left out, the dump's stack follows.
-  std::string ranks;
-  if (diag != imported.end()) {
-    size_t start = 0;
-    while (start < diag->second.size() && ranks.size() < 4000) {
-      const size_t end = diag->second.find('\n', start);
-      const std::string line = diag->second.substr(start, end == std::string::npos ? std::string::npos : end - start);
-      if (!line.empty() && line[0] != ' ') ranks += "    " + line + "\n";
-      if (end == std::string::npos) break;
-      start = end + 1;
-    }
-  }
+  // The diagnosis's own lines (one per process group); its stacks (indented) are left out, the dump's stack follows.
+  std::string ranks = diag == imported.end() ? "" : indentLines(diag->second, 64, /*skipIndented=*/true);
   ranks = ranks.empty() ? "  (only this rank's dump was imported: import every rank's to see which reached it)\n"
                         : "  according to the dumps:\n" + ranks;
-  std::string stack = e.frames.empty() ? "    (the dump has no stack: a JSON dump)\n" : "";
-  size_t start = 0;
-  for (int shown = 0; start < e.frames.size() && shown < 16; ++shown) {
-    const size_t end = e.frames.find('\n', start);
-    stack += "    " + e.frames.substr(start, end == std::string::npos ? std::string::npos : end - start) + "\n";
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
+  const std::string stack =
+      e.frames.empty() ? "    (the dump has no stack: a JSON dump)\n" : indentLines(e.frames, 16, false);
   const char* then = at == ranklens::config::AtHang::kStop
                          ? "The call fails (ncclInvalidUsage) here. RANKLENS_AT_HANG=wait blocks here for a debugger; "
                            "continue replays on."
@@ -811,8 +810,7 @@ bool reportHang(Session* s, const ranklens::trace::RecordedCall& rc, std::unique
                              "  replayed call site:" + callSite() + "\n  " + then;
   // The one thing this replay is for: said whatever NCCL_DEBUG is (WARN also makes it ncclGetLastError's text,
   // which PyTorch puts in the error it raises).
-  WARN("%s", report.c_str());
-  if (nccl_fake::logLevel() < nccl_fake::kLogWarn) std::fprintf(stderr, "ranklens: %s\n", report.c_str());
+  SAY("%s", report.c_str());
   if (s->breakAtHang) {
     std::fprintf(stderr, "ranklens: break_at: hang: raising SIGTRAP (under a debugger: continue to go on)\n");
     raise(SIGTRAP);
@@ -943,17 +941,14 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
     // and every value computed from it would be another run's. Said on stderr whatever NCCL_DEBUG is, because a
     // replay that reports success with a filled call is the failure this setting exists to prevent.
     const bool stop = s->onPayloadError == ranklens::config::OnPayloadError::kError;
-    char line[2048];
-    snprintf(line, sizeof line,
-             "replay: %s comm %lu seq %lu: the recorded payload cannot be restored: %s; %s", info.opName,
-             static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq), error.c_str(),
-             stop ? "the call fails with ncclSystemError (check the trace with rlpayload verify; "
-                    "RANKLENS_ON_PAYLOAD_ERROR=warn fills the call and goes on)"
-                  : "the receive buffer gets the fill semantics: this rank's values are not the recorded run's from "
-                    "this call on (on_payload_error: warn)");
-    fprintf(stderr, "ranklens: %s: %s\n", stop ? "error" : "warning", line);
-    fflush(stderr);
-    WARN("%s", line);
+    ::nccl_fake::sayAlways(stop ? "error" : "warning", __FILE__, __LINE__,
+                           "replay: %s comm %lu seq %lu: the recorded payload cannot be restored: %s; %s", info.opName,
+                           static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq),
+                           error.c_str(),
+                           stop ? "the call fails with ncclSystemError (check the trace with rlpayload verify; "
+                                  "RANKLENS_ON_PAYLOAD_ERROR=warn fills the call and goes on)"
+                                : "the receive buffer gets the fill semantics: this rank's values are not the "
+                                  "recorded run's from this call on (on_payload_error: warn)");
     std::lock_guard<std::mutex> lock(s->mu);
     s->counters.payloadFailures++;
     if (stop) {

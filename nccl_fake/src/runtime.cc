@@ -172,11 +172,8 @@ ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
     if (writerSetup_) writerSetup_(&manifest, &options);
     std::string error;
     writer_ = ranklens::trace::TraceWriter::create(dir, manifest, options, &error);
-    if (!writer_) {
-      // Said whatever NCCL_DEBUG is: a run whose event log is silently missing looks like a run without events.
-      fprintf(stderr, "ranklens: error: RANKLENS_TRACE_DIR: %s (events are not written)\n", error.c_str());
-      WARN("RANKLENS_TRACE_DIR: %s (events are not written)", error.c_str());
-    }
+    // Said whatever NCCL_DEBUG is: a run whose event log is silently missing looks like a run without events.
+    if (!writer_) SAY_ERROR("RANKLENS_TRACE_DIR: %s (events are not written)", error.c_str());
     else INFO(kSubInit | kSubRanklens, "writing events to %s", dir.c_str());
     writerReady_.store(true, std::memory_order_release);
   });
@@ -201,11 +198,8 @@ void Runtime::setBeforeClose(std::function<void()> hook) {
 void Runtime::closeEvents() {
   if (beforeClose_) beforeClose_();
   if (writerReady_.load(std::memory_order_acquire) && writer_) {
-    if (!writer_->close()) {
-      fprintf(stderr, "ranklens: error: the event log %s is incomplete: %s\n", writer_->directory().c_str(),
-              writer_->lastError().c_str());
-      WARN("trace %s: %s", writer_->directory().c_str(), writer_->lastError().c_str());
-    }
+    if (!writer_->close())
+      SAY_ERROR("the event log %s is incomplete: %s", writer_->directory().c_str(), writer_->lastError().c_str());
     if (uint64_t dropped = writer_->stats().recordsDropped)
       WARN("trace %s: %lu records dropped (queue full); the manifest counts them", writer_->directory().c_str(),
            static_cast<unsigned long>(dropped));

@@ -17,6 +17,11 @@ enum LogSubsys : uint64_t {
 
 void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
+// A message the user must see whatever NCCL_DEBUG says (a replay about to give a wrong or no answer): a WARN in
+// NCCL's shape when NCCL_DEBUG shows warnings, else "ranklens: <severity>: <message>" on stderr; once either way,
+// and always ncclGetLastError's text. Severity "" prints "ranklens: <message>".
+void sayAlways(const char* severity, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 // The level, parsed once from NCCL_DEBUG (cheap check before formatting).
 LogLevel logLevel();
 // Re-reads NCCL_DEBUG* (ncclResetDebugInit).
@@ -29,6 +34,9 @@ void setLastErrorText(const char* text);
 
 // WARN always stores the message for ncclGetLastError, even when NCCL_DEBUG hides it (as NCCL does).
 #define WARN(...) ::nccl_fake::logMessage(::nccl_fake::kLogWarn, ::nccl_fake::kSubAll, __FILE__, __LINE__, __VA_ARGS__)
+#define SAY_ERROR(...) ::nccl_fake::sayAlways("error", __FILE__, __LINE__, __VA_ARGS__)
+#define SAY_WARNING(...) ::nccl_fake::sayAlways("warning", __FILE__, __LINE__, __VA_ARGS__)
+#define SAY(...) ::nccl_fake::sayAlways("", __FILE__, __LINE__, __VA_ARGS__)
 #define INFO(SUBSYS, ...)                                                                     \
   do {                                                                                        \
     if (::nccl_fake::logLevel() >= ::nccl_fake::kLogInfo)                                     \
