@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ranklens/shown_value.h"
+
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -13,27 +15,7 @@
 
 namespace ranklens::tools {
 
-// `text` for an error line: at most `limit` bytes of it, each control character (and DEL) as \n, \t, \r or \xNN, and
-// when cut, "... (N bytes)" with its whole size.
-inline std::string shownValue(const std::string& text, size_t limit = 200) {
-  std::string out;
-  const size_t shown = text.size() > limit ? limit : text.size();
-  for (size_t i = 0; i < shown; ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c < 0x20 || c == 0x7f) {
-      char hex[8];
-      snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (shown < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
-  return out;
-}
+using ranklens::shownValue;
 
 // An error message that may quote values (CLI11's do): every word (a run without spaces) cut and escaped as
 // shownValue does, so that the message around a huge or hostile value stays readable.

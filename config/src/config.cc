@@ -2,6 +2,7 @@
 // Settings loader. One descriptor table (kKeys) drives the YAML keys, the environment overrides, validation and
 // describe(), so a knob is added in exactly one place. yaml-cpp throws: every public function catches everything.
 #include "ranklens/config.h"
+#include "ranklens/shown_value.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -78,25 +79,8 @@ YAML::Mark valueMark(const YAML::Node& key, const YAML::Node& value) {
   return value.IsNull() || value.Mark().is_null() ? key.Mark() : value.Mark();
 }
 
-// A value or key from the file or the environment in an error line: at most 200 bytes of it, control characters as
-// \xNN, and when cut its whole size, so that a megabyte value or an escape sequence neither floods nor rewrites the
-// terminal (the tools' shownValue, tools/cli_text.h, does the same for arguments).
-std::string shown(const std::string& text) {
-  constexpr size_t kLimit = 200;
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < kLimit; ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char hex[8];
-      snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (text.size() > kLimit) out += "... (" + std::to_string(text.size()) + " bytes)";
-  return out;
-}
+// A value or key from the file or the environment in an error line, as the tools quote arguments.
+std::string shown(const std::string& text) { return ranklens::shownValue(text); }
 
 std::string badValue(const std::string& where, const std::string& value, const std::string& key,
                      const std::string& expected) {
