@@ -133,6 +133,12 @@ struct TraceReader::Impl {
     allProblems.insert(allProblems.end(), found.begin(), found.end());
   }
 
+  // A writer rolls segments over at tens of MiB (WriterOptions::segmentBytes, plus one record): a segment of
+  // gigabytes is damaged or sparse, and reading it whole would exhaust memory before saying which file it is.
+  bool readSegment(uint32_t index, std::vector<uint8_t>* data, std::string* err) {
+    return readFile(segPath(index), kMaxSegmentFileBytes, data, err);
+  }
+
   // Where segment `index` stops being readable (docs/trace-format.md: readers stop reading a segment at its first
   // damaged frame, whichever way they read it): walked once per segment, its damage reported as a scan would.
   uint64_t intactEnd(uint32_t index) {
@@ -141,7 +147,7 @@ struct TraceReader::Impl {
     std::vector<uint8_t> data;
     std::string err;
     uint64_t end = 0;
-    if (!readFile(segPath(index), ~0ull, &data, &err)) {
+    if (!readSegment(index, &data, &err)) {
       checkProblems.push_back({segPath(index), 0, err, false});
     } else {
       Problem problem;
@@ -252,9 +258,7 @@ struct TraceReader::Impl {
     for (uint32_t i = 0; i < segments.size() && !stopped; ++i) {
       std::vector<uint8_t> data;
       std::string err;
-      // A writer rolls segments over at tens of MiB (WriterOptions::segmentBytes, plus one record): a segment of
-      // gigabytes is damaged or sparse, and reading it whole would exhaust memory before saying which file it is.
-      if (!readFile(segPath(i), kMaxSegmentFileBytes, &data, &err)) {
+      if (!readSegment(i, &data, &err)) {
         scanProblems.push_back({segPath(i), 0, err, false});
         continue;
       }
