@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fr_dump.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -451,195 +453,106 @@ class PickleReader {
 
 // --------------------------------------------------------------------------------------------------- JSON reader
 
-class JsonReader {
+// torch's JSON dump, through nlohmann's SAX parser (iterative: no recursion to exhaust on hostile nesting) into the
+// same Value tree as a pickle, so that one dump parser reads both; a dict keeps every key in order, as a pickle's.
+class JsonBuilder : public nlohmann::json_sax<nlohmann::json> {
  public:
-  JsonReader(const std::string& t, const Limits& limits, Pickle* out) : t_(t), limits_(limits), out_(out) {}
-  bool run(const std::string& name, std::string* error) {
-    const Value* v = nullptr;
-    if (!value(0, &v) || (ws(), pos_ != t_.size() && fail("text after the JSON value"))) {
-      *error = name + ": offset " + std::to_string(pos_) + ": " + error_;
-      return false;
-    }
-    out_->root = v;
-    return true;
+  JsonBuilder(const Limits& limits, Pickle* out) : limits_(limits), out_(out) {}
+  const std::string& error() const { return error_; }
+  size_t errorAt() const { return errorAt_; }
+
+  bool null() override { return add(make(Value::Kind::kNone)); }
+  bool boolean(bool v) override {
+    Value* x = make(Value::Kind::kBool);
+    if (x) x->b = v;
+    return add(x);
   }
+  bool number_integer(number_integer_t v) override {
+    Value* x = make(Value::Kind::kInt);
+    if (x) x->i = v;
+    return add(x);
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (v > static_cast<uint64_t>(INT64_MAX)) return number_float(static_cast<double>(v), "");
+    return number_integer(static_cast<int64_t>(v));
+  }
+  bool number_float(number_float_t v, const string_t&) override {
+    Value* x = make(Value::Kind::kFloat);
+    if (x) x->f = v;
+    return add(x);
+  }
+  bool string(string_t& v) override {
+    Value* x = text(v);
+    return x != nullptr && add(x);
+  }
+  bool binary(binary_t&) override { return fail("binary value"); }
+  bool start_object(std::size_t) override { return open(Value::Kind::kDict); }
+  bool key(string_t& v) override {
+    key_ = text(v);
+    return key_ != nullptr;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(Value::Kind::kList); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    errorAt_ = position;
+    return fail(position >= total_ ? "the text ends where more was expected (truncated)" : e.what());
+  }
+  void setTotal(size_t n) { total_ = n; }
 
  private:
   bool fail(const std::string& why) {
     if (error_.empty()) error_ = why;
     return false;
   }
-  void ws() {
-    while (pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\n' || t_[pos_] == '\r')) ++pos_;
-  }
   Value* make(Value::Kind k) {
-    if (out_->arena.size() >= limits_.maxValues) return nullptr;
+    if (out_->arena.size() >= limits_.maxValues) {
+      fail("more values than the limit");
+      return nullptr;
+    }
     out_->arena.push_back(std::make_unique<Value>());
     out_->arena.back()->kind = k;
     return out_->arena.back().get();
   }
-  bool lit(const char* word) {
-    const size_t n = std::strlen(word);
-    if (t_.compare(pos_, n, word) != 0) return fail("invalid literal");
-    pos_ += n;
-    return true;
+  Value* text(const std::string& v) {
+    if (v.size() > limits_.maxStringBytes) {
+      fail("string longer than the limit");
+      return nullptr;
+    }
+    Value* x = make(Value::Kind::kStr);
+    if (x) x->s = v;
+    return x;
   }
-  static void utf8(uint32_t c, std::string* s) {
-    if (c < 0x80) {
-      *s += static_cast<char>(c);
-    } else if (c < 0x800) {
-      *s += static_cast<char>(0xc0 | (c >> 6));
-      *s += static_cast<char>(0x80 | (c & 0x3f));
-    } else if (c < 0x10000) {
-      *s += static_cast<char>(0xe0 | (c >> 12));
-      *s += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      *s += static_cast<char>(0x80 | (c & 0x3f));
+  // Places a finished value in the open container (after its key in a dict), or as the document.
+  bool add(Value* v) {
+    if (v == nullptr) return false;
+    if (open_.empty()) {
+      out_->root = v;
+    } else if (open_.back()->kind == Value::Kind::kDict) {
+      open_.back()->entries.emplace_back(key_, v);
     } else {
-      *s += static_cast<char>(0xf0 | (c >> 18));
-      *s += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
-      *s += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      *s += static_cast<char>(0x80 | (c & 0x3f));
-    }
-  }
-  bool hex4(uint32_t* c) {
-    if (t_.size() - pos_ < 4) return fail("truncated \\u escape");
-    *c = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char h = t_[pos_++];
-      *c <<= 4;
-      if (h >= '0' && h <= '9') *c |= h - '0';
-      else if (h >= 'a' && h <= 'f') *c |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F') *c |= h - 'A' + 10;
-      else return fail("bad \\u escape");
+      open_.back()->items.push_back(v);
     }
     return true;
   }
-  bool str(std::string* s) {
-    ++pos_;  // the opening quote
-    for (;;) {
-      if (pos_ >= t_.size()) return fail("unterminated string");
-      const char ch = t_[pos_++];
-      if (ch == '"') break;
-      if (static_cast<unsigned char>(ch) < 0x20) return fail("control character in a string");
-      if (ch != '\\') {
-        *s += ch;
-        continue;
-      }
-      if (pos_ >= t_.size()) return fail("unterminated string");
-      const char e = t_[pos_++];
-      switch (e) {
-        case '"': *s += '"'; break;
-        case '\\': *s += '\\'; break;
-        case '/': *s += '/'; break;
-        case 'b': *s += '\b'; break;
-        case 'f': *s += '\f'; break;
-        case 'n': *s += '\n'; break;
-        case 'r': *s += '\r'; break;
-        case 't': *s += '\t'; break;
-        case 'u': {
-          uint32_t c;
-          if (!hex4(&c)) return false;
-          if (c >= 0xd800 && c < 0xdc00 && t_.compare(pos_, 2, "\\u") == 0) {
-            pos_ += 2;
-            uint32_t lo;
-            if (!hex4(&lo)) return false;
-            if (lo < 0xdc00 || lo >= 0xe000) return fail("unpaired surrogate");
-            c = 0x10000 + ((c - 0xd800) << 10) + (lo - 0xdc00);
-          }
-          utf8(c, s);
-          break;
-        }
-        default: return fail("bad escape");
-      }
-      if (s->size() > limits_.maxStringBytes) return fail("string longer than the limit");
-    }
+  bool open(Value::Kind k) {
+    if (open_.size() >= limits_.maxStack) return fail("nested deeper than the limit");
+    Value* v = make(k);
+    if (v == nullptr || !add(v)) return false;
+    open_.push_back(v);
     return true;
   }
-  bool value(int depth, const Value** out) {
-    if (depth > 256) return fail("nested deeper than 256");
-    ws();
-    if (pos_ >= t_.size()) return fail("the text ends where a value was expected (truncated)");
-    const char ch = t_[pos_];
-    Value* v = nullptr;
-    if (ch == '{' || ch == '[') {
-      v = make(ch == '{' ? Value::Kind::kDict : Value::Kind::kList);
-      if (v == nullptr) return fail("more values than the limit");
-      ++pos_;
-      ws();
-      const char close = ch == '{' ? '}' : ']';
-      if (pos_ < t_.size() && t_[pos_] == close) {
-        ++pos_;
-      } else {
-        for (;;) {
-          const Value* key = nullptr;
-          if (ch == '{') {
-            ws();
-            if (pos_ >= t_.size() || t_[pos_] != '"') return fail("expected a string key");
-            Value* k = make(Value::Kind::kStr);
-            if (k == nullptr) return fail("more values than the limit");
-            if (!str(&k->s)) return false;
-            key = k;
-            ws();
-            if (pos_ >= t_.size() || t_[pos_] != ':') return fail("expected ':'");
-            ++pos_;
-          }
-          const Value* item = nullptr;
-          if (!value(depth + 1, &item)) return false;
-          if (ch == '{') v->entries.emplace_back(key, item);
-          else v->items.push_back(item);
-          ws();
-          if (pos_ < t_.size() && t_[pos_] == ',') { ++pos_; continue; }
-          if (pos_ < t_.size() && t_[pos_] == close) { ++pos_; break; }
-          return fail(std::string("expected ',' or '") + close + "'");
-        }
-      }
-    } else if (ch == '"') {
-      v = make(Value::Kind::kStr);
-      if (v == nullptr) return fail("more values than the limit");
-      if (!str(&v->s)) return false;
-    } else if (ch == 't' || ch == 'f') {
-      if (!lit(ch == 't' ? "true" : "false")) return false;
-      v = make(Value::Kind::kBool);
-      if (v == nullptr) return fail("more values than the limit");
-      v->b = ch == 't';
-    } else if (ch == 'n') {
-      if (!lit("null")) return false;
-      v = make(Value::Kind::kNone);
-      if (v == nullptr) return fail("more values than the limit");
-    } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
-      const size_t start = pos_;
-      bool integral = true;
-      if (t_[pos_] == '-') ++pos_;
-      while (pos_ < t_.size() && std::strchr("0123456789.eE+-", t_[pos_]) != nullptr) {
-        if (t_[pos_] == '.' || t_[pos_] == 'e' || t_[pos_] == 'E') integral = false;
-        ++pos_;
-      }
-      const std::string num = t_.substr(start, pos_ - start);
-      char* end = nullptr;
-      errno = 0;
-      long long x = integral ? std::strtoll(num.c_str(), &end, 10) : 0;
-      if (integral && *end == '\0' && errno == 0 && num != "-") {
-        v = make(Value::Kind::kInt);
-        if (v == nullptr) return fail("more values than the limit");
-        v->i = x;
-      } else {
-        const double d = std::strtod(num.c_str(), &end);
-        if (*end != '\0' || num.empty() || num == "-") return fail("malformed number");
-        v = make(Value::Kind::kFloat);
-        if (v == nullptr) return fail("more values than the limit");
-        v->f = d;
-      }
-    } else {
-      return fail("unexpected character");
-    }
-    *out = v;
+  bool close() {
+    open_.pop_back();
     return true;
   }
 
-  const std::string& t_;
   const Limits& limits_;
   Pickle* out_;
-  size_t pos_ = 0;
+  std::vector<Value*> open_;
+  const Value* key_ = nullptr;
+  size_t total_ = 0;
+  size_t errorAt_ = std::string::npos;  // known only for the parser's own errors, not for a limit
   std::string error_;
 };
 
@@ -848,8 +761,15 @@ bool readJson(const std::string& text, const std::string& name, Pickle* out, std
               const Limits& limits) {
   out->arena.clear();
   out->root = nullptr;
-  JsonReader reader(text, limits, out);
-  return reader.run(name, error);
+  JsonBuilder builder(limits, out);
+  builder.setTotal(text.size());
+  if (!nlohmann::json::sax_parse(text, &builder) || out->root == nullptr) {
+    *error = name + ": " +
+             (builder.errorAt() == std::string::npos ? "" : "offset " + std::to_string(builder.errorAt()) + ": ") +
+             (builder.error().empty() ? std::string("no JSON value") : builder.error());
+    return false;
+  }
+  return true;
 }
 
 int rankFromFileName(const std::string& path) {
