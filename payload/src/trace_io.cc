@@ -273,32 +273,6 @@ void describeHost(Manifest* manifest) {
   if (sched_getaffinity(0, sizeof(set), &set) == 0) manifest->cpus = CPU_COUNT(&set);
 }
 
-// Strict UTF-8 (as Python decodes it): no overlong forms, no surrogates, nothing above U+10FFFF.
-bool validUtf8(const char* text, size_t size) {
-  const auto* p = reinterpret_cast<const unsigned char*>(text);
-  size_t i = 0;
-  while (i < size) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t n = 0;
-    uint32_t low = 0, cp = 0;
-    if ((c & 0xE0) == 0xC0) n = 1, low = 0x80, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) n = 2, low = 0x800, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) n = 3, low = 0x10000, cp = c & 0x07;
-    else return false;
-    if (size - i <= n) return false;
-    for (size_t k = 1; k <= n; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    if (cp < low || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
 
 }  // namespace trace
 }  // namespace ranklens

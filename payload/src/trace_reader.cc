@@ -49,6 +49,7 @@ size_t listedFields(RecordType type) {
     case RecordType::kPayloadRef: return 13;
     case RecordType::kEdit: return 9;
     case RecordType::kCommBinding: return 4;
+    case RecordType::kFlightRecorderEntry: return 22;
   }
   return 0;
 }
@@ -91,6 +92,7 @@ bool recordWellFormed(RecordType type, const msgpack::object& body, std::string*
       case RecordType::kPayloadRef: convertCheck<PayloadRef>(body); break;
       case RecordType::kEdit: convertCheck<Edit>(body); break;
       case RecordType::kCommBinding: convertCheck<CommBinding>(body); break;
+      case RecordType::kFlightRecorderEntry: convertCheck<FlightRecorderEntry>(body); break;
       default: return true;  // a type this reader does not know: skipped, not checked
     }
   } catch (const std::exception& e) {
