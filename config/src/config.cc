@@ -46,14 +46,17 @@ constexpr const char* kEstimateTargetNames[] = {"observed", "transfer"};
 constexpr const char* kSectionNames[] = {"common", "record", "replay"};
 
 constexpr const char* kConfigVar = "RANKLENS_CONFIG";
-// Read by other modules (record mode, launcher); listed so they are not reported as typos.
-constexpr const char* kAllowedVars[] = {"RANKLENS_RANK", "RANKLENS_WORLD_SIZE", "RANKLENS_PROGRESS",
+// RANKLENS_* variables that are not settings (docs/config.md, "Variables read from the job"); listed so that they
+// are not reported as typos.
+constexpr const char* kAllowedVars[] = {"RANKLENS_PROGRESS",  // readContext, for the tools
+                                         // the launcher to the Python adapter (tools/python)
                                          "RANKLENS_ADAPTER", "RANKLENS_ADAPTER_STORE", "RANKLENS_ADAPTER_MARKS",
-                                         "RANKLENS_COMMIT",
-                                         // launcher to placement library (ranklens/share_gpu.h)
+                                         // the launcher to the placement library (ranklens/share_gpu.h)
                                          "RANKLENS_SHARE_GPU", "RANKLENS_SHARE_GPU_VISIBLE",
                                          "RANKLENS_SHARE_GPU_LOCAL_RANK",
-                                         "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS", "RANKLENS_KEEP_TEST_DIRS"};
+                                         // benchmarks and tests
+                                         "RANKLENS_COMMIT", "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS",
+                                         "RANKLENS_KEEP_TEST_DIRS", "RANKLENS_TEST_EDIT_STOP_AFTER"};
 
 template <typename E, size_t N>
 const char* enumName(E value, const char* const (&names)[N]) {

@@ -131,18 +131,22 @@ TEST(ConfigEnums, EstimateTargetFromEnvAndYaml) {
 // Knobs that existed for one benchmark or experiment are gone: the file names them as unknown keys, and a variable
 // that still sets one is reported as not RankLens's.
 TEST(ConfigValues, RemovedKnobsAreUnknownKeys) {
-  for (const char* key : {"record_alternate_steps", "hold_traffic"}) {
+  for (const char* key : {"record_alternate_steps", "hold_traffic", "rank"}) {
     Loaded r = fromYaml(std::string(key) + ": 1\n");
     ASSERT_FALSE(r.ok) << key;
     EXPECT_EQ(r.status.code(), Status::Code::kInvalidArgument);
     EXPECT_EQ(r.error.rfind(std::string("cfg.yaml:1:1: unknown key '") + key + "' (known keys: mode,", 0), 0u)
         << r.error;
   }
-  Loaded r = fromEnv({{"RANKLENS_RECORD_ALTERNATE_STEPS", "5"}, {"RANKLENS_HOLD_TRAFFIC", "2"}});
+  // RANKLENS_RANK and RANKLENS_WORLD_SIZE were reserved names that nothing read: RANK and WORLD_SIZE are the job's.
+  Loaded r = fromEnv({{"RANKLENS_RECORD_ALTERNATE_STEPS", "5"}, {"RANKLENS_HOLD_TRAFFIC", "2"},
+                      {"RANKLENS_RANK", "3"}, {"RANKLENS_WORLD_SIZE", "4"}});
   ASSERT_TRUE(r.ok) << r.error;
-  ASSERT_EQ(r.warnings.size(), 2u);
+  ASSERT_EQ(r.warnings.size(), 4u);
   EXPECT_EQ(r.warnings[0].rfind("RANKLENS_HOLD_TRAFFIC is not a RankLens variable and is ignored", 0), 0u);
-  EXPECT_EQ(r.warnings[1].rfind("RANKLENS_RECORD_ALTERNATE_STEPS is not a RankLens variable and is ignored", 0), 0u);
+  EXPECT_EQ(r.warnings[1].rfind("RANKLENS_RANK is not a RankLens variable and is ignored", 0), 0u);
+  EXPECT_EQ(r.warnings[2].rfind("RANKLENS_RECORD_ALTERNATE_STEPS is not a RankLens variable and is ignored", 0), 0u);
+  EXPECT_EQ(r.warnings[3].rfind("RANKLENS_WORLD_SIZE is not a RankLens variable and is ignored", 0), 0u);
 }
 
 TEST(ConfigDefaults, CommentOnlyYamlGivesDefaults) {
@@ -694,8 +698,9 @@ TEST(ConfigWarnings, KnownAndAllowedVariablesDoNotWarn) {
   Loaded r = fromEnv({{"RANKLENS_MODE", "replay"},
                           {"RANKLENS_CONFIG", ""},
                           {"RANKLENS_REAL_NCCL", "/usr/lib/libnccl.so.2"},
-                          {"RANKLENS_RANK", "3"},
-                          {"RANKLENS_WORLD_SIZE", "4"},
+                          {"RANKLENS_ADAPTER", "1"},
+                          {"RANKLENS_SHARE_GPU_LOCAL_RANK", "4"},
+                          {"RANKLENS_PROGRESS", "0"},
                           {"NCCL_DEBUG", "INFO"},
                           {"RANKLENSX", "1"}});
   ASSERT_TRUE(r.ok) << r.error;
