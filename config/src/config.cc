@@ -232,7 +232,8 @@ Status parseHoldShared(const Input& in, Settings& s) {
     return Status::ok();
   }
   unsigned long long bytes = 0;
-  if (!parseBytes(in, 0, bytes).isOk()) return badValue(in.where, "'" + text + "'", in.key, "auto, sm or a byte count such as 49152");
+  if (!parseBytes(in, 0, bytes).isOk())
+    return badValue(in.where, "'" + text + "'", in.key, "auto, sm or a byte count such as 49152");
   s.hold_shared_bytes = static_cast<long long>(std::min<unsigned long long>(bytes, 1ull << 30));
   return Status::ok();
 }
@@ -336,7 +337,8 @@ Status duplicateKey(const std::string& origin, const YAML::Node& key,
                          std::map<std::string, YAML::Mark>& seen) {
   auto [it, inserted] = seen.emplace(key.Scalar(), key.Mark());
   if (inserted) return Status::ok();
-  return Status::invalidArgument(at(origin, key.Mark()) + ": duplicate key '" + key.Scalar() + "' (first at " + at(origin, it->second) + ")");
+  return Status::invalidArgument(at(origin, key.Mark()) + ": duplicate key '" + key.Scalar() + "' (first at " +
+                                 at(origin, it->second) + ")");
 }
 
 Status parseMembers(const YAML::Node& node, const std::string& origin, const std::string& where,
@@ -352,8 +354,9 @@ Status parseMembers(const YAML::Node& node, const std::string& origin, const std
     }
     auto [it, inserted] = firstAt.emplace(rank, member.Mark());
     if (!inserted) {
-      return Status::invalidArgument(at(origin, member.Mark()) + ": rank " + std::to_string(rank) + " listed twice in '" + name +
-             "' (first at " + at(origin, it->second) + "): expected " + kMembersExpected);
+      return Status::invalidArgument(at(origin, member.Mark()) + ": rank " + std::to_string(rank) +
+                                     " listed twice in '" + name + "' (first at " + at(origin, it->second) +
+                                     "): expected " + kMembersExpected);
     }
     group.members.push_back(static_cast<int>(rank));
   }
@@ -390,7 +393,8 @@ Status parseGroupEntry(const YAML::Node& entry, const std::string& origin, const
       group.name = value.Scalar();
     }
   }
-  if (!haveMembers) return Status::invalidArgument(group.origin + ": '" + name + "' has no 'members': expected " + kMembersExpected);
+  if (!haveMembers)
+    return Status::invalidArgument(group.origin + ": '" + name + "' has no 'members': expected " + kMembersExpected);
   return Status::ok();
 }
 
@@ -551,8 +555,9 @@ Status crossCheck(const Settings& s) {
   for (const MeshColors& e : s.mesh_colors) {
     for (const std::string& dim : e.dims) {
       if (std::none_of(s.mesh.begin(), s.mesh.end(), [&](const MeshDim& d) { return d.name == dim; })) {
-        return Status::invalidArgument(where + ": mesh_colors entry '" + e.text + "' names '" + dim + "', which is not a dimension of the "
-               "mesh " + showMesh(s) + ": use the mesh's names");
+        return Status::invalidArgument(where + ": mesh_colors entry '" + e.text + "' names '" + dim +
+                                       "', which is not a dimension of the mesh " + showMesh(s) +
+                                       ": use the mesh's names");
       }
     }
   }
@@ -920,16 +925,17 @@ Status applyYaml(const std::string& text, const std::string& origin, Settings& s
   }
   if (root.IsNull()) return Status::ok();  // empty file or only comments: all defaults
   if (!root.IsMap()) {
-    return Status::invalidArgument(at(origin, root.Mark()) + ": top level must be a map of settings (key: value), not " +
-           (root.IsSequence() ? "a sequence" : "a scalar"));
+    return Status::invalidArgument(at(origin, root.Mark()) +
+                                   ": top level must be a map of settings (key: value), not " +
+                                   (root.IsSequence() ? "a sequence" : "a scalar"));
   }
   std::map<std::string, YAML::Mark> seen;
   for (const auto& kv : root) {
     const YAML::Node& key = kv.first;
     const KeyDesc* d = key.IsScalar() ? findKey(key.Scalar()) : nullptr;
     if (!d) {
-      return Status::invalidArgument(at(origin, key.Mark()) + ": unknown key '" + shown(key.IsScalar() ? key.Scalar() : "") +
-             "' (known keys: " + knownKeys() + ")");
+      return Status::invalidArgument(at(origin, key.Mark()) + ": unknown key '" +
+                                     shown(key.IsScalar() ? key.Scalar() : "") + "' (known keys: " + knownKeys() + ")");
     }
     RL_CHECK(duplicateKey(origin, key, seen));
     const YAML::Node& value = kv.second;
