@@ -388,7 +388,8 @@ TEST(ConfigContext, LauncherVariables) {
   EXPECT_EQ(readContext(GetEnv()).local_ranks, 1);
 
   FakeEnv set({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-               {"NCCL_COMM_BLOCKING", "0"}, {"RANKLENS_PROGRESS", "1"}, {"RANKLENS_SHARE_GPU_LOCAL_RANK", "5"}});
+               {"NCCL_COMM_BLOCKING", "0"}, {"RANKLENS_PROGRESS", "1"},
+               {"RANKLENS_SHARE_GPU_LOCAL_RANK", "5"}});
   Context c = readContext(set.getenv());
   EXPECT_EQ(c.rank, "3");
   EXPECT_EQ(c.rank_number, 3);
