@@ -134,10 +134,11 @@ void emitTiming(const CallInfo& info, int64_t durationNs, uint64_t groupId, bool
   Runtime::get().emit(ranklens::trace::RecordType::kTiming, t);
 }
 
-// `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory.
-Status holdStream(Session* s, const CallInfo& info, int64_t durationNs, int64_t restoreNs, uint64_t groupId,
+// `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory. On the
+// per-call path: a Status is built (and turned into the WARN and NCCL's code) only when the hold fails.
+ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, int64_t restoreNs, uint64_t groupId,
                   uint64_t callBytes) {
-  if (durationNs < 0) return Status::ok();
+  if (durationNs < 0) return ncclSuccess;
   const bool kernelTime = info.recorded != nullptr && !info.estimated && info.recorded->kernelClock;
   const int64_t ns = holdFor(s->holds, durationNs, restoreNs, info.arrival != 0, kernelTime);
   const ranklens::device::PaceRequest pace =
@@ -149,16 +150,16 @@ Status holdStream(Session* s, const CallInfo& info, int64_t durationNs, int64_t 
     s->counters.heldNs += static_cast<uint64_t>(ns);
     s->counters.pacedHolds += pace.known;
   }
-  if (ns == 0 && pace.chain == 0) return Status::ok();
+  if (ns == 0 && pace.chain == 0) return ncclSuccess;
   ranklens::device::HoldRequest hold;
   hold.nanoseconds = static_cast<uint64_t>(ns);
   hold.label = groupId ? "Group" : info.opName;
   hold.arrival = info.arrival;
   hold.callBytes = callBytes;
   hold.pace = pace;
-  if (Runtime::get().device().hold(hold, info.stream) == 0) return Status::ok();
-  return Status::cudaError("replay: " + std::string(info.opName) + ": holding the stream for " + std::to_string(ns) +
-                           " ns failed: " + ranklens::device::lastError());
+  if (Runtime::get().device().hold(hold, info.stream) == 0) return ncclSuccess;
+  return toNccl(Status::cudaError("replay: " + std::string(info.opName) + ": holding the stream for " +
+                                  std::to_string(ns) + " ns failed: " + ranklens::device::lastError()));
 }
 
 // The duration to hold a group's stream for, from its first call there (`held`, marked estimated when the duration
@@ -193,10 +194,11 @@ int64_t groupDuration(Session* s, const std::vector<CallInfo>& calls, CallInfo* 
   return duration;
 }
 
-Status arriveOn(const CallInfo& info, uint64_t* arrival) {
-  if (Runtime::get().device().arrive(info.stream, info.captured, arrival) == 0) return Status::ok();
-  return Status::cudaError("replay: " + std::string(info.opName) + ": marking the stream's arrival failed: " +
-                           ranklens::device::lastError());
+// Marks the stream's arrival; a Status (the WARN and NCCL's code) only when that fails, as for holdStream.
+ncclResult_t arriveOn(const CallInfo& info, uint64_t* arrival) {
+  if (Runtime::get().device().arrive(info.stream, info.captured, arrival) == 0) return ncclSuccess;
+  return toNccl(Status::cudaError("replay: " + std::string(info.opName) + ": marking the stream's arrival failed: " +
+                                  ranklens::device::lastError()));
 }
 
 // Waits until `deadlineNs` (monotonic): sleeps the long part (the kernel wakes us ~50 us late at worst), spins the
@@ -255,7 +257,7 @@ void holdHostGroup(int64_t startNs, const std::vector<CallInfo>& calls) {
 ncclResult_t markArrival(CallInfo* info) {
   Session* s = loaded;
   if (s == nullptr || s->fidelity == Fidelity::kStructure || info->durationNs < 0) return ncclSuccess;
-  return toNccl(arriveOn(*info, &info->arrival));
+  return arriveOn(*info, &info->arrival);
 }
 
 // A group's stream is held even when its first call has no duration of its own (holdGroup), so every stream is
@@ -266,8 +268,8 @@ ncclResult_t markArrivals(std::vector<CallInfo>* calls) {
   for (CallInfo& first : *calls) {
     if (first.arrival != 0) continue;
     uint64_t arrival = 0;
-    const Status arrived = arriveOn(first, &arrival);
-    if (!arrived.isOk()) return toNccl(arrived);
+    const ncclResult_t arrived = arriveOn(first, &arrival);
+    if (arrived != ncclSuccess) return arrived;
     if (arrival == 0) return ncclSuccess;  // no marks on this device
     for (CallInfo& c : *calls)
       if (c.stream == first.stream) c.arrival = arrival;
@@ -284,7 +286,7 @@ ncclResult_t settle(ncclResult_t ret) {
 ncclResult_t holdCall(const CallInfo& info) {
   Session* s = loaded;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return ncclSuccess;
-  return toNccl(holdStream(s, info, info.durationNs, restoreCostNs(s->holds, info), 0, bytesOf(info)));
+  return holdStream(s, info, info.durationNs, restoreCostNs(s->holds, info), 0, bytesOf(info));
 }
 
 ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
@@ -303,9 +305,9 @@ ncclResult_t holdGroup(const std::vector<CallInfo>& calls) {
     }
     CallInfo held = first;
     const int64_t duration = groupDuration(s, calls, &held, bytes);
-    const Status status =
+    const ncclResult_t ret =
         holdStream(s, held, duration, restoreNs, first.recorded ? first.recorded->call.groupId : 1, bytes);
-    if (!status.isOk()) return toNccl(status);
+    if (ret != ncclSuccess) return ret;
   }
   return ncclSuccess;
 }

@@ -114,11 +114,19 @@ void skipCaptured(Session* s, const CallInfo& info) {
   s->counters.filledWithoutPayload++;
 }
 
+// The edge of a failed restore: said as it must be (an unreadable payload whatever NCCL_DEBUG is, a failed copy as
+// a WARN), and NCCL's code. The per-call path builds a Status only on failure, so a restore costs no Status.
+ncclResult_t restoreFailed(const Status& status) {
+  if (status.code() == Status::Code::kSystemError) SAY_ERROR("%s", status.message().c_str());
+  else WARN("%s", status.message().c_str());
+  return ncclCodeOf(status);
+}
+
 // A recorded payload that cannot be read is a wrong answer, not a detail: the receive buffer would get the fill and
 // every value computed from it would be another run's. Said on stderr whatever NCCL_DEBUG is, because a replay that
 // reports success with a filled call is the failure on_payload_error exists to prevent. Fails under
-// on_payload_error: error; else the call is filled (*restored false).
-Status payloadUnreadable(Session* s, const CallInfo& info, const std::string& error, bool* restored) {
+// on_payload_error: error; else the call is filled.
+Status payloadUnreadable(Session* s, const CallInfo& info, const std::string& error) {
   const bool stop = s->restore.onError == ranklens::config::OnPayloadError::kError;
   const std::string what = "replay: " + std::string(info.opName) + " comm " + std::to_string(info.comm->id) +
                            " seq " + std::to_string(info.seq) + ": the recorded payload cannot be restored: " + error;
@@ -127,7 +135,6 @@ Status payloadUnreadable(Session* s, const CallInfo& info, const std::string& er
     s->counters.payloadFailures++;
     if (!stop) s->counters.filledWithoutPayload++;
   }
-  *restored = stop;  // a failed call counts as handled: no fill
   if (stop)
     return Status::systemError(what + "; the call fails with ncclSystemError (check the trace with rlpayload "
                                       "verify; RANKLENS_ON_PAYLOAD_ERROR=warn fills the call and goes on)");
@@ -137,7 +144,7 @@ Status payloadUnreadable(Session* s, const CallInfo& info, const std::string& er
 }
 
 // Copies the staged payload into the receive buffer on the call's stream and releases it once the copy has passed.
-Status copyStaged(Session* s, const CallInfo& info, const PayloadPrefetcher::Staged& staged) {
+ncclResult_t copyStaged(Session* s, const CallInfo& info, const PayloadPrefetcher::Staged& staged) {
   ranklens_restore_payload(info.comm->id, info.seq, info.opName, info.recvbuff, staged.data, staged.bytes);
   info.restoredBytes = staged.bytes;
   info.restoredFromDevice = staged.onDevice;
@@ -149,32 +156,32 @@ Status copyStaged(Session* s, const CallInfo& info, const PayloadPrefetcher::Sta
     // Without a fence the copy's completion is unknown: wait for the stream's work to settle by never reusing it.
     s->restore.prefetcher->release(info.recorded,
                                    copyErr == 0 ? std::function<bool()>([] { return false; }) : nullptr);
-    return Status::cudaError("replay: " + std::string(info.opName) + " comm " + std::to_string(info.comm->id) +
-                             " seq " + std::to_string(info.seq) + ": restoring the recorded payload failed: " +
-                             ranklens::device::lastError());
+    return restoreFailed(Status::cudaError("replay: " + std::string(info.opName) + " comm " +
+                                           std::to_string(info.comm->id) + " seq " + std::to_string(info.seq) +
+                                           ": restoring the recorded payload failed: " +
+                                           ranklens::device::lastError()));
   }
   s->restore.prefetcher->release(info.recorded, [&device, fence] { return device.passed(fence); });
   std::lock_guard<std::mutex> lock(s->mu);
   s->counters.payloadsRestored++;
   s->counters.payloadBytesRestored += staged.bytes;
-  return Status::ok();
+  return ncclSuccess;
 }
 
-// restorePayload with the session loaded: whether the call was handled (restored, or failed), and its failure.
-Status restoreInto(Session* s, const CallInfo& info, bool* restored) {
-  *restored = false;
+// restorePayload with the session loaded.
+bool restoreInto(Session* s, const CallInfo& info, ncclResult_t* result) {
   const uint64_t bytes = bytesOf(info);
-  if (bytes == 0 || info.op == ranklens::events::Op::kSend) return Status::ok();
+  if (bytes == 0 || info.op == ranklens::events::Op::kSend) return false;
   if (!restores(*s, info.recorded) || !s->restore.prefetcher) {
     if (s->fidelity == Fidelity::kValue) {  // at timing only control payloads are restored: the rest is expected
       std::lock_guard<std::mutex> lock(s->mu);
       s->counters.filledWithoutPayload++;
     }
-    return Status::ok();
+    return false;
   }
   if (info.captured) {
     skipCaptured(s, info);
-    return Status::ok();
+    return false;
   }
   PayloadPrefetcher::Staged staged;
   std::string error;
@@ -182,10 +189,13 @@ Status restoreInto(Session* s, const CallInfo& info, bool* restored) {
     if (error.empty())
       error = "recorded " + std::to_string(staged.bytes) + " bytes, the call receives " + std::to_string(bytes);
     if (staged.data) s->restore.prefetcher->release(info.recorded, nullptr);
-    return payloadUnreadable(s, info, error, restored);
+    const Status failure = payloadUnreadable(s, info, error);
+    if (failure.isOk()) return false;  // on_payload_error: warn: filled
+    *result = restoreFailed(failure);
+    return true;
   }
-  *restored = true;
-  return copyStaged(s, info, staged);
+  *result = copyStaged(s, info, staged);
+  return true;
 }
 
 }  // namespace
@@ -219,14 +229,7 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
   *result = ncclSuccess;
   Session* s = loaded;
   if (s == nullptr || s->fidelity == Fidelity::kStructure) return false;
-  bool restored = false;
-  const Status status = restoreInto(s, info, &restored);
-  if (status.isOk()) return restored;
-  // An unreadable payload is said whatever NCCL_DEBUG is (payloadUnreadable); a failed copy is a WARN.
-  if (status.code() == Status::Code::kSystemError) SAY_ERROR("%s", status.message().c_str());
-  else WARN("%s", status.message().c_str());
-  *result = ncclCodeOf(status);
-  return true;
+  return restoreInto(s, info, result);
 }
 
 }  // namespace replay
