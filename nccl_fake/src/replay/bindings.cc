@@ -61,7 +61,8 @@ Status bindAtCreation(Session* s, const ncclComm* comm) {
     if (!s->bindings.taken(comms[i].commId)) recorded += "\n    " + describeComm(comms[i]);
   return Status::invalidUsage(
       "replay: communicator " + std::to_string(comm->id) + " (" + comm->how + ", rank " + std::to_string(comm->rank) +
-      " of " + std::to_string(comm->nRanks) + (comm->parentId >= 0 ? ", parent " + std::to_string(comm->parentId) : "") +
+      " of " + std::to_string(comm->nRanks) +
+      (comm->parentId >= 0 ? ", parent " + std::to_string(comm->parentId) : "") +
       ") has no counterpart in the recording " + s->recording->directory() + "; unmatched recorded communicators:" +
       (recorded.empty() ? " none" : recorded) +
       (s->policy == OnMismatch::kError

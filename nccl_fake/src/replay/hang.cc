@@ -61,7 +61,8 @@ std::string hangReport(const Session& s, const ranklens::trace::FlightRecorderEn
                            "continue replays on."
                          : s.hang.at == AtHang::kWait ? "" : "Replaying on (at_hang: continue).";
   char head[160];
-  std::snprintf(head, sizeof head, "replay: rank %d reached the call its Flight Recorder dump left %s: where the job hung",
+  std::snprintf(head, sizeof head,
+                "replay: rank %d reached the call its Flight Recorder dump left %s: where the job hung",
                 s.recording->manifest().rank, e.state.c_str());
   return std::string(head) + "\n  " + where + "\n" + ranks + "  the dump's Python stack (innermost first):\n" + stack +
          "  replayed call site:" + callSite() + "\n  " + then;

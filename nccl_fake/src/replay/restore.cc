@@ -54,7 +54,8 @@ PayloadPrefetcher::Options prefetchOptions(Restore* r, Fidelity fidelity, const 
   PayloadPrefetcher::Options options;
   options.arenaBytes = st.prefetch_bytes;
   if (st.prefetch_bytes == 0) {
-    options.arenaBytes = ranklens::trace::autoArenaBytes(r->largestStepPayloadBytes, ranklens::trace::hostMemoryBytes());
+    options.arenaBytes =
+        ranklens::trace::autoArenaBytes(r->largestStepPayloadBytes, ranklens::trace::hostMemoryBytes());
     if (fidelity == Fidelity::kValue)
       INFO(kSubRanklens, "replay: prefetch_bytes auto: %.0f MiB of pinned memory (the recording's largest step "
            "holds %.0f MiB of payloads)", options.arenaBytes / 1048576.0, r->largestStepPayloadBytes / 1048576.0);
