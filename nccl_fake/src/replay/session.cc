@@ -3,7 +3,6 @@
 // process, then each part's loader (estimates, holds, restore) and the line that says what is replayed and how.
 #include "session.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "nccl_fake/debug.h"
@@ -24,14 +23,6 @@ namespace {
 std::once_flag loadOnce;
 Status failure;
 
-int envInt(const char* name) {
-  const char* v = getenv(name);
-  if (v == nullptr || *v == '\0') return -1;
-  char* end = nullptr;
-  long x = strtol(v, &end, 10);
-  return *end == '\0' && x >= 0 ? static_cast<int>(x) : -1;
-}
-
 // A setting as the configuration prints it (e.g. hold_shared_bytes: auto, sm or bytes).
 std::string settingText(const ranklens::config::Settings& settings, const std::string& key) {
   for (const auto& row : ranklens::config::describe(settings))
@@ -40,9 +31,9 @@ std::string settingText(const ranklens::config::Settings& settings, const std::s
 }
 
 // Whether the recording may be replayed by this process: its world size, and a recording that left calls out.
-Status checkRecording(const ranklens::trace::Recording& recording) {
+Status checkRecording(const ranklens::trace::Recording& recording, const ranklens::config::Context& job) {
   const auto& m = recording.manifest();
-  const int worldSize = envInt("WORLD_SIZE");
+  const int worldSize = job.world_size;
   if (m.world_size > 0 && worldSize > 0 && m.world_size != worldSize)
     return Status::invalidUsage("replay_trace " + recording.directory() + " was recorded with WORLD_SIZE " +
                                 std::to_string(m.world_size) + " but this process has WORLD_SIZE " +
@@ -86,9 +77,10 @@ void warnAboutRecording(const Session& s) {
 // The recording of `replay_trace` into the session, checked against this process, its damage and machine reported.
 Status openRecording(Session* s, const ranklens::config::Settings& st) {
   std::string error;
-  s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
+  const ranklens::config::Context job = ranklens::config::readContext();
+  s->recording = ranklens::trace::Recording::open(st.replay_trace, job.rank_number, &error);
   if (!s->recording) return Status::invalidUsage("replay_trace: " + error);
-  RL_CHECK(checkRecording(*s->recording));
+  RL_CHECK(checkRecording(*s->recording, job));
   warnAboutRecording(*s);
   return Status::ok();
 }
@@ -106,14 +98,12 @@ void logSession(const Session& s, const ranklens::config::Settings& st) {
   const auto& cal = s.holds.calibration;
   INFO(kSubInit | kSubRanklens,
        "replaying %s (rank %d of %d, %zu calls, %zu timed, %zu payloads, %zu communicators) at %s fidelity, "
-       "on_mismatch %s; holds %d x %d threads, shared %s, traffic %g (%.0f GB/s), from %s; hold fixed cost %ld ns, "
-       "copy %ld ns + %.4f ns/byte",
+       "on_mismatch %s; holds %d x %d threads, shared %s, from %s; hold fixed cost %ld ns, copy %ld ns + %.4f ns/byte",
        what.c_str(), m.rank, m.world_size, recorded ? s.recording->callCount() : 0,
        recorded ? s.recording->timedCount() : 0, recorded ? s.recording->payloadOrder().size() : 0,
        recorded ? s.recording->comms().size() : 0, ranklens::config::toString(s.fidelity),
        ranklens::config::toString(s.policy), st.hold_blocks, st.hold_threads,
-       settingText(st, "hold_shared_bytes").c_str(), st.hold_traffic,
-       cal.trafficNsPerByte > 0 ? 1.0 / cal.trafficNsPerByte : 0.0, ranklens::config::toString(st.hold_from),
+       settingText(st, "hold_shared_bytes").c_str(), ranklens::config::toString(st.hold_from),
        static_cast<long>(cal.holdFixedNs), static_cast<long>(cal.copyFixedNs), cal.copyNsPerByte);
 }
 
