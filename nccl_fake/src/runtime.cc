@@ -121,11 +121,6 @@ void Runtime::setDeviceForTesting(std::unique_ptr<ranklens::device::StreamDevice
   device_ = std::move(device);
 }
 
-void Runtime::reloadForTesting() {
-  std::lock_guard<std::mutex> lock(mu_);
-  load();
-}
-
 namespace {
 // The rank directory: RANK from the environment, else the rank of the first communicator, else the pid.
 std::string rankDirName(int rankHint) {

@@ -73,7 +73,6 @@ class Runtime {
 
   // For tests: replace the device (e.g. force the host device) before any call; not exported.
   void setDeviceForTesting(std::unique_ptr<ranklens::device::StreamDevice> device);
-  void reloadForTesting();
 
  private:
   Runtime();

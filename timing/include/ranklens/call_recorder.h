@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Record mode's GPU side: the duration of every call and a copy of what it received, measured without
-// synchronising the caller (DESIGN.md, principle 1).
+// synchronising the caller: the training thread never waits on the GPU for RankLens.
 //
 // The training thread brackets each real call (or each stream of a group) with two events from a pool: begin()
 // before the real call, end() after it. Payload copies are enqueued by end() on the call's stream after its end
