@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "nccl_fake/core.h"
+#include "nccl_fake/enqueue.h"
 
 namespace nccl_fake {
 namespace record {
@@ -15,10 +16,14 @@ namespace record {
 // Record mode is configured (and the configuration is valid): the exported functions dispatch here.
 bool active();
 
-// One function per exported symbol, like impl::.
+// One function per exported symbol, like impl:: (collectives and P2P go on to impl::'s shared wrappers).
 #define NCCL_FAKE_API(ret, name, params, args, prof) ret name params;
 #include "nccl_api.def"
 #undef NCCL_FAKE_API
+
+// The backend of one collective or P2P call (enqueue.h's pipeline, through submitCall): forwards it to the real
+// NCCL, records it and observes it (GPU timing, payload capture).
+ncclResult_t recordCall(const CallInfo& info);
 
 // The adapter's stage markers: the step number filters payloads (payload_steps).
 void noteStage(int64_t step);
