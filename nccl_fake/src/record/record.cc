@@ -85,18 +85,17 @@ namespace capture {
 namespace {
 // A recording whose trace cannot be written would be lost whole: a communicator is refused instead, before the real
 // NCCL creates it, with the reason in ncclGetLastError. (`ranklens record` checks its directory before starting.)
-ncclResult_t refuseWithoutTrace(int rankHint) {
+ranklens::Status refuseWithoutTrace(int rankHint) {
   recorder();  // first: its device describes the GPU in the manifest written when the trace opens
-  if (Runtime::get().traceWritable(rankHint)) return ncclSuccess;
-  const std::string why = lastErrorText();
-  WARN("record: %s; no communicator is created, so that the job does not run unrecorded: point RANKLENS_TRACE_DIR "
-       "(trace_dir) at a new directory", why.c_str());
-  return ncclInvalidUsage;
+  if (Runtime::get().traceWritable(rankHint)) return ranklens::Status::ok();
+  return ranklens::Status::invalidUsage(std::string("record: ") + lastErrorText() +
+                                        "; no communicator is created, so that the job does not run unrecorded: "
+                                        "point RANKLENS_TRACE_DIR (trace_dir) at a new directory");
 }
 }  // namespace
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  NCCLCHECK(refuseWithoutTrace(rank));
+  NCCLCHECK(toNcclResult(refuseWithoutTrace(rank)));
   ncclResult_t ret = REAL(ncclCommInitRank)(comm, nranks, commId, rank);
   if (accepted(ret) && comm) registerComm(*comm, nranks, rank, currentDevice(), {"init"}, nullptr, ret);
   return ret;
@@ -104,7 +103,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t* config) {
-  NCCLCHECK(refuseWithoutTrace(rank));
+  NCCLCHECK(toNcclResult(refuseWithoutTrace(rank)));
   ncclResult_t ret = REAL(ncclCommInitRankConfig)(comm, nranks, commId, rank, config);
   if (accepted(ret) && comm) registerComm(*comm, nranks, rank, currentDevice(), {"init"}, config, ret);
   return ret;
@@ -112,14 +111,14 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId c
 
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
                                       ncclConfig_t* config) {
-  NCCLCHECK(refuseWithoutTrace(myrank));
+  NCCLCHECK(toNcclResult(refuseWithoutTrace(myrank)));
   ncclResult_t ret = REAL(ncclCommInitRankScalable)(newcomm, nranks, myrank, nId, commIds, config);
   if (accepted(ret) && newcomm) registerComm(*newcomm, nranks, myrank, currentDevice(), {"initScalable"}, config, ret);
   return ret;
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
-  NCCLCHECK(refuseWithoutTrace(0));
+  NCCLCHECK(toNcclResult(refuseWithoutTrace(0)));
   ncclResult_t ret = REAL(ncclCommInitAll)(comms, ndev, devlist);
   if (accepted(ret) && comms)
     for (int i = 0; i < ndev; ++i) registerComm(comms[i], ndev, i, devlist ? devlist[i] : i, {"initAll"}, nullptr, ret);

@@ -51,12 +51,12 @@ ranklens::device::CopyOptions copyOptions(const config::Settings& s) {
 }
 
 std::unique_ptr<ranklens::device::RecordDevice> makeDevice(const config::Settings& s) {
-  std::string why;
   std::unique_ptr<ranklens::device::RecordDevice> device;
-  if (s.device != config::DeviceKind::kHost) device = ranklens::device::makeCudaRecordDevice(&why, copyOptions(s));
-  if (device) return device;
+  if (s.device == config::DeviceKind::kHost) return ranklens::device::makeHostRecordDevice(copyOptions(s));
+  const ranklens::Status made = ranklens::device::makeCudaRecordDevice(&device, copyOptions(s));
+  if (made.isOk()) return device;
   if (s.device == config::DeviceKind::kCuda)
-    WARN("record: device 'cuda' requested but no usable GPU (%s); timing uses host clocks", why.c_str());
+    WARN("record: device 'cuda' requested but no usable GPU (%s); timing uses host clocks", made.message().c_str());
   return ranklens::device::makeHostRecordDevice(copyOptions(s));
 }
 
@@ -82,10 +82,9 @@ CallRecorder::Options recorderOptions(const config::Settings& s) {
 }
 
 void prepareStaging(CallRecorder& rec, size_t wanted) {
-  std::string error;
-  if (!rec.prepareStaging(&error))
+  if (const ranklens::Status staged = rec.prepareStaging(); !staged.isOk())
     WARN("record: cannot allocate %llu bytes of pinned staging memory (%s); payloads are skipped and counted. "
-         "Lower RANKLENS_STAGING_BYTES", static_cast<unsigned long long>(wanted), error.c_str());
+         "Lower RANKLENS_STAGING_BYTES", static_cast<unsigned long long>(wanted), staged.message().c_str());
   else if (rec.stagingBytes() < wanted)
     WARN("record: %llu MiB of pinned staging memory could not be allocated; using %llu MiB (staging_bytes: auto)",
          static_cast<unsigned long long>(wanted >> 20), static_cast<unsigned long long>(rec.stagingBytes() >> 20));
@@ -161,9 +160,9 @@ void installWriterSetup() {
 // through NCCL_PROFILER_PLUGIN.
 void installKernelClock() {
   if (Runtime::get().settings().timing_clock != config::TimingClock::kKernel) return;
-  std::string why;
-  if (!profiler::install(&why)) {
-    WARN("record: timing_clock kernel is unavailable (%s); durations come from CUDA events", why.c_str());
+  if (const ranklens::Status installed = profiler::install(); !installed.isOk()) {
+    WARN("record: timing_clock kernel is unavailable (%s); durations come from CUDA events",
+         installed.message().c_str());
     return;
   }
   State& st = state();

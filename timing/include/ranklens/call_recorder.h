@@ -87,7 +87,8 @@ class CallRecorder {
   CallRecorder& operator=(const CallRecorder&) = delete;
 
   // Allocates pinned staging memory now (call it where a delay is harmless: communicator creation).
-  bool prepareStaging(std::string* error);
+  // A CUDA error (device::lastError's text) when not even the least size could be pinned; later calls repeat it.
+  Status prepareStaging();
   size_t stagingBytes() const;  // as allocated by prepareStaging (0: none)
   size_t controlReserveBytes() const;  // of those, kept for payloads up to Options::controlBytes
   // Creates `device`'s events ahead of use.
@@ -182,6 +183,7 @@ class CallRecorder {
   size_t stagingSize_ = 0;
   FreeList stagingFree_;
   bool stagingFailed_ = false;
+  std::string stagingError_;  // why it failed, repeated to later callers
   size_t controlReserve_ = 0;  // staging only control payloads may take (Options::controlReserveBytes)
   size_t bulkTaken_ = 0;       // staging taken by larger payloads, rounded as FreeList takes it
 
