@@ -214,9 +214,8 @@ class CallRecorder {
 inline constexpr size_t kControlReserveBytes = 16u << 20;
 
 // staging_bytes: auto. Payloads up to payload_max_bytes (the default policy, `small`) need little room: 256 MiB. To
-// store every payload a recording keeps the job's pace only while a step's payloads fit (GPT-2 small DDP on one H200,
-// 0.48 GB a step, 10-step runs: 2.0x the job's step time with 256 MiB, 1.04-1.14x with 1 or 2 GiB; once
-// staging is full the compression threads bound it): 2 GiB, at most a
+// store every payload a recording keeps the job's pace only while a step's payloads fit in staging (once it is full,
+// the compression threads set the pace; bench/README.md's record_overhead_torch measures it): 2 GiB, at most a
 // sixteenth of the host's memory shared among its `localRanks`, at least 256 MiB. hostMemoryBytes 0: unknown.
 uint64_t autoStagingBytes(bool everyPayload, uint64_t hostMemoryBytes, int localRanks);
 
