@@ -80,6 +80,38 @@ ncclResult_t argsCheck(CallInfo& info) {
 
 }  // namespace
 
+namespace {
+
+// Replay outside a group: the call is its own group, applied and held now.
+ncclResult_t applyNow(CallInfo& info, const ranklens::events::Call& event) {
+  // Outside a group a call is its own group, so a Send to self or Recv from self can have no partner.
+  if (ranklens::events::isP2p(info.op) && info.root == info.comm->rank) {
+    WARN(info.op == Op::kSend ? "Trying to send to self without a matching recv"
+                              : "Trying to recv to self without a matching send");
+    return ncclInvalidUsage;
+  }
+  // A range per call in NCCL's shape, so Nsight and torch.profiler's NVTX view line up with the holds. Formatted
+  // only when an NVTX tool is attached (NVTX v3 loads one from NVTX_INJECTION64_PATH, which Nsight tools set):
+  // otherwise the formatting alone would be the call's largest host cost.
+  static const bool nvtxTool = getenv("NVTX_INJECTION64_PATH") != nullptr;
+  if (nvtxTool) {
+    char range[160];
+    snprintf(range, sizeof range, "nccl%s(): comm %lu seq %lu bytes %lu", info.opName,
+             static_cast<unsigned long>(event.commId), static_cast<unsigned long>(event.seq),
+             static_cast<unsigned long>(event.bytes));
+    nvtxRangePushA(range);
+  }
+  ncclResult_t ret = replay::markArrival(&info);
+  if (ret == ncclSuccess) ret = applyEffects(info);
+  if (ret == ncclSuccess) ret = replay::holdCall(info);
+  ret = replay::settle(ret);
+  if (ret == ncclSuccess) replay::holdHost(event.timeNs, info);
+  if (nvtxTool) nvtxRangePop();
+  return ret;
+}
+
+}  // namespace
+
 ranklens::events::Call callEvent(const CommState& comm, const CallInfo& info, uint64_t seq, uint64_t groupId) {
   ranklens::events::Call event;
   event.seq = seq;
@@ -150,30 +182,7 @@ ncclResult_t enqueueCheck(CallInfo info) {
     groupAppend(info);
     return ncclSuccess;
   }
-  // Outside a group a call is its own group, so a Send to self or Recv from self can have no partner.
-  if (ranklens::events::isP2p(info.op) && info.root == info.comm->rank) {
-    WARN(info.op == Op::kSend ? "Trying to send to self without a matching recv"
-                              : "Trying to recv to self without a matching send");
-    return ncclInvalidUsage;
-  }
-  // A range per call in NCCL's shape, so Nsight and torch.profiler's NVTX view line up with the holds. Formatted
-  // only when an NVTX tool is attached (NVTX v3 loads one from NVTX_INJECTION64_PATH, which Nsight tools set):
-  // otherwise the formatting alone would be the call's largest host cost.
-  static const bool nvtxTool = getenv("NVTX_INJECTION64_PATH") != nullptr;
-  if (nvtxTool) {
-    char range[160];
-    snprintf(range, sizeof range, "nccl%s(): comm %lu seq %lu bytes %lu", info.opName,
-             static_cast<unsigned long>(event.commId), static_cast<unsigned long>(event.seq),
-             static_cast<unsigned long>(event.bytes));
-    nvtxRangePushA(range);
-  }
-  ret = replay::markArrival(&info);
-  if (ret == ncclSuccess) ret = applyEffects(info);
-  if (ret == ncclSuccess) ret = replay::holdCall(info);
-  ret = replay::settle(ret);
-  if (ret == ncclSuccess) replay::holdHost(event.timeNs, info);
-  if (nvtxTool) nvtxRangePop();
-  return ret;
+  return applyNow(info, event);
 }
 
 namespace impl {
@@ -186,12 +195,15 @@ CallInfo withApi(real::ApiId api, CallInfo info) {
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclAllReduce, {Op::kAllReduce, "AllReduce", sendbuff, recvbuff, count, datatype, op, -1, comm, stream}));
+  return submitCall(withApi(real::ApiId::ncclAllReduce,
+                            {Op::kAllReduce, "AllReduce", sendbuff, recvbuff, count, datatype, op, -1, comm, stream}));
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclBroadcast, {Op::kBroadcast, "Broadcast", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream}));
+  return submitCall(withApi(real::ApiId::ncclBroadcast,
+                            {Op::kBroadcast, "Broadcast", sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
+                             stream}));
 }
 
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
@@ -203,44 +215,54 @@ ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int ro
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                         int root, ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclReduce, {Op::kReduce, "Reduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream}));
+  return submitCall(withApi(real::ApiId::ncclReduce,
+                            {Op::kReduce, "Reduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream}));
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclAllGather, {Op::kAllGather, "AllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, -1, comm,
-                       stream}));
+  return submitCall(withApi(real::ApiId::ncclAllGather,
+                            {Op::kAllGather, "AllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, -1, comm,
+                             stream}));
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclReduceScatter, {Op::kReduceScatter, "ReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, -1, comm,
-                       stream}));
+  return submitCall(withApi(real::ApiId::ncclReduceScatter,
+                            {Op::kReduceScatter, "ReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, -1,
+                             comm, stream}));
 }
 
 ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                           ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclAlltoAll, {Op::kAlltoAll, "AlltoAll", sendbuff, recvbuff, count, datatype, ncclSum, -1, comm, stream}));
+  return submitCall(withApi(real::ApiId::ncclAlltoAll,
+                            {Op::kAlltoAll, "AlltoAll", sendbuff, recvbuff, count, datatype, ncclSum, -1, comm,
+                             stream}));
 }
 
 ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                         ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclGather, {Op::kGather, "Gather", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream}));
+  return submitCall(withApi(real::ApiId::ncclGather,
+                            {Op::kGather, "Gather", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream}));
 }
 
 ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                          ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclScatter, {Op::kScatter, "Scatter", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream}));
+  return submitCall(withApi(real::ApiId::ncclScatter,
+                            {Op::kScatter, "Scatter", sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
+                             stream}));
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclSend, {Op::kSend, "Send", sendbuff, nullptr, count, datatype, ncclSum, peer, comm, stream}));
+  return submitCall(withApi(real::ApiId::ncclSend,
+                            {Op::kSend, "Send", sendbuff, nullptr, count, datatype, ncclSum, peer, comm, stream}));
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclRecv, {Op::kRecv, "Recv", nullptr, recvbuff, count, datatype, ncclSum, peer, comm, stream}));
+  return submitCall(withApi(real::ApiId::ncclRecv,
+                            {Op::kRecv, "Recv", nullptr, recvbuff, count, datatype, ncclSum, peer, comm, stream}));
 }
 
 }  // namespace impl

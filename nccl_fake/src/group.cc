@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The thread's group state (both modes) and replay's ncclGroupStart/End/SimulateEnd. Thread-local, like NCCL: calls inside a group are checked and sequenced when made;
-// their effects run at the outermost ncclGroupEnd, or not at all when any call in the group failed (the last error
-// is returned) or when the group is only simulated.
+// The thread's group state (both modes) and replay's ncclGroupStart/End/SimulateEnd. Thread-local, like NCCL:
+// calls inside a group are checked and sequenced when made; their effects run at the outermost ncclGroupEnd, or not
+// at all when any call in the group failed (the last error is returned) or when the group is only simulated.
 #include <algorithm>
 #include <cstring>
 #include <deque>

@@ -28,8 +28,8 @@ TEST(StatusBoundary, RankLensOwnCodesMapToTheCodeNcclAnswersWith) {
 
 TEST(StatusBoundary, AFailureBecomesTheLastErrorText) {
   nccl_fake::setLastErrorText("");
-  EXPECT_EQ(nccl_fake::toNcclResult(ranklens::Status::corrupt("rank0/manifest: offset 12: bad magic"), "ncclCommInitRank"),
-            ncclInvalidUsage);
+  const ranklens::Status damaged = ranklens::Status::corrupt("rank0/manifest: offset 12: bad magic");
+  EXPECT_EQ(nccl_fake::toNcclResult(damaged, "ncclCommInitRank"), ncclInvalidUsage);
   EXPECT_EQ(std::string(nccl_fake::lastErrorText()), "ncclCommInitRank : rank0/manifest: offset 12: bad magic");
   EXPECT_EQ(nccl_fake::toNcclResult(ranklens::Status::unsupported("no such kernel")), ncclInvalidArgument);
   EXPECT_EQ(std::string(nccl_fake::lastErrorText()), "no such kernel");

@@ -47,7 +47,8 @@ ncclResult_t forwardToReal(const CallInfo& c) {
     case ApiId::ncclBcast: return REAL(ncclBcast)(c.recvbuff, c.count, c.datatype, c.root, c.comm, c.stream);
     case ApiId::ncclReduce:
       return REAL(ncclReduce)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.redop, c.root, c.comm, c.stream);
-    case ApiId::ncclAllGather: return REAL(ncclAllGather)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.comm, c.stream);
+    case ApiId::ncclAllGather:
+      return REAL(ncclAllGather)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.comm, c.stream);
     case ApiId::ncclReduceScatter:
       return REAL(ncclReduceScatter)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.redop, c.comm, c.stream);
     case ApiId::ncclAlltoAll: return REAL(ncclAlltoAll)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.comm, c.stream);

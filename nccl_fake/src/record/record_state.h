@@ -74,7 +74,8 @@ struct State {
   std::once_flag recorderOnce;
   std::unique_ptr<ranklens::device::RecordDevice> device;
   std::unique_ptr<ranklens::timing::CallRecorder> recorder;
-  std::unique_ptr<ranklens::timing::KernelClock> kernelClock;  // timing_clock: kernel, once NCCL_PROFILER_PLUGIN points here
+  // timing_clock: kernel, once NCCL_PROFILER_PLUGIN points here
+  std::unique_ptr<ranklens::timing::KernelClock> kernelClock;
   std::shared_mutex commsMu;
   std::unordered_map<ncclComm_t, std::shared_ptr<RecComm>> comms;
   std::atomic<int64_t> step{-1};
