@@ -9,9 +9,39 @@
 
 #include "nccl_fake/core.h"
 #include "nccl_fake/enqueue.h"
+#include "nccl_fake/real_nccl.h"
 
 namespace nccl_fake {
 namespace record {
+
+// The functions with lifecycle or group code in record.cc (capture::).
+#define RANKLENS_CAPTURED(X)                                                                                        \
+  X(ncclCommInitRank) X(ncclCommInitRankConfig) X(ncclCommInitRankScalable) X(ncclCommInitAll) X(ncclCommSplit)     \
+  X(ncclCommShrink) X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommRevoke)                       \
+  X(ncclCommGetAsyncError) X(ncclGroupStart) X(ncclGroupEnd) X(ncclGroupSimulateEnd) X(ncclGetLastError)            \
+  X(ncclGetErrorString)
+// The collectives and P2P calls: one wrapper each in collectives.cc, shared with replay (enqueue.h).
+#define RANKLENS_PIPELINED(X)                                                                                       \
+  X(ncclAllReduce) X(ncclBroadcast) X(ncclBcast) X(ncclReduce) X(ncclAllGather) X(ncclReduceScatter)                \
+  X(ncclAlltoAll) X(ncclGather) X(ncclScatter) X(ncclSend) X(ncclRecv)
+
+constexpr bool captured(real::ApiId id) {
+  switch (id) {
+#define RANKLENS_CASE(name) case real::ApiId::name:
+    RANKLENS_CAPTURED(RANKLENS_CASE)
+    return true;
+    default: return false;
+  }
+}
+
+constexpr bool pipelined(real::ApiId id) {
+  switch (id) {
+    RANKLENS_PIPELINED(RANKLENS_CASE)
+#undef RANKLENS_CASE
+    return true;
+    default: return false;
+  }
+}
 
 // Record mode is configured (and the configuration is valid): the exported functions dispatch here.
 bool active();

@@ -14,35 +14,6 @@ using ranklens::timing::KernelClock;
 
 namespace {
 
-// The functions with lifecycle or group code below.
-#define RANKLENS_CAPTURED(X)                                                                                        \
-  X(ncclCommInitRank) X(ncclCommInitRankConfig) X(ncclCommInitRankScalable) X(ncclCommInitAll) X(ncclCommSplit)     \
-  X(ncclCommShrink) X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommRevoke)                       \
-  X(ncclCommGetAsyncError) X(ncclGroupStart) X(ncclGroupEnd) X(ncclGroupSimulateEnd) X(ncclGetLastError)            \
-  X(ncclGetErrorString)
-// The collectives and P2P calls: one wrapper each in collectives.cc, shared with replay (enqueue.h).
-#define RANKLENS_PIPELINED(X)                                                                                       \
-  X(ncclAllReduce) X(ncclBroadcast) X(ncclBcast) X(ncclReduce) X(ncclAllGather) X(ncclReduceScatter)                \
-  X(ncclAlltoAll) X(ncclGather) X(ncclScatter) X(ncclSend) X(ncclRecv)
-
-constexpr bool captured(ApiId id) {
-  switch (id) {
-#define RANKLENS_CASE(name) case ApiId::name:
-    RANKLENS_CAPTURED(RANKLENS_CASE)
-    return true;
-    default: return false;
-  }
-}
-
-constexpr bool pipelined(ApiId id) {
-  switch (id) {
-    RANKLENS_PIPELINED(RANKLENS_CASE)
-#undef RANKLENS_CASE
-    return true;
-    default: return false;
-  }
-}
-
 constexpr const char* kApiNames[] = {
 #define NCCL_FAKE_API(ret, name, params, args, prof) #name,
 #include "nccl_api.def"
@@ -245,9 +216,10 @@ const char* ncclGetErrorString(ncclResult_t result) {
 }
 }  // namespace capture
 
-// The exported functions' record-mode bodies: lifecycle and group functions go to capture::, collectives and P2P
-// to their one shared wrapper (which submits to call.cc), the rest straight to the real NCCL. A call made from
-// inside the real library (its own exported API, resolved through the global scope) is forwarded uncaptured.
+// The exported functions' record-mode bodies: lifecycle and group functions go to capture::, the rest straight to
+// the real NCCL. (Collectives and P2P never come here: exports.cc sends them to their one shared wrapper, which
+// submits to call.cc; their bodies below only keep record:: complete.) A call made from inside the real library
+// (its own exported API, resolved through the global scope) is forwarded uncaptured.
 #define NCCL_FAKE_API(ret, name, params, args, prof)                                   \
   ret name params {                                                                    \
     if constexpr (pipelined(ApiId::name)) {                                            \
