@@ -48,11 +48,9 @@ Runtime::Runtime() { load(); }
 void Runtime::load() {
   auto result = ranklens::config::loadFromEnvironment([](const char* name) { return getenv(name); });
   for (const auto& warning : result.warnings) INFO(kSubEnv | kSubRanklens, "%s", warning.c_str());
-  status_ = ncclSuccess;
-  statusMessage_.clear();
+  status_ = ranklens::Status::ok();
   if (!result.ok) {
-    status_ = ncclInvalidUsage;
-    statusMessage_ = "configuration error: " + result.error;
+    status_ = ranklens::Status::invalidUsage("configuration error: " + result.error);
     return;
   }
   settings_ = result.settings;
@@ -72,13 +70,13 @@ void Runtime::load() {
                              settings_.timing == ranklens::config::TimingSource::kEstimated &&
                              !settings_.history.empty();
   if (settings_.fidelity != Fidelity::kStructure && settings_.replay_trace.empty() && !estimatesOnly) {
-    status_ = ncclInvalidUsage;
-    statusMessage_ = std::string("fidelity '") + ranklens::config::toString(settings_.fidelity) +
-                     "' replays a recording: set RANKLENS_REPLAY_TRACE to the recorded trace (ranklens replay "
-                     "--trace DIR), or RANKLENS_FIDELITY=structure";
+    std::string message = std::string("fidelity '") + ranklens::config::toString(settings_.fidelity) +
+                          "' replays a recording: set RANKLENS_REPLAY_TRACE to the recorded trace (ranklens replay "
+                          "--trace DIR), or RANKLENS_FIDELITY=structure";
     if (settings_.fidelity == Fidelity::kTiming)
-      statusMessage_ += ", or hold every call for an estimate without a recording: RANKLENS_TIMING=estimated and "
-                        "RANKLENS_HISTORY=<a file from `ranklens history build`> (ranklens replay --history FILE)";
+      message += ", or hold every call for an estimate without a recording: RANKLENS_TIMING=estimated and "
+                 "RANKLENS_HISTORY=<a file from `ranklens history build`> (ranklens replay --history FILE)";
+    status_ = ranklens::Status::invalidUsage(std::move(message));
     return;
   }
   if (device_ == nullptr) {
@@ -95,8 +93,8 @@ void Runtime::load() {
           {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes, settings_.hold_traffic,
            settings_.hold_from == ranklens::config::HoldFrom::kStart});
     if (device_ == nullptr && settings_.device == DeviceKind::kCuda) {
-      status_ = ncclUnhandledCudaError;
-      statusMessage_ = "device 'cuda' requested but no usable GPU: " + why + "; set RANKLENS_DEVICE=host or auto";
+      status_ = ranklens::Status::cudaError("device 'cuda' requested but no usable GPU: " + why +
+                                            "; set RANKLENS_DEVICE=host or auto");
       return;
     }
     if (device_ == nullptr) {
@@ -111,9 +109,8 @@ void Runtime::load() {
 }
 
 ncclResult_t Runtime::ready(const char* opName) {
-  if (status_ == ncclSuccess) return ncclSuccess;
-  WARN("%s : %s", opName, statusMessage_.c_str());
-  return status_;
+  if (status_.isOk()) return ncclSuccess;
+  return toNcclResult(status_, opName);
 }
 
 void Runtime::setDeviceForTesting(std::unique_ptr<ranklens::device::StreamDevice> device) {
