@@ -69,10 +69,9 @@ ncclResult_t enqueueCheck(CallInfo info);
 // NCCL accepted ncclGroupStart/End; replay answers them itself.
 struct GroupState {
   int depth = 0;
-  uint64_t id = 0;     // GroupBegin's id while depth > 0; 0 for a group record mode leaves unrecorded
+  uint64_t id = 0;     // GroupBegin's id while depth > 0
   uint32_t calls = 0;  // calls recorded in it (GroupEnd's count)
   ncclResult_t error = ncclSuccess;  // replay: the last failed call's code, which the group end returns
-  bool unrecorded = false;  // record_alternate_steps: decided at the outermost start, so a group is recorded whole
   std::vector<CallInfo> pending;  // replay: effects deferred to the outermost end
 };
 GroupState& groupState();

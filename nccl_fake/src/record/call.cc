@@ -171,19 +171,15 @@ void joinGroupSpan(CallRecorder* rec, const std::shared_ptr<RecComm>& comm, cons
   for (auto& p : payloads) it->payloads.push_back(p);
 }
 
-// The call bypasses the recorder: a step record_alternate_steps leaves unrecorded, or a communicator RankLens did
-// not see created (or already destroyed), which the real NCCL judges.
-ncclResult_t forwardUnrecorded(const CallInfo& info, bool unrecordedBlock) {
-  const ncclResult_t result = forwardToReal(info);
-  if (unrecordedBlock && accepted(result)) state().callsUnrecorded.fetch_add(1, std::memory_order_relaxed);
-  if (!unrecordedBlock) {
-    static std::once_flag warned;
-    std::call_once(warned, [&] {
-      INFO(kSubColl | kSubRanklens, "record: a call on communicator %p, which RankLens did not see created, is "
-           "forwarded without being recorded", static_cast<void*>(info.comm));
-    });
-  }
-  return result;
+// A call on a communicator RankLens did not see created (or already destroyed): forwarded unrecorded, and the
+// real NCCL judges the handle.
+ncclResult_t forwardUnknownComm(const CallInfo& info) {
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    INFO(kSubColl | kSubRanklens, "record: a call on communicator %p, which RankLens did not see created, is "
+         "forwarded without being recorded", static_cast<void*>(info.comm));
+  });
+  return forwardToReal(info);
 }
 
 }  // namespace
@@ -192,9 +188,8 @@ ncclResult_t recordCall(const CallInfo& info) {
   // A call from inside the real library (its own exported API, resolved through the global scope): not the job's.
   if (real::insideRealCall()) return forwardToReal(info);
   GroupState& g = groupState();
-  if (g.depth > 0 ? g.unrecorded : unrecordedStep()) return forwardUnrecorded(info, true);
   std::shared_ptr<RecComm> comm = findComm(info.comm);
-  if (!comm) return forwardUnrecorded(info, false);
+  if (!comm) return forwardUnknownComm(info);
   CallRecorder* rec = recorder();
 
   // Sequencing: the number is read now and committed only if the real NCCL accepts the call (seqMu held across it).

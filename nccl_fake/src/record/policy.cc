@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Record mode's capture policy: which calls' received data is stored (payloads, payload_max_bytes, payload_ops,
-// payload_comms, payload_steps, payload_seqs) and which steps are left unrecorded (record_alternate_steps).
-// Pure decisions on settings and the current step; the capture itself is call.cc's and the recorder's.
+// payload_comms, payload_steps, payload_seqs). Pure decisions on settings and the current step; the capture itself is call.cc's and the recorder's.
 #include <algorithm>
 
 #include "record_state.h"
@@ -32,15 +31,6 @@ bool wantPayload(const RecComm& comm, Op op, uint64_t seq, uint64_t bytes) {
     return false;
   if (!s.payload_steps.all() && !s.payload_steps.contains(state().step.load(std::memory_order_relaxed))) return false;
   return s.payload_seqs.contains(static_cast<long long>(seq));
-}
-
-// Odd blocks of steps are forwarded as if RankLens were not there, so that one process times the job both with and
-// without the recorder.
-bool unrecordedStep() {
-  const int n = Runtime::get().settings().record_alternate_steps;
-  if (n <= 0) return false;
-  const int64_t step = state().step.load(std::memory_order_relaxed);
-  return step >= 0 && (step / n) % 2 == 1;
 }
 
 }  // namespace record

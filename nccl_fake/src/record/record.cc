@@ -160,33 +160,19 @@ ncclResult_t ncclGroupStart() {
   ncclResult_t ret = REAL(ncclGroupStart)();
   if (ret != ncclSuccess) return ret;
   GroupState& g = groupState();
-  if (g.depth++ == 0) {
-    g.unrecorded = unrecordedStep();
-    g.id = g.unrecorded ? 0 : Runtime::get().beginGroup();
-  }
+  if (g.depth++ == 0) g.id = Runtime::get().beginGroup();
   return ret;
 }
-
-namespace {
-void endOutermostGroup(ncclResult_t result, bool launched, int64_t hostNs) {
-  GroupState& g = groupState();
-  if (g.unrecorded) {
-    g.unrecorded = false;
-    return;
-  }
-  closeGroup(result, launched, hostNs);
-}
-}  // namespace
 
 ncclResult_t ncclGroupEnd() {
   const int64_t start = monotonicNs();
   GroupState& g = groupState();
   // The outermost end launches.
-  KernelClock* clock = g.depth == 1 && !g.unrecorded ? state().kernelClock.get() : nullptr;
+  KernelClock* clock = g.depth == 1 ? state().kernelClock.get() : nullptr;
   if (clock != nullptr) clock->beginLaunch();
   ncclResult_t ret = REAL(ncclGroupEnd)();
   if (clock != nullptr) clock->endLaunch(accepted(ret));
-  if (g.depth > 0 && --g.depth == 0) endOutermostGroup(ret, true, monotonicNs() - start);
+  if (g.depth > 0 && --g.depth == 0) closeGroup(ret, true, monotonicNs() - start);
   return ret;
 }
 
@@ -194,9 +180,9 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   const int64_t start = monotonicNs();
   ncclResult_t ret = REAL(ncclGroupSimulateEnd)(simInfo);
   GroupState& g = groupState();
-  if (g.depth == 1 && !g.unrecorded)
+  if (g.depth == 1)
     if (KernelClock* clock = state().kernelClock.get()) clock->endLaunch(false);  // nothing was launched
-  if (g.depth > 0 && --g.depth == 0) endOutermostGroup(ret, false, monotonicNs() - start);
+  if (g.depth > 0 && --g.depth == 0) closeGroup(ret, false, monotonicNs() - start);
   return ret;
 }
 

@@ -3,7 +3,7 @@
 //   record.cc    entry points: communicator lifecycle, groups, the generated forwarders
 //   comms.cc     the registry: real NCCL handle -> CommState (identity, sequences), CommInit records
 //   call.cc      one call: sequence, Call event, the real call, then timing and payload capture (the observers)
-//   policy.cc    which calls' payloads to capture (payload_* settings, record_alternate_steps)
+//   policy.cc    which calls' payloads to capture (payload_* settings)
 //   recorder.cc  the recorder's setup (device, staging, kernel clock, writer options), flush and counters
 // The handles the job sees are the real NCCL's own (nothing is wrapped): record mode maps each real handle to its
 // CommState, so that device-API, window, async-error, split/shrink and abort calls reach the real NCCL untouched.
@@ -79,7 +79,6 @@ struct State {
   std::shared_mutex commsMu;
   std::unordered_map<ncclComm_t, std::shared_ptr<RecComm>> comms;
   std::atomic<int64_t> step{-1};
-  std::atomic<uint64_t> callsUnrecorded{0};  // record_alternate_steps: calls forwarded in the unrecorded blocks
   uint32_t opMask = 0;  // payload_ops as a bit set (0: all)
 };
 State& state();
@@ -113,8 +112,6 @@ void completed(const std::shared_ptr<RecComm>& comm);
 void preparePolicy();
 // The call's received data is to be stored (payloads, payload_max_bytes/ops/comms/steps/seqs).
 bool wantPayload(const RecComm& comm, ranklens::events::Op op, uint64_t seq, uint64_t bytes);
-// record_alternate_steps: this step is forwarded as if RankLens were not there.
-bool unrecordedStep();
 
 // ---- call.cc
 // The outermost group end (or simulation) returned `result`: finish or drop every stream's span.

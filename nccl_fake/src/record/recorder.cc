@@ -24,14 +24,7 @@ State& state() {
 }
 
 // Ranks sharing this host, as the launcher says (torchrun, Open MPI, MPICH/Hydra); 1 when none does.
-int localRanks() {
-  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    const char* value = getenv(name);
-    const int n = value ? atoi(value) : 0;
-    if (n > 0) return n;
-  }
-  return 1;
-}
+int localRanks() { return ranklens::config::readContext().local_ranks; }
 
 namespace {
 
@@ -112,10 +105,6 @@ void createRecorder(State& st) {
       });
   prepareStaging(*st.recorder, options.stagingBytes);
   rt.setBeforeClose([] { flush(); });
-  if (s.record_alternate_steps > 0)
-    WARN("record: record_alternate_steps %d (a benchmark setting): steps %d-%d, %d-%d, ... are forwarded without "
-         "being recorded; this trace cannot be replayed", s.record_alternate_steps, s.record_alternate_steps,
-         2 * s.record_alternate_steps - 1, 3 * s.record_alternate_steps, 4 * s.record_alternate_steps - 1);
   INFO(kSubInit | kSubRanklens, "record: recorder ready on the %s device, payloads %s, staging %llu bytes%s",
        st.device->name(), config::toString(s.payloads), static_cast<unsigned long long>(st.recorder->stagingBytes()),
        s.staging_bytes == config::Settings::kAutoStagingBytes ? " (auto)" : "");
@@ -239,7 +228,6 @@ void writeRecorderCounters(CallRecorder& rec, ranklens::trace::TraceWriter& writ
       {"payloads_copy_engine", s.payloadsByCopyEngine},
       {ranklens::trace::counter::kStagingWaits, s.waitsForStaging},
       {ranklens::trace::counter::kStagingWaitNs, s.stagingWaitNs},
-      {ranklens::trace::counter::kCallsUnrecorded, state().callsUnrecorded.load(std::memory_order_relaxed)},
   };
   for (const auto& [name, value] : values) writer.setCounter(name, value);
   warnOfStaging(s, rec.stagingBytes(), rec.controlReserveBytes());
