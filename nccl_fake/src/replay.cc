@@ -209,7 +209,8 @@ bool loadPaces(Session* s, std::string* why) {
       continue;
     }
     std::string error;
-    peers.push_back(ranklens::trace::Recording::open(root, r, &error));
+    peers.emplace_back();
+    error = ranklens::trace::Recording::open(root, r, &peers.back()).message();
     if (!peers.back()) {
       error = error.substr(0, error.find("; replay a recorded rank"));  // Recording::open's advice is for RANK
       *why = "it needs every rank's recording in " + root + ", and rank " + std::to_string(r) + "'s cannot be read (" +
@@ -265,7 +266,7 @@ void makeEstimator(Session* s, const ranklens::config::Settings& st) {
 // recording), its damage and machine reported. False with loadError set when it cannot be replayed.
 bool openRecording(Session* s, const ranklens::config::Settings& st) {
   std::string error;
-  s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
+  error = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &s->recording).message();
   if (!s->recording) {
     loadError = "replay_trace: " + error;
     return false;
@@ -351,7 +352,7 @@ Session* load() {
     }
     std::string historyError;
     if (!st.history.empty()) {
-      if (!ranklens::timing::loadHistory(st.history, &s->history, &historyError)) {
+      if (!(historyError = ranklens::timing::loadHistory(st.history, &s->history).message()).empty()) {
         loadError = "history: " + historyError;
         return;
       }
@@ -360,7 +361,7 @@ Session* load() {
                   "history build <recorded traces> -o FILE`";
       return;
     } else if (s->recording->manifest().mode == "record" &&
-               !ranklens::timing::addRecordedRun(*s->recording, &s->history, &historyError)) {
+               !(historyError = ranklens::timing::addRecordedRun(*s->recording, &s->history).message()).empty()) {
       WARN("replay: estimates use a fixed model: %s", historyError.c_str());
     }
     makeEstimator(s.get(), st);
@@ -927,13 +928,13 @@ bool restorePayload(const CallInfo& info, ncclResult_t* result) {
            "(replay_payloads_skipped_captured counts such calls)",
            info.opName, static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq));
     });
-    if (s->prefetcher->acquire(rc, &staged, &error) || staged.data) s->prefetcher->release(rc, nullptr);
+    if ((error = s->prefetcher->acquire(rc, &staged).message()).empty() || staged.data) s->prefetcher->release(rc, nullptr);
     std::lock_guard<std::mutex> lock(s->mu);
     s->counters.payloadsSkippedCaptured++;
     s->counters.filledWithoutPayload++;
     return false;
   }
-  if (!s->prefetcher->acquire(rc, &staged, &error) || staged.bytes != bytes) {
+  if (!(error = s->prefetcher->acquire(rc, &staged).message()).empty() || staged.bytes != bytes) {
     if (error.empty())
       error = "recorded " + std::to_string(staged.bytes) + " bytes, the call receives " + std::to_string(bytes);
     if (staged.data) s->prefetcher->release(rc, nullptr);
