@@ -309,10 +309,10 @@ int runReplay(const ReplayOptions& o) {
   }
 
   // Check the configuration the child will see before starting it: a typo fails here, with its position.
-  ranklens::config::LoadResult loaded;
-  if (!ranklens::tools::checkSettings(env, &loaded)) return 2;
+  ranklens::config::Settings settings;
+  if (!ranklens::tools::checkSettings(env, &settings).isOk()) return 2;
   // A trace_dir from the config file or the caller's environment wins; otherwise events go to a fresh directory.
-  std::string traceDir = loaded.settings.trace_dir;
+  std::string traceDir = settings.trace_dir;
   if (traceDir.empty() && !o.noEvents) env["RANKLENS_TRACE_DIR"] = traceDir = defaultTraceDir();
   // The library writes no events over an earlier trace (it says so only under NCCL_DEBUG), and the summary or the
   // comparison after the run would then read the earlier run's: refuse before starting.
@@ -322,12 +322,12 @@ int runReplay(const ReplayOptions& o) {
               << rankDir << "); choose a new --trace-dir (or trace_dir), or remove that one\n";
     return 2;
   }
-  if (!o.trace.empty() && loaded.settings.fidelity == ranklens::config::Fidelity::kValue) warnOfPayloadGaps(o);
+  if (!o.trace.empty() && settings.fidelity == ranklens::config::Fidelity::kValue) warnOfPayloadGaps(o);
   if (!o.quiet)
     std::cerr << "ranklens: replaying rank " << o.rank << " of " << worldSize << " ("
-              << ranklens::config::toString(loaded.settings.fidelity)
-              << (loaded.settings.replay_trace.empty() ? std::string() : " of " + loaded.settings.replay_trace)
-              << ", fill " << ranklens::config::toString(loaded.settings.fill) << ") with " << lib << "\n"
+              << ranklens::config::toString(settings.fidelity)
+              << (settings.replay_trace.empty() ? std::string() : " of " + settings.replay_trace)
+              << ", fill " << ranklens::config::toString(settings.fill) << ") with " << lib << "\n"
               << "ranklens: events -> " << (traceDir.empty() ? "(disabled)" : traceDir) << "\n";
 
   if (std::string error; !traceDir.empty() && !eventDirectoryWritable(traceDir, &error)) {
@@ -357,7 +357,7 @@ int runReplay(const ReplayOptions& o) {
       } else {
         // A replayed recording: how faithful it was, call by call and step by step (ranklens compare).
         const std::string rankDir = traceDir + "/rank" + std::to_string(o.rank);
-        printReplayCounters(rankDir, true, loaded.settings.fidelity == ranklens::config::Fidelity::kValue);
+        printReplayCounters(rankDir, true, settings.fidelity == ranklens::config::Fidelity::kValue);
         std::cout << "\nRecorded vs replayed (ranklens compare " << o.trace << " " << traceDir << " --rank " << o.rank
                   << "):\n";
         ranklens::tools::CompareOptions compare;
@@ -371,35 +371,52 @@ int runReplay(const ReplayOptions& o) {
   return exitCode;
 }
 
-// docs/config.md's table of settings, one line each (a test holds the two together).
+// docs/config.md's tables of settings, one per section, one line per setting (a test holds the two together).
 int printSettingsTable() {
   auto cell = [](const std::string& text) {
     std::string out;
     for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
     return out;
   };
-  std::cout << "| key | environment variable | values | default | what it does |\n| --- | --- | --- | --- | --- |\n";
-  for (const auto& row : ranklens::config::describe(ranklens::config::Settings{}))
+  const char* const titles[] = {"Common settings (both modes)", "Record settings", "Replay settings"};  // by Section
+  int section = -1;
+  for (const auto& row : ranklens::config::describe(ranklens::config::Settings{})) {
+    if (static_cast<int>(row.section) != section) {
+      section = static_cast<int>(row.section);
+      std::cout << (section > 0 ? "\n" : "") << "### " << titles[section]
+                << "\n\n| key | environment variable | values | default | what it does |\n"
+                << "| --- | --- | --- | --- | --- |\n";
+    }
     std::cout << "| `" << row.key << "` | `" << row.env << "` | " << cell(row.values) << " | "
               << (row.default_value.empty() ? std::string("empty") : "`" + row.default_value + "`") << " | "
               << cell(row.help) << " |\n";
+  }
   return 0;
 }
 
 int runDumpConfig(const std::string& configPath, bool markdown) {
   if (markdown) return printSettingsTable();
   if (!configPath.empty()) setenv("RANKLENS_CONFIG", configPath.c_str(), 1);
-  auto loaded = ranklens::config::loadFromEnvironment([](const char* n) { return getenv(n); });
-  if (!loaded.ok) {
-    std::cerr << "error: " << loaded.error << "\n";
+  ranklens::config::Settings settings;
+  std::vector<std::string> warnings;
+  if (const ranklens::Status loaded =
+          ranklens::config::loadFromEnvironment([](const char* n) { return getenv(n); }, &settings, &warnings);
+      !loaded.isOk()) {
+    std::cerr << "error: " << loaded.message() << "\n";
     return 1;
   }
-  for (const auto& w : loaded.warnings) std::cerr << "warning: " << w << "\n";
+  for (const auto& w : warnings) std::cerr << "warning: " << w << "\n";
   std::cout << std::left;
-  for (const auto& row : ranklens::config::describe(loaded.settings))
+  int section = -1;
+  for (const auto& row : ranklens::config::describe(settings)) {
+    if (static_cast<int>(row.section) != section) {
+      section = static_cast<int>(row.section);
+      std::cout << "# " << ranklens::config::toString(row.section) << "\n";
+    }
     std::cout << std::setw(15) << row.key << " = " << std::setw(24) << row.value << "  (" << row.set_by
               << "; default " << (row.default_value.empty() ? "\"\"" : row.default_value) << "; env " << row.env
               << ")\n";
+  }
   return 0;
 }
 
