@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
 
   rt::History history;
   std::string error;
-  if (!rt::loadHistory(historyPath, &history, &error)) {
+  if (!(error = rt::loadHistory(historyPath, &history).message()).empty()) {
     fprintf(stderr, "nccl_sim_baseline: %s\n", error.c_str());
     return 1;
   }

@@ -127,8 +127,8 @@ int main(int argc, char** argv) {
       bool ok = true;
       std::string error;
       const double compressS = best(repeats, [&] {
-        ok = framePerBlock ? trace::compressBlobFrom(cctx, level, raw.data(), raw.size(), width, &blob, &crc, &error,
-                                                     frameBytes)
+        ok = framePerBlock ? (error = trace::compressBlobFrom(cctx, level, raw.data(), raw.size(), width, &blob, &crc,
+                                                              frameBytes).message()).empty()
                            : oneStreamedFrame(cctx, level, raw.data(), raw.size(), width, &blob, &crc);
       });
       trace::PayloadRef ref;
@@ -139,8 +139,8 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> decoded(raw.size());
       std::string why;
       const double decodeS = best(repeats, [&] {
-        ok = ok && trace::decodePayloadInto(blob.data(), blob.size(), ref, trace::Limits{}, decoded.data(),
-                                            decoded.size(), &why);
+        ok = ok && (why = trace::decodePayloadInto(blob.data(), blob.size(), ref, trace::Limits{}, decoded.data(),
+                                            decoded.size()).message()).empty();
       });
       ok = ok && decoded == raw;
       if (!ok) status = 1;

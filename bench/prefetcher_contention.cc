@@ -62,7 +62,8 @@ std::string writeRecording(const std::string& dir, int payloads, size_t largeByt
   ranklens::trace::WriterOptions options;
   if (largeBytes > 0) options.zstdLevel = level;
   options.shuffle = shuffle ? ranklens::trace::WriterOptions::Shuffle::kAlways : ranklens::trace::WriterOptions::Shuffle::kOff;
-  auto w = ranklens::trace::TraceWriter::create(dir, m, options, &error);
+  std::unique_ptr<ranklens::trace::TraceWriter> w;
+  error = ranklens::trace::TraceWriter::create(dir, m, options, &w).message();
   if (!w) return error;
   std::vector<uint8_t> pool;
   for (const std::string& file : poolFiles) {  // real payload bytes (rlpayload export -f raw), one after another
@@ -107,7 +108,7 @@ std::string writeRecording(const std::string& dir, int payloads, size_t largeByt
     if (!w->appendPayload(ref, data.data(), data.size(), ranklens::trace::BackPressure::kWait))
       return "appendPayload failed";
   }
-  return w->close() ? "" : "close failed";
+  return w->close().isOk() ? "" : "close failed";
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -155,7 +156,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string error;
-  auto recording = ranklens::trace::Recording::open(dir + "/rank0", -1, &error);
+  std::unique_ptr<ranklens::trace::Recording> recording;
+  error = ranklens::trace::Recording::open(dir + "/rank0", -1, &recording).message();
   if (!recording) {
     fprintf(stderr, "prefetcher_contention: %s\n", error.c_str());
     return 1;
@@ -209,7 +211,7 @@ int main(int argc, char** argv) {
     for (const auto* call : order) {
       const int64_t t0 = nowNs();
       PayloadPrefetcher::Staged staged;
-      if (!prefetcher.acquire(call, &staged, &error)) {
+      if (!(error = prefetcher.acquire(call, &staged).message()).empty()) {
         fprintf(stderr, "prefetcher_contention: acquire failed: %s\n", error.c_str());
         return 1;
       }

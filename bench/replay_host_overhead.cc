@@ -37,7 +37,8 @@ bool writeRecording(const std::string& root, int calls, bool payloads, std::stri
   m.mode = "record";
   m.rank = 1;
   m.world_size = 2;
-  auto w = ranklens::trace::TraceWriter::create(root + "/rank1", m, {}, error);
+  std::unique_ptr<ranklens::trace::TraceWriter> w;
+  *error = ranklens::trace::TraceWriter::create(root + "/rank1", m, {}, &w).message();
   if (!w) return false;
   ranklens::events::CommInit world;
   world.nranks = 2;
@@ -71,7 +72,7 @@ bool writeRecording(const std::string& root, int calls, bool payloads, std::stri
       }
     }
   }
-  return w->close();
+  return w->close().isOk();
 }
 
 }  // namespace

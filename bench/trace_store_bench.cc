@@ -209,7 +209,7 @@ trace::PayloadRef makeRef(uint64_t seq, int dtype, size_t bytes) {
 // Closes the writer (flush, index, manifest), reports how long that took, and removes the directory.
 void finishWriter(benchmark::State& state, std::unique_ptr<trace::TraceWriter>& writer, const std::string& dir) {
   const auto start = Clock::now();
-  const bool ok = writer->close();
+  const bool ok = writer->close().isOk();
   state.counters["close_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (!ok) state.SkipWithError(("close failed: " + writer->lastError()).c_str());
   writer.reset();
@@ -244,7 +244,8 @@ void BM_MetaPackOnly(benchmark::State& state) {
 void BM_MetaAppend(benchmark::State& state) {
   const std::string dir = freshDirectory("append");
   std::string error;
-  auto writer = trace::TraceWriter::create(dir, benchManifest(), trace::WriterOptions{}, &error);
+  std::unique_ptr<trace::TraceWriter> writer;
+  error = trace::TraceWriter::create(dir, benchManifest(), trace::WriterOptions{}, &writer).message();
   if (!writer) {
     state.SkipWithError(error.c_str());
     return;
@@ -261,7 +262,7 @@ void BM_MetaAppend(benchmark::State& state) {
   const uint64_t allocs = tAllocations - allocsBefore;
   state.counters["ctx_switches_per_record"] = benchmark::Counter(processContextSwitches() - switchesBefore,
                                                                  benchmark::Counter::kAvgIterations);
-  writer->flush();
+  (void)writer->flush();
   const trace::WriterStats stats = writer->stats();
   state.counters["records_per_s"] = benchmark::Counter(static_cast<double>(i), benchmark::Counter::kIsRate);
   state.counters["allocs_per_append"] =
@@ -275,7 +276,8 @@ void BM_MetaAppendFlush(benchmark::State& state) {
   const int64_t batch = state.range(0);
   const std::string dir = freshDirectory("append-flush");
   std::string error;
-  auto writer = trace::TraceWriter::create(dir, benchManifest(), trace::WriterOptions{}, &error);
+  std::unique_ptr<trace::TraceWriter> writer;
+  error = trace::TraceWriter::create(dir, benchManifest(), trace::WriterOptions{}, &writer).message();
   if (!writer) {
     state.SkipWithError(error.c_str());
     return;
@@ -285,7 +287,7 @@ void BM_MetaAppendFlush(benchmark::State& state) {
   OtherLoad load;
   for (auto _ : state) {
     for (int64_t j = 0; j < batch; ++j) writer->append(RecordType::kCall, makeCall(i++));
-    if (!writer->flush()) {
+    if (!writer->flush().isOk()) {
       state.SkipWithError(("flush failed: " + writer->lastError()).c_str());
       break;
     }
@@ -310,7 +312,8 @@ void BM_PayloadWrite(benchmark::State& state, int threads, int level, int dtype,
   options.compressionThreads = threads;
   options.zstdLevel = level;
   std::string error;
-  auto writer = trace::TraceWriter::create(dir, benchManifest(), options, &error);
+  std::unique_ptr<trace::TraceWriter> writer;
+  error = trace::TraceWriter::create(dir, benchManifest(), options, &writer).message();
   if (!writer) {
     state.SkipWithError(error.c_str());
     return;
@@ -329,7 +332,7 @@ void BM_PayloadWrite(benchmark::State& state, int threads, int level, int dtype,
       allocs += tAllocations - allocsBefore;
       ++seq;
     }
-    if (!writer->flush()) {
+    if (!writer->flush().isOk()) {
       state.SkipWithError(("flush failed: " + writer->lastError()).c_str());
       break;
     }
@@ -425,20 +428,21 @@ ReadFixture& scanFixture() {
   static ReadFixture f = [] {
     ReadFixture out;
     out.dir = gRoot + "/fixture-meta";
-    auto writer = trace::TraceWriter::create(out.dir, benchManifest(), trace::WriterOptions{}, &out.error);
+    std::unique_ptr<trace::TraceWriter> writer;
+    out.error = trace::TraceWriter::create(out.dir, benchManifest(), trace::WriterOptions{}, &writer).message();
     if (!writer) return out;
     for (uint64_t i = 0; i < kScanRecords; ++i) {
       if (!writer->append(RecordType::kCall, makeCall(i))) {
         out.error = "record dropped while building the scan fixture";
         return out;
       }
-      if (i % 4096 == 4095) writer->flush();  // keep the queue bounded
+      if (i % 4096 == 4095) writer->flush().isOk();  // keep the queue bounded
     }
-    if (!writer->close()) {
+    if (!writer->close().isOk()) {
       out.error = writer->lastError();
       return out;
     }
-    out.reader = trace::TraceReader::open(out.dir, trace::Limits{}, &out.error);
+    out.error = trace::TraceReader::open(out.dir, trace::Limits{}, &out.reader).message();
     return out;
   }();
   return f;
@@ -456,16 +460,17 @@ ReadFixture& payloadFixture(int level, int dtype, size_t bytes) {
   trace::WriterOptions options;
   options.zstdLevel = level;
   options.compressionThreads = 1;
-  auto writer = trace::TraceWriter::create(out.dir, benchManifest(), options, &out.error);
+  std::unique_ptr<trace::TraceWriter> writer;
+  out.error = trace::TraceWriter::create(out.dir, benchManifest(), options, &writer).message();
   if (!writer) return out;
   const std::vector<uint8_t>& data = pool(dtype);
   for (uint64_t seq = 0; seq < kBatchBytes / bytes; ++seq)
     writer->appendPayload(makeRef(seq, dtype, bytes), data.data() + (seq * bytes) % data.size(), bytes);
-  if (!writer->close()) {
+  if (!writer->close().isOk()) {
     out.error = writer->lastError();
     return out;
   }
-  out.reader = trace::TraceReader::open(out.dir, trace::Limits{}, &out.error);
+  out.error = trace::TraceReader::open(out.dir, trace::Limits{}, &out.reader).message();
   if (!out.reader) return out;
   out.refs = out.reader->payloads();
   if (out.refs.size() != kBatchBytes / bytes) {
@@ -539,8 +544,7 @@ void BM_ReadPayload(benchmark::State& state, int level, int dtype, size_t bytes,
         benchmark::DoNotOptimize(out.data());
       } else if (mode == 1) {
         std::vector<uint8_t> out;
-        ok = trace::decodePayload(f.payloadFile.data() + ref.offset, ref.compressedBytes, ref, trace::Limits{}, &out,
-                                  &reason);
+        ok = (reason = trace::decodePayload(f.payloadFile.data() + ref.offset, ref.compressedBytes, ref, trace::Limits{}, &out).message()).empty();
         benchmark::DoNotOptimize(out.data());
       } else {
         const size_t n = ZSTD_decompressDCtx(dctx, reused.data(), reused.size(), f.payloadFile.data() + ref.offset,

@@ -159,7 +159,7 @@ ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
     options.compressionThreads = 1;  // structure mode writes no payloads
     if (writerSetup_) writerSetup_(&manifest, &options);
     std::string error;
-    writer_ = ranklens::trace::TraceWriter::create(dir, manifest, options, &error);
+    error = ranklens::trace::TraceWriter::create(dir, manifest, options, &writer_).message();
     // Said whatever NCCL_DEBUG is: a run whose event log is silently missing looks like a run without events.
     if (!writer_) SAY_ERROR("RANKLENS_TRACE_DIR: %s (events are not written)", error.c_str());
     else INFO(kSubInit | kSubRanklens, "writing events to %s", dir.c_str());
@@ -169,7 +169,7 @@ ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
 }
 
 void Runtime::flushEvents() {
-  if (writerReady_.load(std::memory_order_acquire) && writer_ && !writer_->flush())
+  if (writerReady_.load(std::memory_order_acquire) && writer_ && !writer_->flush().isOk())
     WARN("trace %s: %s", writer_->directory().c_str(), writer_->lastError().c_str());
 }
 
@@ -186,7 +186,7 @@ void Runtime::setBeforeClose(std::function<void()> hook) {
 void Runtime::closeEvents() {
   if (beforeClose_) beforeClose_();
   if (writerReady_.load(std::memory_order_acquire) && writer_) {
-    if (!writer_->close())
+    if (!writer_->close().isOk())
       SAY_ERROR("the event log %s is incomplete: %s", writer_->directory().c_str(), writer_->lastError().c_str());
     if (uint64_t dropped = writer_->stats().recordsDropped)
       WARN("trace %s: %lu records dropped (queue full); the manifest counts them", writer_->directory().c_str(),

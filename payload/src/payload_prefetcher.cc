@@ -274,6 +274,59 @@ struct PayloadPrefetcher::Impl {
     cv.notify_all();
   }
 
+  // Decoded ahead but passed over: the program skipped those calls.
+  void discardPassedOver(size_t position) {
+    for (auto it = entries.begin(); it != entries.end() && it->first < position;) {
+      auto next = std::next(it);
+      if (it->second.state == State::kReady || it->second.state == State::kFailed) {
+        stats.skipped++;
+        discard(it);
+      }
+      it = next;
+    }
+  }
+
+  // The payload at `position` (`bytes` long), which no worker has taken on, decoded on the program's thread: room
+  // first (evict what was decoded furthest ahead, then wait for copies in flight; else an own allocation). Returns
+  // early, with nothing to do, when a worker takes it on while this waits for room without the lock.
+  Status stageHere(std::unique_lock<std::mutex>& lock, size_t position, size_t bytes) {
+    Entry e;
+    e.bytes = bytes;
+    while (!reserve(e.bytes, &e.data, &e.reserved)) {
+      if (FreeList::rounded(e.bytes) > options.arenaBytes || arena == nullptr) break;
+      // (only entries that hold pinned memory and that no upload reads)
+      auto victim = std::find_if(entries.rbegin(), entries.rend(), [&](auto& kv) {
+        return kv.first > position && !uploadBusy(kv.second) && kv.second.reserved > 0 &&
+               (kv.second.state == State::kReady || kv.second.state == State::kFailed);
+      });
+      if (victim != entries.rend()) {
+        stats.evicted++;
+        drop(std::next(victim).base());
+        continue;
+      }
+      if (!reclaim()) {
+        bool decoding = std::any_of(entries.begin(), entries.end(),
+                                    [](const auto& kv) { return kv.second.state == State::kDecoding; });
+        if (!decoding) break;  // fragmented by acquired entries: use an own allocation
+      }
+      cv.wait_for(lock, std::chrono::microseconds(200));
+      // A worker took it on: decoding it here too would write into the worker's memory beside it.
+      if (entries.count(position)) return Status::ok();
+    }
+    if (e.data == nullptr) {
+      stats.oversized++;
+      e.data = static_cast<uint8_t*>(alloc(std::max<size_t>(e.bytes, 1)));
+      e.own = true;
+      if (e.data == nullptr)
+        return Status::systemError("cannot allocate " + std::to_string(e.bytes) +
+                                   " bytes of pinned memory for a payload");
+    }
+    entries.emplace(position, std::move(e));
+    nextToSchedule = std::max(nextToSchedule, position + 1);  // else a worker decodes it again once released
+    decode(lock, position);
+    return Status::ok();
+  }
+
   void work() {
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
@@ -370,76 +423,23 @@ PayloadPrefetcher::~PayloadPrefetcher() {
   if (im.deviceArena && !busy) im.stage.free(im.deviceArena);
 }
 
-bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::string* error) {
+Status PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out) {
   Impl& im = *impl_;
   auto where = im.positions.find(call);
-  if (where == im.positions.end()) {
-    *error = "the call has no recorded payload";
-    return false;
-  }
+  if (where == im.positions.end()) return Status::invalidUsage("the call has no recorded payload");
   const size_t position = where->second;
   std::unique_lock<std::mutex> lock(im.mu);
-  // Decoded ahead but passed over: the program skipped those calls.
-  for (auto it = im.entries.begin(); it != im.entries.end() && it->first < position;) {
-    auto next = std::next(it);
-    if (it->second.state == Impl::State::kReady || it->second.state == Impl::State::kFailed) {
-      im.stats.skipped++;
-      im.discard(it);
-    }
-    it = next;
-  }
+  im.discardPassedOver(position);
   auto it = im.entries.find(position);
   bool waited = false;
   if (it == im.entries.end()) {
     // The program has moved past the payloads before this one: the workers go on from here (they may still take
-    // this one on while the loop below waits for room), never back to one the program skipped or has used.
+    // this one on while stageHere waits for room), never back to one the program skipped or has used.
     im.nextToSchedule = std::max(im.nextToSchedule, position);
     im.stats.waits++;
     waited = true;
-    Impl::Entry e;
-    e.bytes = call->payload->rawBytes;
-    bool scheduled = false;  // a worker took this payload on while the loop below waited without the lock
-    // Room: evict what was decoded furthest ahead, then wait for copies in flight; else an own allocation.
-    while (!im.reserve(e.bytes, &e.data, &e.reserved)) {
-      if (FreeList::rounded(e.bytes) > im.options.arenaBytes || im.arena == nullptr) break;
-      // (only entries that hold pinned memory and that no upload reads)
-      auto victim = std::find_if(im.entries.rbegin(), im.entries.rend(), [&](auto& kv) {
-        return kv.first > position && !im.uploadBusy(kv.second) && kv.second.reserved > 0 &&
-               (kv.second.state == Impl::State::kReady || kv.second.state == Impl::State::kFailed);
-      });
-      if (victim != im.entries.rend()) {
-        im.stats.evicted++;
-        im.drop(std::next(victim).base());
-        continue;
-      }
-      if (!im.reclaim()) {
-        bool decoding = std::any_of(im.entries.begin(), im.entries.end(),
-                                    [](const auto& kv) { return kv.second.state == Impl::State::kDecoding; });
-        if (!decoding) break;  // fragmented by acquired entries: use an own allocation
-      }
-      im.cv.wait_for(lock, std::chrono::microseconds(200));
-      if (im.entries.count(position)) {
-        scheduled = true;  // decoding it here too would write into the worker's memory beside it
-        break;
-      }
-    }
-    if (scheduled) {
-      it = im.entries.find(position);
-    } else {
-      if (e.data == nullptr) {
-        im.stats.oversized++;
-        e.data = static_cast<uint8_t*>(im.alloc(std::max<size_t>(e.bytes, 1)));
-        e.own = true;
-        if (e.data == nullptr) {
-          *error = "cannot allocate " + std::to_string(e.bytes) + " bytes of pinned memory for a payload";
-          return false;
-        }
-      }
-      it = im.entries.emplace(position, std::move(e)).first;
-      im.nextToSchedule = std::max(im.nextToSchedule, position + 1);  // else a worker decodes it again once released
-      im.decode(lock, position);
-      it = im.entries.find(position);
-    }
+    RL_CHECK(im.stageHere(lock, position, call->payload->rawBytes));
+    it = im.entries.find(position);
   }
   if (it->second.state == Impl::State::kDecoding) {
     if (!waited) im.stats.waits++;
@@ -447,9 +447,9 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
     it = im.entries.find(position);
   }
   if (it->second.state == Impl::State::kFailed) {
-    *error = it->second.error;
+    Status failed = Status::corrupt(it->second.error);
     im.discard(it);
-    return false;
+    return failed;
   }
   Impl::Entry& e = it->second;
   im.uploadBusy(e);  // an upload that has just completed is used
@@ -458,7 +458,7 @@ bool PayloadPrefetcher::acquire(const RecordedCall* call, Staged* out, std::stri
   out->data = out->onDevice ? e.device : e.data;
   out->bytes = e.bytes;
   if (out->onDevice) im.stats.fromDevice++;
-  return true;
+  return Status::ok();
 }
 
 void PayloadPrefetcher::release(const RecordedCall* call, std::function<bool()> copied) {

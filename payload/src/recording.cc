@@ -25,6 +25,15 @@ CallKey keyOf(uint64_t commId, int op, int peer, uint64_t seq) {
   return CallKey{commId, kind, kind == SeqKind::kCollective ? -1 : peer, seq};
 }
 
+// What a scan finds for calls besides their Call records, joined to them once every record is read.
+struct ScannedRecords {
+  std::unordered_map<CallKey, Timing, CallKeyHash> durations;
+  std::unordered_map<CallKey, PayloadRef, CallKeyHash> payloads;
+  std::unordered_set<CallKey, CallKeyHash> captured;
+  std::unordered_map<CallKey, std::shared_ptr<const FlightRecorderEntry>, CallKeyHash> flightRecorder;
+  std::vector<Problem> malformed;  // records of the wrong shape: reported with their file and offset, and skipped
+};
+
 }  // namespace
 
 struct Recording::Impl {
@@ -37,129 +46,136 @@ struct Recording::Impl {
   std::unordered_map<uint64_t, int64_t> groupHostNs;
   std::vector<events::Stage> stages;
   size_t timed = 0;
+
+  // One record of the scan (it throws on a field of the wrong type).
+  void take(RecordType type, const msgpack::object& body, ScannedRecords* found) {
+    switch (type) {
+      case RecordType::kCommInit: comms.push_back(body.as<events::CommInit>()); break;
+      case RecordType::kCall: {
+        RecordedCall rc;
+        rc.call = body.as<events::Call>();
+        rc.order = calls.size();
+        calls.push_back(std::move(rc));
+        break;
+      }
+      case RecordType::kTiming: {
+        const auto t = body.as<Timing>();
+        // A captured call ran at each launch of its graph: its Timing has the first launch's duration, or 0 when
+        // no launch was timed, which is no duration.
+        if (t.captured && t.durationNs <= 0)
+          found->captured.insert(keyOf(t.commId, t.op, t.peer, t.seq));
+        else if (t.durationNs >= 0)
+          found->durations[keyOf(t.commId, t.op, t.peer, t.seq)] = t;
+        break;
+      }
+      case RecordType::kPayloadRef: {
+        const auto ref = body.as<PayloadRef>();
+        found->payloads[keyOf(ref.commId, ref.op, ref.peer, ref.seq)] = ref;  // a later reference supersedes (edits)
+        break;
+      }
+      case RecordType::kGroupEnd: {
+        const auto g = body.as<events::GroupEnd>();
+        groupHostNs[g.groupId] = g.hostNs;
+        break;
+      }
+      case RecordType::kStage: stages.push_back(body.as<events::Stage>()); break;
+      case RecordType::kFlightRecorderEntry: {
+        auto e = std::make_shared<FlightRecorderEntry>(body.as<FlightRecorderEntry>());
+        if (e->op >= 0) found->flightRecorder[keyOf(e->commId, e->op, e->peer, e->seq)] = std::move(e);
+        break;
+      }
+      default: break;
+    }
+  }
+
+  // Every intact record, in trace order; damage goes to `problems` and what precedes it is used.
+  void readRecords(const std::string& dir, ScannedRecords* found) {
+    (void)reader->scan([&](RecordType type, const msgpack::object& body, const Location& where) {
+      try {
+        take(type, body, found);
+      } catch (const std::exception&) {
+        // The spec: a record whose fields have the wrong types is reported and skipped, the rest of the segment read.
+        found->malformed.push_back(Problem{dir + "/" + segmentName(where.segment), where.offset,
+                                           std::string(recordTypeName(type)) +
+                                               " record has a field of the wrong type (skipped: its call is replayed "
+                                               "without it; rlpayload verify lists every such record)",
+                                           false});
+      }
+      return true;
+    });
+    problems = reader->problems();
+    for (auto& m : found->malformed) {  // the reader itself reports a malformed Call or PayloadRef (it indexes them)
+      bool known = false;
+      for (const auto& p : problems) known = known || (p.file == m.file && p.offset == m.offset);
+      if (!known) problems.push_back(std::move(m));
+    }
+  }
+
+  // docs/trace-format.md: several Call records of one identity are one call, the last in segment order (as the
+  // index and every other command read it); the earlier ones are not calls.
+  void keepLastCallOfEachIdentity() {
+    std::unordered_set<CallKey, CallKeyHash> seen;
+    std::vector<RecordedCall> kept;
+    for (auto it = calls.rbegin(); it != calls.rend(); ++it)
+      if (seen.insert(callKeyOf(it->call)).second) kept.push_back(std::move(*it));
+    if (kept.size() == calls.size()) return;
+    std::reverse(kept.begin(), kept.end());
+    for (size_t i = 0; i < kept.size(); ++i) kept[i].order = i;
+    calls.swap(kept);
+  }
+
+  // Each call with its duration, payload and Flight Recorder entry, and the indices over the calls.
+  void joinCalls(const ScannedRecords& found) {
+    index.reserve(calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      RecordedCall& rc = calls[i];
+      const CallKey key = callKeyOf(rc.call);
+      if (auto it = found.flightRecorder.find(key); it != found.flightRecorder.end()) rc.flightRecorder = it->second;
+      if (auto it = found.durations.find(key); it != found.durations.end()) {
+        rc.durationNs = it->second.durationNs;
+        rc.gapNs = it->second.gapNs;
+        rc.kernelClock = it->second.clock == kClockKernel;
+        rc.captured = it->second.captured;
+        ++timed;
+      } else {
+        rc.captured = found.captured.count(key) > 0;
+      }
+      if (auto it = found.payloads.find(key); it != found.payloads.end()) rc.payload = it->second;
+      index[key] = i;
+    }
+    for (const RecordedCall& rc : calls)
+      if (rc.payload) payloadOrder.push_back(&rc);
+  }
 };
 
 Recording::Recording() : impl_(std::make_unique<Impl>()) {}
 Recording::~Recording() = default;
 
-bool JobRecordings::open(const std::vector<std::string>& rankDirs, std::string* error) {
+Status JobRecordings::open(const std::vector<std::string>& rankDirs) {
   for (const auto& dir : rankDirs) {
-    owned.push_back(Recording::open(dir, -1, error));
-    if (!owned.back()) {
-      owned.pop_back();
-      return false;
-    }
+    std::unique_ptr<Recording> recording;
+    RL_CHECK(Recording::open(dir, -1, &recording));
+    owned.push_back(std::move(recording));
     ranks.push_back(owned.back().get());
   }
-  return true;
+  return Status::ok();
 }
 
-std::unique_ptr<Recording> Recording::open(const std::string& path, int rank, std::string* error) {
+Status Recording::open(const std::string& path, int rank, std::unique_ptr<Recording>* recording) {
+  recording->reset();
   std::string dir;
-  if (!resolveRankDirectory(path, rank, &dir, error)) {
-    *error += "; replay a recorded rank (RANK / ranklens replay --rank) or name its directory in replay_trace";
-    return nullptr;
-  }
+  if (Status resolved = resolveRankDirectory(path, rank, &dir); !resolved.isOk())
+    return Status::error(resolved.code(), resolved.message() + "; replay a recorded rank (RANK / ranklens replay "
+                                                               "--rank) or name its directory in replay_trace");
   std::unique_ptr<Recording> rec(new Recording());
   Impl& im = *rec->impl_;
-  im.reader = TraceReader::open(dir, Limits{}, error);
-  if (!im.reader) return nullptr;
-
-  std::unordered_map<CallKey, Timing, CallKeyHash> durations;
-  std::unordered_map<CallKey, PayloadRef, CallKeyHash> payloads;
-  std::unordered_set<CallKey, CallKeyHash> captured;
-  std::unordered_map<CallKey, std::shared_ptr<const FlightRecorderEntry>, CallKeyHash> flightRecorder;
-  std::vector<Problem> malformed;  // records of the wrong shape: reported with their file and offset, and skipped
-  const bool scanned = im.reader->scan([&](RecordType type, const msgpack::object& body, const Location& where) {
-    try {
-      switch (type) {
-        case RecordType::kCommInit: im.comms.push_back(body.as<events::CommInit>()); break;
-        case RecordType::kCall: {
-          RecordedCall rc;
-          rc.call = body.as<events::Call>();
-          rc.order = im.calls.size();
-          im.calls.push_back(std::move(rc));
-          break;
-        }
-        case RecordType::kTiming: {
-          const auto t = body.as<Timing>();
-          // A captured call ran at each launch of its graph: its Timing has the first launch's duration, or 0 when
-          // no launch was timed, which is no duration.
-          if (t.captured && t.durationNs <= 0)
-            captured.insert(keyOf(t.commId, t.op, t.peer, t.seq));
-          else if (t.durationNs >= 0)
-            durations[keyOf(t.commId, t.op, t.peer, t.seq)] = t;
-          break;
-        }
-        case RecordType::kPayloadRef: {
-          const auto ref = body.as<PayloadRef>();
-          payloads[keyOf(ref.commId, ref.op, ref.peer, ref.seq)] = ref;  // a later reference supersedes (edits)
-          break;
-        }
-        case RecordType::kGroupEnd: {
-          const auto g = body.as<events::GroupEnd>();
-          im.groupHostNs[g.groupId] = g.hostNs;
-          break;
-        }
-        case RecordType::kStage: im.stages.push_back(body.as<events::Stage>()); break;
-        case RecordType::kFlightRecorderEntry: {
-          auto e = std::make_shared<FlightRecorderEntry>(body.as<FlightRecorderEntry>());
-          if (e->op >= 0) flightRecorder[keyOf(e->commId, e->op, e->peer, e->seq)] = std::move(e);
-          break;
-        }
-        default: break;
-      }
-    } catch (const std::exception&) {
-      // The spec: a record whose fields have the wrong types is reported and skipped, the rest of the segment read.
-      malformed.push_back(Problem{dir + "/" + segmentName(where.segment), where.offset,
-                                  std::string(recordTypeName(type)) +
-                                      " record has a field of the wrong type (skipped: its call is replayed without "
-                                      "it; rlpayload verify lists every such record)",
-                                  false});
-    }
-    return true;
-  });
-  im.problems = im.reader->problems();
-  for (auto& m : malformed) {  // the reader itself reports a malformed Call or PayloadRef (it indexes them)
-    bool known = false;
-    for (const auto& p : im.problems) known = known || (p.file == m.file && p.offset == m.offset);
-    if (!known) im.problems.push_back(std::move(m));
-  }
-  (void)scanned;  // damage is in problems(); the records before it are used
-
-  // docs/trace-format.md: several Call records of one identity are one call, the last in segment order (as the
-  // index and every other command read it); the earlier ones are not calls.
-  {
-    std::unordered_set<CallKey, CallKeyHash> seen;
-    std::vector<RecordedCall> kept;
-    for (auto it = im.calls.rbegin(); it != im.calls.rend(); ++it)
-      if (seen.insert(callKeyOf(it->call)).second) kept.push_back(std::move(*it));
-    if (kept.size() != im.calls.size()) {
-      std::reverse(kept.begin(), kept.end());
-      for (size_t i = 0; i < kept.size(); ++i) kept[i].order = i;
-      im.calls.swap(kept);
-    }
-  }
-  im.index.reserve(im.calls.size());
-  for (size_t i = 0; i < im.calls.size(); ++i) {
-    RecordedCall& rc = im.calls[i];
-    const CallKey key = callKeyOf(rc.call);
-    if (auto it = flightRecorder.find(key); it != flightRecorder.end()) rc.flightRecorder = it->second;
-    if (auto it = durations.find(key); it != durations.end()) {
-      rc.durationNs = it->second.durationNs;
-      rc.gapNs = it->second.gapNs;
-      rc.kernelClock = it->second.clock == kClockKernel;
-      rc.captured = it->second.captured;
-      ++im.timed;
-    } else {
-      rc.captured = captured.count(key) > 0;
-    }
-    if (auto it = payloads.find(key); it != payloads.end()) rc.payload = it->second;
-    im.index[key] = i;
-  }
-  for (const RecordedCall& rc : im.calls)
-    if (rc.payload) im.payloadOrder.push_back(&rc);
-  return rec;
+  RL_CHECK(TraceReader::open(dir, Limits{}, &im.reader));
+  ScannedRecords found;
+  im.readRecords(dir, &found);
+  im.keepLastCallOfEachIdentity();
+  im.joinCalls(found);
+  *recording = std::move(rec);
+  return Status::ok();
 }
 
 const Manifest& Recording::manifest() const { return impl_->reader->manifest(); }

@@ -24,15 +24,15 @@ namespace trace {
 namespace {
 
 // fsync by path (AppendFile does not expose its descriptor); a directory makes a new name in it durable.
-bool syncPath(const std::string& path, bool directory, std::string* error) {
+Status syncPath(const std::string& path, bool directory) {
   int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
   if (fd < 0 || ::fsync(fd) != 0) {
-    *error = path + ": cannot sync to disk: " + strerror(errno);
+    Status failed = Status::systemError(path + ": cannot sync to disk: " + strerror(errno));
     if (fd >= 0) ::close(fd);
-    return false;
+    return failed;
   }
   ::close(fd);
-  return true;
+  return Status::ok();
 }
 
 template <typename Record>
@@ -45,17 +45,14 @@ std::string frameOf(RecordType type, const Record& record) {
 }
 
 // Rewrites the manifest map with `payload_files` replaced, keeping every other key (known or not) as it was.
-bool updateManifest(const std::string& path, uint32_t payloadFiles, std::string* error) {
+Status updateManifest(const std::string& path, uint32_t payloadFiles) {
   std::vector<uint8_t> data;
-  if (!readFile(path, 16u << 20, &data, error)) return false;
+  RL_CHECK(readFile(path, 16u << 20, &data));
   try {
     size_t used = 0;
     msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size(), used);
     const msgpack::object& map = handle.get();
-    if (map.type != msgpack::type::MAP) {
-      *error = path + ": offset 0: manifest is not a msgpack map";
-      return false;
-    }
+    if (map.type != msgpack::type::MAP) return Status::corrupt(path + ": offset 0: manifest is not a msgpack map");
     bool present = false;
     for (uint32_t i = 0; i < map.via.map.size; ++i) {
       const msgpack::object& key = map.via.map.ptr[i].key;
@@ -76,10 +73,9 @@ bool updateManifest(const std::string& path, uint32_t payloadFiles, std::string*
       pk.pack(std::string("payload_files"));
       pk.pack(payloadFiles);
     }
-    return writeFileAtomically(path, out.data(), out.size(), error);
+    return writeFileAtomically(path, out.data(), out.size());
   } catch (const std::exception& e) {
-    *error = path + ": offset 0: undecodable manifest: " + e.what();
-    return false;
+    return Status::corrupt(path + ": offset 0: undecodable manifest: " + e.what());
   }
 }
 
@@ -89,19 +85,14 @@ class DirectoryLock {
   ~DirectoryLock() {
     if (fd_ >= 0) ::close(fd_);  // closing releases the flock
   }
-  bool acquire(const std::string& dir, std::string* error) {
+  Status acquire(const std::string& dir) {
     fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd_ < 0) {
-      *error = dir + ": cannot open: " + strerror(errno);
-      return false;
-    }
-    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      *error = dir + ": " +
-               (errno == EWOULDBLOCK ? std::string("another edit of this rank directory is in progress")
-                                     : std::string("cannot lock: ") + strerror(errno));
-      return false;
-    }
-    return true;
+    if (fd_ < 0) return Status::systemError(dir + ": cannot open: " + strerror(errno));
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0)
+      return errno == EWOULDBLOCK
+                 ? Status::invalidUsage(dir + ": another edit of this rank directory is in progress")
+                 : Status::systemError(dir + ": cannot lock: " + strerror(errno));
+    return Status::ok();
   }
 
  private:
@@ -115,222 +106,229 @@ std::string callName(const PayloadRef& ref) {
   return name + " seq " + std::to_string(ref.seq);
 }
 
-}  // namespace
 
-bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
-                         const Edit& edit, int zstdLevel, std::string* error) {
-  std::string sink;
-  if (error == nullptr) error = &sink;
-  // --- checks that need no file
+// Checks of the arguments that need no file.
+Status checkEditArguments(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
+                          int zstdLevel) {
   const size_t elem = events::datatypeBytes(original.datatype);
-  if (elem == 0) {
-    *error = rankDir + ": " + callName(original) + ": datatype " + std::to_string(original.datatype) +
-             " is not an NCCL datatype";
-    return false;
-  }
-  if (bytes % elem != 0) {
-    *error = rankDir + ": " + callName(original) + ": " + std::to_string(bytes) + " bytes is not a whole number of " +
-             std::to_string(elem) + "-byte elements";
-    return false;
-  }
-  if (data == nullptr && bytes != 0) {
-    *error = rankDir + ": no data given";
-    return false;
-  }
-  if (zstdLevel < ZSTD_minCLevel() || zstdLevel > ZSTD_maxCLevel()) {
-    *error = rankDir + ": zstd level " + std::to_string(zstdLevel) + " outside " + std::to_string(ZSTD_minCLevel()) +
-             ".." + std::to_string(ZSTD_maxCLevel());
-    return false;
-  }
+  if (elem == 0)
+    return Status::invalidArgument(rankDir + ": " + callName(original) + ": datatype " +
+                                   std::to_string(original.datatype) + " is not an NCCL datatype");
+  if (bytes % elem != 0)
+    return Status::invalidArgument(rankDir + ": " + callName(original) + ": " + std::to_string(bytes) +
+                                   " bytes is not a whole number of " + std::to_string(elem) + "-byte elements");
+  if (data == nullptr && bytes != 0) return Status::invalidArgument(rankDir + ": no data given");
+  if (zstdLevel < ZSTD_minCLevel() || zstdLevel > ZSTD_maxCLevel())
+    return Status::invalidArgument(rankDir + ": zstd level " + std::to_string(zstdLevel) + " outside " +
+                                   std::to_string(ZSTD_minCLevel()) + ".." + std::to_string(ZSTD_maxCLevel()));
+  return Status::ok();
+}
 
-  DirectoryLock lock;
-  if (!lock.acquire(rankDir, error)) return false;
-
-  // --- the manifest: must parse; a trace whose writer may still be running is not edited
-  const std::string manifestPath = rankDir + "/manifest.msgpack";
-  Manifest manifest;
-  {
-    std::vector<uint8_t> bytesRead;
-    std::string reason;
-    if (!readFile(manifestPath, 16u << 20, &bytesRead, error)) return false;
-    if (!parseManifest(bytesRead.data(), bytesRead.size(), &manifest, &reason)) {
-      *error = manifestPath + ": offset 0: " + reason;
-      return false;
-    }
-  }
-  if (!manifest.closed && manifest.pid > 0) {
+// The manifest: it must parse, and a trace whose writer may still be running is not edited.
+Status readEditableManifest(const std::string& rankDir, const std::string& manifestPath, Manifest* manifest) {
+  std::vector<uint8_t> bytesRead;
+  RL_CHECK(readFile(manifestPath, 16u << 20, &bytesRead));
+  if (Status parsed = parseManifest(bytesRead.data(), bytesRead.size(), manifest); !parsed.isOk())
+    return Status::corrupt(manifestPath + ": offset 0: " + parsed.message());
+  if (!manifest->closed && manifest->pid > 0) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
-    if (manifest.host == host && (kill(static_cast<pid_t>(manifest.pid), 0) == 0 || errno == EPERM)) {
-      *error = rankDir + ": the trace is not closed and its writer (pid " + std::to_string(manifest.pid) +
-               " on this host) is still running; edit it after the writer has closed it";
-      return false;
-    }
+    if (manifest->host == host && (kill(static_cast<pid_t>(manifest->pid), 0) == 0 || errno == EPERM))
+      return Status::invalidUsage(rankDir + ": the trace is not closed and its writer (pid " +
+                                  std::to_string(manifest->pid) +
+                                  " on this host) is still running; edit it after the writer has closed it");
   }
+  return Status::ok();
+}
 
-  // --- the files present: contiguous segments (append to the last), the next free payload index
+// Where an edit goes: the last of the contiguous segments (its frames appended to), and the next free payload index
+// (a new payload file holds the blob).
+struct EditTarget {
+  uint32_t lastIndex = 0;
+  std::string lastSegment;  // path
+  uint32_t nextPayload = 0;
+};
+
+Status findEditTarget(const std::string& rankDir, const Manifest& manifest, EditTarget* target) {
   std::map<uint32_t, std::string> segments;
   uint32_t nextPayload = manifest.payload_files;
-  {
-    DIR* d = opendir(rankDir.c_str());
-    if (d == nullptr) {
-      *error = rankDir + ": cannot list: " + strerror(errno);
-      return false;
-    }
-    while (dirent* e = readdir(d)) {
-      uint32_t index = 0;
-      if (parseIndexedName(e->d_name, "seg-", ".rls", &index))
-        segments[index] = e->d_name;
-      else if (parseIndexedName(e->d_name, "pay-", ".rlp", &index))
-        nextPayload = std::max(nextPayload, index + 1);
-    }
-    closedir(d);
+  DIR* d = opendir(rankDir.c_str());
+  if (d == nullptr) return Status::systemError(rankDir + ": cannot list: " + strerror(errno));
+  while (dirent* e = readdir(d)) {
+    uint32_t index = 0;
+    if (parseIndexedName(e->d_name, "seg-", ".rls", &index))
+      segments[index] = e->d_name;
+    else if (parseIndexedName(e->d_name, "pay-", ".rlp", &index))
+      nextPayload = std::max(nextPayload, index + 1);
   }
-  if (segments.empty()) {
-    *error = rankDir + "/" + segmentName(0) + ": no segment file to append the edit to";
-    return false;
-  }
+  closedir(d);
+  if (segments.empty())
+    return Status::corrupt(rankDir + "/" + segmentName(0) + ": no segment file to append the edit to");
   uint32_t expected = 0;
   for (const auto& [index, name] : segments) {
-    if (index != expected) {
-      *error = rankDir + "/" + segmentName(expected) + ": segment missing (next present: " + name +
-               "); readers stop before it, so an edit appended later would be invisible: repair the trace first";
-      return false;
-    }
+    if (index != expected)
+      return Status::corrupt(rankDir + "/" + segmentName(expected) + ": segment missing (next present: " + name +
+                             "); readers stop before it, so an edit appended later would be invisible: repair the "
+                             "trace first");
     ++expected;
   }
-  if (nextPayload > kMaxFileIndex) {
-    *error = rankDir + ": no payload file index left (" + payloadName(kMaxFileIndex) + " exists)";
-    return false;
-  }
-  const uint32_t lastIndex = segments.rbegin()->first;
-  const std::string lastSegment = rankDir + "/" + segments.rbegin()->second;
+  if (nextPayload > kMaxFileIndex)
+    return Status::invalidUsage(rankDir + ": no payload file index left (" + payloadName(kMaxFileIndex) + " exists)");
+  target->lastIndex = segments.rbegin()->first;
+  target->lastSegment = rankDir + "/" + segments.rbegin()->second;
+  target->nextPayload = nextPayload;
+  return Status::ok();
+}
 
-  // --- the last segment must end with an intact frame: appending after a torn or corrupt frame would hide the edit
-  // from every reader (they stop at the damage).
-  Limits limits;
+// The last segment must end with an intact frame: appending after a torn or corrupt frame would hide the edit from
+// every reader (they stop at the damage). Its size goes to `size`, to check that nothing appends meanwhile.
+Status checkLastSegmentIntact(const EditTarget& target, const Limits& limits, uint64_t* size) {
   std::vector<uint8_t> segmentImage;
-  if (!readFile(lastSegment, ~0ull, &segmentImage, error)) return false;
+  RL_CHECK(readFile(target.lastSegment, ~0ull, &segmentImage));
   Problem problem;
-  if (!parseSegment(segmentImage.data(), segmentImage.size(), lastIndex, lastSegment, limits, nullptr, &problem)) {
-    *error = problem.describe() +
-             (problem.truncated ? " (the last segment ends with a truncated frame, as a crash leaves it)"
-                                : " (the last segment is corrupt)") +
-             "; refusing to append an edit after it, because readers stop at the damage and would never see it";
-    return false;
-  }
+  if (!parseSegment(segmentImage.data(), segmentImage.size(), target.lastIndex, target.lastSegment, limits, nullptr,
+                    &problem))
+    return Status::corrupt(
+        problem.describe() +
+        (problem.truncated ? " (the last segment ends with a truncated frame, as a crash leaves it)"
+                           : " (the last segment is corrupt)") +
+        "; refusing to append an edit after it, because readers stop at the damage and would never see it");
+  *size = segmentImage.size();
+  return Status::ok();
+}
 
-  // --- `original` must be the call's current payload (an edit made since would otherwise be silently undone)
-  {
-    auto reader = TraceReader::open(rankDir, limits, error);
-    if (!reader) return false;
-    auto current = reader->payload(original.commId, original.op, original.peer, original.seq);
-    if (!current) {
-      *error = rankDir + ": " + callName(original) + ": no payload recorded for this call";
-      return false;
-    }
-    if (current->file != original.file || current->offset != original.offset ||
-        current->compressedBytes != original.compressedBytes || current->rawCrc32 != original.rawCrc32 ||
-        current->op != original.op || current->datatype != original.datatype || current->peer != original.peer) {
-      *error = rankDir + ": " + callName(original) + ": the given reference (" + payloadName(original.file) +
-               " offset " + std::to_string(original.offset) + ") is not the call's current payload (" +
-               payloadName(current->file) + " offset " + std::to_string(current->offset) + "); re-read it and retry";
-      return false;
-    }
-  }
+// `original` must be the call's current payload: an edit made since would otherwise be silently undone.
+Status checkCurrentPayload(const std::string& rankDir, const PayloadRef& original, const Limits& limits) {
+  std::unique_ptr<TraceReader> reader;
+  RL_CHECK(TraceReader::open(rankDir, limits, &reader));
+  auto current = reader->payload(original.commId, original.op, original.peer, original.seq);
+  if (!current)
+    return Status::invalidUsage(rankDir + ": " + callName(original) + ": no payload recorded for this call");
+  if (current->file != original.file || current->offset != original.offset ||
+      current->compressedBytes != original.compressedBytes || current->rawCrc32 != original.rawCrc32 ||
+      current->op != original.op || current->datatype != original.datatype || current->peer != original.peer)
+    return Status::invalidUsage(rankDir + ": " + callName(original) + ": the given reference (" +
+                                payloadName(original.file) + " offset " + std::to_string(original.offset) +
+                                ") is not the call's current payload (" + payloadName(current->file) + " offset " +
+                                std::to_string(current->offset) + "); re-read it and retry");
+  return Status::ok();
+}
 
-  // --- compress: one zstd frame with the content size, as the writer makes them
-  Blob blob;
-  {
-    std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
-    std::string why;
-    if (cctx == nullptr || !compressBlob(cctx.get(), zstdLevel, /*planes=*/false, data, bytes, &blob, &why)) {
-      *error = rankDir + ": " + (cctx ? why : std::string("zstd: cannot create a compression context"));
-      return false;
-    }
-  }
-
+// The new bytes as one zstd frame with the content size, as the writer makes them (stored as they are, whatever
+// the original blob did), and the PayloadRef + Edit frames that make them the call's payload.
+Status prepareEdit(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
+                   const Edit& edit, int zstdLevel, uint32_t nextPayload, Blob* blob, std::string* frames) {
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  if (cctx == nullptr) return Status::systemError(rankDir + ": zstd: cannot create a compression context");
+  RL_CHECK(compressBlob(cctx.get(), zstdLevel, /*planes=*/false, data, bytes, blob).withContext(rankDir));
   PayloadRef ref = original;
-  ref.count = bytes / elem;
+  ref.count = bytes / events::datatypeBytes(original.datatype);
   ref.rawBytes = bytes;
   ref.file = nextPayload;
   ref.offset = kFileHeaderBytes;
-  ref.compressedBytes = blob.size();
+  ref.compressedBytes = blob->size();
   ref.rawCrc32 = crc32Bytes(bytes ? data : "", bytes);
   ref.zstdLevel = zstdLevel;
-  ref.shuffle = 0;  // the edited bytes are stored as they are, whatever the original blob did
+  ref.shuffle = 0;
   Edit provenance = edit;
   provenance.commId = original.commId;  // the Edit names the call it changed, whatever the caller filled in
   provenance.seq = original.seq;
   provenance.op = original.op;
   provenance.peer = original.peer;
   if (provenance.timeNs == 0) provenance.timeNs = realtimeNanoseconds();
-  const std::string refFrame = frameOf(RecordType::kPayloadRef, ref);
   const std::string editFrame = frameOf(RecordType::kEdit, provenance);
   const WriterOptions writerDefaults;
-  if (editFrame.size() - kFrameHeaderBytes > writerDefaults.maxRecordBytes) {
-    *error = rankDir + ": the Edit record would be " + std::to_string(editFrame.size() - kFrameHeaderBytes) +
-             " bytes, over the " + std::to_string(writerDefaults.maxRecordBytes) +
-             "-byte record limit (detail too long)";
-    return false;
+  if (editFrame.size() - kFrameHeaderBytes > writerDefaults.maxRecordBytes)
+    return Status::invalidArgument(rankDir + ": the Edit record would be " +
+                                   std::to_string(editFrame.size() - kFrameHeaderBytes) + " bytes, over the " +
+                                   std::to_string(writerDefaults.maxRecordBytes) +
+                                   "-byte record limit (detail too long)");
+  *frames = frameOf(RecordType::kPayloadRef, ref) + editFrame;
+  return Status::ok();
+}
+
+// The blob in a new payload file, durable before anything refers to it (the file and its name); removed again if it
+// cannot be written whole.
+Status writeEditBlob(const std::string& rankDir, const std::string& payloadPath, uint32_t index, const Blob& blob,
+                     const std::string& journalPath) {
+  AppendFile payload;
+  Status written = payload.create(payloadPath, kPayloadMagic, index);
+  if (written.isOk()) written = payload.append(blob.data(), blob.size());
+  payload.close();
+  if (!written.isOk()) {
+    ::unlink(payloadPath.c_str());
+    ::unlink(journalPath.c_str());
+    return written;
   }
+  RL_CHECK(syncPath(payloadPath, false));
+  return syncPath(rankDir, true);
+}
+
+EditInterruptHook editInterruptHook = nullptr;
+
+void interruptedAfter(const char* step) {
+  if (editInterruptHook != nullptr) editInterruptHook(step);
+}
+
+}  // namespace
+
+void setEditInterruptHookForTesting(EditInterruptHook hook) { editInterruptHook = hook; }
+
+Status appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
+                           const Edit& edit, int zstdLevel) {
+  RL_CHECK(checkEditArguments(rankDir, original, data, bytes, zstdLevel));
+  DirectoryLock lock;
+  RL_CHECK(lock.acquire(rankDir));
+  const std::string manifestPath = rankDir + "/manifest.msgpack";
+  Manifest manifest;
+  RL_CHECK(readEditableManifest(rankDir, manifestPath, &manifest));
+  EditTarget target;
+  RL_CHECK(findEditTarget(rankDir, manifest, &target));
+  const Limits limits;
+  uint64_t segmentBytes = 0;
+  RL_CHECK(checkLastSegmentIntact(target, limits, &segmentBytes));
+  RL_CHECK(checkCurrentPayload(rankDir, original, limits));
+  Blob blob;
+  std::string frames;
+  RL_CHECK(prepareEdit(rankDir, original, data, bytes, edit, zstdLevel, target.nextPayload, &blob, &frames));
 
   // --- 1. the segment is opened first and must still be the size that was checked
   AppendFile segment;
-  if (!segment.openExisting(lastSegment, error)) return false;
-  if (segment.size() != segmentImage.size()) {
-    *error = lastSegment + ": changed while the edit was prepared (" + std::to_string(segmentImage.size()) + " -> " +
-             std::to_string(segment.size()) + " bytes); is a writer still running?";
-    return false;
-  }
+  RL_CHECK(segment.openExisting(target.lastSegment));
+  if (segment.size() != segmentBytes)
+    return Status::invalidUsage(target.lastSegment + ": changed while the edit was prepared (" +
+                                std::to_string(segmentBytes) + " -> " + std::to_string(segment.size()) +
+                                " bytes); is a writer still running?");
   // --- 2. the blob, in a new payload file, durable before anything refers to it. First the journal (kEditJournal):
   // an edit killed from here on leaves it, so that verify can say "interrupted edit" and how to finish or roll back,
   // instead of calling the trace damaged (its counters then disagree with its files, though nothing was lost).
-  const std::string payloadPath = rankDir + "/" + payloadName(nextPayload);
+  const std::string payloadPath = rankDir + "/" + payloadName(target.nextPayload);
   const std::string journalPath = rankDir + "/" + kEditJournal;
-  {
-    const std::string journal = "segment " + lastSegment.substr(lastSegment.rfind('/') + 1) + " " +
-                                std::to_string(segmentImage.size()) + "\npayload " + payloadName(nextPayload) +
-                                "\ncall " + callName(original) + "\n";
-    if (!writeFileAtomically(journalPath, journal.data(), journal.size(), error)) return false;
-  }
-  // A test hook: stop as a killed edit would, after the named step (payload: the blob written, reference: the
-  // reference appended), to check what verify says of it.
-  const char* stopAfter = getenv("RANKLENS_TEST_EDIT_STOP_AFTER");
-  const std::string stop = stopAfter ? stopAfter : "";
-  {
-    AppendFile payload;
-    if (!payload.create(payloadPath, kPayloadMagic, nextPayload, error) ||
-        !payload.append(blob.data(), blob.size(), error)) {
-      payload.close();
-      ::unlink(payloadPath.c_str());
-      ::unlink(journalPath.c_str());
-      return false;
-    }
-    payload.close();
-    if (!syncPath(payloadPath, false, error) || !syncPath(rankDir, true, error)) return false;
-  }
-  if (stop == "payload") _exit(137);
+  const std::string journal = "segment " + target.lastSegment.substr(target.lastSegment.rfind('/') + 1) + " " +
+                              std::to_string(segmentBytes) + "\npayload " + payloadName(target.nextPayload) +
+                              "\ncall " + callName(original) + "\n";
+  RL_CHECK(writeFileAtomically(journalPath, journal.data(), journal.size()));
+  RL_CHECK(writeEditBlob(rankDir, payloadPath, target.nextPayload, blob, journalPath));
+  interruptedAfter("payload");
   // --- 3. reference + provenance in one write(2): a crash leaves none or a torn tail (readers report it, and the
   // previous reference stays in effect)
-  const std::string frames = refFrame + editFrame;
-  if (!segment.append(frames.data(), frames.size(), error)) return false;
+  RL_CHECK(segment.append(frames.data(), frames.size()));
   segment.close();
-  if (!syncPath(lastSegment, false, error)) return false;
-  if (stop == "reference") _exit(137);
+  RL_CHECK(syncPath(target.lastSegment, false));
+  interruptedAfter("reference");
 
   // --- 4. the caches: index and manifest (a reader rebuilds a stale index, so a crash here loses nothing)
-  std::string why;
-  if (!rebuildIndex(rankDir, limits, &why)) {
-    *error = "the edit of " + callName(original) + " is recorded, but the index could not be rewritten: " + why;
-    return false;
-  }
-  if (!updateManifest(manifestPath, std::max(manifest.payload_files, nextPayload + 1), &why)) {
-    *error = "the edit of " + callName(original) + " is recorded, but the manifest could not be updated: " + why;
-    return false;
-  }
+  if (Status indexed = rebuildIndex(rankDir, limits); !indexed.isOk())
+    return Status::error(indexed.code(), "the edit of " + callName(original) +
+                                             " is recorded, but the index could not be rewritten: " +
+                                             indexed.message());
+  if (Status updated = updateManifest(manifestPath, std::max(manifest.payload_files, target.nextPayload + 1));
+      !updated.isOk())
+    return Status::error(updated.code(), "the edit of " + callName(original) +
+                                             " is recorded, but the manifest could not be updated: " +
+                                             updated.message());
   ::unlink(journalPath.c_str());
-  return true;
+  return Status::ok();
 }
 
 }  // namespace trace

@@ -405,12 +405,9 @@ namespace {
 // with `before` bytes of the payload declared by the frames ahead of it: it must declare its content size, and no
 // more than the rest of ref.rawBytes. Every frame of a blob (format 1.10: one per MiB of payload) is checked so, on
 // every path, before it is decoded. Its content size goes to `content`.
-bool checkFrame(const uint8_t* head, size_t headBytes, uint64_t offset, uint64_t before, const PayloadRef& ref,
-                uint64_t* content, std::string* reason) {
-  auto fail = [&](std::string text) {
-    if (reason) *reason = std::move(text);
-    return false;
-  };
+Status checkFrame(const uint8_t* head, size_t headBytes, uint64_t offset, uint64_t before, const PayloadRef& ref,
+                  uint64_t* content) {
+  auto fail = [](std::string text) { return Status::corrupt(std::move(text)); };
   // A skippable frame (magic 0x184D2A50..5F) holds bytes no checksum covers and that are not the payload: zstd
   // reports its content size as 0, so it would otherwise pass as an empty frame. Writers never write one; refused.
   if (headBytes >= 4) {
@@ -432,18 +429,15 @@ bool checkFrame(const uint8_t* head, size_t headBytes, uint64_t offset, uint64_t
                             : "zstd frames declare " + std::to_string(before + declared) + " bytes in all" + reference);
   }
   *content = declared;
-  return true;
+  return Status::ok();
 }
 
 // The bounds of a `size`-byte payload blob that its first frame's header shows (`head`: its first `headBytes` bytes,
 // the header among them), checked against `ref` and `limits` before anything is allocated or decoded for it. The
 // first frame's content size goes to `firstDeclared`.
-bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const PayloadRef& ref, const Limits& limits,
-                      uint64_t* firstDeclared, std::string* reason) {
-  auto fail = [&](std::string text) {
-    if (reason) *reason = std::move(text);
-    return false;
-  };
+Status checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const PayloadRef& ref,
+                        const Limits& limits, uint64_t* firstDeclared) {
+  auto fail = [](std::string text) { return Status::corrupt(std::move(text)); };
   if (size != ref.compressedBytes)
     return fail("blob is " + std::to_string(size) + " bytes, reference says " + std::to_string(ref.compressedBytes));
   if (!validShuffle(ref.shuffle))
@@ -451,7 +445,7 @@ bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const 
   if (ref.rawBytes > limits.maxPayloadBytes)
     return fail("payload of " + std::to_string(ref.rawBytes) + " bytes exceeds the limit of " +
                 std::to_string(limits.maxPayloadBytes));
-  if (!checkFrame(head, headBytes, 0, 0, ref, firstDeclared, reason)) return false;
+  RL_CHECK(checkFrame(head, headBytes, 0, 0, ref, firstDeclared));
   ZSTD_frameHeader header;
   if (ZSTD_getFrameHeader(&header, head, headBytes) != 0) return fail("damaged zstd frame header");
   // zstd cannot expand more than ~32768x (a 4-byte RLE block stands for 128 KiB): refuse a blob that claims more
@@ -459,22 +453,19 @@ bool checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const 
   if (ref.rawBytes > static_cast<uint64_t>(size) * 32768 + (128u << 10))
     return fail("zstd frame of " + std::to_string(size) + " bytes cannot hold the " + std::to_string(ref.rawBytes) +
                 " bytes it declares");
-  return true;
+  return Status::ok();
 }
 
 // Every bound of a payload blob checked against `ref` and `limits`, before anything is allocated for it: its frames
 // end where the blob ends, each declaring its content size, ref.rawBytes in all.
-bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
-                       uint64_t* firstDeclared, std::string* reason) {
-  if (!checkFrameHeader(data, size, size, ref, limits, firstDeclared, reason)) return false;
-  auto fail = [&](std::string text) {
-    if (reason) *reason = std::move(text);
-    return false;
-  };
+Status checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
+                         uint64_t* firstDeclared) {
+  RL_CHECK(checkFrameHeader(data, size, size, ref, limits, firstDeclared));
+  auto fail = [](std::string text) { return Status::corrupt(std::move(text)); };
   uint64_t declared = 0, content = *firstDeclared;  // the first frame's header is checked (checkFrameHeader)
   size_t at = 0, frames = 0;
   while (at < size && (declared < ref.rawBytes || frames == 0)) {
-    if (frames > 0 && !checkFrame(data + at, size - at, at, declared, ref, &content, reason)) return false;
+    if (frames > 0) RL_CHECK(checkFrame(data + at, size - at, at, declared, ref, &content));
     const size_t frameSize = ZSTD_findFrameCompressedSize(data + at, size - at);
     if (ZSTD_isError(frameSize)) return fail(std::string("damaged zstd frame: ") + ZSTD_getErrorName(frameSize));
     declared += content;
@@ -485,7 +476,7 @@ bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, 
     return fail("zstd frame" + std::string(frames > 1 ? "s declare " : " declares ") + std::to_string(declared) +
                 " bytes" + (frames > 1 ? " in all" : "") + ", reference says " + std::to_string(ref.rawBytes));
   if (at != size) return fail("blob holds " + std::to_string(size - at) + " bytes after its frame");
-  return true;
+  return Status::ok();
 }
 
 // Decodes a blob whose first frame header was checked (declaring `firstDeclared` bytes) from the pieces
@@ -494,12 +485,9 @@ bool checkPayloadFrame(const uint8_t* data, size_t size, const PayloadRef& ref, 
 // CRC-32 of what came out; each later frame's header is read through `peek(offset, into, bytes)` and checked
 // (checkFrame) before it is decoded. Every path decodes every payload here, so that they give one verdict.
 template <typename Next, typename Peek>
-bool inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef& ref, uint64_t firstDeclared,
-                      uint8_t* out, size_t outBytes, std::string* reason) {
-  auto fail = [&](std::string text) {
-    if (reason) *reason = std::move(text);
-    return false;
-  };
+Status inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef& ref, uint64_t firstDeclared,
+                        uint8_t* out, size_t outBytes) {
+  auto fail = [](std::string text) { return Status::corrupt(std::move(text)); };
   const uint8_t* piece = nullptr;
   size_t pieceBytes = 0;
   if (!next(&piece, &pieceBytes)) return fail("short read");
@@ -549,7 +537,7 @@ bool inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef&
       const size_t headBytes = static_cast<size_t>(std::min<uint64_t>(sizeof head, size - at));
       uint64_t content = 0;
       if (!peek(at, head, headBytes)) return fail("short read");
-      if (!checkFrame(head, headBytes, at, output.pos, ref, &content, reason)) return false;
+      RL_CHECK(checkFrame(head, headBytes, at, output.pos, ref, &content));
       frameAt = at;
       frameStart = output.pos;
       frameDeclared = content;
@@ -574,13 +562,13 @@ bool inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRef&
     return fail("decompressed " + std::to_string(output.pos) + " bytes, expected " + std::to_string(ref.rawBytes));
   if (ref.shuffle != 0) crc = restoreAndChecksum(out, outBytes, ref.shuffle);
   if (crc != ref.rawCrc32) return fail("CRC-32 of the decompressed bytes does not match");
-  return true;
+  return Status::ok();
 }
 
 // A checked frame in memory into `out` (ref.rawBytes long): one piece for inflateStreaming, which decodes blobs read
 // piece by piece too, so that every path gives one verdict.
-bool inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uint64_t firstDeclared, uint8_t* out,
-                    std::string* reason) {
+Status inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uint64_t firstDeclared,
+                      uint8_t* out) {
   auto onePiece = [data, size](const uint8_t** piece, size_t* bytes) {
     *piece = data;
     *bytes = size;
@@ -590,41 +578,36 @@ bool inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uin
     memcpy(into, data + at, bytes);
     return true;
   };
-  return inflateStreaming(onePiece, peek, size, ref, firstDeclared, out, static_cast<size_t>(ref.rawBytes), reason);
+  return inflateStreaming(onePiece, peek, size, ref, firstDeclared, out, static_cast<size_t>(ref.rawBytes));
 }
 
 }  // namespace
 
-bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
-                   std::vector<uint8_t>* out, std::string* reason) {
+Status decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
+                     std::vector<uint8_t>* out) {
   uint64_t firstDeclared = 0;
-  if (!checkPayloadFrame(data, size, ref, limits, &firstDeclared, reason)) return false;
+  RL_CHECK(checkPayloadFrame(data, size, ref, limits, &firstDeclared));
   try {
     out->resize(ref.rawBytes);
   } catch (const std::bad_alloc&) {
-    if (reason) *reason = "cannot allocate " + std::to_string(ref.rawBytes) + " bytes";
-    return false;
+    return Status::corrupt("cannot allocate " + std::to_string(ref.rawBytes) + " bytes");
   }
-  return inflateChecked(data, size, ref, firstDeclared, out->data(), reason);
+  return inflateChecked(data, size, ref, firstDeclared, out->data());
 }
 
-bool decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits, uint8_t* out,
-                       size_t outBytes, std::string* reason) {
+Status decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits, uint8_t* out,
+                         size_t outBytes) {
   uint64_t firstDeclared = 0;
-  if (!checkPayloadFrame(data, size, ref, limits, &firstDeclared, reason)) return false;
-  if (outBytes != ref.rawBytes) {
-    if (reason) *reason = "payload of " + std::to_string(ref.rawBytes) + " bytes, room for " + std::to_string(outBytes);
-    return false;
-  }
-  return inflateChecked(data, size, ref, firstDeclared, out, reason);
+  RL_CHECK(checkPayloadFrame(data, size, ref, limits, &firstDeclared));
+  if (outBytes != ref.rawBytes)
+    return Status::corrupt("payload of " + std::to_string(ref.rawBytes) + " bytes, room for " +
+                           std::to_string(outBytes));
+  return inflateChecked(data, size, ref, firstDeclared, out);
 }
 
-bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRef& ref, const Limits& limits,
-                            uint8_t* out, size_t outBytes, size_t chunkBytes, std::string* reason) {
-  auto fail = [&](std::string text) {
-    if (reason) *reason = std::move(text);
-    return false;
-  };
+Status decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRef& ref, const Limits& limits,
+                              uint8_t* out, size_t outBytes, size_t chunkBytes) {
+  auto fail = [](std::string text) { return Status::corrupt(std::move(text)); };
   if (outBytes != ref.rawBytes)
     return fail("payload of " + std::to_string(ref.rawBytes) + " bytes, room for " + std::to_string(outBytes));
   // A piece per thread, kept (the frame header, at most ZSTD_FRAMEHEADERSIZE_MAX bytes, comes in the first piece).
@@ -649,8 +632,7 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
   uint64_t taken = std::min<uint64_t>(size, pieceBytes);
   if (!fill(0, static_cast<size_t>(taken))) return fail("short read");
   uint64_t firstDeclared = 0;
-  if (!checkFrameHeader(piece.data(), static_cast<size_t>(taken), size, ref, limits, &firstDeclared, reason))
-    return false;
+  RL_CHECK(checkFrameHeader(piece.data(), static_cast<size_t>(taken), size, ref, limits, &firstDeclared));
   bool first = true;
   auto nextPiece = [&](const uint8_t** at, size_t* bytes) {
     if (!first) {
@@ -665,7 +647,7 @@ bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRe
     *at = piece.data();
     return true;
   };
-  return inflateStreaming(nextPiece, read, size, ref, firstDeclared, out, outBytes, reason);
+  return inflateStreaming(nextPiece, read, size, ref, firstDeclared, out, outBytes);
 }
 
 namespace {
@@ -680,128 +662,111 @@ bool isManifestKey(const std::string& key) {
 }
 
 // No msgpack bin and no str that is not valid UTF-8, anywhere in `o` (map keys included).
-bool strictText(const msgpack::object& o, std::string* why) {
+Status strictText(const msgpack::object& o) {
   switch (o.type) {
     case msgpack::type::BIN:
-      *why = "msgpack bin where a str is expected";
-      return false;
+      return Status::corrupt("msgpack bin where a str is expected");
     case msgpack::type::STR:
-      if (validUtf8(o.via.str.ptr, o.via.str.size)) return true;
-      *why = "str that is not valid UTF-8";
-      return false;
+      if (validUtf8(o.via.str.ptr, o.via.str.size)) return Status::ok();
+      return Status::corrupt("str that is not valid UTF-8");
     case msgpack::type::ARRAY:
-      for (uint32_t i = 0; i < o.via.array.size; ++i)
-        if (!strictText(o.via.array.ptr[i], why)) return false;
-      return true;
+      for (uint32_t i = 0; i < o.via.array.size; ++i) RL_CHECK(strictText(o.via.array.ptr[i]));
+      return Status::ok();
     case msgpack::type::MAP:
-      for (uint32_t i = 0; i < o.via.map.size; ++i)
-        if (!strictText(o.via.map.ptr[i].key, why) || !strictText(o.via.map.ptr[i].val, why)) return false;
-      return true;
+      for (uint32_t i = 0; i < o.via.map.size; ++i) {
+        RL_CHECK(strictText(o.via.map.ptr[i].key));
+        RL_CHECK(strictText(o.via.map.ptr[i].val));
+      }
+      return Status::ok();
     default:
-      return true;
+      return Status::ok();
   }
 }
 
 // No map in `o` holds a key twice (keys compared as their msgpack bytes' type and value: str keys by text).
-bool noRepeatedKeys(const msgpack::object& o, std::string* why) {
+Status noRepeatedKeys(const msgpack::object& o) {
   if (o.type == msgpack::type::ARRAY) {
-    for (uint32_t i = 0; i < o.via.array.size; ++i)
-      if (!noRepeatedKeys(o.via.array.ptr[i], why)) return false;
+    for (uint32_t i = 0; i < o.via.array.size; ++i) RL_CHECK(noRepeatedKeys(o.via.array.ptr[i]));
   } else if (o.type == msgpack::type::MAP) {
     std::set<std::string> seen;  // each key as its msgpack bytes: n log n for a hostile map of a million keys
     for (uint32_t i = 0; i < o.via.map.size; ++i) {
       const msgpack::object& k = o.via.map.ptr[i].key;
       msgpack::sbuffer packed;
       msgpack::pack(packed, k);
-      if (!seen.emplace(packed.data(), packed.size()).second) {
-        *why = k.type == msgpack::type::STR ? "key '" + std::string(k.via.str.ptr, k.via.str.size) + "' repeated"
-                                            : std::string("a map key repeated");
-        return false;
-      }
-      if (!noRepeatedKeys(o.via.map.ptr[i].val, why)) return false;
+      if (!seen.emplace(packed.data(), packed.size()).second)
+        return Status::corrupt(k.type == msgpack::type::STR
+                                   ? "key '" + std::string(k.via.str.ptr, k.via.str.size) + "' repeated"
+                                   : std::string("a map key repeated"));
+      RL_CHECK(noRepeatedKeys(o.via.map.ptr[i].val));
     }
   }
-  return true;
+  return Status::ok();
+}
+
+// One entry of a manifest map, before the whole map is converted: a str key of valid UTF-8, not seen before (a
+// repeated key is refused, not resolved to its first or last value: docs/trace-format.md), no repeated key nested in
+// its value (env, counters), and a known key's value of the right type and range, so that the failure names the key.
+Status checkManifestEntry(const msgpack::object_kv& entry, std::set<std::string>* seen, std::string* key) {
+  const msgpack::object& k = entry.key;
+  if (k.type != msgpack::type::STR || !validUtf8(k.via.str.ptr, k.via.str.size))
+    return Status::corrupt("manifest has a key that is not a str of valid UTF-8");
+  *key = std::string(k.via.str.ptr, k.via.str.size);
+  const std::string where = "manifest key '" + *key + "'";
+  if (!seen->insert(*key).second) return Status::corrupt(where + ": repeated");
+  RL_CHECK(noRepeatedKeys(entry.val).withContext(where));
+  if (!isManifestKey(*key)) return Status::ok();  // unknown keys are ignored
+  RL_CHECK(strictText(entry.val).withContext(where));
+  // Converted alone, so that a value of the wrong type or range names its key.
+  msgpack::object_kv one = entry;
+  msgpack::object single;
+  single.type = msgpack::type::MAP;
+  single.via.map.size = 1;
+  single.via.map.ptr = &one;
+  try {
+    Manifest probe;
+    single.convert(probe);
+  } catch (const std::exception& e) {
+    return Status::corrupt(where + ": wrong type or out of range (" + e.what() + ")");
+  }
+  return Status::ok();
+}
+
+Status convertManifest(const msgpack::object& map, Manifest* out) {
+  // format and version_major are required: a map without them is not a manifest of any version.
+  bool hasFormat = false, hasMajor = false;
+  std::set<std::string> seen;
+  for (uint32_t i = 0; i < map.via.map.size; ++i) {
+    std::string key;
+    RL_CHECK(checkManifestEntry(map.via.map.ptr[i], &seen, &key));
+    hasFormat = hasFormat || key == "format";
+    hasMajor = hasMajor || key == "version_major";
+  }
+  if (!hasFormat || !hasMajor) return Status::corrupt("manifest lacks 'format' or 'version_major'");
+  Manifest manifest;
+  map.convert(manifest);
+  if (manifest.format != kFormatName)
+    return Status::corrupt("manifest key 'format': '" + manifest.format + "', expected '" + kFormatName +
+                           "' (not a RankLens trace manifest)");
+  if (manifest.version_major != kFormatMajor)
+    return Status::corrupt("manifest key 'version_major': unsupported format version " +
+                           std::to_string(manifest.version_major) + "." + std::to_string(manifest.version_minor) +
+                           " (this reader: " + std::to_string(kFormatMajor) + ".x)");
+  *out = std::move(manifest);
+  return Status::ok();
 }
 
 }  // namespace
 
-bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason) {
-  std::string ignored;
-  if (reason == nullptr) reason = &ignored;
+Status parseManifest(const uint8_t* data, size_t size, Manifest* out) {
   try {
     size_t used = 0;
-    msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(data), size, used, nullptr,
-                                                    nullptr, bodyLimits(static_cast<uint32_t>(std::min<size_t>(size, 16u << 20))));
-    if (handle.get().type != msgpack::type::MAP) {
-      *reason = "manifest is not a msgpack map";
-      return false;
-    }
-    // format and version_major are required: a map without them is not a manifest of any version.
-    bool hasFormat = false, hasMajor = false;
-    const msgpack::object_map& map = handle.get().via.map;
-    std::set<std::string> seen;
-    for (uint32_t i = 0; i < map.size; ++i) {
-      const msgpack::object& k = map.ptr[i].key;
-      if (k.type != msgpack::type::STR || !validUtf8(k.via.str.ptr, k.via.str.size)) {
-        *reason = "manifest has a key that is not a str of valid UTF-8";
-        return false;
-      }
-      const std::string key(k.via.str.ptr, k.via.str.size);
-      // A repeated key is refused, not resolved to its first or last value (docs/trace-format.md), in nested maps
-      // (env, counters) too.
-      if (!seen.insert(key).second) {
-        *reason = "manifest key '" + key + "': repeated";
-        return false;
-      }
-      std::string why;
-      if (!noRepeatedKeys(map.ptr[i].val, &why)) {
-        *reason = "manifest key '" + key + "': " + why;
-        return false;
-      }
-      hasFormat = hasFormat || key == "format";
-      hasMajor = hasMajor || key == "version_major";
-      if (!isManifestKey(key)) continue;  // unknown keys are ignored
-      if (!strictText(map.ptr[i].val, &why)) {
-        *reason = "manifest key '" + key + "': " + why;
-        return false;
-      }
-      // Converted alone, so that a value of the wrong type or range names its key.
-      msgpack::object_kv one = map.ptr[i];
-      msgpack::object single;
-      single.type = msgpack::type::MAP;
-      single.via.map.size = 1;
-      single.via.map.ptr = &one;
-      try {
-        Manifest probe;
-        single.convert(probe);
-      } catch (const std::exception& e) {
-        *reason = "manifest key '" + key + "': wrong type or out of range (" + e.what() + ")";
-        return false;
-      }
-    }
-    if (!hasFormat || !hasMajor) {
-      *reason = "manifest lacks 'format' or 'version_major'";
-      return false;
-    }
-    Manifest manifest;
-    handle.get().convert(manifest);
-    if (manifest.format != kFormatName) {
-      *reason = "manifest key 'format': '" + manifest.format + "', expected '" + kFormatName +
-                "' (not a RankLens trace manifest)";
-      return false;
-    }
-    if (manifest.version_major != kFormatMajor) {
-      *reason = "manifest key 'version_major': unsupported format version " +
-                std::to_string(manifest.version_major) + "." +
-                std::to_string(manifest.version_minor) + " (this reader: " + std::to_string(kFormatMajor) + ".x)";
-      return false;
-    }
-    *out = std::move(manifest);
-    return true;
+    msgpack::object_handle handle =
+        msgpack::unpack(reinterpret_cast<const char*>(data), size, used, nullptr, nullptr,
+                        bodyLimits(static_cast<uint32_t>(std::min<size_t>(size, 16u << 20))));
+    if (handle.get().type != msgpack::type::MAP) return Status::corrupt("manifest is not a msgpack map");
+    return convertManifest(handle.get(), out);
   } catch (const std::exception& e) {
-    *reason = std::string("undecodable manifest: ") + e.what();
-    return false;
+    return Status::corrupt(std::string("undecodable manifest: ") + e.what());
   }
 }
 

@@ -49,11 +49,11 @@ void setBlobParameters(ZSTD_CCtx* cctx, int level, bool planes) {
 }
 }  // namespace
 
-bool compressBlobFrom(void* context, int level, const uint8_t* data, size_t size, int width, Blob* out,
-                      uint32_t* crc, std::string* error, size_t frameBytes) {
+Status compressBlobFrom(void* context, int level, const uint8_t* data, size_t size, int width, Blob* out,
+                        uint32_t* crc, size_t frameBytes) {
   if (size == 0) {  // compressBlob's empty frame, which every zstd decoder takes
     *crc = 0;
-    return compressBlob(context, level, false, data, 0, out, error);
+    return compressBlob(context, level, false, data, 0, out);
   }
   auto* cctx = static_cast<ZSTD_CCtx*>(context);
   setBlobParameters(cctx, level, validShuffle(width) && width != 0);
@@ -74,30 +74,27 @@ bool compressBlobFrom(void* context, int level, const uint8_t* data, size_t size
                                     std::min(kShuffleBlockBytes, length - block), width, *crc);
     const size_t n = ZSTD_compress2(cctx, out->data() + written, out->size() - written, buffer.data(), length);
     if (ZSTD_isError(n)) {
-      *error = std::string("zstd: ") + ZSTD_getErrorName(n);
       out->clear();
-      return false;
+      return Status::internalError(std::string("zstd: ") + ZSTD_getErrorName(n));
     }
     written += n;
   }
   out->resize(written);
-  return true;
+  return Status::ok();
 }
 
-bool compressBlob(void* context, int level, bool planes, const void* data, size_t size, Blob* out,
-                  std::string* error) {
+Status compressBlob(void* context, int level, bool planes, const void* data, size_t size, Blob* out) {
   auto* cctx = static_cast<ZSTD_CCtx*>(context);
   setBlobParameters(cctx, level, planes);
   static const uint8_t kEmpty = 0;
   out->resize(ZSTD_compressBound(size));
   const size_t n = ZSTD_compress2(cctx, out->data(), out->size(), size ? data : &kEmpty, size);
   if (ZSTD_isError(n)) {
-    *error = std::string("zstd: ") + ZSTD_getErrorName(n);
     out->clear();
-    return false;
+    return Status::internalError(std::string("zstd: ") + ZSTD_getErrorName(n));
   }
   out->resize(n);
-  return true;
+  return Status::ok();
 }
 
 bool parseIndexedName(const char* name, const char* prefix, const char* suffix, uint32_t* index) {
@@ -112,18 +109,16 @@ bool parseIndexedName(const char* name, const char* prefix, const char* suffix, 
   return true;
 }
 
-bool makeDirectories(const std::string& path, std::string* error) {
+Status makeDirectories(const std::string& path) {
   std::string partial;
   for (size_t i = 0; i <= path.size(); ++i) {
     if ((i == path.size() || path[i] == '/') && !partial.empty()) {
-      if (mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST) {
-        *error = partial + ": cannot create directory: " + strerror(errno);
-        return false;
-      }
+      if (mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
+        return Status::systemError(partial + ": cannot create directory: " + strerror(errno));
     }
     if (i < path.size()) partial += path[i];
   }
-  return true;
+  return Status::ok();
 }
 
 static bool writeAll(int fd, const void* data, size_t size) {
@@ -140,46 +135,41 @@ static bool writeAll(int fd, const void* data, size_t size) {
   return true;
 }
 
-bool writeFileAtomically(const std::string& path, const void* data, size_t size, std::string* error) {
+Status writeFileAtomically(const std::string& path, const void* data, size_t size) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0 || !writeAll(fd, data, size) || ::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": cannot write: " + strerror(errno);
+    Status failed = Status::systemError(path + ": cannot write: " + strerror(errno));
     if (fd >= 0) ::unlink(tmp.c_str());
-    return false;
+    return failed;
   }
-  return true;
+  return Status::ok();
 }
 
-bool readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* out, std::string* error) {
+Status readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* out) {
   // O_NONBLOCK: a FIFO (or a device) in place of a trace file would otherwise block the open until a writer comes,
   // and with it every reader; it is refused below as what it is. (Reads of a regular file ignore the flag.)
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    *error = path + ": cannot open: " + strerror(errno);
-    return false;
-  }
+  if (fd < 0) return Status::systemError(path + ": cannot open: " + strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    *error = path + ": not a regular file" +
-             (S_ISFIFO(st.st_mode) ? std::string(" (a FIFO): a trace's files are regular files; replace it with the "
-                                                 "file it stands for")
-                                   : std::string());
     ::close(fd);
-    return false;
+    return Status::corrupt(path + ": not a regular file" +
+                           (S_ISFIFO(st.st_mode) ? std::string(" (a FIFO): a trace's files are regular files; replace "
+                                                               "it with the file it stands for")
+                                                 : std::string()));
   }
   if (static_cast<uint64_t>(st.st_size) > maxBytes) {
-    *error = path + ": " + std::to_string(st.st_size) + " bytes exceeds the limit of " + std::to_string(maxBytes);
     ::close(fd);
-    return false;
+    return Status::corrupt(path + ": " + std::to_string(st.st_size) + " bytes exceeds the limit of " +
+                           std::to_string(maxBytes));
   }
   try {
     out->resize(static_cast<size_t>(st.st_size));
   } catch (const std::bad_alloc&) {  // a sparse or damaged file claiming more than this machine can hold
-    *error = path + ": " + std::to_string(st.st_size) + " bytes: not enough memory to read it (a trace's files are far "
-             "smaller: is it sparse or damaged? rlpayload verify checks the rest)";
     ::close(fd);
-    return false;
+    return Status::corrupt(path + ": " + std::to_string(st.st_size) + " bytes: not enough memory to read it (a "
+                           "trace's files are far smaller: is it sparse or damaged? rlpayload verify checks the rest)");
   }
   size_t done = 0;
   while (done < out->size()) {
@@ -190,17 +180,14 @@ bool readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* 
   }
   ::close(fd);
   out->resize(done);  // a file shrinking under us reads as truncated, which the parsers report
-  return true;
+  return Status::ok();
 }
 
-bool AppendFile::create(const std::string& path, uint32_t magic, uint32_t index, std::string* error) {
+Status AppendFile::create(const std::string& path, uint32_t magic, uint32_t index) {
   close();
   path_ = path;
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    *error = path + ": cannot create: " + strerror(errno);
-    return false;
-  }
+  if (fd_ < 0) return Status::systemError(path + ": cannot create: " + strerror(errno));
   uint8_t header[kFileHeaderBytes] = {};
   const uint16_t major = kFormatMajor, minor = kFormatMinor;
   memcpy(header, &magic, 4);
@@ -208,29 +195,24 @@ bool AppendFile::create(const std::string& path, uint32_t magic, uint32_t index,
   memcpy(header + 6, &minor, 2);
   memcpy(header + 8, &index, 4);
   size_ = 0;
-  return append(header, sizeof(header), error);
+  return append(header, sizeof(header));
 }
 
-bool AppendFile::openExisting(const std::string& path, std::string* error) {
+Status AppendFile::openExisting(const std::string& path) {
   close();
   path_ = path;
   fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   struct stat st;
-  if (fd_ < 0 || fstat(fd_, &st) != 0) {
-    *error = path + ": cannot open for appending: " + strerror(errno);
-    return false;
-  }
+  if (fd_ < 0 || fstat(fd_, &st) != 0)
+    return Status::systemError(path + ": cannot open for appending: " + strerror(errno));
   size_ = static_cast<uint64_t>(st.st_size);
-  return true;
+  return Status::ok();
 }
 
-bool AppendFile::append(const void* data, size_t size, std::string* error) {
-  if (!writeAll(fd_, data, size)) {
-    *error = path_ + ": write failed: " + strerror(errno);
-    return false;
-  }
+Status AppendFile::append(const void* data, size_t size) {
+  if (!writeAll(fd_, data, size)) return Status::systemError(path_ + ": write failed: " + strerror(errno));
   size_ += size;
-  return true;
+  return Status::ok();
 }
 
 void AppendFile::close() {

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "ranklens/status.h"
+
 namespace ranklens {
 namespace trace {
 
@@ -45,8 +47,8 @@ int64_t realtimeNanoseconds();
 void appendFrame(std::string* out, const char* body, size_t size);
 // One payload blob: a zstd frame with the content size (and, since format 1.9, without zstd's content checksum),
 // compressed with `cctx` (reset here) at `level`; `planes`: the bytes are byte planes (shuffleBlocks), which take
-// planesMatchFinder's table at the fast levels. False with `error` on failure.
-bool compressBlob(void* cctx, int level, bool planes, const void* data, size_t size, Blob* out, std::string* error);
+// planesMatchFinder's table at the fast levels.
+Status compressBlob(void* cctx, int level, bool planes, const void* data, size_t size, Blob* out);
 // How much of a payload compressBlobFrom puts in each zstd frame (whole 256 KiB shuffle blocks): smaller frames
 // compress faster from cache, larger ones decode faster (zstd builds its tables anew for each frame). On GPT-2 small
 // DDP's gradients (one H200) 256 KiB and 1 MiB recorded alike, and value replays of 1 MiB-frame traces waited
@@ -57,15 +59,15 @@ constexpr size_t kPayloadFrameBytes = 1u << 20;
 // in cache and is compressed from there as a zstd frame of its own (format 1.10: a blob is one or more frames, their
 // content in order). Record mode's large payloads are compressed so straight out of staging (a copy and its reading
 // back cost a full-capture recording about a third of its compression threads' CPU).
-bool compressBlobFrom(void* cctx, int level, const uint8_t* data, size_t size, int width, Blob* out, uint32_t* crc,
-                      std::string* error, size_t frameBytes = kPayloadFrameBytes);
+Status compressBlobFrom(void* cctx, int level, const uint8_t* data, size_t size, int width, Blob* out, uint32_t* crc,
+                        size_t frameBytes = kPayloadFrameBytes);
 // Parses <prefix>NNNNNN<suffix> (exactly six decimal digits, as segmentName/payloadName write them).
 bool parseIndexedName(const char* name, const char* prefix, const char* suffix, uint32_t* index);
-bool makeDirectories(const std::string& path, std::string* error);
+Status makeDirectories(const std::string& path);
 // Writes `path` through `path.tmp` + rename: readers see the old or the new content, never a mix.
-bool writeFileAtomically(const std::string& path, const void* data, size_t size, std::string* error);
+Status writeFileAtomically(const std::string& path, const void* data, size_t size);
 // Reads a whole file, refusing files larger than `maxBytes`.
-bool readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* out, std::string* error);
+Status readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>* out);
 
 // An append-only file with the 16-byte RankLens header; appends are whole write(2) calls.
 class AppendFile {
@@ -74,10 +76,10 @@ class AppendFile {
   ~AppendFile() { close(); }
   AppendFile(const AppendFile&) = delete;
   AppendFile& operator=(const AppendFile&) = delete;
-  bool create(const std::string& path, uint32_t magic, uint32_t index, std::string* error);
+  Status create(const std::string& path, uint32_t magic, uint32_t index);
   // Opens an existing file for appending (edits); checks nothing beyond existence.
-  bool openExisting(const std::string& path, std::string* error);
-  bool append(const void* data, size_t size, std::string* error);
+  Status openExisting(const std::string& path);
+  Status append(const void* data, size_t size);
   uint64_t size() const { return size_; }
   void close();
 

@@ -55,20 +55,13 @@ size_t listedFields(RecordType type) {
 }
 
 // A msgpack str that is valid UTF-8, recursively through arrays; no bin (no known field is bytes).
-bool textFieldOk(const msgpack::object& o, std::string* why) {
-  if (o.type == msgpack::type::BIN) {
-    *why = "msgpack bin where a str is expected";
-    return false;
-  }
-  if (o.type == msgpack::type::STR && !validUtf8(o.via.str.ptr, o.via.str.size)) {
-    *why = "str that is not valid UTF-8";
-    return false;
-  }
-  if (o.type == msgpack::type::ARRAY) {
-    for (uint32_t i = 0; i < o.via.array.size; ++i)
-      if (!textFieldOk(o.via.array.ptr[i], why)) return false;
-  }
-  return true;
+Status textFieldOk(const msgpack::object& o) {
+  if (o.type == msgpack::type::BIN) return Status::corrupt("msgpack bin where a str is expected");
+  if (o.type == msgpack::type::STR && !validUtf8(o.via.str.ptr, o.via.str.size))
+    return Status::corrupt("str that is not valid UTF-8");
+  if (o.type == msgpack::type::ARRAY)
+    for (uint32_t i = 0; i < o.via.array.size; ++i) RL_CHECK(textFieldOk(o.via.array.ptr[i]));
+  return Status::ok();
 }
 
 template <typename Record>
@@ -79,7 +72,7 @@ void convertCheck(const msgpack::object& body) {
 
 }  // namespace
 
-bool recordWellFormed(RecordType type, const msgpack::object& body, std::string* why) {
+Status recordWellFormed(RecordType type, const msgpack::object& body) {
   try {
     switch (type) {
       case RecordType::kCommInit: convertCheck<events::CommInit>(body); break;
@@ -93,22 +86,18 @@ bool recordWellFormed(RecordType type, const msgpack::object& body, std::string*
       case RecordType::kEdit: convertCheck<Edit>(body); break;
       case RecordType::kCommBinding: convertCheck<CommBinding>(body); break;
       case RecordType::kFlightRecorderEntry: convertCheck<FlightRecorderEntry>(body); break;
-      default: return true;  // a type this reader does not know: skipped, not checked
+      default: return Status::ok();  // a type this reader does not know: skipped, not checked
     }
   } catch (const std::exception& e) {
-    *why = e.what();
-    return false;
+    return Status::corrupt(e.what());
   }
-  if (body.type != msgpack::type::ARRAY) return true;  // parseSegment refuses such a body before
+  if (body.type != msgpack::type::ARRAY) return Status::ok();  // parseSegment refuses such a body before
   const size_t fields = std::min<size_t>(body.via.array.size, listedFields(type));
   for (size_t i = 0; i < fields; ++i) {
-    std::string what;
-    if (!textFieldOk(body.via.array.ptr[i], &what)) {
-      *why = "field " + std::to_string(i) + " is a " + what;
-      return false;
-    }
+    const Status text = textFieldOk(body.via.array.ptr[i]);
+    if (!text.isOk()) return Status::corrupt("field " + std::to_string(i) + " is a " + text.message());
   }
-  return true;
+  return Status::ok();
 }
 
 struct TraceReader::Impl {
@@ -137,8 +126,8 @@ struct TraceReader::Impl {
 
   // A writer rolls segments over at tens of MiB (WriterOptions::segmentBytes, plus one record): a segment of
   // gigabytes is damaged or sparse, and reading it whole would exhaust memory before saying which file it is.
-  bool readSegment(uint32_t index, std::vector<uint8_t>* data, std::string* err) {
-    return readFile(segPath(index), kMaxSegmentFileBytes, data, err);
+  Status readSegment(uint32_t index, std::vector<uint8_t>* data) {
+    return readFile(segPath(index), kMaxSegmentFileBytes, data);
   }
 
   // Where segment `index` stops being readable (docs/trace-format.md: readers stop reading a segment at its first
@@ -147,17 +136,16 @@ struct TraceReader::Impl {
     if (intactEnds.size() != segments.size()) intactEnds.assign(segments.size(), -1);
     if (intactEnds[index] >= 0) return static_cast<uint64_t>(intactEnds[index]);
     std::vector<uint8_t> data;
-    std::string err;
     uint64_t end = 0;
-    if (!readSegment(index, &data, &err)) {
-      checkProblems.push_back({segPath(index), 0, err, false});
+    if (Status read = readSegment(index, &data); !read.isOk()) {
+      checkProblems.push_back({segPath(index), 0, read.message(), false});
     } else {
       Problem problem;
       auto visit = [&](RecordType type, const msgpack::object& body, const Location& where) {
-        std::string why;
-        if (!recordWellFormed(type, body, &why))
+        if (Status formed = recordWellFormed(type, body); !formed.isOk())
           checkProblems.push_back({segPath(index), where.offset,
-                                   std::string(recordTypeName(type)) + " record is malformed: " + why, false});
+                                   std::string(recordTypeName(type)) + " record is malformed: " + formed.message(),
+                                   false});
         return true;
       };
       if (parseSegment(data.data(), data.size(), index, segPath(index), limits, visit, &problem)) {
@@ -172,12 +160,9 @@ struct TraceReader::Impl {
     return end;
   }
 
-  bool listSegments(std::string* error) {
+  Status listSegments() {
     DIR* d = opendir(dir.c_str());
-    if (d == nullptr) {
-      *error = dir + ": cannot list: " + strerror(errno);
-      return false;
-    }
+    if (d == nullptr) return Status::systemError(dir + ": cannot list: " + strerror(errno));
     std::map<uint32_t, std::string> found;
     size_t entries = 0;
     while (dirent* e = readdir(d)) {
@@ -201,13 +186,12 @@ struct TraceReader::Impl {
       ++expected;
     }
     if (segments.empty()) openProblems.push_back({dir + "/" + segmentName(0), 0, "no segment file", false});
-    return true;
+    return Status::ok();
   }
 
   bool loadIndex() {
     std::vector<uint8_t> data;
-    std::string err;
-    if (!readFile(dir + "/index.msgpack", 1ull << 32, &data, &err)) return false;
+    if (!readFile(dir + "/index.msgpack", 1ull << 32, &data).isOk()) return false;
     try {
       size_t used = 0;
       const auto n = static_cast<uint32_t>(std::min<size_t>(data.size(), 0xffffffffu));
@@ -259,9 +243,8 @@ struct TraceReader::Impl {
     uint64_t lastSegmentBytes = 0;
     for (uint32_t i = 0; i < segments.size() && !stopped; ++i) {
       std::vector<uint8_t> data;
-      std::string err;
-      if (!readSegment(i, &data, &err)) {
-        scanProblems.push_back({segPath(i), 0, err, false});
+      if (Status read = readSegment(i, &data); !read.isOk()) {
+        scanProblems.push_back({segPath(i), 0, read.message(), false});
         continue;
       }
       lastSegmentBytes = data.size();
@@ -270,10 +253,10 @@ struct TraceReader::Impl {
         ++seen;
         // Every field of every known record is checked on every scan (docs/trace-format.md: a malformed record is
         // reported and skipped), so that every command sees the same records: visitors never get a malformed one.
-        std::string why;
-        if (!recordWellFormed(type, body, &why)) {
+        if (Status formed = recordWellFormed(type, body); !formed.isOk()) {
           scanProblems.push_back({segPath(i), where.offset,
-                                  std::string(recordTypeName(type)) + " record is malformed: " + why, false});
+                                  std::string(recordTypeName(type)) + " record is malformed: " + formed.message(),
+                                  false});
           return true;
         }
         if (indexing && type == RecordType::kCall) {
@@ -371,8 +354,7 @@ struct TraceReader::Impl {
     RecordType type;
     msgpack::object_handle handle;
     if (!readFrame(where, &type, &handle) || type != expected) return std::nullopt;
-    std::string why;
-    if (!recordWellFormed(type, handle.get().via.array.ptr[1], &why)) return std::nullopt;
+    if (!recordWellFormed(type, handle.get().via.array.ptr[1]).isOk()) return std::nullopt;
     try {
       return handle.get().via.array.ptr[1].as<Record>();
     } catch (const std::exception&) {
@@ -384,31 +366,31 @@ struct TraceReader::Impl {
 TraceReader::TraceReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TraceReader::~TraceReader() = default;
 
-std::unique_ptr<TraceReader> TraceReader::open(const std::string& rankDir, const Limits& limits, std::string* error) {
+Status TraceReader::open(const std::string& rankDir, const Limits& limits, std::unique_ptr<TraceReader>* reader) {
+  reader->reset();
   auto impl = std::make_unique<Impl>();
   impl->dir = rankDir;
   impl->limits = limits;
   std::vector<uint8_t> data;
-  std::string reason;
   const std::string manifestPath = rankDir + "/manifest.msgpack";
-  if (!readFile(manifestPath, 16u << 20, &data, error)) {
-    *error += " (is this a RankLens rank directory? expected " + manifestPath + ")";
-    return nullptr;
-  }
-  if (!parseManifest(data.data(), data.size(), &impl->manifest, &reason)) {
+  if (Status read = readFile(manifestPath, 16u << 20, &data); !read.isOk())
+    return Status::error(read.code(),
+                         read.message() + " (is this a RankLens rank directory? expected " + manifestPath + ")");
+  if (Status parsed = parseManifest(data.data(), data.size(), &impl->manifest); !parsed.isOk()) {
     // A problem of one key names the key (docs/trace-format.md); one of the whole map is at its start.
     static const std::string keyed = "manifest key ";
-    *error = manifestPath + (reason.rfind(keyed, 0) == 0 ? ": key " + reason.substr(keyed.size())
-                                                         : ": offset 0: " + reason);
-    return nullptr;
+    const std::string& reason = parsed.message();
+    return Status::corrupt(manifestPath + (reason.rfind(keyed, 0) == 0 ? ": key " + reason.substr(keyed.size())
+                                                                       : ": offset 0: " + reason));
   }
-  if (!impl->listSegments(error)) return nullptr;
+  RL_CHECK(impl->listSegments());
   if (!impl->loadIndex()) {
     impl->rebuilt = true;
     impl->scan(nullptr, true);
   }
   impl->refreshProblems();
-  return std::unique_ptr<TraceReader>(new TraceReader(std::move(impl)));
+  reader->reset(new TraceReader(std::move(impl)));
+  return Status::ok();
 }
 
 const Manifest& TraceReader::manifest() const { return impl_->manifest; }
@@ -467,27 +449,27 @@ std::vector<PayloadRef> TraceReader::payloads() const {
 }
 
 bool TraceReader::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem) {
-  return readBlob(ref, problem, [&](const uint8_t* blob, size_t size, std::string* reason) {
-    return decodePayload(blob, size, ref, impl_->limits, out, reason);
+  return readBlob(ref, problem, [&](const uint8_t* blob, size_t size) {
+    return decodePayload(blob, size, ref, impl_->limits, out);
   });
 }
 
 bool TraceReader::readPayload(const PayloadRef& ref, uint8_t* out, size_t outBytes, Problem* problem) {
   if (ref.compressedBytes <= kStreamingBlobBytes)
-    return readBlob(ref, problem, [&](const uint8_t* blob, size_t size, std::string* reason) {
-      return decodePayloadInto(blob, size, ref, impl_->limits, out, outBytes, reason);
+    return readBlob(ref, problem, [&](const uint8_t* blob, size_t size) {
+      return decodePayloadInto(blob, size, ref, impl_->limits, out, outBytes);
     });
-  std::string path, reason;
+  std::string path;
   const int fd = openBlob(ref, &path, problem);
   if (fd < 0) return false;
-  const bool decoded = decodePayloadStreaming(
+  const Status decoded = decodePayloadStreaming(
       [&](uint64_t at, uint8_t* into, size_t bytes) {
         return pread(fd, into, bytes, static_cast<off_t>(ref.offset + at)) == static_cast<ssize_t>(bytes);
       },
-      ref.compressedBytes, ref, impl_->limits, out, outBytes, kStreamingPieceBytes, &reason);
+      ref.compressedBytes, ref, impl_->limits, out, outBytes, kStreamingPieceBytes);
   ::close(fd);
-  if (!decoded && problem) *problem = Problem{path, ref.offset, reason, false};
-  return decoded;
+  if (!decoded.isOk() && problem) *problem = Problem{path, ref.offset, decoded.message(), false};
+  return decoded.isOk();
 }
 
 int TraceReader::openBlob(const PayloadRef& ref, std::string* openedPath, Problem* problem) {
@@ -534,7 +516,7 @@ int TraceReader::openBlob(const PayloadRef& ref, std::string* openedPath, Proble
 }
 
 bool TraceReader::readBlob(const PayloadRef& ref, Problem* problem, const BlobDecoder& decode) {
-  std::string path, reason;
+  std::string path;
   const int fd = openBlob(ref, &path, problem);
   if (fd < 0) return false;
   auto fail = [&](std::string text) {
@@ -555,28 +537,26 @@ bool TraceReader::readBlob(const PayloadRef& ref, Problem* problem, const BlobDe
   // The buffer may be larger than this blob: poisoned past its end, a decoder that reads past the blob still fails
   // under AddressSanitizer (no-ops in other builds).
   ASAN_POISON_MEMORY_REGION(blob.data() + ref.compressedBytes, blob.size() - ref.compressedBytes);
-  const bool decoded = readOk && decode(blob.data(), ref.compressedBytes, &reason);
+  const Status decoded = readOk ? decode(blob.data(), ref.compressedBytes) : Status::ok();
   ASAN_UNPOISON_MEMORY_REGION(blob.data() + ref.compressedBytes, blob.size() - ref.compressedBytes);
   if (blob.size() > (64u << 20)) std::vector<uint8_t>().swap(blob);
   if (!readOk) return fail("short read");
-  if (!decoded) return fail(reason);
+  if (!decoded.isOk()) return fail(decoded.message());
   return true;
 }
 
-bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string* error) {
+Status rebuildIndex(const std::string& rankDir, const Limits& limits) {
   // Scan directly (the existing index, if any, is not trusted).
   auto impl = std::make_unique<TraceReader::Impl>();
   impl->dir = rankDir;
   impl->limits = limits;
-  if (!impl->listSegments(error)) return false;
+  RL_CHECK(impl->listSegments());
   impl->scan(nullptr, true);
   if (!impl->allProblems.empty()) {
     // An index of a damaged trace would let readers skip the scan that reports the damage: leave none instead.
-    if (unlink((rankDir + "/index.msgpack").c_str()) != 0 && errno != ENOENT) {
-      *error = rankDir + "/index.msgpack: cannot remove: " + strerror(errno);
-      return false;
-    }
-    return true;
+    if (unlink((rankDir + "/index.msgpack").c_str()) != 0 && errno != ENOENT)
+      return Status::systemError(rankDir + "/index.msgpack: cannot remove: " + strerror(errno));
+    return Status::ok();
   }
   msgpack::sbuffer buffer;
   msgpack::packer<msgpack::sbuffer> pk(buffer);
@@ -601,7 +581,7 @@ bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string*
   packEntries(impl->calls);
   pk.pack(std::string("payloads"));
   packEntries(impl->payloadRefs);
-  return writeFileAtomically(rankDir + "/index.msgpack", buffer.data(), buffer.size(), error);
+  return writeFileAtomically(rankDir + "/index.msgpack", buffer.data(), buffer.size());
 }
 
 bool holdsTrace(const std::string& dir) { return access((dir + "/manifest.msgpack").c_str(), F_OK) == 0; }
@@ -685,48 +665,40 @@ std::vector<RankDirectoryTrouble> rankDirectoryTrouble(const std::string& traceD
   return out;
 }
 
-bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* reason) {
+Status resolveRankDirectory(const std::string& path, int rank, std::string* rankDir) {
   DIR* d = opendir(path.c_str());
-  if (d == nullptr) {
-    *reason = path + ": " + (errno == ENOTDIR ? std::string("not a directory") : strerror(errno));
-    return false;
-  }
+  if (d == nullptr)
+    return Status::invalidArgument(path + ": " + (errno == ENOTDIR ? std::string("not a directory") : strerror(errno)));
   closedir(d);
   if (holdsTrace(path)) {
     *rankDir = path;
-    return true;
+    return Status::ok();
   }
   // A rank whose entry cannot be used, or that two entries name, is said as such: not "no recording of rank R",
   // nor another rank's directory taken in its place.
   for (const auto& t : rankDirectoryTrouble(path))
-    if (t.duplicate && (rank < 0 || t.rank == rank)) {
-      *reason = t.reason;
-      return false;
-    }
+    if (t.duplicate && (rank < 0 || t.rank == rank)) return Status::invalidArgument(t.reason);
   for (const auto& t : rankDirectoryTrouble(path))
-    if (rank >= 0 && t.rank == rank) {
-      *reason = t.reason;
-      return false;
-    }
+    if (rank >= 0 && t.rank == rank) return Status::invalidArgument(t.reason);
   const std::string wanted = path + "/rank" + std::to_string(rank);
   if (rank >= 0 && holdsTrace(wanted)) {
     *rankDir = wanted;
-    return true;
+    return Status::ok();
   }
   const std::vector<std::string> dirs = rankDirectories(path);
   if (rank < 0 && dirs.size() == 1) {
     *rankDir = dirs[0];
-    return true;
+    return Status::ok();
   }
   std::string list;
   for (size_t i = 0; i < dirs.size() && i < 8; ++i) list += (i ? ", " : "") + dirs[i].substr(path.size() + 1);
   if (dirs.size() > 8) list += ", ... (" + std::to_string(dirs.size()) + " in all)";
-  *reason = path + ": " +
-            (rank >= 0 ? "no recording of rank " + std::to_string(rank)
-                       : std::string(dirs.empty() ? "no rank directory" : "more than one rank directory")) +
-            (dirs.empty() ? std::string(" (no rank<N> directory with a manifest.msgpack: is this a RankLens trace?)")
-                          : " (recorded: " + list + ")");
-  return false;
+  return Status::invalidArgument(
+      path + ": " +
+      (rank >= 0 ? "no recording of rank " + std::to_string(rank)
+                 : std::string(dirs.empty() ? "no rank directory" : "more than one rank directory")) +
+      (dirs.empty() ? std::string(" (no rank<N> directory with a manifest.msgpack: is this a RankLens trace?)")
+                    : " (recorded: " + list + ")"));
 }
 
 }  // namespace trace

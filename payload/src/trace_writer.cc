@@ -45,8 +45,8 @@ struct Written {
   int shuffle = 0;  // PayloadRef.shuffle
   uint32_t file = 0;
   uint64_t offset = 0, compressedBytes = 0;
-  std::string error;      // not compressed (the payload is dropped and counted)
-  std::string fileError;  // not written (the trace's error, as for a segment write)
+  Status compressed;  // failed: not compressed (the payload is dropped and counted)
+  Status stored;      // failed: not written (the trace's error, as for a segment write)
 };
 
 // Payload files, written by the compression workers each into one of its own: writes into one file serialise on its
@@ -67,18 +67,20 @@ class PayloadFiles {
       to->open = false;
       const uint32_t index = next_.fetch_add(1);
       if (index > kMaxFileIndex) {
-        where->fileError = dir_ + ": " + std::to_string(kMaxFileIndex + 1) +
-                           " payload files: raise WriterOptions.payloadFileBytes";
+        where->stored = Status::invalidUsage(dir_ + ": " + std::to_string(kMaxFileIndex + 1) +
+                                             " payload files: raise WriterOptions.payloadFileBytes");
         return false;
       }
-      if (!to->file.create(dir_ + "/" + payloadName(index), kPayloadMagic, index, &where->fileError)) return false;
+      where->stored = to->file.create(dir_ + "/" + payloadName(index), kPayloadMagic, index);
+      if (!where->stored.isOk()) return false;
       to->index = index;
       to->open = true;
     }
     where->file = to->index;
     where->offset = to->file.size();
     where->compressedBytes = blob.size();
-    return to->file.append(blob.data(), blob.size(), &where->fileError);
+    where->stored = to->file.append(blob.data(), blob.size());
+    return where->stored.isOk();
   }
   // Files created (the highest index + 1).
   uint32_t count() const { return std::min(next_.load(), kMaxFileIndex + 1); }
@@ -214,8 +216,8 @@ class CompressionPool {
           written.shuffle = planesWidth(elementBytes);
           Blob blob = spareBlobs_.take(ZSTD_compressBound(bytes));
           const StageClock clock;
-          compressBlobFrom(threadContext(), level_, static_cast<const uint8_t*>(data), bytes, written.shuffle, &blob,
-                           &written.rawCrc32, &written.error);
+          written.compressed = compressBlobFrom(threadContext(), level_, static_cast<const uint8_t*>(data), bytes,
+                                                written.shuffle, &blob, &written.rawCrc32);
           clock.addTo(&times_[kCompress]);
           lent.giveBack();
           store(file, blob, &written);
@@ -254,7 +256,7 @@ class CompressionPool {
   }
   // Appends a compressed blob to this worker's payload file (unless compressing it failed) and keeps its buffer.
   void store(PayloadFiles::Open& file, Blob& blob, Written* written) {
-    if (written->error.empty()) {
+    if (written->compressed.isOk()) {
       const StageClock clock;
       files_->append(&file, blob, written);
       clock.addTo(&times_[kWrite]);
@@ -306,7 +308,7 @@ class CompressionPool {
   // when they fault): each way has a context and an output buffer of its own, kept for samples, and compresses once
   // untimed when its input size changed (zstd sizes a context's tables to the input). The shorter of two timed runs
   // counts: one run now and then took 3-4x as long (an interrupt, a preemption), enough to flip a near tie.
-  Timed timedCompress(const uint8_t* data, size_t bytes, int width, std::string* error) {
+  Timed timedCompress(const uint8_t* data, size_t bytes, int width) {
     static thread_local std::vector<uint8_t> planes;
     static thread_local Blob outputs[2];
     static thread_local size_t warmFor[2] = {0, 0};
@@ -319,11 +321,11 @@ class CompressionPool {
     ZSTD_CCtx* context = threadContext(way ? kSamplePlanes : kSampleAsIs);
     Timed out;
     out.bytes = &outputs[way];
-    if (warmFor[way] != bytes && compressBlob(context, level_, way, data, bytes, &outputs[way], error))
+    if (warmFor[way] != bytes && compressBlob(context, level_, way, data, bytes, &outputs[way]).isOk())
       warmFor[way] = bytes;
     for (int run = 0; run < 2; ++run) {
       const int64_t start = threadCpuNs();
-      out.ok = compressBlob(context, level_, way, data, bytes, &outputs[way], error);
+      out.ok = compressBlob(context, level_, way, data, bytes, &outputs[way]).isOk();
       const int64_t ns = threadCpuNs() - start;
       if (!out.ok) break;
       out.cpuNs = run == 0 ? ns : std::min(out.cpuNs, ns);
@@ -338,10 +340,9 @@ class CompressionPool {
   // Fills `done` with the compressed payload when the sample was the whole of it.
   int autoWidth(const Blob& raw, int width, Blob* done) {
     if (raw.size() < kAutoMinBytes) return 0;
-    std::string error;
     if (raw.size() <= kAutoPieces * kAutoPieceBytes) {
-      Timed asIs = timedCompress(raw.data(), raw.size(), 0, &error);
-      Timed planes = timedCompress(raw.data(), raw.size(), width, &error);
+      Timed asIs = timedCompress(raw.data(), raw.size(), 0);
+      Timed planes = timedCompress(raw.data(), raw.size(), width);
       if (!asIs.ok || !planes.ok) return 0;  // compress() tries again and reports the error
       const bool usePlanes = planesPay(planes.cpuNs, asIs.cpuNs);
       const Blob& chosen = *(usePlanes ? planes.bytes : asIs.bytes);
@@ -354,8 +355,8 @@ class CompressionPool {
       const size_t offset = raw.size() / kAutoPieces * i / kAutoPieceBytes * kAutoPieceBytes;
       memcpy(sample.data() + i * kAutoPieceBytes, raw.data() + offset, kAutoPieceBytes);
     }
-    Timed asIs = timedCompress(sample.data(), sample.size(), 0, &error);
-    Timed planes = timedCompress(sample.data(), sample.size(), width, &error);
+    Timed asIs = timedCompress(sample.data(), sample.size(), 0);
+    Timed planes = timedCompress(sample.data(), sample.size(), width);
     return asIs.ok && planes.ok && planesPay(planes.cpuNs, asIs.cpuNs) ? width : 0;
   }
   // Compression contexts per worker thread, reused across payloads (measured 1.12x faster at 64 KiB): one for
@@ -381,7 +382,7 @@ class CompressionPool {
       shuffleBlocks(raw.data(), raw.size(), out.shuffle);  // 0 leaves it
     }
     *blob = spareBlobs_.take(ZSTD_compressBound(raw.size()));
-    compressBlob(threadContext(), level_, out.shuffle != 0, raw.data(), raw.size(), blob, &out.error);
+    out.compressed = compressBlob(threadContext(), level_, out.shuffle != 0, raw.data(), raw.size(), blob);
     return out;
   }
   void run() {
@@ -446,42 +447,40 @@ struct TraceWriter::Impl {
   WriterStats stats;
   bool closing = false, closed = false;  // closing: no longer admitting
   bool stopWriter = false;               // the writer thread may exit once the queue is empty
-  std::string error;
+  Status error;                          // the first failure to write: the trace is incomplete
   std::thread thread;
 
   // Writer-thread state.
   AppendFile segment;
   uint32_t segmentIndex = 0;
 
-  bool openSegment(uint32_t index, std::string* err) {
-    if (index > kMaxFileIndex) {
-      *err = dir + ": " + std::to_string(kMaxFileIndex + 1) + " segment files: raise WriterOptions.segmentBytes";
-      return false;
-    }
+  Status openSegment(uint32_t index) {
+    if (index > kMaxFileIndex)
+      return Status::invalidUsage(dir + ": " + std::to_string(kMaxFileIndex + 1) +
+                                  " segment files: raise WriterOptions.segmentBytes");
     segmentIndex = index;
     manifest.segments = index + 1;
-    return segment.create(dir + "/" + segmentName(index), kSegmentMagic, index, err);
+    return segment.create(dir + "/" + segmentName(index), kSegmentMagic, index);
   }
 
   // Writes `frames` to the current segment, rolling over first if the segment is full.
-  bool writeFrames(std::string* frames, std::string* err) {
-    if (frames->empty()) return true;
+  Status writeFrames(std::string* frames) {
+    if (frames->empty()) return Status::ok();
     if (segment.size() > kFileHeaderBytes && segment.size() + frames->size() > options.segmentBytes) {
       segment.close();
-      if (!openSegment(segmentIndex + 1, err)) return false;
+      RL_CHECK(openSegment(segmentIndex + 1));
     }
-    bool ok = segment.append(frames->data(), frames->size(), err);
+    Status written = segment.append(frames->data(), frames->size());
     frames->clear();
-    return ok;
+    return written;
   }
   // Adds a record's frame to `frames`, writing those pending first where it would take the current segment past
   // segmentBytes: segments roll over between any two frames, not only between the writer's batches.
-  bool addFrame(std::string* frames, const char* body, size_t size, std::string* err) {
-    if (!frames->empty() && segment.size() + frames->size() + kFrameHeaderBytes + size > options.segmentBytes &&
-        !writeFrames(frames, err))
-      return false;
+  Status addFrame(std::string* frames, const char* body, size_t size) {
+    if (!frames->empty() && segment.size() + frames->size() + kFrameHeaderBytes + size > options.segmentBytes)
+      RL_CHECK(writeFrames(frames));
     appendFrame(frames, body, size);
-    return true;
+    return Status::ok();
   }
 
   void run() {
@@ -499,60 +498,8 @@ struct TraceWriter::Impl {
       std::deque<Item> batch;
       batch.swap(queue);
       lock.unlock();
-
-      std::string frames, err;
       uint64_t recordsDone = 0, failedPayloads = 0;
-      bool ok = true;
-      for (auto& item : batch) {
-        if (!ok) break;
-        if (!item.payload) {
-          ok = addFrame(&frames, item.body.data(), item.body.size(), &err);
-          recordsDone += ok;
-          continue;
-        }
-        Written w;
-        try {
-          w = item.written.get();  // the blob is in its payload file once this returns
-        } catch (const std::exception& e) {  // out of memory copying or compressing it
-          w.error = e.what();
-        }
-        item.written = {};
-        if (!w.fileError.empty()) {
-          err = w.fileError;
-          ok = false;
-          break;
-        }
-        if (!w.error.empty()) {
-          ++failedPayloads;
-          continue;
-        }
-        PayloadRef ref = item.ref;
-        ref.file = w.file;
-        ref.offset = w.offset;
-        ref.compressedBytes = w.compressedBytes;
-        ref.rawCrc32 = w.rawCrc32;
-        ref.zstdLevel = options.zstdLevel;
-        ref.shuffle = w.shuffle;
-        msgpack::sbuffer body;
-        packRecordBody(&body, RecordType::kPayloadRef, ref);
-        if (!addFrame(&frames, body.data(), body.size(), &err)) {
-          ok = false;
-          break;
-        }
-        ++recordsDone;
-        // A written payload's memory goes back now, not with its batch: appends waiting for room resume while later
-        // payloads of the batch still compress (large ones take a thread for 100+ ms each).
-        lock.lock();
-        queuedBytes -= item.accounted;
-        stats.payloadsWritten++;
-        stats.payloadRawBytes += ref.rawBytes;
-        stats.payloadCompressedBytes += ref.compressedBytes;
-        lock.unlock();
-        item.accounted = 0;
-        progress.notify_all();
-      }
-      ok = ok && writeFrames(&frames, &err);
-
+      const Status batchWritten = writeBatch(batch, lock, &recordsDone, &failedPayloads);
       size_t batchBytes = 0;  // summed before taking the lock: appends must not wait on this loop
       for (const auto& item : batch) batchBytes += item.accounted;
       lock.lock();
@@ -560,9 +507,57 @@ struct TraceWriter::Impl {
       written += batch.size();
       stats.recordsWritten += recordsDone;
       stats.payloadsDropped += failedPayloads;
-      if (!ok && error.empty()) error = err;
+      if (error.isOk()) error = batchWritten;
       progress.notify_all();
     }
+  }
+
+  // Writes a batch's records, and the PayloadRef of each payload once a worker has stored its blob, in order; stops
+  // at the first failure to write. Takes `lock` (unlocked on entry and exit) only to give back a payload's memory.
+  Status writeBatch(std::deque<Item>& batch, std::unique_lock<std::mutex>& lock, uint64_t* recordsDone,
+                    uint64_t* failedPayloads) {
+    std::string frames;
+    for (auto& item : batch) {
+      if (!item.payload) {
+        RL_CHECK(addFrame(&frames, item.body.data(), item.body.size()));
+        ++*recordsDone;
+        continue;
+      }
+      Written w;
+      try {
+        w = item.written.get();  // the blob is in its payload file once this returns
+      } catch (const std::exception& e) {  // out of memory copying or compressing it
+        w.compressed = Status::systemError(e.what());
+      }
+      item.written = {};
+      RL_CHECK(w.stored);
+      if (!w.compressed.isOk()) {
+        ++*failedPayloads;
+        continue;
+      }
+      PayloadRef ref = item.ref;
+      ref.file = w.file;
+      ref.offset = w.offset;
+      ref.compressedBytes = w.compressedBytes;
+      ref.rawCrc32 = w.rawCrc32;
+      ref.zstdLevel = options.zstdLevel;
+      ref.shuffle = w.shuffle;
+      msgpack::sbuffer body;
+      packRecordBody(&body, RecordType::kPayloadRef, ref);
+      RL_CHECK(addFrame(&frames, body.data(), body.size()));
+      ++*recordsDone;
+      // A written payload's memory goes back now, not with its batch: appends waiting for room resume while later
+      // payloads of the batch still compress (large ones take a thread for 100+ ms each).
+      lock.lock();
+      queuedBytes -= item.accounted;
+      stats.payloadsWritten++;
+      stats.payloadRawBytes += ref.rawBytes;
+      stats.payloadCompressedBytes += ref.compressedBytes;
+      lock.unlock();
+      item.accounted = 0;
+      progress.notify_all();
+    }
+    return writeFrames(&frames);
   }
 
   static constexpr std::chrono::milliseconds kLinger{2};  // longest a record waits in memory unflushed
@@ -618,10 +613,10 @@ struct TraceWriter::Impl {
     return !closing;
   }
 
-  bool writeManifest(std::string* err) {
+  Status writeManifest() {
     msgpack::sbuffer buffer;
     msgpack::pack(buffer, manifest);
-    return writeFileAtomically(dir + "/manifest.msgpack", buffer.data(), buffer.size(), err);
+    return writeFileAtomically(dir + "/manifest.msgpack", buffer.data(), buffer.size());
   }
 };
 
@@ -632,13 +627,13 @@ int autoCompressionThreads(int cpus, int localRanks, bool controlValuesOnly) {
 
 TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, const Manifest& manifest,
-                                                 const WriterOptions& options, std::string* error) {
-  if (!makeDirectories(rankDir, error)) return nullptr;
-  if (holdsTrace(rankDir)) {
-    *error = rankDir + ": already holds a trace (manifest.msgpack exists); choose another directory";
-    return nullptr;
-  }
+Status TraceWriter::create(const std::string& rankDir, const Manifest& manifest, const WriterOptions& options,
+                           std::unique_ptr<TraceWriter>* writer) {
+  writer->reset();
+  RL_CHECK(makeDirectories(rankDir));
+  if (holdsTrace(rankDir))
+    return Status::invalidArgument(rankDir +
+                                   ": already holds a trace (manifest.msgpack exists); choose another directory");
   auto impl = std::make_unique<Impl>();
   impl->dir = rankDir;
   impl->manifest = manifest;
@@ -647,7 +642,8 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, con
   impl->manifest.version_minor = kFormatMinor;
   impl->manifest.closed = false;
   impl->options = options;
-  if (!impl->openSegment(0, error) || !impl->writeManifest(error)) return nullptr;
+  RL_CHECK(impl->openSegment(0));
+  RL_CHECK(impl->writeManifest());
   // Spare copy buffers up to the queue's size: the queue already lets that much raw payload be in flight.
   impl->payloadFiles = std::make_unique<PayloadFiles>(rankDir, options.payloadFileBytes);
   impl->pool = std::make_unique<CompressionPool>(options.compressionThreads, options.zstdLevel, options.shuffle,
@@ -657,10 +653,11 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& rankDir, con
     nameThisThread("RankLens Write");
     raw->run();
   });
-  return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(impl)));
+  writer->reset(new TraceWriter(std::move(impl)));
+  return Status::ok();
 }
 
-TraceWriter::~TraceWriter() { close(); }
+TraceWriter::~TraceWriter() { (void)close(); }
 
 bool TraceWriter::enqueueRecord(std::string&& body) {
   std::unique_lock<std::mutex> lock(impl_->mu);
@@ -718,21 +715,21 @@ bool TraceWriter::appendPayloadBorrowed(const PayloadRef& ref, const void* data,
   return true;
 }
 
-bool TraceWriter::flush() {
+Status TraceWriter::flush() {
   std::unique_lock<std::mutex> lock(impl_->mu);
   const uint64_t target = impl_->accepted;
   impl_->flushWaiters++;
   impl_->wake.notify_one();
   impl_->progress.wait(lock, [&] { return impl_->written >= target || impl_->closed; });
   impl_->flushWaiters--;
-  return impl_->error.empty();
+  return impl_->error;
 }
 
-bool TraceWriter::close() {
-  if (!impl_) return false;
+Status TraceWriter::close() {
+  if (!impl_) return Status::invalidUsage("trace writer: closed before it was created");
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    if (impl_->closed) return impl_->error.empty();
+    if (impl_->closed) return impl_->error;
   }
   {
     // Stop admitting, then wait for payloads already admitted but still being copied, then write everything.
@@ -779,12 +776,11 @@ bool TraceWriter::close() {
   m.payloads_dropped = impl_->stats.payloadsDropped;
   m.payload_raw_bytes = impl_->stats.payloadRawBytes;
   m.payload_compressed_bytes = impl_->stats.payloadCompressedBytes;
-  std::string err;
-  if (!rebuildIndex(impl_->dir, Limits{}, &err) || !impl_->writeManifest(&err)) {
-    if (impl_->error.empty()) impl_->error = err;
-  }
+  Status finished = rebuildIndex(impl_->dir, Limits{});
+  if (finished.isOk()) finished = impl_->writeManifest();
+  if (impl_->error.isOk()) impl_->error = finished;
   impl_->progress.notify_all();
-  return impl_->error.empty();
+  return impl_->error;
 }
 
 void TraceWriter::setCounter(const std::string& name, uint64_t value) {
@@ -804,7 +800,7 @@ WriterStats TraceWriter::stats() const {
 
 std::string TraceWriter::lastError() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->error;
+  return impl_->error.message();
 }
 
 const std::string& TraceWriter::directory() const { return impl_->dir; }

@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ranklens::timing;
   History history;
   std::string error;
-  if (!parseHistory(reinterpret_cast<const char*>(data), size, "fuzz.hist", &history, &error)) {
+  if (!(error = parseHistory(reinterpret_cast<const char*>(data), size, "fuzz.hist", &history).message()).empty()) {
     check(!error.empty());
     return 0;
   }

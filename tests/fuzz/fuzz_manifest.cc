@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ranklens::trace;
   Manifest manifest;
   std::string reason;
-  if (!parseManifest(data, size, &manifest, &reason)) {
+  if (!(reason = parseManifest(data, size, &manifest).message()).empty()) {
     check(!reason.empty());
     return 0;
   }
@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   msgpack::sbuffer again;
   msgpack::pack(again, manifest);
   Manifest back;
-  check(parseManifest(reinterpret_cast<const uint8_t*>(again.data()), again.size(), &back, &reason));
+  check((reason = parseManifest(reinterpret_cast<const uint8_t*>(again.data()), again.size(), &back).message()).empty());
   msgpack::sbuffer twice;
   msgpack::pack(twice, back);
   check(again.size() == twice.size() && memcmp(again.data(), twice.data(), again.size()) == 0);

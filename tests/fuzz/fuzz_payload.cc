@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string reason;
   // A private copy of exactly the blob, so reading past it is an ASan error.
   std::vector<uint8_t> blob(data + 8, data + size);
-  const bool decoded = decodePayload(blob.data(), blob.size(), ref, limits, &out, &reason);
+  const bool decoded = (reason = decodePayload(blob.data(), blob.size(), ref, limits, &out).message()).empty();
   if (decoded) {
     check(out.size() == rawBytes);
     check(crc32Bytes(out.data(), out.size()) == rawCrc32);
@@ -38,10 +38,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (rawBytes <= limits.maxPayloadBytes) {
     std::vector<uint8_t> into(rawBytes);
     std::string why;
-    check(decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), into.size(), &why) == decoded);
+    check((why = decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), into.size()).message()).empty() == decoded);
     check(!decoded || into == out);
     check(decoded || !why.empty());
-    if (rawBytes > 0) check(!decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), rawBytes - 1, &why));
+    if (rawBytes > 0) check(!(why = decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), rawBytes - 1).message()).empty());
     // Piece by piece, each piece an exact copy (reading past one is an ASan error): the same verdict and bytes.
     const BlobSource source = [&blob](uint64_t at, uint8_t* to, size_t bytes) {
       if (at > blob.size() || bytes > blob.size() - at) return false;
@@ -50,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     };
     for (size_t piece : {size_t{18}, size_t{97}}) {
       std::vector<uint8_t> streamed(rawBytes);
-      check(decodePayloadStreaming(source, blob.size(), ref, limits, streamed.data(), streamed.size(), piece, &why) ==
+      check((why = decodePayloadStreaming(source, blob.size(), ref, limits, streamed.data(), streamed.size(), piece).message()).empty() ==
             decoded);
       check(!decoded || streamed == out);
       check(decoded || !why.empty());
@@ -58,6 +58,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The same blob with a reference that is off by one in each size must never be accepted.
   ref.compressedBytes = blob.size() + 1;
-  check(!decodePayload(blob.data(), blob.size(), ref, limits, &out, &reason));
+  check(!(reason = decodePayload(blob.data(), blob.size(), ref, limits, &out).message()).empty());
   return 0;
 }

@@ -68,7 +68,8 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
   manifest.cpus = spec.cpus;
   manifest.gpu_name = spec.gpuName;
   std::string error;
-  auto writer = TraceWriter::create(rankDir, manifest, WriterOptions{}, &error);
+  std::unique_ptr<TraceWriter> writer;
+  error = TraceWriter::create(rankDir, manifest, WriterOptions{}, &writer).message();
   ASSERT_TRUE(writer) << error;
   int64_t now = spec.baseNs;
   auto comm = [&](uint64_t id, int nranks, int rank, int64_t parent, const char* how) {
@@ -150,7 +151,7 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
   stage(spec.steps, stepStart);
   if (spec.extraCall)
     call(world, 2 * spec.steps, Op::kAllReduce, 7, kAllReduceCount, -1, stepStart + 1000, kStreamWorld, 0, 2);
-  ASSERT_TRUE(writer->close()) << writer->lastError();
+  ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
 }
 
 struct Result {

@@ -245,7 +245,8 @@ std::string baseName(const std::string& dir) {
 
 bool dumpRank(const std::string& dir, bool withReasons, json* out, std::string* error) {
   tr::Limits limits;
-  auto reader = tr::TraceReader::open(dir, limits, error);
+  std::unique_ptr<tr::TraceReader> reader;
+  *error = tr::TraceReader::open(dir, limits, &reader).message();
   if (!reader) return false;
   json records = json::array();
   // A record of a known type whose fields do not convert (wrong msgpack type or range) is reported and skipped,

@@ -91,7 +91,7 @@ struct Rank {
     if (!writer->appendPayload(ref, bytes.data(), bytes.size())) die("payload dropped");
   }
   void flush() {
-    if (!writer->flush()) die("flush: " + writer->lastError());
+    if (!writer->flush().isOk()) die("flush: " + writer->lastError());
   }
 };
 
@@ -117,7 +117,8 @@ void writeRank(const std::string& dir, int rank) {
   options.compressionThreads = 1;  // one worker writes every payload file, in order: the tests name files and offsets
   options.shuffle = rank == 1 ? tr::WriterOptions::Shuffle::kAlways : tr::WriterOptions::Shuffle::kOff;  // rank 1's payloads of 2-, 4- and 8-byte types are stored as byte planes (1.8)
   std::string error;
-  Rank r{rank, tr::TraceWriter::create(dir, manifest, options, &error)};
+  Rank r{rank, nullptr};
+  error = tr::TraceWriter::create(dir, manifest, options, &r.writer).message();
   if (!r.writer) die("create " + dir + ": " + error);
   const int other = 1 - rank;
 
@@ -223,7 +224,7 @@ void writeRank(const std::string& dir, int rank) {
   }
   r.record(tr::RecordType::kCommEnd, ev::CommEnd{1, "destroy", r.now++});
   r.record(tr::RecordType::kCommEnd, ev::CommEnd{0, "finalize", r.now++});
-  if (!r.writer->close()) die("close: " + r.writer->lastError());
+  if (!r.writer->close().isOk()) die("close: " + r.writer->lastError());
   tr::WriterStats stats = r.writer->stats();
   if (stats.recordsDropped || stats.payloadsDropped) die("dropped records or payloads");
 }
@@ -262,7 +263,8 @@ void damage(const fs::path& out) {
   fs::resize_file(seg, offsets[1] + 5);
   // rank0: the last payload file cut inside the last effective blob it holds.
   std::string error;
-  auto reader = tr::TraceReader::open((out / "clean" / "rank0").string(), tr::Limits{}, &error);
+  std::unique_ptr<tr::TraceReader> reader;
+  error = tr::TraceReader::open((out / "clean" / "rank0").string(), tr::Limits{}, &reader).message();
   if (!reader) die(error);
   std::vector<tr::PayloadRef> refs = reader->payloads();
   auto last = std::max_element(refs.begin(), refs.end(), [](const tr::PayloadRef& a, const tr::PayloadRef& b) {
@@ -297,7 +299,8 @@ void corrupt(const fs::path& out) {
   if (offsets.size() < 4) die("rank0's first segment needs 4+ frames");
   flipByte(seg, offsets[2] + 8 + 1);
   std::string error;
-  auto reader = tr::TraceReader::open((out / "corrupt" / "rank1").string(), tr::Limits{}, &error);
+  std::unique_ptr<tr::TraceReader> reader;
+  error = tr::TraceReader::open((out / "corrupt" / "rank1").string(), tr::Limits{}, &reader).message();
   if (!reader) die(error);
   tr::PayloadRef ref = reader->payloads().at(0);
   flipByte(out / "corrupt" / "rank1" / tr::payloadName(ref.file), ref.offset + ref.compressedBytes / 2);

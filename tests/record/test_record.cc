@@ -468,12 +468,14 @@ std::string recordReport(const std::string& tag, const std::map<std::string, uin
   {
     rt::Manifest manifest;
     manifest.mode = "record";
-    auto writer = rt::TraceWriter::create(dir + "/made/rank0", manifest, rt::WriterOptions{}, &error);
+    std::unique_ptr<rt::TraceWriter> writer;
+    error = rt::TraceWriter::create(dir + "/made/rank0", manifest, rt::WriterOptions{}, &writer).message();
     EXPECT_NE(writer, nullptr) << error;
-    if (!writer || !writer->close()) return "no trace: " + error;
+    if (!writer || !writer->close().isOk()) return "no trace: " + error;
   }
   // The writer's close() sets the payload counters from its own pool: put the recording's in afterwards.
-  auto reader = rt::TraceReader::open(dir + "/made/rank0", rt::Limits{}, &error);
+  std::unique_ptr<rt::TraceReader> reader;
+  error = rt::TraceReader::open(dir + "/made/rank0", rt::Limits{}, &reader).message();
   EXPECT_NE(reader, nullptr) << error;
   if (!reader) return "unreadable: " + error;
   rt::Manifest manifest = reader->manifest();

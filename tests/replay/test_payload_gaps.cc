@@ -39,7 +39,8 @@ std::unique_ptr<trace::Recording> write(const std::string& dir, const Rank& r) {
   m.world_size = 2;
   m.env = r.env;
   std::string error;
-  auto w = trace::TraceWriter::create(dir, m, {}, &error);
+  std::unique_ptr<trace::TraceWriter> w;
+  error = trace::TraceWriter::create(dir, m, {}, &w).message();
   EXPECT_NE(w, nullptr) << error;
   if (!w) return nullptr;
   events::CommInit world;
@@ -68,8 +69,9 @@ std::unique_ptr<trace::Recording> write(const std::string& dir, const Rank& r) {
     EXPECT_TRUE(w->appendPayload(ref, data.data(), data.size(), trace::BackPressure::kWait));
   }
   for (const auto& [name, value] : r.counters) w->setCounter(name, value);
-  EXPECT_TRUE(w->close());
-  auto recording = trace::Recording::open(dir, -1, &error);
+  EXPECT_TRUE(w->close().isOk());
+  std::unique_ptr<trace::Recording> recording;
+  error = trace::Recording::open(dir, -1, &recording).message();
   EXPECT_NE(recording, nullptr) << error;
   return recording;
 }
@@ -189,7 +191,8 @@ TEST_F(PayloadGaps, AMalformedRecordIsReportedWithFileAndOffsetAndSkipped) {
   m.rank = 0;
   m.world_size = 2;
   std::string error;
-  auto w = trace::TraceWriter::create(dir_, m, {}, &error);
+  std::unique_ptr<trace::TraceWriter> w;
+  error = trace::TraceWriter::create(dir_, m, {}, &w).message();
   ASSERT_NE(w, nullptr) << error;
   events::Call c;
   c.nranks = 2;
@@ -199,8 +202,9 @@ TEST_F(PayloadGaps, AMalformedRecordIsReportedWithFileAndOffsetAndSkipped) {
   w->append(trace::RecordType::kPayloadRef, StringOpRef{});
   c.seq = 1;
   w->append(trace::RecordType::kCall, c);
-  ASSERT_TRUE(w->close());
-  auto rec = trace::Recording::open(dir_, -1, &error);
+  ASSERT_TRUE(w->close().isOk());
+  std::unique_ptr<trace::Recording> rec;
+  error = trace::Recording::open(dir_, -1, &rec).message();
   ASSERT_NE(rec, nullptr) << error;
   EXPECT_EQ(rec->callCount(), 2u);
   ASSERT_EQ(rec->problems().size(), 1u);

@@ -63,7 +63,7 @@ void writeSteps(const std::string& dir, bool markers) {
     const std::vector<uint8_t> data(bytes, 7);
     ASSERT_TRUE(w->appendPayload(ref, data.data(), data.size(), trace::BackPressure::kWait));
   }
-  ASSERT_TRUE(w->close());
+  ASSERT_TRUE(w->close().isOk());
 }
 
 TEST(LargestStepPayloadBytes, CutAtTheStepMarkersOrTheWholeRecording) {
@@ -72,7 +72,8 @@ TEST(LargestStepPayloadBytes, CutAtTheStepMarkersOrTheWholeRecording) {
     const std::string dir = root + (markers ? "/marked" : "/unmarked") + "/rank0";
     writeSteps(dir, markers);
     std::string error;
-    auto recording = trace::Recording::open(dir, -1, &error);
+    std::unique_ptr<trace::Recording> recording;
+    error = trace::Recording::open(dir, -1, &recording).message();
     ASSERT_NE(recording, nullptr) << error;
     EXPECT_EQ(recording->largestStepPayloadBytes(), markers ? 5000u : 10100u) << (markers ? "marked" : "unmarked");
   }

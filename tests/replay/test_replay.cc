@@ -107,7 +107,7 @@ Replayed replay(const std::string& name, std::map<std::string, std::string> extr
 ranklens::timing::History recordedHistory() {
   ranklens::timing::History h;
   std::string error;
-  if (!ranklens::timing::addRecordedRun(recording().root + "/rank1", &h, &error)) ADD_FAILURE() << error;
+  if (!(error = ranklens::timing::addRecordedRun(recording().root + "/rank1", &h).message()).empty()) ADD_FAILURE() << error;
   return h;
 }
 
@@ -115,7 +115,7 @@ ranklens::timing::History recordedHistory() {
 std::string savedHistory(const std::string& name, const ranklens::timing::History& h) {
   const std::string path = tmpRoot() + "/" + name;
   std::string error;
-  if (!ranklens::timing::saveHistory(path, h, &error)) ADD_FAILURE() << error;
+  if (!(error = ranklens::timing::saveHistory(path, h).message()).empty()) ADD_FAILURE() << error;
   return path;
 }
 
@@ -289,10 +289,12 @@ size_t copyWithCapturedTimings(const std::string& from, const std::string& to,
                                const std::function<bool(const ranklens::trace::Timing&)>& capture) {
   using namespace ranklens::trace;
   std::string error;
-  auto reader = TraceReader::open(from, Limits{}, &error);
+  std::unique_ptr<TraceReader> reader;
+  error = TraceReader::open(from, Limits{}, &reader).message();
   EXPECT_NE(reader, nullptr) << error;
   if (!reader) return 0;
-  auto writer = TraceWriter::create(to, reader->manifest(), WriterOptions{}, &error);
+  std::unique_ptr<TraceWriter> writer;
+  error = TraceWriter::create(to, reader->manifest(), WriterOptions{}, &writer).message();
   EXPECT_NE(writer, nullptr) << error;
   if (!writer) return 0;
   size_t changed = 0;
@@ -307,7 +309,7 @@ size_t copyWithCapturedTimings(const std::string& from, const std::string& to,
     }
     return writer->append(type, t);
   });
-  EXPECT_TRUE(writer->close()) << writer->lastError();
+  EXPECT_TRUE(writer->close().isOk()) << writer->lastError();
   return changed;
 }
 
@@ -326,7 +328,8 @@ TEST(ReplayRecording, CallsCapturedInAGraphAreHeldForAnEstimate) {
   });
   ASSERT_EQ(changed, 3u);
   std::string error;
-  auto recording = ranklens::trace::Recording::open(root, 1, &error);
+  std::unique_ptr<ranklens::trace::Recording> recording;
+  error = ranklens::trace::Recording::open(root, 1, &recording).message();
   ASSERT_NE(recording, nullptr) << error;
   size_t captured = 0;
   for (const auto& rc : recording->calls()) {
@@ -336,7 +339,7 @@ TEST(ReplayRecording, CallsCapturedInAGraphAreHeldForAnEstimate) {
   }
   EXPECT_EQ(captured, 3u);
   ranklens::timing::History history;
-  ASSERT_TRUE(ranklens::timing::addRecordedRun(*recording, &history, &error)) << error;
+  ASSERT_TRUE((error = ranklens::timing::addRecordedRun(*recording, &history).message()).empty()) << error;
   for (const auto& sample : history.samples) EXPECT_GT(sample.durationNs, 0);
 
   Replayed r = replay("captured-replay", {{"RANKLENS_REPLAY_TRACE", root}, {"RANKLENS_FIDELITY", "timing"}});
@@ -816,7 +819,8 @@ TEST(ReplayPeerPacing, EveryCollectiveTheJobTimedIsPacedAndAMissingRankIsNamed) 
   std::vector<const ranklens::trace::Recording*> views;
   for (int r = 0; r < 4; ++r) {
     std::string error;
-    ranks.push_back(ranklens::trace::Recording::open(job.root, r, &error));
+    ranks.emplace_back();
+    error = ranklens::trace::Recording::open(job.root, r, &ranks.back()).message();
     ASSERT_TRUE(ranks.back()) << error;
     views.push_back(ranks.back().get());
   }

@@ -92,7 +92,7 @@ std::string writeRecording() {
     c.rootOrPeer = -1;
     ranklens::test::appendTimedCall(*w, c, seq == 2 ? 0 : 50'000);
   }
-  EXPECT_TRUE(w->close());
+  EXPECT_TRUE(w->close().isOk());
   return root;
 }
 

@@ -69,7 +69,7 @@ inline Trace readTrace(const std::string& dir) {
   using ranklens::trace::RecordType;
   Trace t;
   std::string error;
-  t.reader = ranklens::trace::TraceReader::open(dir, ranklens::trace::Limits{}, &error);
+  error = ranklens::trace::TraceReader::open(dir, ranklens::trace::Limits{}, &t.reader).message();
   EXPECT_NE(t.reader, nullptr) << error;
   if (!t.reader) return t;
   t.manifest = t.reader->manifest();

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   options.payloadFileBytes = 8u << 10;
   options.shuffle = WriterOptions::Shuffle::kAlways;  // lent payloads compressed out of the lender's memory
   std::string error;
-  auto writer = TraceWriter::create(argv[1], manifest, options, &error);
+  std::unique_ptr<TraceWriter> writer;
+  error = TraceWriter::create(argv[1], manifest, options, &writer).message();
   if (!writer) {
     fprintf(stderr, "crash_writer: %s\n", error.c_str());
     return 1;
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
     }
     const uint64_t accepted = i + 1;
     if (accepted % flushEvery == 0) {
-      if (!writer->flush()) {
+      if (!writer->flush().isOk()) {
         fprintf(stderr, "crash_writer: flush failed: %s\n", writer->lastError().c_str());
         return 1;
       }

@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
   manifest.start_time_ns = 1718000000000000000LL;
   manifest.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NCCL_DEBUG", "WARN"}};
   std::string error;
-  auto writer = TraceWriter::create(dir, manifest, WriterOptions{}, &error);
+  std::unique_ptr<TraceWriter> writer;
+  error = TraceWriter::create(dir, manifest, WriterOptions{}, &writer).message();
   if (!writer) {
     fprintf(stderr, "make_fuzz_seeds: %s\n", error.c_str());
     return 1;
@@ -196,7 +197,7 @@ int main(int argc, char** argv) {
   ref.seq = 2;
   ref.count = 0;
   ok = ok && writer->appendPayload(ref, nullptr, 0) && writer->append(RecordType::kEdit, edit) &&
-       writer->append(RecordType::kCommEnd, end) && writer->close();
+       writer->append(RecordType::kCommEnd, end) && writer->close().isOk();
   if (!ok) {
     fprintf(stderr, "make_fuzz_seeds: writing the trace failed: %s\n", writer->lastError().c_str());
     return 1;
@@ -217,7 +218,8 @@ int main(int argc, char** argv) {
   ok = ok && emit(out + "/fuzz_segment/minor7-extra-fields.rls", newer);
 
   // Payload blobs, as stored, behind their reference's rawBytes and rawCrc32.
-  auto reader = TraceReader::open(dir, Limits{}, &error);
+  std::unique_ptr<TraceReader> reader;
+  error = TraceReader::open(dir, Limits{}, &reader).message();
   if (!reader) {
     fprintf(stderr, "make_fuzz_seeds: %s\n", error.c_str());
     return 1;
@@ -244,15 +246,17 @@ int main(int argc, char** argv) {
     const std::string shuffledDir = dir + "-shuffled";
     WriterOptions options;
     options.shuffle = WriterOptions::Shuffle::kAlways;
-    auto shuffledWriter = TraceWriter::create(shuffledDir, manifest, options, &error);
+    std::unique_ptr<TraceWriter> shuffledWriter;
+    error = TraceWriter::create(shuffledDir, manifest, options, &shuffledWriter).message();
     std::vector<uint8_t> gradient;
     Problem readProblem;
     if (!shuffledWriter || !reader->readPayload(refs[0], &gradient, nullptr) ||
-        !shuffledWriter->appendPayload(refs[0], gradient.data(), gradient.size()) || !shuffledWriter->close()) {
+        !shuffledWriter->appendPayload(refs[0], gradient.data(), gradient.size()) || !shuffledWriter->close().isOk()) {
       fprintf(stderr, "make_fuzz_seeds: the shuffled payload: %s\n", error.c_str());
       return 1;
     }
-    auto shuffledReader = TraceReader::open(shuffledDir, Limits{}, &error);
+    std::unique_ptr<TraceReader> shuffledReader;
+    error = TraceReader::open(shuffledDir, Limits{}, &shuffledReader).message();
     const auto ref = shuffledReader ? shuffledReader->payload(refs[0].commId, refs[0].op, refs[0].peer, refs[0].seq)
                                     : std::nullopt;
     if (!ref || ref->shuffle != 4) {

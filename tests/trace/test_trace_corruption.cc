@@ -71,13 +71,13 @@ class TraceCorruption : public testing::Test {
         ASSERT_TRUE(writer->appendPayload(ref, bytes.data(), bytes.size()));
         blobs_[seq] = bytes;
       }
-      if (seq % 4 == 3) ASSERT_TRUE(writer->flush());  // batches: the writer rolls segments over between them
+      if (seq % 4 == 3) ASSERT_TRUE(writer->flush().isOk());  // batches: the writer rolls segments over between them
     }
     Stage s;
     s.name = "step";
     s.step = 1;
     ASSERT_TRUE(writer->append(RecordType::kStage, s));
-    ASSERT_TRUE(writer->close()) << writer->lastError();
+    ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
     writer.reset();
     const size_t segments = listWithPrefix(pristine_, "seg-").size();
     ASSERT_GE(segments, 3u) << "the fixture needs at least three segments";
@@ -214,7 +214,8 @@ TEST_F(TraceCorruption, DamagedMiddleSegmentThroughTheReader) {
     damaged[pos] = static_cast<char>(damaged[pos] ^ (1 << (pos % 8)));
     writeAll(segPath(1), damaged);
     std::string error;
-    auto reader = TraceReader::open(dir_, Limits{}, &error);
+    std::unique_ptr<TraceReader> reader;
+    error = TraceReader::open(dir_, Limits{}, &reader).message();
     ASSERT_NE(reader, nullptr) << error;
     bool clean = true;
     const auto got = scanAll(*reader, &clean);
@@ -442,8 +443,7 @@ std::string payPath(const std::string& dir, const PayloadRef& ref) { return dir 
 bool decode(const std::string& blob, const PayloadRef& ref, const Limits& limits, std::string* reason,
             std::vector<uint8_t>* out = nullptr) {
   std::vector<uint8_t> local;
-  return decodePayload(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, limits, out ? out : &local,
-                       reason);
+  return (*reason = decodePayload(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, limits, out ? out : &local).message()).empty();
 }
 
 TEST_F(TraceCorruption, EveryBitFlipInAPayloadBlobIsCaught) {
@@ -807,7 +807,8 @@ TEST_F(TraceCorruption, DamagedIndexIsRebuiltSilently) {
     SCOPED_TRACE(name);
     writeAll(path, bytes);
     std::string error;
-    auto reader = TraceReader::open(dir_, Limits{}, &error);
+    std::unique_ptr<TraceReader> reader;
+    error = TraceReader::open(dir_, Limits{}, &reader).message();
     ASSERT_NE(reader, nullptr) << error;
     EXPECT_TRUE(reader->indexRebuilt());
     EXPECT_TRUE(reader->problems().empty()) << problemsText(reader->problems());
@@ -840,7 +841,8 @@ TEST_F(TraceCorruption, IndexWithHugeElementCountsIsRebuiltWithoutAllocating) {
     SCOPED_TRACE(name);
     writeAll(path, bytes);
     std::string error;
-    auto reader = TraceReader::open(dir_, Limits{}, &error);
+    std::unique_ptr<TraceReader> reader;
+    error = TraceReader::open(dir_, Limits{}, &reader).message();
     ASSERT_NE(reader, nullptr) << error;
     EXPECT_TRUE(reader->indexRebuilt());
     EXPECT_EQ(answers(*reader, 1, 25), answers_);
@@ -870,7 +872,8 @@ TEST_F(TraceCorruption, EveryBitFlipInTheIndexIsHarmless) {
       damaged[pos] = static_cast<char>(damaged[pos] ^ (1 << bit));
       writeAll(path, damaged);
       std::string error;
-      auto reader = TraceReader::open(dir_, Limits{}, &error);
+      std::unique_ptr<TraceReader> reader;
+      error = TraceReader::open(dir_, Limits{}, &reader).message();
       ASSERT_NE(reader, nullptr) << error;
       const auto now = answers(*reader, 1, 25);
       if (now == answers_) continue;
@@ -902,7 +905,9 @@ TEST_F(TraceCorruption, DamagedManifestFailsOpenWithFileOffsetAndReason) {
   const std::string manifest = readAll(path);
   auto expectRefused = [&](const std::string& what) {
     std::string error;
-    EXPECT_EQ(TraceReader::open(dir_, Limits{}, &error), nullptr) << what;
+    std::unique_ptr<TraceReader> none;
+    error = TraceReader::open(dir_, Limits{}, &none).message();
+    EXPECT_EQ(none, nullptr) << what;
     // The whole map's problems at offset 0; one key's named by the key (docs/trace-format.md).
     const bool named = error.find(path + ": offset 0: ") == 0 || error.find(path + ": key '") == 0;
     EXPECT_TRUE(named) << what << ": " << error;
@@ -927,8 +932,8 @@ TEST_F(TraceCorruption, DamagedManifestFailsOpenWithFileOffsetAndReason) {
     msgpack::pack(b, std::map<std::string, std::string>{{"format", "ranklens-trace"}, {"rank", "three"}});
     writeAll(path, std::string(b.data(), b.size()));
     expectRefused("a field of the wrong type");
-    std::string error;
-    TraceReader::open(dir_, Limits{}, &error);
+    std::unique_ptr<TraceReader> none;
+    const std::string error = TraceReader::open(dir_, Limits{}, &none).message();
     EXPECT_EQ(error.find(path + ": key 'rank': "), 0u) << error;  // named by its key, not a byte offset
   }
   {
@@ -945,7 +950,8 @@ TEST_F(TraceCorruption, DamagedManifestFailsOpenWithFileOffsetAndReason) {
       damaged[pos] = static_cast<char>(damaged[pos] ^ (1 << bit));
       writeAll(path, damaged);
       std::string error;
-      auto reader = TraceReader::open(dir_, Limits{}, &error);
+      std::unique_ptr<TraceReader> reader;
+      error = TraceReader::open(dir_, Limits{}, &reader).message();
       if (reader) continue;
       ++refused;
       EXPECT_TRUE(error.find(path + ": offset 0: ") == 0 || error.find(path + ": key '") == 0) << error;
@@ -954,7 +960,9 @@ TEST_F(TraceCorruption, DamagedManifestFailsOpenWithFileOffsetAndReason) {
   // A missing manifest: the error names the expected path.
   ::unlink(path.c_str());
   std::string error;
-  EXPECT_EQ(TraceReader::open(dir_, Limits{}, &error), nullptr);
+  std::unique_ptr<TraceReader> none;
+  error = TraceReader::open(dir_, Limits{}, &none).message();
+  EXPECT_EQ(none, nullptr);
   EXPECT_NE(error.find(path), std::string::npos) << error;
   restore();
 }

@@ -162,7 +162,8 @@ void verify(const std::string& dir, uint64_t flushed, Summary* summary) {
   }
   summary->withManifest++;
   std::string error;
-  auto reader = TraceReader::open(dir, Limits{}, &error);
+  std::unique_ptr<TraceReader> reader;
+  error = TraceReader::open(dir, Limits{}, &reader).message();
   ASSERT_NE(reader, nullptr) << error;
   EXPECT_FALSE(reader->manifest().closed);
   EXPECT_EQ(reader->manifest().writer, "crash_writer");

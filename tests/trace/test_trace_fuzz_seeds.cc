@@ -54,12 +54,12 @@ void checkCorpus(const std::string& corpus) {
         limits.maxPayloadBytes = 1u << 20;  // what fuzz_payload uses
         std::vector<uint8_t> out;
         std::string reason;
-        EXPECT_TRUE(decodePayload(data + 8, bytes.size() - 8, ref, limits, &out, &reason)) << reason;
+        EXPECT_TRUE((reason = decodePayload(data + 8, bytes.size() - 8, ref, limits, &out).message()).empty()) << reason;
         EXPECT_EQ(out.size(), ref.rawBytes);
       } else {
         Manifest manifest;
         std::string reason;
-        EXPECT_TRUE(parseManifest(data, bytes.size(), &manifest, &reason)) << reason;
+        EXPECT_TRUE((reason = parseManifest(data, bytes.size(), &manifest).message()).empty()) << reason;
       }
     }
   }

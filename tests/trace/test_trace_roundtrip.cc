@@ -263,7 +263,7 @@ TEST(TraceRoundTrip, EveryRecordTypeEveryField) {
     ASSERT_TRUE(writer->append(RecordType::kEdit, r.edit));
     ASSERT_TRUE(writer->append(RecordType::kCommBinding, CommBinding{1, 0, "first call", 99}));
     ASSERT_TRUE(writer->append(RecordType::kCommEnd, r.end));
-    ASSERT_TRUE(writer->close()) << writer->lastError();
+    ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
   }
   auto reader = openReader(dir);
   ASSERT_NE(reader, nullptr);
@@ -376,7 +376,7 @@ TEST_P(TraceRoundTripLevel, PayloadsOfEveryDatatype) {
         sent.push_back(std::move(s));
       }
     }
-    ASSERT_TRUE(writer->close()) << writer->lastError();
+    ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
     EXPECT_EQ(writer->stats().payloadsWritten, sent.size());
   }
   auto reader = openReader(dir);
@@ -413,7 +413,7 @@ TEST(TraceRoundTrip, ZeroBytePayloadFromNullPointer) {
     auto writer = makeWriter(dir);
     ASSERT_NE(writer, nullptr);
     ASSERT_TRUE(writer->appendPayload(refFor(0, 0, kRecv, 7, 0, 2), nullptr, 0));
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   auto reader = openReader(dir);
   ASSERT_NE(reader, nullptr);
@@ -460,7 +460,7 @@ TEST(TraceRoundTrip, WriterThreadsAreNamed) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(named("RankLens Zstd") - zstdBefore, 3);
   EXPECT_EQ(named("RankLens Write") - writeBefore, 1);
-  ASSERT_TRUE(writer->close());
+  ASSERT_TRUE(writer->close().isOk());
 }
 
 // ------------------------------------------------------------------------------------------------ byte shuffle
@@ -558,7 +558,7 @@ TEST(TraceShuffle, ShuffledPayloadsReadBackByEveryPath) {
                                         bytes.size()));
       sent.push_back(std::move(bytes));
     }
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   auto reader = openReader(dir);
   ASSERT_NE(reader, nullptr);
@@ -619,7 +619,7 @@ TEST(TraceBorrowed, LentBytesAreCopiedBeforeTheyAreReleasedAndReadBackAsTheyWere
                                                     released++;
                                                   }));
       }
-      ASSERT_TRUE(writer->close());
+      ASSERT_TRUE(writer->close().isOk());
     }
     EXPECT_EQ(released.load(), 3);
     auto reader = openReader(dir);
@@ -670,7 +670,7 @@ TEST(TraceBorrowed, CompressedStraightOutOfTheLendersMemoryAtEveryWidthAndLength
                                                     delete lent;
                                                   }));
       }
-      ASSERT_TRUE(writer->close());
+      ASSERT_TRUE(writer->close().isOk());
     }
     auto reader = openReader(dir);
     ASSERT_NE(reader, nullptr);
@@ -715,7 +715,7 @@ TEST(TraceBorrowed, PayloadsCompressedFromTheLenderTakeNoQueueRoom) {
                                                       values.size() * 4, BackPressure::kDrop, [] {});
     EXPECT_EQ(second, !copies);
     gate.set_value();
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
     auto reader = openReader(dir);
     ASSERT_NE(reader, nullptr);
     EXPECT_EQ(reader->payloads().size(), copies ? 1u : 2u);
@@ -789,7 +789,7 @@ TEST(TraceShuffle, AutoUsesPlanesWhereTheyCompressFaster) {
       const auto& values = cases[i].values;
       ASSERT_TRUE(writer->appendPayload(refFor(0, i, kAllReduce, 7, values.size()), values.data(), values.size() * 4));
     }
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   auto reader = openReader(dir);
   ASSERT_NE(reader, nullptr);
@@ -854,7 +854,7 @@ TEST(TraceRoundTrip, RandomAccessCollectivesAndPointToPoint) {
         }
       }
     }
-    ASSERT_TRUE(writer->close()) << writer->lastError();
+    ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
   }
   for (bool rebuild : {false, true}) {
     SCOPED_TRACE(rebuild ? "rebuilt index" : "stored index");
@@ -921,7 +921,7 @@ TEST(TraceRoundTrip, LastPayloadRefWins) {
     ASSERT_TRUE(writer->appendPayload(refFor(0, 4, kBroadcast, 7, 50), second.data(), second.size()));
     // Same seq on a Recv from peer 2: a different call, must not supersede the collective.
     ASSERT_TRUE(writer->appendPayload(refFor(0, 4, kRecv, 9, 64, 2), other.data(), other.size()));
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   for (bool rebuild : {false, true}) {
     SCOPED_TRACE(rebuild ? "rebuilt index" : "stored index");
@@ -949,7 +949,7 @@ TEST(TraceRoundTrip, LastPayloadRefWins) {
   const auto segs = listWithPrefix(dir, "seg-");
   ASSERT_EQ(segs.size(), 1u);
   std::string error;
-  ASSERT_TRUE(rebuildIndex(dir, Limits{}, &error)) << error;  // a consistent index, made stale below
+  ASSERT_TRUE((error = rebuildIndex(dir, Limits{}).message()).empty()) << error;  // a consistent index, made stale below
   appendBytes(dir + "/" + segs.back(), frame(body(static_cast<int>(RecordType::kPayloadRef), original)));
   Edit edit;
   edit.commId = 0;
@@ -998,9 +998,9 @@ TEST(TraceRoundTrip, SegmentAndPayloadFileRollover) {
         ASSERT_TRUE(writer->appendPayload(refFor(0, static_cast<uint64_t>(i), kAllReduce, 1, blobs.back().size()),
                                           blobs.back().data(), blobs.back().size()));
       }
-      if (i % 50 == 0) ASSERT_TRUE(writer->flush());  // several batches, so several rollovers happen mid-run
+      if (i % 50 == 0) ASSERT_TRUE(writer->flush().isOk());  // several batches, so several rollovers happen mid-run
     }
-    ASSERT_TRUE(writer->close()) << writer->lastError();
+    ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
   }
   const auto segs = listWithPrefix(dir, "seg-"), pays = listWithPrefix(dir, "pay-");
   EXPECT_GE(segs.size(), 10u);
@@ -1096,7 +1096,7 @@ void writeIndexTestTrace(const std::string& dir) {
                                           bytes.data(), bytes.size()));
       }
     }
-  ASSERT_TRUE(writer->close());
+  ASSERT_TRUE(writer->close().isOk());
 }
 
 // Each compression worker appends the blobs it compresses to a payload file of its own (writes into one file
@@ -1119,7 +1119,7 @@ TEST(TraceRoundTrip, CompressionWorkersWritePayloadFilesOfTheirOwn) {
       ASSERT_TRUE(writer->appendPayload(refFor(0, static_cast<uint64_t>(i), kAllReduce, 1, blobs.back().size()),
                                         blobs.back().data(), blobs.back().size()));
     }
-    ASSERT_TRUE(writer->close()) << writer->lastError();
+    ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
   }
   const auto pays = listWithPrefix(dir, "pay-");
   ASSERT_GE(pays.size(), 12u);  // 3.6 MB of incompressible bytes in files of 256 KiB
@@ -1202,9 +1202,9 @@ void writePastTheFileSizeLimit(const std::string& dir) {
   const std::string small = randomBytes(1000, rng), large = randomBytes(200u << 10, rng);
   auto writer = makeWriter(dir);
   bool ok = writer && writer->appendPayload(refFor(0, 0, kAllReduce, 1, small.size()), small.data(), small.size());
-  ok = ok && writer->flush();
+  ok = ok && writer->flush().isOk();
   ok = ok && writer->appendPayload(refFor(0, 1, kAllReduce, 1, large.size()), large.data(), large.size());
-  const bool closed = writer && writer->close();
+  const bool closed = writer && writer->close().isOk();
   const std::string error = writer ? writer->lastError() : "";
   auto reader = openReader(dir);
   const bool first = reader && reader->payloads().size() == 1 &&
@@ -1246,7 +1246,7 @@ TEST(TraceRoundTrip, IndexReusedWhenConsistentRebuiltWhenMissingOrStale) {
   }
   {  // rebuildIndex() writes one that is then reused
     std::string error;
-    ASSERT_TRUE(rebuildIndex(dir, Limits{}, &error)) << error;
+    ASSERT_TRUE((error = rebuildIndex(dir, Limits{}).message()).empty()) << error;
     auto reader = openReader(dir);
     ASSERT_NE(reader, nullptr);
     EXPECT_FALSE(reader->indexRebuilt());
@@ -1274,7 +1274,7 @@ TEST(TraceRoundTrip, IndexReusedWhenConsistentRebuiltWhenMissingOrStale) {
   }
   {  // stale: an extra segment appeared after the index was written
     std::string error;
-    ASSERT_TRUE(rebuildIndex(dir, Limits{}, &error)) << error;
+    ASSERT_TRUE((error = rebuildIndex(dir, Limits{}).message()).empty()) << error;
     writeAll(dir + "/" + segmentName(static_cast<uint32_t>(segs.size())),
              fileHeader(kSegmentMagic, 1, 0, static_cast<uint32_t>(segs.size())));
     auto reader = openReader(dir);
@@ -1326,9 +1326,9 @@ TEST(TraceRoundTrip, ManifestFieldsAndCountersAfterClose) {
     tooBig.name = std::string(options.maxRecordBytes + 1, 'z');
     EXPECT_FALSE(writer->append(RecordType::kStage, tooBig));  // one dropped record
     beforeClose = realtimeNs();
-    ASSERT_TRUE(writer->close()) << writer->lastError();
+    ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
     afterClose = realtimeNs();
-    EXPECT_TRUE(writer->close());  // idempotent
+    EXPECT_TRUE(writer->close().isOk());  // idempotent
     EXPECT_FALSE(writer->append(RecordType::kStage, Stage{}));  // refused once closed
     EXPECT_FALSE(writer->appendPayload(refFor(0, 0, 0, 0, 0), "x", 1));
     const WriterStats stats = writer->stats();
@@ -1338,7 +1338,9 @@ TEST(TraceRoundTrip, ManifestFieldsAndCountersAfterClose) {
     EXPECT_EQ(stats.payloadsWritten, static_cast<uint64_t>(kPayloads));
   }
   std::string error;
-  EXPECT_EQ(TraceWriter::create(dir, given, options, &error), nullptr);  // a directory holds one trace
+  std::unique_ptr<TraceWriter> second;
+  error = TraceWriter::create(dir, given, options, &second).message();
+  EXPECT_EQ(second, nullptr);  // a directory holds one trace
   EXPECT_NE(error.find("already holds a trace"), std::string::npos) << error;
 
   auto reader = openReader(dir);
@@ -1406,7 +1408,7 @@ TEST(TraceRoundTrip, BackPressureDropCountsWhatItDrops) {
              ? payloadsAccepted
              : payloadsDropped)++;
     }
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
     const WriterStats stats = writer->stats();
     EXPECT_EQ(stats.recordsDropped, dropped);
     EXPECT_EQ(stats.payloadsDropped, payloadsDropped);
@@ -1457,7 +1459,7 @@ TEST(TraceRoundTrip, BackPressureWaitNeverDrops) {
         ASSERT_TRUE(writer->appendPayload(refFor(0, static_cast<uint64_t>(i), kAllReduce, 1, bytes.size()),
                                           bytes.data(), bytes.size()));
     }
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
     EXPECT_EQ(writer->stats().recordsDropped, 0u);
     EXPECT_EQ(writer->stats().payloadsDropped, 0u);
   }
@@ -1501,7 +1503,7 @@ TEST(TraceRoundTrip, AWrittenPayloadFreesItsRoomBeforeTheRestOfItsBatch) {
   // Admitted once the zeros are written, while the noise still compresses (before: once both were written).
   ASSERT_TRUE(writer->appendPayload(refFor(0, 2, kAllReduce, 1, zeros.size()), zeros.data(), zeros.size()));
   EXPECT_EQ(writer->stats().payloadsWritten, 1u);
-  ASSERT_TRUE(writer->close());
+  ASSERT_TRUE(writer->close().isOk());
   EXPECT_EQ(writer->stats().payloadsWritten, 3u);
 }
 
@@ -1521,11 +1523,11 @@ TEST(TraceRoundTrip, LargePayloadCopiesReuseBuffersAndKeepTheirBytes) {
       for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<uint8_t>(k * 31 + i * 7);
       ASSERT_TRUE(writer->appendPayload(refFor(0, static_cast<uint64_t>(i), kRecv, 1, bytes.size()), bytes.data(),
                                         bytes.size()));
-      ASSERT_TRUE(writer->flush());  // compressed, so its buffer is back for the next one
+      ASSERT_TRUE(writer->flush().isOk());  // compressed, so its buffer is back for the next one
       sent.push_back(std::move(bytes));
     }
     EXPECT_EQ(writer->stats().payloadBuffersReused, static_cast<uint64_t>(kPayloads - 1));
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   auto reader = openReader(dir);
   ASSERT_NE(reader, nullptr);
@@ -1561,7 +1563,7 @@ TEST(TraceRoundTrip, WriterRefusesRecordsOverMaxRecordBytes) {
     EXPECT_TRUE(writer->append(RecordType::kStage, s));
     EXPECT_FALSE(writer->append(RecordType::kStage, over));
     EXPECT_TRUE(writer->append(RecordType::kStage, small));
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
     EXPECT_EQ(writer->stats().recordsDropped, 1u);
   }
   auto reader = openReader(dir);
@@ -1588,7 +1590,7 @@ TEST(TraceRoundTrip, ReaderRecordLimitMakesLargerFramesAProblem) {
       s.step = i;
       ASSERT_TRUE(writer->append(RecordType::kStage, s));
     }
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   Limits limits;
   limits.maxRecordBytes = 100;
@@ -1622,7 +1624,7 @@ TEST(TraceRoundTrip, ReaderPayloadLimitRefusesLargerPayloads) {
     ASSERT_NE(writer, nullptr);
     ASSERT_TRUE(writer->appendPayload(refFor(0, 0, kAllReduce, 1, 1000), atLimit.data(), atLimit.size()));
     ASSERT_TRUE(writer->appendPayload(refFor(0, 1, kAllReduce, 1, 4000), over.data(), over.size()));
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   Limits limits;
   limits.maxPayloadBytes = 1000;
@@ -1667,12 +1669,12 @@ TEST(TraceRoundTrip, ConcurrentAppendsFromFourThreads) {
                                      bytes.data(), bytes.size()))
             ++refused;
         }
-        if (i % 1000 == 999 && !writer->flush()) ++refused;
+        if (i % 1000 == 999 && !writer->flush().isOk()) ++refused;
       }
     });
   for (auto& th : threads) th.join();
   ASSERT_EQ(refused.load(), 0);
-  ASSERT_TRUE(writer->flush());
+  ASSERT_TRUE(writer->flush().isOk());
   const uint64_t kPayloads = kThreads * (kPerThread / 250);
   EXPECT_EQ(writer->stats().recordsWritten, kThreads * kPerThread + kPayloads);
 
@@ -1707,7 +1709,7 @@ TEST(TraceRoundTrip, ConcurrentAppendsFromFourThreads) {
     EXPECT_FALSE(reader->manifest().closed);
     check(*reader);
   }
-  ASSERT_TRUE(writer->close());
+  ASSERT_TRUE(writer->close().isOk());
   auto reader = openReader(dir);
   ASSERT_NE(reader, nullptr);
   EXPECT_TRUE(reader->manifest().closed);
@@ -1740,7 +1742,7 @@ TEST(TraceRoundTrip, CloseRacingAppendPayloadLosesNothingAccepted) {
           accepted.push_back(seq);
     });
     std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 3000));
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
     stop = true;
     producer.join();
     auto reader = openReader(dir);
@@ -1822,7 +1824,7 @@ TEST(TraceRoundTrip, NewerMinorVersionIsRead) {
     SCOPED_TRACE("pass " + std::to_string(pass));
     if (pass == 1) {  // with an index written by this reader
       std::string error;
-      ASSERT_TRUE(rebuildIndex(dir, Limits{}, &error)) << error;
+      ASSERT_TRUE((error = rebuildIndex(dir, Limits{}).message()).empty()) << error;
     }
     if (pass == 2) {  // with an index 1.7 carrying an unknown key
       msgpack::object_handle handle;
@@ -1834,7 +1836,8 @@ TEST(TraceRoundTrip, NewerMinorVersionIsRead) {
       writeAll(dir + "/index.msgpack", std::string(buffer.data(), buffer.size()));
     }
     std::string error;
-    auto reader = TraceReader::open(dir, Limits{}, &error);
+    std::unique_ptr<TraceReader> reader;
+    error = TraceReader::open(dir, Limits{}, &reader).message();
     ASSERT_NE(reader, nullptr) << error;
     EXPECT_EQ(reader->indexRebuilt(), pass == 0);
     EXPECT_EQ(reader->manifest().version_minor, 7);
@@ -1887,7 +1890,7 @@ TEST(TraceRoundTrip, OtherMajorVersionRefusedNamingBothVersions) {
     Stage s;
     s.name = "x";
     ASSERT_TRUE(writer->append(RecordType::kStage, s));
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   const std::string manifestPath = dir + "/manifest.msgpack";
   const std::string goodManifest = readAll(manifestPath);
@@ -1897,7 +1900,9 @@ TEST(TraceRoundTrip, OtherMajorVersionRefusedNamingBothVersions) {
     m.version_minor = 3;
     writeAll(manifestPath, manifestImage(m));
     std::string error;
-    EXPECT_EQ(TraceReader::open(dir, Limits{}, &error), nullptr);
+    std::unique_ptr<TraceReader> none;
+    error = TraceReader::open(dir, Limits{}, &none).message();
+    EXPECT_EQ(none, nullptr);
     EXPECT_NE(error.find(manifestPath), std::string::npos) << error;
     EXPECT_NE(error.find("2.3"), std::string::npos) << error;
     EXPECT_NE(error.find("1."), std::string::npos) << error;
@@ -1933,7 +1938,7 @@ TEST(TraceRoundTrip, PayloadFileOfOtherMajorVersionNamesBothVersions) {
     auto writer = makeWriter(dir);
     ASSERT_NE(writer, nullptr);
     ASSERT_TRUE(writer->appendPayload(refFor(0, 0, kAllReduce, 1, 3), "abc", 3));
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   const std::string payPath = dir + "/" + payloadName(0);
   std::string pay = readAll(payPath);
@@ -1977,7 +1982,7 @@ TEST(TraceRoundTrip, RecordingReadsARepeatedCallIdentityOnceAndSkipsMalformedRec
     ASSERT_TRUE(writer->append(RecordType::kCall, first));
     ASSERT_TRUE(writer->append(RecordType::kCall, again));
     ASSERT_TRUE(writer->append(RecordType::kCall, next));
-    ASSERT_TRUE(writer->close());
+    ASSERT_TRUE(writer->close().isOk());
   }
   {
     // A Stage whose name is bin, appended as a whole frame after the writer closed.
@@ -1996,7 +2001,8 @@ TEST(TraceRoundTrip, RecordingReadsARepeatedCallIdentityOnceAndSkipsMalformedRec
     std::ofstream(dir + "/" + segmentName(0), std::ios::app | std::ios::binary) << frame;
   }
   std::string error;
-  auto recording = Recording::open(dir, -1, &error);
+  std::unique_ptr<Recording> recording;
+  error = Recording::open(dir, -1, &recording).message();
   ASSERT_NE(recording, nullptr) << error;
   EXPECT_EQ(recording->callCount(), 2u);
   const RecordedCall* call = recording->find(callKeyOf(Call{}));

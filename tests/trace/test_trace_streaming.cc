@@ -27,15 +27,14 @@ BlobSource memorySource(const std::string& blob) {
 
 bool wholeDecode(const std::string& blob, const PayloadRef& ref, std::vector<uint8_t>* out, std::string* reason) {
   out->assign(ref.rawBytes, 0);
-  return decodePayloadInto(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{}, out->data(),
-                           out->size(), reason);
+  return (*reason = decodePayloadInto(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{}, out->data(),
+                           out->size()).message()).empty();
 }
 
 bool streamDecode(const std::string& blob, const PayloadRef& ref, size_t piece, std::vector<uint8_t>* out,
                   std::string* reason) {
   out->assign(ref.rawBytes, 0);
-  return decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out->data(), out->size(), piece,
-                                reason);
+  return (*reason = decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out->data(), out->size(), piece).message()).empty();
 }
 
 class StreamingDecode : public ::testing::Test {
@@ -60,14 +59,15 @@ class StreamingDecode : public ::testing::Test {
       WriterOptions options;
       options.zstdLevel = level;
       std::string error;
-      auto writer = TraceWriter::create(dir_ + "/level" + std::to_string(level), Manifest{}, options, &error);
+      std::unique_ptr<TraceWriter> writer;
+      error = TraceWriter::create(dir_ + "/level" + std::to_string(level), Manifest{}, options, &writer).message();
       ASSERT_NE(writer, nullptr) << error;
       PayloadRef ref;
       ref.seq = static_cast<uint64_t>(seq);
       ref.datatype = 0;
       ref.count = payloads_[seq].size();
       ASSERT_TRUE(writer->appendPayload(ref, payloads_[seq].data(), payloads_[seq].size()));
-      ASSERT_TRUE(writer->close()) << writer->lastError();
+      ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
       ++seq;
     }
   }
@@ -75,7 +75,7 @@ class StreamingDecode : public ::testing::Test {
   // The one payload's reference and blob in the trace written at `level`.
   void blobOf(int level, std::unique_ptr<TraceReader>* reader, PayloadRef* ref, std::string* blob) {
     std::string error;
-    *reader = TraceReader::open(dir_ + "/level" + std::to_string(level), Limits{}, &error);
+    error = TraceReader::open(dir_ + "/level" + std::to_string(level), Limits{}, reader).message();
     ASSERT_NE(*reader, nullptr) << error;
     const auto refs = (*reader)->payloads();
     ASSERT_EQ(refs.size(), 1u);
@@ -167,13 +167,13 @@ TEST_F(StreamingDecode, RefusesWhatTheWholeBlobDecoderRefuses) {
     return true;
   };
   out.assign(ref.rawBytes, 0);
-  EXPECT_FALSE(decodePayloadStreaming(firstPieceOnly, blob.size(), ref, Limits{}, out.data(), out.size(), 65536, &why));
+  EXPECT_FALSE((why = decodePayloadStreaming(firstPieceOnly, blob.size(), ref, Limits{}, out.data(), out.size(), 65536).message()).empty());
   EXPECT_EQ(why, "short read");
-  EXPECT_FALSE(decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out.data(), out.size() - 1,
-                                      65536, &why));
+  EXPECT_FALSE((why = decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out.data(), out.size() - 1,
+                                      65536).message()).empty());
   EXPECT_NE(why.find("room for " + std::to_string(ref.rawBytes - 1)), std::string::npos) << why;
-  EXPECT_FALSE(decodePayloadStreaming(memorySource(blob), blob.size() - 1, ref, Limits{}, out.data(), out.size(),
-                                      65536, &why));
+  EXPECT_FALSE((why = decodePayloadStreaming(memorySource(blob), blob.size() - 1, ref, Limits{}, out.data(), out.size(),
+                                      65536).message()).empty());
   // A CRC-32 in the reference that is not the payload's.
   PayloadRef otherCrc = ref;
   otherCrc.rawCrc32 ^= 1;
@@ -199,7 +199,7 @@ TEST(StreamingDecodeVerdicts, AnEmptyCompressedBlockGetsOneVerdictOnEveryPath) {
   const bool wholeOk = wholeDecode(blob, ref, &whole, &why);
   EXPECT_TRUE(wholeOk) << why;
   EXPECT_EQ(whole, (std::vector<uint8_t>{7, 9}));
-  EXPECT_EQ(decodePayload(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{}, &decoded, &why),
+  EXPECT_EQ((why = decodePayload(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{}, &decoded).message()).empty(),
             wholeOk);
   EXPECT_EQ(decoded, whole);
   for (size_t piece : {size_t{18}, size_t{19}, size_t{1000}}) {
@@ -225,16 +225,18 @@ TEST(StreamingDecodeFrames, ABlobOfAFramePerBlockReadsTheSameOnEveryPath) {
     WriterOptions options;
     options.shuffle = WriterOptions::Shuffle::kAlways;
     std::string error;
-    auto writer = TraceWriter::create(dir, Manifest{}, options, &error);
+    std::unique_ptr<TraceWriter> writer;
+    error = TraceWriter::create(dir, Manifest{}, options, &writer).message();
     ASSERT_NE(writer, nullptr) << error;
     PayloadRef ref;
     ref.datatype = 7;  // float32
     ref.count = values.size();
     ASSERT_TRUE(writer->appendPayloadBorrowed(ref, values.data(), values.size() * 4, BackPressure::kWait, [] {}));
-    ASSERT_TRUE(writer->close()) << writer->lastError();
+    ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
   }
   std::string error;
-  auto reader = TraceReader::open(dir, Limits{}, &error);
+  std::unique_ptr<TraceReader> reader;
+  error = TraceReader::open(dir, Limits{}, &reader).message();
   ASSERT_NE(reader, nullptr) << error;
   ASSERT_EQ(reader->payloads().size(), 1u);
   const PayloadRef ref = reader->payloads()[0];

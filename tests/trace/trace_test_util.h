@@ -367,13 +367,15 @@ inline Manifest sampleManifest() {
 inline std::unique_ptr<TraceWriter> makeWriter(const std::string& dir, const WriterOptions& options = {},
                                                const Manifest& manifest = sampleManifest()) {
   std::string error;
-  auto writer = TraceWriter::create(dir, manifest, options, &error);
+  std::unique_ptr<TraceWriter> writer;
+  error = TraceWriter::create(dir, manifest, options, &writer).message();
   EXPECT_NE(writer, nullptr) << error;
   return writer;
 }
 inline std::unique_ptr<TraceReader> openReader(const std::string& dir, const Limits& limits = {}) {
   std::string error;
-  auto reader = TraceReader::open(dir, limits, &error);
+  std::unique_ptr<TraceReader> reader;
+  error = TraceReader::open(dir, limits, &reader).message();
   EXPECT_NE(reader, nullptr) << error;
   return reader;
 }

@@ -22,7 +22,8 @@ inline std::unique_ptr<trace::TraceWriter> recordedRank(const std::string& dir, 
   m.rank = rank;
   m.world_size = worldSize;
   std::string error;
-  auto w = trace::TraceWriter::create(dir, m, {}, &error);
+  std::unique_ptr<trace::TraceWriter> w;
+  error = trace::TraceWriter::create(dir, m, {}, &w).message();
   if (!w) {
     ADD_FAILURE() << error;
     return nullptr;

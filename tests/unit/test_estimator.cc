@@ -202,18 +202,18 @@ TEST(EstimatorHistory, SaveLoadRoundTripAndClearErrors) {
   h.samples[3].role = "tp";
   const std::string path = ::testing::TempDir() + "/h-" + std::to_string(getpid()) + ".hist";
   std::string error;
-  ASSERT_TRUE(saveHistory(path, h, &error)) << error;
+  ASSERT_TRUE((error = saveHistory(path, h).message()).empty()) << error;
   History back;
-  ASSERT_TRUE(loadHistory(path, &back, &error)) << error;
+  ASSERT_TRUE((error = loadHistory(path, &back).message()).empty()) << error;
   EXPECT_EQ(back.runs, h.runs);
   ASSERT_EQ(back.samples.size(), h.samples.size());
   EXPECT_EQ(back.samples[3].role, "tp");
   EXPECT_EQ(back.samples[7].durationNs, h.samples[7].durationNs);
 
-  EXPECT_FALSE(loadHistory(path + ".missing", &back, &error));
+  EXPECT_FALSE((error = loadHistory(path + ".missing", &back).message()).empty());
   EXPECT_NE(error.find("ranklens history build"), std::string::npos) << error;
   ASSERT_EQ(system(("printf 'garbage' > '" + path + "'").c_str()), 0);
-  EXPECT_FALSE(loadHistory(path, &back, &error));
+  EXPECT_FALSE((error = loadHistory(path, &back).message()).empty());
   EXPECT_NE(error.find("corrupt history"), std::string::npos) << error;
 }
 
@@ -241,7 +241,7 @@ TEST(EstimatorHistory, ASampleTheEstimatorCannotUseIsRefusedByIndex) {
     msgpack::pack(bytes, h);
     History back;
     std::string error;
-    EXPECT_FALSE(parseHistory(bytes.data(), bytes.size(), "cluster.hist", &back, &error)) << c.says;
+    EXPECT_FALSE((error = parseHistory(bytes.data(), bytes.size(), "cluster.hist", &back).message()).empty()) << c.says;
     EXPECT_NE(error.find(std::string("cluster.hist: corrupt history (") + c.says), std::string::npos) << error;
     EXPECT_TRUE(back.samples.empty()) << "nothing is handed out";
   }
@@ -256,7 +256,7 @@ TEST(EstimatorHistory, ASampleTheEstimatorCannotUseIsRefusedByIndex) {
     pack.pack(std::string("samples")), pack.pack_array(0xffffffffu);
     History back;
     std::string error;
-    EXPECT_FALSE(parseHistory(bytes.data(), bytes.size(), "huge.hist", &back, &error));
+    EXPECT_FALSE((error = parseHistory(bytes.data(), bytes.size(), "huge.hist", &back).message()).empty());
     EXPECT_NE(error.find("huge.hist: corrupt history (array size overflow"), std::string::npos) << error;
   }
   History newer = synthetic(1);
@@ -265,7 +265,7 @@ TEST(EstimatorHistory, ASampleTheEstimatorCannotUseIsRefusedByIndex) {
   msgpack::pack(bytes, newer);
   History back;
   std::string error;
-  EXPECT_FALSE(parseHistory(bytes.data(), bytes.size(), "new.hist", &back, &error));
+  EXPECT_FALSE((error = parseHistory(bytes.data(), bytes.size(), "new.hist", &back).message()).empty());
   EXPECT_NE(error.find("reads versions 1 to " + std::to_string(kHistoryVersion)), std::string::npos) << error;
 }
 
@@ -277,7 +277,8 @@ TEST(EstimatorHistory, BuiltFromARecordedTraceWithGroupsAndRoles) {
   m.rank = 0;
   m.env["LOCAL_WORLD_SIZE"] = "1";  // one rank per node: a 2-rank communicator crosses nodes
   std::string error;
-  auto w = trace::TraceWriter::create(dir, m, {}, &error);
+  std::unique_ptr<trace::TraceWriter> w;
+  error = trace::TraceWriter::create(dir, m, {}, &w).message();
   ASSERT_NE(w, nullptr) << error;
   events::CommInit comm;
   comm.nranks = 2;
@@ -311,10 +312,10 @@ TEST(EstimatorHistory, BuiltFromARecordedTraceWithGroupsAndRoles) {
   w->append(trace::RecordType::kCall, call(0, events::Op::kRecv, 3000, 5, 1));
   w->append(trace::RecordType::kTiming, timing(0, events::Op::kSend, 30'000, 1));
   w->append(trace::RecordType::kCall, call(1, events::Op::kAllReduce, 8192, 0, -1));  // no Timing: not a sample
-  ASSERT_TRUE(w->close());
+  ASSERT_TRUE(w->close().isOk());
 
   History h;
-  ASSERT_TRUE(addRecordedRun(dir, &h, &error)) << error;
+  ASSERT_TRUE((error = addRecordedRun(dir, &h).message()).empty()) << error;
   ASSERT_EQ(h.samples.size(), 2u);
   EXPECT_EQ(h.samples[0].op, kAllReduce);
   EXPECT_EQ(h.samples[0].durationNs, 20'000);
@@ -322,7 +323,7 @@ TEST(EstimatorHistory, BuiltFromARecordedTraceWithGroupsAndRoles) {
   EXPECT_TRUE(h.samples[0].crossesNodes);
   EXPECT_TRUE(h.samples[1].grouped);
   EXPECT_EQ(h.samples[1].bytes, 4000u);  // the group's bytes on that stream
-  EXPECT_FALSE(addRecordedRun(dir, &h, &error));
+  EXPECT_FALSE((error = addRecordedRun(dir, &h).message()).empty());
   EXPECT_NE(error.find("already in the history"), std::string::npos) << error;
 }
 
@@ -333,7 +334,8 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseOccurrenceAndBusyStreams) {
   trace::Manifest m;
   m.mode = "record";
   std::string error;
-  auto w = trace::TraceWriter::create(dir, m, {}, &error);
+  std::unique_ptr<trace::TraceWriter> w;
+  error = trace::TraceWriter::create(dir, m, {}, &w).message();
   ASSERT_NE(w, nullptr) << error;
   events::CommInit comm;
   comm.nranks = 2;
@@ -361,10 +363,10 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseOccurrenceAndBusyStreams) {
   add(4, 2900, 0xb, 100);        // 90% into step 1 (its second 4 KiB AllReduce); stream a finished at 1850
   stage(2, 3000);
   add(5, 3100, 0xa, 100);        // after the last marker
-  ASSERT_TRUE(w->close());
+  ASSERT_TRUE(w->close().isOk());
 
   History h;
-  ASSERT_TRUE(addRecordedRun(dir, &h, &error)) << error;
+  ASSERT_TRUE((error = addRecordedRun(dir, &h).message()).empty()) << error;
   ASSERT_EQ(h.samples.size(), 5u);
   const std::vector<double> phases = {-1, 0.25, 0.5, 0.9, -1};
   const std::vector<int> occurrences = {-1, 0, 1, 1, -1};  // counted per step, op and size, timed or not
@@ -379,9 +381,9 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseOccurrenceAndBusyStreams) {
   EXPECT_EQ(contextClass(h.samples[0]), "all, outside marked steps");
   // They survive a save and load; a version-2 file reads them as unknown.
   const std::string path = ::testing::TempDir() + "/h3-" + std::to_string(getpid()) + ".hist";
-  ASSERT_TRUE(saveHistory(path, h, &error)) << error;
+  ASSERT_TRUE((error = saveHistory(path, h).message()).empty()) << error;
   History back;
-  ASSERT_TRUE(loadHistory(path, &back, &error)) << error;
+  ASSERT_TRUE((error = loadHistory(path, &back).message()).empty()) << error;
   EXPECT_EQ(back.version, kHistoryVersion);
   EXPECT_NEAR(back.samples[1].stepPhase, 0.25, 1e-9);
   EXPECT_EQ(back.samples[2].stepOccurrence, 1);
@@ -541,7 +543,7 @@ void writeRank(const std::string& dir, int rank, const std::vector<int64_t>& all
   t.durationNs = sendNs;
   t.peer = 1 - rank;
   w->append(trace::RecordType::kTiming, t);
-  ASSERT_TRUE(w->close());
+  ASSERT_TRUE(w->close().isOk());
 }
 
 // Replay knows a running step's start but not its length: its phase is measured over the previous step's length.
@@ -573,7 +575,7 @@ TEST(EstimatorHistory, TransferTimeIsTheShortestOverTheJobsRanks) {
   writeRank(job + "/rank1", 1, {10'000, 11'000, 60'000}, 8'000);
   History h;
   std::string error;
-  ASSERT_TRUE(addRecordedJob(std::vector<std::string>{job + "/rank0", job + "/rank1"}, &h, &error)) << error;
+  ASSERT_TRUE((error = addRecordedJob(std::vector<std::string>{job + "/rank0", job + "/rank1"}, &h).message()).empty()) << error;
   ASSERT_EQ(h.samples.size(), 8u);
   EXPECT_EQ(jobOf(h.runs[0]), job);
   const int64_t expected[] = {10'000, 11'000, 20'000, -1};  // per call, the same on both ranks; Send: not paired
@@ -582,9 +584,9 @@ TEST(EstimatorHistory, TransferTimeIsTheShortestOverTheJobsRanks) {
 
   // A rank alone knows no transfer time; a second copy of a rank is refused and adds nothing.
   History alone;
-  ASSERT_TRUE(addRecordedRun(job + "/rank0", &alone, &error)) << error;
+  ASSERT_TRUE((error = addRecordedRun(job + "/rank0", &alone).message()).empty()) << error;
   EXPECT_EQ(alone.samples[0].transferNs, -1);
-  EXPECT_FALSE(addRecordedJob(std::vector<std::string>{job + "/rank1", job + "/rank0"}, &alone, &error));
+  EXPECT_FALSE((error = addRecordedJob(std::vector<std::string>{job + "/rank1", job + "/rank0"}, &alone).message()).empty());
   EXPECT_NE(error.find("already in the history"), std::string::npos) << error;
   EXPECT_EQ(alone.samples.size(), 4u);
 
@@ -625,7 +627,7 @@ TEST(EstimatorHistory, AVersion1HistoryLoadsWithoutTransferTimes) {
   fclose(f);
   History back;
   std::string error;
-  ASSERT_TRUE(loadHistory(path, &back, &error)) << error;
+  ASSERT_TRUE((error = loadHistory(path, &back).message()).empty()) << error;
   ASSERT_EQ(back.samples.size(), h.samples.size());
   EXPECT_EQ(back.samples[4].durationNs, h.samples[4].durationNs);
   EXPECT_EQ(back.samples[4].transferNs, -1);

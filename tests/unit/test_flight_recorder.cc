@@ -237,7 +237,8 @@ TEST(FlightRecorderImport, WritesATracePerRank) {
   EXPECT_EQ(reports[0].unfinished, 2u);
   EXPECT_EQ(reports[1].entries, 15u);  // rank 1 never called the last all-reduce
 
-  auto reader = trace::TraceReader::open((out / "rank0").string(), trace::Limits{}, &error);
+  std::unique_ptr<trace::TraceReader> reader;
+  error = trace::TraceReader::open((out / "rank0").string(), trace::Limits{}, &reader).message();
   ASSERT_TRUE(reader) << error;
   const trace::Manifest& m = reader->manifest();
   EXPECT_EQ(m.rank, 0);

@@ -318,7 +318,8 @@ TEST(KernelClockTrace, ARecordingKnowsWhichDurationsAreKernelTime) {
   Manifest m;
   m.mode = "record";
   std::string error;
-  auto w = TraceWriter::create(dir, m, {}, &error);
+  std::unique_ptr<TraceWriter> w;
+  error = TraceWriter::create(dir, m, {}, &w).message();
   ASSERT_NE(w, nullptr) << error;
   for (uint64_t seq = 0; seq < 2; ++seq) {
     ranklens::events::Call c;
@@ -333,8 +334,9 @@ TEST(KernelClockTrace, ARecordingKnowsWhichDurationsAreKernelTime) {
     t.clock = seq == 0 ? kClockEvents : kClockKernel;
     w->append(RecordType::kTiming, t);
   }
-  ASSERT_TRUE(w->close());
-  auto recording = ranklens::trace::Recording::open(dir, -1, &error);
+  ASSERT_TRUE(w->close().isOk());
+  std::unique_ptr<ranklens::trace::Recording> recording;
+  error = ranklens::trace::Recording::open(dir, -1, &recording).message();
   ASSERT_NE(recording, nullptr) << error;
   ASSERT_EQ(recording->calls().size(), 2u);
   EXPECT_EQ(recording->calls()[0].durationNs, 1000);

@@ -246,9 +246,9 @@ TEST(NcclTestsImport, TheBenchmarkMarkSurvivesTheHistoryFile) {
   const std::string row = "  1024  256  float  sum  -1  20.0  0.1  0.1  0  21.0  0.1  0.1  0\n";
   ASSERT_TRUE(import(output("all_reduce_perf", 2, 8, row), &h, &runs, &error)) << error;
   const std::string path = ::testing::TempDir() + "/nccl-tests-" + std::to_string(getpid()) + ".hist";
-  ASSERT_TRUE(saveHistory(path, h, &error)) << error;
+  ASSERT_TRUE((error = saveHistory(path, h).message()).empty()) << error;
   History back;
-  ASSERT_TRUE(loadHistory(path, &back, &error)) << error;
+  ASSERT_TRUE((error = loadHistory(path, &back).message()).empty()) << error;
   std::remove(path.c_str());
   ASSERT_EQ(back.samples.size(), 2u);
   EXPECT_EQ(back.version, 5);
@@ -257,7 +257,7 @@ TEST(NcclTestsImport, TheBenchmarkMarkSurvivesTheHistoryFile) {
   EXPECT_EQ(back.samples[0].nranks, 16);
   // A version 4 history (before the mark) reads as recorded calls.
   History v4;
-  ASSERT_TRUE(loadHistory(RANKLENS_TEST_DATA "/../fuzz/corpus/fuzz_history/v4-one-rank-groups.hist", &v4, &error))
+  ASSERT_TRUE((error = loadHistory(RANKLENS_TEST_DATA "/../fuzz/corpus/fuzz_history/v4-one-rank-groups.hist", &v4).message()).empty())
       << error;
   EXPECT_EQ(v4.version, 4);
   ASSERT_FALSE(v4.samples.empty());

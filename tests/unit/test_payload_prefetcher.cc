@@ -39,7 +39,8 @@ std::string writeRecording() {
   Manifest m;
   m.mode = "record";
   std::string error;
-  auto w = TraceWriter::create(dir, m, {}, &error);
+  std::unique_ptr<TraceWriter> w;
+  error = TraceWriter::create(dir, m, {}, &w).message();
   EXPECT_NE(w, nullptr) << error;
   for (int i = 0; i < kPayloads; ++i) {
     events::Call c;
@@ -57,7 +58,7 @@ std::string writeRecording() {
     ref.count = data.size();
     EXPECT_TRUE(w->appendPayload(ref, data.data(), data.size(), BackPressure::kWait));
   }
-  EXPECT_TRUE(w->close());
+  EXPECT_TRUE(w->close().isOk());
   return dir;
 }
 
@@ -65,7 +66,7 @@ struct Fixture {
   std::unique_ptr<Recording> recording;
   void open() {
     std::string error;
-    recording = Recording::open(writeRecording(), -1, &error);
+    error = Recording::open(writeRecording(), -1, &recording).message();
     ASSERT_NE(recording, nullptr) << error;
   }
   std::atomic<int> allocations{0}, frees{0};
@@ -147,7 +148,7 @@ void expectPayload(PayloadPrefetcher& p, const RecordedCall* call, int i, std::f
                    bool* onDevice = nullptr) {
   PayloadPrefetcher::Staged staged;
   std::string error;
-  ASSERT_TRUE(p.acquire(call, &staged, &error)) << error;
+  ASSERT_TRUE((error = p.acquire(call, &staged).message()).empty()) << error;
   if (onDevice) *onDevice = staged.onDevice;
   const auto want = bytesOf(i);
   ASSERT_EQ(staged.bytes, want.size()) << i;
@@ -294,7 +295,7 @@ TEST(PayloadPrefetcher, MaxPayloadBytesKeepsOnlyTheSmallOnes) {
       }
       PayloadPrefetcher::Staged staged;
       std::string why;
-      EXPECT_FALSE(p.acquire(order[i], &staged, &why)) << i;
+      EXPECT_FALSE((why = p.acquire(order[i], &staged).message()).empty()) << i;
       EXPECT_NE(why.find("no recorded payload"), std::string::npos) << why;
     }
     EXPECT_GT(small, 0);
@@ -307,7 +308,7 @@ TEST(PayloadPrefetcher, ADamagedBlobIsAnErrorNamingTheFileNotACrash) {
   Fixture f;
   std::string error;
   const std::string dir = writeRecording();
-  f.recording = Recording::open(dir, -1, &error);
+  error = Recording::open(dir, -1, &f.recording).message();
   ASSERT_NE(f.recording, nullptr) << error;
   const RecordedCall* call = f.recording->payloadOrder()[2];
   // Flip a byte inside its compressed blob.
@@ -323,7 +324,7 @@ TEST(PayloadPrefetcher, ADamagedBlobIsAnErrorNamingTheFileNotACrash) {
   options.threads = 1;
   PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release());
   PayloadPrefetcher::Staged staged;
-  EXPECT_FALSE(p.acquire(call, &staged, &error));
+  EXPECT_FALSE((error = p.acquire(call, &staged).message()).empty());
   EXPECT_NE(error.find(payloadName(call->payload->file)), std::string::npos) << error;
   expectPayload(p, f.recording->payloadOrder()[3], 3);  // the next one is fine
 }

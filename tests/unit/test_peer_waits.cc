@@ -65,7 +65,7 @@ void writeRank(const std::string& dir, int rank, const std::vector<int64_t>& all
     call(0, k, static_cast<int>(events::Op::kSend), 2, 0, k * kStepNs + 300, 40'000 * (rank + 1));
     call(1, k, kAllReduce, 1, 0, k * kStepNs + 400, 30'000 * (rank + 1));
   }
-  ASSERT_TRUE(w->close());
+  ASSERT_TRUE(w->close().isOk());
 }
 
 TEST(PeerWaits, EachCollectiveWaitIsItsDurationLessTheShortestOverTheRanks) {
@@ -74,9 +74,11 @@ TEST(PeerWaits, EachCollectiveWaitIsItsDurationLessTheShortestOverTheRanks) {
   writeRank(job + "/rank0", 0, {50'000, 10'000, 100'000, 80'000}, "step");
   writeRank(job + "/rank1", 1, {10'000, 15'000, 10'000, 10'000}, "step");
   std::string error;
-  auto r0 = trace::Recording::open(job + "/rank0", -1, &error);
+  std::unique_ptr<trace::Recording> r0;
+  error = trace::Recording::open(job + "/rank0", -1, &r0).message();
   ASSERT_TRUE(r0) << error;
-  auto r1 = trace::Recording::open(job + "/rank1", -1, &error);
+  std::unique_ptr<trace::Recording> r1;
+  error = trace::Recording::open(job + "/rank1", -1, &r1).message();
   ASSERT_TRUE(r1) << error;
   const std::vector<RankWaits> w = peerWaits({r0.get(), r1.get()});
   ASSERT_EQ(w.size(), 2u);
@@ -102,9 +104,11 @@ TEST(PeerPace, LastArrivalDurationAndThePeersGapPerCollective) {
   writeRank(job + "/rank0", 0, {50'000, 10'000, 100'000, 80'000}, "step", {-1, 3'000, 4'000, 5'000});
   writeRank(job + "/rank1", 1, {10'000, 15'000, 10'000, 10'000}, "step", {20'000, -1, 60'000, -7'000});
   std::string error;
-  auto r0 = trace::Recording::open(job + "/rank0", -1, &error);
+  std::unique_ptr<trace::Recording> r0;
+  error = trace::Recording::open(job + "/rank0", -1, &r0).message();
   ASSERT_TRUE(r0) << error;
-  auto r1 = trace::Recording::open(job + "/rank1", -1, &error);
+  std::unique_ptr<trace::Recording> r1;
+  error = trace::Recording::open(job + "/rank1", -1, &r1).message();
   ASSERT_TRUE(r1) << error;
   const std::vector<PeerPace> mine = peerPace({r0.get(), r1.get()}, 0);
   ASSERT_EQ(mine.size(), r0->calls().size());
@@ -163,7 +167,8 @@ TEST(PeerWaits, OptimizerMarkersStandInForStepMarkersAndALoneRankWaitsForNobody)
   const std::string job = ::testing::TempDir() + "/waits-opt-" + std::to_string(getpid());
   writeRank(job + "/rank0", 0, {50'000, 10'000, 100'000, 80'000}, "optimizer");
   std::string error;
-  auto r0 = trace::Recording::open(job + "/rank0", -1, &error);
+  std::unique_ptr<trace::Recording> r0;
+  error = trace::Recording::open(job + "/rank0", -1, &r0).message();
   ASSERT_TRUE(r0) << error;
   const std::vector<RankWaits> w = peerWaits({r0.get()});
   ASSERT_EQ(w.size(), 1u);

@@ -19,7 +19,7 @@
 
 // Hold kernels, one per operation so that profilers (torch.profiler, Nsight) show which call a hold stands for.
 // One thread waits on the GPU's global nanosecond timer: a 1-CTA kernel lets concurrent streams overlap, unlike
-// host callbacks, which the driver serialises on one thread (measured on H200, see DESIGN.md).
+// host callbacks, which the driver serialises on one thread (bench/hold_completion measures both).
 __device__ __forceinline__ unsigned long long ranklensGlobalTimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -72,16 +72,13 @@ std::vector<bool> otherStreamsBusy(const trace::Recording& recording) {
 
 }  // namespace
 
-bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* history, std::string* error) {
+Status addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* history) {
   for (const trace::Recording* rec : ranks) {
-    if (std::find(history->runs.begin(), history->runs.end(), rec->directory()) != history->runs.end()) {
-      *error = rec->directory() + ": already in the history";
-      return false;
-    }
-    if (rec->manifest().mode != "record") {
-      *error = rec->directory() + ": a " + rec->manifest().mode + " trace; only recorded runs carry measured durations";
-      return false;
-    }
+    if (std::find(history->runs.begin(), history->runs.end(), rec->directory()) != history->runs.end())
+      return Status::invalidArgument(rec->directory() + ": already in the history");
+    if (rec->manifest().mode != "record")
+      return Status::invalidArgument(rec->directory() + ": a " + rec->manifest().mode +
+                                     " trace; only recorded runs carry measured durations");
   }
   // The shortest duration of each collective over the ranks that timed it: its transfer time.
   const JobCollectives job(ranks, /*withGroups=*/true);
@@ -144,20 +141,21 @@ bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* 
       history->samples.push_back(std::move(s));
     }
   }
-  return true;
+  return Status::ok();
 }
 
-bool addRecordedJob(const std::vector<std::string>& rankDirs, History* history, std::string* error) {
+Status addRecordedJob(const std::vector<std::string>& rankDirs, History* history) {
   trace::JobRecordings job;
-  return job.open(rankDirs, error) && addRecordedJob(job.ranks, history, error);
+  RL_CHECK(job.open(rankDirs));
+  return addRecordedJob(job.ranks, history);
 }
 
-bool addRecordedRun(const std::string& rankDir, History* history, std::string* error) {
-  return addRecordedJob(std::vector<std::string>{rankDir}, history, error);
+Status addRecordedRun(const std::string& rankDir, History* history) {
+  return addRecordedJob(std::vector<std::string>{rankDir}, history);
 }
 
-bool addRecordedRun(const trace::Recording& recording, History* history, std::string* error) {
-  return addRecordedJob(std::vector<const trace::Recording*>{&recording}, history, error);
+Status addRecordedRun(const trace::Recording& recording, History* history) {
+  return addRecordedJob(std::vector<const trace::Recording*>{&recording}, history);
 }
 
 bool hasTransferTimes(const History& history) {

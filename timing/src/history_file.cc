@@ -14,7 +14,7 @@
 namespace ranklens {
 namespace timing {
 
-bool saveHistory(const std::string& path, const History& history, std::string* error) {
+Status saveHistory(const std::string& path, const History& history) {
   msgpack::sbuffer buffer;
   msgpack::pack(buffer, history);
   const std::string tmp = path + ".tmp";
@@ -22,11 +22,10 @@ bool saveHistory(const std::string& path, const History& history, std::string* e
   out.write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
   out.close();
   if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": cannot write the history";
     std::remove(tmp.c_str());
-    return false;
+    return Status::systemError(path + ": cannot write the history");
   }
-  return true;
+  return Status::ok();
 }
 
 namespace {
@@ -47,7 +46,7 @@ std::string sampleProblem(const HistorySample& s, size_t runs) {
 
 }  // namespace
 
-bool parseHistory(const char* data, size_t size, const std::string& name, History* history, std::string* error) {
+Status parseHistory(const char* data, size_t size, const std::string& name, History* history) {
   try {
     // No element count can exceed the file's byte count (a damaged count must not allocate gigabytes); a history
     // nests 4 deep (map, samples, sample, role).
@@ -57,36 +56,31 @@ bool parseHistory(const char* data, size_t size, const std::string& name, Histor
         msgpack::unpack(data, size, used, nullptr, nullptr, msgpack::unpack_limit(most, most, most, most, most, 8));
     History h;
     handle.get().convert(h);
-    if (h.format != "ranklens-history" || h.version < 1 || h.version > kHistoryVersion) {
-      *error = name + ": not a RankLens history (format '" + h.format + "' version " + std::to_string(h.version) +
-               "; this RankLens reads versions 1 to " + std::to_string(kHistoryVersion) + ")";
-      return false;
-    }
+    if (h.format != "ranklens-history" || h.version < 1 || h.version > kHistoryVersion)
+      return Status::corrupt(name + ": not a RankLens history (format '" + h.format + "' version " +
+                             std::to_string(h.version) + "; this RankLens reads versions 1 to " +
+                             std::to_string(kHistoryVersion) + ")");
     for (size_t i = 0; i < h.samples.size(); ++i) {
       const std::string problem = sampleProblem(h.samples[i], h.runs.size());
-      if (!problem.empty()) {
-        *error = name + ": corrupt history (sample " + std::to_string(i) + " " + problem + ")";
-        return false;
-      }
+      if (!problem.empty())
+        return Status::corrupt(name + ": corrupt history (sample " + std::to_string(i) + " " + problem + ")");
     }
     *history = std::move(h);
-    return true;
+    return Status::ok();
   } catch (const std::exception& e) {
-    *error = name + ": corrupt history (" + e.what() + ")";
-    return false;
+    return Status::corrupt(name + ": corrupt history (" + e.what() + ")");
   }
 }
 
-bool loadHistory(const std::string& path, History* history, std::string* error) {
+Status loadHistory(const std::string& path, History* history) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ": cannot open the history (build one: ranklens history build TRACE_DIRS -o " + path + ")";
-    return false;
-  }
+  if (!in)
+    return Status::systemError(path + ": cannot open the history (build one: ranklens history build TRACE_DIRS -o " +
+                               path + ")");
   std::stringstream data;
   data << in.rdbuf();
   const std::string bytes = data.str();
-  return parseHistory(bytes.data(), bytes.size(), path, history, error);
+  return parseHistory(bytes.data(), bytes.size(), path, history);
 }
 
 }  // namespace timing

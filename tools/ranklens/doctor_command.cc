@@ -125,7 +125,8 @@ void checkTrace(const std::string& path, Report* r) {
   for (const auto& dir : dirs) {
     const fs::path d(dir);
     std::string error;
-    auto reader = trace::TraceReader::open(dir, trace::Limits{}, &error);
+    std::unique_ptr<trace::TraceReader> reader;
+    error = trace::TraceReader::open(dir, trace::Limits{}, &reader).message();
     if (!reader) {
       r->fail("trace " + d.filename().string(), error);
       continue;

@@ -132,7 +132,7 @@ std::vector<std::string> rankDirectories(const std::vector<std::string>& args) {
 
 bool loadHistoryOrSay(const std::string& path, timing::History* history) {
   std::string error;
-  if (timing::loadHistory(path, history, &error)) return true;
+  if ((error = timing::loadHistory(path, history).message()).empty()) return true;
   std::cerr << "error: " << error << "\n";
   return false;
 }
@@ -162,7 +162,7 @@ timing::Estimator::Options estimatorOptions(const EstimateOptions& o, const std:
 // The history `--output` names, loaded when appending: 0, or the exit code after saying why not.
 int historyToWrite(const EstimateOptions& o, timing::History* history) {
   std::string error;
-  if (o.append && fs::exists(o.output) && !timing::loadHistory(o.output, history, &error)) {
+  if (o.append && fs::exists(o.output) && !(error = timing::loadHistory(o.output, history).message()).empty()) {
     std::cerr << "error: " << error << "\n";
     return 1;
   }
@@ -176,7 +176,7 @@ int historyToWrite(const EstimateOptions& o, timing::History* history) {
 
 bool saveHistoryOrSay(const std::string& path, const timing::History& history) {
   std::string error;
-  if (timing::saveHistory(path, history, &error)) {
+  if ((error = timing::saveHistory(path, history).message()).empty()) {
     std::cout << path << ": " << history.runs.size() << " runs, " << history.samples.size() << " samples\n";
     return true;
   }
@@ -201,7 +201,7 @@ int runHistoryBuild(const EstimateOptions& o) {
   int failures = 0;
   for (const auto& job : order) {
     const size_t before = history.samples.size();
-    if (!timing::addRecordedJob(jobs[job], &history, &error)) {
+    if (!(error = timing::addRecordedJob(jobs[job], &history).message()).empty()) {
       std::cerr << "error: " << error << "\n";
       ++failures;
       continue;

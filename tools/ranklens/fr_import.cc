@@ -274,7 +274,8 @@ bool importDumps(const std::vector<fr::Dump>& dumps, const std::string& outDir, 
     std::string err;
     trace::WriterOptions options;
     options.policy = trace::BackPressure::kWait;
-    auto writer = trace::TraceWriter::create(report.rankDir, m, options, &err);
+    std::unique_ptr<trace::TraceWriter> writer;
+    err = trace::TraceWriter::create(report.rankDir, m, options, &writer).message();
     if (!writer) {
       *error = report.rankDir + ": " + err;
       return false;
@@ -375,7 +376,7 @@ bool importDumps(const std::vector<fr::Dump>& dumps, const std::string& outDir, 
       r.unknown = ec.unknown;
       ok = ok && writer->append(trace::RecordType::kFlightRecorderEntry, r);
     }
-    ok = writer->close() && ok;
+    ok = writer->close().isOk() && ok;
     if (!ok) {
       *error = report.rankDir + ": writing the trace failed";
       return false;

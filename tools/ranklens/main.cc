@@ -77,7 +77,8 @@ bool eventDirectoryWritable(const std::string& dir, std::string* error) {
 // Whether the replay's event log of `rankDir` was written whole (a manifest, closed); else why not, with the path.
 bool eventLogComplete(const std::string& rankDir, std::string* error) {
   std::string readError;
-  auto reader = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &readError);
+  std::unique_ptr<ranklens::trace::TraceReader> reader;
+  readError = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &reader).message();
   if (reader && reader->manifest().closed) return true;
   *error = reader ? rankDir + ": the event log was not closed" : readError;
   // The writer's own error (errno's text, the file) went to stderr when it failed; a full file system is named
@@ -97,7 +98,8 @@ std::string defaultTraceDir() {
 // How faithful the replay of a recording was, from the counters the library left in the replay trace's manifest.
 void printReplayCounters(const std::string& rankDir, bool ofRecording = true, bool valueFidelity = false) {
   std::string error;
-  auto reader = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &error);
+  std::unique_ptr<ranklens::trace::TraceReader> reader;
+  error = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &reader).message();
   if (!reader) return;
   const auto& c = reader->manifest().counters;
   auto get = [&](const char* name) -> unsigned long long {
@@ -166,7 +168,8 @@ bool checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std:
     std::cerr << "error: --trace " << o.trace << ": " << error << "\n";
     return false;
   }
-  auto reader = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &error);
+  std::unique_ptr<ranklens::trace::TraceReader> reader;
+  error = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &reader).message();
   if (!reader) {
     std::cerr << "error: --trace " << o.trace << ": " << error << "\n";
     return false;
@@ -218,7 +221,8 @@ bool checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std:
 // the job starts (the library says it too, under NCCL_DEBUG).
 void warnOfPayloadGaps(const ReplayOptions& o) {
   std::string error;
-  auto recording = ranklens::trace::Recording::open(o.trace, o.rank, &error);
+  std::unique_ptr<ranklens::trace::Recording> recording;
+  error = ranklens::trace::Recording::open(o.trace, o.rank, &recording).message();
   if (!recording) return;  // the library reports what it cannot open
   const std::string gaps = ranklens::trace::describePayloadGaps(*recording);
   if (!gaps.empty()) std::cerr << "warning: " << gaps << "\n";

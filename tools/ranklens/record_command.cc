@@ -94,7 +94,8 @@ void reportRanks(const std::string& traceDir) {
   for (const auto& rankDir : ranks) {
     const fs::path dir(rankDir);
     std::string error;
-    auto reader = trace::TraceReader::open(rankDir, trace::Limits{}, &error);
+    std::unique_ptr<trace::TraceReader> reader;
+    error = trace::TraceReader::open(rankDir, trace::Limits{}, &reader).message();
     if (!reader) {
       std::cout << "  " << dir.filename().string() << ": unreadable: " << error << "\n";
       continue;

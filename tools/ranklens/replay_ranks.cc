@@ -107,7 +107,8 @@ struct RecordedRank {
 bool readRecording(const std::string& trace, int* worldSize, std::map<int, RecordedRank>* ranks, std::string* error) {
   for (const std::string& dir : trace::rankDirectories(trace)) {
     std::string why;
-    auto reader = trace::TraceReader::open(dir, trace::Limits{}, &why);
+    std::unique_ptr<trace::TraceReader> reader;
+    why = trace::TraceReader::open(dir, trace::Limits{}, &reader).message();
     if (!reader) {
       *error = dir + ": " + why;
       return false;

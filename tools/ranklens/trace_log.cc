@@ -13,7 +13,8 @@ namespace tools {
 
 
 bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error) {
-  auto reader = trace::TraceReader::open(rankDir, trace::Limits{}, error);
+  std::unique_ptr<trace::TraceReader> reader;
+  *error = trace::TraceReader::open(rankDir, trace::Limits{}, &reader).message();
   if (!reader) return false;
   log->directory = rankDir;
   log->manifest = reader->manifest();
@@ -80,7 +81,7 @@ bool writeOutput(const std::string& path, const std::string& text) {
 }
 
 bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* error) {
-  if (trace::resolveRankDirectory(path, rank, rankDir, error)) return true;
+  if ((*error = trace::resolveRankDirectory(path, rank, rankDir).message()).empty()) return true;
   if (rank < 0 && trace::rankDirectories(path).size() > 1) *error += "; pick one with --rank R";
   return false;
 }

@@ -58,7 +58,7 @@ int runWaits(const WaitsOptions& o) {
   }
   trace::JobRecordings job;
   std::string error;
-  if (!job.open(dirs, &error)) {
+  if (!(error = job.open(dirs).message()).empty()) {
     std::cerr << "error: " << error << "\n";
     return 1;
   }

@@ -142,7 +142,8 @@ std::vector<std::string> findRankDirectories(const std::string& trace, std::stri
 
 std::unique_ptr<RankTrace> openRank(const std::string& dir, std::string* error) {
   std::string why;
-  auto reader = ranklens::trace::TraceReader::open(dir, ranklens::trace::Limits{}, &why);
+  std::unique_ptr<ranklens::trace::TraceReader> reader;
+  why = ranklens::trace::TraceReader::open(dir, ranklens::trace::Limits{}, &reader).message();
   if (!reader) {
     *error = why;
     return nullptr;

@@ -350,7 +350,7 @@ int runInject(const InjectOptions& o) {
     target = o.output;
   }
 
-  if (!ranklens::trace::appendEditedPayload(rankDir, ref, data.data(), data.size(), record, level, &error)) {
+  if (!(error = ranklens::trace::appendEditedPayload(rankDir, ref, data.data(), data.size(), record, level).message()).empty()) {
     std::cerr << "error: " << error << "\n";
     if (!staging.empty()) {
       std::error_code ec;

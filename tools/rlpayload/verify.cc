@@ -170,7 +170,8 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
   r.dir = dir;
   r.rank = rankFromDirectoryName(dir);
   std::string error;
-  auto reader = TraceReader::open(dir, Limits{}, &error);
+  std::unique_ptr<TraceReader> reader;
+  error = TraceReader::open(dir, Limits{}, &reader).message();
   if (!reader) {
     r.add(true, "manifest", dir + "/manifest.msgpack", std::nullopt, error);
     return;

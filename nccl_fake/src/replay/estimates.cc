@@ -46,13 +46,13 @@ Status loadEstimates(Estimates* e, const ranklens::config::Settings& st, const r
   e->all = st.timing == ranklens::config::TimingSource::kEstimated;
   std::string error;
   if (!st.history.empty()) {
-    if (!ranklens::timing::loadHistory(st.history, &e->history, &error))
+    if (!(error = ranklens::timing::loadHistory(st.history, &e->history).message()).empty())
       return Status::invalidUsage("history: " + error);
   } else if (e->all) {
     return Status::invalidUsage("timing: estimated needs a duration history: set RANKLENS_HISTORY to a file built "
                                 "with `ranklens history build <recorded traces> -o FILE`");
   } else if (recording != nullptr && recording->manifest().mode == "record" &&
-             !ranklens::timing::addRecordedRun(*recording, &e->history, &error)) {
+             !(error = ranklens::timing::addRecordedRun(*recording, &e->history).message()).empty()) {
     WARN("replay: estimates use a fixed model: %s", error.c_str());
   }
   makeEstimator(e, st);

@@ -62,7 +62,8 @@ Status loadPaces(const ranklens::trace::Recording& recording, std::vector<rankle
       continue;
     }
     std::string error;
-    peers.push_back(ranklens::trace::Recording::open(root, r, &error));
+    peers.emplace_back();
+    error = ranklens::trace::Recording::open(root, r, &peers.back()).message();
     if (!peers.back()) {
       error = error.substr(0, error.find("; replay a recorded rank"));  // Recording::open's advice is for RANK
       return Status::invalidUsage("it needs every rank's recording in " + root + ", and rank " + std::to_string(r) +

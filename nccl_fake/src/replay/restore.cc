@@ -108,7 +108,7 @@ void skipCaptured(Session* s, const CallInfo& info) {
   });
   PayloadPrefetcher::Staged staged;
   std::string error;
-  if (s->restore.prefetcher->acquire(info.recorded, &staged, &error) || staged.data)
+  if ((error = s->restore.prefetcher->acquire(info.recorded, &staged).message()).empty() || staged.data)
     s->restore.prefetcher->release(info.recorded, nullptr);
   std::lock_guard<std::mutex> lock(s->mu);
   s->counters.payloadsSkippedCaptured++;
@@ -186,7 +186,7 @@ bool restoreInto(Session* s, const CallInfo& info, ncclResult_t* result) {
   }
   PayloadPrefetcher::Staged staged;
   std::string error;
-  if (!s->restore.prefetcher->acquire(info.recorded, &staged, &error) || staged.bytes != bytes) {
+  if (!(error = s->restore.prefetcher->acquire(info.recorded, &staged).message()).empty() || staged.bytes != bytes) {
     if (error.empty())
       error = "recorded " + std::to_string(staged.bytes) + " bytes, the call receives " + std::to_string(bytes);
     if (staged.data) s->restore.prefetcher->release(info.recorded, nullptr);

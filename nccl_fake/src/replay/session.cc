@@ -78,7 +78,7 @@ void warnAboutRecording(const Session& s) {
 Status openRecording(Session* s, const ranklens::config::Settings& st) {
   std::string error;
   const ranklens::config::Context job = ranklens::config::readContext();
-  s->recording = ranklens::trace::Recording::open(st.replay_trace, job.rank_number, &error);
+  error = ranklens::trace::Recording::open(st.replay_trace, job.rank_number, &s->recording).message();
   if (!s->recording) return Status::invalidUsage("replay_trace: " + error);
   RL_CHECK(checkRecording(*s->recording, job));
   warnAboutRecording(*s);

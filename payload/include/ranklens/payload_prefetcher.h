@@ -89,9 +89,9 @@ class PayloadPrefetcher {
     size_t bytes = 0;
     bool onDevice = false;  // data is in the device stage's memory (else pinned host memory)
   };
-  // The decoded payload of `call` (which must carry one within maxPayloadBytes). False with `error` (file, offset, reason) when it cannot
-  // be read. Every successful acquire must be followed by release().
-  bool acquire(const RecordedCall* call, Staged* out, std::string* error);
+  // The decoded payload of `call` (which must carry one within maxPayloadBytes). Fails (file, offset, reason) when it
+  // cannot be read. Every successful acquire must be followed by release().
+  Status acquire(const RecordedCall* call, Staged* out);
   // The copy out of the staged bytes is enqueued; `copied()` turns true once the memory may be reused (polled by
   // the workers).
   void release(const RecordedCall* call, std::function<bool()> copied);

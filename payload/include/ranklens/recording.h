@@ -57,7 +57,7 @@ class Recording {
  public:
   // `path` is a rank directory or a trace root holding rank<rank> (rank < 0: the root must hold exactly one).
   // Damage in the trace is reported by problems(); what precedes it is used.
-  static std::unique_ptr<Recording> open(const std::string& path, int rank, std::string* error);
+  static Status open(const std::string& path, int rank, std::unique_ptr<Recording>* recording);
   ~Recording();
 
   const Manifest& manifest() const;
@@ -107,8 +107,8 @@ std::string describePayloadGaps(const Recording& recording);
 struct JobRecordings {
   std::vector<std::unique_ptr<Recording>> owned;
   std::vector<const Recording*> ranks;  // the same, in the order of the directories given
-  // Opens every rank directory; false with `error` (the first that cannot be read) otherwise.
-  bool open(const std::vector<std::string>& rankDirs, std::string* error);
+  // Opens every rank directory; fails with the first that cannot be read.
+  Status open(const std::vector<std::string>& rankDirs);
 };
 
 }  // namespace trace

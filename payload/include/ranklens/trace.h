@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ranklens/events.h"
+#include "ranklens/status.h"
 
 namespace ranklens {
 namespace trace {
@@ -130,8 +131,8 @@ uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, 
 // zstd's match finder for payloads stored as planes at the fast levels (below 1; payload_zstd_level is -1 by
 // default): a 64-entry hash table and matches of at least 7 bytes. What planes repeat is long runs (zero planes, zero
 // rows), which zstd's repeat-offset check finds without the table; the short matches a full table finds in an
-// exponent plane are what cost most of the time. On bf16-valued fp32 as planes (dev VM, one thread, level -1, session
-// 23): compression 4.3x faster, decompression 2.9x, the blob 18-21% larger. Readers need nothing: a zstd frame says
+// exponent plane are what cost most of the time. On bf16-valued fp32 as planes (one thread, level -1;
+// bench/payload_codec_choices compares them): compression 4.3x faster, decompression 2.9x, the blob 18-21% larger. Readers need nothing: a zstd frame says
 // nothing of how its matches were found.
 constexpr int kPlanesHashLog = 6, kPlanesMinMatch = 7;
 inline bool planesMatchFinder(int level) { return level < 1; }
@@ -345,8 +346,8 @@ struct WriterStats {
 class TraceWriter {
  public:
   // Creates `rankDir` (and parents); fails if it already holds a trace.
-  static std::unique_ptr<TraceWriter> create(const std::string& rankDir, const Manifest& manifest,
-                                             const WriterOptions& options, std::string* error);
+  static Status create(const std::string& rankDir, const Manifest& manifest, const WriterOptions& options,
+                       std::unique_ptr<TraceWriter>* writer);
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
@@ -372,15 +373,16 @@ class TraceWriter {
   bool appendPayloadBorrowed(const PayloadRef& ref, const void* data, size_t bytes, BackPressure policy,
                              std::function<void()> release);
   // Waits until everything accepted before the call is written to the files (write(2) done): a SIGKILL after
-  // flush() returns loses none of it. Returns false if a write failed (the error is in lastError()).
-  bool flush();
+  // flush() returns loses none of it. Fails with the first write that failed (lastError() keeps its message).
+  Status flush();
   // flush(), then the index and the final manifest. Idempotent; the destructor calls it.
-  bool close();
+  Status close();
   WriterStats stats() const;
   // Sets a named counter of the manifest (the final manifest, written by close(), carries it).
   void setCounter(const std::string& name, uint64_t value);
   // Edits the manifest that close() writes (e.g. fields learnt after the first record).
   void updateManifest(const std::function<void(Manifest*)>& edit);
+  // The first write that failed ("" while none has): the trace on disk is incomplete from there.
   std::string lastError() const;
   const std::string& directory() const;
 
@@ -418,35 +420,35 @@ using RecordVisitor = std::function<bool(RecordType, const msgpack::object&, con
 bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const std::string& name,
                   const Limits& limits, const RecordVisitor& visit, Problem* problem);
 // Whether a record of a known type is well formed (docs/trace-format.md, "Record types"): every listed field of the
-// right type and width, every str valid UTF-8 and no bin. `why` names the field. True for unknown types.
-bool recordWellFormed(RecordType type, const msgpack::object& record, std::string* why);
+// right type and width, every str valid UTF-8 and no bin. The failure names the field. Ok for unknown types.
+Status recordWellFormed(RecordType type, const msgpack::object& record);
 // Decode one payload blob (a zstd frame) with every bound checked against `ref` and `limits`.
-bool decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
-                   std::vector<uint8_t>* out, std::string* reason);
+Status decodePayload(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits,
+                     std::vector<uint8_t>* out);
 // The same into memory the caller owns, `outBytes` long (it must be ref.rawBytes): no allocation, no extra copy.
-bool decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits, uint8_t* out,
-                       size_t outBytes, std::string* reason);
+Status decodePayloadInto(const uint8_t* data, size_t size, const PayloadRef& ref, const Limits& limits, uint8_t* out,
+                         size_t outBytes);
 // The same, reading the blob piece by piece through `read` (offset within the blob, destination, length: false when it
 // cannot), `chunkBytes` at a time: each piece is decompressed straight into `out` and its output checksummed while
 // both are still in the processor's cache. For blobs far larger than the cache this moves each byte through memory
 // twice instead of five times (read into a buffer, out of it, out written, out checksummed). Accepts exactly what
 // decodePayloadInto accepts (the reasons may be worded otherwise).
 using BlobSource = std::function<bool(uint64_t offset, uint8_t* into, size_t bytes)>;
-bool decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRef& ref, const Limits& limits,
-                            uint8_t* out, size_t outBytes, size_t chunkBytes, std::string* reason);
+Status decodePayloadStreaming(const BlobSource& read, size_t size, const PayloadRef& ref, const Limits& limits,
+                              uint8_t* out, size_t outBytes, size_t chunkBytes);
 // Parse a manifest image (msgpack map); accepts any 1.x minor version.
-bool parseManifest(const uint8_t* data, size_t size, Manifest* out, std::string* reason);
+Status parseManifest(const uint8_t* data, size_t size, Manifest* out);
 
 // Rewrites index.msgpack atomically from the segments (after an edit, or to repair). When the scan finds damage it
-// removes the index instead, so that every reader scans and reports the damage. False with `error` on failure.
-bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string* error);
+// removes the index instead, so that every reader scans and reports the damage.
+Status rebuildIndex(const std::string& rankDir, const Limits& limits);
 
 class TraceReader {
  public:
   // Opens a rank directory: manifest, segment list, index (loaded if consistent with the segments, else rebuilt
   // by scanning). Fails only if the directory or its manifest is unusable. Damage found while listing or
   // rebuilding becomes problems(); scan() reads everything and reports all of it (verification scans).
-  static std::unique_ptr<TraceReader> open(const std::string& rankDir, const Limits& limits, std::string* error);
+  static Status open(const std::string& rankDir, const Limits& limits, std::unique_ptr<TraceReader>* reader);
   ~TraceReader();
 
   const Manifest& manifest() const;
@@ -472,11 +474,11 @@ class TraceReader {
 
  private:
   struct Impl;
-  friend bool rebuildIndex(const std::string& rankDir, const Limits& limits, std::string* error);
+  friend Status rebuildIndex(const std::string& rankDir, const Limits& limits);
   // Opens ref's payload file with its header and the blob's bounds checked: the descriptor, or -1 with `problem` set.
   int openBlob(const PayloadRef& ref, std::string* path, Problem* problem);
   // Reads ref's blob (file, header and bounds checked) and hands it to `decode`.
-  using BlobDecoder = std::function<bool(const uint8_t* blob, size_t size, std::string* reason)>;
+  using BlobDecoder = std::function<Status(const uint8_t* blob, size_t size)>;
   bool readBlob(const PayloadRef& ref, Problem* problem, const BlobDecoder& decode);
   explicit TraceReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
@@ -487,8 +489,14 @@ class TraceReader {
 // (provenance) to the last segment, then rewrites the index atomically. A crash midway leaves either the old or the
 // new value readable. `bytes` must be a whole number of elements of original.datatype; the new reference's count
 // and rawBytes follow it.
-bool appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
-                         const Edit& edit, int zstdLevel, std::string* error);
+Status appendEditedPayload(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
+                           const Edit& edit, int zstdLevel);
+
+// For tests only: called after each durable step of appendEditedPayload ("payload": the blob written, "reference":
+// the reference appended), so that a test can end the process there as a kill would and check what verify says of
+// the trace it leaves. Null (the default): nothing is called.
+using EditInterruptHook = void (*)(const char* step);
+void setEditInterruptHookForTesting(EditInterruptHook hook);
 
 // Written into a rank directory by an in-place edit before it changes anything, removed when the edit is whole: its
 // presence means an edit was interrupted ("segment <name> <size before>", "payload <new file>", "call <call>" lines).
@@ -510,9 +518,9 @@ struct RankDirectoryTrouble {
 };
 std::vector<RankDirectoryTrouble> rankDirectoryTrouble(const std::string& traceDir);
 // The one rank directory a trace argument names: `path` itself when it holds a manifest, else its rank<rank> child
-// (rank >= 0), else its only rank directory (rank < 0). False with `reason` ("<path>: ..." with the ranks recorded)
-// otherwise; callers add the fix in their own terms.
-bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* reason);
+// (rank >= 0), else its only rank directory (rank < 0). Otherwise a failure "<path>: ..." with the ranks recorded;
+// callers add the fix in their own terms.
+Status resolveRankDirectory(const std::string& path, int rank, std::string* rankDir);
 
 }  // namespace trace
 }  // namespace ranklens

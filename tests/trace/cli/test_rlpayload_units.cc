@@ -238,7 +238,8 @@ class EditApi : public ::testing::Test {
   void TearDown() override { rltest::removeTree(dir_); }
   PayloadRef current(uint64_t comm, int op, int peer, uint64_t seq) {
     std::string error;
-    auto reader = TraceReader::open(rank0_, Limits{}, &error);
+    std::unique_ptr<TraceReader> reader;
+    error = TraceReader::open(rank0_, Limits{}, &reader).message();
     EXPECT_TRUE(reader) << error;
     auto ref = reader->payload(comm, op, peer, seq);
     EXPECT_TRUE(ref.has_value());
@@ -258,11 +259,12 @@ TEST_F(EditApi, AppendsNewBlobReferenceAndEditKeepingTheOriginal) {
   edit.detail = "element 5";
   edit.user = "tester";
   std::string error;
-  ASSERT_TRUE(appendEditedPayload(rank0_, original, values.data(), values.size() * 4, edit, 3, &error)) << error;
+  ASSERT_TRUE((error = appendEditedPayload(rank0_, original, values.data(), values.size() * 4, edit, 3).message()).empty()) << error;
   EXPECT_EQ(rltest::readBytes(rank0_ + "/pay-000000.rlp"), before);
   ASSERT_TRUE(std::filesystem::exists(rank0_ + "/pay-000001.rlp"));
 
-  auto reader = TraceReader::open(rank0_, Limits{}, &error);
+  std::unique_ptr<TraceReader> reader;
+  error = TraceReader::open(rank0_, Limits{}, &reader).message();
   ASSERT_TRUE(reader) << error;
   EXPECT_FALSE(reader->indexRebuilt());  // the index was rewritten by the edit
   EXPECT_EQ(reader->manifest().payload_files, 2u);
@@ -300,13 +302,14 @@ TEST_F(EditApi, EditsARecvByPeer) {
   ASSERT_EQ(original.count, 8u);
   std::vector<float> values(8, -1.0f);
   std::string error;
-  ASSERT_TRUE(appendEditedPayload(rank0_, original, values.data(), 32, Edit{}, 3, &error)) << error;
+  ASSERT_TRUE((error = appendEditedPayload(rank0_, original, values.data(), 32, Edit{}, 3).message()).empty()) << error;
   const auto records = rltest::scanRecords(rank0_);
   const auto e = records.back().body.get().as<Edit>();
   EXPECT_EQ(e.commId, 2u);
   EXPECT_EQ(e.op, 9);
   EXPECT_EQ(e.peer, 1);
-  auto reader = TraceReader::open(rank0_, Limits{}, &error);
+  std::unique_ptr<TraceReader> reader;
+  error = TraceReader::open(rank0_, Limits{}, &reader).message();
   ASSERT_TRUE(reader) << error;
   auto ref = reader->payload(2, 9, 1, 0);
   ASSERT_TRUE(ref);
@@ -334,7 +337,7 @@ TEST_F(EditApi, KeepsUnknownManifestKeys) {
   const PayloadRef original = current(1, 0, -1, 0);
   std::vector<int32_t> ints(16, 7);
   std::string error;
-  ASSERT_TRUE(appendEditedPayload(rank0_, original, ints.data(), ints.size() * 4, Edit{}, 1, &error)) << error;
+  ASSERT_TRUE((error = appendEditedPayload(rank0_, original, ints.data(), ints.size() * 4, Edit{}, 1).message()).empty()) << error;
   data = rltest::readBytes(rank0_ + "/manifest.msgpack");
   h = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size());
   std::map<std::string, msgpack::object> keys;
@@ -349,21 +352,21 @@ TEST_F(EditApi, RefusesPartialElementsAndStaleReferences) {
   const PayloadRef original = current(0, 0, -1, 0);
   std::vector<uint8_t> bytes(255);
   std::string error;
-  EXPECT_FALSE(appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3, &error));
+  EXPECT_FALSE((error = appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3).message()).empty());
   EXPECT_NE(error.find("not a whole number of 4-byte elements"), std::string::npos) << error;
   // bfloat16: 2-byte elements
   const PayloadRef b16 = current(0, 0, -1, 1);
-  EXPECT_FALSE(appendEditedPayload(rank0_, b16, bytes.data(), 63, Edit{}, 3, &error));
+  EXPECT_FALSE((error = appendEditedPayload(rank0_, b16, bytes.data(), 63, Edit{}, 3).message()).empty());
   EXPECT_NE(error.find("2-byte"), std::string::npos) << error;
 
   bytes.resize(256);
-  ASSERT_TRUE(appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3, &error)) << error;
+  ASSERT_TRUE((error = appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3).message()).empty()) << error;
   // `original` is no longer the call's payload: a second edit based on it would silently undo the first.
-  EXPECT_FALSE(appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3, &error));
+  EXPECT_FALSE((error = appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3).message()).empty());
   EXPECT_NE(error.find("not the call's current payload"), std::string::npos) << error;
   PayloadRef missing = original;
   missing.seq = 99;
-  EXPECT_FALSE(appendEditedPayload(rank0_, missing, bytes.data(), bytes.size(), Edit{}, 3, &error));
+  EXPECT_FALSE((error = appendEditedPayload(rank0_, missing, bytes.data(), bytes.size(), Edit{}, 3).message()).empty());
   EXPECT_NE(error.find("no payload recorded"), std::string::npos) << error;
 }
 
@@ -375,7 +378,7 @@ TEST_F(EditApi, RefusesALastSegmentWithATruncatedFrame) {
   rltest::writeBytes(seg, data);
   std::vector<float> values(64, 1.0f);
   std::string error;
-  EXPECT_FALSE(appendEditedPayload(rank0_, original, values.data(), 256, Edit{}, 3, &error));
+  EXPECT_FALSE((error = appendEditedPayload(rank0_, original, values.data(), 256, Edit{}, 3).message()).empty());
   EXPECT_NE(error.find("seg-000000.rls: offset "), std::string::npos) << error;
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
   EXPECT_FALSE(std::filesystem::exists(rank0_ + "/pay-000001.rlp"));  // nothing written
@@ -388,14 +391,14 @@ TEST_F(EditApi, RefusesACorruptLastSegmentAndUnknownDatatypes) {
   std::string error;
   PayloadRef bogus = original;
   bogus.datatype = 42;
-  EXPECT_FALSE(appendEditedPayload(rank0_, bogus, values.data(), 256, Edit{}, 3, &error));
+  EXPECT_FALSE((error = appendEditedPayload(rank0_, bogus, values.data(), 256, Edit{}, 3).message()).empty());
   EXPECT_NE(error.find("not an NCCL datatype"), std::string::npos) << error;
 
   const std::string seg = rank0_ + "/seg-000000.rls";
   auto data = rltest::readBytes(seg);
   data[data.size() - 2] ^= 0xFF;  // inside the last frame's body
   rltest::writeBytes(seg, data);
-  EXPECT_FALSE(appendEditedPayload(rank0_, original, values.data(), 256, Edit{}, 3, &error));
+  EXPECT_FALSE((error = appendEditedPayload(rank0_, original, values.data(), 256, Edit{}, 3).message()).empty());
   EXPECT_NE(error.find("corrupt"), std::string::npos) << error;
   EXPECT_NE(error.find("CRC-32 mismatch"), std::string::npos) << error;
 }

@@ -111,7 +111,7 @@ std::vector<FixturePayload> writeFixtureTrace(const std::string& traceDir) {
     options.shuffle = rank == 1 ? WriterOptions::Shuffle::kAlways : WriterOptions::Shuffle::kOff;
     std::string error;
     RankWriter w;
-    w.writer = TraceWriter::create(traceDir + "/rank" + std::to_string(rank), manifest, options, &error);
+    error = TraceWriter::create(traceDir + "/rank" + std::to_string(rank), manifest, options, &w.writer).message();
     if (!w.writer) throw std::runtime_error(error);
     w.rank = rank;
     w.out = &payloads;
@@ -145,7 +145,7 @@ std::vector<FixturePayload> writeFixtureTrace(const std::string& traceDir) {
     const auto recvBytes = asBytes(recv);
     w.call(2, 0, Op::kSend, 7, 8, peer, nullptr, 0);
     w.call(2, 0, Op::kRecv, 7, 8, peer, &recvBytes, 8);
-    if (!w.writer->close()) throw std::runtime_error(w.writer->lastError());
+    if (!w.writer->close().isOk()) throw std::runtime_error(w.writer->lastError());
   }
   return payloads;
 }
@@ -172,7 +172,8 @@ void removeTree(const std::string& path) {
 std::vector<ScannedRecord> scanRecords(const std::string& rankDir) {
   std::vector<ScannedRecord> out;
   std::string error;
-  auto reader = TraceReader::open(rankDir, Limits{}, &error);
+  std::unique_ptr<TraceReader> reader;
+  error = TraceReader::open(rankDir, Limits{}, &reader).message();
   if (!reader) throw std::runtime_error(error);
   reader->scan([&](RecordType type, const msgpack::object& body, const Location& where) {
     ScannedRecord r;

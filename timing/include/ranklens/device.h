@@ -179,7 +179,7 @@ class StreamDevice {
 };
 
 // How holds complete on the CUDA device: a kernel spinning on the GPU's global timer (streams overlap; a constant
-// ~7 us added, DESIGN.md) or a host function enqueued with cudaLaunchHostFunc (the driver runs them on one thread:
+// ~7 us added) or a host function enqueued with cudaLaunchHostFunc (the driver runs them on one thread:
 // concurrent streams serialise and each adds 20-60 us).
 enum class Completion { kKernel, kHostCallback };
 

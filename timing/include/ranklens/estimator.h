@@ -21,6 +21,8 @@
 #include <tuple>
 #include <vector>
 
+#include "ranklens/status.h"
+
 namespace ranklens {
 namespace trace {
 class Recording;
@@ -110,25 +112,25 @@ std::string jobOf(const std::string& rankDir);
 
 // Adds every timed call of the recorded ranks of one job (calls outside groups; for groups, the first call on each
 // stream with the group's duration, marked grouped), with the transfer time of each collective found on several of
-// them (calls are paired by communicator -- creation call, size, color and order -- and sequence). False with
-// `error` when a trace cannot be read; a rank directory already in the history is refused (appending twice would
-// double its weight), and nothing is added then.
-bool addRecordedJob(const std::vector<std::string>& rankDirs, History* history, std::string* error);
-bool addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* history, std::string* error);
+// them (calls are paired by communicator -- creation call, size, color and order -- and sequence). Fails when a
+// trace cannot be read; a rank directory already in the history is refused (appending twice would double its
+// weight), and nothing is added then.
+Status addRecordedJob(const std::vector<std::string>& rankDirs, History* history);
+Status addRecordedJob(const std::vector<const trace::Recording*>& ranks, History* history);
 // One rank alone (replay: the replayed recording is its own history).
-bool addRecordedRun(const std::string& rankDir, History* history, std::string* error);
-bool addRecordedRun(const trace::Recording& recording, History* history, std::string* error);
+Status addRecordedRun(const std::string& rankDir, History* history);
+Status addRecordedRun(const trace::Recording& recording, History* history);
 // Whether a communicator of `nranks` spans nodes in the recorded job (more ranks than its LOCAL_WORLD_SIZE, -1 when
 // the manifest does not say).
 int localWorldSize(const trace::Manifest& manifest);
 bool crossesNodes(int localWorldSize, int nranks);
 // Whether any sample of a communicator of several ranks carries a transfer time (EstimateTarget::kTransfer).
 bool hasTransferTimes(const History& history);
-bool saveHistory(const std::string& path, const History& history, std::string* error);
-bool loadHistory(const std::string& path, History* history, std::string* error);
-// A history file's bytes (`name` in messages): false with the reason -- the sample and what is wrong with it -- when
+Status saveHistory(const std::string& path, const History& history);
+Status loadHistory(const std::string& path, History* history);
+// A history file's bytes (`name` in messages): fails with the reason -- the sample and what is wrong with it -- when
 // it is not a history this RankLens reads, or a sample could mislead the estimator.
-bool parseHistory(const char* data, size_t size, const std::string& name, History* history, std::string* error);
+Status parseHistory(const char* data, size_t size, const std::string& name, History* history);
 
 struct Estimate {
   int64_t durationNs = 0;

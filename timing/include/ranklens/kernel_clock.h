@@ -3,7 +3,7 @@
 // two CUDA events around the call. The real NCCL reports them through its profiler plugin interface (RankLens's
 // library is the plugin, nccl_fake/src/profiler_plugin.cc): per launched task (a collective or a Send/Recv), the
 // globaltimer value at which each of its channels started and stopped. The calling thread then records no event at
-// all (DESIGN.md, principle 1: never block, never add to the training thread), and the duration is the kernel's
+// all (record mode never blocks or adds work to the training thread), and the duration is the kernel's
 // time, not the interval from the stream reaching the call, which also holds NCCL's host-side launch.
 //
 // Matching a task to a recorded call: NCCL starts a task's profiler event on the thread that launches it (the call
