@@ -58,7 +58,7 @@ std::vector<Edit> editsOf(ranklens::trace::TraceReader& reader, const PayloadRef
 
 int runShow(const ShowOptions& o) {
   LoadedTensor loaded;
-  if (!loadTensor(o.selection, &loaded)) return kExitFailure;
+  if (Status st = loadTensor(o.selection, &loaded); !st.isOk()) return reportFailure(st);
   auto& selected = loaded.selected;
   std::vector<uint8_t>& bytes = loaded.bytes;
   const DtypeInfo* info = loaded.info;
