@@ -183,7 +183,8 @@ void enablePythonAdapter(const std::string& dir, bool store, std::map<std::strin
   (*env)["MASTER_ADDR"] = "127.0.0.1";
   const char* port = getenv("MASTER_PORT");
   (*env)["MASTER_PORT"] = port && *port ? port : std::to_string(freePort());
-  // Settings under which a lone rank waits for peers that never come (torch-survivor.md).
+  // Settings under which a lone rank waits for peers that never come: each would block it in init or the first
+  // collective, so the launcher overrides it (and says so).
   struct Hanging {
     const char* name;
     const char* value;

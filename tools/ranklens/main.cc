@@ -299,7 +299,7 @@ int runReplay(const ReplayOptions& o) {
     const std::string adapter = ranklens::tools::findPythonAdapter();
     if (adapter.empty())
       std::cerr << "warning: the Python adapter (tools/python) was not found next to ranklens: a PyTorch job will "
-                   "wait for its absent peers in init_process_group (use scripts/survivor.py)\n";
+                   "wait for its absent peers in init_process_group (install ranklens with its share/ranklens/python)\n";
     else
       ranklens::tools::enablePythonAdapter(adapter, true, &env);
   }
