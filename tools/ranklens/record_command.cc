@@ -75,8 +75,8 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
 
 namespace {
 
-// Compression threads busier than this while they had payloads to work on are taken as what bound a recording: at
-// 46-51% something before them held the payloads (the writer's queue); with that gone they were 78% busy.
+// Compression threads busier than this while they had payloads to work on are taken as what bound a recording: held
+// back by something before them (the writer's queue) they are busy about half that time, bound themselves most of it.
 constexpr double kThreadsBoundShare = 0.75;
 
 // One line per rank directory: what the manifest says was written, and whether the writer closed it; then what to
