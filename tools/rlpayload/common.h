@@ -34,11 +34,6 @@ int reportFailure(const Status& status);
 
 void printWarning(const std::string& text);
 
-// A usage error found after parsing (exit 2).
-struct UsageError {
-  std::string message;
-};
-
 // A counter on stderr, redrawn at most every 0.5 s, only when stderr is a terminal (RANKLENS_PROGRESS=1 forces it,
 // =0 disables it). Cleared by done() or the destructor. Never writes to stdout.
 class Progress {

@@ -232,13 +232,11 @@ void describeApp(CLI::App& app) {
              "Run 'rlpayload <command> --help' for each command's options."));
 }
 
-// Runs a parsed subcommand. Helpers below the commands still throw UsageError for a command-line mistake; any other
-// exception (a std::bad_alloc on a hostile size) is a failure, said like every other.
+// Runs a parsed subcommand. The commands return their failures as Status; an exception (a std::bad_alloc on a
+// hostile size) is a failure too, said like every other.
 int runParsed(const Subcommand& command) {
   try {
     return command.run();
-  } catch (const UsageError& e) {
-    return reportFailure(Status::invalidArgument(e.message));
   } catch (const std::exception& e) {
     return reportFailure(Status::internalError(e.what()));
   }

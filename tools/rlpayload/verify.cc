@@ -78,6 +78,45 @@ bool isNumberedName(const std::string& name, const char* prefix, const char* suf
   return true;
 }
 
+// The index's entries under `key`: arrays of at least six integers [commId, seq, op, peer, segment, offset]; further
+// elements ignored. Throws (msgpack's type_error, or runtime_error) on a malformed one: checkIndex reports the index
+// unreadable then, as a reader would rebuild it.
+Entries indexEntries(const std::map<std::string, msgpack::object>& index, const char* key) {
+  Entries out;
+  const msgpack::object& entries = index.at(key);
+  if (entries.type != msgpack::type::ARRAY) throw std::runtime_error(std::string(key) + " is not an array");
+  for (uint32_t i = 0; i < entries.via.array.size; ++i) {
+    const msgpack::object& e = entries.via.array.ptr[i];
+    if (e.type != msgpack::type::ARRAY || e.via.array.size < 6)
+      throw std::runtime_error(std::string(key) + " entry " + std::to_string(i) + " is malformed");
+    const msgpack::object* f = e.via.array.ptr;
+    out[keyOf(f[0].as<uint64_t>(), f[2].as<int32_t>(), f[3].as<int32_t>(), f[1].as<uint64_t>())] = {
+        f[4].as<uint32_t>(), f[5].as<uint64_t>()};
+  }
+  return out;
+}
+
+// The index's entries against the scan's: a disagreement is a problem, since readers trust the index.
+void compareEntries(const Entries& indexed, const Entries& scanned, const std::string& path, const char* key,
+                    const char* what, RankReport& r) {
+  uint64_t missing = 0, extra = 0, moved = 0;
+  for (const auto& [k, where] : scanned) {
+    auto it = indexed.find(k);
+    if (it == indexed.end())
+      ++missing;
+    else if (it->second != where)
+      ++moved;
+  }
+  for (const auto& [k, where] : indexed) extra += scanned.count(k) == 0;
+  if (missing || extra || moved) {
+    r.index = "inconsistent";
+    r.addAtKey(true, "index", path, key,
+               std::string("disagrees with the segments it claims to describe: ") + what + ": " +
+                   std::to_string(missing) + " missing, " + std::to_string(extra) + " extra, " +
+                   std::to_string(moved) + " at another location (readers trust it: delete it to force a rebuild)");
+  }
+}
+
 // Compares index.msgpack with what a scan of the segments found.
 // With `damaged` segments the scan stops at the damage while the index may list intact records beyond it, so the
 // entries are not compared (the segment problem is the finding).
@@ -123,43 +162,10 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
       r.index = "not compared";
       return;
     }
-    // Entries: arrays of at least six integers [commId, seq, op, peer, segment, offset]; further elements ignored.
-    auto load = [&](const char* key) {
-      Entries out;
-      const msgpack::object& entries = index.at(key);
-      if (entries.type != msgpack::type::ARRAY) throw std::runtime_error(std::string(key) + " is not an array");
-      for (uint32_t i = 0; i < entries.via.array.size; ++i) {
-        const msgpack::object& e = entries.via.array.ptr[i];
-        if (e.type != msgpack::type::ARRAY || e.via.array.size < 6)
-          throw std::runtime_error(std::string(key) + " entry " + std::to_string(i) + " is malformed");
-        const msgpack::object* f = e.via.array.ptr;
-        out[keyOf(f[0].as<uint64_t>(), f[2].as<int32_t>(), f[3].as<int32_t>(), f[1].as<uint64_t>())] = {
-            f[4].as<uint32_t>(), f[5].as<uint64_t>()};
-      }
-      return out;
-    };
-    const Entries indexedCalls = load("calls"), indexedPayloads = load("payloads");
-    auto compare = [&](const Entries& indexed, const Entries& scanned, const char* key, const char* what) {
-      uint64_t missing = 0, extra = 0, moved = 0;
-      for (const auto& [k, where] : scanned) {
-        auto it = indexed.find(k);
-        if (it == indexed.end())
-          ++missing;
-        else if (it->second != where)
-          ++moved;
-      }
-      for (const auto& [k, where] : indexed) extra += scanned.count(k) == 0;
-      if (missing || extra || moved) {
-        r.index = "inconsistent";
-        r.addAtKey(true, "index", path, key,
-              std::string("disagrees with the segments it claims to describe: ") + what + ": " +
-                  std::to_string(missing) + " missing, " + std::to_string(extra) + " extra, " + std::to_string(moved) +
-                  " at another location (readers trust it: delete it to force a rebuild)");
-      }
-    };
+    const Entries indexedCalls = indexEntries(index, "calls"), indexedPayloads = indexEntries(index, "payloads");
     r.index = "current";
-    compare(indexedCalls, calls, "calls", "calls");
-    compare(indexedPayloads, payloads, "payloads", "payload references");
+    compareEntries(indexedCalls, calls, path, "calls", "calls", r);
+    compareEntries(indexedPayloads, payloads, path, "payloads", "payload references", r);
   } catch (const std::exception& e) {
     r.index = "unreadable";
     r.add(false, "index", path, std::nullopt, std::string("unreadable (") + e.what() + "): readers rebuild it");
@@ -432,49 +438,46 @@ std::string plural(uint64_t n, const std::string& word) { return std::to_string(
 
 // Rank directories to check: those rankDirectories finds, and rank<R>/ directories it skips for lack of a
 // manifest (a rank that crashed before writing one, or lost it).
-std::vector<std::string> candidates(const std::string& trace, std::optional<int> onlyRank, std::string* error) {
+Status candidates(const std::string& trace, std::optional<int> onlyRank, std::vector<std::string>* out) {
   std::error_code ec;
-  if (!fs::is_directory(trace, ec)) {
-    *error = trace + (fs::exists(trace, ec) ? ": not a directory" : ": no such file or directory");
-    return {};
+  if (!fs::is_directory(trace, ec))
+    return Status::systemError(trace + (fs::exists(trace, ec) ? ": not a directory" : ": no such file or directory"));
+  if (fs::exists(fs::path(trace) / "manifest.msgpack", ec)) {
+    *out = {trace};
+    return Status::ok();
   }
-  if (fs::exists(fs::path(trace) / "manifest.msgpack", ec)) return {trace};
   bool segmentsHere = false;
   for (const auto& entry : fs::directory_iterator(trace, ec)) {
     uint32_t index;
     if (isNumberedName(entry.path().filename().string(), "seg-", ".rls", &index)) segmentsHere = true;
   }
-  if (segmentsHere) return {trace};  // a rank directory that lost its manifest
-  std::vector<std::string> out;
+  if (segmentsHere) {  // a rank directory that lost its manifest
+    *out = {trace};
+    return Status::ok();
+  }
   for (const auto& dir : rankDirectories(trace)) {
     const int rank = rankFromDirectoryName(dir);
     if (onlyRank && rank >= 0 && rank != *onlyRank) continue;  // others (ranklens-pid<P>) are checked after opening
-    out.push_back(dir);
+    out->push_back(dir);
   }
   // rank<R>/ without a manifest is among them, in rank order (rankDirectories): opening it reports it.
-  if (out.empty())
-    *error = trace + ": no RankLens trace here (expected manifest.msgpack, or rank directories below it)";
-  return out;
+  if (out->empty())
+    return Status::invalidUsage(trace + ": no RankLens trace here (expected manifest.msgpack, or rank directories "
+                                "below it)");
+  return Status::ok();
 }
 
-}  // namespace
-
-int runVerify(const VerifyOptions& o) {
-  std::string error;
-  const auto dirs = candidates(o.trace, o.rank, &error);
-  if (dirs.empty()) {
-    std::cerr << "error: " << error << "\n";
-    return kExitFailure;
-  }
-  std::vector<RankReport> reports;
+// Every rank's report, in rank order: the directories verified, then rank<R> entries no reader can use (a file, a
+// symlink loop, unreadable, padded, two for one rank), each a problem of its rank, never left out of the count.
+Status verifyRanks(const VerifyOptions& o, std::vector<RankReport>* reports) {
+  std::vector<std::string> dirs;
+  RL_CHECK(candidates(o.trace, o.rank, &dirs));
   for (const auto& dir : dirs) {
     RankReport report;
     verifyRank(dir, report, o.json);
     if (o.rank && report.rank != *o.rank && dirs.size() > 1) continue;  // --rank: a directory not named rank<R>
-    reports.push_back(std::move(report));
+    reports->push_back(std::move(report));
   }
-  // rank<R> entries no reader can use (a file, a symlink loop, unreadable, padded, two for one rank): each a problem
-  // of its rank, in rank order, never left out of the count.
   for (const auto& t : ranklens::trace::rankDirectoryTrouble(o.trace)) {
     if (o.rank && t.rank != *o.rank) continue;
     if (!t.duplicate && std::find(dirs.begin(), dirs.end(), t.path) != dirs.end()) continue;  // verified above
@@ -482,15 +485,62 @@ int runVerify(const VerifyOptions& o) {
     report.rank = t.rank;
     report.dir = t.path;
     report.add(true, "files", t.path, std::nullopt, t.reason.substr(t.reason.find(": ") + 2));
-    reports.push_back(std::move(report));
+    reports->push_back(std::move(report));
   }
-  std::stable_sort(reports.begin(), reports.end(), [](const RankReport& a, const RankReport& b) {
+  std::stable_sort(reports->begin(), reports->end(), [](const RankReport& a, const RankReport& b) {
     return (a.rank < 0 ? INT32_MAX : a.rank) < (b.rank < 0 ? INT32_MAX : b.rank);
   });
-  if (reports.empty()) {
-    std::cerr << "error: " << o.trace << ": no rank " << *o.rank << " in this trace\n";
-    return kExitFailure;
+  if (reports->empty())
+    return Status::invalidUsage(o.trace + ": no rank " + std::to_string(*o.rank) + " in this trace");
+  return Status::ok();
+}
+
+nlohmann::json rankJson(const RankReport& r) {
+  nlohmann::json jp = nlohmann::json::array(), jw = nlohmann::json::array();
+  for (const auto& f : r.findings) {
+    nlohmann::json j = {{"check", f.check}, {"file", f.file}, {"reason", f.reason}};
+    if (!f.key.empty()) j["key"] = f.key;  // instead of an offset: the manifest or index key it is about
+    else j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
+    if (f.problem) j["truncated"] = f.truncated;
+    (f.problem ? jp : jw).push_back(j);
   }
+  return {{"rank", r.rank},
+          {"dir", r.dir},
+          {"ok", r.count(true) == 0},
+          {"closed", r.closed},
+          {"segments", r.segments},
+          {"records", r.records},
+          {"calls", r.calls},
+          {"payload_refs", r.payloadRefs},
+          {"edits", r.edits},
+          {"payloads_checked", r.payloadsChecked},
+          {"payload_files", r.payloadFiles},
+          {"index", r.index},
+          {"problems", jp},
+          {"warnings", jw}};
+}
+
+void printRankText(const RankReport& r) {
+  std::cout << "rank " << r.rank << ": " << r.dir << ": " << (r.count(true) ? "PROBLEMS" : "ok");
+  if (r.opened)
+    std::cout << " (" << (r.closed ? "closed" : "NOT closed") << "; " << plural(r.segments, "segment") << ", "
+              << plural(r.records, "record") << ", " << plural(r.calls, "call") << ", "
+              << plural(r.payloadRefs, "payload reference") << " (" << plural(r.edits, "edit") << "), "
+              << plural(r.payloadsChecked, "payload") << " decoded and CRC-checked; index " << r.index << ")";
+  std::cout << "\n";
+  for (const auto& f : r.findings) {
+    std::cout << "  " << (f.problem ? "problem" : "warning") << ": " << f.file;
+    if (f.offset) std::cout << ": offset " << *f.offset;
+    if (!f.key.empty()) std::cout << ": key '" << f.key << "'";
+    std::cout << ": " << f.reason << "\n";
+  }
+}
+
+}  // namespace
+
+int runVerify(const VerifyOptions& o) {
+  std::vector<RankReport> reports;
+  if (Status verified = verifyRanks(o, &reports); !verified.isOk()) return reportFailure(verified);
   size_t problems = 0, warnings = 0;
   for (const auto& r : reports) {
     problems += r.count(true);
@@ -498,30 +548,7 @@ int runVerify(const VerifyOptions& o) {
   }
   if (o.json) {
     nlohmann::json ranks = nlohmann::json::array();
-    for (const auto& r : reports) {
-      nlohmann::json jp = nlohmann::json::array(), jw = nlohmann::json::array();
-      for (const auto& f : r.findings) {
-        nlohmann::json j = {{"check", f.check}, {"file", f.file}, {"reason", f.reason}};
-        if (!f.key.empty()) j["key"] = f.key;  // instead of an offset: the manifest or index key it is about
-        else j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
-        if (f.problem) j["truncated"] = f.truncated;
-        (f.problem ? jp : jw).push_back(j);
-      }
-      ranks.push_back({{"rank", r.rank},
-                       {"dir", r.dir},
-                       {"ok", r.count(true) == 0},
-                       {"closed", r.closed},
-                       {"segments", r.segments},
-                       {"records", r.records},
-                       {"calls", r.calls},
-                       {"payload_refs", r.payloadRefs},
-                       {"edits", r.edits},
-                       {"payloads_checked", r.payloadsChecked},
-                       {"payload_files", r.payloadFiles},
-                       {"index", r.index},
-                       {"problems", jp},
-                       {"warnings", jw}});
-    }
+    for (const auto& r : reports) ranks.push_back(rankJson(r));
     nlohmann::json doc = {{"format_version", kJsonFormatVersion},
                           {"trace", o.trace},
                           {"ok", problems == 0},
@@ -529,25 +556,11 @@ int runVerify(const VerifyOptions& o) {
                           {"warnings", warnings},
                           {"ranks", ranks}};
     std::cout << doc.dump(2) << "\n";
-    return problems ? kExitFailure : kExitOk;
+  } else {
+    for (const auto& r : reports) printRankText(r);
+    std::cout << "verify: " << plural(reports.size(), "rank") << ", " << plural(problems, "problem") << ", "
+              << plural(warnings, "warning") << "\n";
   }
-  for (const auto& r : reports) {
-    std::cout << "rank " << r.rank << ": " << r.dir << ": " << (r.count(true) ? "PROBLEMS" : "ok");
-    if (r.opened)
-      std::cout << " (" << (r.closed ? "closed" : "NOT closed") << "; " << plural(r.segments, "segment") << ", "
-                << plural(r.records, "record") << ", " << plural(r.calls, "call") << ", "
-                << plural(r.payloadRefs, "payload reference") << " (" << plural(r.edits, "edit") << "), "
-                << plural(r.payloadsChecked, "payload") << " decoded and CRC-checked; index " << r.index << ")";
-    std::cout << "\n";
-    for (const auto& f : r.findings) {
-      std::cout << "  " << (f.problem ? "problem" : "warning") << ": " << f.file;
-      if (f.offset) std::cout << ": offset " << *f.offset;
-      if (!f.key.empty()) std::cout << ": key '" << f.key << "'";
-      std::cout << ": " << f.reason << "\n";
-    }
-  }
-  std::cout << "verify: " << plural(reports.size(), "rank") << ", " << plural(problems, "problem") << ", "
-            << plural(warnings, "warning") << "\n";
   return problems ? kExitFailure : kExitOk;
 }
 
