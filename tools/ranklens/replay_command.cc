@@ -287,9 +287,7 @@ Status planReplay(const ReplayOptions& o, ReplayPlan* plan) {
                                    std::to_string(plan->worldSize) +
                                    ": need 0 <= rank < world size (e.g. --rank 3 --world-size 8; with --trace the "
                                    "world size is the recording's)");
-  std::string unusable;
-  plan->lib = usableLibrary(o.lib, &unusable);
-  if (plan->lib.empty()) return Status::invalidArgument(unusable);
+  RL_CHECK(usableLibrary(o.lib, &plan->lib));
   setReplayEnvironment(o, recordedEnv, plan);
   return Status::ok();
 }
