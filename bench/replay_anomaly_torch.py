@@ -59,7 +59,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", required=True, help="RankLens libnccl.so.2")
     p.add_argument("--rlpayload", required=True, help="the rlpayload binary")
-    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens", "ranklens"),
+    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens"),
                    help="the ranklens launcher that replays a rank (default: %(default)s)")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--steps", type=int, default=5)

@@ -77,7 +77,7 @@ def parse_args(argv=None):
                    help="run the real late arm without RankLens (default: through the recorder too, payloads none)")
     p.add_argument("--no-alternate", action="store_true",
                    help="same arm order in every run (default: even runs reversed)")
-    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens", "ranklens"),
+    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens"),
                    help="the ranklens launcher that replays a rank (default: %(default)s)")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "results", "replay", "replay_overlap_torch.json"))
     p.add_argument("--work", default="/tmp/ranklens-replay-overlap", help="per-process logs and traces")

@@ -100,7 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated subset of: " + ", ".join(ALL_DEFAULT_CASES) + " (default: all)")
     p.add_argument("--fill", choices=("clone", "keep", "zero", "poison"), default=None,
                    help="pass --fill to ranklens replay (default: the library's, clone)")
-    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens", "ranklens"),
+    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens"),
                    help="the ranklens launcher that runs each one-rank case (default: %(default)s)")
     p.add_argument("--train-args", default="",
                    help="extra arguments for train_gpt.py in every case, one shell-quoted string "
