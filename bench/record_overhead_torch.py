@@ -11,15 +11,11 @@ process-level runs in the order
     kernel    the same with RANKLENS_TIMING_CLOCK=kernel (durations from NCCL's profiler; not in the default --arms)
     small     recorder, RANKLENS_PAYLOADS=small (received buffers up to payload_max_bytes; not in the default)
     full      recorder, RANKLENS_PAYLOADS=all   (every received buffer too)
-    alternate recorder, RANKLENS_PAYLOADS=none, RANKLENS_RECORD_ALTERNATE_STEPS=--alternate-steps: one process
-              whose blocks of steps are alternately recorded and forwarded unrecorded (--mark-steps added)
 
 repeated --repeats times. Each run's time is the mean over ranks of train_gpt.py's median_step_ms (steps after the
-first 3). The alternate arm needs no baseline: it compares its own recorded and unrecorded steps (blocks that
-start in the first 3 steps left out): the ratio of their medians, and each recorded block's median over the mean of
-its two unrecorded neighbours' (drift cancels), with the median of those. Per arm it reports the median step time
-over repeats and the ratio to baseline (the median over repeats of the per-repeat ratio arm / baseline of the same
-repeat). For recorded runs it counts the trace's records and
+first 3). Per arm it reports the median step time over repeats and the ratio to baseline (the median over repeats
+of the per-repeat ratio arm / baseline of the same repeat: runs side by side in one invocation, so that drift of the
+machine reaches both). For a small overhead, raise --repeats: the per-repeat ratios show the spread. For recorded runs it counts the trace's records and
 reads the manifests' payload counters (payload_raw_bytes, payload_compressed_bytes, records_dropped,
 payloads_dropped) and the bytes on disk; full-payload traces are deleted once counted (--keep-traces).
 
@@ -48,8 +44,7 @@ import record_bench_lib as lib  # noqa: E402
 REPO = lib.REPO
 TRAIN = "examples/torch/train_gpt.py"
 MODEL_ARGS = "--d-model 768 --layers 12 --heads 12 --vocab 50304 --seq-len 1024"
-ARMS = {"baseline": None, "timing": "none", "kernel": "none", "small": "small", "full": "all",
-        "alternate": "none"}  # -> RANKLENS_PAYLOADS
+ARMS = {"baseline": None, "timing": "none", "kernel": "none", "small": "small", "full": "all"}  # -> RANKLENS_PAYLOADS
 ARM_ENV = {"kernel": {"RANKLENS_TIMING_CLOCK": "kernel"}}  # an arm's own variables, after --recorder-env
 
 
@@ -65,8 +60,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--arms", default="baseline,timing,full",
                    help="arms in run order, from " + ", ".join(ARMS) + " (default: %(default)s; baseline is needed "
                         "for ratios)")
-    p.add_argument("--alternate-steps", type=int, default=5,
-                   help="the alternate arm's block of steps (RANKLENS_RECORD_ALTERNATE_STEPS; default: %(default)s)")
     p.add_argument("--repeats", type=int, default=2, help="repeats of the arm sequence per mode (default: %(default)s)")
     p.add_argument("--steps", type=int, default=30, help="training steps per run (default: %(default)s)")
     p.add_argument("--micro-batch", type=int, default=8, help="sequences per rank per step (default: %(default)s)")
@@ -103,14 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [a for a in args.arm_list if a not in ARMS]
     if bad or not args.arm_list or len(set(args.arm_list)) != len(args.arm_list):
         p.error(f"--arms: want distinct names from {', '.join(ARMS)}, got {args.arms!r}")
-    for name in ("repeats", "steps", "micro_batch", "nproc", "timeout", "budget", "alternate_steps"):
+    for name in ("repeats", "steps", "micro_batch", "nproc", "timeout", "budget"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     if args.steps <= 3:
         p.error("--steps must be above 3 (train_gpt.py leaves the first 3 steps out of median_step_ms)")
-    if "alternate" in args.arm_list and args.steps < 4 * args.alternate_steps:
-        p.error(f"--steps {args.steps}: the alternate arm needs at least 4 blocks of --alternate-steps "
-                f"{args.alternate_steps} (the first is left out as warm-up)")
     try:
         args.model_extra = shlex.split(args.model_args)
         args.train_extra = shlex.split(args.train_args)
@@ -147,27 +137,7 @@ def arm_env(args, arm: str, trace_dir: str | None) -> tuple[dict[str, str], list
         key, _, value = item.partition("=")
         env[key] = value
     env.update(ARM_ENV.get(arm, {}))
-    if arm == "alternate":
-        env["RANKLENS_RECORD_ALTERNATE_STEPS"] = str(args.alternate_steps)
     return env, [k for k in unset if k not in env]
-
-
-def alternate_blocks(step_ms: list[float], n: int, warmup: int = 3) -> dict:
-    """One rank's steps of an alternate run: blocks of n steps, even blocks recorded, odd ones not; blocks that
-    start within the first `warmup` steps (train_gpt.py's warm-up) and always block 0 left out. Returns the medians
-    of both kinds, their ratio, and each recorded block's median over the mean of its unrecorded neighbours'
-    (blocks with both neighbours kept only)."""
-    blocks = [step_ms[i:i + n] for i in range(0, len(step_ms) - len(step_ms) % n, n)]
-    first = max(1, -(-warmup // n))  # the first block kept
-    recorded = [v for b, vals in enumerate(blocks) if b >= first and b % 2 == 0 for v in vals]
-    unrecorded = [v for b, vals in enumerate(blocks) if b >= first and b % 2 == 1 for v in vals]
-    med = [lib.median_or_none(vals) for vals in blocks]
-    local = [med[b] / ((med[b - 1] + med[b + 1]) / 2) for b in range(2, len(blocks) - 1, 2) if b - 1 >= first]
-    rec, unrec = lib.median_or_none(recorded), lib.median_or_none(unrecorded)
-    return {"recorded_median_ms": rec, "unrecorded_median_ms": unrec,
-            "ratio_of_medians": rec / unrec if rec and unrec else None,
-            "neighbour_ratios": [round(x, 5) for x in local], "neighbour_ratio": lib.median_or_none(local),
-            "recorded_steps": len(recorded), "unrecorded_steps": len(unrecorded)}
 
 
 def judge(run: dict, args) -> None:
@@ -216,16 +186,6 @@ def summarise(runs: list[dict], args) -> dict:
         for arm in args.arm_list:
             mine = [r for r in runs if r["mode"] == mode and r["arm"] == arm and not r.get("skipped")]
             ok = [r for r in mine if r.get("pass") and r.get("step_ms")]
-            if arm == "alternate":
-                per_run = [r["alternate"] for r in ok if r.get("alternate")]
-                arms[arm] = {"runs": len(mine), "passed": len(ok), "block_steps": args.alternate_steps,
-                             "median_step_ms": lib.median_or_none(a["recorded_median_ms"] for a in per_run),
-                             "ratio_to_baseline": lib.median_or_none(a["neighbour_ratio"] for a in per_run),
-                             "ratio_of_medians": lib.median_or_none(a["ratio_of_medians"] for a in per_run),
-                             "baseline": "this run's unrecorded blocks", "per_run": per_run}
-                r = arms[arm]["ratio_to_baseline"]
-                arms[arm]["overhead_pct"] = (r - 1) * 100 if r else None
-                continue
             ratios = [r["step_ms"] / base_by_rep[r["repeat"]] for r in ok
                       if arm != "baseline" and r["repeat"] in base_by_rep]
             entry = {"runs": len(mine), "passed": len(ok), "step_ms": [r["step_ms"] for r in ok],
@@ -331,8 +291,6 @@ def main(argv: list[str] | None = None) -> int:
         argv_ = [args.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc),
                  TRAIN, "--parallel", mode, "--steps", str(args.steps), "--micro-batch", str(args.micro_batch),
                  *args.model_extra, *args.train_extra]
-        if arm == "alternate" and "--mark-steps" not in argv_:
-            argv_.append("--mark-steps")
         log_path = os.path.join(args.work, "logs", name + ".log")
         say(f"[{i}/{len(plan)}] {name} ...")
         def disk_watch(root=args.trace_root, floor=args.abort_free_gib):
@@ -351,13 +309,6 @@ def main(argv: list[str] | None = None) -> int:
                                                        "device")} for r in results]})
         medians = [r.get("median_step_ms") for r in results if isinstance(r.get("median_step_ms"), (int, float))]
         run["step_ms"] = sum(medians) / len(medians) if medians else None
-        if arm == "alternate":
-            ranks = [alternate_blocks(r["step_ms"], args.alternate_steps) for r in results
-                     if isinstance(r.get("step_ms"), list) and r["step_ms"]]
-            if ranks:  # the mean over ranks of each figure
-                run["alternate"] = {k: lib.mean_or_none(x[k] for x in ranks) for k in (
-                    "recorded_median_ms", "unrecorded_median_ms", "ratio_of_medians", "neighbour_ratio")}
-                run["alternate"]["ranks"] = ranks
         r0 = next((r for r in results if r.get("rank") == 0), None)
         run["losses_rank0"] = r0.get("losses") if r0 else None
         if trace_dir:
@@ -377,10 +328,6 @@ def main(argv: list[str] | None = None) -> int:
                      and r.get("pass")), None)
         ratio = f" (x{run['step_ms'] / base['step_ms']:.4f} of baseline)" if base and run.get("step_ms") and \
             arm != "baseline" and base.get("step_ms") else ""
-        if run.get("alternate") and run["alternate"]["neighbour_ratio"]:
-            a = run["alternate"]
-            ratio = (f" (recorded blocks x{a['neighbour_ratio']:.4f} of their unrecorded neighbours, medians "
-                     f"{a['recorded_median_ms']:.2f} / {a['unrecorded_median_ms']:.2f} ms)")
         extra = ""
         if run.get("trace"):
             tr = run["trace"]

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Settings loader. One descriptor table (kKeys) drives the YAML keys, the environment overrides, validation and
-// describe(), so a knob is added in exactly one place. yaml-cpp throws: every public function catches everything.
+// describe(), so a knob is added in exactly one place: a row there (its section, names, accepted values, help, parser
+// and printer) and a field with its default in config.h's Settings. yaml-cpp throws: every public function catches
+// everything, and each parser returns a Status whose message names the value's source.
 #include "ranklens/config.h"
 #include "ranklens/shown_value.h"
 
@@ -41,16 +43,20 @@ constexpr const char* kCompletionNames[] = {"kernel", "host_callback"};
 constexpr const char* kHostTimeNames[] = {"replay", "own", "ignore"};
 constexpr const char* kTimingSourceNames[] = {"recorded", "estimated"};
 constexpr const char* kEstimateTargetNames[] = {"observed", "transfer"};
+constexpr const char* kSectionNames[] = {"common", "record", "replay"};
 
 constexpr const char* kConfigVar = "RANKLENS_CONFIG";
-// Read by other modules (record mode, launcher); listed so they are not reported as typos.
-constexpr const char* kAllowedVars[] = {"RANKLENS_RANK", "RANKLENS_WORLD_SIZE", "RANKLENS_PROGRESS",
+// RANKLENS_* variables that are not settings (docs/config.md, "Variables read from the job"); listed so that they
+// are not reported as typos.
+constexpr const char* kAllowedVars[] = {"RANKLENS_PROGRESS",  // readContext, for the tools
+                                         // the launcher to the Python adapter (tools/python)
                                          "RANKLENS_ADAPTER", "RANKLENS_ADAPTER_STORE", "RANKLENS_ADAPTER_MARKS",
-                                         "RANKLENS_COMMIT",
-                                         // launcher to placement library (ranklens/share_gpu.h)
+                                         // the launcher to the placement library (ranklens/share_gpu.h)
                                          "RANKLENS_SHARE_GPU", "RANKLENS_SHARE_GPU_VISIBLE",
                                          "RANKLENS_SHARE_GPU_LOCAL_RANK",
-                                         "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS", "RANKLENS_KEEP_TEST_DIRS"};
+                                         // benchmarks and tests
+                                         "RANKLENS_COMMIT", "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS",
+                                         "RANKLENS_KEEP_TEST_DIRS", "RANKLENS_TEST_EDIT_STOP_AFTER"};
 
 template <typename E, size_t N>
 const char* enumName(E value, const char* const (&names)[N]) {
@@ -82,11 +88,11 @@ YAML::Mark valueMark(const YAML::Node& key, const YAML::Node& value) {
 // A value or key from the file or the environment in an error line, as the tools quote arguments.
 std::string shown(const std::string& text) { return ranklens::shownValue(text); }
 
-std::string badValue(const std::string& where, const std::string& value, const std::string& key,
+Status badValue(const std::string& where, const std::string& value, const std::string& key,
                      const std::string& expected) {
   const bool quoted = value.size() >= 2 && value.front() == '\'' && value.back() == '\'';
   const std::string text = quoted ? "'" + shown(value.substr(1, value.size() - 2)) + "'" : shown(value);
-  return where + ": bad value " + text + " for '" + shown(key) + "': expected " + expected;
+  return Status::invalidArgument(where + ": bad value " + text + " for '" + shown(key) + "': expected " + expected);
 }
 
 // One value to parse: a YAML node (from the file) or the text of an environment variable.
@@ -99,17 +105,16 @@ struct Input {
 };
 
 // The scalar text of `in`, or an error naming what was found instead.
-bool scalarText(const Input& in, const std::string& expected, std::string& text, std::string& err) {
+Status scalarText(const Input& in, const std::string& expected, std::string* text) {
   if (!in.node) {
-    text = in.text;
-    return true;
+    *text = in.text;
+    return Status::ok();
   }
   if (in.node->IsScalar()) {
-    text = in.node->Scalar();
-    return true;
+    *text = in.node->Scalar();
+    return Status::ok();
   }
-  err = badValue(in.where, shown(*in.node), in.key, expected);
-  return false;
+  return badValue(in.where, shown(*in.node), in.key, expected);
 }
 
 // Strict decimal: optional '-', digits only, no spaces, no '+', no overflow (strtol accepts all of those).
@@ -133,46 +138,45 @@ bool parseInteger(const std::string& text, long long lo, long long hi, long long
 }
 
 template <typename E, size_t N>
-std::string parseEnum(const Input& in, const char* const (&names)[N], E& out) {
+Status parseEnum(const Input& in, const char* const (&names)[N], E& out) {
   std::string expected = "one of ";
   for (size_t i = 0; i < N; ++i) expected += (i ? "|" : "") + std::string(names[i]);
-  std::string text, err;
-  if (!scalarText(in, expected, text, err)) return err;
+  std::string text;
+  RL_CHECK(scalarText(in, expected, &text));
   for (size_t i = 0; i < N; ++i) {
     if (text == names[i]) {
       out = static_cast<E>(i);
-      return "";
+      return Status::ok();
     }
   }
   return badValue(in.where, "'" + text + "'", in.key, expected);
 }
 
-std::string parseInt(const Input& in, long long lo, long long hi, const std::string& expected, int& out) {
-  std::string text, err;
-  if (!scalarText(in, expected, text, err)) return err;
+Status parseInt(const Input& in, long long lo, long long hi, const std::string& expected, int& out) {
+  std::string text;
+  RL_CHECK(scalarText(in, expected, &text));
   long long value = 0;
   if (!parseInteger(text, lo, hi, value)) return badValue(in.where, "'" + text + "'", in.key, expected);
   out = static_cast<int>(value);
-  return "";
+  return Status::ok();
 }
 
-std::string parseString(const Input& in, std::string& out) {
-  std::string err;
-  return scalarText(in, "a string", out, err) ? "" : err;
+Status parseString(const Input& in, std::string& out) {
+  return scalarText(in, "a string", &out);
 }
 
 std::string yamlString(const std::string& s);
 
 // "<comm>:<seq>" (both non-negative integers) or empty.
-std::string parseBreakAt(const Input& in, Settings& s) {
+Status parseBreakAt(const Input& in, Settings& s) {
   const std::string expected =
       "<comm>:<seq>, e.g. 0:120 (communicator creation order, sequence number), or hang";
-  std::string text, err;
-  if (!scalarText(in, expected, text, err)) return err;
+  std::string text;
+  RL_CHECK(scalarText(in, expected, &text));
   s.break_at = text;
   s.break_comm = s.break_seq = -1;
   s.break_hang = text == "hang";
-  if (text.empty() || s.break_hang) return "";
+  if (text.empty() || s.break_hang) return Status::ok();
   const size_t colon = text.find(':');
   long long comm = 0, seq = 0;
   if (colon == std::string::npos || !parseInteger(text.substr(0, colon), 0, LLONG_MAX, comm) ||
@@ -180,16 +184,16 @@ std::string parseBreakAt(const Input& in, Settings& s) {
     return badValue(in.where, "'" + text + "'", in.key, expected);
   s.break_comm = comm;
   s.break_seq = seq;
-  return "";
+  return Status::ok();
 }
 
 // Byte counts: an integer with an optional binary suffix (KiB, MiB, GiB). `orWord`: a word the knob also takes
 // (handled by the caller), named in the error.
-std::string parseBytes(const Input& in, unsigned long long lo, unsigned long long& out, const char* orWord = nullptr) {
+Status parseBytes(const Input& in, unsigned long long lo, unsigned long long& out, const char* orWord = nullptr) {
   const std::string expected = std::string(orWord ? std::string(orWord) + " or " : "") + "a byte count >= " +
                                std::to_string(lo) + " such as 65536, 64KiB, 256MiB or 2GiB";
-  std::string text, err;
-  if (!scalarText(in, expected, text, err)) return err;
+  std::string text;
+  RL_CHECK(scalarText(in, expected, &text));
   unsigned long long scale = 1;
   std::string digits = text;
   for (auto [suffix, factor] : {std::pair<const char*, unsigned long long>{"KiB", 1ull << 10}, {"MiB", 1ull << 20},
@@ -206,48 +210,36 @@ std::string parseBytes(const Input& in, unsigned long long lo, unsigned long lon
     return badValue(in.where, "'" + text + "'", in.key, expected);
   }
   out = static_cast<unsigned long long>(value) * scale;
-  return "";
+  return Status::ok();
 }
 
 // `auto` (stored as `autoValue`, a value no byte count >= lo takes) or a byte count >= lo.
-std::string parseBytesOrAuto(const Input& in, unsigned long long lo, unsigned long long autoValue,
+Status parseBytesOrAuto(const Input& in, unsigned long long lo, unsigned long long autoValue,
                              unsigned long long& out) {
-  std::string text, err;
-  if (!scalarText(in, "auto or a byte count", text, err)) return err;
+  std::string text;
+  RL_CHECK(scalarText(in, "auto or a byte count", &text));
   if (text != "auto") return parseBytes(in, lo, out, "auto");
   out = autoValue;
-  return "";
-}
-
-// A plain decimal (digits, at most one '.', no sign or exponent) in [lo, hi].
-std::string parseDecimal(const Input& in, double lo, double hi, const std::string& expected, double& out) {
-  std::string text, err;
-  if (!scalarText(in, expected, text, err)) return err;
-  const bool shape = !text.empty() && text.find_first_not_of("0123456789.") == std::string::npos &&
-                     std::count(text.begin(), text.end(), '.') <= 1 && text != ".";
-  const double value = shape ? std::strtod(text.c_str(), nullptr) : -1;
-  if (!shape || value < lo || value > hi) return badValue(in.where, "'" + text + "'", in.key, expected);
-  out = value;
-  return "";
+  return Status::ok();
 }
 
 // auto | sm | a byte count.
-std::string parseHoldShared(const Input& in, Settings& s) {
-  std::string text, err;
-  if (!scalarText(in, "auto, sm or a byte count", text, err)) return err;
+Status parseHoldShared(const Input& in, Settings& s) {
+  std::string text;
+  RL_CHECK(scalarText(in, "auto, sm or a byte count", &text));
   if (text == "auto" || text == "sm") {
     s.hold_shared_bytes = text == "auto" ? kHoldSharedAuto : kHoldSharedSm;
-    return "";
+    return Status::ok();
   }
   unsigned long long bytes = 0;
-  const std::string bad = parseBytes(in, 0, bytes);
-  if (!bad.empty()) return badValue(in.where, "'" + text + "'", in.key, "auto, sm or a byte count such as 49152");
+  if (!parseBytes(in, 0, bytes).isOk())
+    return badValue(in.where, "'" + text + "'", in.key, "auto, sm or a byte count such as 49152");
   s.hold_shared_bytes = static_cast<long long>(std::min<unsigned long long>(bytes, 1ull << 30));
-  return "";
+  return Status::ok();
 }
 
 // A list: a YAML sequence of scalars, or comma-separated text in the environment. Empty entries are refused.
-std::string parseList(const Input& in, const std::string& expected, std::vector<std::string>& out) {
+Status parseList(const Input& in, const std::string& expected, std::vector<std::string>& out) {
   std::vector<std::string> items;
   if (in.node && in.node->IsSequence()) {
     for (const YAML::Node& item : *in.node) {
@@ -257,8 +249,8 @@ std::string parseList(const Input& in, const std::string& expected, std::vector<
       items.push_back(item.Scalar());
     }
   } else {
-    std::string text, err;
-    if (!scalarText(in, expected, text, err)) return err;
+    std::string text;
+    RL_CHECK(scalarText(in, expected, &text));
     size_t start = 0;
     while (start <= text.size() && !text.empty()) {
       size_t comma = text.find(',', start);
@@ -272,14 +264,14 @@ std::string parseList(const Input& in, const std::string& expected, std::vector<
     }
   }
   out = std::move(items);
-  return "";
+  return Status::ok();
 }
 
 // "A-B" (inclusive), "A-" (from A on), "A" (just A), or "all".
-std::string parseRange(const Input& in, Range& out) {
+Status parseRange(const Input& in, Range& out) {
   const std::string expected = "a range such as 10-20 (inclusive), 10- (from 10 on), 7, or all";
-  std::string text, err;
-  if (!scalarText(in, expected, text, err)) return err;
+  std::string text;
+  RL_CHECK(scalarText(in, expected, &text));
   Range range;
   if (text != "all") {
     const size_t dash = text.find('-');
@@ -293,7 +285,7 @@ std::string parseRange(const Input& in, Range& out) {
     range.hi = hi;
   }
   out = range;
-  return "";
+  return Status::ok();
 }
 
 std::string showList(const std::vector<std::string>& items) {
@@ -323,32 +315,33 @@ std::string showBytesOrAuto(unsigned long long bytes, unsigned long long autoVal
 constexpr const char* kOpNames[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
                                     "AlltoAll", "Gather", "Scatter", "Send", "Recv"};
 
-std::string parseOps(const Input& in, std::vector<std::string>& out) {
+Status parseOps(const Input& in, std::vector<std::string>& out) {
   std::string expected = "a list of operations among ";
   for (size_t i = 0; i < sizeof(kOpNames) / sizeof(kOpNames[0]); ++i) expected += (i ? "|" : "") + std::string(kOpNames[i]);
   std::vector<std::string> items;
-  if (std::string err = parseList(in, expected, items); !err.empty()) return err;
+  RL_CHECK(parseList(in, expected, items));
   for (const std::string& item : items) {
     if (std::find(std::begin(kOpNames), std::end(kOpNames), item) == std::end(kOpNames)) {
       return badValue(in.where, "'" + item + "'", in.key, expected);
     }
   }
   out = std::move(items);
-  return "";
+  return Status::ok();
 }
 
 constexpr const char* kGroupExpected = "a sequence of maps {members: [ranks...], color: N, name: S}";
 constexpr const char* kMembersExpected = "a non-empty sequence of distinct ranks >= 0";
 
 // Same check for duplicate keys in the top-level map and in a group entry: yaml-cpp keeps both silently.
-std::string duplicateKey(const std::string& origin, const YAML::Node& key,
+Status duplicateKey(const std::string& origin, const YAML::Node& key,
                          std::map<std::string, YAML::Mark>& seen) {
   auto [it, inserted] = seen.emplace(key.Scalar(), key.Mark());
-  if (inserted) return "";
-  return at(origin, key.Mark()) + ": duplicate key '" + key.Scalar() + "' (first at " + at(origin, it->second) + ")";
+  if (inserted) return Status::ok();
+  return Status::invalidArgument(at(origin, key.Mark()) + ": duplicate key '" + key.Scalar() + "' (first at " +
+                                 at(origin, it->second) + ")");
 }
 
-std::string parseMembers(const YAML::Node& node, const std::string& origin, const std::string& where,
+Status parseMembers(const YAML::Node& node, const std::string& origin, const std::string& where,
                          const std::string& name, GroupSpec& group) {
   if (!node.IsSequence() || node.size() == 0) {
     return badValue(where, node.IsSequence() ? "'[]'" : shown(node), name, kMembersExpected);
@@ -361,15 +354,16 @@ std::string parseMembers(const YAML::Node& node, const std::string& origin, cons
     }
     auto [it, inserted] = firstAt.emplace(rank, member.Mark());
     if (!inserted) {
-      return at(origin, member.Mark()) + ": rank " + std::to_string(rank) + " listed twice in '" + name +
-             "' (first at " + at(origin, it->second) + "): expected " + kMembersExpected;
+      return Status::invalidArgument(at(origin, member.Mark()) + ": rank " + std::to_string(rank) +
+                                     " listed twice in '" + name + "' (first at " + at(origin, it->second) +
+                                     "): expected " + kMembersExpected);
     }
     group.members.push_back(static_cast<int>(rank));
   }
-  return "";
+  return Status::ok();
 }
 
-std::string parseGroupEntry(const YAML::Node& entry, const std::string& origin, const std::string& name,
+Status parseGroupEntry(const YAML::Node& entry, const std::string& origin, const std::string& name,
                             GroupSpec& group) {
   group.origin = at(origin, entry.Mark());
   if (!entry.IsMap()) return badValue(group.origin, shown(entry), name, "a map {members: [...], color: N, name: S}");
@@ -381,12 +375,12 @@ std::string parseGroupEntry(const YAML::Node& entry, const std::string& origin, 
     std::string keyName = key.IsScalar() ? key.Scalar() : "";
     std::string where = at(origin, valueMark(key, value));
     if (keyName != "members" && keyName != "color" && keyName != "name") {
-      return at(origin, key.Mark()) + ": unknown key '" + shown(keyName) + "' in '" + name +
-             "' (known keys: members, color, name)";
+      return Status::invalidArgument(at(origin, key.Mark()) + ": unknown key '" + shown(keyName) + "' in '" + name +
+             "' (known keys: members, color, name)");
     }
-    if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;
+    RL_CHECK(duplicateKey(origin, key, seen));
     if (keyName == "members") {
-      if (std::string err = parseMembers(value, origin, where, name + ".members", group); !err.empty()) return err;
+      RL_CHECK(parseMembers(value, origin, where, name + ".members", group));
       haveMembers = true;
     } else if (keyName == "color") {
       long long color = 0;
@@ -399,11 +393,12 @@ std::string parseGroupEntry(const YAML::Node& entry, const std::string& origin, 
       group.name = value.Scalar();
     }
   }
-  if (!haveMembers) return group.origin + ": '" + name + "' has no 'members': expected " + kMembersExpected;
-  return "";
+  if (!haveMembers)
+    return Status::invalidArgument(group.origin + ": '" + name + "' has no 'members': expected " + kMembersExpected);
+  return Status::ok();
 }
 
-std::string parseGroups(const Input& in, std::vector<GroupSpec>& out) {
+Status parseGroups(const Input& in, std::vector<GroupSpec>& out) {
   YAML::Node root;
   if (in.node) {
     root = *in.node;
@@ -412,7 +407,7 @@ std::string parseGroups(const Input& in, std::vector<GroupSpec>& out) {
     try {
       root = YAML::Load(in.text);
     } catch (const YAML::Exception& e) {
-      return at(in.origin, e.mark) + ": " + e.msg;
+      return Status::invalidArgument(at(in.origin, e.mark) + ": " + e.msg);
     }
   }
   if (!root.IsSequence()) return badValue(at(in.origin, root.Mark()), shown(root), in.key, kGroupExpected);
@@ -420,11 +415,11 @@ std::string parseGroups(const Input& in, std::vector<GroupSpec>& out) {
   for (const YAML::Node& entry : root) {
     GroupSpec group;
     std::string name = std::string(in.key) + "[" + std::to_string(groups.size()) + "]";
-    if (std::string err = parseGroupEntry(entry, in.origin, name, group); !err.empty()) return err;
+    RL_CHECK(parseGroupEntry(entry, in.origin, name, group));
     groups.push_back(std::move(group));
   }
   out = std::move(groups);
-  return "";
+  return Status::ok();
 }
 
 // A group name is shown bare when YAML would read it back unchanged, quoted otherwise.
@@ -469,9 +464,9 @@ constexpr const char* kMeshExpected =
     "dimensions outermost first as name=size, e.g. dp=8192,tp=2 or pp=4,dp=-1,tp=8 (one size may be -1: what the "
     "world size leaves)";
 
-std::string parseMesh(const Input& in, Settings& s) {
+Status parseMesh(const Input& in, Settings& s) {
   std::vector<std::string> items;
-  if (std::string err = parseList(in, kMeshExpected, items); !err.empty()) return err;
+  RL_CHECK(parseList(in, kMeshExpected, items));
   std::vector<MeshDim> dims;
   bool inferred = false;
   long long product = 1;
@@ -496,7 +491,7 @@ std::string parseMesh(const Input& in, Settings& s) {
     if (dims.size() > 8) return badValue(in.where, "'" + item + "'", in.key, "at most 8 dimensions");
   }
   s.mesh = std::move(dims);
-  return "";
+  return Status::ok();
 }
 
 std::string showMesh(const Settings& s) {
@@ -509,9 +504,9 @@ constexpr const char* kMeshColorsExpected =
     "entries dims=colors, e.g. tp=0-8191,dp=8192- (dims: mesh dimensions joined by +, such as pp+dp; colors: C, "
     "A-B inclusive, A- from A on, or all)";
 
-std::string parseMeshColors(const Input& in, Settings& s) {
+Status parseMeshColors(const Input& in, Settings& s) {
   std::vector<std::string> items;
-  if (std::string err = parseList(in, kMeshColorsExpected, items); !err.empty()) return err;
+  RL_CHECK(parseList(in, kMeshColorsExpected, items));
   std::vector<MeshColors> entries;
   for (const std::string& item : items) {
     const size_t eq = item.rfind('=');
@@ -540,7 +535,7 @@ std::string parseMeshColors(const Input& in, Settings& s) {
     entries.push_back(std::move(entry));
   }
   s.mesh_colors = std::move(entries);
-  return "";
+  return Status::ok();
 }
 
 std::string showMeshColors(const Settings& s) {
@@ -550,243 +545,236 @@ std::string showMeshColors(const Settings& s) {
 }
 
 // Settings that only make sense together, checked once every source has been read.
-std::string crossCheck(const Settings& s) {
-  if (s.mesh_colors.empty()) return "";
+Status crossCheck(const Settings& s) {
+  if (s.mesh_colors.empty()) return Status::ok();
   const std::string where = s.set_by.count("mesh_colors") ? s.set_by.at("mesh_colors") : "mesh_colors";
   if (s.mesh.empty()) {
-    return where + ": mesh_colors names mesh dimensions, but no mesh is set: give the mesh too (RANKLENS_MESH, "
-           "e.g. dp=8192,tp=2; ranklens replay --mesh)";
+    return Status::invalidArgument(where + ": mesh_colors names mesh dimensions, but no mesh is set: give the mesh "
+                                   "too (RANKLENS_MESH, e.g. dp=8192,tp=2; ranklens replay --mesh)");
   }
   for (const MeshColors& e : s.mesh_colors) {
     for (const std::string& dim : e.dims) {
       if (std::none_of(s.mesh.begin(), s.mesh.end(), [&](const MeshDim& d) { return d.name == dim; })) {
-        return where + ": mesh_colors entry '" + e.text + "' names '" + dim + "', which is not a dimension of the "
-               "mesh " + showMesh(s) + ": use the mesh's names";
+        return Status::invalidArgument(where + ": mesh_colors entry '" + e.text + "' names '" + dim +
+                                       "', which is not a dimension of the mesh " + showMesh(s) +
+                                       ": use the mesh's names");
       }
     }
   }
-  return "";
+  return Status::ok();
 }
 
+// One setting. Its default is Settings's initialiser, shown by `show`: written once, in config.h.
 struct KeyDesc {
+  Section section;
   const char* key;
   const char* env;
-  const char* defaultText;  // must match the initialiser in Settings (a test checks it)
-  const char* values;       // what it accepts, for docs/config.md's table
-  const char* help;
-  std::string (*parse)(const Input& in, Settings& s);  // "" on success, else the full one-line message
+  const char* values;  // what it accepts, for docs/config.md's tables
+  const char* help;    // what it does, in one line; a second sentence only where a user needs the why
+  Status (*parse)(const Input& in, Settings& s);
   std::string (*show)(const Settings& s);
 };
 
 const KeyDesc kKeys[] = {
-    {"mode", "RANKLENS_MODE", "replay",
+    {Section::kCommon, "mode", "RANKLENS_MODE",
      "replay | record",
      "replay: run one rank alone against virtual peers; record: forward to the real NCCL and write a trace",
      [](const Input& in, Settings& s) { return parseEnum(in, kModeNames, s.mode); },
      [](const Settings& s) { return std::string(toString(s.mode)); }},
-    {"fidelity", "RANKLENS_FIDELITY", "structure",
-     "structure | timing | value",
-     "structure: calls and communicators only; timing: also hold streams for recorded durations; "
-     "value: also restore recorded payloads",
-     [](const Input& in, Settings& s) { return parseEnum(in, kFidelityNames, s.fidelity); },
-     [](const Settings& s) { return std::string(toString(s.fidelity)); }},
-    {"fill", "RANKLENS_FILL", "clone",
-     "clone | keep | zero | poison",
-     "receive-buffer contents when no recorded payload exists: clone (every peer sent what this rank sent), "
-     "keep (untouched), zero, poison (a pattern that makes unrestored data stand out)",
-     [](const Input& in, Settings& s) { return parseEnum(in, kFillNames, s.fill); },
-     [](const Settings& s) { return std::string(toString(s.fill)); }},
-    {"device", "RANKLENS_DEVICE", "auto",
+    {Section::kCommon, "device", "RANKLENS_DEVICE",
      "auto | cuda | host",
      "where stream-side effects run: cuda, host (no GPU needed), or auto (cuda when a GPU is usable)",
      [](const Input& in, Settings& s) { return parseEnum(in, kDeviceNames, s.device); },
      [](const Settings& s) { return std::string(toString(s.device)); }},
-    {"trace_dir", "RANKLENS_TRACE_DIR", "",
+    {Section::kCommon, "trace_dir", "RANKLENS_TRACE_DIR",
      "a path", "directory for per-rank event logs; empty: no events are written",
      [](const Input& in, Settings& s) { return parseString(in, s.trace_dir); },
      [](const Settings& s) { return s.trace_dir; }},
-    {"nccl_version", "RANKLENS_NCCL_VERSION", "22809",
-     "integer 1..999999, in NCCL's code form major*10000 + minor*100 + patch",
-     "NCCL version code reported by ncclGetVersion in replay (major*10000 + minor*100 + patch)",
-     [](const Input& in, Settings& s) {
-       return parseInt(in, 1, 999999, "an NCCL version code such as 22809 (1..999999)", s.nccl_version);
-     },
-     [](const Settings& s) { return std::to_string(s.nccl_version); }},
-    {"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "8",
-     "integer ≥ 1",
-     "virtual topology: consecutive world ranks sharing a node (locality, LSA team)",
-     [](const Input& in, Settings& s) { return parseInt(in, 1, INT_MAX, "an integer >= 1", s.ranks_per_node); },
-     [](const Settings& s) { return std::to_string(s.ranks_per_node); }},
-    {"groups", "RANKLENS_GROUPS", "[]",
-     "a sequence of group entries (see below); in the environment, as YAML flow text",
-     "split table: the world ranks (in child-rank order) of each communicator ncclCommSplit creates, "
-     "optionally per color",
-     [](const Input& in, Settings& s) { return parseGroups(in, s.groups); },
-     [](const Settings& s) { return showGroups(s.groups); }},
-    {"mesh", "RANKLENS_MESH", "",
-     "name=size,... outermost first, e.g. dp=8192,tp=2; one size may be -1 (what the world size leaves)",
-     "the device mesh from which every ncclCommSplit child is worked out, for any rank at any world size, without a "
-     "groups table; the last dimension is contiguous (torch's DeviceMesh order, the reverse of Megatron's order "
-     "string)",
-     [](const Input& in, Settings& s) { return parseMesh(in, s); },
-     [](const Settings& s) { return showMesh(s); }},
-    {"mesh_colors", "RANKLENS_MESH_COLORS", "",
-     "dims=colors,... e.g. tp=0-8191,dp=8192- (dims joined by +; colors C, A-B, A- or all)",
-     "which split colors span which mesh dimensions (first match wins); torch's colors are recognised without it",
-     [](const Input& in, Settings& s) { return parseMeshColors(in, s); },
-     [](const Settings& s) { return showMeshColors(s); }},
-    {"real_nccl", "RANKLENS_REAL_NCCL", "",
+    {Section::kRecord, "real_nccl", "RANKLENS_REAL_NCCL",
      "a path",
-     "record: path of the real libnccl.so.2 to forward to; empty: the one already loaded (torch preloads "
+     "path of the real libnccl.so.2 to forward to; empty: the one already loaded (torch preloads "
      "its wheel's), else the Python environment's, conda's, LD_LIBRARY_PATH's or the system's",
      [](const Input& in, Settings& s) { return parseString(in, s.real_nccl); },
      [](const Settings& s) { return s.real_nccl; }},
-    {"payloads", "RANKLENS_PAYLOADS", "small",
+    {Section::kRecord, "payloads", "RANKLENS_PAYLOADS",
      "none | small | all",
-     "record: which received buffers are stored: none (timing only), small (messages up to payload_max_bytes: "
+     "which received buffers are stored: none (timing only), small (messages up to payload_max_bytes: "
      "the values that steer control flow), all",
      [](const Input& in, Settings& s) { return parseEnum(in, kPayloadsNames, s.payloads); },
      [](const Settings& s) { return std::string(toString(s.payloads)); }},
-    {"payload_max_bytes", "RANKLENS_PAYLOAD_MAX_BYTES", "64KiB",
+    {Section::kRecord, "payload_max_bytes", "RANKLENS_PAYLOAD_MAX_BYTES",
      "a byte count: an integer with an optional KiB, MiB or GiB suffix",
-     "record: with payloads=small, the largest message (bytes received by this rank) that is stored",
+     "with payloads=small, the largest message (bytes received by this rank) that is stored",
      [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_max_bytes); },
      [](const Settings& s) { return showBytes(s.payload_max_bytes); }},
-    {"payload_ops", "RANKLENS_PAYLOAD_OPS", "[]",
+    {Section::kRecord, "payload_ops", "RANKLENS_PAYLOAD_OPS",
      "a list of operations among AllReduce Broadcast Reduce AllGather ReduceScatter AlltoAll Gather Scatter Send Recv; in the environment, comma-separated",
-     "record: store payloads only of these operations (e.g. [AllReduce, Recv]); empty: all",
+     "store payloads only of these operations (e.g. [AllReduce, Recv]); empty: all",
      [](const Input& in, Settings& s) { return parseOps(in, s.payload_ops); },
      [](const Settings& s) { return showList(s.payload_ops); }},
-    {"payload_comms", "RANKLENS_PAYLOAD_COMMS", "[]",
+    {Section::kRecord, "payload_comms", "RANKLENS_PAYLOAD_COMMS",
      "a list of communicator ids (creation order, as ranklens trace summary shows them) or commName values; comma-separated in the environment",
-     "record: store payloads only of these communicators, by id (creation order, as in `ranklens trace summary`) "
+     "store payloads only of these communicators, by id (creation order, as in `ranklens trace summary`) "
      "or by commName; empty: all",
      [](const Input& in, Settings& s) {
        return parseList(in, "a list of communicator ids or names", s.payload_comms);
      },
      [](const Settings& s) { return showList(s.payload_comms); }},
-    {"payload_steps", "RANKLENS_PAYLOAD_STEPS", "all",
+    {Section::kRecord, "payload_steps", "RANKLENS_PAYLOAD_STEPS",
      "A-B (inclusive), A- (from A on), A, or all",
-     "record: store payloads only during these steps (as marked by ranklensMarkStage), e.g. 10-20",
+     "store payloads only during these steps (as marked by ranklensMarkStage), e.g. 10-20",
      [](const Input& in, Settings& s) { return parseRange(in, s.payload_steps); },
      [](const Settings& s) { return showRange(s.payload_steps); }},
-    {"payload_seqs", "RANKLENS_PAYLOAD_SEQS", "all",
+    {Section::kRecord, "payload_seqs", "RANKLENS_PAYLOAD_SEQS",
      "as payload_steps",
-     "record: store payloads only of calls whose per-communicator sequence number is in this range",
+     "store payloads only of calls whose per-communicator sequence number is in this range",
      [](const Input& in, Settings& s) { return parseRange(in, s.payload_seqs); },
      [](const Settings& s) { return showRange(s.payload_seqs); }},
-    {"payload_zstd_level", "RANKLENS_PAYLOAD_ZSTD_LEVEL", "-1",
+    {Section::kRecord, "payload_zstd_level", "RANKLENS_PAYLOAD_ZSTD_LEVEL",
      "-100..19",
-     "record: the zstd level payloads are compressed at (negative: zstd's fast levels); a value replay decodes "
+     "the zstd level payloads are compressed at (negative: zstd's fast levels); a value replay decodes "
      "them again, so it bounds both full-payload recording and value replay",
      [](const Input& in, Settings& s) {
        return parseInt(in, -100, 19, "a zstd level, -100..19", s.payload_zstd_level);
      },
      [](const Settings& s) { return std::to_string(s.payload_zstd_level); }},
-    {"payload_threads", "RANKLENS_PAYLOAD_THREADS", "0",
+    {Section::kRecord, "payload_threads", "RANKLENS_PAYLOAD_THREADS",
      "0..64",
-     "record: threads that compress stored payloads and write them (0: half of this rank's share of the host's "
+     "threads that compress stored payloads and write them (0: half of this rank's share of the host's "
      "cores, 2..8); with payloads all they are what bounds the recording when they are all busy",
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.payload_threads); },
      [](const Settings& s) { return std::to_string(s.payload_threads); }},
-    {"payload_shuffle", "RANKLENS_PAYLOAD_SHUFFLE", "on",
+    {Section::kRecord, "payload_shuffle", "RANKLENS_PAYLOAD_SHUFFLE",
      "on | auto | off",
-     "record: store payloads of 2-, 4- and 8-byte elements as byte planes before compressing them, which "
+     "store payloads of 2-, 4- and 8-byte elements as byte planes before compressing them, which "
      "compresses floating-point values much faster: always (on), when a sample says it pays (auto), or "
      "never (off)",
      [](const Input& in, Settings& s) { return parseEnum(in, kPayloadShuffleNames, s.payload_shuffle); },
      [](const Settings& s) { return std::string(toString(s.payload_shuffle)); }},
-    {"payload_queue_bytes", "RANKLENS_PAYLOAD_QUEUE_BYTES", "1GiB",
+    {Section::kRecord, "payload_queue_bytes", "RANKLENS_PAYLOAD_QUEUE_BYTES",
      "a byte count ≥ 16 MiB",
-     "record: host memory for payloads taken out of staging that wait for a compression thread or the writer; "
+     "host memory for payloads taken out of staging that wait for a compression thread or the writer; "
      "when it is full the background thread waits and staging fills (then staging_full applies)",
      [](const Input& in, Settings& s) { return parseBytes(in, 16u << 20, s.payload_queue_bytes); },
      [](const Settings& s) { return showBytes(s.payload_queue_bytes); }},
-    {"staging_bytes", "RANKLENS_STAGING_BYTES", "auto",
+    {Section::kRecord, "staging_bytes", "RANKLENS_STAGING_BYTES",
      "auto or a byte count ≥ 1",
-     "record: pinned host memory for payloads copied off the GPU and not yet compressed (allocated at the first "
+     "pinned host memory for payloads copied off the GPU and not yet compressed (allocated at the first "
      "communicator when payloads are on); a larger message is skipped and counted; auto: 256MiB for payloads "
      "small, and for payloads all 2GiB, at most a sixteenth of the host's memory shared by its ranks",
      [](const Input& in, Settings& s) {
        return parseBytesOrAuto(in, 1, Settings::kAutoStagingBytes, s.staging_bytes);
      },
      [](const Settings& s) { return showBytesOrAuto(s.staging_bytes, Settings::kAutoStagingBytes); }},
-    {"staging_full", "RANKLENS_STAGING_FULL", "skip",
+    {Section::kRecord, "staging_full", "RANKLENS_STAGING_FULL",
      "skip | wait",
-     "record: when staging memory is full, skip the payload (counted in the trace; the job is never slowed) or "
+     "when staging memory is full, skip the payload (counted in the trace; the job is never slowed) or "
      "wait for space (complete payloads, may slow the job)",
      [](const Input& in, Settings& s) { return parseEnum(in, kStagingFullNames, s.staging_full); },
      [](const Settings& s) { return std::string(toString(s.staging_full)); }},
-    {"timing_clock", "RANKLENS_TIMING_CLOCK", "events",
+    {Section::kRecord, "timing_clock", "RANKLENS_TIMING_CLOCK",
      "events | kernel",
-     "record: where each call's GPU duration comes from: CUDA events around the call, or the timestamps of NCCL's "
+     "where each call's GPU duration comes from: CUDA events around the call, or the timestamps of NCCL's "
      "own kernel (through NCCL's profiler plugin interface; no events on the calling thread)",
      [](const Input& in, Settings& s) { return parseEnum(in, kTimingClockNames, s.timing_clock); },
      [](const Settings& s) { return std::string(toString(s.timing_clock)); }},
-    {"captured_timing", "RANKLENS_CAPTURED_TIMING", "events",
+    {Section::kRecord, "captured_timing", "RANKLENS_CAPTURED_TIMING",
      "events | off",
-     "record: a call captured into a CUDA graph is timed by two event nodes added to the graph, at the first launch "
+     "a call captured into a CUDA graph is timed by two event nodes added to the graph, at the first launch "
      "of it that completes (events), or has no duration (off: the graph gets nothing of RankLens's)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCapturedTimingNames, s.captured_timing); },
      [](const Settings& s) { return std::string(toString(s.captured_timing)); }},
-    {"timing_poll_us", "RANKLENS_TIMING_POLL_US", "2000",
+    {Section::kRecord, "timing_poll_us", "RANKLENS_TIMING_POLL_US",
      "10..100000",
-     "record: how often (microseconds) the background thread looks for finished calls while some are "
+     "how often (microseconds) the background thread looks for finished calls while some are "
      "pending; longer costs the job's calls less CUDA driver time and keeps staged payloads longer",
      [](const Input& in, Settings& s) {
        return parseInt(in, 10, 100000, "microseconds, 10..100000", s.timing_poll_us);
      },
      [](const Settings& s) { return std::to_string(s.timing_poll_us); }},
-    {"payload_copy_kernel_bytes", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "64KiB",
+    {Section::kRecord, "payload_copy_kernel_bytes", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES",
      "a byte count ≥ 0",
-     "record: a stored payload up to this size is copied off the GPU by a one-block kernel on the call's stream, "
+     "a stored payload up to this size is copied off the GPU by a one-block kernel on the call's stream, "
      "which signals its own completion (no copy engine round trip, no event); larger ones, and all when 0, by a "
      "copy engine followed by an event",
      [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_copy_kernel_bytes); },
      [](const Settings& s) { return showBytes(s.payload_copy_kernel_bytes); }},
-    {"payload_copy_kernel_bytes_one_rank", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK", "0",
+    {Section::kRecord, "payload_copy_kernel_bytes_one_rank", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK",
      "a byte count ≥ 0",
-     "record: payload_copy_kernel_bytes for calls on 1-rank communicators, whose stream has no NCCL kernel before "
+     "payload_copy_kernel_bytes for calls on 1-rank communicators, whose stream has no NCCL kernel before "
      "the copy (a copy kernel there waits for an SM when the job's compute fills them; a copy engine does not, and "
      "costs the same otherwise); 0: always the copy engine",
      [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_copy_kernel_bytes_one_rank); },
      [](const Settings& s) { return showBytes(s.payload_copy_kernel_bytes_one_rank); }},
-    {"payload_copy_priority", "RANKLENS_PAYLOAD_COPY_PRIORITY", "high",
+    {Section::kRecord, "payload_copy_priority", "RANKLENS_PAYLOAD_COPY_PRIORITY",
      "high | stream",
-     "record: the launch priority of the payload copy kernel: high (the device's greatest stream priority: it takes "
+     "the launch priority of the payload copy kernel: high (the device's greatest stream priority: it takes "
      "the first free SM slot ahead of the job's pending compute blocks) or stream (its stream's priority)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCopyPriorityNames, s.payload_copy_priority); },
      [](const Settings& s) { return std::string(toString(s.payload_copy_priority)); }},
-    {"record_alternate_steps", "RANKLENS_RECORD_ALTERNATE_STEPS", "0",
-     "integer >= 0",
-     "record, for the overhead benchmark only: from the first step marker on, every other block of this many steps "
-     "is forwarded to the real NCCL without being recorded (step-time A/B within one process); such a trace "
-     "cannot be replayed. 0: off",
+    {Section::kReplay, "fidelity", "RANKLENS_FIDELITY",
+     "structure | timing | value",
+     "structure: calls and communicators only; timing: also hold streams for recorded durations; "
+     "value: also restore recorded payloads",
+     [](const Input& in, Settings& s) { return parseEnum(in, kFidelityNames, s.fidelity); },
+     [](const Settings& s) { return std::string(toString(s.fidelity)); }},
+    {Section::kReplay, "fill", "RANKLENS_FILL",
+     "clone | keep | zero | poison",
+     "receive-buffer contents when no recorded payload exists: clone (every peer sent what this rank sent), "
+     "keep (untouched), zero, poison (a pattern that makes unrestored data stand out)",
+     [](const Input& in, Settings& s) { return parseEnum(in, kFillNames, s.fill); },
+     [](const Settings& s) { return std::string(toString(s.fill)); }},
+    {Section::kReplay, "nccl_version", "RANKLENS_NCCL_VERSION",
+     "integer 1..999999, in NCCL's code form major*10000 + minor*100 + patch",
+     "NCCL version code reported by ncclGetVersion in replay (major*10000 + minor*100 + patch)",
      [](const Input& in, Settings& s) {
-       return parseInt(in, 0, INT_MAX, "a number of steps >= 0 (0: off)", s.record_alternate_steps);
+       return parseInt(in, 1, 999999, "an NCCL version code such as 22809 (1..999999)", s.nccl_version);
      },
-     [](const Settings& s) { return std::to_string(s.record_alternate_steps); }},
-    {"replay_trace", "RANKLENS_REPLAY_TRACE", "",
+     [](const Settings& s) { return std::to_string(s.nccl_version); }},
+    {Section::kReplay, "ranks_per_node", "RANKLENS_RANKS_PER_NODE",
+     "integer ≥ 1",
+     "virtual topology: consecutive world ranks sharing a node (locality, LSA team)",
+     [](const Input& in, Settings& s) { return parseInt(in, 1, INT_MAX, "an integer >= 1", s.ranks_per_node); },
+     [](const Settings& s) { return std::to_string(s.ranks_per_node); }},
+    {Section::kReplay, "groups", "RANKLENS_GROUPS",
+     "a sequence of group entries (see below); in the environment, as YAML flow text",
+     "split table: the world ranks (in child-rank order) of each communicator ncclCommSplit creates, "
+     "optionally per color",
+     [](const Input& in, Settings& s) { return parseGroups(in, s.groups); },
+     [](const Settings& s) { return showGroups(s.groups); }},
+    {Section::kReplay, "mesh", "RANKLENS_MESH",
+     "name=size,... outermost first, e.g. dp=8192,tp=2; one size may be -1 (what the world size leaves)",
+     "the device mesh from which every ncclCommSplit child is worked out, for any rank at any world size, without a "
+     "groups table; the last dimension is contiguous (torch's DeviceMesh order, the reverse of Megatron's order "
+     "string)",
+     [](const Input& in, Settings& s) { return parseMesh(in, s); },
+     [](const Settings& s) { return showMesh(s); }},
+    {Section::kReplay, "mesh_colors", "RANKLENS_MESH_COLORS",
+     "dims=colors,... e.g. tp=0-8191,dp=8192- (dims joined by +; colors C, A-B, A- or all)",
+     "which split colors span which mesh dimensions (first match wins); torch's colors are recognised without it",
+     [](const Input& in, Settings& s) { return parseMeshColors(in, s); },
+     [](const Settings& s) { return showMeshColors(s); }},
+    {Section::kReplay, "replay_trace", "RANKLENS_REPLAY_TRACE",
      "a path",
-     "replay: the recorded trace to replay, a rank directory or a trace root holding rank<RANK>; needed for "
+     "the recorded trace to replay, a rank directory or a trace root holding rank<RANK>; needed for "
      "fidelity timing and value, optional for structure (calls are then checked against it)",
      [](const Input& in, Settings& s) { return parseString(in, s.replay_trace); },
      [](const Settings& s) { return s.replay_trace; }},
-    {"on_mismatch", "RANKLENS_ON_MISMATCH", "error",
+    {Section::kReplay, "on_mismatch", "RANKLENS_ON_MISMATCH",
      "error | warn | estimate",
-     "replay: a call that does not match the recording fails with ncclInvalidUsage (error), is logged and "
+     "a call that does not match the recording fails with ncclInvalidUsage (error), is logged and "
      "replayed without a hold or payload (warn), or gets an estimated duration and no payload (estimate)",
      [](const Input& in, Settings& s) { return parseEnum(in, kOnMismatchNames, s.on_mismatch); },
      [](const Settings& s) { return std::string(toString(s.on_mismatch)); }},
-    {"on_payload_error", "RANKLENS_ON_PAYLOAD_ERROR", "error",
+    {Section::kReplay, "on_payload_error", "RANKLENS_ON_PAYLOAD_ERROR",
      "error | warn",
-     "replay: a call whose recorded payload the fidelity restores but which cannot be read (a damaged or "
+     "a call whose recorded payload the fidelity restores but which cannot be read (a damaged or "
      "missing payload file, a reference outside it, a blob larger than it claims) fails with ncclSystemError "
      "naming the call, file, offset and reason (error), or gets the fill semantics with one such line on stderr "
      "per call, counted as replay_payload_failures (warn: the values from that call on are not the recorded run's)",
      [](const Input& in, Settings& s) { return parseEnum(in, kOnPayloadErrorNames, s.on_payload_error); },
      [](const Settings& s) { return std::string(toString(s.on_payload_error)); }},
-    {"at_hang", "RANKLENS_AT_HANG", "stop",
+    {Section::kReplay, "at_hang", "RANKLENS_AT_HANG",
      "stop | wait | continue",
      "replay of a trace imported from PyTorch Flight Recorder dumps (ranklens import flight-recorder): at the "
      "call the dump left started or scheduled (the hang), print where it is (process group, collective, "
@@ -795,60 +783,60 @@ const KeyDesc kKeys[] = {
      "(wait), or replay on (continue)",
      [](const Input& in, Settings& s) { return parseEnum(in, kAtHangNames, s.at_hang); },
      [](const Settings& s) { return std::string(toString(s.at_hang)); }},
-    {"completion", "RANKLENS_COMPLETION", "kernel",
+    {Section::kReplay, "completion", "RANKLENS_COMPLETION",
      "kernel | host_callback",
-     "replay: how a stream is held for a call's duration: kernel (a 1-thread kernel waiting on the GPU timer, "
+     "how a stream is held for a call's duration: kernel (a 1-thread kernel waiting on the GPU timer, "
      "named ranklens_<Op> in profilers) or host_callback (cudaLaunchHostFunc; serialises streams)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCompletionNames, s.completion); },
      [](const Settings& s) { return std::string(toString(s.completion)); }},
-    {"host_time", "RANKLENS_HOST_TIME", "replay",
+    {Section::kReplay, "host_time", "RANKLENS_HOST_TIME",
      "replay | own | ignore",
-     "replay (timing, value): a call keeps the calling thread as long as the recorded call did (replay), "
+     "(timing, value) a call keeps the calling thread as long as the recorded call did (replay), "
      "at most twice the 10th percentile of its operation's recorded host times (own: the rest was most "
      "likely a wait for a full launch queue, which the replayed program meets by itself), or returns at "
      "once (ignore)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHostTimeNames, s.host_time); },
      [](const Settings& s) { return std::string(toString(s.host_time)); }},
-    {"timing", "RANKLENS_TIMING", "recorded",
+    {Section::kReplay, "timing", "RANKLENS_TIMING",
      "recorded | estimated",
-     "replay (fidelity timing, value): each call is held for its recorded duration, or for the estimate from "
+     "(fidelity timing, value) each call is held for its recorded duration, or for the estimate from "
      "`history` (estimated: what-if runs, calls the recording never saw at this scale)",
      [](const Input& in, Settings& s) { return parseEnum(in, kTimingSourceNames, s.timing); },
      [](const Settings& s) { return std::string(toString(s.timing)); }},
-    {"history", "RANKLENS_HISTORY", "",
+    {Section::kReplay, "history", "RANKLENS_HISTORY",
      "a path",
-     "replay: duration history of recorded runs (ranklens history build) used by timing: estimated and "
+     "duration history of recorded runs (ranklens history build) used by timing: estimated and "
      "on_mismatch: estimate; empty: the replayed recording's own timed calls",
      [](const Input& in, Settings& s) { return parseString(in, s.history); },
      [](const Settings& s) { return s.history; }},
-    {"estimate_target", "RANKLENS_ESTIMATE_TARGET", "transfer",
+    {Section::kReplay, "estimate_target", "RANKLENS_ESTIMATE_TARGET",
      "transfer | observed",
-     "replay: what an estimated duration stands for: observed (what a rank measured, its waits for peers "
+     "what an estimated duration stands for: observed (what a rank measured, its waits for peers "
      "included) or transfer (the collective's own time, the shortest over the job's ranks; from a history built "
      "by this version)",
      [](const Input& in, Settings& s) { return parseEnum(in, kEstimateTargetNames, s.estimate_target); },
      [](const Settings& s) { return std::string(toString(s.estimate_target)); }},
-    {"hold_blocks", "RANKLENS_HOLD_BLOCKS", "1",
+    {Section::kReplay, "hold_blocks", "RANKLENS_HOLD_BLOCKS",
      "integer 1..1024",
-     "replay (completion: kernel): SMs each hold kernel occupies; 1 leaves the rest to compute, more (e.g. NCCL's "
+     "(completion: kernel) SMs each hold kernel occupies; 1 leaves the rest to compute, more (e.g. NCCL's "
      "channel count) reproduce the slowdown of compute that overlaps communication",
      [](const Input& in, Settings& s) { return parseInt(in, 1, 1024, "an integer in 1..1024", s.hold_blocks); },
      [](const Settings& s) { return std::to_string(s.hold_blocks); }},
-    {"hold_threads", "RANKLENS_HOLD_THREADS", "32",
+    {Section::kReplay, "hold_threads", "RANKLENS_HOLD_THREADS",
      "multiple of 32 in 32..1024",
-     "replay (completion: kernel): threads of each hold block (NCCL's blocks have 512-640), so that a hold takes "
+     "(completion: kernel) threads of each hold block (NCCL's blocks have 512-640), so that a hold takes "
      "the warp slots of an SM that an NCCL block takes",
      [](const Input& in, Settings& s) {
        const std::string expected = "a multiple of 32 in 32..1024";
-       std::string err = parseInt(in, 32, 1024, expected, s.hold_threads);
-       if (err.empty() && s.hold_threads % 32 != 0)
-         err = badValue(in.where, "'" + std::to_string(s.hold_threads) + "'", in.key, expected);
-       return err;
+       RL_CHECK(parseInt(in, 32, 1024, expected, s.hold_threads));
+       if (s.hold_threads % 32 != 0)
+         return badValue(in.where, "'" + std::to_string(s.hold_threads) + "'", in.key, expected);
+       return Status::ok();
      },
      [](const Settings& s) { return std::to_string(s.hold_threads); }},
-    {"hold_shared_bytes", "RANKLENS_HOLD_SHARED_BYTES", "auto",
+    {Section::kReplay, "hold_shared_bytes", "RANKLENS_HOLD_SHARED_BYTES",
      "auto, sm or a byte count",
-     "replay (completion: kernel): dynamic shared memory of each hold block: auto (an SM's whole shared memory "
+     "(completion: kernel) dynamic shared memory of each hold block: auto (an SM's whole shared memory "
      "when hold_blocks > 1, so that nothing else runs on a held SM; none for one block), sm (always an SM's "
      "whole), or a byte count (e.g. NCCL's own, from a profile)",
      parseHoldShared,
@@ -857,63 +845,51 @@ const KeyDesc kKeys[] = {
               : s.hold_shared_bytes == kHoldSharedSm ? std::string("sm")
                                                      : std::to_string(s.hold_shared_bytes);
      }},
-    {"hold_traffic", "RANKLENS_HOLD_TRAFFIC", "0",
-     "decimal 0..64",
-     "replay (completion: kernel), experimental: device memory each hold reads and writes per byte of its "
-     "call, so that compute overlapping the call meets memory traffic like NCCL's; 0: none",
-     [](const Input& in, Settings& s) {
-       return parseDecimal(in, 0, 64, "a decimal in 0..64 such as 2 or 2.5", s.hold_traffic);
-     },
-     [](const Settings& s) {
-       char text[32];
-       snprintf(text, sizeof text, "%g", s.hold_traffic);
-       return std::string(text);
-     }},
-    {"hold_from", "RANKLENS_HOLD_FROM", "arrival",
+    {Section::kReplay, "hold_from", "RANKLENS_HOLD_FROM",
      "arrival | start",
-     "replay: a hold counts its duration from the moment its stream reached the call (arrival: the call's "
+     "a hold counts its duration from the moment its stream reached the call (arrival: the call's "
      "copies and any wait for SMs count within it) or from the hold kernel's own start (start: such waits "
      "add to the call, as NCCL's kernel's did in the real run)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHoldFromNames, s.hold_from); },
      [](const Settings& s) { return std::string(toString(s.hold_from)); }},
-    {"peer_pacing", "RANKLENS_PEER_PACING", "off",
+    {Section::kReplay, "peer_pacing", "RANKLENS_PEER_PACING",
      "off | recorded",
-     "replay (timing, value; kernel holds): a collective ends when its slowest peer, arriving at its "
+     "(timing, value; kernel holds) a collective ends when its slowest peer, arriving at its "
      "recorded pace, would have finished it (recorded: needs every rank's recording), instead of this "
      "rank's recorded duration after its own arrival (off)",
      [](const Input& in, Settings& s) { return parseEnum(in, kPeerPacingNames, s.peer_pacing); },
      [](const Settings& s) { return std::string(toString(s.peer_pacing)); }},
-    {"resync_window", "RANKLENS_RESYNC_WINDOW", "64",
+    {Section::kReplay, "resync_window", "RANKLENS_RESYNC_WINDOW",
      "integer 0..1048576",
-     "replay: after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
+     "after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
      "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",
      [](const Input& in, Settings& s) {
        return parseInt(in, 0, 1 << 20, "an integer in 0..1048576", s.resync_window);
      },
      [](const Settings& s) { return std::to_string(s.resync_window); }},
-    {"prefetch_bytes", "RANKLENS_PREFETCH_BYTES", "auto",
+    {Section::kReplay, "prefetch_bytes", "RANKLENS_PREFETCH_BYTES",
      "auto | a byte count ≥ 1 MiB",
-     "replay (value): pinned host memory holding payloads decoded ahead of their calls by worker threads; auto: 4x "
+     "(value) pinned host memory holding payloads decoded ahead of their calls by worker threads; auto: 4x "
      "the recording's largest step of payloads, at least 512MiB, at most 8GiB and an eighth of the host's memory",
      [](const Input& in, Settings& s) { return parseBytesOrAuto(in, 1 << 20, 0, s.prefetch_bytes); },
      [](const Settings& s) { return showBytesOrAuto(s.prefetch_bytes, 0); }},
-    {"prefetch_threads", "RANKLENS_PREFETCH_THREADS", "0",
+    {Section::kReplay, "prefetch_threads", "RANKLENS_PREFETCH_THREADS",
      "0..64",
-     "replay (value): worker threads decoding recorded payloads ahead of their calls; 0: a quarter of the cores, 2..8",
+     "(value) worker threads decoding recorded payloads ahead of their calls; 0: a quarter of the cores, 2..8",
      [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.prefetch_threads); },
      [](const Settings& s) { return std::to_string(s.prefetch_threads); }},
-    {"payload_device_bytes", "RANKLENS_PAYLOAD_DEVICE_BYTES", "auto",
+    {Section::kReplay, "payload_device_bytes", "RANKLENS_PAYLOAD_DEVICE_BYTES",
      "auto | a byte count | 0",
-     "replay (timing, value): device memory that recorded payloads move into ahead of their calls, so that a "
+     "(timing, value) device memory that recorded payloads move into ahead of their calls, so that a "
      "restore is a copy within the GPU; auto: up to two steps of payloads, from what the recorded job left free of "
      "its GPU (256MiB when the recording does not say); 0: restore from pinned host memory",
      [](const Input& in, Settings& s) {
        return parseBytesOrAuto(in, 0, Settings::kAutoDeviceBytes, s.payload_device_bytes);
      },
      [](const Settings& s) { return showBytesOrAuto(s.payload_device_bytes, Settings::kAutoDeviceBytes); }},
-    {"break_at", "RANKLENS_BREAK_AT", "",
+    {Section::kReplay, "break_at", "RANKLENS_BREAK_AT",
      "<comm>:<seq> | hang",
-     "replay: raise SIGTRAP (stops under a debugger) when the call <comm>:<seq> is made, comm = creation order "
+     "raise SIGTRAP (stops under a debugger) when the call <comm>:<seq> is made, comm = creation order "
      "as in `ranklens trace summary`, e.g. 0:120; hang: at the call a Flight Recorder dump left unfinished "
      "(an imported trace), after its report (at_hang then says what the call does)",
      [](const Input& in, Settings& s) { return parseBreakAt(in, s); },
@@ -939,45 +915,48 @@ Settings defaults() {
   return s;
 }
 
-std::string applyYaml(const std::string& text, const std::string& origin, Settings& s) {
+// The YAML file's keys over `s`; the first bad key or value stops it.
+Status applyYaml(const std::string& text, const std::string& origin, Settings& s) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return at(origin, e.mark) + ": " + e.msg;
+    return Status::invalidArgument(at(origin, e.mark) + ": " + e.msg);
   }
-  if (root.IsNull()) return "";  // empty file or only comments: all defaults
+  if (root.IsNull()) return Status::ok();  // empty file or only comments: all defaults
   if (!root.IsMap()) {
-    return at(origin, root.Mark()) + ": top level must be a map of settings (key: value), not " +
-           (root.IsSequence() ? "a sequence" : "a scalar");
+    return Status::invalidArgument(at(origin, root.Mark()) +
+                                   ": top level must be a map of settings (key: value), not " +
+                                   (root.IsSequence() ? "a sequence" : "a scalar"));
   }
   std::map<std::string, YAML::Mark> seen;
   for (const auto& kv : root) {
     const YAML::Node& key = kv.first;
     const KeyDesc* d = key.IsScalar() ? findKey(key.Scalar()) : nullptr;
     if (!d) {
-      return at(origin, key.Mark()) + ": unknown key '" + shown(key.IsScalar() ? key.Scalar() : "") +
-             "' (known keys: " + knownKeys() + ")";
+      return Status::invalidArgument(at(origin, key.Mark()) + ": unknown key '" +
+                                     shown(key.IsScalar() ? key.Scalar() : "") + "' (known keys: " + knownKeys() + ")");
     }
-    if (std::string err = duplicateKey(origin, key, seen); !err.empty()) return err;
+    RL_CHECK(duplicateKey(origin, key, seen));
     const YAML::Node& value = kv.second;
     Input in{&value, "", origin, at(origin, valueMark(key, value)), d->key};
-    if (std::string err = d->parse(in, s); !err.empty()) return err;
+    RL_CHECK(d->parse(in, s));
     s.set_by[d->key] = in.where;
   }
-  return "";
+  return Status::ok();
 }
 
-std::string applyEnvironment(const GetEnv& getenv, Settings& s) {
+// Every RANKLENS_<KEY> that is set, over `s`.
+Status applyEnvironment(const GetEnv& getenv, Settings& s) {
   for (const KeyDesc& d : kKeys) {
     const char* value = getenv(d.env);
     // Empty counts as unset, as NCCL treats its own NCCL_* variables.
     if (!value || !*value) continue;
     Input in{nullptr, value, d.env, std::string(d.env) + "=" + value, d.key};
-    if (std::string err = d.parse(in, s); !err.empty()) return err;
+    RL_CHECK(d.parse(in, s));
     s.set_by[d.key] = std::string("env ") + d.env;
   }
-  return "";
+  return Status::ok();
 }
 
 size_t editDistance(const std::string& a, const std::string& b) {
@@ -1028,83 +1007,125 @@ std::vector<std::string> processEnvironNames() {
 }
 
 // Shared by both entry points; `yamlText` null means no file. Throws only what the caller catches.
-LoadResult load(const std::string* yamlText, const std::string& origin, const GetEnv& getenv,
-                const std::vector<std::string>* envNames) {
+Status load(const std::string* yamlText, const std::string& origin, const GetEnv& getenv,
+            const std::vector<std::string>* envNames, Settings* settings, std::vector<std::string>* warnings) {
   GetEnv lookup = getenv ? getenv : GetEnv([](const char*) -> const char* { return nullptr; });
-  LoadResult result;
   Settings s = defaults();
-  std::string err;
-  if (yamlText) err = applyYaml(*yamlText, origin, s);
-  if (err.empty()) err = applyEnvironment(lookup, s);
-  if (err.empty()) err = crossCheck(s);
-  result.warnings = typoWarnings(envNames ? *envNames : processEnvironNames());
-  result.ok = err.empty();
-  result.error = err;
-  result.settings = result.ok ? std::move(s) : defaults();
-  return result;
+  Status status;
+  if (yamlText) status = applyYaml(*yamlText, origin, s);
+  if (status.isOk()) status = applyEnvironment(lookup, s);
+  if (status.isOk()) status = crossCheck(s);
+  if (warnings) *warnings = typoWarnings(envNames ? *envNames : processEnvironNames());
+  *settings = status.isOk() ? std::move(s) : defaults();
+  return status;
 }
 
-LoadResult failure(const std::string& error) {
-  LoadResult result;
-  result.error = error;
-  result.settings = defaults();
-  return result;
+// What escaped yaml-cpp or the allocator: the settings fall back to the defaults, and the caller gets the reason.
+Status internalFailure(const char* what, Settings* settings) {
+  try {
+    *settings = defaults();
+  } catch (...) {
+  }
+  return Status::internalError(std::string("internal error while loading settings") + (what ? ": " : "") +
+                               (what ? what : ""));
 }
 
-bool readFile(const std::string& path, std::string& text, int& error) {
+Status readFile(const std::string& path, std::string* text) {
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) {
-    error = errno;
-    return false;
-  }
+  if (!f) return Status::systemError(std::string(kConfigVar) + "=" + path + ": cannot read file (" +
+                                     std::strerror(errno) + ")");
   char buffer[4096];
   size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
+  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text->append(buffer, n);
   // A directory opens fine on Linux and fails at read time with EISDIR.
-  bool ok = !std::ferror(f);
-  error = ok ? 0 : (errno ? errno : EIO);
+  const bool ok = !std::ferror(f);
+  const int error = ok ? 0 : (errno ? errno : EIO);
   std::fclose(f);
-  return ok;
+  if (ok) return Status::ok();
+  return Status::systemError(std::string(kConfigVar) + "=" + path + ": cannot read file (" + std::strerror(error) +
+                             ")");
+}
+
+// A count from the launcher's environment: what strtol reads, when that is all of it, >= 0 and below 2^30; else
+// `fallback`. As lenient as the launchers that write these (a leading '+' or space passes).
+int contextInt(const GetEnv& getenv, const char* name, int fallback) {
+  const char* value = getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  return *end == '\0' && n >= 0 && n < (1L << 30) ? static_cast<int>(n) : fallback;
 }
 
 }  // namespace
 
-LoadResult loadFromEnvironment(const GetEnv& getenv, const std::vector<std::string>* envNames) {
+Status loadFromEnvironment(const GetEnv& getenv, Settings* settings, std::vector<std::string>* warnings,
+                           const std::vector<std::string>* envNames) {
   try {
     const char* path = getenv ? getenv(kConfigVar) : nullptr;
-    if (!path || !*path) return load(nullptr, "", getenv, envNames);
+    if (!path || !*path) return load(nullptr, "", getenv, envNames, settings, warnings);
     std::string text;
-    int error = 0;
-    if (!readFile(path, text, error)) {
-      return failure(std::string(kConfigVar) + "=" + path + ": cannot read file (" + std::strerror(error) + ")");
+    if (Status read = readFile(path, &text); !read.isOk()) {
+      *settings = defaults();
+      return read;
     }
-    return load(&text, path, getenv, envNames);
+    return load(&text, path, getenv, envNames, settings, warnings);
   } catch (const std::exception& e) {
-    return failure(std::string("internal error while loading settings: ") + e.what());
+    return internalFailure(e.what(), settings);
   } catch (...) {
-    return failure("internal error while loading settings");
+    return internalFailure(nullptr, settings);
   }
 }
 
-LoadResult loadFromYaml(const std::string& yamlText, const std::string& origin, const GetEnv& getenv,
-                        const std::vector<std::string>* envNames) {
+Status loadFromYaml(const std::string& yamlText, const std::string& origin, const GetEnv& getenv, Settings* settings,
+                    std::vector<std::string>* warnings, const std::vector<std::string>* envNames) {
   try {
-    return load(&yamlText, origin, getenv, envNames);
+    return load(&yamlText, origin, getenv, envNames, settings, warnings);
   } catch (const std::exception& e) {
-    return failure(std::string("internal error while loading settings: ") + e.what());
+    return internalFailure(e.what(), settings);
   } catch (...) {
-    return failure("internal error while loading settings");
+    return internalFailure(nullptr, settings);
   }
+}
+
+Context readContext(const GetEnv& getenv) {
+  Context c;
+  if (!getenv) return c;
+  if (const char* rank = getenv("RANK"); rank != nullptr) c.rank = rank;
+  c.rank_number = contextInt(getenv, "RANK", -1);
+  c.world_size = contextInt(getenv, "WORLD_SIZE", -1);
+  c.local_rank = contextInt(getenv, "LOCAL_RANK", -1);
+  // torchrun, Open MPI and MPICH/Hydra each name it differently; the first that says >= 1 counts.
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = getenv(name);
+    const int n = value ? std::atoi(value) : 0;
+    if (n > 0) {
+      c.local_ranks = n;
+      break;
+    }
+  }
+  if (const char* blocking = getenv("NCCL_COMM_BLOCKING"); blocking != nullptr) {
+    if (std::strcmp(blocking, "0") == 0) c.comm_blocking = 0;
+    else if (std::strcmp(blocking, "1") == 0) c.comm_blocking = 1;
+  }
+  if (const char* progress = getenv("RANKLENS_PROGRESS"); progress != nullptr && *progress != '\0')
+    c.progress = std::strcmp(progress, "0") == 0 ? 0 : 1;
+  c.shared_gpu_local_rank = contextInt(getenv, "RANKLENS_SHARE_GPU_LOCAL_RANK", -1);
+  return c;
+}
+
+Context readContext() {
+  return readContext([](const char* name) -> const char* { return std::getenv(name); });
 }
 
 std::vector<KeyInfo> describe(const Settings& settings) {
   std::vector<KeyInfo> rows;
   try {
+    const Settings defaultSettings;
     for (const KeyDesc& d : kKeys) {
       auto it = settings.set_by.find(d.key);
-      rows.push_back({d.key, d.env, d.show(settings), it == settings.set_by.end() ? "default" : it->second,
-                      d.defaultText, d.values, d.help});
+      rows.push_back({d.section, d.key, d.env, d.show(settings), it == settings.set_by.end() ? "default" : it->second,
+                      d.show(defaultSettings), d.values, d.help});
     }
   } catch (...) {
     // Only std::bad_alloc can get here; a partial table is better than an exception through the C ABI.
@@ -1112,6 +1133,7 @@ std::vector<KeyInfo> describe(const Settings& settings) {
   return rows;
 }
 
+const char* toString(Section v) { return enumName(v, kSectionNames); }
 const char* toString(Mode v) { return enumName(v, kModeNames); }
 const char* toString(Fidelity v) { return enumName(v, kFidelityNames); }
 const char* toString(Fill v) { return enumName(v, kFillNames); }

@@ -114,7 +114,7 @@ int torchSplitColor(const std::vector<int>& ranks) {
   return static_cast<int>(magnitude % (1ull << 31));
 }
 
-std::string meshSizes(const std::vector<MeshDim>& mesh, long long worldSize, std::vector<int>* sizes) {
+Status meshSizes(const std::vector<MeshDim>& mesh, long long worldSize, std::vector<int>* sizes) {
   long long known = 1;
   int inferred = -1;
   for (size_t i = 0; i < mesh.size(); ++i) {
@@ -124,29 +124,32 @@ std::string meshSizes(const std::vector<MeshDim>& mesh, long long worldSize, std
   const std::string fix = "; the product of its sizes must be the world size (give one size as -1 to take what the "
                           "world size leaves, e.g. dp=-1)";
   if (inferred >= 0 ? worldSize % known != 0 : known != worldSize) {
-    return "the mesh " + meshText(mesh) + " does not fit a world of " + std::to_string(worldSize) + " ranks" +
-           (inferred >= 0 ? " (" + std::to_string(known) + " does not divide it)" : " (it has " +
-                                                                                       std::to_string(known) + ")") +
-           fix;
+    return Status::invalidArgument(
+        "the mesh " + meshText(mesh) + " does not fit a world of " + std::to_string(worldSize) + " ranks" +
+        (inferred >= 0 ? " (" + std::to_string(known) + " does not divide it)"
+                       : " (it has " + std::to_string(known) + ")") +
+        fix);
   }
   sizes->clear();
   for (const MeshDim& d : mesh)
     sizes->push_back(d.size < 0 ? static_cast<int>(worldSize / known) : static_cast<int>(d.size));
-  return "";
+  return Status::ok();
 }
 
 namespace {
 
-std::string resolve(const Settings& settings, int worldSize, const std::vector<int>& parentWorldRanks, int parentRank,
-                    int color, int key, MeshSplit* out) {
+// A split the settings cannot place is the program's call at the wrong place for them: invalid usage, as NCCL says.
+Status resolve(const Settings& settings, int worldSize, const std::vector<int>& parentWorldRanks, int parentRank,
+               int color, int key, MeshSplit* out) {
   const std::vector<MeshDim>& mesh = settings.mesh;
   const int me = parentWorldRanks.at(parentRank);
   const std::string which = "ncclCommSplit(color " + std::to_string(color) + ", key " + std::to_string(key) +
                             ") of a communicator of " + std::to_string(parentWorldRanks.size()) +
                             " ranks by world rank " + std::to_string(me);
   std::vector<int> sizes;
-  if (std::string err = meshSizes(mesh, worldSize, &sizes); !err.empty()) return which + ": " + err;
-  if (mesh.size() > 8) return which + ": the mesh has more than 8 dimensions";
+  if (Status fit = meshSizes(mesh, worldSize, &sizes); !fit.isOk())
+    return Status::invalidUsage(which + ": " + fit.message());
+  if (mesh.size() > 8) return Status::invalidUsage(which + ": the mesh has more than 8 dimensions");
   std::vector<long long> strides(sizes.size(), 1);
   for (size_t i = sizes.size(); i-- > 1;) strides[i - 1] = strides[i] * sizes[i];
   const Parent parent(parentWorldRanks, worldSize);
@@ -159,7 +162,7 @@ std::string resolve(const Settings& settings, int worldSize, const std::vector<i
     }
     out->dims = dimsText(mesh, mask);
     out->how = std::move(how);
-    return std::string();
+    return Status::ok();
   };
   auto maskOf = [&](const MeshColors& entry) {
     unsigned mask = 0;
@@ -195,26 +198,28 @@ std::string resolve(const Settings& settings, int worldSize, const std::vector<i
     if (mask != 0 && (mask & (mask - 1)) == 0)  // one dimension: the groups a user most likely means
       seen += (seen.empty() ? "" : ", ") + dimsText(mesh, mask) + " " + ranksText(world);
   }
-  return which + ": the mesh " + meshText(mesh) + " does not say which dimensions color " + std::to_string(color) +
-         " splits along (no mesh_colors entry holds it, and it is not torch's color for any of this rank's mesh "
-         "groups: " + seen + "). Say it with mesh_colors, e.g. RANKLENS_MESH_COLORS=" + mesh.back().name + "=" +
-         std::to_string(color) + " (or a range such as " + mesh.back().name + "=" + std::to_string(color) +
-         "- for every color from it on; ranklens replay --mesh-colors), or list the child in the groups: table";
+  return Status::invalidUsage(
+      which + ": the mesh " + meshText(mesh) + " does not say which dimensions color " + std::to_string(color) +
+      " splits along (no mesh_colors entry holds it, and it is not torch's color for any of this rank's mesh "
+      "groups: " + seen + "). Say it with mesh_colors, e.g. RANKLENS_MESH_COLORS=" + mesh.back().name + "=" +
+      std::to_string(color) + " (or a range such as " + mesh.back().name + "=" + std::to_string(color) +
+      "- for every color from it on; ranklens replay --mesh-colors), or list the child in the groups: table");
 }
 
 }  // namespace
 
 // Called from ncclCommSplit: nothing may leave as an exception (a world too large for memory is the one way in).
-std::string resolveMeshSplit(const Settings& settings, int worldSize, const std::vector<int>& parentWorldRanks,
-                             int parentRank, int color, int key, MeshSplit* out) {
+Status resolveMeshSplit(const Settings& settings, int worldSize, const std::vector<int>& parentWorldRanks,
+                        int parentRank, int color, int key, MeshSplit* out) {
   try {
     if (parentRank < 0 || static_cast<size_t>(parentRank) >= parentWorldRanks.size())
-      return "ncclCommSplit: rank " + std::to_string(parentRank) + " is not a member of the communicator split";
+      return Status::invalidUsage("ncclCommSplit: rank " + std::to_string(parentRank) +
+                                  " is not a member of the communicator split");
     return resolve(settings, worldSize, parentWorldRanks, parentRank, color, key, out);
   } catch (const std::exception& e) {
-    return std::string("ncclCommSplit: cannot work out the child from the mesh: ") + e.what();
+    return Status::internalError(std::string("ncclCommSplit: cannot work out the child from the mesh: ") + e.what());
   } catch (...) {
-    return "ncclCommSplit: cannot work out the child from the mesh";
+    return Status::internalError("ncclCommSplit: cannot work out the child from the mesh");
   }
 }
 

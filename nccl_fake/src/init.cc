@@ -93,10 +93,7 @@ ncclResult_t parseCommConfig(const ncclConfig_t* user, CommConfig* out) {
 
 // NCCL_COMM_BLOCKING=0|1 overrides ncclConfig_t.blocking, as NCCL's envConfigOverride does.
 void applyBlockingEnv(CommConfig* config) {
-  const char* env = getenv("NCCL_COMM_BLOCKING");
-  if (env == nullptr) return;
-  if (strcmp(env, "0") == 0) config->blocking = 0;
-  else if (strcmp(env, "1") == 0) config->blocking = 1;
+  if (const int blocking = ranklens::config::readContext().comm_blocking; blocking >= 0) config->blocking = blocking;
 }
 
 namespace {
@@ -321,10 +318,10 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   if (match == nullptr && !Runtime::get().settings().mesh.empty()) {
     // The mesh: any rank at any world size, without a table (ranklens/mesh.h).
     ranklens::config::MeshSplit child;
-    const std::string err = ranklens::config::resolveMeshSplit(Runtime::get().settings(), comm->worldSize,
-                                                               comm->worldRanks, comm->rank, color, key, &child);
-    if (!err.empty()) {
-      WARN("%s", err.c_str());
+    const ranklens::Status placed = ranklens::config::resolveMeshSplit(Runtime::get().settings(), comm->worldSize,
+                                                                       comm->worldRanks, comm->rank, color, key, &child);
+    if (!placed.isOk()) {
+      WARN("%s", placed.message().c_str());
       return ncclInvalidUsage;
     }
     INFO(kSubInit, "ncclCommSplit: comm %p color %d key %d -> rank %d of %zu %s, mesh dimensions '%s' (%s)",

@@ -127,7 +127,6 @@ struct State {
   std::shared_mutex commsMu;
   std::unordered_map<ncclComm_t, std::shared_ptr<RecComm>> comms;
   std::atomic<int64_t> step{-1};
-  std::atomic<uint64_t> callsUnrecorded{0};  // record_alternate_steps: calls forwarded in the unrecorded blocks
   uint32_t opMask = 0;  // payload_ops as a bit set (0: all)
 };
 
@@ -144,14 +143,7 @@ std::string describeWriter(const ranklens::config::Settings& s, const real::Libr
 }
 
 // Ranks sharing this host, as the launcher says (torchrun, Open MPI, MPICH/Hydra); 1 when none does.
-int localRanks() {
-  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    const char* value = getenv(name);
-    const int n = value ? atoi(value) : 0;
-    if (n > 0) return n;
-  }
-  return 1;
-}
+int localRanks() { return ranklens::config::readContext().local_ranks; }
 
 // Created with the first communicator: by then the job has chosen its GPU, and a delay is harmless.
 CallRecorder* recorder() {
@@ -215,24 +207,11 @@ CallRecorder* recorder() {
            static_cast<unsigned long long>(options.stagingBytes >> 20),
            static_cast<unsigned long long>(st.recorder->stagingBytes() >> 20));
     rt.setBeforeClose([] { flush(); });
-    if (s.record_alternate_steps > 0)
-      WARN("record: record_alternate_steps %d (a benchmark setting): steps %d-%d, %d-%d, ... are forwarded without "
-           "being recorded; this trace cannot be replayed", s.record_alternate_steps, s.record_alternate_steps,
-           2 * s.record_alternate_steps - 1, 3 * s.record_alternate_steps, 4 * s.record_alternate_steps - 1);
     INFO(kSubInit | kSubRanklens, "record: recorder ready on the %s device, payloads %s, staging %llu bytes%s",
          st.device->name(), ranklens::config::toString(s.payloads),
          static_cast<unsigned long long>(st.recorder->stagingBytes()), autoStaging ? " (auto)" : "");
   });
   return st.recorder.get();
-}
-
-// record_alternate_steps (the overhead benchmark's A/B within one process): odd blocks of steps are forwarded as
-// if RankLens were not there, so that they time the job without the recorder.
-bool unrecordedStep() {
-  const int n = Runtime::get().settings().record_alternate_steps;
-  if (n <= 0) return false;
-  const int64_t step = state().step.load(std::memory_order_relaxed);
-  return step >= 0 && (step / n) % 2 == 1;
 }
 
 std::shared_ptr<RecComm> findComm(ncclComm_t handle) {
@@ -391,7 +370,6 @@ struct StreamSpan {
 
 struct GroupState {
   int depth = 0;
-  bool unrecorded = false;  // decided at the outermost start, so that a group is recorded whole or not at all
   uint64_t id = 0;
   uint32_t calls = 0;
   std::vector<StreamSpan> streams;
@@ -421,11 +399,6 @@ void finish(CallRecorder* rec, ncclResult_t result, const std::shared_ptr<RecCom
 template <typename RealCall>
 ncclResult_t recordCall(const CallArgs& a, RealCall&& realCall) {
   GroupState& g = group();
-  if (g.depth > 0 ? g.unrecorded : unrecordedStep()) {
-    const ncclResult_t result = realCall();
-    if (accepted(result)) state().callsUnrecorded.fetch_add(1, std::memory_order_relaxed);
-    return result;
-  }
   std::shared_ptr<RecComm> comm = findComm(a.comm);
   if (!comm) {
     // Not created through this library (or already destroyed): forward, and let the real NCCL judge the handle.
@@ -561,15 +534,6 @@ void closeGroup(ncclResult_t result, bool launched, int64_t hostNs) {
   g.streams.clear();
   g.calls = 0;
   g.id = 0;
-}
-
-void endOutermostGroup(ncclResult_t result, bool launched, int64_t hostNs) {
-  GroupState& g = group();
-  if (g.unrecorded) {
-    g.unrecorded = false;
-    return;
-  }
-  closeGroup(result, launched, hostNs);
 }
 
 }  // namespace
@@ -712,7 +676,6 @@ void flush() {
         {"payloads_copy_engine", s.payloadsByCopyEngine},
         {ranklens::trace::counter::kStagingWaits, s.waitsForStaging},
         {ranklens::trace::counter::kStagingWaitNs, s.stagingWaitNs},
-        {ranklens::trace::counter::kCallsUnrecorded, state().callsUnrecorded.load(std::memory_order_relaxed)},
     };
     for (const auto& [name, value] : values) writer->setCounter(name, value);
     warnOfStaging(s, rec->stagingBytes(), rec->controlReserveBytes());
@@ -917,10 +880,7 @@ ncclResult_t ncclGroupStart() {
   ncclResult_t ret = REAL(ncclGroupStart)();
   if (ret != ncclSuccess) return ret;
   GroupState& g = group();
-  if (g.depth++ == 0) {
-    g.unrecorded = unrecordedStep();
-    g.id = g.unrecorded ? 0 : Runtime::get().beginGroup();
-  }
+  if (g.depth++ == 0) g.id = Runtime::get().beginGroup();
   return ret;
 }
 
@@ -928,11 +888,11 @@ ncclResult_t ncclGroupEnd() {
   const int64_t start = monotonicNs();
   GroupState& g = group();
   // The outermost end launches.
-  KernelClock* clock = g.depth == 1 && !g.unrecorded ? state().kernelClock.get() : nullptr;
+  KernelClock* clock = g.depth == 1 ? state().kernelClock.get() : nullptr;
   if (clock != nullptr) clock->beginLaunch();
   ncclResult_t ret = REAL(ncclGroupEnd)();
   if (clock != nullptr) clock->endLaunch(accepted(ret));
-  if (g.depth > 0 && --g.depth == 0) endOutermostGroup(ret, true, monotonicNs() - start);
+  if (g.depth > 0 && --g.depth == 0) closeGroup(ret, true, monotonicNs() - start);
   return ret;
 }
 
@@ -940,9 +900,9 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   const int64_t start = monotonicNs();
   ncclResult_t ret = REAL(ncclGroupSimulateEnd)(simInfo);
   GroupState& g = group();
-  if (g.depth == 1 && !g.unrecorded)
+  if (g.depth == 1)
     if (KernelClock* clock = state().kernelClock.get()) clock->endLaunch(false);  // nothing was launched
-  if (g.depth > 0 && --g.depth == 0) endOutermostGroup(ret, false, monotonicNs() - start);
+  if (g.depth > 0 && --g.depth == 0) closeGroup(ret, false, monotonicNs() - start);
   return ret;
 }
 

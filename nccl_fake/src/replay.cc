@@ -114,14 +114,6 @@ std::once_flag loadOnce;
 Session* session = nullptr;  // set once, never freed (calls may come from threads still running at exit)
 std::string loadError;
 
-int envInt(const char* name) {
-  const char* v = getenv(name);
-  if (v == nullptr || *v == '\0') return -1;
-  char* end = nullptr;
-  long x = strtol(v, &end, 10);
-  return *end == '\0' && x >= 0 ? static_cast<int>(x) : -1;
-}
-
 std::string describeComm(const ranklens::events::CommInit& c) {
   std::string text = "comm " + std::to_string(c.commId) + " (" + c.how + ", rank " + std::to_string(c.rank) + " of " +
                      std::to_string(c.nranks);
@@ -265,13 +257,14 @@ void makeEstimator(Session* s, const ranklens::config::Settings& st) {
 // recording), its damage and machine reported. False with loadError set when it cannot be replayed.
 bool openRecording(Session* s, const ranklens::config::Settings& st) {
   std::string error;
-  s->recording = ranklens::trace::Recording::open(st.replay_trace, envInt("RANK"), &error);
+  const ranklens::config::Context job = ranklens::config::readContext();
+  s->recording = ranklens::trace::Recording::open(st.replay_trace, job.rank_number, &error);
   if (!s->recording) {
     loadError = "replay_trace: " + error;
     return false;
   }
   const auto& m = s->recording->manifest();
-  const int worldSize = envInt("WORLD_SIZE");
+  const int worldSize = job.world_size;
   if (m.world_size > 0 && worldSize > 0 && m.world_size != worldSize) {
     loadError = "replay_trace " + s->recording->directory() + " was recorded with WORLD_SIZE " +
                 std::to_string(m.world_size) + " but this process has WORLD_SIZE " + std::to_string(worldSize) +
@@ -435,15 +428,14 @@ Session* load() {
     const ranklens::trace::Manifest& m = recorded ? s->recording->manifest() : none;
     INFO(kSubInit | kSubRanklens,
          "replaying %s (rank %d of %d, %zu calls, %zu timed, %zu payloads, %zu communicators) at %s fidelity, "
-         "on_mismatch %s; holds %d x %d threads, shared %s, traffic %g (%.0f GB/s), from %s; hold fixed cost %ld ns, "
+         "on_mismatch %s; holds %d x %d threads, shared %s, from %s; hold fixed cost %ld ns, "
          "copy %ld ns + %.4f ns/byte",
          what.c_str(), m.rank, m.world_size, recorded ? s->recording->callCount() : 0,
          recorded ? s->recording->timedCount() : 0, recorded ? s->recording->payloadOrder().size() : 0,
          recorded ? s->recording->comms().size() : 0,
          ranklens::config::toString(s->fidelity), ranklens::config::toString(s->policy), st.hold_blocks,
-         st.hold_threads, settingText(st, "hold_shared_bytes").c_str(), st.hold_traffic,
-         s->calibration.trafficNsPerByte > 0 ? 1.0 / s->calibration.trafficNsPerByte : 0.0,
-         ranklens::config::toString(st.hold_from), static_cast<long>(s->calibration.holdFixedNs),
+         st.hold_threads, settingText(st, "hold_shared_bytes").c_str(), ranklens::config::toString(st.hold_from),
+         static_cast<long>(s->calibration.holdFixedNs),
          static_cast<long>(s->calibration.copyFixedNs), s->calibration.copyNsPerByte);
     session = s.release();
     rt.setBeforeClose([] { finish(); });

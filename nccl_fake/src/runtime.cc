@@ -46,16 +46,17 @@ Runtime& Runtime::get() {
 Runtime::Runtime() { load(); }
 
 void Runtime::load() {
-  auto result = ranklens::config::loadFromEnvironment([](const char* name) { return getenv(name); });
-  for (const auto& warning : result.warnings) INFO(kSubEnv | kSubRanklens, "%s", warning.c_str());
+  std::vector<std::string> warnings;
+  const ranklens::Status loaded =
+      ranklens::config::loadFromEnvironment([](const char* name) { return getenv(name); }, &settings_, &warnings);
+  for (const auto& warning : warnings) INFO(kSubEnv | kSubRanklens, "%s", warning.c_str());
   status_ = ncclSuccess;
   statusMessage_.clear();
-  if (!result.ok) {
-    status_ = ncclInvalidUsage;
-    statusMessage_ = "configuration error: " + result.error;
+  if (!loaded.isOk()) {
+    status_ = ncclInvalidUsage;  // whatever the cause, as NCCL answers a bad NCCL_* setting
+    statusMessage_ = "configuration error: " + loaded.message();
     return;
   }
-  settings_ = result.settings;
   for (const auto& row : ranklens::config::describe(settings_))
     if (row.set_by != "default")
       INFO(kSubEnv | kSubRanklens, "%s set by %s to %s", row.key.c_str(), row.set_by.c_str(), row.value.c_str());
@@ -92,7 +93,7 @@ void Runtime::load() {
     if (settings_.device != DeviceKind::kHost)
       device_ = ranklens::device::makeCudaDevice(
           &why, completion,
-          {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes, settings_.hold_traffic,
+          {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes, 0,
            settings_.hold_from == ranklens::config::HoldFrom::kStart});
     if (device_ == nullptr && settings_.device == DeviceKind::kCuda) {
       status_ = ncclUnhandledCudaError;
@@ -128,18 +129,10 @@ void Runtime::reloadForTesting() {
 
 namespace {
 // The rank directory: RANK from the environment, else the rank of the first communicator, else the pid.
-std::string rankDirName(int rankHint) {
-  if (const char* rank = getenv("RANK"); rank != nullptr && *rank != '\0') return std::string("rank") + rank;
+std::string rankDirName(const ranklens::config::Context& job, int rankHint) {
+  if (!job.rank.empty()) return "rank" + job.rank;
   if (rankHint >= 0) return "rank" + std::to_string(rankHint);
   return "ranklens-pid" + std::to_string(getpid());
-}
-
-int envInt(const char* name, int fallback) {
-  const char* value = getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  char* end = nullptr;
-  long v = strtol(value, &end, 10);
-  return (*end == '\0' && v >= 0 && v < (1L << 30)) ? static_cast<int>(v) : fallback;
 }
 }  // namespace
 
@@ -147,17 +140,19 @@ ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
   if (settings_.trace_dir.empty()) return nullptr;
   if (writerReady_.load(std::memory_order_acquire)) return writer_.get();
   std::call_once(writerOnce_, [this, rankHint] {
-    const std::string dir = settings_.trace_dir + "/" + rankDirName(rankHint);
+    // Read now, not at load: a program may set RANK between its first NCCL call and its first communicator.
+    const ranklens::config::Context job = ranklens::config::readContext();
+    const std::string dir = settings_.trace_dir + "/" + rankDirName(job, rankHint);
     ranklens::trace::Manifest manifest;
     ranklens::trace::describeHost(&manifest);
     manifest.pid = getpid();
-    manifest.rank = envInt("RANK", rankHint);
-    manifest.world_size = envInt("WORLD_SIZE", -1);
-    manifest.local_rank = envInt("LOCAL_RANK", -1);
+    manifest.rank = job.rank_number >= 0 ? job.rank_number : rankHint;
+    manifest.world_size = job.world_size;
+    manifest.local_rank = job.local_rank;
     // A rank on a shared GPU (ranklens/share_gpu.h): its LOCAL_RANK was mapped onto the GPUs there were; the manifest
     // keeps the launcher's.
     manifest.shared_gpu = ranklens::share_gpu::placedHere();
-    if (manifest.shared_gpu) manifest.local_rank = envInt(ranklens::share_gpu::kLocalRankVar, manifest.local_rank);
+    if (manifest.shared_gpu && job.shared_gpu_local_rank >= 0) manifest.local_rank = job.shared_gpu_local_rank;
     manifest.nccl_version = settings_.nccl_version;
     manifest.mode = ranklens::config::toString(settings_.mode);
     if (device_) {

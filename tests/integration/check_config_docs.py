@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""docs/config.md's table of settings is the one `ranklens dump-config --markdown` prints from config/'s table:
+"""docs/config.md's tables of settings are the ones `ranklens dump-config --markdown` prints from config/'s table:
 fails, with the difference and the fix, when a setting was added, removed or changed on one side only.
     check_config_docs.py RANKLENS DOCS_CONFIG_MD"""
 import difflib
@@ -20,7 +20,7 @@ def main() -> int:
         return 1
     documented = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip("\n") + "\n"
     if documented == printed:
-        print(f"{docs}: the settings table matches ranklens dump-config --markdown ({printed.count(chr(10)) - 2} keys)")
+        print(f"{docs}: the settings table matches ranklens dump-config --markdown ({sum(line.startswith('| `') for line in printed.splitlines())} keys)")
         return 0
     sys.stdout.writelines(difflib.unified_diff(documented.splitlines(True), printed.splitlines(True),
                                                "docs/config.md", "ranklens dump-config --markdown"))

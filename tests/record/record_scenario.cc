@@ -209,8 +209,8 @@ void unwritableTrace() {
 }
 
 // Steps 0-2, each an AllReduce and a Send/Recv group on comm 0; step 3's marker comes inside step 2's group (after
-// its Send), and step 3 is one more AllReduce. Every result is checked, recorded or not.
-void alternate() {
+// its Send), and step 3 is one more AllReduce. Every result is checked.
+void steps() {
   ncclComm_t comms[2] = {};
   EXPECT(ncclCommInitAll(comms, 2, nullptr) == ncclSuccess, "InitAll");
   for (int step = 0; step < 3; ++step) {
@@ -241,11 +241,11 @@ int main(int argc, char** argv) {
   else if (scenario == "no-real-nccl") noRealNccl();
   else if (scenario == "discover") discover();
   else if (scenario == "stage-first") stageFirst();
-  else if (scenario == "alternate") alternate();
+  else if (scenario == "steps") steps();
   else if (scenario == "unwritable-trace") unwritableTrace();
   else {
     fprintf(stderr, "usage: record_scenario forward|capture|nonblocking|missing-symbol|no-real-nccl|discover|"
-                    "stage-first|alternate\n");
+                    "stage-first|steps|unwritable-trace\n");
     return 2;
   }
   return failures == 0 ? 0 : 1;

@@ -15,19 +15,30 @@ namespace ranklens {
 namespace config {
 namespace {
 
-LoadResult fromEnv(const std::map<std::string, std::string>& vars) {
+// One load's outcome, as the tests inspect it.
+struct Loaded {
+  bool ok = false;
+  std::string error;
+  Settings settings;
+};
+
+Loaded fromEnv(const std::map<std::string, std::string>& vars) {
   std::vector<std::string> names;
   for (const auto& kv : vars) names.push_back(kv.first);
-  return loadFromEnvironment(
+  Loaded r;
+  const Status status = loadFromEnvironment(
       [&](const char* name) -> const char* {
         auto it = vars.find(name);
         return it == vars.end() ? nullptr : it->second.c_str();
       },
-      &names);
+      &r.settings, nullptr, &names);
+  r.ok = status.isOk();
+  r.error = status.message();
+  return r;
 }
 
 Settings settings(const std::string& mesh, const std::string& colors = "") {
-  LoadResult r = fromEnv({{"RANKLENS_MESH", mesh}, {"RANKLENS_MESH_COLORS", colors}});
+  Loaded r = fromEnv({{"RANKLENS_MESH", mesh}, {"RANKLENS_MESH_COLORS", colors}});
   EXPECT_TRUE(r.ok) << r.error;
   return r.settings;
 }
@@ -41,8 +52,8 @@ std::vector<int> range(int first, int stride, int count) {
 MeshSplit split(const Settings& s, int world, const std::vector<int>& parent, int parentRank, int color,
                 int key = 0) {
   MeshSplit out;
-  const std::string err = resolveMeshSplit(s, world, parent, parentRank, color, key, &out);
-  EXPECT_EQ(err, "");
+  const Status placed = resolveMeshSplit(s, world, parent, parentRank, color, key, &out);
+  EXPECT_TRUE(placed.isOk()) << placed.message();
   return out;
 }
 
@@ -60,9 +71,10 @@ TEST(MeshConfig, ParsesEnvironmentAndYaml) {
   EXPECT_EQ(s.mesh_colors[1].colors.lo, 8192);
   EXPECT_EQ(s.mesh_colors[1].colors.hi, -1);
 
-  LoadResult y = loadFromYaml("mesh: [pp=4, dp=-1, tp=8]\nmesh_colors: [pp+dp=all]\n", "cfg.yaml",
-                              [](const char*) -> const char* { return nullptr; });
-  ASSERT_TRUE(y.ok) << y.error;
+  Loaded y;
+  const Status loaded = loadFromYaml("mesh: [pp=4, dp=-1, tp=8]\nmesh_colors: [pp+dp=all]\n", "cfg.yaml",
+                                     [](const char*) -> const char* { return nullptr; }, &y.settings);
+  ASSERT_TRUE(loaded.isOk()) << loaded.message();
   ASSERT_EQ(y.settings.mesh.size(), 3u);
   EXPECT_EQ(y.settings.mesh[1].size, -1);
   EXPECT_EQ(y.settings.mesh_colors[0].dims, (std::vector<std::string>{"pp", "dp"}));
@@ -86,7 +98,7 @@ TEST(MeshConfig, RefusesBadMeshes) {
       {"dp=65536,tp=65536", "at most 2^31-1 ranks"},
   };
   for (const auto& [mesh, expected] : bad) {
-    LoadResult r = fromEnv({{"RANKLENS_MESH", mesh}});
+    Loaded r = fromEnv({{"RANKLENS_MESH", mesh}});
     EXPECT_FALSE(r.ok) << mesh;
     EXPECT_NE(r.error.find("RANKLENS_MESH=" + mesh), std::string::npos) << r.error;
     EXPECT_NE(r.error.find(expected), std::string::npos) << r.error;
@@ -95,15 +107,15 @@ TEST(MeshConfig, RefusesBadMeshes) {
 
 TEST(MeshConfig, RefusesBadColorEntries) {
   for (const std::string& colors : {"tp", "tp=", "=3", "tp=5-3", "tp=-3", "tp+tp=1", "tp=x"}) {
-    LoadResult r = fromEnv({{"RANKLENS_MESH", "dp=4,tp=2"}, {"RANKLENS_MESH_COLORS", colors}});
+    Loaded r = fromEnv({{"RANKLENS_MESH", "dp=4,tp=2"}, {"RANKLENS_MESH_COLORS", colors}});
     EXPECT_FALSE(r.ok) << colors;
     EXPECT_NE(r.error.find("expected entries dims=colors"), std::string::npos) << r.error;
   }
-  LoadResult unknown = fromEnv({{"RANKLENS_MESH", "dp=4,tp=2"}, {"RANKLENS_MESH_COLORS", "tp=0-3,pp=4-"}});
+  Loaded unknown = fromEnv({{"RANKLENS_MESH", "dp=4,tp=2"}, {"RANKLENS_MESH_COLORS", "tp=0-3,pp=4-"}});
   EXPECT_FALSE(unknown.ok);
   EXPECT_NE(unknown.error.find("'pp', which is not a dimension of the mesh dp=4,tp=2"), std::string::npos)
       << unknown.error;
-  LoadResult noMesh = fromEnv({{"RANKLENS_MESH_COLORS", "tp=0-3"}});
+  Loaded noMesh = fromEnv({{"RANKLENS_MESH_COLORS", "tp=0-3"}});
   EXPECT_FALSE(noMesh.ok);
   EXPECT_NE(noMesh.error.find("env RANKLENS_MESH_COLORS: mesh_colors names mesh dimensions, but no mesh is set"),
             std::string::npos)
@@ -112,15 +124,17 @@ TEST(MeshConfig, RefusesBadColorEntries) {
 
 TEST(MeshSizes, FillsTheInferredDimensionAndRefusesAMismatch) {
   std::vector<int> sizes;
-  EXPECT_EQ(meshSizes(settings("dp=-1,tp=2").mesh, 131072, &sizes), "");
+  EXPECT_TRUE(meshSizes(settings("dp=-1,tp=2").mesh, 131072, &sizes).isOk());
   EXPECT_EQ(sizes, (std::vector<int>{65536, 2}));
-  EXPECT_EQ(meshSizes(settings("pp=4,dp=8,tp=2").mesh, 64, &sizes), "");
+  EXPECT_TRUE(meshSizes(settings("pp=4,dp=8,tp=2").mesh, 64, &sizes).isOk());
   EXPECT_EQ(sizes, (std::vector<int>{4, 8, 2}));
-  std::string err = meshSizes(settings("dp=8192,tp=2").mesh, 16, &sizes);
+  Status fit = meshSizes(settings("dp=8192,tp=2").mesh, 16, &sizes);
+  EXPECT_EQ(fit.code(), Status::Code::kInvalidArgument);
+  std::string err = fit.message();
   EXPECT_NE(err.find("the mesh dp=8192,tp=2 does not fit a world of 16 ranks (it has 16384)"), std::string::npos)
       << err;
   EXPECT_NE(err.find("dp=-1"), std::string::npos) << err;
-  err = meshSizes(settings("dp=-1,tp=3").mesh, 16, &sizes);
+  err = meshSizes(settings("dp=-1,tp=3").mesh, 16, &sizes).message();
   EXPECT_NE(err.find("(3 does not divide it)"), std::string::npos) << err;
 }
 
@@ -207,14 +221,16 @@ TEST(MeshSplit, RecognisesTorchColorsWithoutMeshColors) {
 TEST(MeshSplit, ErrorsNameTheColorKeyAndFix) {
   const Settings s = settings("dp=-1,tp=2", "tp=0-7");
   MeshSplit out;
-  std::string err = resolveMeshSplit(s, 16, range(0, 1, 16), 3, 9, 3, &out);
+  Status placed = resolveMeshSplit(s, 16, range(0, 1, 16), 3, 9, 3, &out);
+  EXPECT_EQ(placed.code(), Status::Code::kInvalidUsage);
+  std::string err = placed.message();
   EXPECT_NE(err.find("ncclCommSplit(color 9, key 3) of a communicator of 16 ranks by world rank 3"), std::string::npos)
       << err;
   EXPECT_NE(err.find("does not say which dimensions color 9 splits along"), std::string::npos) << err;
   EXPECT_NE(err.find("dp [1, 3, 5, ..., 15]"), std::string::npos) << err;
   EXPECT_NE(err.find("RANKLENS_MESH_COLORS=tp=9"), std::string::npos) << err;
   EXPECT_NE(err.find("groups: table"), std::string::npos) << err;
-  err = resolveMeshSplit(settings("dp=8192,tp=2", "tp=all"), 16, range(0, 1, 16), 3, 1, 3, &out);
+  err = resolveMeshSplit(settings("dp=8192,tp=2", "tp=all"), 16, range(0, 1, 16), 3, 1, 3, &out).message();
   EXPECT_NE(err.find("the mesh dp=8192,tp=2 does not fit a world of 16 ranks"), std::string::npos) << err;
 }
 

@@ -188,22 +188,23 @@ int runDoctor(const DoctorOptions& o) {
 
   std::map<std::string, std::string> env;
   if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();
-  config::LoadResult loaded;
-  if (checkSettings(env, &loaded)) {
+  config::Settings settings;
+  const Status loaded = checkSettings(env, &settings);
+  if (loaded.isOk()) {
     int changed = 0;
     std::string list;
-    for (const auto& row : config::describe(loaded.settings))
+    for (const auto& row : config::describe(settings))
       if (row.set_by != "default") list += (changed++ ? ", " : "") + row.key + "=" + row.value + " (" + row.set_by + ")";
     r.ok("settings", changed ? list : std::string("all defaults (mode replay, fidelity structure)"));
     // NCCL loads one profiler plugin: another one takes the kernel clock's place (record then keeps events).
     const char* plugin = getenv("NCCL_PROFILER_PLUGIN");
-    if (loaded.settings.timing_clock == config::TimingClock::kKernel && plugin != nullptr && *plugin != '\0' &&
+    if (settings.timing_clock == config::TimingClock::kKernel && plugin != nullptr && *plugin != '\0' &&
         std::string(plugin).find("libnccl.so") == std::string::npos)
       r.note("timing clock", std::string("timing_clock kernel, but NCCL_PROFILER_PLUGIN=") + plugin +
                                  ": NCCL loads one profiler plugin, so recording keeps CUDA events; unset it to use "
                                  "the kernel clock");
   } else {
-    r.fail("settings", loaded.error);
+    r.fail("settings", loaded.message());
   }
 
   int status = 0;

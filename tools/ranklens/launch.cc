@@ -115,7 +115,7 @@ void pointAtLibrary(const std::string& lib, const std::string& override, std::ma
   if (override != "preload") (*env)["LD_LIBRARY_PATH"] = prepend("LD_LIBRARY_PATH", fs::path(lib).parent_path(), ':');
 }
 
-bool checkSettings(const std::map<std::string, std::string>& env, config::LoadResult* loaded) {
+Status checkSettings(const std::map<std::string, std::string>& env, config::Settings* settings) {
   auto lookup = [&](const char* name) -> const char* {
     auto it = env.find(name);
     return it != env.end() ? it->second.c_str() : getenv(name);
@@ -123,13 +123,14 @@ bool checkSettings(const std::map<std::string, std::string>& env, config::LoadRe
   std::vector<std::string> names;
   for (char** e = environ; *e; ++e) names.emplace_back(std::string(*e).substr(0, std::string(*e).find('=')));
   for (const auto& [k, v] : env) names.push_back(k);
-  *loaded = config::loadFromEnvironment(lookup, &names);
-  if (!loaded->ok) {
-    std::cerr << "error: " << loaded->error << "\n";
-    return false;
+  std::vector<std::string> warnings;
+  const Status loaded = config::loadFromEnvironment(lookup, settings, &warnings, &names);
+  if (!loaded.isOk()) {
+    std::cerr << "error: " << loaded.message() << "\n";
+    return loaded;
   }
-  for (const auto& w : loaded->warnings) std::cerr << "warning: " << w << "\n";
-  return true;
+  for (const auto& w : warnings) std::cerr << "warning: " << w << "\n";
+  return loaded;
 }
 
 int runCommand(const std::map<std::string, std::string>& env, const std::vector<std::string>& command) {

@@ -32,8 +32,9 @@ std::string quote(const std::string& s);
 std::string prepend(const char* var, const std::string& value, char sep);
 // LD_PRELOAD and/or LD_LIBRARY_PATH for `override` = preload | library-path | both.
 void pointAtLibrary(const std::string& lib, const std::string& override, std::map<std::string, std::string>* env);
-// Loads the settings the child will see (this environment overlaid with `env`); false with the message printed.
-bool checkSettings(const std::map<std::string, std::string>& env, config::LoadResult* loaded);
+// Loads the settings the child will see (this environment overlaid with `env`) into `*settings`, printing the
+// warnings, and on failure the message (also returned).
+Status checkSettings(const std::map<std::string, std::string>& env, config::Settings* settings);
 // Sets `env` in this process and runs `command` (PATH lookup) with it; returns its exit code, 128 + N when killed by
 // signal N, 127 when it cannot be started. Ctrl-C goes to the child; this process only waits.
 int runCommand(const std::map<std::string, std::string>& env, const std::vector<std::string>& command);

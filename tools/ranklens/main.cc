@@ -32,35 +32,52 @@ namespace {
 using ranklens::tools::ReplayOptions;
 constexpr const char* kVersion = "0.1.0";
 
-// docs/config.md's table of settings, one line each (a test holds the two together).
+// docs/config.md's tables of settings, one per section, one line per setting (a test holds the two together).
 int printSettingsTable() {
   auto cell = [](const std::string& text) {
     std::string out;
     for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
     return out;
   };
-  std::cout << "| key | environment variable | values | default | what it does |\n| --- | --- | --- | --- | --- |\n";
-  for (const auto& row : ranklens::config::describe(ranklens::config::Settings{}))
+  const char* const titles[] = {"Common settings (both modes)", "Record settings", "Replay settings"};  // by Section
+  int section = -1;
+  for (const auto& row : ranklens::config::describe(ranklens::config::Settings{})) {
+    if (static_cast<int>(row.section) != section) {
+      section = static_cast<int>(row.section);
+      std::cout << (section > 0 ? "\n" : "") << "### " << titles[section]
+                << "\n\n| key | environment variable | values | default | what it does |\n"
+                << "| --- | --- | --- | --- | --- |\n";
+    }
     std::cout << "| `" << row.key << "` | `" << row.env << "` | " << cell(row.values) << " | "
               << (row.default_value.empty() ? std::string("empty") : "`" + row.default_value + "`") << " | "
               << cell(row.help) << " |\n";
+  }
   return 0;
 }
 
 int runDumpConfig(const std::string& configPath, bool markdown) {
   if (markdown) return printSettingsTable();
   if (!configPath.empty()) setenv("RANKLENS_CONFIG", configPath.c_str(), 1);
-  auto loaded = ranklens::config::loadFromEnvironment([](const char* n) { return getenv(n); });
-  if (!loaded.ok) {
-    std::cerr << "error: " << loaded.error << "\n";
+  ranklens::config::Settings settings;
+  std::vector<std::string> warnings;
+  if (const ranklens::Status loaded =
+          ranklens::config::loadFromEnvironment([](const char* n) { return getenv(n); }, &settings, &warnings);
+      !loaded.isOk()) {
+    std::cerr << "error: " << loaded.message() << "\n";
     return 1;
   }
-  for (const auto& w : loaded.warnings) std::cerr << "warning: " << w << "\n";
+  for (const auto& w : warnings) std::cerr << "warning: " << w << "\n";
   std::cout << std::left;
-  for (const auto& row : ranklens::config::describe(loaded.settings))
+  int section = -1;
+  for (const auto& row : ranklens::config::describe(settings)) {
+    if (static_cast<int>(row.section) != section) {
+      section = static_cast<int>(row.section);
+      std::cout << "# " << ranklens::config::toString(row.section) << "\n";
+    }
     std::cout << std::setw(15) << row.key << " = " << std::setw(24) << row.value << "  (" << row.set_by
               << "; default " << (row.default_value.empty() ? "\"\"" : row.default_value) << "; env " << row.env
               << ")\n";
+  }
   return 0;
 }
 

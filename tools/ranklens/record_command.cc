@@ -170,11 +170,11 @@ int runRecord(const RecordOptions& o) {
   if (o.shareGpu && !addShareGpu(lib, o.quiet, &env)) return 2;
   if (const std::string adapter = findPythonAdapter(); !adapter.empty())
     enablePythonAdapter(adapter, false, &env);  // optimizer-step markers in every rank's trace
-  config::LoadResult loaded;
-  if (!checkSettings(env, &loaded)) return 2;
+  config::Settings settings;
+  if (!checkSettings(env, &settings).isOk()) return 2;
   if (!o.quiet)
-    std::cerr << "ranklens: recording (payloads " << config::toString(loaded.settings.payloads) << ", timing clock "
-              << config::toString(loaded.settings.timing_clock) << ") to " << traceDir
+    std::cerr << "ranklens: recording (payloads " << config::toString(settings.payloads) << ", timing clock "
+              << config::toString(settings.timing_clock) << ") to " << traceDir
               << " with " << lib << "\n";
   const int exitCode = runCommand(env, o.command);
   if (!o.quiet) {

@@ -202,7 +202,7 @@ struct ReplayPlan {
   bool estimatesOnly = false;  // no --trace, --history: timing from the history's estimates
   std::string lib;
   std::map<std::string, std::string> env;
-  config::LoadResult loaded;
+  config::Settings settings;
   std::string traceDir;
 };
 
@@ -297,7 +297,7 @@ Status planReplay(const ReplayOptions& o, ReplayPlan* plan) {
 // trace (it says so only under NCCL_DEBUG), and the summary or the comparison after the run would then read the
 // earlier run's.
 Status chooseEventDirectory(const ReplayOptions& o, ReplayPlan* plan) {
-  plan->traceDir = plan->loaded.settings.trace_dir;
+  plan->traceDir = plan->settings.trace_dir;
   if (plan->traceDir.empty() && !o.noEvents) plan->env["RANKLENS_TRACE_DIR"] = plan->traceDir = defaultTraceDir();
   if (const std::string rankDir = plan->traceDir + "/rank" + std::to_string(o.rank);
       !plan->traceDir.empty() && trace::holdsTrace(rankDir))
@@ -318,7 +318,7 @@ void printReplayReport(const ReplayOptions& o, const ReplayPlan& plan) {
     printTraceSummary(traceDir, false, std::cout, std::cerr);
     return;
   }
-  printReplayCounters(rankDir, true, plan.loaded.settings.fidelity == config::Fidelity::kValue);
+  printReplayCounters(rankDir, true, plan.settings.fidelity == config::Fidelity::kValue);
   std::cout << "\nRecorded vs replayed (ranklens compare " << o.trace << " " << traceDir << " --rank " << o.rank
             << "):\n";
   CompareOptions compare;
@@ -425,15 +425,16 @@ int runReplay(const ReplayOptions& o) {
   if (!o.ranks.empty() || o.reportOnly || !o.slurm.empty()) return runReplayRanks(o);
   ReplayPlan plan;
   if (Status planned = planReplay(o, &plan); !planned.isOk()) return failBeforeStart(planned);
-  // Check the configuration the child will see before starting it: a typo fails here, with its position.
-  if (!checkSettings(plan.env, &plan.loaded)) return 2;
+  // Check the configuration the child will see before starting it: a typo fails here, with its position (said
+  // by checkSettings).
+  if (!checkSettings(plan.env, &plan.settings).isOk()) return 2;
   if (Status chosen = chooseEventDirectory(o, &plan); !chosen.isOk()) return failBeforeStart(chosen);
-  if (!o.trace.empty() && plan.loaded.settings.fidelity == config::Fidelity::kValue) warnOfPayloadGaps(o);
+  if (!o.trace.empty() && plan.settings.fidelity == config::Fidelity::kValue) warnOfPayloadGaps(o);
   if (!o.quiet)
     std::cerr << "ranklens: replaying rank " << o.rank << " of " << plan.worldSize << " ("
-              << config::toString(plan.loaded.settings.fidelity)
-              << (plan.loaded.settings.replay_trace.empty() ? std::string() : " of " + plan.loaded.settings.replay_trace)
-              << ", fill " << config::toString(plan.loaded.settings.fill) << ") with " << plan.lib << "\n"
+              << config::toString(plan.settings.fidelity)
+              << (plan.settings.replay_trace.empty() ? std::string() : " of " + plan.settings.replay_trace)
+              << ", fill " << config::toString(plan.settings.fill) << ") with " << plan.lib << "\n"
               << "ranklens: events -> " << (plan.traceDir.empty() ? "(disabled)" : plan.traceDir) << "\n";
   if (!plan.traceDir.empty())
     if (Status writable = eventDirectoryWritable(plan.traceDir); !writable.isOk())

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common.h"
 
+#include "ranklens/config.h"
+
 #include <unistd.h>
 
 #include <cctype>
@@ -19,11 +21,8 @@ void printWarning(const std::string& text) { std::cerr << "warning: " << text <<
 // ------------------------------------------------------------------------------------------------------ progress
 
 Progress::Progress(std::string label, uint64_t total, bool enabled) : label_(std::move(label)), total_(total) {
-  const char* forced = getenv("RANKLENS_PROGRESS");
-  if (forced && *forced)
-    enabled_ = enabled && std::string(forced) != "0";
-  else
-    enabled_ = enabled && isatty(STDERR_FILENO);
+  const int forced = ranklens::config::readContext().progress;
+  enabled_ = enabled && (forced >= 0 ? forced == 1 : isatty(STDERR_FILENO));
   last_ = std::chrono::steady_clock::now();
 }
 

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// RankLens settings: built-in defaults < YAML file named by RANKLENS_CONFIG < RANKLENS_* environment variables.
-// Nothing here throws: every failure comes back as a LoadResult with a message that names its source
-// (file:line:col for YAML, the variable name for the environment) and the fix.
+// The config module owns every knob a user sets and every environment variable RankLens reads from the job's
+// launcher: built-in defaults < YAML file named by RANKLENS_CONFIG < RANKLENS_* environment variables, grouped by
+// what they govern (common, record, replay). It calls nothing of RankLens's but ranklens/status.h and
+// ranklens/shown_value.h (the rest of the tree calls it), and yaml-cpp, whose exceptions stop here: every failure
+// comes back as a Status whose message names its source (file:line:col for YAML, the variable name for the
+// environment) and the fix.
 #pragma once
 
 #include <functional>
@@ -9,6 +12,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "ranklens/status.h"
 
 namespace ranklens {
 namespace config {
@@ -78,17 +83,13 @@ struct MeshColors {
   std::string text;               // as written, for messages
 };
 
+// Each setting's initialiser below is its one default: describe() shows it as the default, dump-config and
+// docs/config.md print that, and a test reads every shown default back through the loader.
 struct Settings {
+  // Common.
   Mode mode = Mode::kReplay;
-  Fidelity fidelity = Fidelity::kStructure;
-  Fill fill = Fill::kClone;
   DeviceKind device = DeviceKind::kAuto;
   std::string trace_dir;        // where per-rank event logs go; empty: events are not written
-  int nccl_version = 22809;     // what ncclGetVersion reports in replay
-  int ranks_per_node = 8;       // virtual topology: ranks sharing a node (LSA team, locality)
-  std::vector<GroupSpec> groups;
-  std::vector<MeshDim> mesh;             // empty: no mesh (splits need a recording or the groups table)
-  std::vector<MeshColors> mesh_colors;   // which split colors are which mesh dimensions (ranklens/mesh.h)
   // Record mode.
   std::string real_nccl;                    // path of the real libnccl.so.2; empty: discover it
   Payloads payloads = Payloads::kSmall;
@@ -111,8 +112,14 @@ struct Settings {
   unsigned long long payload_copy_kernel_bytes = 65536;  // payloads up to this size copied by a kernel
   unsigned long long payload_copy_kernel_bytes_one_rank = 0;  // the same for calls on 1-rank communicators
   CopyPriority payload_copy_priority = CopyPriority::kHigh;
-  int record_alternate_steps = 0;           // benchmark: every other block of this many steps forwarded unrecorded
-  // Replay of a recorded trace.
+  // Replay.
+  Fidelity fidelity = Fidelity::kStructure;
+  Fill fill = Fill::kClone;
+  int nccl_version = 22809;     // what ncclGetVersion reports in replay
+  int ranks_per_node = 8;       // virtual topology: ranks sharing a node (LSA team, locality)
+  std::vector<GroupSpec> groups;
+  std::vector<MeshDim> mesh;             // empty: no mesh (splits need a recording or the groups table)
+  std::vector<MeshColors> mesh_colors;   // which split colors are which mesh dimensions (ranklens/mesh.h)
   std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
   OnMismatch on_mismatch = OnMismatch::kError;
   OnPayloadError on_payload_error = OnPayloadError::kError;
@@ -125,7 +132,6 @@ struct Settings {
   int hold_blocks = 1;                      // thread blocks (SMs) each hold kernel occupies
   int hold_threads = 32;                    // threads per hold block
   long long hold_shared_bytes = -1;         // dynamic shared memory per hold block; kHoldSharedAuto, kHoldSharedSm
-  double hold_traffic = 0;                  // device memory each hold moves per byte of its call (experiment)
   HoldFrom hold_from = HoldFrom::kArrival;
   PeerPacing peer_pacing = PeerPacing::kOff;  // collectives end when the recorded peers would have arrived
   int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
@@ -145,29 +151,52 @@ struct Settings {
 // sm (an SM's whole shared memory).
 constexpr long long kHoldSharedAuto = -1, kHoldSharedSm = -2;
 
-struct LoadResult {
-  bool ok = false;
-  std::string error;                   // first error, one line, names its source and the fix
-  std::vector<std::string> warnings;   // non-fatal notices, e.g. a misspelt RANKLENS_* variable
-  Settings settings;                   // on failure: all defaults
-};
-
 using GetEnv = std::function<const char*(const char*)>;
 
-// Reads RANKLENS_CONFIG (if set) and every RANKLENS_* override through `getenv`. `envNames` lists the variable
-// names checked for misspelt RANKLENS_* settings (GetEnv cannot enumerate); null means the process `environ`.
-LoadResult loadFromEnvironment(const GetEnv& getenv, const std::vector<std::string>* envNames = nullptr);
+// Reads RANKLENS_CONFIG (if set) and every RANKLENS_* override through `getenv` into `*settings`; on failure
+// `*settings` holds the defaults, the Status says what is wrong where. `warnings` (may be null) receives non-fatal
+// notices, such as a misspelt RANKLENS_* variable; `envNames` lists the variable names checked for those (GetEnv
+// cannot enumerate), null meaning the process `environ`. Codes: kInvalidArgument for a bad value, key or file
+// content, kSystemError for a file that cannot be read, kInternalError otherwise.
+Status loadFromEnvironment(const GetEnv& getenv, Settings* settings, std::vector<std::string>* warnings = nullptr,
+                           const std::vector<std::string>* envNames = nullptr);
 // Same, but with the YAML text given directly; `origin` names it in messages (a path or "<string>").
-LoadResult loadFromYaml(const std::string& yamlText, const std::string& origin, const GetEnv& getenv,
-                        const std::vector<std::string>* envNames = nullptr);
+Status loadFromYaml(const std::string& yamlText, const std::string& origin, const GetEnv& getenv, Settings* settings,
+                    std::vector<std::string>* warnings = nullptr, const std::vector<std::string>* envNames = nullptr);
 
-// One row per key, for `dump-config` and docs/config.md's table (`ranklens dump-config --markdown`): key, environment
-// variable, value, set_by, default, accepted values, help.
+// Variables that the job's launcher sets, not the user for RankLens: read through here so that one place names,
+// parses and documents them (docs/config.md, "Variables read from the job"). Consumers read them when they need
+// them, not at load: a program may set RANK itself after its first NCCL call (often ncclGetVersion at import) and
+// before its first communicator, which names the rank's trace directory.
+struct Context {
+  std::string rank;        // RANK as set (names the trace's rank directory); empty: unset
+  int rank_number = -1;    // RANK as a number >= 0; -1: unset or not a number
+  int world_size = -1;     // WORLD_SIZE; -1: unset or not a number >= 0
+  int local_rank = -1;     // LOCAL_RANK; -1: unset or not a number >= 0
+  int local_ranks = 1;     // ranks on this host: LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS
+  int comm_blocking = -1;  // NCCL_COMM_BLOCKING: 0 or 1 overrides ncclConfig_t.blocking, as NCCL does; -1: neither
+  int progress = -1;       // RANKLENS_PROGRESS for the tools: 1 forces progress lines, 0 turns them off; -1: unset
+  // RANKLENS_SHARE_GPU_LOCAL_RANK: the launcher's LOCAL_RANK of a rank placed on a shared GPU (ranklens/share_gpu.h),
+  // whose LOCAL_RANK was mapped onto the GPUs there are; -1: unset or not a number >= 0.
+  int shared_gpu_local_rank = -1;
+};
+Context readContext(const GetEnv& getenv);
+// The same from the process environment.
+Context readContext();
+
+// Which part of RankLens a setting governs: both modes, record mode, or replay.
+enum class Section { kCommon, kRecord, kReplay };
+
+// One row per key, for `dump-config` and docs/config.md's tables (`ranklens dump-config --markdown`), in table
+// order, grouped by section: key, environment variable, value, set_by, default (the Settings initialiser shown as
+// the value is), accepted values, help.
 struct KeyInfo {
+  Section section = Section::kCommon;
   std::string key, env, value, set_by, default_value, values, help;
 };
 std::vector<KeyInfo> describe(const Settings& settings);
 
+const char* toString(Section);
 const char* toString(Mode);
 const char* toString(Fidelity);
 const char* toString(Fill);

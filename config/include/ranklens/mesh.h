@@ -20,8 +20,9 @@
 namespace ranklens {
 namespace config {
 
-// The mesh's sizes for a world of `worldSize` ranks (a size of -1 filled in); "" or an error naming the fix.
-std::string meshSizes(const std::vector<MeshDim>& mesh, long long worldSize, std::vector<int>* sizes);
+// The mesh's sizes for a world of `worldSize` ranks (a size of -1 filled in); kInvalidArgument naming the fix when
+// the mesh does not fit.
+Status meshSizes(const std::vector<MeshDim>& mesh, long long worldSize, std::vector<int>* sizes);
 
 struct MeshSplit {
   std::vector<int> members;  // world ranks, in child-rank order
@@ -31,10 +32,10 @@ struct MeshSplit {
 };
 
 // The child of ncclCommSplit(parent, color, key) for the parent member `parentRank`, whose members are
-// `parentWorldRanks` (world ranks in parent-rank order) in a world of `worldSize` ranks. "" on success, else an
-// error that names the color and key and how to describe the split.
-std::string resolveMeshSplit(const Settings& settings, int worldSize, const std::vector<int>& parentWorldRanks,
-                             int parentRank, int color, int key, MeshSplit* out);
+// `parentWorldRanks` (world ranks in parent-rank order) in a world of `worldSize` ranks. kInvalidUsage when the
+// settings do not place it, with a message that names the color and key and how to describe the split.
+Status resolveMeshSplit(const Settings& settings, int worldSize, const std::vector<int>& parentWorldRanks,
+                        int parentRank, int color, int key, MeshSplit* out);
 
 // torch's split color for a group of these ranks (sorted, as torch passes them): abs(hash(tuple(ranks))) % 2^31.
 int torchSplitColor(const std::vector<int>& ranks);
