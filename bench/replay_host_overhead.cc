@@ -104,6 +104,11 @@ int main(int argc, char** argv) {
   setenv("RANKLENS_TRACE_DIR", (root + "-replayed").c_str(), 1);
   setenv("RANK", "1", 1);
   setenv("WORLD_SIZE", "2", 1);
+  // The library closes and checks its own event log at exit, after main returns: the directories go after that
+  // (exit handlers run in reverse order of registration, and this one is registered before the library's).
+  static std::string cleanup;
+  cleanup = "rm -rf '" + root + "' '" + root + "-replayed'";
+  atexit([] { (void)!system(cleanup.c_str()); });
   if (nccl_fake::Runtime::get().ready("replay_host_overhead") != ncclSuccess) return 1;
 
   ncclUniqueId id;
@@ -146,6 +151,5 @@ int main(int argc, char** argv) {
         << ", \"gap_us\": " << gapUs << ", \"calls\": " << calls << ", \"median_ns\": " << median << ", \"p90_ns\": " << p90
         << ", \"mean_ns\": " << mean << "}\n";
   }
-  system(("rm -rf '" + root + "' '" + root + "-replayed'").c_str());
   return 0;
 }

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Collective and point-to-point calls: NCCL's argument checks, the per-communicator sequence, the virtual event,
-// then the effects (now, or at the outermost ncclGroupEnd).
+// Collective and point-to-point calls, both modes: one wrapper per API function builds the CallInfo and submits it
+// (enqueue.h has the pipeline). Also replay's backend: NCCL's argument checks, the per-communicator sequence, the
+// Call event, then the effects (now, or at the outermost ncclGroupEnd). May call replay.h, record.h, Runtime.
 #include <nvtx3/nvToolsExt.h>
 #include <signal.h>
 
 #include <cstdlib>
 
 #include "nccl_fake/enqueue.h"
+#include "nccl_fake/real_nccl.h"
+#include "nccl_fake/record.h"
 #include "nccl_fake/replay.h"
 #include "nccl_fake/runtime.h"
 
@@ -77,6 +80,61 @@ ncclResult_t argsCheck(CallInfo& info) {
 
 }  // namespace
 
+namespace {
+
+// Replay outside a group: the call is its own group, applied and held now.
+ncclResult_t applyNow(CallInfo& info, const ranklens::events::Call& event) {
+  // Outside a group a call is its own group, so a Send to self or Recv from self can have no partner.
+  if (ranklens::events::isP2p(info.op) && info.root == info.comm->rank) {
+    WARN(info.op == Op::kSend ? "Trying to send to self without a matching recv"
+                              : "Trying to recv to self without a matching send");
+    return ncclInvalidUsage;
+  }
+  // A range per call in NCCL's shape, so Nsight and torch.profiler's NVTX view line up with the holds. Formatted
+  // only when an NVTX tool is attached (NVTX v3 loads one from NVTX_INJECTION64_PATH, which Nsight tools set):
+  // otherwise the formatting alone would be the call's largest host cost.
+  static const bool nvtxTool = getenv("NVTX_INJECTION64_PATH") != nullptr;
+  if (nvtxTool) {
+    char range[160];
+    snprintf(range, sizeof range, "nccl%s(): comm %lu seq %lu bytes %lu", info.opName,
+             static_cast<unsigned long>(event.commId), static_cast<unsigned long>(event.seq),
+             static_cast<unsigned long>(event.bytes));
+    nvtxRangePushA(range);
+  }
+  ncclResult_t ret = replay::markArrival(&info);
+  if (ret == ncclSuccess) ret = applyEffects(info);
+  if (ret == ncclSuccess) ret = replay::holdCall(info);
+  ret = replay::settle(ret);
+  if (ret == ncclSuccess) replay::holdHost(event.timeNs, info);
+  if (nvtxTool) nvtxRangePop();
+  return ret;
+}
+
+}  // namespace
+
+ranklens::events::Call callEvent(const CommState& comm, const CallInfo& info, uint64_t seq, uint64_t groupId) {
+  ranklens::events::Call event;
+  event.seq = seq;
+  event.commId = comm.id;
+  event.op = static_cast<int>(info.op);
+  event.datatype = info.datatype;
+  event.count = info.count;
+  event.rootOrPeer = (isRooted(info.op) || ranklens::events::isP2p(info.op)) ? info.root : -1;
+  event.redop = isReduction(info.op) ? static_cast<int>(info.redop) : -1;
+  event.stream = reinterpret_cast<uint64_t>(info.stream);
+  event.groupId = groupId;
+  event.nranks = comm.nRanks;
+  event.rank = comm.rank;
+  event.bytes = ranklens::events::receivedBytes(info.op, info.count, info.datatype, comm.nRanks, comm.rank, info.root);
+  event.timeNs = monotonicNs();
+  return event;
+}
+
+ncclResult_t submitCall(CallInfo info) {
+  if (record::active()) return record::recordCall(info);
+  return enqueueCheck(info);
+}
+
 ncclResult_t enqueueCheck(CallInfo info) {
   ncclResult_t ret = Runtime::get().ready(info.opName);
   if (ret == ncclSuccess) ret = commUsable(info.comm, info.opName);
@@ -90,26 +148,12 @@ ncclResult_t enqueueCheck(CallInfo info) {
     return ret;
   }
 
-  ranklens::events::Call event;
+  uint64_t seq;
   {
-    std::lock_guard<std::mutex> lock(info.comm->mu);
-    if (info.op == Op::kSend) event.seq = info.comm->sendSeq[info.root]++;
-    else if (info.op == Op::kRecv) event.seq = info.comm->recvSeq[info.root]++;
-    else event.seq = info.comm->collSeq++;
+    std::lock_guard<std::mutex> lock(info.comm->seqMu);
+    seq = info.comm->sequence(info.op, info.root)++;
   }
-  event.commId = info.comm->id;
-  event.op = static_cast<int>(info.op);
-  event.datatype = info.datatype;
-  event.count = info.count;
-  event.rootOrPeer = (isRooted(info.op) || ranklens::events::isP2p(info.op)) ? info.root : -1;
-  event.redop = isReduction(info.op) ? static_cast<int>(info.redop) : -1;
-  event.stream = reinterpret_cast<uint64_t>(info.stream);
-  event.groupId = currentGroupId();
-  event.nranks = info.comm->nRanks;
-  event.rank = info.comm->rank;
-  event.bytes = ranklens::events::receivedBytes(info.op, info.count, info.datatype, info.comm->nRanks,
-                                                info.comm->rank, info.root);
-  event.timeNs = monotonicNs();
+  const ranklens::events::Call event = callEvent(*info.comm, info, seq, currentGroupId());
   Runtime::get().emit(ranklens::trace::RecordType::kCall, event);
   // NCCL logs a Send's buffer as its recvbuff (ncclInfo carries sendbuff NULL for Send).
   const bool send = info.op == Op::kSend;
@@ -138,89 +182,87 @@ ncclResult_t enqueueCheck(CallInfo info) {
     groupAppend(info);
     return ncclSuccess;
   }
-  // Outside a group a call is its own group, so a Send to self or Recv from self can have no partner.
-  if (ranklens::events::isP2p(info.op) && info.root == info.comm->rank) {
-    WARN(info.op == Op::kSend ? "Trying to send to self without a matching recv"
-                              : "Trying to recv to self without a matching send");
-    return ncclInvalidUsage;
-  }
-  // A range per call in NCCL's shape, so Nsight and torch.profiler's NVTX view line up with the holds. Formatted
-  // only when an NVTX tool is attached (NVTX v3 loads one from NVTX_INJECTION64_PATH, which Nsight tools set):
-  // otherwise the formatting alone would be the call's largest host cost.
-  static const bool nvtxTool = getenv("NVTX_INJECTION64_PATH") != nullptr;
-  if (nvtxTool) {
-    char range[160];
-    snprintf(range, sizeof range, "nccl%s(): comm %lu seq %lu bytes %lu", info.opName,
-             static_cast<unsigned long>(event.commId), static_cast<unsigned long>(event.seq),
-             static_cast<unsigned long>(event.bytes));
-    nvtxRangePushA(range);
-  }
-  ret = replay::markArrival(&info);
-  if (ret == ncclSuccess) ret = applyEffects(info);
-  if (ret == ncclSuccess) ret = replay::holdCall(info);
-  ret = replay::settle(ret);
-  if (ret == ncclSuccess) replay::holdHost(event.timeNs, info);
-  if (nvtxTool) nvtxRangePop();
-  return ret;
+  return applyNow(info, event);
 }
 
 namespace impl {
+namespace {
+CallInfo withApi(real::ApiId api, CallInfo info) {
+  info.api = static_cast<int>(api);
+  return info;
+}
+}  // namespace
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
-  return enqueueCheck({Op::kAllReduce, "AllReduce", sendbuff, recvbuff, count, datatype, op, -1, comm, stream});
+  return submitCall(withApi(real::ApiId::ncclAllReduce,
+                            {Op::kAllReduce, "AllReduce", sendbuff, recvbuff, count, datatype, op, -1, comm, stream}));
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream) {
-  return enqueueCheck({Op::kBroadcast, "Broadcast", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream});
+  return submitCall(withApi(real::ApiId::ncclBroadcast,
+                            {Op::kBroadcast, "Broadcast", sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
+                             stream}));
 }
 
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                        cudaStream_t stream) {
-  return impl::ncclBroadcast(buff, buff, count, datatype, root, comm, stream);  // NCCL: in-place Broadcast
+  // NCCL: an in-place Broadcast (replayed and recorded as one); record forwards ncclBcast itself.
+  return submitCall(withApi(real::ApiId::ncclBcast,
+                            {Op::kBroadcast, "Broadcast", buff, buff, count, datatype, ncclSum, root, comm, stream}));
 }
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                         int root, ncclComm_t comm, cudaStream_t stream) {
-  return enqueueCheck({Op::kReduce, "Reduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream});
+  return submitCall(withApi(real::ApiId::ncclReduce,
+                            {Op::kReduce, "Reduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream}));
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream) {
-  return enqueueCheck({Op::kAllGather, "AllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, -1, comm,
-                       stream});
+  return submitCall(withApi(real::ApiId::ncclAllGather,
+                            {Op::kAllGather, "AllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, -1, comm,
+                             stream}));
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  return enqueueCheck({Op::kReduceScatter, "ReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, -1, comm,
-                       stream});
+  return submitCall(withApi(real::ApiId::ncclReduceScatter,
+                            {Op::kReduceScatter, "ReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, -1,
+                             comm, stream}));
 }
 
 ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                           ncclComm_t comm, cudaStream_t stream) {
-  return enqueueCheck({Op::kAlltoAll, "AlltoAll", sendbuff, recvbuff, count, datatype, ncclSum, -1, comm, stream});
+  return submitCall(withApi(real::ApiId::ncclAlltoAll,
+                            {Op::kAlltoAll, "AlltoAll", sendbuff, recvbuff, count, datatype, ncclSum, -1, comm,
+                             stream}));
 }
 
 ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                         ncclComm_t comm, cudaStream_t stream) {
-  return enqueueCheck({Op::kGather, "Gather", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream});
+  return submitCall(withApi(real::ApiId::ncclGather,
+                            {Op::kGather, "Gather", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream}));
 }
 
 ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                          ncclComm_t comm, cudaStream_t stream) {
-  return enqueueCheck({Op::kScatter, "Scatter", sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream});
+  return submitCall(withApi(real::ApiId::ncclScatter,
+                            {Op::kScatter, "Scatter", sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
+                             stream}));
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-  return enqueueCheck({Op::kSend, "Send", sendbuff, nullptr, count, datatype, ncclSum, peer, comm, stream});
+  return submitCall(withApi(real::ApiId::ncclSend,
+                            {Op::kSend, "Send", sendbuff, nullptr, count, datatype, ncclSum, peer, comm, stream}));
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-  return enqueueCheck({Op::kRecv, "Recv", nullptr, recvbuff, count, datatype, ncclSum, peer, comm, stream});
+  return submitCall(withApi(real::ApiId::ncclRecv,
+                            {Op::kRecv, "Recv", nullptr, recvbuff, count, datatype, ncclSum, peer, comm, stream}));
 }
 
 }  // namespace impl

@@ -191,6 +191,29 @@ void sayAlways(const char* severity, const char* file, int line, const char* fmt
 
 const char* lastErrorText() { return state().lastError; }
 
+ncclResult_t ncclCode(ranklens::Status::Code code) {
+  using Code = ranklens::Status::Code;
+  switch (code) {
+    case Code::kOk: return ncclSuccess;
+    case Code::kUnhandledCudaError: return ncclUnhandledCudaError;
+    case Code::kSystemError: return ncclSystemError;
+    case Code::kInternalError: return ncclInternalError;
+    case Code::kInvalidArgument: return ncclInvalidArgument;
+    case Code::kInvalidUsage: return ncclInvalidUsage;
+    case Code::kRemoteError: return ncclRemoteError;
+    case Code::kCorrupt: return ncclInvalidUsage;       // a damaged trace or settings file: the job's setup is wrong
+    case Code::kUnsupported: return ncclInvalidArgument;  // what NCCL answers for a request it cannot serve
+  }
+  return ncclInternalError;
+}
+
+ncclResult_t toNcclResult(const ranklens::Status& status, const char* opName) {
+  if (status.isOk()) return ncclSuccess;
+  if (opName != nullptr) WARN("%s : %s", opName, status.message().c_str());
+  else WARN("%s", status.message().c_str());
+  return ncclCode(status.code());
+}
+
 void setLastErrorText(const char* text) {
   LogState& s = state();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -71,6 +71,8 @@ const char* ranklensEventLogPath() {
 
 }  // namespace nccl_fake
 
+// Collectives and P2P calls go to their one wrapper in both modes (it submits to record's or replay's backend);
+// every other function to record:: in record mode.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // ncclResetDebugInit is deprecated but exported
 
@@ -80,7 +82,9 @@ const char* ranklensEventLogPath() {
 #define NCCL_FAKE_API(ret, name, params, args, prof)                               \
   extern "C" __attribute__((visibility("default"), weak)) ret name params {        \
     try {                                                                          \
-      if (nccl_fake::record::active()) return nccl_fake::record::name args;        \
+      if constexpr (!nccl_fake::record::pipelined(nccl_fake::real::ApiId::name)) { \
+        if (nccl_fake::record::active()) return nccl_fake::record::name args;      \
+      }                                                                            \
       return nccl_fake::impl::name args;                                           \
     } catch (...) {                                                                \
       return nccl_fake::onException<ret>(#name);                                   \

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// ncclGroupStart/End/SimulateEnd. Thread-local, like NCCL: calls inside a group are checked and sequenced when made;
-// their effects run at the outermost ncclGroupEnd, or not at all when any call in the group failed (the last error
-// is returned) or when the group is only simulated.
+// The thread's group state (both modes) and replay's ncclGroupStart/End/SimulateEnd. Thread-local, like NCCL:
+// calls inside a group are checked and sequenced when made; their effects run at the outermost ncclGroupEnd, or not
+// at all when any call in the group failed (the last error is returned) or when the group is only simulated.
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -17,26 +17,15 @@ namespace {
 
 constexpr unsigned int kSimInfoMagic = 0x74685283;
 
-struct GroupState {
-  int depth = 0;
-  uint64_t id = 0;
-  ncclResult_t error = ncclSuccess;
-  std::vector<CallInfo> pending;
-};
+GroupState& group() { return groupState(); }
 
-GroupState& group() {
-  static thread_local GroupState state;
-  return state;
-}
-
-void emitGroupEnd(const GroupState& g, ncclResult_t result) {
-  Runtime::get().endGroup(g.id, static_cast<uint32_t>(g.pending.size()), result);
-}
+void emitGroupEnd(const GroupState& g, ncclResult_t result) { Runtime::get().endGroup(g.id, g.calls, result); }
 
 void resetGroup(GroupState& g) {
   g.pending.clear();
   g.error = ncclSuccess;
   g.id = 0;
+  g.calls = 0;
 }
 
 ncclResult_t groupEndInternal(ncclSimInfo_t* simInfo) {
@@ -121,9 +110,16 @@ ncclResult_t pairSelfP2p(std::vector<CallInfo>* calls) {
   return ncclSuccess;
 }
 
-int groupDepth() { return group().depth; }
-uint64_t currentGroupId() { return group().depth > 0 ? group().id : 0; }
-void groupAppend(const CallInfo& info) { group().pending.push_back(info); }
+GroupState& groupState() {
+  static thread_local GroupState state;
+  return state;
+}
+
+void groupAppend(const CallInfo& info) {
+  GroupState& g = group();
+  g.pending.push_back(info);
+  g.calls++;
+}
 void groupRecordError(ncclResult_t result) {
   GroupState& g = group();
   if (g.depth > 0 && result != ncclSuccess && result != ncclInProgress) g.error = result;  // the last error wins

@@ -100,28 +100,26 @@ size_t datatypeBytesByName(const char* name) {
   return 0;
 }
 
-bool install(std::string* why) {
+ranklens::Status install() {
   const char* current = getenv("NCCL_PROFILER_PLUGIN");
   std::string self = real::selfPath();
   char resolved[PATH_MAX];
   if (!self.empty() && realpath(self.c_str(), resolved) != nullptr) self = resolved;
   if (self.empty()) {
-    *why = "the path of RankLens's own library is unknown (dladdr)";
-    return false;
+    return ranklens::Status::systemError("the path of RankLens's own library is unknown (dladdr)");
   }
   if (current != nullptr && *current != '\0') {
     char theirs[PATH_MAX];
-    if (realpath(current, theirs) != nullptr && self == theirs) return true;
-    *why = std::string("NCCL_PROFILER_PLUGIN is already set (") + current + "): NCCL loads one profiler plugin";
-    return false;
+    if (realpath(current, theirs) != nullptr && self == theirs) return ranklens::Status::ok();
+    return ranklens::Status::unsupported(std::string("NCCL_PROFILER_PLUGIN is already set (") + current +
+                                         "): NCCL loads one profiler plugin");
   }
   // Before the real NCCL reads it (at its first communicator); inherited by child processes, whose NCCL then loads
   // this library as a plugin: unless they record too, it reports nothing (init returns no event types).
   if (setenv("NCCL_PROFILER_PLUGIN", self.c_str(), 1) != 0) {
-    *why = "setenv(NCCL_PROFILER_PLUGIN) failed";
-    return false;
+    return ranklens::Status::systemError("setenv(NCCL_PROFILER_PLUGIN) failed");
   }
-  return true;
+  return ranklens::Status::ok();
 }
 
 void attach(KernelClock* clock) { attached.store(clock, std::memory_order_release); }

@@ -50,11 +50,10 @@ void Runtime::load() {
   const ranklens::Status loaded =
       ranklens::config::loadFromEnvironment([](const char* name) { return getenv(name); }, &settings_, &warnings);
   for (const auto& warning : warnings) INFO(kSubEnv | kSubRanklens, "%s", warning.c_str());
-  status_ = ncclSuccess;
-  statusMessage_.clear();
+  status_ = ranklens::Status::ok();
   if (!loaded.isOk()) {
-    status_ = ncclInvalidUsage;  // whatever the cause, as NCCL answers a bad NCCL_* setting
-    statusMessage_ = "configuration error: " + loaded.message();
+    // Invalid usage whatever the cause, as NCCL answers a bad NCCL_* setting.
+    status_ = ranklens::Status::invalidUsage("configuration error: " + loaded.message());
     return;
   }
   for (const auto& row : ranklens::config::describe(settings_))
@@ -73,13 +72,13 @@ void Runtime::load() {
                              settings_.timing == ranklens::config::TimingSource::kEstimated &&
                              !settings_.history.empty();
   if (settings_.fidelity != Fidelity::kStructure && settings_.replay_trace.empty() && !estimatesOnly) {
-    status_ = ncclInvalidUsage;
-    statusMessage_ = std::string("fidelity '") + ranklens::config::toString(settings_.fidelity) +
-                     "' replays a recording: set RANKLENS_REPLAY_TRACE to the recorded trace (ranklens replay "
-                     "--trace DIR), or RANKLENS_FIDELITY=structure";
+    std::string message = std::string("fidelity '") + ranklens::config::toString(settings_.fidelity) +
+                          "' replays a recording: set RANKLENS_REPLAY_TRACE to the recorded trace (ranklens replay "
+                          "--trace DIR), or RANKLENS_FIDELITY=structure";
     if (settings_.fidelity == Fidelity::kTiming)
-      statusMessage_ += ", or hold every call for an estimate without a recording: RANKLENS_TIMING=estimated and "
-                        "RANKLENS_HISTORY=<a file from `ranklens history build`> (ranklens replay --history FILE)";
+      message += ", or hold every call for an estimate without a recording: RANKLENS_TIMING=estimated and "
+                 "RANKLENS_HISTORY=<a file from `ranklens history build`> (ranklens replay --history FILE)";
+    status_ = ranklens::Status::invalidUsage(std::move(message));
     return;
   }
   if (device_ == nullptr) {
@@ -96,8 +95,8 @@ void Runtime::load() {
           {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes, 0,
            settings_.hold_from == ranklens::config::HoldFrom::kStart});
     if (device_ == nullptr && settings_.device == DeviceKind::kCuda) {
-      status_ = ncclUnhandledCudaError;
-      statusMessage_ = "device 'cuda' requested but no usable GPU: " + why + "; set RANKLENS_DEVICE=host or auto";
+      status_ = ranklens::Status::cudaError("device 'cuda' requested but no usable GPU: " + why +
+                                            "; set RANKLENS_DEVICE=host or auto");
       return;
     }
     if (device_ == nullptr) {
@@ -112,19 +111,13 @@ void Runtime::load() {
 }
 
 ncclResult_t Runtime::ready(const char* opName) {
-  if (status_ == ncclSuccess) return ncclSuccess;
-  WARN("%s : %s", opName, statusMessage_.c_str());
-  return status_;
+  if (status_.isOk()) return ncclSuccess;
+  return toNcclResult(status_, opName);
 }
 
 void Runtime::setDeviceForTesting(std::unique_ptr<ranklens::device::StreamDevice> device) {
   std::lock_guard<std::mutex> lock(mu_);
   device_ = std::move(device);
-}
-
-void Runtime::reloadForTesting() {
-  std::lock_guard<std::mutex> lock(mu_);
-  load();
 }
 
 namespace {

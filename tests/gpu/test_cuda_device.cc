@@ -503,9 +503,9 @@ TEST(CudaEffects, AllGatherClonesIntoEverySlot) {
 // Record mode's CUDA primitives (driver entry points for the per-call ones): the events around a hold time it, an
 // event is pending until the stream reaches it, and a stream under graph capture reads as capturing.
 TEST_F(CudaDevice, RecordDeviceTimesAHoldAndSeesCapture) {
-  std::string why;
-  auto rec = ranklens::device::makeCudaRecordDevice(&why);
-  ASSERT_NE(rec, nullptr) << why;
+  std::unique_ptr<ranklens::device::RecordDevice> rec;
+  const ranklens::Status made = ranklens::device::makeCudaRecordDevice(&rec);
+  ASSERT_TRUE(made.isOk()) << made.message();
   int dev = -1;
   ASSERT_EQ(rec->currentDevice(&dev), 0);
   std::vector<ranklens::device::RecordDevice::Event> events;
@@ -540,9 +540,9 @@ TEST_F(CudaDevice, RecordDeviceTimesAHoldAndSeesCapture) {
 // A call captured into a CUDA graph is timed at a launch of the graph: the recorder's events become graph nodes, and
 // the Timing (captured) written after the first launch has that launch's duration (a 2 ms hold inside the graph).
 TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
-  std::string why;
-  auto rec = ranklens::device::makeCudaRecordDevice(&why);
-  ASSERT_NE(rec, nullptr) << why;
+  std::unique_ptr<ranklens::device::RecordDevice> rec;
+  const ranklens::Status made = ranklens::device::makeCudaRecordDevice(&rec);
+  ASSERT_TRUE(made.isOk()) << made.message();
   std::mutex mu;
   std::vector<ranklens::trace::Timing> timings;
   ranklens::timing::CallRecorder::Options options;
@@ -609,9 +609,9 @@ TEST_F(CudaDevice, RecorderTimesACapturedCallAtItsGraphsLaunch) {
 // clock's calls) gets no Timing record, and its payloads are stored all the same.
 void expectStoresWhatTheCallReceived(ranklens::device::CopyOptions copies, cudaStream_t stream_,
                                      ranklens::device::StreamDevice* device_, bool timed = true) {
-  std::string why;
-  auto rec = ranklens::device::makeCudaRecordDevice(&why, copies);
-  ASSERT_NE(rec, nullptr) << why;
+  std::unique_ptr<ranklens::device::RecordDevice> rec;
+  const ranklens::Status made = ranklens::device::makeCudaRecordDevice(&rec, copies);
+  ASSERT_TRUE(made.isOk()) << made.message();
   std::mutex mu;
   std::vector<ranklens::trace::Timing> timings;
   std::vector<std::vector<unsigned char>> stored;
@@ -630,8 +630,8 @@ void expectStoresWhatTheCallReceived(ranklens::device::CopyOptions copies, cudaS
         stored.emplace_back(p, p + bytes);
         release();
       });
-  std::string error;
-  ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
+  const ranklens::Status staged = recorder.prepareStaging();
+  ASSERT_TRUE(staged.isOk()) << staged.message();
   int dev = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
   recorder.prepareDevice(dev);

@@ -511,8 +511,8 @@ TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
                             stored.emplace_back(p, p + bytes);
                             release();
                           });
-    std::string error;
-    ASSERT_TRUE(recorder.prepareStaging(&error)) << error;
+    const ranklens::Status staged = recorder.prepareStaging();
+    ASSERT_TRUE(staged.isOk()) << staged.message();
     recorder.prepareDevice(0);
     for (uint64_t seq = 0; seq < 3; ++seq) {
       CallRecorder::Span* span = recorder.begin(0, kEager, identity(seq));
@@ -553,8 +553,8 @@ class OnePayloadOfStaging {
           ++received;
           held.push_back(std::move(release));
         });
-    std::string error;
-    EXPECT_TRUE(recorder->prepareStaging(&error)) << error;
+    const ranklens::Status staged = recorder->prepareStaging();
+    EXPECT_TRUE(staged.isOk()) << staged.message();
     recorder->prepareDevice(0);
   }
   ~OnePayloadOfStaging() {
@@ -719,8 +719,8 @@ TEST(CallRecorderStaging, AutoHalvesWhatCannotBePinnedDownToItsLeast) {
     options.stagingBytes = 2u << 20;
     options.stagingLeastBytes = halving ? 64u << 10 : 0;
     CallRecorder recorder(device, options, [](const Timing&) {}, {});
-    std::string error;
-    EXPECT_EQ(recorder.prepareStaging(&error), halving) << error;
+    const ranklens::Status staged = recorder.prepareStaging();
+    EXPECT_EQ(staged.isOk(), halving) << staged.message();
     EXPECT_EQ(recorder.stagingBytes(), halving ? 256u << 10 : 0u);
     EXPECT_EQ(device.pinAttempts, halving ? std::vector<size_t>({2u << 20, 1u << 20, 512u << 10, 256u << 10})
                                           : std::vector<size_t>({2u << 20}));
@@ -731,8 +731,10 @@ TEST(CallRecorderStaging, AutoHalvesWhatCannotBePinnedDownToItsLeast) {
   options.stagingBytes = 1u << 20;
   options.stagingLeastBytes = 256u << 10;
   CallRecorder recorder(none, options, [](const Timing&) {}, {});
-  std::string error;
-  EXPECT_FALSE(recorder.prepareStaging(&error));
+  const ranklens::Status staged = recorder.prepareStaging();
+  EXPECT_FALSE(staged.isOk());
+  EXPECT_EQ(staged.code(), ranklens::Status::Code::kUnhandledCudaError);
+  EXPECT_FALSE(recorder.prepareStaging().isOk());  // a later caller hears the same failure
   EXPECT_EQ(none.pinAttempts, std::vector<size_t>({1u << 20, 512u << 10, 256u << 10}));
   EXPECT_EQ(recorder.stagingBytes(), 0u);
 }

@@ -37,6 +37,21 @@ TEST(Status, ContextPrefixesFailuresOnly) {
   EXPECT_EQ(bad.toString(), "damaged input: frame CRC mismatch at offset 64");
 }
 
+TEST(Status, CopiesAndMovesKeepTheFailure) {
+  Status bad = Status::systemError("disk full");
+  Status copy = bad;
+  EXPECT_EQ(copy.message(), "disk full");
+  EXPECT_EQ(bad.message(), "disk full");
+  Status moved = std::move(copy);
+  EXPECT_EQ(moved.code(), Status::Code::kSystemError);
+  copy = moved;
+  EXPECT_EQ(copy.toString(), "system error: disk full");
+  copy = Status::ok();
+  EXPECT_TRUE(copy.isOk());
+  // error() with kOk must not make a failure that reads as success.
+  EXPECT_FALSE(Status::error(Status::Code::kOk, "x").isOk());
+}
+
 Status failsAt(int step, int* reached) {
   for (int i = 0; i < 3; ++i) {
     *reached = i;

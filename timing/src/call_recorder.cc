@@ -84,17 +84,18 @@ CallRecorder::~CallRecorder() {
   if (staging_ && returned) device_.freePinned(staging_);
 }
 
-bool CallRecorder::prepareStaging(std::string* error) {
-  if (!options_.payloads) return true;
+Status CallRecorder::prepareStaging() {
+  if (!options_.payloads) return Status::ok();
   std::lock_guard<std::mutex> lock(stagingMu_);
-  if (staging_ || stagingFailed_) return staging_ != nullptr;
+  if (staging_) return Status::ok();
+  if (stagingFailed_) return Status::cudaError(stagingError_);
   void* memory = nullptr;
   size_t bytes = options_.stagingBytes;
   while (device_.allocPinned(&memory, bytes) != 0) {
     if (options_.stagingLeastBytes == 0 || bytes / 2 < options_.stagingLeastBytes) {
       stagingFailed_ = true;
-      if (error) *error = device::lastError();
-      return false;
+      stagingError_ = device::lastError();
+      return Status::cudaError(stagingError_);
     }
     bytes /= 2;
   }
@@ -102,7 +103,7 @@ bool CallRecorder::prepareStaging(std::string* error) {
   stagingSize_ = bytes;
   stagingFree_.reset(stagingSize_);
   controlReserve_ = options_.controlBytes > 0 ? std::min(options_.controlReserveBytes, bytes / 8) : 0;
-  return true;
+  return Status::ok();
 }
 
 size_t CallRecorder::stagingBytes() const {

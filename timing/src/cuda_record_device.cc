@@ -295,15 +295,16 @@ class CudaRecordDevice final : public RecordDevice {
 
 }  // namespace
 
-std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why, const CopyOptions& copies) {
+Status makeCudaRecordDevice(std::unique_ptr<RecordDevice>* out, const CopyOptions& copies) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    if (why) *why = err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device visible";
+    std::string why = err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device visible";
     cudaGetLastError();
-    return nullptr;
+    return Status::cudaError(std::move(why));
   }
-  return std::make_unique<CudaRecordDevice>(copies);
+  *out = std::make_unique<CudaRecordDevice>(copies);
+  return Status::ok();
 }
 
 }  // namespace device

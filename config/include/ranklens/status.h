@@ -9,6 +9,7 @@
 // key, call) and, where there is one, the fix.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -29,8 +30,16 @@ class [[nodiscard]] Status {
     kUnsupported = 101,  // valid, but RankLens cannot do it (NCCL: ncclInvalidArgument); README's limits list it
   };
 
-  // Success. Cheap: no allocation, so the hot path may return Status freely.
+  // Success is one null pointer: no allocation and nothing to destroy, so the per-call path may return Status freely
+  // (a failure, which is rare, allocates its code and message).
   Status() = default;
+  Status(const Status& other) : rep_(other.rep_ ? std::make_unique<Rep>(*other.rep_) : nullptr) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) rep_ = other.rep_ ? std::make_unique<Rep>(*other.rep_) : nullptr;
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
   static Status ok() { return Status(); }
   static Status error(Code code, std::string message) { return Status(code, std::move(message)); }
   static Status cudaError(std::string message) { return error(Code::kUnhandledCudaError, std::move(message)); }
@@ -41,16 +50,19 @@ class [[nodiscard]] Status {
   static Status corrupt(std::string message) { return error(Code::kCorrupt, std::move(message)); }
   static Status unsupported(std::string message) { return error(Code::kUnsupported, std::move(message)); }
 
-  bool isOk() const { return code_ == Code::kOk; }
-  Code code() const { return code_; }
+  bool isOk() const { return rep_ == nullptr; }
+  Code code() const { return rep_ ? rep_->code : Code::kOk; }
   // The user's text; empty for success.
-  const std::string& message() const { return message_; }
+  const std::string& message() const {
+    static const std::string kNone;
+    return rep_ ? rep_->message : kNone;
+  }
 
   // The same failure with `where` in front ("rank3/manifest: " + message); success stays success. For a caller that
   // knows the file, rank or key that the callee did not.
   Status withContext(const std::string& where) const {
     if (isOk() || where.empty()) return *this;
-    return Status(code_, where + ": " + message_);
+    return Status(rep_->code, where + ": " + rep_->message);
   }
 
   // Short name of the code, for logs and tests ("invalid argument").
@@ -68,12 +80,17 @@ class [[nodiscard]] Status {
     }
     return "unknown error";
   }
-  std::string toString() const { return isOk() ? "ok" : std::string(codeName(code_)) + ": " + message_; }
+  std::string toString() const { return isOk() ? "ok" : std::string(codeName(code())) + ": " + message(); }
 
  private:
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
-  Code code_ = Code::kOk;
-  std::string message_;
+  struct Rep {
+    Code code;
+    std::string message;
+  };
+  // An error code of kOk would make a failure that reads as success: it is stored as an internal error instead.
+  Status(Code code, std::string message)
+      : rep_(std::make_unique<Rep>(Rep{code == Code::kOk ? Code::kInternalError : code, std::move(message)})) {}
+  std::unique_ptr<Rep> rep_;  // null: success
 };
 
 }  // namespace ranklens

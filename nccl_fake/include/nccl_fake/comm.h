@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The virtual communicator: rank r of N with no peers behind it. Its identity (creation order, size, rank, split
-// lineage, name) is what later matches it to a recorded communicator.
+// The communicator: the state record and replay share (CommState), and replay's virtual communicator built on it.
+// Its identity (creation order, size, rank, split lineage, name) is what later matches it to a recorded one.
 #pragma once
 
 #include <atomic>
@@ -12,11 +12,16 @@
 
 #include "nccl_fake/core.h"
 #include "ranklens/device.h"
+#include "ranklens/events.h"
 
 constexpr uint64_t kCommMagic = 0x0280028000000002ull;  // like NCCL's NCCL_MAGIC guard words
 
-struct ncclComm {
-  uint64_t startMagic = kCommMagic;
+namespace nccl_fake {
+
+// What record and replay both keep of a communicator: its identity in the trace (creation order, size, rank, split
+// lineage, name) and its call sequences. Replay's handle is this state (ncclComm below); record keeps one per real
+// NCCL handle (the program holds the real NCCL's ncclComm_t there, see record_state.h).
+struct CommState {
   uint64_t id = 0;  // creation order in this process
   int nRanks = 0;
   int rank = 0;
@@ -26,9 +31,30 @@ struct ncclComm {
   int64_t key = -1;
   std::string how;   // init | initAll | initScalable | split | shrink
   std::string name;  // ncclConfig_t.commName
+  bool blocking = true;
+
+  // Guards the sequences. Record holds it from reading a call's number, across the real call, to committing it:
+  // two threads issuing on one communicator (NCCL leaves their order to the caller) must not take the same number.
+  std::mutex seqMu;
+  uint64_t collSeq = 0;
+  std::map<int, uint64_t> sendSeq, recvSeq;  // per peer
+
+  // The counter a call takes its number from: Send and Recv count per peer, every other op on one counter.
+  // Caller holds seqMu.
+  uint64_t& sequence(ranklens::events::Op op, int peer) {
+    if (op == ranklens::events::Op::kSend) return sendSeq[peer];
+    if (op == ranklens::events::Op::kRecv) return recvSeq[peer];
+    return collSeq;
+  }
+};
+
+}  // namespace nccl_fake
+
+// The virtual communicator of replay: rank r of N with no peers behind it.
+struct ncclComm : nccl_fake::CommState {
+  uint64_t startMagic = kCommMagic;
   std::vector<int> worldRanks;  // world rank of every member, in comm-rank order
   int worldSize = 0;            // ranks of the root communicator (the world worldRanks number), for the mesh
-  bool blocking = true;
   int ranksPerNode = 8;
   uint64_t paceChain = 0;  // replay, peer_pacing: its chain on the device (StreamDevice::paceChain), set at creation
 
@@ -37,9 +63,7 @@ struct ncclComm {
   std::atomic<bool> revoked{false};
   std::atomic<bool> destroyed{false};
 
-  std::mutex mu;  // guards the sequences and user reduction ops below
-  uint64_t collSeq = 0;
-  std::map<int, uint64_t> sendSeq, recvSeq;  // per peer
+  std::mutex mu;  // guards the user reduction ops and registrations below
   struct UserRedOp {
     ncclDataType_t datatype = ncclNumTypes;  // ncclNumTypes: a free slot
     ranklens::device::Scalar scalar;         // its PreMulSum scalar

@@ -3,7 +3,11 @@
 // lines interleave with the framework's NCCL expectations. Every WARN also becomes ncclGetLastError's text.
 #pragma once
 
+#include <nccl.h>
+
 #include <cstdint>
+
+#include "ranklens/status.h"
 
 namespace nccl_fake {
 
@@ -29,6 +33,12 @@ void resetLogging();
 // Text of the last WARN, for ncclGetLastError.
 const char* lastErrorText();
 void setLastErrorText(const char* text);
+
+// The C boundary for the one error convention inside (ranklens::Status): NCCL's code for the status (equal where
+// NCCL has one; kCorrupt -> ncclInvalidUsage, kUnsupported -> ncclInvalidArgument) and, on failure, its message
+// as a WARN ("<opName> : <message>", or the message alone when opName is null), which ncclGetLastError returns.
+ncclResult_t ncclCode(ranklens::Status::Code code);
+ncclResult_t toNcclResult(const ranklens::Status& status, const char* opName = nullptr);
 
 }  // namespace nccl_fake
 

@@ -1,6 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// From an NCCL call to its virtual event and its stream-side effects, with NCCL's group semantics: calls inside
-// ncclGroupStart/End are checked and sequenced when made, and take effect at the outermost ncclGroupEnd.
+// The call pipeline every collective and point-to-point call takes, in record and in replay alike:
+//   wrapper (collectives.cc: one per API function, builds the CallInfo)
+//   -> submitCall: record or replay backend
+//   -> argument check (replay: NCCL's checks here; record: the real NCCL's own)
+//   -> sequencing (CommState::sequence) -> Call event (callEvent) -> backend:
+//      replay: plan against the recording (replay.h), effects now or at the outermost ncclGroupEnd, holds;
+//      record: the real NCCL, then the observers (GPU timing, payload capture) in record_call.cc.
+// Group state is one thread-local GroupState for both, as in NCCL: calls inside ncclGroupStart/End are checked and
+// sequenced when made, and take effect at the outermost ncclGroupEnd.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +32,7 @@ struct CallInfo {
   ncclComm* comm;
   cudaStream_t stream;
   ranklens::device::Scalar premulScalar{};  // redop is a user (PreMulSum) operator: its scalar, taken at the call
+  int api = -1;  // the exported function (real::ApiId): record forwards exactly this one (ncclBcast stays ncclBcast)
   const void* selfSendbuff = nullptr;  // Recv from self: the matching Send's buffer (paired at ncclGroupEnd)
   // Replay of a recording (replay.h): the matched recorded call and the planned hold.
   const ranklens::trace::RecordedCall* recorded = nullptr;
@@ -47,13 +55,29 @@ ncclResult_t pairSelfP2p(std::vector<CallInfo>* calls);
 
 size_t datatypeSize(ncclDataType_t datatype);  // 0 for invalid types
 
-// Validates, sequences, records the event and applies (or, inside a group, defers) the effects.
+// The Call event of a call numbered `seq` on `comm` (the one builder record and replay share); timeNs is now.
+// `comm` is the shared state: in record mode info.comm is the real NCCL's handle and is not read.
+ranklens::events::Call callEvent(const CommState& comm, const CallInfo& info, uint64_t seq, uint64_t groupId);
+
+// Every collective and P2P wrapper ends here: record mode's backend (record::recordCall) or replay's enqueueCheck.
+ncclResult_t submitCall(CallInfo info);
+
+// Replay's backend: validates, sequences, records the event and applies (or, inside a group, defers) the effects.
 ncclResult_t enqueueCheck(CallInfo info);
 
-// Group machinery (group.cc).
-int groupDepth();
-uint64_t currentGroupId();            // 0 when not in a group
-void groupAppend(const CallInfo& info);  // defer effects to the outermost ncclGroupEnd
+// The calling thread's group (group.cc), shared by record and replay. Record changes depth only when the real
+// NCCL accepted ncclGroupStart/End; replay answers them itself.
+struct GroupState {
+  int depth = 0;
+  uint64_t id = 0;     // GroupBegin's id while depth > 0
+  uint32_t calls = 0;  // calls recorded in it (GroupEnd's count)
+  ncclResult_t error = ncclSuccess;  // replay: the last failed call's code, which the group end returns
+  std::vector<CallInfo> pending;  // replay: effects deferred to the outermost end
+};
+GroupState& groupState();
+inline int groupDepth() { return groupState().depth; }
+inline uint64_t currentGroupId() { return groupState().depth > 0 ? groupState().id : 0; }
+void groupAppend(const CallInfo& info);  // replay: defer effects to the outermost ncclGroupEnd
 void groupRecordError(ncclResult_t result);
 
 // Effects of one call on its receive buffer according to the configured fill semantics (effects.cc).

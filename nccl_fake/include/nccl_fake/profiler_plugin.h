@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <string>
 
+// Forward: the stub real NCCL of the tests includes this header for the plugin ABI alone, without config/.
+namespace ranklens { class Status; }
+
 namespace ranklens {
 namespace timing {
 class KernelClock;
@@ -98,9 +101,9 @@ extern const Table kTable;
 // Bytes per element of NCCL's datatype name ("ncclFloat32", ...); 0 when unknown.
 size_t datatypeBytesByName(const char* name);
 
-// Record mode, before the real NCCL is loaded: points NCCL_PROFILER_PLUGIN at this library. False (and `why` set)
-// when the variable already names another plugin, or this library's path cannot be found.
-bool install(std::string* why);
+// Record mode, before the real NCCL is loaded: points NCCL_PROFILER_PLUGIN at this library. Unsupported when the
+// variable already names another plugin, a system error when this library's path cannot be found or set.
+ranklens::Status install();
 // The clock the plugin reports to; null: NCCL's calls are answered with no events.
 void attach(ranklens::timing::KernelClock* clock);
 

@@ -25,7 +25,7 @@ class Runtime {
   ncclResult_t ready(const char* opName);
 
   const ranklens::config::Settings& settings() const { return settings_; }
-  bool recordMode() const { return status_ == ncclSuccess && settings_.mode == ranklens::config::Mode::kRecord; }
+  bool recordMode() const { return status_.isOk() && settings_.mode == ranklens::config::Mode::kRecord; }
   // The replay device (not created in record mode: record mode touches CUDA only through its own recorder).
   ranklens::device::StreamDevice& device() { return *device_; }
   uint64_t nextCommId() { return nextCommId_.fetch_add(1); }
@@ -73,7 +73,6 @@ class Runtime {
 
   // For tests: replace the device (e.g. force the host device) before any call; not exported.
   void setDeviceForTesting(std::unique_ptr<ranklens::device::StreamDevice> device);
-  void reloadForTesting();
 
  private:
   Runtime();
@@ -81,8 +80,7 @@ class Runtime {
   ranklens::trace::TraceWriter* eventWriter(int rankHint);
 
   std::mutex mu_;
-  ncclResult_t status_ = ncclSuccess;
-  std::string statusMessage_;
+  ranklens::Status status_;  // why the library cannot serve calls (settings, device); ready() says it at each call
   ranklens::config::Settings settings_;
   std::unique_ptr<ranklens::device::StreamDevice> device_;
   std::atomic<uint64_t> nextCommId_{0};

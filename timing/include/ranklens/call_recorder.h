@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Record mode's GPU side: the duration of every call and a copy of what it received, measured without
-// synchronising the caller (DESIGN.md, principle 1).
+// synchronising the caller: the training thread never waits on the GPU for RankLens.
 //
 // The training thread brackets each real call (or each stream of a group) with two events from a pool: begin()
 // before the real call, end() after it. Payload copies are enqueued by end() on the call's stream after its end
@@ -87,7 +87,8 @@ class CallRecorder {
   CallRecorder& operator=(const CallRecorder&) = delete;
 
   // Allocates pinned staging memory now (call it where a delay is harmless: communicator creation).
-  bool prepareStaging(std::string* error);
+  // A CUDA error (device::lastError's text) when not even the least size could be pinned; later calls repeat it.
+  Status prepareStaging();
   size_t stagingBytes() const;  // as allocated by prepareStaging (0: none)
   size_t controlReserveBytes() const;  // of those, kept for payloads up to Options::controlBytes
   // Creates `device`'s events ahead of use.
@@ -182,6 +183,7 @@ class CallRecorder {
   size_t stagingSize_ = 0;
   FreeList stagingFree_;
   bool stagingFailed_ = false;
+  std::string stagingError_;  // why it failed, repeated to later callers
   size_t controlReserve_ = 0;  // staging only control payloads may take (Options::controlReserveBytes)
   size_t bulkTaken_ = 0;       // staging taken by larger payloads, rounded as FreeList takes it
 
@@ -212,9 +214,8 @@ class CallRecorder {
 inline constexpr size_t kControlReserveBytes = 16u << 20;
 
 // staging_bytes: auto. Payloads up to payload_max_bytes (the default policy, `small`) need little room: 256 MiB. To
-// store every payload a recording keeps the job's pace only while a step's payloads fit (GPT-2 small DDP on one H200,
-// 0.48 GB a step, 10-step runs: 2.0x the job's step time with 256 MiB, 1.04-1.14x with 1 or 2 GiB; once
-// staging is full the compression threads bound it): 2 GiB, at most a
+// store every payload a recording keeps the job's pace only while a step's payloads fit in staging (once it is full,
+// the compression threads set the pace; bench/README.md's record_overhead_torch measures it): 2 GiB, at most a
 // sixteenth of the host's memory shared among its `localRanks`, at least 256 MiB. hostMemoryBytes 0: unknown.
 uint64_t autoStagingBytes(bool everyPayload, uint64_t hostMemoryBytes, int localRanks);
 

@@ -12,6 +12,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "ranklens/status.h"
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace ranklens {
@@ -90,7 +94,7 @@ struct CopyOptions {
 
 std::unique_ptr<RecordDevice> makeHostRecordDevice(const CopyOptions& copies = {});
 // nullptr (and `why` set) when no usable CUDA device is present. Touches no CUDA context until first used.
-std::unique_ptr<RecordDevice> makeCudaRecordDevice(std::string* why, const CopyOptions& copies = {});
+Status makeCudaRecordDevice(std::unique_ptr<RecordDevice>* out, const CopyOptions& copies = {});
 
 }  // namespace device
 }  // namespace ranklens
