@@ -32,7 +32,6 @@ from replay_fidelity_torch import clean_env, results_of  # noqa: E402
 
 REPO = lib.REPO
 SCRIPT = "examples/torch/anomaly_577.py"
-SURVIVOR = os.path.join(REPO, "scripts", "survivor.py")
 
 # argv: a b -> prints SAME {json}: per tensor group, NaN positions equal and the other values bit-identical.
 SAME = r"""
@@ -60,6 +59,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", required=True, help="RankLens libnccl.so.2")
     p.add_argument("--rlpayload", required=True, help="the rlpayload binary")
+    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens"),
+                   help="the ranklens launcher that replays a rank (default: %(default)s)")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--nan-step", type=int, default=4)
@@ -97,8 +98,8 @@ def main(argv=None) -> int:
         return trace if ok else None
 
     def replay(name, trace, extra):
-        return run(name, [a.python, SURVIVOR, "--lib", a.lib, "--rank", "0", "--world-size", "2", "--fidelity",
-                          "value", "--trace", trace, "--quiet", "--", SCRIPT, *train, *extra, "--save",
+        return run(name, [a.ranklens, "replay", "--lib", a.lib, "--rank", "0", "--fidelity", "value", "--trace", trace,
+                          "--no-events", "--quiet", "--", a.python, SCRIPT, *train, *extra, "--save",
                           os.path.join(a.work, name + "-{rank}.pt")], {"CUDA_VISIBLE_DEVICES": "0"})
 
     nan_args = ["--nan-rank", "1", "--nan-step", str(a.nan_step)]

@@ -85,7 +85,6 @@ def job_argv(a, mode: str, train: list[str], one_rank: bool) -> list[str]:
 def megatron_losses(log_path: str) -> list[float]:
     """Megatron prints `lm loss: X` per iteration on the last pipeline stage's last rank."""
     return [float(m) for m in re.findall(r"lm loss: ([0-9.Ee+-]+)", lib.read_text(log_path))]
-SURVIVOR = os.path.join(REPO, "scripts", "survivor.py")
 GPT2_SMALL = ["--d-model", "768", "--layers", "12", "--heads", "12", "--vocab", "50304", "--seq-len", "1024"]
 MODELS = {"gpt2-small": GPT2_SMALL,  # 124M
           "gpt2-medium": ["--d-model", "1024", "--layers", "24", "--heads", "16", "--vocab", "50304",
@@ -137,11 +136,8 @@ def parse_args(argv=None):
                    help="with --recording: the recorded job's log, whose RESULT lines give the real step times "
                         "(without it both sides come from the step markers, through `ranklens compare`)")
     add_env_options(p, "timing, profile and value: replay every recording once more per variant")
-    p.add_argument("--launcher", choices=("ranklens", "survivor"), default="ranklens",
-                   help="ranklens: `ranklens record` / `ranklens replay` with the Python adapter (the product "
-                        "path); survivor: environment set here and scripts/survivor.py (default: %(default)s)")
     p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens"),
-                   help="the ranklens launcher (--launcher ranklens; default: %(default)s)")
+                   help="the ranklens launcher (default: %(default)s)")
     args = p.parse_args(argv)
     args.lib = os.path.abspath(args.lib)
     args.ranklens = os.path.abspath(args.ranklens)
@@ -274,14 +270,8 @@ class Bench:
         shutil.rmtree(trace, ignore_errors=True)  # `ranklens record` refuses a directory holding a recording
         os.makedirs(trace)
         job = job_argv(a, mode, train, one_rank=False)
-        if a.launcher == "ranklens":
-            env, unset = clean_env({"RANKLENS_STAGING_FULL": "wait", **a.record_env_map})
-            argv = [a.ranklens, "record", "--lib", a.lib, "--trace", trace, "--payloads", payloads, "--", *job]
-        else:
-            env, unset = clean_env({"LD_PRELOAD": a.lib, "RANKLENS_MODE": "record", "RANKLENS_TRACE_DIR": trace,
-                                    "RANKLENS_PAYLOADS": payloads, "RANKLENS_STAGING_FULL": "wait",
-                                    **a.record_env_map})
-            argv = job
+        env, unset = clean_env({"RANKLENS_STAGING_FULL": "wait", **a.record_env_map})
+        argv = [a.ranklens, "record", "--lib", a.lib, "--trace", trace, "--payloads", payloads, "--", *job]
         log_path = os.path.join(a.work, "logs", name + ".log")
         self.log.say(f"record {name} ...")
         with lib.GpuSampler(getattr(a, "sample_gpu", False)) as gpu:
@@ -309,14 +299,8 @@ class Bench:
             env, unset = clean_env({"CUDA_VISIBLE_DEVICES": str(rank % max(gpus, 1)),
                                     "RANKLENS_TRACE_DIR": out_trace, **extra})
             job = job_argv(a, mode, train_for_rank(rank), one_rank=True)
-            if a.launcher == "ranklens":
-                argv = [a.ranklens, "replay", "--lib", library, "--rank", str(rank), "--fidelity", fidelity,
-                        "--trace", trace, "--", *job]
-            elif job[0] == a.python:
-                argv = [a.python, SURVIVOR, "--lib", library, "--rank", str(rank), "--world-size", str(a.nproc),
-                        "--fidelity", fidelity, "--trace", trace, "--quiet", "--", *job[1:]]
-            else:
-                raise SystemExit(f"--launcher survivor runs Python scripts only, not {mode}")
+            argv = [a.ranklens, "replay", "--lib", library, "--rank", str(rank), "--fidelity", fidelity,
+                    "--trace", trace, "--", *job]
             log_path = os.path.join(a.work, "logs", f"{name}-replay-rank{rank}.log")
             procs.append((rank, log_path, out_trace, argv, env, unset))
         shutil.rmtree(os.path.join(a.work, "traces", f"{name}-replay"), ignore_errors=True)

@@ -10,7 +10,7 @@ B (B then overlaps the all-reduce). Per run (--runs, default 5):
                RANKLENS_MODE=record, RANKLENS_PAYLOADS=none, its own RANKLENS_TRACE_DIR): the early recording
   real late    the same with --wait late, also through the recorder (payloads none; its trace is only counted),
                or without any RankLens when --late-without-recorder
-  replay early every rank of the early recording, alone: scripts/survivor.py --fidelity timing --trace <early
+  replay early every rank of the early recording, alone: ranklens replay --fidelity timing --trace <early
                recording> -- overlap_branches.py --wait early; rank r on GPU r % (visible GPUs), all ranks at once,
                each process seeing only its GPU (CUDA_VISIBLE_DEVICES)
   replay late  the same program with --wait late, replayed against THAT run's early recording (the NCCL calls are
@@ -55,7 +55,6 @@ import replay_fidelity_torch as rf  # noqa: E402  (clean_env, results_of, median
 
 REPO = lib.REPO
 SCRIPT = "examples/torch/overlap_branches.py"
-SURVIVOR = os.path.join(REPO, "scripts", "survivor.py")
 WAITS = ("early", "late")
 
 
@@ -78,6 +77,8 @@ def parse_args(argv=None):
                    help="run the real late arm without RankLens (default: through the recorder too, payloads none)")
     p.add_argument("--no-alternate", action="store_true",
                    help="same arm order in every run (default: even runs reversed)")
+    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens"),
+                   help="the ranklens launcher that replays a rank (default: %(default)s)")
     p.add_argument("--json", default=os.path.join(REPO, "bench", "results", "replay", "replay_overlap_torch.json"))
     p.add_argument("--work", default="/tmp/ranklens-replay-overlap", help="per-process logs and traces")
     p.add_argument("--timeout", type=float, default=150, help="seconds per process (default: %(default)s)")
@@ -194,8 +195,8 @@ class Bench:
         for rank in range(a.nproc):
             env, unset = rf.clean_env({"CUDA_VISIBLE_DEVICES": str(rank % gpus), "RANKLENS_TRACE_DIR": out_trace,
                                        **extra})
-            argv = [a.python, SURVIVOR, "--lib", a.lib, "--rank", str(rank), "--world-size", str(a.nproc),
-                    "--fidelity", "timing", "--trace", trace, "--quiet", "--", *self.script(wait)]
+            argv = [a.ranklens, "replay", "--lib", a.lib, "--rank", str(rank), "--fidelity", "timing", "--trace", trace,
+                    "--quiet", "--", a.python, *self.script(wait)]
             jobs.append((rank, argv, env, unset, os.path.join(a.work, "logs", f"{name}-rank{rank}.log")))
         self.log.say(f"{name} (timing, against {os.path.basename(trace)}), {a.nproc} ranks at once on {gpus} "
                      "GPU(s) ...")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Issue #6's acceptance on a 2-GPU machine, through the product path (`ranklens record` / `ranklens replay`, Python
-# adapter, no survivor script), and the traces shipped in examples/traces:
+# adapter), and the traces shipped in examples/traces:
 #   1. value replay of every rank of the DDP, FSDP2, TP and PP examples (bench/replay_fidelity_torch.py, 10 steps,
 #      deterministic): parameters bit-identical to the real run's;
 #   2. the C++ libtorch client (examples/torch_cpp, built here against the installed torch): recorded, every rank

@@ -5,14 +5,14 @@
 Cases (each a subprocess, output in <out>/logs/<case>.log):
   import_preload   `import torch` with the RankLens libnccl.so.2 in LD_PRELOAD: is it mapped, do
                    NCCL symbols bind to it, what do ncclGetVersion and torch.cuda.nccl.version() say
-  ddp_r1_of_2      scripts/survivor.py --rank 1 --world-size 2 -- examples/torch/train_gpt.py --parallel ddp
+  ddp_r1_of_2      ranklens replay --rank 1 --world-size 2 -- python3 examples/torch/train_gpt.py --parallel ddp
   ddp_r37_of_64    the same as rank 37 of 64
   fsdp2_r37_of_64  rank 37 of 64 with --parallel fsdp2
 With --real, when at least 2 GPUs are visible, also the same script for real through
-`torchrun --standalone --nproc-per-node 2` (ddp and fsdp2, with the real NCCL), plus the survivor
+`torchrun --standalone --nproc-per-node 2` (ddp and fsdp2, with the real NCCL), plus the one-rank
 case fsdp2_r1_of_2, and a replay-vs-real comparison of rank 1 (step time, first-step loss).
 
-A survivor case passes when its exit code is 0, its RESULT line says all losses were finite and
+A one-rank case passes when its exit code is 0, its RESULT line says all losses were finite and
 every requested step completed, and its preload check found the RankLens library bound.
 Writes <out>/structure_replay_torch.json (commit, date, device, torch version, command lines,
 return codes, parsed results, pass/fail) and prints a table. Exit status 1 if any case failed.
@@ -40,18 +40,18 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = "examples/torch/train_gpt.py"  # relative to REPO (the cases run with cwd=REPO)
-SURVIVOR = "scripts/survivor.py"
+PRELOAD_CHECK = "bench/preload_check.py"  # relative to REPO
 FORMAT_VERSION = "1.0"
 
-SURVIVOR_CASES = {
+ONE_RANK_CASES = {
     # name: (rank, world_size, parallel)
     "ddp_r1_of_2": (1, 2, "ddp"),
     "ddp_r37_of_64": (37, 64, "ddp"),
     "fsdp2_r37_of_64": (37, 64, "fsdp2"),
 }
-EXTRA_SURVIVOR_CASES_FOR_REAL = {"fsdp2_r1_of_2": (1, 2, "fsdp2")}
+EXTRA_ONE_RANK_CASES_FOR_REAL = {"fsdp2_r1_of_2": (1, 2, "fsdp2")}
 REAL_CASES = {"real_ddp_2gpu": "ddp", "real_fsdp2_2gpu": "fsdp2"}
-ALL_DEFAULT_CASES = ["import_preload", *SURVIVOR_CASES]
+ALL_DEFAULT_CASES = ["import_preload", *ONE_RANK_CASES]
 
 PROBE = r"""
 import json, sys
@@ -72,7 +72,7 @@ print("PROBE " + json.dumps(out))
 """
 
 IMPORT_CHECK = (
-    "import sys; sys.path.insert(0, sys.argv[2]); import _survivor_boot as boot; import torch; "
+    "import sys; sys.path.insert(0, sys.argv[2]); import preload_check as boot; import torch; "
     'r = boot.preload_report(sys.argv[1]); r["cuda_available"] = torch.cuda.is_available(); '
     'boot.print_report(r); sys.exit(0 if r["ok"] else 3)'
 )
@@ -99,7 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cases", default=",".join(ALL_DEFAULT_CASES),
                    help="comma-separated subset of: " + ", ".join(ALL_DEFAULT_CASES) + " (default: all)")
     p.add_argument("--fill", choices=("clone", "keep", "zero", "poison"), default=None,
-                   help="pass --fill to survivor.py (default: the library's, clone)")
+                   help="pass --fill to ranklens replay (default: the library's, clone)")
+    p.add_argument("--ranklens", default=os.path.join(REPO, "build", "release", "tools", "ranklens"),
+                   help="the ranklens launcher that runs each one-rank case (default: %(default)s)")
     p.add_argument("--train-args", default="",
                    help="extra arguments for train_gpt.py in every case, one shell-quoted string "
                         "(e.g. \"--layers 2 --d-model 256\")")
@@ -293,9 +295,9 @@ def judge_import(case: dict) -> None:
 
 
 def clean_env_for_real(base: dict[str, str], lib: str) -> tuple[dict[str, str], list[str], dict[str, str]]:
-    """The environment for real NCCL: no RankLens library in LD_PRELOAD, no RANKLENS_*/survivor variables."""
+    """The environment for real NCCL: no RankLens library in LD_PRELOAD, no RANKLENS_* variables."""
     env = dict(base)
-    removed = [k for k in env if k.startswith(("RANKLENS_", "SURVIVOR_BOOT_"))]
+    removed = [k for k in env if k.startswith(("RANKLENS_",))]
     removed += [k for k in ("TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_BCAST_UNIQUEID", "RANK", "WORLD_SIZE",
                             "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k in env]
     changes: dict[str, str] = {}
@@ -439,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         old = base_env.get("LD_PRELOAD", "").strip()
         changes = {"LD_PRELOAD": f"{lib}:{old}" if old else lib}
         env = {**base_env, **changes}
-        c = run_case("import_preload", [sys.executable, "-c", IMPORT_CHECK, lib, os.path.join(REPO, "scripts")],
+        c = run_case("import_preload", [sys.executable, "-c", IMPORT_CHECK, lib, os.path.join(REPO, "bench")],
                      env, changes, [], logs, args.timeout)
         judge_import(c)
         cases.append(c)
@@ -448,15 +450,15 @@ def main(argv: list[str] | None = None) -> int:
 
     want_real = args.real
     n_gpus = probe.get("device_count", 0)
-    survivor_cases = {k: v for k, v in SURVIVOR_CASES.items() if k in args.case_list}
+    one_rank_cases = {k: v for k, v in ONE_RANK_CASES.items() if k in args.case_list}
     if want_real and n_gpus >= 2:
-        survivor_cases.update(EXTRA_SURVIVOR_CASES_FOR_REAL)
-    for name, (rank, world, parallel) in survivor_cases.items():
-        argv_ = [sys.executable, SURVIVOR, "--lib", lib, "--rank", str(rank), "--world-size", str(world),
-                 "--check-preload"]
+        one_rank_cases.update(EXTRA_ONE_RANK_CASES_FOR_REAL)
+    for name, (rank, world, parallel) in one_rank_cases.items():
+        argv_ = [args.ranklens, "replay", "--lib", lib, "--rank", str(rank), "--world-size", str(world),
+                 "--no-events", "--quiet"]
         if args.fill:
             argv_ += ["--fill", args.fill]
-        argv_ += ["--", TRAIN, "--parallel", parallel, *train_common]
+        argv_ += ["--", sys.executable, PRELOAD_CHECK, lib, TRAIN, "--parallel", parallel, *train_common]
         c = run_case(name, argv_, base_env, {}, [], logs, args.timeout)
         judge_training(c, args.steps, [rank], need_check=True)
         cases.append(c)

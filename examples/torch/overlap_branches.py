@@ -20,8 +20,8 @@ Launch (2 GPUs):
     torchrun --standalone --nproc-per-node 2 examples/torch/overlap_branches.py --wait early
     torchrun --standalone --nproc-per-node 2 examples/torch/overlap_branches.py --wait late
 One rank alone on one GPU through RankLens:
-    python3 scripts/survivor.py --lib .carry/lib/libnccl.so.2 --rank 0 --world-size 2 --fidelity timing \\
-        --trace TRACE_OF_THE_EARLY_RUN -- examples/torch/overlap_branches.py --wait late
+    ranklens replay --rank 0 --fidelity timing --trace TRACE_OF_THE_EARLY_RUN \\
+        -- python3 examples/torch/overlap_branches.py --wait late
 Smoke test without a GPU:
     torchrun --standalone --nproc-per-node 2 examples/torch/overlap_branches.py --device cpu --backend gloo \\
         --a-size 64 --a-tokens 32 --grad-mib 0.0625 --b-size 64 --steps 4 --warmup 1

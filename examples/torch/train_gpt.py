@@ -9,8 +9,8 @@ usual way on real GPUs::
 
 or run one rank of it alone on one GPU with the RankLens library::
 
-    python3 scripts/survivor.py --lib build/nccl_fake/libnccl.so.2 --rank 37 --world-size 64 \\
-        -- examples/torch/train_gpt.py --parallel fsdp2 --log-all-ranks
+    ranklens replay --rank 37 --world-size 64 \\
+        -- python3 examples/torch/train_gpt.py --parallel fsdp2 --log-all-ranks
 
 The model is a pre-LayerNorm decoder (token + learned position embedding, causal self-attention
 through F.scaled_dot_product_attention, GELU MLP, LM head tied to the token embedding), trained

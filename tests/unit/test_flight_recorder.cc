@@ -229,7 +229,8 @@ TEST(FlightRecorderImport, WritesATracePerRank) {
   const auto dumps = loadDir("hang-2", 2);
   std::vector<tools::ImportReport> reports;
   std::string error;
-  ASSERT_TRUE(tools::importDumps(dumps, out.string(), &reports, &error)) << error;
+  const ranklens::Status imported = tools::importDumps(dumps, out.string(), &reports);
+  ASSERT_TRUE(imported.isOk()) << imported.message();
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].entries, 16u);
   EXPECT_EQ(reports[0].calls, 15u);  // every entry but torch's "coalesced" marker
@@ -286,7 +287,7 @@ TEST(FlightRecorderImport, WritesATracePerRank) {
   EXPECT_EQ(marker.profilingName, "nccl:coalesced");
   EXPECT_EQ(marker.op, -1);
   // A second import into the same directory is refused, not merged.
-  EXPECT_FALSE(tools::importDumps(dumps, out.string(), &reports, &error));
+  EXPECT_FALSE(tools::importDumps(dumps, out.string(), &reports).isOk());
 }
 
 TEST(FlightRecorderImport, DiagnosisNamesTheRankThatDiverged) {
@@ -312,7 +313,8 @@ TEST(FlightRecorderExport, ImportedTraceRoundTripsToTheSameDump) {
   const auto dumps = loadDir("hang-2", 2);
   std::vector<tools::ImportReport> reports;
   std::string error;
-  ASSERT_TRUE(tools::importDumps(dumps, out.string(), &reports, &error)) << error;
+  const ranklens::Status imported = tools::importDumps(dumps, out.string(), &reports);
+  ASSERT_TRUE(imported.isOk()) << imported.message();
   for (int r = 0; r < 2; ++r) {
     tools::EventLog log;
     ASSERT_TRUE(tools::readEventLog((out / ("rank" + std::to_string(r))).string(), &log, &error)) << error;
@@ -445,7 +447,8 @@ TEST(FlightRecorderRealDumps, ImportAndDiagnosisNameTheCulprit) {
       fs::remove_all(out);
       std::vector<tools::ImportReport> reports;
       std::string error;
-      ASSERT_TRUE(tools::importDumps(dumps, out.string(), &reports, &error)) << error;
+      const ranklens::Status imported = tools::importDumps(dumps, out.string(), &reports);
+      ASSERT_TRUE(imported.isOk()) << imported.message();
       const std::string diagnosis = tools::diagnose(dumps);
       if (culprit >= 0 && dumps.size() > 1) {
         const std::string r = std::to_string(culprit);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// nccl-tests output into history samples (timing/src/nccl_tests_import.cc), and how the estimator uses them: where no
+// nccl-tests output into history samples (tools/nccl_tests/nccl_tests_import.cc), and how the estimator uses them: where no
 // recorded call is near, and for communicators that span nodes.
 #include <gtest/gtest.h>
 #include <unistd.h>

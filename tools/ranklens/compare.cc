@@ -474,7 +474,8 @@ void printCall(const char* side, const Call* call, std::ostream& out) {
       << "\n" << std::right;
 }
 
-void reportText(const Comparison& c, const CompareOptions& options, std::ostream& out) {
+// The two traces and their communicators: how many matched, and those only one side has.
+void textCommunicators(const Comparison& c, std::ostream& out) {
   auto describe = [](const EventLog& log) {
     return log.directory + "  (" + (log.manifest.mode.empty() ? "?" : log.manifest.mode) + ", rank " +
            std::to_string(log.manifest.rank) + ", " + std::to_string(log.calls.size()) + " calls, " +
@@ -494,6 +495,9 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
   listComms("recorded", c.comms.onlyRecorded);
   listComms("replayed", c.comms.onlyReplayed);
 
+}
+
+void textSignatures(const Comparison& c, const CompareOptions& options, std::ostream& out) {
   out << "\n" << std::left << std::setw(22) << "signatures" << std::right << std::setw(10) << "recorded"
       << std::setw(10) << "replayed" << std::setw(10) << "matched" << std::setw(10) << "match" << "\n";
   auto row = [&](const std::string& label, const MatchCounts& counts) {
@@ -504,6 +508,9 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
   row("all calls", c.raw);
   row("> " + bytesText(options.smallBytes), c.training);
 
+}
+
+void textFirstDivergence(const Comparison& c, std::ostream& out) {
   out << "\nfirst divergence: ";
   if (c.divergences.empty()) {
     out << "none\n";
@@ -517,6 +524,9 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
     printCall("replayed", d.replayed, out);
   }
 
+}
+
+void textSteps(const Comparison& c, const CompareOptions& options, std::ostream& out) {
   out << "\nsteps: ";
   const StepComparison& s = c.steps;
   if (s.recordedMarkers == 0 || s.replayedMarkers == 0) {
@@ -549,6 +559,10 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
     }
   }
 
+}
+
+// Communication time per operation (the Timing records' sums), and the replay's estimated durations.
+void textTimes(const Comparison& c, std::ostream& out) {
   out << "\n" << std::left << std::setw(22) << "Timing.durationNs sum" << std::right << std::setw(14) << "recorded"
       << std::setw(14) << "replayed" << std::setw(10) << "ratio" << "\n";
   if (c.time.empty()) out << "  (no Timing records)\n";
@@ -575,6 +589,9 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
     }
     if (e.timings.size() > kListed) out << "  ... " << e.timings.size() - kListed << " more (--json lists all)\n";
   }
+}
+
+void textHostTimes(const Comparison& c, std::ostream& out) {
   if (!c.host.empty()) {
     out << "\n" << std::left << std::setw(22) << "recorded host time" << std::right << std::setw(8) << "calls"
         << std::setw(14) << "sum" << std::setw(12) << "median" << std::setw(12) << "p90" << std::setw(12) << "max"
@@ -590,6 +607,15 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
           << (h.ownCap >= 0 ? msText(static_cast<double>(h.ownCap)) : std::string("-")) << std::setw(14)
           << msText(static_cast<double>(h.ownSum())) << "\n";
   }
+}
+
+void reportText(const Comparison& c, const CompareOptions& options, std::ostream& out) {
+  textCommunicators(c, out);
+  textSignatures(c, options, out);
+  textFirstDivergence(c, out);
+  textSteps(c, options, out);
+  textTimes(c, out);
+  textHostTimes(c, out);
   out << "\nresult: " << (c.matches() ? "match" : "differ") << "\n";
 }
 

@@ -183,9 +183,8 @@ void checkShareGpu(const std::string& lib, Report* r) {
 
 int runDoctor(const DoctorOptions& o) {
   Report r;
-  std::string unusable;
-  const std::string lib = usableLibrary(o.lib, &unusable);
-  if (lib.empty()) r.fail("library", unusable);
+  std::string lib;
+  if (Status usable = usableLibrary(o.lib, &lib); !usable.isOk()) r.fail("library", usable.message());
   else r.ok("library", lib + " (" + std::to_string(fs::file_size(lib) / 1024) + " KiB; its shared libraries resolve)");
 
   std::map<std::string, std::string> env;

@@ -22,8 +22,11 @@ namespace tools {
 
 namespace fs = std::filesystem;
 
-EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
-  EstimateCommands c;
+namespace {
+
+// `ranklens history build` and `ranklens history import-nccl-tests`: the history file's two sources.
+void addHistoryCommands(CLI::App& app, EstimateOptions* o, EstimateCommands* commands) {
+  EstimateCommands& c = *commands;
   auto* history = app.add_subcommand("history", "Duration history of recorded runs, for the estimator");
   history->require_subcommand(1);
   c.build = history->add_subcommand(
@@ -66,7 +69,11 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
       "         ranklens history import-nccl-tests ar64.log ag64.log rs64.log -o cluster.hist --append\n"
       "         ranklens estimate query --history cluster.hist --op AllReduce --bytes 1073741824 --nranks 64 "
       "--crosses-nodes");
+}
 
+// `ranklens estimate eval` and `ranklens estimate query`: what the estimator makes of a history.
+void addEstimatorCommands(CLI::App& app, EstimateOptions* o, EstimateCommands* commands) {
+  EstimateCommands& c = *commands;
   auto* estimate = app.add_subcommand("estimate", "Estimated durations from a history");
   estimate->require_subcommand(1);
   c.eval = estimate->add_subcommand(
@@ -112,6 +119,14 @@ EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
       ->check(CLI::Range(0.0, 1.0))
       ->needs(occurrence);
   c.query->footer("Example: ranklens estimate query --history cluster.hist --op AllReduce --bytes 26214400");
+}
+
+}  // namespace
+
+EstimateCommands addEstimateCommands(CLI::App& app, EstimateOptions* o) {
+  EstimateCommands c;
+  addHistoryCommands(app, o, &c);
+  addEstimatorCommands(app, o, &c);
   return c;
 }
 

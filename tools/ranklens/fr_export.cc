@@ -141,19 +141,18 @@ std::string ranksText(const std::vector<int>& ranks) {
   return s + "]";
 }
 
-}  // namespace
+// A process group as a dump names and counts it. An imported trace's keep their torch names ("0", "1") and
+// descriptions; a recording's are named by communicator id, plus the member ranks when they are not every rank, so
+// that disjoint groups made in the same order on different ranks stay apart when fr_trace puts every rank's dump
+// together.
+struct Group {
+  std::string name, desc;
+  std::vector<int> ranks;
+  int nranks = 0, rank = 0;
+  int64_t collectives = 0, p2p = 0, ops = 0, enqueued = 0, completed = 0;
+};
 
-std::string flightRecorderDump(const EventLog& log) {
-  const bool imported = log.manifest.imported.count("from") && log.manifest.imported.at("from") == "flight-recorder";
-  // Process groups: an imported trace's keep their torch names ("0", "1") and descriptions; a recording's are
-  // named by communicator id, plus the member ranks when they are not every rank, so that disjoint groups made in
-  // the same order on different ranks stay apart when fr_trace puts every rank's dump together.
-  struct Group {
-    std::string name, desc;
-    std::vector<int> ranks;
-    int nranks = 0, rank = 0;
-    int64_t collectives = 0, p2p = 0, ops = 0, enqueued = 0, completed = 0;
-  };
+std::map<uint64_t, Group> dumpGroups(const EventLog& log, bool imported) {
   std::map<uint64_t, Group> groups;
   for (const events::CommInit& c : log.comms) {
     Group g;
@@ -176,40 +175,109 @@ std::string flightRecorderDump(const EventLog& log) {
     }
     groups[c.commId] = std::move(g);
   }
-  std::map<CallKey, const trace::Timing*> timings;
-  for (const trace::Timing& t : log.timings) timings[callKey(t.commId, t.op, t.peer, t.seq)] = &t;
-  std::map<CallKey, const trace::FlightRecorderEntry*> entries;
-  for (const trace::FlightRecorderEntry& e : log.frEntries) {
-    if (e.op >= 0) entries[callKey(e.commId, e.op, e.peer, e.seq)] = &e;
+  return groups;
+}
+
+// One entry of the dump's "entries" list.
+struct EntryOut {
+  uint64_t commId = 0;
+  int64_t collectiveSeq = 0, p2pSeq = 0, timeNs = 0, timeoutMs = 600000;
+  std::string profiling, state = "completed";
+  std::optional<double> durationMs;
+  Shapes in, out;
+  std::vector<std::string> inTypes, outTypes;
+  bool p2p = false;
+  std::vector<FrameLine> frames;
+};
+
+// An entry the dump said, as it said it (an imported call, or one of torch's coalesced markers).
+EntryOut importedEntry(const trace::FlightRecorderEntry& e) {
+  EntryOut o;
+  o.commId = e.commId;
+  o.collectiveSeq = e.collectiveSeqId;
+  o.p2pSeq = e.p2pSeqId;
+  o.profiling = e.profilingName;
+  o.timeNs = e.timeCreatedNs;
+  if (e.durationNs >= 0) o.durationMs = static_cast<double>(e.durationNs) / 1e6;
+  o.in = parseShapes(e.inputSizes);
+  o.out = parseShapes(e.outputSizes);
+  o.inTypes = splitDtypes(e.inputDtypes);
+  o.outTypes = splitDtypes(e.outputDtypes);
+  o.state = e.state;
+  o.timeoutMs = e.timeoutMs;
+  o.p2p = e.isP2p;
+  o.frames = parseFrames(e.frames);
+  return o;
+}
+
+// torch's profiling name of a call and its tensor shapes (one tensor of `count` elements, or world-size times that
+// for the gathered or scattered side); false for an operation torch's dump has no entry for.
+bool torchShapes(Op op, int64_t n, int64_t world, int rank, int peer, std::string* name, Shapes* in, Shapes* out) {
+  *in = {{n}};
+  *out = {{n}};
+  switch (op) {
+    case Op::kAllReduce: *name = "all_reduce"; return true;
+    case Op::kBroadcast: *name = "broadcast"; return true;
+    case Op::kReduce: *name = "reduce"; return true;
+    case Op::kAllGather: *name = "_all_gather_base"; *out = {{n * world}}; return true;
+    case Op::kReduceScatter: *name = "_reduce_scatter_base"; *in = {{n * world}}; return true;
+    case Op::kAlltoAll: *name = "all_to_all"; *in = *out = {{n * world}}; return true;
+    case Op::kGather: *name = "gather"; *out = Shapes(static_cast<size_t>(world), {n}); return true;
+    case Op::kScatter: *name = "scatter"; *in = Shapes(static_cast<size_t>(world), {n}); return true;
+    case Op::kSend: *name = "send " + std::to_string(rank) + "->" + std::to_string(peer); return true;
+    case Op::kRecv: *name = "recv " + std::to_string(rank) + "<-" + std::to_string(peer); return true;
+    default: return false;
+  }
+}
+
+// Writes one rank's dump: the entries in call order, then pg_config and pg_status.
+class DumpWriter {
+ public:
+  explicit DumpWriter(const EventLog& log) : log_(log) {
+    const bool imported =
+        log.manifest.imported.count("from") && log.manifest.imported.at("from") == "flight-recorder";
+    groups_ = dumpGroups(log, imported);
+    for (const trace::Timing& t : log.timings) timings_[callKey(t.commId, t.op, t.peer, t.seq)] = &t;
+    for (const trace::FlightRecorderEntry& e : log.frEntries) {
+      if (e.op >= 0) entries_[callKey(e.commId, e.op, e.peer, e.seq)] = &e;
+    }
+    for (const trace::FlightRecorderEntry& e : log.frEntries) {
+      if (e.op < 0 && groups_.count(e.commId)) markers_.push_back(&e);
+    }
+    for (const events::Call& c : log.calls) {
+      if (c.groupId != 0) ++perGroup_[{c.groupId, c.commId}];
+    }
   }
 
-  PickleWriter w;
-  w.beginDict();
-  w.str("version");
-  w.str("2.10");
-  w.str("comm_lib_version");
-  const int v = log.manifest.nccl_version;
-  w.str(v > 0 ? std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) : "");
-  w.str("entries");
-  w.beginList();
-  int64_t recordId = 0;
-  struct EntryOut {
-    uint64_t commId = 0;
-    int64_t collectiveSeq = 0, p2pSeq = 0, timeNs = 0, timeoutMs = 600000;
-    std::string profiling, state = "completed";
-    std::optional<double> durationMs;
-    Shapes in, out;
-    std::vector<std::string> inTypes, outTypes;
-    bool p2p = false;
-    std::vector<FrameLine> frames;
-  };
-  auto emit = [&](const EntryOut& o) {
-    Group& g = groups.at(o.commId);
+  std::string write() {
+    w_.beginDict();
+    w_.str("version");
+    w_.str("2.10");
+    w_.str("comm_lib_version");
+    const int v = log_.manifest.nccl_version;
+    w_.str(v > 0 ? std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100)
+                 : "");
+    w_.str("entries");
+    w_.beginList();
+    open_.reserve(log_.comms.size() + 1);  // openOf_ points into it
+    for (const events::Call& c : log_.calls) writeCall(c);
+    if (!open_.empty()) closeGroup();
+    while (nextMarker_ < markers_.size()) emit(importedEntry(*markers_[nextMarker_++]));
+    w_.end(false);
+    writeGroups();
+    w_.end(true);
+    return w_.finish();
+  }
+
+ private:
+  void emit(const EntryOut& o) {
+    Group& g = groups_.at(o.commId);
     ++g.ops;
     ++g.enqueued;
     if (o.state == "completed") ++g.completed;
+    PickleWriter& w = w_;
     w.beginDict();
-    w.str("record_id"); w.integer(recordId++);
+    w.str("record_id"); w.integer(recordId_++);
     w.str("pg_id"); w.integer(static_cast<int64_t>(o.commId));
     w.str("process_group"); w.str(g.name); w.str(g.desc); w.tuple2();
     w.str("thread_name"); w.str("");
@@ -246,47 +314,19 @@ std::string flightRecorderDump(const EventLog& log) {
     }
     w.end(false);
     w.end(true);
-  };
-  std::vector<const trace::FlightRecorderEntry*> markers;
-  for (const trace::FlightRecorderEntry& e : log.frEntries) {
-    if (e.op < 0 && groups.count(e.commId)) markers.push_back(&e);
   }
-  size_t nextMarker = 0;
-  auto emitMarker = [&](const trace::FlightRecorderEntry& e) {
-    EntryOut o;
-    o.commId = e.commId;
-    o.collectiveSeq = e.collectiveSeqId;
-    o.p2pSeq = e.p2pSeqId;
-    o.profiling = e.profilingName;
-    o.timeNs = e.timeCreatedNs;
-    if (e.durationNs >= 0) o.durationMs = static_cast<double>(e.durationNs) / 1e6;
-    o.in = parseShapes(e.inputSizes);
-    o.out = parseShapes(e.outputSizes);
-    o.inTypes = splitDtypes(e.inputDtypes);
-    o.outTypes = splitDtypes(e.outputDtypes);
-    o.state = e.state;
-    o.timeoutMs = e.timeoutMs;
-    o.p2p = e.isP2p;
-    o.frames = parseFrames(e.frames);
-    emit(o);
-  };
+
   // NCCL groups (ncclGroupStart/End) as torch's coalescing: the calls a group made on one communicator share one
   // sequence id (collective_seq_id, or p2p_seq_id for point-to-point calls) and end with a "nccl:coalesced" entry,
   // which fr_trace needs to match them; a group's single call on a communicator is numbered as any call.
-  std::map<std::pair<uint64_t, uint64_t>, int> perGroup;  // (groupId, commId) -> calls
-  for (const events::Call& c : log.calls) {
-    if (c.groupId != 0) ++perGroup[{c.groupId, c.commId}];
-  }
   struct Open {
     uint64_t commId;
     int64_t collectiveSeq, p2pSeq, timeNs;
     bool p2p;
   };
-  uint64_t openGroup = 0;
-  std::vector<Open> open;  // communicators the open group coalesces, in first-call order
-  std::map<uint64_t, Open*> openOf;
-  auto closeGroup = [&]() {
-    for (const Open& o : open) {
+
+  void closeGroup() {
+    for (const Open& o : open_) {
       EntryOut m;
       m.commId = o.commId;
       m.collectiveSeq = o.collectiveSeq;
@@ -296,125 +336,115 @@ std::string flightRecorderDump(const EventLog& log) {
       m.p2p = o.p2p;
       emit(m);
     }
-    open.clear();
-    openOf.clear();
-    openGroup = 0;
-  };
-  open.reserve(log.comms.size() + 1);
-  for (const events::Call& c : log.calls) {
-    auto git = groups.find(c.commId);
-    if (git == groups.end()) continue;  // a call on a communicator the trace never saw made
+    open_.clear();
+    openOf_.clear();
+    openGroup_ = 0;
+  }
+
+  // Advances the communicator's sequence ids for call `c`; the coalesced group it belongs to, if any.
+  const Open* sequence(const events::Call& c, Group& g, bool p2p) {
+    const bool coalesced = c.groupId != 0 && perGroup_[{c.groupId, c.commId}] > 1;
+    if (coalesced) {
+      openGroup_ = c.groupId;
+      auto it = openOf_.find(c.commId);
+      if (it == openOf_.end()) {  // the group's first call on this communicator: one sequence id for all of them
+        if (p2p) ++g.p2p;
+        else g.collectives = static_cast<int64_t>(c.seq) + 1;
+        open_.push_back(Open{c.commId, g.collectives, g.p2p, c.timeNs, p2p});
+        it = openOf_.emplace(c.commId, &open_.back()).first;
+      }
+      return it->second;
+    }
+    if (p2p) ++g.p2p;
+    else g.collectives = static_cast<int64_t>(c.seq) + 1;
+    return nullptr;
+  }
+
+  void writeCall(const events::Call& c) {
+    auto git = groups_.find(c.commId);
+    if (git == groups_.end()) return;  // a call on a communicator the trace never saw made
     Group& g = git->second;
-    if (c.groupId != openGroup && !open.empty()) closeGroup();
-    const bool coalesced = c.groupId != 0 && perGroup[{c.groupId, c.commId}] > 1;
+    if (c.groupId != openGroup_ && !open_.empty()) closeGroup();
     const Op op = static_cast<Op>(c.op);
     const bool p2p = events::isP2p(op);
     const int peer = p2p ? c.rootOrPeer : -1;
     const trace::FlightRecorderEntry* fe = nullptr;
-    if (auto it = entries.find(callKey(c.commId, c.op, peer, c.seq)); it != entries.end()) fe = it->second;
-    const int64_t n = static_cast<int64_t>(c.count), world = std::max(g.nranks, 1);
+    if (auto it = entries_.find(callKey(c.commId, c.op, peer, c.seq)); it != entries_.end()) fe = it->second;
     std::string name;
-    Shapes in{{n}}, out{{n}};
-    switch (op) {
-      case Op::kAllReduce: name = "all_reduce"; break;
-      case Op::kBroadcast: name = "broadcast"; break;
-      case Op::kReduce: name = "reduce"; break;
-      case Op::kAllGather: name = "_all_gather_base"; out = {{n * world}}; break;
-      case Op::kReduceScatter: name = "_reduce_scatter_base"; in = {{n * world}}; break;
-      case Op::kAlltoAll: name = "all_to_all"; in = out = {{n * world}}; break;
-      case Op::kGather: name = "gather"; out = Shapes(static_cast<size_t>(world), {n}); break;
-      case Op::kScatter: name = "scatter"; in = Shapes(static_cast<size_t>(world), {n}); break;
-      case Op::kSend: name = "send " + std::to_string(g.rank) + "->" + std::to_string(peer); break;
-      case Op::kRecv: name = "recv " + std::to_string(g.rank) + "<-" + std::to_string(peer); break;
-      default: continue;
-    }
-    Open* grp = nullptr;
-    if (coalesced) {
-      openGroup = c.groupId;
-      auto it = openOf.find(c.commId);
-      if (it == openOf.end()) {  // the group's first call on this communicator: one sequence id for all of them
-        if (p2p) ++g.p2p;
-        else g.collectives = static_cast<int64_t>(c.seq) + 1;
-        open.push_back(Open{c.commId, g.collectives, g.p2p, c.timeNs, p2p});
-        it = openOf.emplace(c.commId, &open.back()).first;
-      }
-      grp = it->second;
-    } else if (p2p) {
-      ++g.p2p;
-    } else {
-      g.collectives = static_cast<int64_t>(c.seq) + 1;
-    }
-    std::string state = "completed";
-    std::vector<std::string> inTypes(in.size(), c10Dtype(c.datatype)), outTypes(out.size(), c10Dtype(c.datatype));
-    std::vector<FrameLine> frames;
-    int64_t timeoutMs = 600000, collectiveSeq = grp ? grp->collectiveSeq : g.collectives,
-            p2pSeq = grp ? grp->p2pSeq : g.p2p;
-    std::string profiling = "nccl:" + name;
-    if (fe != nullptr) {  // an imported call: what the dump said
-      profiling = fe->profilingName;
-      state = fe->state;
-      in = parseShapes(fe->inputSizes);
-      out = parseShapes(fe->outputSizes);
-      inTypes = splitDtypes(fe->inputDtypes);
-      outTypes = splitDtypes(fe->outputDtypes);
-      frames = parseFrames(fe->frames);
-      timeoutMs = fe->timeoutMs;
-      collectiveSeq = fe->collectiveSeqId;
-      p2pSeq = fe->p2pSeqId;
-    }
+    Shapes in, out;
+    if (!torchShapes(op, static_cast<int64_t>(c.count), std::max(g.nranks, 1), g.rank, peer, &name, &in, &out))
+      return;
+    const Open* grp = sequence(c, g, p2p);
     EntryOut o;
+    if (fe != nullptr) {  // an imported call: what the dump said
+      o = importedEntry(*fe);
+      o.durationMs.reset();
+    } else {
+      o.collectiveSeq = grp ? grp->collectiveSeq : g.collectives;
+      o.p2pSeq = grp ? grp->p2pSeq : g.p2p;
+      o.profiling = "nccl:" + name;
+      o.in = std::move(in);
+      o.out = std::move(out);
+      o.inTypes.assign(o.in.size(), c10Dtype(c.datatype));
+      o.outTypes.assign(o.out.size(), c10Dtype(c.datatype));
+    }
     o.commId = c.commId;
-    o.collectiveSeq = collectiveSeq;
-    o.p2pSeq = p2pSeq;
-    o.profiling = profiling;
     o.timeNs = c.timeNs;
-    auto t = timings.find(callKey(c.commId, c.op, peer, c.seq));
-    if (t != timings.end() && t->second->durationNs > 0 && !t->second->captured) {
+    o.p2p = p2p;
+    auto t = timings_.find(callKey(c.commId, c.op, peer, c.seq));
+    if (t != timings_.end() && t->second->durationNs > 0 && !t->second->captured) {
       o.durationMs = static_cast<double>(t->second->durationNs) / 1e6;
     }
-    o.in = std::move(in);
-    o.out = std::move(out);
-    o.inTypes = std::move(inTypes);
-    o.outTypes = std::move(outTypes);
-    o.state = state;
-    o.timeoutMs = timeoutMs;
-    o.p2p = p2p;
-    o.frames = std::move(frames);
     // An imported trace's entries that are no call (torch's coalesced markers) go back where they were: fr_trace
     // groups the calls before one into a coalesced group.
-    while (fe != nullptr && nextMarker < markers.size() && markers[nextMarker]->recordId < fe->recordId) {
-      emitMarker(*markers[nextMarker++]);
+    while (fe != nullptr && nextMarker_ < markers_.size() && markers_[nextMarker_]->recordId < fe->recordId) {
+      emit(importedEntry(*markers_[nextMarker_++]));
     }
     emit(o);
   }
-  if (!open.empty()) closeGroup();
-  while (nextMarker < markers.size()) emitMarker(*markers[nextMarker++]);
-  w.end(false);
-  w.str("pg_config");
-  w.beginDict();
-  for (const auto& [id, g] : groups) {
-    w.str(g.name);
-    w.beginDict();
-    w.str("name"); w.str(g.name);
-    w.str("desc"); w.str(g.desc);
-    w.str("ranks"); w.str(ranksText(g.ranks));
-    w.end(true);
+
+  void writeGroups() {
+    w_.str("pg_config");
+    w_.beginDict();
+    for (const auto& [id, g] : groups_) {
+      w_.str(g.name);
+      w_.beginDict();
+      w_.str("name"); w_.str(g.name);
+      w_.str("desc"); w_.str(g.desc);
+      w_.str("ranks"); w_.str(ranksText(g.ranks));
+      w_.end(true);
+    }
+    w_.end(true);
+    w_.str("pg_status");
+    w_.beginDict();
+    for (const auto& [id, g] : groups_) {
+      w_.str(std::to_string(id));
+      w_.beginDict();
+      w_.str("last_enqueued_collective"); w_.integer(g.collectives);
+      w_.str("last_started_collective"); w_.integer(g.collectives);
+      w_.str("last_completed_collective"); w_.integer(g.enqueued == g.completed ? g.collectives : g.collectives - 1);
+      w_.end(true);
+    }
+    w_.end(true);
   }
-  w.end(true);
-  w.str("pg_status");
-  w.beginDict();
-  for (const auto& [id, g] : groups) {
-    w.str(std::to_string(id));
-    w.beginDict();
-    w.str("last_enqueued_collective"); w.integer(g.collectives);
-    w.str("last_started_collective"); w.integer(g.collectives);
-    w.str("last_completed_collective"); w.integer(g.enqueued == g.completed ? g.collectives : g.collectives - 1);
-    w.end(true);
-  }
-  w.end(true);
-  w.end(true);
-  return w.finish();
-}
+
+  const EventLog& log_;
+  std::map<uint64_t, Group> groups_;
+  std::map<CallKey, const trace::Timing*> timings_;
+  std::map<CallKey, const trace::FlightRecorderEntry*> entries_;
+  std::vector<const trace::FlightRecorderEntry*> markers_;  // an imported trace's entries that are no call
+  size_t nextMarker_ = 0;
+  std::map<std::pair<uint64_t, uint64_t>, int> perGroup_;  // (groupId, commId) -> calls
+  uint64_t openGroup_ = 0;
+  std::vector<Open> open_;  // communicators the open group coalesces, in first-call order
+  std::map<uint64_t, Open*> openOf_;
+  PickleWriter w_;
+  int64_t recordId_ = 0;
+};
+
+}  // namespace
+
+std::string flightRecorderDump(const EventLog& log) { return DumpWriter(log).write(); }
 
 CLI::App* addExportCommand(CLI::App& app, ExportOptions* o) {
   auto* ex = app.add_subcommand("export", "Write a RankLens trace in another tool's format");

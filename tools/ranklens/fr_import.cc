@@ -128,6 +128,73 @@ int datatypeOfDtype(const std::string& dtype) {
   return it == kTypes.end() ? -1 : it->second;
 }
 
+namespace {
+
+// The call's element count from the entry's tensor sizes; `known` false when the sizes do not say it (several
+// tensors, or an all_to_all whose total does not split evenly).
+uint64_t elementCount(const fr::Entry& e, Op op, const std::string& type, int nranks, bool* known) {
+  const auto& in = e.inputSizes;
+  const auto& outSizes = e.outputSizes;
+  bool countKnown = true;
+  auto first = [&](const std::vector<std::vector<int64_t>>& v) -> uint64_t {
+    if (v.size() != 1) countKnown = false;
+    return v.empty() ? 0 : numel(v[0]);
+  };
+  uint64_t count = 0;
+  switch (op) {
+    case Op::kAllReduce:
+    case Op::kBroadcast:
+    case Op::kReduce:
+    case Op::kAllGather:
+    case Op::kGather:
+    case Op::kSend:
+      count = first(in);
+      break;
+    case Op::kReduceScatter:
+    case Op::kScatter:
+      count = first(outSizes);
+      break;
+    case Op::kRecv:
+      count = first(outSizes.empty() ? in : outSizes);
+      break;
+    case Op::kAlltoAll: {
+      const uint64_t total = first(in);
+      if (nranks > 0 && total % static_cast<uint64_t>(nranks) == 0 && type != "all_to_all_v_single") {
+        count = total / static_cast<uint64_t>(nranks);
+      } else {
+        countKnown = false;
+        count = total;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  // torch's list forms (all_gather of a tensor list) have one output per rank and one input: count stays the input.
+  if (op == Op::kAllGather && in.size() == 1) countKnown = true;
+  if (op == Op::kReduceScatter && outSizes.size() == 1) countKnown = true;
+  *known = countKnown;
+  return count;
+}
+
+// A Send's or Recv's peer from torch's name ("send 0->1": this rank's group rank -> peer; "recv 1<-0": this rank <-
+// peer); a rooted collective's root, which the dump does not say (0 stands in).
+void peerOrRoot(Op op, const std::string& meta, events::Call* c, std::string* unknown) {
+  if (op == Op::kSend || op == Op::kRecv) {
+    const char* arrow = op == Op::kSend ? "->" : "<-";
+    const size_t at = meta.find(arrow);
+    int peer = -1;
+    if (at != std::string::npos) peer = std::atoi(meta.c_str() + at + 2);
+    if (at == std::string::npos || peer < 0) addUnknown(unknown, "peer");
+    c->rootOrPeer = std::max(peer, 0);
+  } else if (events::isRooted(op)) {
+    c->rootOrPeer = 0;
+    addUnknown(unknown, "root");
+  }
+}
+
+}  // namespace
+
 EntryCall entryToCall(const fr::Entry& e, int nranks, int groupRank) {
   EntryCall out;
   const size_t colon = e.profilingName.find(':');
@@ -162,228 +229,202 @@ EntryCall entryToCall(const fr::Entry& e, int nranks, int groupRank) {
     c.datatype = 0;
     addUnknown(&out.unknown, "datatype");
   }
-  const auto& in = e.inputSizes;
-  const auto& outSizes = e.outputSizes;
   bool countKnown = true;
-  auto first = [&](const std::vector<std::vector<int64_t>>& v) -> uint64_t {
-    if (v.size() != 1) countKnown = false;
-    return v.empty() ? 0 : numel(v[0]);
-  };
-  switch (op) {
-    case Op::kAllReduce:
-    case Op::kBroadcast:
-    case Op::kReduce:
-    case Op::kAllGather:
-    case Op::kGather:
-    case Op::kSend:
-      c.count = first(in);
-      break;
-    case Op::kReduceScatter:
-    case Op::kScatter:
-      c.count = first(outSizes);
-      break;
-    case Op::kRecv:
-      c.count = first(outSizes.empty() ? in : outSizes);
-      break;
-    case Op::kAlltoAll: {
-      const uint64_t total = first(in);
-      if (nranks > 0 && total % static_cast<uint64_t>(nranks) == 0 && type != "all_to_all_v_single") {
-        c.count = total / static_cast<uint64_t>(nranks);
-      } else {
-        countKnown = false;
-        c.count = total;
-      }
-      break;
-    }
-    default:
-      break;
-  }
-  // torch's list forms (all_gather of a tensor list) have one output per rank and one input: count stays the input.
-  if (op == Op::kAllGather && in.size() == 1) countKnown = true;
-  if (op == Op::kReduceScatter && outSizes.size() == 1) countKnown = true;
+  c.count = elementCount(e, op, type, nranks, &countKnown);
   if (!countKnown) addUnknown(&out.unknown, "count");
   if (events::isReduction(op)) {
     c.redop = 0;  // the dump does not say which reduction; sum stands in
     addUnknown(&out.unknown, "redop");
   }
-  if (op == Op::kSend || op == Op::kRecv) {
-    // "send 0->1" (this rank's group rank -> peer), "recv 1<-0" (this rank <- peer).
-    const char* arrow = op == Op::kSend ? "->" : "<-";
-    const size_t at = meta.find(arrow);
-    int peer = -1;
-    if (at != std::string::npos) peer = std::atoi(meta.c_str() + at + 2);
-    if (at == std::string::npos || peer < 0) addUnknown(&out.unknown, "peer");
-    c.rootOrPeer = std::max(peer, 0);
-  } else if (events::isRooted(op)) {
-    c.rootOrPeer = 0;  // the dump does not say which rank is the root
-    addUnknown(&out.unknown, "root");
-  }
+  peerOrRoot(op, meta, &c, &out.unknown);
   addUnknown(&out.unknown, "stream");
   addUnknown(&out.unknown, "payload");
   c.bytes = events::receivedBytes(op, c.count, c.datatype, c.nranks, c.rank, c.rootOrPeer);
   return out;
 }
 
-bool importDumps(const std::vector<fr::Dump>& dumps, const std::string& outDir, std::vector<ImportReport>* reports,
-                 std::string* error) {
+namespace {
+
+// The manifest of one rank imported from its dump: what it is, where it came from, and what a dump cannot say.
+trace::Manifest importedManifest(const fr::Dump& d, const std::string& diagnosis) {
+  // The world: the default group's ranks, else the largest group's, else what the ranks' numbers say.
+  int world = -1;
+  if (const auto* r = pgRanks(d, "0")) world = static_cast<int>(r->size());
+  for (const auto& [name, pg] : d.pgConfig) world = std::max(world, static_cast<int>(pg.ranks.size()));
+  if (world <= d.rank) world = -1;
+  trace::Manifest m;
+  m.version_minor = trace::kFormatMinor;
+  m.rank = d.rank;
+  m.world_size = world;
+  m.mode = "record";
+  m.writer = "ranklens import flight-recorder";
+  m.nccl_version = ncclCode(d.commLibVersion);
+  if (!d.entries.empty()) {
+    m.start_time_ns = d.entries.front().timeCreatedNs;
+    m.end_time_ns = d.entries.back().timeCreatedNs;
+  }
+  m.imported = {{"from", "flight-recorder"},
+                {"file", fs::absolute(d.file).string()},
+                {"format", d.format},
+                {"version", d.version},
+                {"comm_lib_version", d.commLibVersion},
+                {"missing", "payloads, streams, reduction operators, roots, element counts of coalesced calls, "
+                            "NCCL groups, how communicators were created; each FlightRecorderEntry's unknown "
+                            "names its call's"}};
+  if (!diagnosis.empty()) m.imported["diagnosis"] = diagnosis;
+  if (!d.entries.empty() && d.entries.front().recordId > 0) {
+    m.imported["wrapped"] = "the dump starts at record id " + std::to_string(d.entries.front().recordId) +
+                            ": earlier calls were overwritten in torch's ring buffer (TORCH_NCCL_TRACE_BUFFER_SIZE)";
+  }
+  return m;
+}
+
+// A process group of the dump as a RankLens communicator, and the sequence numbers its calls get.
+struct ImportedComm {
+  uint64_t id = 0;
+  int nranks = 0, groupRank = -1;
+  int64_t base = -1;  // collective_seq_id - 1 of its first collective: RankLens's sequence starts there
+  uint64_t collectives = 0;
+  std::map<std::pair<int, int>, uint64_t> p2p;  // (op, peer) -> next sequence
+};
+
+// Communicators: the process groups this rank belongs to (or has entries of), in creation order, each written as a
+// CommInit. `ok` turns false when a record could not be appended.
+std::map<std::string, ImportedComm> writeComms(const fr::Dump& d, trace::TraceWriter& writer, bool* ok) {
+  std::map<std::string, ImportedComm> comms;
+  for (const std::string& name : pgNames(d)) {
+    const std::vector<int>* members = pgRanks(d, name);
+    int groupRank = -1;
+    if (members != nullptr) {
+      auto it = std::find(members->begin(), members->end(), d.rank);
+      if (it != members->end()) groupRank = static_cast<int>(it - members->begin());
+    }
+    const bool hasEntries =
+        std::any_of(d.entries.begin(), d.entries.end(), [&](const fr::Entry& e) { return e.pgName == name; });
+    if (members != nullptr && groupRank < 0 && !hasEntries) continue;  // a group of other ranks
+    ImportedComm c;
+    c.id = comms.size();
+    c.nranks = members ? static_cast<int>(members->size()) : 0;
+    c.groupRank = groupRank;
+    events::CommInit init;
+    init.commId = c.id;
+    init.nranks = c.nranks;
+    init.rank = std::max(groupRank, 0);
+    init.how = "init";
+    auto cfg = d.pgConfig.find(name);
+    init.name = name + (cfg != d.pgConfig.end() && !cfg->second.desc.empty() ? ":" + cfg->second.desc : "");
+    if (members) init.worldRanks = *members;
+    for (const fr::Entry& e : d.entries) {
+      if (e.pgName == name) {
+        init.timeNs = e.timeCreatedNs;
+        break;
+      }
+    }
+    *ok = *ok && writer.append(trace::RecordType::kCommInit, init);
+    comms.emplace(name, std::move(c));
+  }
+  return comms;
+}
+
+// The dump's entry as the trace keeps it (the call it made, if any, is filled in by the caller).
+trace::FlightRecorderEntry entryRecord(const fr::Entry& e, uint64_t commId) {
+  trace::FlightRecorderEntry r;
+  r.commId = commId;
+  r.recordId = e.recordId;
+  r.collectiveSeqId = e.collectiveSeqId;
+  r.p2pSeqId = e.p2pSeqId;
+  r.opId = e.opId;
+  r.profilingName = e.profilingName;
+  r.pgName = e.pgName;
+  r.pgDesc = e.pgDesc;
+  r.state = e.state;
+  r.timeCreatedNs = e.timeCreatedNs;
+  r.durationNs = e.durationMs ? static_cast<int64_t>(*e.durationMs * 1e6) : -1;
+  r.timeoutMs = e.timeoutMs;
+  r.isP2p = e.isP2p;
+  r.inputSizes = shapesText(e.inputSizes);
+  r.outputSizes = shapesText(e.outputSizes);
+  r.inputDtypes = joined(e.inputDtypes);
+  r.outputDtypes = joined(e.outputDtypes);
+  r.frames = framesText(e.frames);
+  return r;
+}
+
+// One entry: its Call (and Timing, when torch timed it) if it is a call, then the FlightRecorderEntry that keeps
+// what the dump said. False when a record could not be appended.
+bool writeEntry(const fr::Entry& e, ImportedComm& comm, trace::TraceWriter& writer, ImportReport* report) {
+  bool ok = true;
+  EntryCall ec = entryToCall(e, comm.nranks, comm.groupRank);
+  trace::FlightRecorderEntry r = entryRecord(e, comm.id);
+  ++report->entries;
+  if (e.state != "completed") ++report->unfinished;
+  if (ec.isCall) {
+    events::Call& c = ec.call;
+    c.commId = comm.id;
+    if (events::isP2p(static_cast<Op>(c.op))) {
+      c.seq = comm.p2p[{c.op, c.rootOrPeer}]++;
+      addUnknown(&ec.unknown, "seq");  // counted from the dump's first entry; torch numbers P2P per group
+    } else {
+      if (comm.base < 0) comm.base = std::max<int64_t>(e.collectiveSeqId - 1, 0);
+      c.seq = static_cast<uint64_t>(comm.base) + comm.collectives++;
+    }
+    ok = ok && writer.append(trace::RecordType::kCall, c);
+    ++report->calls;
+    if (e.durationMs) {
+      trace::Timing t = trace::timingOf(c);
+      t.durationNs = r.durationNs;
+      t.eventNs = r.durationNs;  // torch times the call with CUDA events around it on its stream
+      t.clock = trace::kClockEvents;
+      ok = ok && writer.append(trace::RecordType::kTiming, t);
+      ++report->timed;
+    }
+    r.seq = c.seq;
+    r.op = c.op;
+    r.peer = events::isP2p(static_cast<Op>(c.op)) ? c.rootOrPeer : -1;
+  } else {
+    r.seq = static_cast<uint64_t>(std::max<int64_t>(e.collectiveSeqId - 1, 0));
+    ec.unknown = ec.why;
+    ++report->notCalls;
+  }
+  r.unknown = ec.unknown;
+  return ok && writer.append(trace::RecordType::kFlightRecorderEntry, r);
+}
+
+// <outDir>/rank<R>/ of one dump.
+Status importDump(const fr::Dump& d, const std::string& outDir, const std::string& diagnosis, ImportReport* report) {
+  report->rank = d.rank;
+  report->rankDir = (fs::path(outDir) / ("rank" + std::to_string(d.rank))).string();
+  trace::WriterOptions options;
+  options.policy = trace::BackPressure::kWait;
+  std::unique_ptr<trace::TraceWriter> writer;
+  RL_CHECK(trace::TraceWriter::create(report->rankDir, importedManifest(d, diagnosis), options, &writer)
+               .withContext(report->rankDir));
+  bool ok = true;
+  std::map<std::string, ImportedComm> comms = writeComms(d, *writer, &ok);
+  for (const fr::Entry& e : d.entries) ok = writeEntry(e, comms.at(e.pgName), *writer, report) && ok;
+  ok = writer->close().isOk() && ok;
+  if (!ok) return Status::systemError(report->rankDir + ": writing the trace failed");
+  return Status::ok();
+}
+
+}  // namespace
+
+Status importDumps(const std::vector<fr::Dump>& dumps, const std::string& outDir, std::vector<ImportReport>* reports) {
   std::set<int> ranks;
   for (const fr::Dump& d : dumps) {
-    if (!ranks.insert(d.rank).second) {
-      *error = d.file + ": a second dump of rank " + std::to_string(d.rank) + " (give each rank's dump once)";
-      return false;
-    }
+    if (!ranks.insert(d.rank).second)
+      return Status::invalidArgument(d.file + ": a second dump of rank " + std::to_string(d.rank) +
+                                     " (give each rank's dump once)");
   }
   // Every rank directory keeps the cross-rank diagnosis: a replay of one rank that reaches the hang says which ranks
   // had reached it.
   const std::string diagnosis = dumps.size() > 1 ? diagnose(dumps) : "";
   for (const fr::Dump& d : dumps) {
     ImportReport report;
-    report.rank = d.rank;
-    report.rankDir = (fs::path(outDir) / ("rank" + std::to_string(d.rank))).string();
-    const std::vector<std::string> names = pgNames(d);
-    // The world: the default group's ranks, else the largest group's, else what the ranks' numbers say.
-    int world = -1;
-    if (const auto* r = pgRanks(d, "0")) world = static_cast<int>(r->size());
-    for (const auto& [name, pg] : d.pgConfig) world = std::max(world, static_cast<int>(pg.ranks.size()));
-    if (world <= d.rank) world = -1;
-
-    trace::Manifest m;
-    m.version_minor = trace::kFormatMinor;
-    m.rank = d.rank;
-    m.world_size = world;
-    m.mode = "record";
-    m.writer = "ranklens import flight-recorder";
-    m.nccl_version = ncclCode(d.commLibVersion);
-    if (!d.entries.empty()) {
-      m.start_time_ns = d.entries.front().timeCreatedNs;
-      m.end_time_ns = d.entries.back().timeCreatedNs;
-    }
-    m.imported = {{"from", "flight-recorder"},
-                  {"file", fs::absolute(d.file).string()},
-                  {"format", d.format},
-                  {"version", d.version},
-                  {"comm_lib_version", d.commLibVersion},
-                  {"missing", "payloads, streams, reduction operators, roots, element counts of coalesced calls, "
-                              "NCCL groups, how communicators were created; each FlightRecorderEntry's unknown "
-                              "names its call's"}};
-    if (!diagnosis.empty()) m.imported["diagnosis"] = diagnosis;
-    if (!d.entries.empty() && d.entries.front().recordId > 0) {
-      m.imported["wrapped"] = "the dump starts at record id " + std::to_string(d.entries.front().recordId) +
-                              ": earlier calls were overwritten in torch's ring buffer (TORCH_NCCL_TRACE_BUFFER_SIZE)";
-    }
-    std::string err;
-    trace::WriterOptions options;
-    options.policy = trace::BackPressure::kWait;
-    std::unique_ptr<trace::TraceWriter> writer;
-    err = trace::TraceWriter::create(report.rankDir, m, options, &writer).message();
-    if (!writer) {
-      *error = report.rankDir + ": " + err;
-      return false;
-    }
-    bool ok = true;
-    // Communicators: the process groups this rank belongs to (or has entries of), in creation order.
-    struct Comm {
-      uint64_t id = 0;
-      int nranks = 0, groupRank = -1;
-      int64_t base = -1;  // collective_seq_id - 1 of its first collective: RankLens's sequence starts there
-      uint64_t collectives = 0;
-      std::map<std::pair<int, int>, uint64_t> p2p;  // (op, peer) -> next sequence
-    };
-    std::map<std::string, Comm> comms;
-    for (const std::string& name : names) {
-      const std::vector<int>* members = pgRanks(d, name);
-      int groupRank = -1;
-      if (members != nullptr) {
-        auto it = std::find(members->begin(), members->end(), d.rank);
-        if (it != members->end()) groupRank = static_cast<int>(it - members->begin());
-      }
-      const bool hasEntries = std::any_of(d.entries.begin(), d.entries.end(),
-                                          [&](const fr::Entry& e) { return e.pgName == name; });
-      if (members != nullptr && groupRank < 0 && !hasEntries) continue;  // a group of other ranks
-      Comm c;
-      c.id = comms.size();
-      c.nranks = members ? static_cast<int>(members->size()) : 0;
-      c.groupRank = groupRank;
-      events::CommInit init;
-      init.commId = c.id;
-      init.nranks = c.nranks;
-      init.rank = std::max(groupRank, 0);
-      init.how = "init";
-      auto cfg = d.pgConfig.find(name);
-      init.name = name + (cfg != d.pgConfig.end() && !cfg->second.desc.empty() ? ":" + cfg->second.desc : "");
-      if (members) init.worldRanks = *members;
-      for (const fr::Entry& e : d.entries) {
-        if (e.pgName == name) {
-          init.timeNs = e.timeCreatedNs;
-          break;
-        }
-      }
-      ok = ok && writer->append(trace::RecordType::kCommInit, init);
-      comms.emplace(name, std::move(c));
-    }
-    for (const fr::Entry& e : d.entries) {
-      Comm& comm = comms.at(e.pgName);
-      EntryCall ec = entryToCall(e, comm.nranks, comm.groupRank);
-      trace::FlightRecorderEntry r;
-      r.commId = comm.id;
-      r.recordId = e.recordId;
-      r.collectiveSeqId = e.collectiveSeqId;
-      r.p2pSeqId = e.p2pSeqId;
-      r.opId = e.opId;
-      r.profilingName = e.profilingName;
-      r.pgName = e.pgName;
-      r.pgDesc = e.pgDesc;
-      r.state = e.state;
-      r.timeCreatedNs = e.timeCreatedNs;
-      r.durationNs = e.durationMs ? static_cast<int64_t>(*e.durationMs * 1e6) : -1;
-      r.timeoutMs = e.timeoutMs;
-      r.isP2p = e.isP2p;
-      r.inputSizes = shapesText(e.inputSizes);
-      r.outputSizes = shapesText(e.outputSizes);
-      r.inputDtypes = joined(e.inputDtypes);
-      r.outputDtypes = joined(e.outputDtypes);
-      r.frames = framesText(e.frames);
-      ++report.entries;
-      if (e.state != "completed") ++report.unfinished;
-      if (ec.isCall) {
-        events::Call& c = ec.call;
-        c.commId = comm.id;
-        if (events::isP2p(static_cast<Op>(c.op))) {
-          c.seq = comm.p2p[{c.op, c.rootOrPeer}]++;
-          addUnknown(&ec.unknown, "seq");  // counted from the dump's first entry; torch numbers P2P per group
-        } else {
-          if (comm.base < 0) comm.base = std::max<int64_t>(e.collectiveSeqId - 1, 0);
-          c.seq = static_cast<uint64_t>(comm.base) + comm.collectives++;
-        }
-        ok = ok && writer->append(trace::RecordType::kCall, c);
-        ++report.calls;
-        if (e.durationMs) {
-          trace::Timing t = trace::timingOf(c);
-          t.durationNs = r.durationNs;
-          t.eventNs = r.durationNs;  // torch times the call with CUDA events around it on its stream
-          t.clock = trace::kClockEvents;
-          ok = ok && writer->append(trace::RecordType::kTiming, t);
-          ++report.timed;
-        }
-        r.seq = c.seq;
-        r.op = c.op;
-        r.peer = events::isP2p(static_cast<Op>(c.op)) ? c.rootOrPeer : -1;
-      } else {
-        r.seq = static_cast<uint64_t>(std::max<int64_t>(e.collectiveSeqId - 1, 0));
-        ec.unknown = ec.why;
-        ++report.notCalls;
-      }
-      r.unknown = ec.unknown;
-      ok = ok && writer->append(trace::RecordType::kFlightRecorderEntry, r);
-    }
-    ok = writer->close().isOk() && ok;
-    if (!ok) {
-      *error = report.rankDir + ": writing the trace failed";
-      return false;
-    }
+    RL_CHECK(importDump(d, outDir, diagnosis, &report));
     reports->push_back(report);
   }
-  return true;
+  return Status::ok();
 }
 
 namespace {
@@ -403,118 +444,154 @@ std::string signature(const fr::Entry& e) {
          shapesText(e.outputSizes) + " " + joined(e.outputDtypes);
 }
 
-}  // namespace
-
-std::string diagnose(const std::vector<fr::Dump>& dumps) {
-  // Per group: each rank's collectives by collective_seq_id (the first entry of a sequence number: a coalesced
-  // group's calls share one).
-  std::map<std::string, std::map<int, std::map<int64_t, const fr::Entry*>>> byPg;
+// Per process group: each rank's collectives by collective_seq_id (the first entry of a sequence number: a
+// coalesced group's calls share one), and the group's members among the dumped ranks.
+using RankCollectives = std::map<int, std::map<int64_t, const fr::Entry*>>;
+struct GroupCollectives {
+  std::map<std::string, RankCollectives> byPg;
   std::map<std::string, std::set<int>> members;
   std::set<int> dumped;
+};
+
+GroupCollectives collectives(const std::vector<fr::Dump>& dumps) {
+  GroupCollectives g;
   for (const fr::Dump& d : dumps) {
-    dumped.insert(d.rank);
-    for (const auto& [name, pg] : d.pgConfig) members[name].insert(pg.ranks.begin(), pg.ranks.end());
+    g.dumped.insert(d.rank);
+    for (const auto& [name, pg] : d.pgConfig) g.members[name].insert(pg.ranks.begin(), pg.ranks.end());
     for (const fr::Entry& e : d.entries) {
       if (e.isP2p || e.profilingName.find("send ") != std::string::npos ||
           e.profilingName.find("recv ") != std::string::npos || e.profilingName.find(":coalesced") != std::string::npos) {
         continue;
       }
-      byPg[e.pgName][d.rank].emplace(e.collectiveSeqId, &e);
-      members[e.pgName].insert(d.rank);
+      g.byPg[e.pgName][d.rank].emplace(e.collectiveSeqId, &e);
+      g.members[e.pgName].insert(d.rank);
     }
+  }
+  return g;
+}
+
+// What the expected ranks did at one collective sequence number of a group.
+struct AtSequence {
+  std::set<int> missing, unfinished;
+  std::map<std::string, std::set<int>> sigs;  // call signature -> ranks that made it
+  const fr::Entry* any = nullptr;             // an entry of it (the first rank's), for its name and stack
+  int anyRank = -1;
+  bool diverged() const { return any != nullptr && (!missing.empty() || !unfinished.empty() || sigs.size() > 1); }
+};
+
+AtSequence atSequence(const RankCollectives& ranks, const std::set<int>& expected, int64_t seq) {
+  AtSequence a;
+  for (int r : expected) {
+    auto rit = ranks.find(r);
+    const fr::Entry* e = nullptr;
+    if (rit != ranks.end()) {
+      auto it = rit->second.find(seq);
+      if (it != rit->second.end()) e = it->second;
+    }
+    if (e == nullptr) {
+      // A rank whose dump starts after this sequence number (its ring buffer wrapped) says nothing of it.
+      if (rit != ranks.end() && !rit->second.empty() && rit->second.begin()->first > seq) continue;
+      a.missing.insert(r);
+      continue;
+    }
+    if (a.any == nullptr) {
+      a.any = e;
+      a.anyRank = r;
+    }
+    if (e->state != "completed") a.unfinished.insert(r);
+    a.sigs[signature(*e)].insert(r);
+  }
+  return a;
+}
+
+// Ranks that made different calls at one sequence number: which one is odd and how it differs. `a.any` becomes the
+// odd rank's entry, whose stack shows where its program diverged.
+std::string describeMismatch(const std::vector<fr::Dump>& dumps, const std::string& pg, int64_t seq, AtSequence& a) {
+  const auto& sigs = a.sigs;
+  // The call most ranks made is the expected one (on a tie, the lowest rank's, as fr_trace compares every rank with
+  // the first); of the others, the one fewest ranks made is the odd one out.
+  auto score = [](const auto& kv) { return std::make_pair(kv.second.size(), -*kv.second.begin()); };
+  auto common =
+      std::max_element(sigs.begin(), sigs.end(), [&](const auto& x, const auto& y) { return score(x) < score(y); });
+  auto odd = sigs.end();
+  for (auto it = sigs.begin(); it != sigs.end(); ++it) {
+    if (it != common && (odd == sigs.end() || it->second.size() < odd->second.size())) odd = it;
+  }
+  const fr::Entry* oddEntry = nullptr;
+  const fr::Entry* commonEntry = nullptr;
+  for (const fr::Dump& d : dumps) {
+    for (const fr::Entry& e : d.entries) {
+      if (e.pgName == pg && e.collectiveSeqId == seq && !e.isP2p) {
+        if (d.rank == *odd->second.begin() && oddEntry == nullptr) oddEntry = &e;
+        if (d.rank == *common->second.begin() && commonEntry == nullptr) commonEntry = &e;
+      }
+    }
+  }
+  std::string how = "a different call";
+  if (oddEntry && commonEntry) {
+    if (oddEntry->profilingName != commonEntry->profilingName) how = "a different collective";
+    else if (oddEntry->inputDtypes != commonEntry->inputDtypes || oddEntry->outputDtypes != commonEntry->outputDtypes)
+      how = "a different dtype";
+    else how = "different sizes";
+  }
+  if (oddEntry != nullptr) {
+    a.any = oddEntry;
+    a.anyRank = *odd->second.begin();
   }
   std::ostringstream out;
-  for (const auto& [pg, ranks] : byPg) {
-    std::set<int> expected;
-    for (int r : members[pg]) {
-      if (dumped.count(r)) expected.insert(r);
-    }
-    std::set<int64_t> seqs;
-    for (const auto& [rank, entries] : ranks) {
-      for (const auto& [seq, e] : entries) seqs.insert(seq);
-    }
-    for (int64_t seq : seqs) {
-      std::set<int> missing, unfinished;
-      std::map<std::string, std::set<int>> sigs;
-      const fr::Entry* any = nullptr;
-      int anyRank = -1;
-      for (int r : expected) {
-        auto rit = ranks.find(r);
-        const fr::Entry* e = nullptr;
-        if (rit != ranks.end()) {
-          auto it = rit->second.find(seq);
-          if (it != rit->second.end()) e = it->second;
-        }
-        if (e == nullptr) {
-          // A rank whose dump starts after this sequence number (its ring buffer wrapped) says nothing of it.
-          if (rit != ranks.end() && !rit->second.empty() && rit->second.begin()->first > seq) continue;
-          missing.insert(r);
-          continue;
-        }
-        if (any == nullptr) {
-          any = e;
-          anyRank = r;
-        }
-        if (e->state != "completed") unfinished.insert(r);
-        sigs[signature(*e)].insert(r);
-      }
-      if (any == nullptr || (missing.empty() && unfinished.empty() && sigs.size() <= 1)) continue;
-      out << pgLabel(*any) << ", collective sequence number " << seq << ": ";
-      if (sigs.size() > 1) {
-        // The call most ranks made is the expected one (on a tie, the lowest rank's, as fr_trace compares every
-        // rank with the first); of the others, the one fewest ranks made is the odd one out.
-        auto score = [](const auto& kv) { return std::make_pair(kv.second.size(), -*kv.second.begin()); };
-        auto common = std::max_element(sigs.begin(), sigs.end(),
-                                       [&](const auto& a, const auto& b) { return score(a) < score(b); });
-        auto odd = sigs.end();
-        for (auto it = sigs.begin(); it != sigs.end(); ++it) {
-          if (it != common && (odd == sigs.end() || it->second.size() < odd->second.size())) odd = it;
-        }
-        const fr::Entry* oddEntry = nullptr;
-        const fr::Entry* commonEntry = nullptr;
-        for (const fr::Dump& d : dumps) {
-          for (const fr::Entry& e : d.entries) {
-            if (e.pgName == pg && e.collectiveSeqId == seq && !e.isP2p) {
-              if (d.rank == *odd->second.begin() && oddEntry == nullptr) oddEntry = &e;
-              if (d.rank == *common->second.begin() && commonEntry == nullptr) commonEntry = &e;
-            }
-          }
-        }
-        std::string how = "a different call";
-        if (oddEntry && commonEntry) {
-          if (oddEntry->profilingName != commonEntry->profilingName) how = "a different collective";
-          else if (oddEntry->inputDtypes != commonEntry->inputDtypes || oddEntry->outputDtypes != commonEntry->outputDtypes)
-            how = "a different dtype";
-          else how = "different sizes";
-        }
-        if (oddEntry != nullptr) {  // show the odd rank's stack: where its program diverged
-          any = oddEntry;
-          anyRank = *odd->second.begin();
-        }
-        out << "rank" << (odd->second.size() > 1 ? "s " : " ") << rankList(odd->second) << " called " << how << " ("
-            << odd->first << ") than rank" << (common->second.size() > 1 ? "s " : " ") << rankList(common->second)
-            << " (" << common->first << ")\n";
-      } else if (!missing.empty()) {
-        std::set<int> reached;
-        for (const auto& [sig, rs] : sigs) reached.insert(rs.begin(), rs.end());
-        out << any->profilingName << " " << shapesText(any->inputSizes) << " reached by rank"
-            << (reached.size() > 1 ? "s " : " ") << rankList(reached) << " (" << any->state << "), never called by rank"
-            << (missing.size() > 1 ? "s " : " ") << rankList(missing) << " (missing call)\n";
-      } else {
-        out << any->profilingName << " " << shapesText(any->inputSizes) << " not completed on rank"
-            << (unfinished.size() > 1 ? "s " : " ") << rankList(unfinished) << " (every rank called it)\n";
-      }
-      if (!any->frames.empty()) {
-        out << "  stack (rank " << anyRank << "):\n";
-        std::istringstream frames(framesText(any->frames));
-        std::string line;
-        int shown = 0;
-        while (std::getline(frames, line) && shown++ < 8) out << "    " << line << "\n";
-      }
-      break;  // the first divergence of the group is the one that matters; later ones follow from it
-    }
-  }
+  out << "rank" << (odd->second.size() > 1 ? "s " : " ") << rankList(odd->second) << " called " << how << " ("
+      << odd->first << ") than rank" << (common->second.size() > 1 ? "s " : " ") << rankList(common->second) << " ("
+      << common->first << ")\n";
   return out.str();
+}
+
+// The first divergence of one group, in a few lines; "" when its ranks agree on every collective.
+std::string diagnoseGroup(const std::vector<fr::Dump>& dumps, const std::string& pg, const RankCollectives& ranks,
+                          const GroupCollectives& all) {
+  std::set<int> expected;
+  for (int r : all.members.at(pg)) {
+    if (all.dumped.count(r)) expected.insert(r);
+  }
+  std::set<int64_t> seqs;
+  for (const auto& [rank, entries] : ranks) {
+    for (const auto& [seq, e] : entries) seqs.insert(seq);
+  }
+  for (int64_t seq : seqs) {
+    AtSequence a = atSequence(ranks, expected, seq);
+    if (!a.diverged()) continue;
+    std::ostringstream out;
+    out << pgLabel(*a.any) << ", collective sequence number " << seq << ": ";
+    if (a.sigs.size() > 1) {
+      out << describeMismatch(dumps, pg, seq, a);
+    } else if (!a.missing.empty()) {
+      std::set<int> reached;
+      for (const auto& [sig, rs] : a.sigs) reached.insert(rs.begin(), rs.end());
+      out << a.any->profilingName << " " << shapesText(a.any->inputSizes) << " reached by rank"
+          << (reached.size() > 1 ? "s " : " ") << rankList(reached) << " (" << a.any->state << "), never called by rank"
+          << (a.missing.size() > 1 ? "s " : " ") << rankList(a.missing) << " (missing call)\n";
+    } else {
+      out << a.any->profilingName << " " << shapesText(a.any->inputSizes) << " not completed on rank"
+          << (a.unfinished.size() > 1 ? "s " : " ") << rankList(a.unfinished) << " (every rank called it)\n";
+    }
+    if (!a.any->frames.empty()) {
+      out << "  stack (rank " << a.anyRank << "):\n";
+      std::istringstream frames(framesText(a.any->frames));
+      std::string line;
+      int shown = 0;
+      while (std::getline(frames, line) && shown++ < 8) out << "    " << line << "\n";
+    }
+    return out.str();  // the first divergence of the group is the one that matters; later ones follow from it
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string diagnose(const std::vector<fr::Dump>& dumps) {
+  const GroupCollectives all = collectives(dumps);
+  std::string out;
+  for (const auto& [pg, ranks] : all.byPg) out += diagnoseGroup(dumps, pg, ranks, all);
+  return out;
 }
 
 CLI::App* addImportCommand(CLI::App& app, ImportOptions* o) {
@@ -562,9 +639,8 @@ int runImport(const ImportOptions& o, std::ostream& out, std::ostream& err) {
   std::sort(dumps.begin(), dumps.end(), [](const fr::Dump& a, const fr::Dump& b) { return a.rank < b.rank; });
   if (!o.diagnoseOnly) {
     std::vector<ImportReport> reports;
-    std::string error;
-    if (!importDumps(dumps, o.out, &reports, &error)) {
-      err << "error: " << error << "\n";
+    if (Status imported = importDumps(dumps, o.out, &reports); !imported.isOk()) {
+      err << "error: " << imported.message() << "\n";
       return 1;
     }
     if (!o.quiet) {

@@ -9,6 +9,7 @@
 
 #include "fr_dump.h"
 #include "ranklens/events.h"
+#include "ranklens/status.h"
 
 namespace CLI {
 class App;
@@ -37,10 +38,9 @@ struct ImportReport {
   size_t unfinished = 0;  // started or scheduled
 };
 
-// Writes <outDir>/rank<R>/ for each dump. False with `error` (nothing half-written is left claimed as complete: a
-// failed rank's writer is closed and its directory named in the error).
-bool importDumps(const std::vector<fr::Dump>& dumps, const std::string& outDir, std::vector<ImportReport>* reports,
-                 std::string* error);
+// Writes <outDir>/rank<R>/ for each dump. A failure says why (nothing half-written is left claimed as complete: a
+// failed rank's writer is closed and its directory named in the message).
+Status importDumps(const std::vector<fr::Dump>& dumps, const std::string& outDir, std::vector<ImportReport>* reports);
 
 // The cross-rank diagnosis of several ranks' dumps, in a few lines: per process group, the first collective sequence
 // number that not every rank completed, which ranks reached it (and in which state), which did not, and the first

@@ -73,7 +73,7 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
-bool libraryLoads(const std::string& lib, std::string* error) {
+Status libraryLoads(const std::string& lib) {
   int status = 0;
   const std::string out = capture("ldd " + quote(lib) + " 2>/dev/null", &status);
   std::string missing;
@@ -87,19 +87,22 @@ bool libraryLoads(const std::string& lib, std::string* error) {
     missing += (missing.empty() ? "" : ", ") + name;
     at += 12;
   }
-  if (missing.empty()) return true;
-  *error = lib + " needs " + missing + ", which the loader cannot find (a preloaded library that does not load is "
-           "skipped, and the job would run on the real NCCL): install the package that has it (Debian/Ubuntu: "
-           "libisal2 for libisal.so.2, libyaml-cpp0.7 or 0.8 for libyaml-cpp), or copy it beside " +
-           fs::path(lib).filename().string() + " (it looks in its own folder first)";
-  return false;
+  if (missing.empty()) return Status::ok();
+  return Status::systemError(lib + " needs " + missing + ", which the loader cannot find (a preloaded library that " +
+                             "does not load is skipped, and the job would run on the real NCCL): install the package " +
+                             "that has it (Debian/Ubuntu: libisal2 for libisal.so.2, libyaml-cpp0.7 or 0.8 for " +
+                             "libyaml-cpp), or copy it beside " + fs::path(lib).filename().string() +
+                             " (it looks in its own folder first)");
 }
 
-std::string usableLibrary(const std::string& given, std::string* error) {
-  const std::string lib = findLibrary(given);
-  if (lib.empty()) *error = libraryNotFound();
-  else if (!libraryLoads(lib, error)) return "";
-  return lib;
+Status usableLibrary(const std::string& given, std::string* lib) {
+  *lib = findLibrary(given);
+  if (lib->empty()) return Status::invalidArgument(libraryNotFound());
+  if (Status loads = libraryLoads(*lib); !loads.isOk()) {
+    lib->clear();
+    return loads;
+  }
+  return Status::ok();
 }
 
 std::string prepend(const char* var, const std::string& value, char sep) {
@@ -184,7 +187,8 @@ void enablePythonAdapter(const std::string& dir, bool store, std::map<std::strin
   (*env)["MASTER_ADDR"] = "127.0.0.1";
   const char* port = getenv("MASTER_PORT");
   (*env)["MASTER_PORT"] = port && *port ? port : std::to_string(freePort());
-  // Settings under which a lone rank waits for peers that never come (torch-survivor.md).
+  // Settings under which a lone rank waits for peers that never come: each would block it in init or the first
+  // collective, so the launcher overrides it (and says so).
   struct Hanging {
     const char* name;
     const char* value;
@@ -241,20 +245,17 @@ uint64_t gpuMemoryBytes() {
   return bytes;
 }
 
-bool shareGpus(const std::string& lib, std::map<std::string, std::string>* env, std::string* summary,
-               std::string* error) {
+Status shareGpus(const std::string& lib, std::map<std::string, std::string>* env, std::string* summary) {
   namespace sg = ranklens::share_gpu;
-  if (const char* hostId = getenv("NCCL_HOSTID"); hostId != nullptr) {
-    *error = std::string("--share-gpu: NCCL_HOSTID is set (") + hostId + "); RankLens gives every process of the job "
-             "its own NCCL_HOSTID so that NCCL accepts several ranks on one GPU: unset it";
-    return false;
-  }
+  if (const char* hostId = getenv("NCCL_HOSTID"); hostId != nullptr)
+    return Status::invalidUsage(std::string("--share-gpu: NCCL_HOSTID is set (") + hostId +
+                                "); RankLens gives every process of the job its own NCCL_HOSTID so that NCCL accepts "
+                                "several ranks on one GPU: unset it");
   const fs::path placement = fs::path(lib).parent_path() / "libranklens_share_gpu.so";
-  if (!fs::exists(placement)) {
-    *error = "--share-gpu: " + placement.string() + " is missing (it is built and installed beside libnccl.so.2): "
-             "rebuild RankLens, or pass --lib with a complete build";
-    return false;
-  }
+  if (!fs::exists(placement))
+    return Status::systemError("--share-gpu: " + placement.string() +
+                               " is missing (it is built and installed beside libnccl.so.2): rebuild RankLens, or "
+                               "pass --lib with a complete build");
   const int gpus = visibleGpus();
   const char* visible = getenv("CUDA_VISIBLE_DEVICES");
   (*env)[sg::kGpusVar] = std::to_string(std::max(gpus, 1));
@@ -270,7 +271,7 @@ bool shareGpus(const std::string& lib, std::map<std::string, std::string>* env, 
              ", each process with its own NCCL_HOSTID; NCCL connects them over sockets on " +
              (ifname && *ifname ? std::string("NCCL_SOCKET_IFNAME=") + ifname : std::string("lo")) +
              " (values and calls are a real run's, step times are not a lone rank's)";
-  return true;
+  return Status::ok();
 }
 
 std::string freshDirectoryName(const std::string& base, const std::string& prefix) {

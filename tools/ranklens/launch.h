@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ranklens/config.h"
+#include "ranklens/status.h"
 
 namespace ranklens {
 namespace tools {
@@ -17,12 +18,12 @@ namespace tools {
 std::string findLibrary(const std::string& given);
 // The message for a library that was not found.
 std::string libraryNotFound();
-// Whether every shared library `lib` needs is found (ldd); else false with `error` naming the missing ones and the fix.
+// Whether every shared library `lib` needs is found (ldd); else a failure naming the missing ones and the fix.
 // A preloaded library whose dependencies are missing is skipped by the loader with a warning, and the job would run
-// on the real NCCL: this is checked before a job starts. True when ldd itself cannot run.
-bool libraryLoads(const std::string& lib, std::string* error);
-// findLibrary(given) when it exists and loads (libraryLoads); else "" with `error` saying why and what to do.
-std::string usableLibrary(const std::string& given, std::string* error);
+// on the real NCCL: this is checked before a job starts. Ok when ldd itself cannot run.
+Status libraryLoads(const std::string& lib);
+// `lib` = findLibrary(given) when it exists and loads (libraryLoads); else a failure saying why and what to do.
+Status usableLibrary(const std::string& given, std::string* lib);
 // The output of a shell command (stdout; add 2>&1 for stderr), and its status as pclose gives it (-1: not run).
 std::string capture(const std::string& command, int* status);
 // `s` single-quoted for the shell.
@@ -47,10 +48,9 @@ void enablePythonAdapter(const std::string& dir, bool store, std::map<std::strin
 // --share-gpu: lets several real NCCL ranks share this machine's GPUs (ranklens/share_gpu.h): preloads the placement
 // library found beside `lib` (RankLens's libnccl.so.2), tells it how many GPUs there are and what
 // CUDA_VISIBLE_DEVICES is, and points NCCL's sockets at the loopback interface unless NCCL_SOCKET_IFNAME is set.
-// False, with `error` saying why and what to do, when the job's environment already sets NCCL_HOSTID or the library
-// is missing. `summary` says what was set up, for the launcher's first line.
-bool shareGpus(const std::string& lib, std::map<std::string, std::string>* env, std::string* summary,
-               std::string* error);
+// A failure saying why and what to do when the job's environment already sets NCCL_HOSTID or the library is missing.
+// `summary` says what was set up, for the launcher's first line.
+Status shareGpus(const std::string& lib, std::map<std::string, std::string>* env, std::string* summary);
 // The GPUs this process sees (the CUDA driver's count under CUDA_VISIBLE_DEVICES); 0 without a driver or GPU.
 int visibleGpus();
 // The memory of the first visible GPU in bytes; 0 without a driver or GPU.

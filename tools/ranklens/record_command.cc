@@ -24,9 +24,9 @@ constexpr const char* kShareGpuHelp =
 
 // --share-gpu for record and run: the environment, or false with the error printed.
 bool addShareGpu(const std::string& lib, bool quiet, std::map<std::string, std::string>* env) {
-  std::string summary, error;
-  if (!shareGpus(lib, env, &summary, &error)) {
-    std::cerr << "error: " << error << "\n";
+  std::string summary;
+  if (Status shared = shareGpus(lib, env, &summary); !shared.isOk()) {
+    std::cerr << "error: " << shared.message() << "\n";
     return false;
   }
   if (!quiet) std::cerr << "ranklens: " << summary << "\n";
@@ -75,8 +75,8 @@ CLI::App* addRecordCommand(CLI::App& app, RecordOptions* o) {
 
 namespace {
 
-// Compression threads busier than this while they had payloads to work on are taken as what bound a recording: at
-// 46-51% something before them held the payloads (the writer's queue); with that gone they were 78% busy.
+// Compression threads busier than this while they had payloads to work on are taken as what bound a recording: held
+// back by something before them (the writer's queue) they are busy about half that time, bound themselves most of it.
 constexpr double kThreadsBoundShare = 0.75;
 
 // One line per rank directory: what the manifest says was written, and whether the writer closed it; then what to
@@ -150,10 +150,9 @@ void reportRanks(const std::string& traceDir) {
 }  // namespace
 
 int runRecord(const RecordOptions& o) {
-  std::string unusable;
-  const std::string lib = usableLibrary(o.lib, &unusable);
-  if (lib.empty()) {
-    std::cerr << "error: " << unusable << "\n";
+  std::string lib;
+  if (Status usable = usableLibrary(o.lib, &lib); !usable.isOk()) {
+    std::cerr << "error: " << usable.message() << "\n";
     return 2;
   }
   const std::string traceDir =

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// `ranklens replay`: run a program as rank R of an N-rank world against virtual peers (main.cc), or, with --ranks,
-// every rank of a recording in turn (replay_ranks.cc).
+// `ranklens replay`: run a program as rank R of an N-rank world against virtual peers (replay_command.cc), or, with
+// --ranks, every rank of a recording in turn (replay_ranks.cc).
 #pragma once
 
 #include <string>
 #include <vector>
+
+namespace CLI {
+class App;
+}
 
 namespace ranklens {
 namespace tools {
@@ -29,6 +33,13 @@ struct ReplayOptions {
 // `--trace-dir <traceDir>`, then `--` and the program.
 std::vector<std::string> oneRankArguments(const ReplayOptions& o, const std::string& rank,
                                           const std::string& traceDir);
+
+// Declares `ranklens replay` and its options (filled into `options` when parsed).
+CLI::App* addReplayCommand(CLI::App& app, ReplayOptions* options);
+
+// One rank (or, with --ranks, --report or --slurm, runReplayRanks): the program's exit code; 2 for bad usage before
+// it starts; 1 when it exited 0 but its event log could not be written whole.
+int runReplay(const ReplayOptions& o);
 
 // --ranks: 0 when every replayed rank exited 0 with every recorded call matched and nothing diverged, 1 otherwise,
 // 2 for bad usage.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The rlpayload subcommands. Each returns an exit code (common.h: 0 ok, 1 problems/differences/failure) and may
-// throw UsageError (exit 2).
+// The rlpayload subcommands. Each returns an exit code (common.h: 0 ok, 1 problems/differences/failure, 2 a
+// command-line mistake found after parsing), having said any failure through reportFailure.
 #pragma once
 
 #include <cstdint>
@@ -64,7 +64,7 @@ struct VerifyOptions {
 };
 int runVerify(const VerifyOptions& options);
 
-// Parses "A:B", "A", "A:", ":B" into an inclusive range; throws UsageError.
-std::pair<uint64_t, uint64_t> parseSeqRange(const std::string& text);
+// Parses "A:B", "A", "A:", ":B" into an inclusive range; invalidArgument when it is none.
+Status parseSeqRange(const std::string& text, std::pair<uint64_t, uint64_t>* range);
 
 }  // namespace rlpayload

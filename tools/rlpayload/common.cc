@@ -16,10 +16,6 @@ namespace rlpayload {
 namespace fs = std::filesystem;
 using ranklens::events::Op;
 
-void printError(const std::string& path, const std::string& reason) {
-  std::cerr << "error: " << path << (reason.empty() ? "" : ": " + reason) << "\n";
-}
-
 void printWarning(const std::string& text) { std::cerr << "warning: " << text << "\n"; }
 
 // ------------------------------------------------------------------------------------------------------ progress
@@ -155,90 +151,98 @@ std::unique_ptr<RankTrace> openRank(const std::string& dir, std::string* error) 
   return rank;
 }
 
-std::optional<Selected> selectPayload(const Selection& s, std::string* error) {
-  int op = 0;  // any collective: collectives share one sequence per communicator
+namespace {
+
+// The operation a Selection names (0: any collective, which share one sequence per communicator), checked against
+// --peer.
+Status selectedOp(const Selection& s, int* op) {
+  *op = 0;
   if (!s.op.empty()) {
     auto parsed = opFromName(s.op);
-    if (!parsed) throw UsageError{"--op " + s.op + ": not an operation (one of AllReduce, ..., Send, Recv)"};
-    op = *parsed;
+    if (!parsed) return Status::invalidArgument("--op " + s.op + ": not an operation (one of AllReduce, ..., Send, Recv)");
+    *op = *parsed;
   }
-  if (isP2pOp(op) && !s.peerGiven)
-    throw UsageError{"--op " + opName(op) + " needs --peer P (Send and Recv have one sequence per peer)"};
-  if (!isP2pOp(op) && s.peerGiven)
-    throw UsageError{"--peer is for Send and Recv: give --op Send or --op Recv" +
-                     (s.op.empty() ? std::string() : " (" + opName(op) + " is a collective)")};
-  std::string why;
-  auto dirs = findRankDirectories(s.trace, &why);
-  if (dirs.empty()) {
-    *error = why;
-    return std::nullopt;
-  }
-  if (s.rankGiven)
-    for (const auto& t : ranklens::trace::rankDirectoryTrouble(s.trace))
-      if (t.rank == s.rank) {
-        *error = t.reason;
-        return std::nullopt;
-      }
-  std::string dir;
-  if (dirs.size() == 1) {
-    dir = dirs[0];  // one rank (or a rank directory itself): --rank is optional, and checked when given
-  } else {
-    if (!s.rankGiven)
-      throw UsageError{s.trace + " holds " + std::to_string(dirs.size()) + " ranks: choose one with --rank R"};
-    for (const auto& d : dirs)
-      if (rankFromDirectoryName(d) == s.rank) dir = d;
-    for (const auto& d : dirs) {  // directories not named rank<R> (ranklens-pid<P>): their manifest says
-      if (!dir.empty()) break;
-      std::string ignored;
-      if (rankFromDirectoryName(d) < 0)
-        if (auto rank = openRank(d, &ignored); rank && rank->rank == s.rank) dir = d;
-    }
-    if (dir.empty()) {
-      *error = s.trace + ": no rank " + std::to_string(s.rank) + " in this trace";
-      return std::nullopt;
-    }
-  }
-  Selected out;
-  out.rank = openRank(dir, error);
-  if (!out.rank) return std::nullopt;
-  if (s.rankGiven && out.rank->rank != s.rank) {
-    *error = dir + ": this is rank " + std::to_string(out.rank->rank) + ", not rank " + std::to_string(s.rank);
-    return std::nullopt;
-  }
-  const int peer = isP2pOp(op) ? s.peer : -1;
-  auto ref = out.rank->reader->payload(s.comm, op, peer, s.seq);
-  if (!ref) {
-    const auto& damage = out.rank->reader->problems();  // payload() may have rebuilt the index and met damage
-    if (!damage.empty()) {
-      *error = damage.front().describe() + (damage.front().truncated ? " (truncated)" : "") + "; " +
-               (s.op.empty() ? "comm " + std::to_string(s.comm) + " seq " + std::to_string(s.seq)
-                             : describeCall(s.comm, op, peer, s.seq)) +
-               ": no payload found before the damage";
-    } else if (s.op.empty()) {
-      *error = dir + ": comm " + std::to_string(s.comm) + " seq " + std::to_string(s.seq) +
-               ": no collective with a payload (for Send/Recv give --op and --peer)";
-    } else {
-      *error = dir + ": " + describeCall(s.comm, op, peer, s.seq) + ": no payload recorded";
-    }
-    return std::nullopt;
-  }
-  if (!s.op.empty() && ref->op != op) {
-    *error = dir + ": comm " + std::to_string(s.comm) + " seq " + std::to_string(s.seq) + " is " + opName(ref->op) +
-             ", not " + opName(op);
-    return std::nullopt;
-  }
-  out.ref = *ref;
-  out.call = out.rank->reader->call(s.comm, ref->op, ref->peer, s.seq);
-  return out;
+  if (isP2pOp(*op) && !s.peerGiven)
+    return Status::invalidArgument("--op " + opName(*op) + " needs --peer P (Send and Recv have one sequence per peer)");
+  if (!isP2pOp(*op) && s.peerGiven)
+    return Status::invalidArgument("--peer is for Send and Recv: give --op Send or --op Recv" +
+                                   (s.op.empty() ? std::string() : " (" + opName(*op) + " is a collective)"));
+  return Status::ok();
 }
 
-bool loadPayload(Selected& selected, std::vector<uint8_t>* bytes, std::string* error) {
-  ranklens::trace::Problem problem;
-  if (!selected.rank->reader->readPayload(selected.ref, bytes, &problem)) {
-    *error = problem.describe();
-    return false;
+// The rank directory a Selection names: the only one, or the one --rank picks (by its name, else by its manifest).
+Status selectedRankDir(const Selection& s, std::string* dir) {
+  std::string why;
+  auto dirs = findRankDirectories(s.trace, &why);
+  if (dirs.empty()) return Status::systemError(why);
+  if (s.rankGiven)
+    for (const auto& t : ranklens::trace::rankDirectoryTrouble(s.trace))
+      if (t.rank == s.rank) return Status::corrupt(t.reason);
+  if (dirs.size() == 1) {
+    *dir = dirs[0];  // one rank (or a rank directory itself): --rank is optional, and checked when given
+    return Status::ok();
   }
-  return true;
+  if (!s.rankGiven)
+    return Status::invalidArgument(s.trace + " holds " + std::to_string(dirs.size()) + " ranks: choose one with --rank R");
+  for (const auto& d : dirs)
+    if (rankFromDirectoryName(d) == s.rank) *dir = d;
+  for (const auto& d : dirs) {  // directories not named rank<R> (ranklens-pid<P>): their manifest says
+    if (!dir->empty()) break;
+    std::string ignored;
+    if (rankFromDirectoryName(d) < 0)
+      if (auto rank = openRank(d, &ignored); rank && rank->rank == s.rank) *dir = d;
+  }
+  if (dir->empty()) return Status::invalidUsage(s.trace + ": no rank " + std::to_string(s.rank) + " in this trace");
+  return Status::ok();
+}
+
+// Why `rank` has no payload for the call a Selection names.
+Status noPayload(const Selection& s, const RankTrace& rank, const std::string& dir, int op, int peer) {
+  const auto& damage = rank.reader->problems();  // payload() may have rebuilt the index and met damage
+  if (!damage.empty())
+    return Status::corrupt(damage.front().describe() + (damage.front().truncated ? " (truncated)" : "") + "; " +
+                           (s.op.empty() ? "comm " + std::to_string(s.comm) + " seq " + std::to_string(s.seq)
+                                         : describeCall(s.comm, op, peer, s.seq)) +
+                           ": no payload found before the damage");
+  if (s.op.empty())
+    return Status::invalidUsage(dir + ": comm " + std::to_string(s.comm) + " seq " + std::to_string(s.seq) +
+                                ": no collective with a payload (for Send/Recv give --op and --peer)");
+  return Status::invalidUsage(dir + ": " + describeCall(s.comm, op, peer, s.seq) + ": no payload recorded");
+}
+
+}  // namespace
+
+Status selectPayload(const Selection& s, Selected* out) {
+  int op = 0;
+  RL_CHECK(selectedOp(s, &op));
+  std::string dir;
+  RL_CHECK(selectedRankDir(s, &dir));
+  std::string error;
+  out->rank = openRank(dir, &error);
+  if (!out->rank) return Status::corrupt(error);
+  if (s.rankGiven && out->rank->rank != s.rank)
+    return Status::invalidUsage(dir + ": this is rank " + std::to_string(out->rank->rank) + ", not rank " +
+                                std::to_string(s.rank));
+  const int peer = isP2pOp(op) ? s.peer : -1;
+  auto ref = out->rank->reader->payload(s.comm, op, peer, s.seq);
+  if (!ref) return noPayload(s, *out->rank, dir, op, peer);
+  if (!s.op.empty() && ref->op != op)
+    return Status::invalidUsage(dir + ": comm " + std::to_string(s.comm) + " seq " + std::to_string(s.seq) + " is " +
+                                opName(ref->op) + ", not " + opName(op));
+  out->ref = *ref;
+  out->call = out->rank->reader->call(s.comm, ref->op, ref->peer, s.seq);
+  return Status::ok();
+}
+
+Status loadPayload(Selected& selected, std::vector<uint8_t>* bytes) {
+  ranklens::trace::Problem problem;
+  if (!selected.rank->reader->readPayload(selected.ref, bytes, &problem)) return Status::corrupt(problem.describe());
+  return Status::ok();
+}
+
+int reportFailure(const Status& status) {
+  std::cerr << "error: " << status.message() << "\n";
+  return status.code() == Status::Code::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
 std::string shellJoin(const std::vector<std::string>& words) {
@@ -259,20 +263,15 @@ std::string shellJoin(const std::vector<std::string>& words) {
   return out;
 }
 
-bool loadTensor(const Selection& selection, LoadedTensor* out) {
-  std::string error;
-  out->selected = selectPayload(selection, &error);
-  if (!out->selected || !loadPayload(*out->selected, &out->bytes, &error)) {
-    std::cerr << "error: " << error << "\n";
-    return false;
-  }
+Status loadTensor(const Selection& selection, LoadedTensor* out) {
+  out->selected.emplace();
+  RL_CHECK(selectPayload(selection, &*out->selected));
+  RL_CHECK(loadPayload(*out->selected, &out->bytes));
   const auto& ref = out->selected->ref;
   out->info = dtypeInfo(ref.datatype);
-  if (out->info == nullptr) {
-    std::cerr << "error: " << out->selected->rank->dir << ": " << describeCall(ref.commId, ref.op, ref.peer, ref.seq)
-              << ": datatype " << ref.datatype << " is not an NCCL datatype\n";
-    return false;
-  }
+  if (out->info == nullptr)
+    return Status::corrupt(out->selected->rank->dir + ": " + describeCall(ref.commId, ref.op, ref.peer, ref.seq) +
+                           ": datatype " + std::to_string(ref.datatype) + " is not an NCCL datatype");
   // Damage elsewhere in the rank (a cut segment, a damaged frame) does not touch this payload, but the trace is not
   // whole: said, as ls says it.
   for (const auto& p : out->selected->rank->reader->problems())
@@ -284,7 +283,7 @@ bool loadTensor(const Selection& selection, LoadedTensor* out) {
     printWarning(out->selected->rank->dir + ": " + describeCall(ref.commId, ref.op, ref.peer, ref.seq) +
                  ": reference says " + std::to_string(ref.count) + " elements, the blob holds " +
                  std::to_string(bytes) + " bytes");
-  return true;
+  return Status::ok();
 }
 
 }  // namespace rlpayload

@@ -13,9 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "ranklens/status.h"
 #include "ranklens/trace.h"
 
 namespace rlpayload {
+
+using ranklens::Status;
 
 constexpr const char* kVersion = "0.1.0";
 constexpr const char* kJsonFormatVersion = "1.0";  // of every --json document ("format_version")
@@ -25,14 +28,11 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  // problems found, traces differ, or a runtime failure
 constexpr int kExitUsage = 2;    // bad command line
 
-// "error: <path>: <reason>" on stderr.
-void printError(const std::string& path, const std::string& reason);
-void printWarning(const std::string& text);
+// The one place a failed subcommand is said: "error: <message>" on stderr, and the exit status: kExitUsage for a
+// command-line mistake (Status::invalidArgument), kExitFailure for anything else.
+int reportFailure(const Status& status);
 
-// A usage error found after parsing (exit 2).
-struct UsageError {
-  std::string message;
-};
+void printWarning(const std::string& text);
 
 // A counter on stderr, redrawn at most every 0.5 s, only when stderr is a terminal (RANKLENS_PROGRESS=1 forces it,
 // =0 disables it). Cleared by done() or the destructor. Never writes to stdout.
@@ -104,21 +104,20 @@ struct Selected {
   std::optional<ranklens::events::Call> call;  // its Call record, when present
 };
 
-// Finds the payload a Selection names. Usage mistakes throw UsageError; a missing call or unreadable trace returns
-// nullopt with `error` set to "<path>: <reason>".
-std::optional<Selected> selectPayload(const Selection& selection, std::string* error);
+// Finds the payload a Selection names. Usage mistakes are invalidArgument; a missing call or unreadable trace says
+// "<path>: <reason>".
+Status selectPayload(const Selection& selection, Selected* out);
 
-// Reads and checks the selected payload (zstd, sizes, CRC-32); false with `error` = "<file>: offset <n>: <reason>".
-bool loadPayload(Selected& selected, std::vector<uint8_t>* bytes, std::string* error);
+// Reads and checks the selected payload (zstd, sizes, CRC-32); a failure says "<file>: offset <n>: <reason>".
+Status loadPayload(Selected& selected, std::vector<uint8_t>* bytes);
 
 // selectPayload + loadPayload + the datatype's description, for the commands that decode a tensor (show, export).
-// Errors are printed as "error: ..."; returns false then.
 struct LoadedTensor {
   std::optional<Selected> selected;
   std::vector<uint8_t> bytes;
   const DtypeInfo* info = nullptr;
 };
-bool loadTensor(const Selection& selection, LoadedTensor* out);
+Status loadTensor(const Selection& selection, LoadedTensor* out);
 
 // Shell-quoted words joined by spaces (the exact command line, for Edit records).
 std::string shellJoin(const std::vector<std::string>& words);

@@ -50,16 +50,16 @@ struct CallDiff {
   int64_t timeNs = INT64_MAX;  // of the Call record in A: differing calls are reported in call order per rank
 };
 
-bool loadSide(const std::string& trace, std::optional<int> onlyRank, Side* side, bool* singleRankDir,
-              std::string* error) {
-  auto dirs = findRankDirectories(trace, error);
-  if (dirs.empty()) return false;
+Status loadSide(const std::string& trace, std::optional<int> onlyRank, Side* side, bool* singleRankDir) {
+  std::string error;
+  auto dirs = findRankDirectories(trace, &error);
+  if (dirs.empty()) return Status::systemError(error);
   *singleRankDir = dirs.size() == 1 && dirs[0] == trace;
   for (const auto& dir : dirs) {
     const int named = rankFromDirectoryName(dir);
     if (onlyRank && !*singleRankDir && named >= 0 && named != *onlyRank) continue;
-    auto rank = openRank(dir, error);
-    if (!rank) return false;
+    auto rank = openRank(dir, &error);
+    if (!rank) return Status::corrupt(error);
     if (onlyRank && rank->rank != *onlyRank) continue;
     const int r = rankId(*rank);
     for (const auto& ref : rank->reader->payloads()) side->refs[{r, ref.commId, ref.op, ref.peer, ref.seq}] = ref;
@@ -68,7 +68,7 @@ bool loadSide(const std::string& trace, std::optional<int> onlyRank, Side* side,
       printWarning(p.describe() + (p.truncated ? " (truncated)" : "") + "; payloads after it are not compared");
     side->ranks[r] = std::move(rank);
   }
-  return true;
+  return Status::ok();
 }
 
 nlohmann::json keyJson(const Key& k) {
@@ -140,39 +140,42 @@ bool compare(const PayloadRef& ra, const std::vector<uint8_t>& a, const PayloadR
   return true;
 }
 
-}  // namespace
-
-int runDiff(const DiffOptions& o) {
-  Side sa, sb;
+// Both sides of a diff. Two rank directories given directly are compared with each other whatever their rank
+// numbers: B's is renamed to A's.
+Status loadSides(const DiffOptions& o, Side* sa, Side* sb) {
   bool singleA = false, singleB = false;
-  std::string error;
-  if (!loadSide(o.a, o.rank, &sa, &singleA, &error) || !loadSide(o.b, o.rank, &sb, &singleB, &error)) {
-    std::cerr << "error: " << error << "\n";
-    return kExitFailure;
-  }
-  // Two rank directories given directly are compared with each other whatever their rank numbers.
-  if (singleA && singleB && sa.ranks.size() == 1 && sb.ranks.size() == 1 &&
-      sa.ranks.begin()->first != sb.ranks.begin()->first) {
-    const int ra = sa.ranks.begin()->first;
+  RL_CHECK(loadSide(o.a, o.rank, sa, &singleA));
+  RL_CHECK(loadSide(o.b, o.rank, sb, &singleB));
+  if (singleA && singleB && sa->ranks.size() == 1 && sb->ranks.size() == 1 &&
+      sa->ranks.begin()->first != sb->ranks.begin()->first) {
+    const int ra = sa->ranks.begin()->first;
     std::map<Key, PayloadRef> renamed;
-    for (auto& [k, v] : sb.refs) renamed[{ra, std::get<1>(k), std::get<2>(k), std::get<3>(k), std::get<4>(k)}] = v;
-    sb.refs.swap(renamed);
-    auto node = std::move(sb.ranks.begin()->second);
-    sb.ranks.clear();
-    sb.ranks[ra] = std::move(node);
+    for (auto& [k, v] : sb->refs) renamed[{ra, std::get<1>(k), std::get<2>(k), std::get<3>(k), std::get<4>(k)}] = v;
+    sb->refs.swap(renamed);
+    auto node = std::move(sb->ranks.begin()->second);
+    sb->ranks.clear();
+    sb->ranks[ra] = std::move(node);
   }
+  return Status::ok();
+}
 
+struct DiffResult {
   std::vector<Key> onlyA, onlyB, both;
-  for (const auto& [k, v] : sa.refs) (sb.refs.count(k) ? both : onlyA).push_back(k);
-  for (const auto& [k, v] : sb.refs)
-    if (!sa.refs.count(k)) onlyB.push_back(k);
-
-  std::vector<CallDiff> diffs;
-  uint64_t errors = 0;
+  std::vector<CallDiff> diffs;  // in call order per rank
+  uint64_t errors = 0;          // payloads that could not be read
   double maxAbs = 0;
   uint64_t maxUlp = 0, numeric = 0;
-  Progress progress("diff: calls", both.size(), !o.json);
-  for (const Key& k : both) {
+  bool identical() const { return diffs.empty() && onlyA.empty() && onlyB.empty(); }
+  int exitStatus() const { return identical() && errors == 0 ? kExitOk : kExitFailure; }
+};
+
+DiffResult compareSides(const Side& sa, const Side& sb, bool json) {
+  DiffResult r;
+  for (const auto& [k, v] : sa.refs) (sb.refs.count(k) ? r.both : r.onlyA).push_back(k);
+  for (const auto& [k, v] : sb.refs)
+    if (!sa.refs.count(k)) r.onlyB.push_back(k);
+  Progress progress("diff: calls", r.both.size(), !json);
+  for (const Key& k : r.both) {
     progress.tick();
     const PayloadRef& ra = sa.refs.at(k);
     const PayloadRef& rb = sb.refs.at(k);
@@ -183,74 +186,77 @@ int runDiff(const DiffOptions& o) {
     if (!sa.ranks.at(std::get<0>(k))->reader->readPayload(ra, &a, &problem) ||
         !sb.ranks.at(std::get<0>(k))->reader->readPayload(rb, &b, &problem)) {
       progress.done();
-      std::cerr << "error: " << problem.describe() << "\n";
-      ++errors;
+      std::cerr << "error: " << problem.describe() << "\n";  // one unreadable payload does not end the diff
+      ++r.errors;
       d.reason = "unreadable: " + problem.describe();
-      diffs.push_back(d);
+      r.diffs.push_back(d);
       continue;
     }
     if (compare(ra, a, rb, b, &d)) {
-      if (!(d.maxAbs <= maxAbs)) maxAbs = d.maxAbs;
-      maxUlp = std::max(maxUlp, d.maxUlp);
-      numeric += d.numeric;
-      diffs.push_back(d);
+      if (!(d.maxAbs <= r.maxAbs)) r.maxAbs = d.maxAbs;
+      r.maxUlp = std::max(r.maxUlp, d.maxUlp);
+      r.numeric += d.numeric;
+      r.diffs.push_back(d);
     }
   }
   progress.done();
-  for (auto& d : diffs) {
+  for (auto& d : r.diffs) {
     const auto& [rank, comm, op, peer, seq] = d.key;
     if (auto call = sa.ranks.at(rank)->reader->call(comm, op, peer, seq)) d.timeNs = call->timeNs;
   }
-  std::stable_sort(diffs.begin(), diffs.end(), [](const CallDiff& x, const CallDiff& y) {
+  std::stable_sort(r.diffs.begin(), r.diffs.end(), [](const CallDiff& x, const CallDiff& y) {
     return std::make_tuple(std::get<0>(x.key), x.timeNs) < std::make_tuple(std::get<0>(y.key), y.timeNs);
   });
-  const bool identical = diffs.empty() && onlyA.empty() && onlyB.empty();
+  return r;
+}
 
-  if (o.json) {
-    nlohmann::json calls = nlohmann::json::array(), ja = nlohmann::json::array(), jb = nlohmann::json::array();
-    for (const auto& d : diffs) {
-      nlohmann::json j = keyJson(d.key);
-      j["dtype"] = dtypeName(d.dtype);
-      j["reason"] = d.reason;
-      if (d.reason == "values") {
-        j["count"] = d.count;
-        j["first_element"] = d.firstElement;
-        j["a"] = d.valueA;
-        j["b"] = d.valueB;
-        j["differing_elements"] = d.differing;
-        j["nan_mismatches"] = d.nanMismatches;
-        j["max_abs_diff"] = d.numeric ? jsonNumber(d.maxAbs) : nlohmann::json(nullptr);
-        j["max_ulp_diff"] = d.numeric && dtypeInfo(d.dtype) && dtypeInfo(d.dtype)->isFloat ? nlohmann::json(d.maxUlp)
-                                                                                           : nlohmann::json(nullptr);
-      }
-      calls.push_back(j);
-    }
-    for (const auto& k : onlyA) ja.push_back(keyJson(k));
-    for (const auto& k : onlyB) jb.push_back(keyJson(k));
-    nlohmann::json first = nullptr;
-    if (!diffs.empty()) {
-      first = keyJson(diffs.front().key);
-      first["element"] =
-          diffs.front().reason == "values" ? nlohmann::json(diffs.front().firstElement) : nlohmann::json(nullptr);
-    }
-    nlohmann::json doc = {{"format_version", kJsonFormatVersion},
-                          {"a", o.a},
-                          {"b", o.b},
-                          {"identical", identical},
-                          {"compared", both.size()},
-                          {"differing_calls", diffs.size()},
-                          {"first_difference", first},
-                          {"max_abs_diff", numeric ? jsonNumber(maxAbs) : nlohmann::json(nullptr)},
-                          {"max_ulp_diff", numeric ? nlohmann::json(maxUlp) : nlohmann::json(nullptr)},
-                          {"calls", calls},
-                          {"only_in_a", ja},
-                          {"only_in_b", jb},
-                          {"errors", errors}};
-    std::cout << doc.dump(2) << "\n";
-    return identical && errors == 0 ? kExitOk : kExitFailure;
+nlohmann::json callDiffJson(const CallDiff& d) {
+  nlohmann::json j = keyJson(d.key);
+  j["dtype"] = dtypeName(d.dtype);
+  j["reason"] = d.reason;
+  if (d.reason == "values") {
+    j["count"] = d.count;
+    j["first_element"] = d.firstElement;
+    j["a"] = d.valueA;
+    j["b"] = d.valueB;
+    j["differing_elements"] = d.differing;
+    j["nan_mismatches"] = d.nanMismatches;
+    j["max_abs_diff"] = d.numeric ? jsonNumber(d.maxAbs) : nlohmann::json(nullptr);
+    j["max_ulp_diff"] = d.numeric && dtypeInfo(d.dtype) && dtypeInfo(d.dtype)->isFloat ? nlohmann::json(d.maxUlp)
+                                                                                       : nlohmann::json(nullptr);
   }
+  return j;
+}
 
-  for (const auto& d : diffs) {
+void printDiffJson(const DiffOptions& o, const DiffResult& r) {
+  nlohmann::json calls = nlohmann::json::array(), ja = nlohmann::json::array(), jb = nlohmann::json::array();
+  for (const auto& d : r.diffs) calls.push_back(callDiffJson(d));
+  for (const auto& k : r.onlyA) ja.push_back(keyJson(k));
+  for (const auto& k : r.onlyB) jb.push_back(keyJson(k));
+  nlohmann::json first = nullptr;
+  if (!r.diffs.empty()) {
+    first = keyJson(r.diffs.front().key);
+    first["element"] =
+        r.diffs.front().reason == "values" ? nlohmann::json(r.diffs.front().firstElement) : nlohmann::json(nullptr);
+  }
+  nlohmann::json doc = {{"format_version", kJsonFormatVersion},
+                        {"a", o.a},
+                        {"b", o.b},
+                        {"identical", r.identical()},
+                        {"compared", r.both.size()},
+                        {"differing_calls", r.diffs.size()},
+                        {"first_difference", first},
+                        {"max_abs_diff", r.numeric ? jsonNumber(r.maxAbs) : nlohmann::json(nullptr)},
+                        {"max_ulp_diff", r.numeric ? nlohmann::json(r.maxUlp) : nlohmann::json(nullptr)},
+                        {"calls", calls},
+                        {"only_in_a", ja},
+                        {"only_in_b", jb},
+                        {"errors", r.errors}};
+  std::cout << doc.dump(2) << "\n";
+}
+
+void printDiffText(const DiffOptions& o, const DiffResult& r) {
+  for (const auto& d : r.diffs) {
     std::cout << keyText(d.key) << ": ";
     if (d.reason != "values") {
       std::cout << d.reason << "\n";
@@ -265,21 +271,33 @@ int runDiff(const DiffOptions& o) {
     }
     std::cout << "\n";
   }
-  for (const auto& k : onlyA) std::cout << keyText(k) << ": only in " << o.a << "\n";
-  for (const auto& k : onlyB) std::cout << keyText(k) << ": only in " << o.b << "\n";
-  std::cout << both.size() << " call" << (both.size() == 1 ? "" : "s") << " with payloads in both compared, "
-            << diffs.size() << " differ";
-  if (!diffs.empty()) {
-    std::cout << " (first: " << keyText(diffs.front().key);
-    if (diffs.front().reason == "values") std::cout << ", element " << diffs.front().firstElement;
-    if (numeric)
-      std::cout << "; max |a-b| " << formatElement(kFloat64, reinterpret_cast<const uint8_t*>(&maxAbs)) << ", max ULP "
-                << maxUlp;
+  for (const auto& k : r.onlyA) std::cout << keyText(k) << ": only in " << o.a << "\n";
+  for (const auto& k : r.onlyB) std::cout << keyText(k) << ": only in " << o.b << "\n";
+  std::cout << r.both.size() << " call" << (r.both.size() == 1 ? "" : "s") << " with payloads in both compared, "
+            << r.diffs.size() << " differ";
+  if (!r.diffs.empty()) {
+    std::cout << " (first: " << keyText(r.diffs.front().key);
+    if (r.diffs.front().reason == "values") std::cout << ", element " << r.diffs.front().firstElement;
+    if (r.numeric)
+      std::cout << "; max |a-b| " << formatElement(kFloat64, reinterpret_cast<const uint8_t*>(&r.maxAbs))
+                << ", max ULP " << r.maxUlp;
     std::cout << ")";
   }
-  std::cout << "; " << onlyA.size() << " only in A, " << onlyB.size() << " only in B\n";
-  std::cout << (identical && errors == 0 ? "identical\n" : "different\n");
-  return identical && errors == 0 ? kExitOk : kExitFailure;
+  std::cout << "; " << r.onlyA.size() << " only in A, " << r.onlyB.size() << " only in B\n";
+  std::cout << (r.exitStatus() == kExitOk ? "identical\n" : "different\n");
+}
+
+}  // namespace
+
+int runDiff(const DiffOptions& o) {
+  Side sa, sb;
+  if (Status loaded = loadSides(o, &sa, &sb); !loaded.isOk()) return reportFailure(loaded);
+  const DiffResult r = compareSides(sa, sb, o.json);
+  if (o.json)
+    printDiffJson(o, r);
+  else
+    printDiffText(o, r);
+  return r.exitStatus();
 }
 
 }  // namespace rlpayload

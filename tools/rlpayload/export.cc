@@ -43,7 +43,7 @@ bool writeFile(const std::string& path, const std::string& head, const std::vect
 
 int runExport(const ExportOptions& o) {
   LoadedTensor loaded;
-  if (!loadTensor(o.selection, &loaded)) return kExitFailure;
+  if (Status st = loadTensor(o.selection, &loaded); !st.isOk()) return reportFailure(st);
   auto& selected = loaded.selected;
   std::vector<uint8_t>& bytes = loaded.bytes;
   const DtypeInfo* info = loaded.info;

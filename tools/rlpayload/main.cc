@@ -2,7 +2,9 @@
 // rlpayload: list, show, export, edit, compare and verify the payloads of a RankLens trace (docs/rlpayload.md).
 // Exit codes: 0 success; 1 problems found, traces differ, or a runtime failure; 2 bad usage.
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,12 +43,180 @@ void finishSelection(const SelectionOptions& o, Selection* s) {
   s->peerGiven = o.peer->count() > 0;
 }
 
-}  // namespace
+// A declared subcommand: its CLI11 node, and what runs it once parsed (values of optional options are moved into
+// the command's options struct first, so that "not given" stays distinguishable from a default).
+struct Subcommand {
+  CLI::App* cli = nullptr;
+  std::function<int()> run;
+};
 
-int main(int argc, char** argv) {
-  CLI::App app{
-      "rlpayload: list, show, export, edit, compare and verify the payloads (received bytes) of a RankLens "
-      "trace."};
+Subcommand declareLs(CLI::App& app) {
+  auto ls = std::make_shared<LsOptions>();
+  auto rank = std::make_shared<int>(-1);
+  auto comm = std::make_shared<uint64_t>(0);
+  auto* cmd = app.add_subcommand("ls",
+                                 "List the calls that have payloads: rank, communicator, op, peer, seq, "
+                                 "datatype, count, bytes, compressed bytes, ratio");
+  cmd->set_version_flag("--version", kVersion);
+  cmd->add_option("trace", ls->trace, "Trace directory (rank<R>/ below it) or one rank directory")->required();
+  auto* rankOpt = cmd->add_option("-r,--rank", *rank, "Only this rank");
+  auto* commOpt = cmd->add_option("-c,--comm", *comm, "Only this communicator");
+  cmd->add_option("-t,--op", ls->op, "Only this operation (AllReduce, ..., Send, Recv)")
+      ->transform(CLI::IsMember(opNames(), CLI::ignore_case));
+  cmd->add_option("-s,--seq", ls->seqRange, "Only sequence numbers in A:B (inclusive; also A, A:, :B)");
+  cmd->add_flag("-j,--json", ls->json, "Machine-readable output (docs/rlpayload.md)");
+  cmd->footer(
+      footer("  rlpayload ls trace/\n"
+             "  rlpayload ls trace/ --rank 3 --op AllReduce --seq 10:20\n"
+             "  rlpayload ls trace/rank3 --comm 1 --json | jq '.payloads[] | .bytes'"));
+  return {cmd, [=] {
+            if (rankOpt->count()) ls->rank = *rank;
+            if (commOpt->count()) ls->comm = *comm;
+            return runLs(*ls);
+          }};
+}
+
+Subcommand declareShow(CLI::App& app) {
+  auto show = std::make_shared<ShowOptions>();
+  auto* cmd = app.add_subcommand("show",
+                                 "Statistics of one call's payload (min/max/mean/std over finite values, "
+                                 "NaN/Inf counts and first positions) and its first values");
+  cmd->set_version_flag("--version", kVersion);
+  const auto sel = addSelection(cmd, &show->selection);
+  cmd->add_option("-n,--values", show->values, "How many leading values to print")->capture_default_str();
+  cmd->add_flag("-j,--json", show->json, "Machine-readable output (docs/rlpayload.md)");
+  cmd->footer(
+      footer("  rlpayload show trace/ --rank 0 --comm 0 --seq 3\n"
+             "  rlpayload show trace/rank1 -c 2 -s 0 --op Recv --peer 0 -n 32\n"
+             "  rlpayload show trace/ -r 0 -c 0 -s 3 --json"));
+  return {cmd, [=] {
+            finishSelection(sel, &show->selection);
+            return runShow(*show);
+          }};
+}
+
+Subcommand declareExport(CLI::App& app) {
+  auto exp = std::make_shared<ExportOptions>();
+  auto* cmd = app.add_subcommand("export", "Write one call's payload to a .npy file or raw bytes");
+  cmd->set_version_flag("--version", kVersion);
+  const auto sel = addSelection(cmd, &exp->selection);
+  cmd->add_option("-o,--output", exp->output, "Output file (replaced if it exists)")->required();
+  cmd->add_option("-f,--format", exp->format, "npy (NumPy 1.0 header) or raw (little-endian elements only)")
+      ->check(CLI::IsMember({"npy", "raw"}))
+      ->capture_default_str();
+  cmd->add_option("-a,--as", exp->as,
+                  "Element type written: native (bfloat16/fp8 as raw bits '<u2'/'|u1'), float32 or float64")
+      ->check(CLI::IsMember({"native", "float32", "float64"}))
+      ->capture_default_str();
+  cmd->footer(
+      footer("  rlpayload export trace/ -r 0 -c 0 -s 3 -o allreduce3.npy\n"
+             "  rlpayload export trace/ -r 0 -c 1 -s 7 -o grads.npy --as float32   # bfloat16 -> float32\n"
+             "  rlpayload export trace/rank1 -c 2 -s 0 -t Recv -p 0 -o recv.bin --format raw"));
+  return {cmd, [=] {
+            finishSelection(sel, &exp->selection);
+            return runExport(*exp);
+          }};
+}
+
+// inject's options other than the selection: the action (exactly one) and the target (exactly one).
+struct InjectValues {
+  double scale = 0, noise = 0;
+  uint64_t seed = 0;
+  int level = 0;
+  CLI::Option *scaleOpt = nullptr, *noiseOpt = nullptr, *seedOpt = nullptr, *levelOpt = nullptr;
+};
+
+void addInjectOptions(CLI::App* cmd, InjectOptions* inj, InjectValues* v) {
+  auto* action = cmd->add_option_group("Action", "What to change (exactly one)");
+  action->add_option("-N,--nan", inj->nan, "Set these elements to NaN (IDX[,IDX...]; float types only)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  action->add_option("-I,--inf", inj->inf, "Set these elements to +infinity (IDX[,IDX...]; not float8e4m3)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  action->add_option("-S,--set", inj->set, "Set one element: IDX=VALUE (repeatable; VALUE may be nan, inf, -inf)")
+      ->allow_extra_args(false);
+  v->scaleOpt = action->add_option("-x,--scale", v->scale, "Multiply every element by F");
+  v->noiseOpt = action->add_option("-g,--noise", v->noise, "Add Gaussian noise with standard deviation STD");
+  action->add_option("-F,--from", inj->from, "Replace the payload with this .npy file (same element count)")
+      ->check(CLI::ExistingFile);
+  action->require_option(1);
+  v->seedOpt = cmd->add_option("-e,--seed", v->seed, "Seed for --noise (default: random, recorded in the Edit)");
+  auto* target = cmd->add_option_group("Target", "Where the edit goes (exactly one)");
+  target->add_option("-o,--output", inj->output, "Copy the trace to this new directory and edit the copy");
+  target->add_flag("-i,--in-place", inj->inPlace, "Edit TRACE itself (append-only: the original blob stays)");
+  target->require_option(1);
+  v->levelOpt = cmd->add_option("-z,--zstd-level", v->level, "zstd level of the new blob (default: the original's)")
+                    ->check(CLI::Range(-7, 22));
+}
+
+Subcommand declareInject(CLI::App& app, int argc, char** argv) {
+  auto inj = std::make_shared<InjectOptions>();
+  auto values = std::make_shared<InjectValues>();
+  auto* cmd = app.add_subcommand("inject",
+                                 "Change one call's payload (a NaN, an infinity, values, scaling, noise or "
+                                 "a whole .npy) in a copy of the trace or in place; the original blob is "
+                                 "kept and an Edit record says who changed what");
+  cmd->set_version_flag("--version", kVersion);
+  const auto sel = addSelection(cmd, &inj->selection);
+  addInjectOptions(cmd, inj.get(), values.get());
+  cmd->footer(
+      footer("  rlpayload inject trace/ -r 0 -c 0 -s 3 --nan 5 -o trace-nan/\n"
+             "  rlpayload inject trace/ -r 0 -c 0 -s 3 --nan 5,17,99 --in-place\n"
+             "  rlpayload inject trace/ -r 0 -c 0 -s 3 --set 0=1e30 --set 1=-inf -o trace-big/\n"
+             "  rlpayload inject trace/ -r 2 -c 1 -s 4 --noise 1e-3 --seed 7 -o trace-noisy/\n"
+             "  rlpayload inject trace/rank1 -c 2 -s 0 -t Recv -p 0 --from fixed.npy --in-place"));
+  return {cmd, [=] {
+            finishSelection(sel, &inj->selection);
+            const InjectValues& v = *values;
+            if (v.scaleOpt->count()) inj->scale = v.scale;
+            if (v.noiseOpt->count()) inj->noise = v.noise;
+            if (v.seedOpt->count()) inj->seed = v.seed;
+            if (v.levelOpt->count()) inj->zstdLevel = v.level;
+            inj->commandLine.assign(argv, argv + argc);
+            inj->commandLine[0] = "rlpayload";
+            return runInject(*inj);
+          }};
+}
+
+Subcommand declareDiff(CLI::App& app) {
+  auto diff = std::make_shared<DiffOptions>();
+  auto rank = std::make_shared<int>(-1);
+  auto* cmd = app.add_subcommand("diff", "Compare the payloads of two traces call by call; exit 1 if they differ");
+  cmd->set_version_flag("--version", kVersion);
+  cmd->add_option("trace_a", diff->a, "First trace (or rank directory)")->required();
+  cmd->add_option("trace_b", diff->b, "Second trace (or rank directory)")->required();
+  auto* rankOpt = cmd->add_option("-r,--rank", *rank, "Only this rank");
+  cmd->add_flag("-j,--json", diff->json, "Machine-readable output (docs/rlpayload.md)");
+  cmd->footer(
+      footer("  rlpayload diff trace/ trace-nan/\n"
+             "  rlpayload diff trace/ replay-trace/ --rank 3 --json"));
+  return {cmd, [=] {
+            if (rankOpt->count()) diff->rank = *rank;
+            return runDiff(*diff);
+          }};
+}
+
+Subcommand declareVerify(CLI::App& app) {
+  auto verify = std::make_shared<VerifyOptions>();
+  auto rank = std::make_shared<int>(-1);
+  auto* cmd = app.add_subcommand("verify",
+                                 "Check a trace: manifests, segments (truncation vs corruption), "
+                                 "index, every payload's zstd frame and CRC-32, counters");
+  cmd->set_version_flag("--version", kVersion);
+  cmd->add_option("trace", verify->trace, "Trace directory (rank<R>/ below it) or one rank directory")->required();
+  auto* rankOpt = cmd->add_option("-r,--rank", *rank, "Only this rank");
+  cmd->add_flag("-j,--json", verify->json, "Machine-readable output (docs/rlpayload.md)");
+  cmd->footer(
+      footer("  rlpayload verify trace/\n"
+             "  rlpayload verify trace/rank3 --json"));
+  return {cmd, [=] {
+            if (rankOpt->count()) verify->rank = *rank;
+            return runVerify(*verify);
+          }};
+}
+
+void describeApp(CLI::App& app) {
   app.set_version_flag("--version", kVersion);
   app.require_subcommand(1);
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
@@ -60,126 +230,28 @@ int main(int argc, char** argv) {
              "  rlpayload diff trace/ trace-nan/\n"
              "  rlpayload verify trace/\n"
              "Run 'rlpayload <command> --help' for each command's options."));
+}
 
-  // ---- ls
-  LsOptions ls;
-  int lsRank = -1;
-  uint64_t lsComm = 0;
-  auto* lsCmd = app.add_subcommand("ls",
-                                   "List the calls that have payloads: rank, communicator, op, peer, seq, "
-                                   "datatype, count, bytes, compressed bytes, ratio");
-  lsCmd->set_version_flag("--version", kVersion);
-  lsCmd->add_option("trace", ls.trace, "Trace directory (rank<R>/ below it) or one rank directory")->required();
-  auto* lsRankOpt = lsCmd->add_option("-r,--rank", lsRank, "Only this rank");
-  auto* lsCommOpt = lsCmd->add_option("-c,--comm", lsComm, "Only this communicator");
-  lsCmd->add_option("-t,--op", ls.op, "Only this operation (AllReduce, ..., Send, Recv)")
-      ->transform(CLI::IsMember(opNames(), CLI::ignore_case));
-  lsCmd->add_option("-s,--seq", ls.seqRange, "Only sequence numbers in A:B (inclusive; also A, A:, :B)");
-  lsCmd->add_flag("-j,--json", ls.json, "Machine-readable output (docs/rlpayload.md)");
-  lsCmd->footer(
-      footer("  rlpayload ls trace/\n"
-             "  rlpayload ls trace/ --rank 3 --op AllReduce --seq 10:20\n"
-             "  rlpayload ls trace/rank3 --comm 1 --json | jq '.payloads[] | .bytes'"));
+// Runs a parsed subcommand. The commands return their failures as Status; an exception (a std::bad_alloc on a
+// hostile size) is a failure too, said like every other.
+int runParsed(const Subcommand& command) {
+  try {
+    return command.run();
+  } catch (const std::exception& e) {
+    return reportFailure(Status::internalError(e.what()));
+  }
+}
 
-  // ---- show
-  ShowOptions show;
-  auto* showCmd = app.add_subcommand("show",
-                                     "Statistics of one call's payload (min/max/mean/std over finite values, "
-                                     "NaN/Inf counts and first positions) and its first values");
-  showCmd->set_version_flag("--version", kVersion);
-  auto showSel = addSelection(showCmd, &show.selection);
-  showCmd->add_option("-n,--values", show.values, "How many leading values to print")->capture_default_str();
-  showCmd->add_flag("-j,--json", show.json, "Machine-readable output (docs/rlpayload.md)");
-  showCmd->footer(
-      footer("  rlpayload show trace/ --rank 0 --comm 0 --seq 3\n"
-             "  rlpayload show trace/rank1 -c 2 -s 0 --op Recv --peer 0 -n 32\n"
-             "  rlpayload show trace/ -r 0 -c 0 -s 3 --json"));
+}  // namespace
 
-  // ---- export
-  ExportOptions exp;
-  auto* expCmd = app.add_subcommand("export", "Write one call's payload to a .npy file or raw bytes");
-  expCmd->set_version_flag("--version", kVersion);
-  auto expSel = addSelection(expCmd, &exp.selection);
-  expCmd->add_option("-o,--output", exp.output, "Output file (replaced if it exists)")->required();
-  expCmd->add_option("-f,--format", exp.format, "npy (NumPy 1.0 header) or raw (little-endian elements only)")
-      ->check(CLI::IsMember({"npy", "raw"}))
-      ->capture_default_str();
-  expCmd
-      ->add_option("-a,--as", exp.as,
-                   "Element type written: native (bfloat16/fp8 as raw bits '<u2'/'|u1'), float32 or float64")
-      ->check(CLI::IsMember({"native", "float32", "float64"}))
-      ->capture_default_str();
-  expCmd->footer(
-      footer("  rlpayload export trace/ -r 0 -c 0 -s 3 -o allreduce3.npy\n"
-             "  rlpayload export trace/ -r 0 -c 1 -s 7 -o grads.npy --as float32   # bfloat16 -> float32\n"
-             "  rlpayload export trace/rank1 -c 2 -s 0 -t Recv -p 0 -o recv.bin --format raw"));
-
-  // ---- inject
-  InjectOptions inj;
-  double scale = 0, noise = 0;
-  uint64_t seed = 0;
-  int level = 0;
-  auto* injCmd = app.add_subcommand("inject",
-                                    "Change one call's payload (a NaN, an infinity, values, scaling, noise or "
-                                    "a whole .npy) in a copy of the trace or in place; the original blob is "
-                                    "kept and an Edit record says who changed what");
-  injCmd->set_version_flag("--version", kVersion);
-  auto injSel = addSelection(injCmd, &inj.selection);
-  auto* action = injCmd->add_option_group("Action", "What to change (exactly one)");
-  action->add_option("-N,--nan", inj.nan, "Set these elements to NaN (IDX[,IDX...]; float types only)")
-      ->delimiter(',')
-      ->allow_extra_args(false);
-  action->add_option("-I,--inf", inj.inf, "Set these elements to +infinity (IDX[,IDX...]; not float8e4m3)")
-      ->delimiter(',')
-      ->allow_extra_args(false);
-  action->add_option("-S,--set", inj.set, "Set one element: IDX=VALUE (repeatable; VALUE may be nan, inf, -inf)")
-      ->allow_extra_args(false);
-  auto* scaleOpt = action->add_option("-x,--scale", scale, "Multiply every element by F");
-  auto* noiseOpt = action->add_option("-g,--noise", noise, "Add Gaussian noise with standard deviation STD");
-  action->add_option("-F,--from", inj.from, "Replace the payload with this .npy file (same element count)")
-      ->check(CLI::ExistingFile);
-  action->require_option(1);
-  auto* seedOpt = injCmd->add_option("-e,--seed", seed, "Seed for --noise (default: random, recorded in the Edit)");
-  auto* target = injCmd->add_option_group("Target", "Where the edit goes (exactly one)");
-  target->add_option("-o,--output", inj.output, "Copy the trace to this new directory and edit the copy");
-  target->add_flag("-i,--in-place", inj.inPlace, "Edit TRACE itself (append-only: the original blob stays)");
-  target->require_option(1);
-  auto* levelOpt = injCmd->add_option("-z,--zstd-level", level, "zstd level of the new blob (default: the original's)")
-                       ->check(CLI::Range(-7, 22));
-  injCmd->footer(
-      footer("  rlpayload inject trace/ -r 0 -c 0 -s 3 --nan 5 -o trace-nan/\n"
-             "  rlpayload inject trace/ -r 0 -c 0 -s 3 --nan 5,17,99 --in-place\n"
-             "  rlpayload inject trace/ -r 0 -c 0 -s 3 --set 0=1e30 --set 1=-inf -o trace-big/\n"
-             "  rlpayload inject trace/ -r 2 -c 1 -s 4 --noise 1e-3 --seed 7 -o trace-noisy/\n"
-             "  rlpayload inject trace/rank1 -c 2 -s 0 -t Recv -p 0 --from fixed.npy --in-place"));
-
-  // ---- diff
-  DiffOptions diff;
-  int diffRank = -1;
-  auto* diffCmd = app.add_subcommand("diff", "Compare the payloads of two traces call by call; exit 1 if they differ");
-  diffCmd->set_version_flag("--version", kVersion);
-  diffCmd->add_option("trace_a", diff.a, "First trace (or rank directory)")->required();
-  diffCmd->add_option("trace_b", diff.b, "Second trace (or rank directory)")->required();
-  auto* diffRankOpt = diffCmd->add_option("-r,--rank", diffRank, "Only this rank");
-  diffCmd->add_flag("-j,--json", diff.json, "Machine-readable output (docs/rlpayload.md)");
-  diffCmd->footer(
-      footer("  rlpayload diff trace/ trace-nan/\n"
-             "  rlpayload diff trace/ replay-trace/ --rank 3 --json"));
-
-  // ---- verify
-  VerifyOptions verify;
-  int verifyRankNumber = -1;
-  auto* verifyCmd = app.add_subcommand("verify",
-                                       "Check a trace: manifests, segments (truncation vs corruption), "
-                                       "index, every payload's zstd frame and CRC-32, counters");
-  verifyCmd->set_version_flag("--version", kVersion);
-  verifyCmd->add_option("trace", verify.trace, "Trace directory (rank<R>/ below it) or one rank directory")->required();
-  auto* verifyRankOpt = verifyCmd->add_option("-r,--rank", verifyRankNumber, "Only this rank");
-  verifyCmd->add_flag("-j,--json", verify.json, "Machine-readable output (docs/rlpayload.md)");
-  verifyCmd->footer(
-      footer("  rlpayload verify trace/\n"
-             "  rlpayload verify trace/rank3 --json"));
-
+int main(int argc, char** argv) {
+  CLI::App app{
+      "rlpayload: list, show, export, edit, compare and verify the payloads (received bytes) of a RankLens "
+      "trace."};
+  describeApp(app);
+  const std::vector<Subcommand> commands = {declareLs(app),   declareShow(app),
+                                            declareExport(app), declareInject(app, argc, argv),
+                                            declareDiff(app), declareVerify(app)};
   if (!ranklens::tools::knownSubcommands(app, argc, argv)) return kExitUsage;
   try {
     app.parse(argc, argv);
@@ -187,45 +259,7 @@ int main(int argc, char** argv) {
     const int code = ranklens::tools::reportParseError(app, e);  // prints help/version (0) or the parse error
     return code == 0 ? kExitOk : kExitUsage;
   }
-
-  try {
-    if (lsCmd->parsed()) {
-      if (lsRankOpt->count()) ls.rank = lsRank;
-      if (lsCommOpt->count()) ls.comm = lsComm;
-      return runLs(ls);
-    }
-    if (showCmd->parsed()) {
-      finishSelection(showSel, &show.selection);
-      return runShow(show);
-    }
-    if (expCmd->parsed()) {
-      finishSelection(expSel, &exp.selection);
-      return runExport(exp);
-    }
-    if (injCmd->parsed()) {
-      finishSelection(injSel, &inj.selection);
-      if (scaleOpt->count()) inj.scale = scale;
-      if (noiseOpt->count()) inj.noise = noise;
-      if (seedOpt->count()) inj.seed = seed;
-      if (levelOpt->count()) inj.zstdLevel = level;
-      inj.commandLine.assign(argv, argv + argc);
-      inj.commandLine[0] = "rlpayload";
-      return runInject(inj);
-    }
-    if (diffCmd->parsed()) {
-      if (diffRankOpt->count()) diff.rank = diffRank;
-      return runDiff(diff);
-    }
-    if (verifyCmd->parsed()) {
-      if (verifyRankOpt->count()) verify.rank = verifyRankNumber;
-      return runVerify(verify);
-    }
-  } catch (const UsageError& e) {
-    std::cerr << "error: " << e.message << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitFailure;
-  }
+  for (const auto& command : commands)
+    if (command.cli->parsed()) return runParsed(command);
   return kExitUsage;
 }

@@ -67,37 +67,63 @@ struct DictParser {
   }
 };
 
-}  // namespace
-
-bool parseNpy(const std::vector<uint8_t>& image, NpyArray* out, std::string* reason) {
+// Where the header dict is: after the magic, the version and the header length (2 bytes in version 1, 4 after).
+bool locateHeader(const std::vector<uint8_t>& image, size_t* headerStart, size_t* headerLength, std::string* reason) {
   if (image.size() < 10 || memcmp(image.data(), "\x93NUMPY", 6) != 0) {
     *reason = "not a .npy file (bad magic)";
     return false;
   }
   const int major = image[6];
-  size_t headerLength, headerStart;
   if (major == 1) {
-    headerLength = image[8] | (static_cast<size_t>(image[9]) << 8);
-    headerStart = 10;
+    *headerLength = image[8] | (static_cast<size_t>(image[9]) << 8);
+    *headerStart = 10;
   } else if (major == 2 || major == 3) {
     if (image.size() < 12) {
       *reason = "truncated .npy header";
       return false;
     }
-    headerLength = image[8] | (static_cast<size_t>(image[9]) << 8) | (static_cast<size_t>(image[10]) << 16) |
-                   (static_cast<size_t>(image[11]) << 24);
-    headerStart = 12;
+    *headerLength = image[8] | (static_cast<size_t>(image[9]) << 8) | (static_cast<size_t>(image[10]) << 16) |
+                    (static_cast<size_t>(image[11]) << 24);
+    *headerStart = 12;
   } else {
     *reason = "unsupported .npy version " + std::to_string(major) + "." + std::to_string(image[7]);
     return false;
   }
-  if (headerLength > image.size() - headerStart) {
+  if (*headerLength > image.size() - *headerStart) {
     *reason = "truncated .npy header";
     return false;
   }
-  const std::string header(reinterpret_cast<const char*>(image.data() + headerStart), headerLength);
+  return true;
+}
+
+// The shape tuple "(2, 3)" into `a`'s shape and element count (bounded, so that count * item size cannot overflow).
+bool parseShape(DictParser& p, NpyArray* a, std::string* reason) {
+  if (!p.eat('(')) {
+    *reason = "malformed shape in .npy header";
+    return false;
+  }
+  a->count = 1;
+  while (!p.eat(')')) {
+    std::string w;
+    if (!p.word(&w) || w.find_first_not_of("0123456789") != std::string::npos || w.size() > 18) {
+      *reason = "malformed shape in .npy header";
+      return false;
+    }
+    const uint64_t dim = std::stoull(w);
+    a->shape.push_back(dim);
+    if (dim != 0 && a->count > (1ull << 62) / dim) {
+      *reason = "shape too large";
+      return false;
+    }
+    a->count *= dim;
+    p.eat(',');
+  }
+  return true;
+}
+
+// The header dict: descr, fortran_order and shape, each at most once, nothing else.
+bool parseHeaderDict(const std::string& header, NpyArray* a, std::string* reason) {
   DictParser p{header};
-  NpyArray a;
   bool haveDescr = false, haveShape = false, haveOrder = false;
   if (!p.eat('{')) {
     *reason = "malformed .npy header (no dict)";
@@ -115,7 +141,7 @@ bool parseNpy(const std::vector<uint8_t>& image, NpyArray* out, std::string* rea
       return false;
     }
     if (key == "descr") {
-      if (!p.str(&a.descr)) {
+      if (!p.str(&a->descr)) {
         *reason = "unsupported .npy descr (structured dtypes are not supported)";
         return false;
       }
@@ -126,29 +152,10 @@ bool parseNpy(const std::vector<uint8_t>& image, NpyArray* out, std::string* rea
         *reason = "malformed fortran_order in .npy header";
         return false;
       }
-      a.fortranOrder = w == "True";
+      a->fortranOrder = w == "True";
       haveOrder = true;
     } else if (key == "shape") {
-      if (!p.eat('(')) {
-        *reason = "malformed shape in .npy header";
-        return false;
-      }
-      a.count = 1;
-      while (!p.eat(')')) {
-        std::string w;
-        if (!p.word(&w) || w.find_first_not_of("0123456789") != std::string::npos || w.size() > 18) {
-          *reason = "malformed shape in .npy header";
-          return false;
-        }
-        const uint64_t dim = std::stoull(w);
-        a.shape.push_back(dim);
-        if (dim != 0 && a.count > (1ull << 62) / dim) {
-          *reason = "shape too large";
-          return false;
-        }
-        a.count *= dim;
-        p.eat(',');
-      }
+      if (!parseShape(p, a, reason)) return false;
       haveShape = true;
     } else {
       *reason = "unknown key '" + key + "' in .npy header";
@@ -160,6 +167,17 @@ bool parseNpy(const std::vector<uint8_t>& image, NpyArray* out, std::string* rea
     *reason = "the .npy header lacks descr or shape";
     return false;
   }
+  return true;
+}
+
+}  // namespace
+
+bool parseNpy(const std::vector<uint8_t>& image, NpyArray* out, std::string* reason) {
+  size_t headerStart = 0, headerLength = 0;
+  if (!locateHeader(image, &headerStart, &headerLength, reason)) return false;
+  const std::string header(reinterpret_cast<const char*>(image.data() + headerStart), headerLength);
+  NpyArray a;
+  if (!parseHeaderDict(header, &a, reason)) return false;
   const size_t item = npyItemSize(a.descr);
   if (item == 0) {
     *reason = "unsupported .npy dtype '" + a.descr + "' (little-endian integers and floats only)";

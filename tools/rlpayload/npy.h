@@ -21,7 +21,8 @@ struct NpyArray {
 };
 
 // Parses a whole .npy image; `reason` explains a refusal (bad magic, unsupported version, malformed header,
-// data size that does not match the shape).
+// data size that does not match the shape). A bool and a reason, not a ranklens::Status: this file is the standard
+// library only, so that fuzz_npy builds it alone; inject.cc turns the reason into its Status.
 bool parseNpy(const std::vector<uint8_t>& image, NpyArray* out, std::string* reason);
 // Item size of a numpy dtype string of the kinds rlpayload writes and reads ("<f4", "|u1", ...); 0 if unsupported.
 size_t npyItemSize(const std::string& descr);

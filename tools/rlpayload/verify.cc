@@ -78,6 +78,45 @@ bool isNumberedName(const std::string& name, const char* prefix, const char* suf
   return true;
 }
 
+// The index's entries under `key`: arrays of at least six integers [commId, seq, op, peer, segment, offset]; further
+// elements ignored. Throws (msgpack's type_error, or runtime_error) on a malformed one: checkIndex reports the index
+// unreadable then, as a reader would rebuild it.
+Entries indexEntries(const std::map<std::string, msgpack::object>& index, const char* key) {
+  Entries out;
+  const msgpack::object& entries = index.at(key);
+  if (entries.type != msgpack::type::ARRAY) throw std::runtime_error(std::string(key) + " is not an array");
+  for (uint32_t i = 0; i < entries.via.array.size; ++i) {
+    const msgpack::object& e = entries.via.array.ptr[i];
+    if (e.type != msgpack::type::ARRAY || e.via.array.size < 6)
+      throw std::runtime_error(std::string(key) + " entry " + std::to_string(i) + " is malformed");
+    const msgpack::object* f = e.via.array.ptr;
+    out[keyOf(f[0].as<uint64_t>(), f[2].as<int32_t>(), f[3].as<int32_t>(), f[1].as<uint64_t>())] = {
+        f[4].as<uint32_t>(), f[5].as<uint64_t>()};
+  }
+  return out;
+}
+
+// The index's entries against the scan's: a disagreement is a problem, since readers trust the index.
+void compareEntries(const Entries& indexed, const Entries& scanned, const std::string& path, const char* key,
+                    const char* what, RankReport& r) {
+  uint64_t missing = 0, extra = 0, moved = 0;
+  for (const auto& [k, where] : scanned) {
+    auto it = indexed.find(k);
+    if (it == indexed.end())
+      ++missing;
+    else if (it->second != where)
+      ++moved;
+  }
+  for (const auto& [k, where] : indexed) extra += scanned.count(k) == 0;
+  if (missing || extra || moved) {
+    r.index = "inconsistent";
+    r.addAtKey(true, "index", path, key,
+               std::string("disagrees with the segments it claims to describe: ") + what + ": " +
+                   std::to_string(missing) + " missing, " + std::to_string(extra) + " extra, " +
+                   std::to_string(moved) + " at another location (readers trust it: delete it to force a rebuild)");
+  }
+}
+
 // Compares index.msgpack with what a scan of the segments found.
 // With `damaged` segments the scan stops at the damage while the index may list intact records beyond it, so the
 // entries are not compared (the segment problem is the finding).
@@ -123,168 +162,150 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
       r.index = "not compared";
       return;
     }
-    // Entries: arrays of at least six integers [commId, seq, op, peer, segment, offset]; further elements ignored.
-    auto load = [&](const char* key) {
-      Entries out;
-      const msgpack::object& entries = index.at(key);
-      if (entries.type != msgpack::type::ARRAY) throw std::runtime_error(std::string(key) + " is not an array");
-      for (uint32_t i = 0; i < entries.via.array.size; ++i) {
-        const msgpack::object& e = entries.via.array.ptr[i];
-        if (e.type != msgpack::type::ARRAY || e.via.array.size < 6)
-          throw std::runtime_error(std::string(key) + " entry " + std::to_string(i) + " is malformed");
-        const msgpack::object* f = e.via.array.ptr;
-        out[keyOf(f[0].as<uint64_t>(), f[2].as<int32_t>(), f[3].as<int32_t>(), f[1].as<uint64_t>())] = {
-            f[4].as<uint32_t>(), f[5].as<uint64_t>()};
-      }
-      return out;
-    };
-    const Entries indexedCalls = load("calls"), indexedPayloads = load("payloads");
-    auto compare = [&](const Entries& indexed, const Entries& scanned, const char* key, const char* what) {
-      uint64_t missing = 0, extra = 0, moved = 0;
-      for (const auto& [k, where] : scanned) {
-        auto it = indexed.find(k);
-        if (it == indexed.end())
-          ++missing;
-        else if (it->second != where)
-          ++moved;
-      }
-      for (const auto& [k, where] : indexed) extra += scanned.count(k) == 0;
-      if (missing || extra || moved) {
-        r.index = "inconsistent";
-        r.addAtKey(true, "index", path, key,
-              std::string("disagrees with the segments it claims to describe: ") + what + ": " +
-                  std::to_string(missing) + " missing, " + std::to_string(extra) + " extra, " + std::to_string(moved) +
-                  " at another location (readers trust it: delete it to force a rebuild)");
-      }
-    };
+    const Entries indexedCalls = indexEntries(index, "calls"), indexedPayloads = indexEntries(index, "payloads");
     r.index = "current";
-    compare(indexedCalls, calls, "calls", "calls");
-    compare(indexedPayloads, payloads, "payloads", "payload references");
+    compareEntries(indexedCalls, calls, path, "calls", "calls", r);
+    compareEntries(indexedPayloads, payloads, path, "payloads", "payload references", r);
   } catch (const std::exception& e) {
     r.index = "unreadable";
     r.add(false, "index", path, std::nullopt, std::string("unreadable (") + e.what() + "): readers rebuild it");
   }
 }
 
-void verifyRank(const std::string& dir, RankReport& r, bool json) {
-  r.dir = dir;
-  r.rank = rankFromDirectoryName(dir);
-  std::string error;
-  std::unique_ptr<TraceReader> reader;
-  error = TraceReader::open(dir, Limits{}, &reader).message();
-  if (!reader) {
-    r.add(true, "manifest", dir + "/manifest.msgpack", std::nullopt, error);
-    return;
-  }
-  r.opened = true;
-  const Manifest& m = reader->manifest();
+// The manifest's own warnings: its rank against the directory name, an unclosed writer, drops while recording.
+void checkManifest(const Manifest& m, const std::string& dir, RankReport& r) {
+  const std::string mp = dir + "/manifest.msgpack";
   if (m.rank >= 0) {
     if (r.rank >= 0 && r.rank != m.rank)
-      r.addAtKey(
-          false, "manifest", dir + "/manifest.msgpack", "rank",
-          "manifest says rank " + std::to_string(m.rank) + ", the directory name says rank " + std::to_string(r.rank));
+      r.addAtKey(false, "manifest", mp, "rank",
+                 "manifest says rank " + std::to_string(m.rank) + ", the directory name says rank " +
+                     std::to_string(r.rank));
     r.rank = m.rank;
   }
   r.closed = m.closed;
   if (!m.closed)
-    r.addAtKey(false, "manifest", dir + "/manifest.msgpack", "closed",
-          "not closed: the writer crashed or is still running (counters not compared)");
+    r.addAtKey(false, "manifest", mp, "closed", "not closed: the writer crashed or is still running (counters not compared)");
   if (m.records_dropped)
-    r.addAtKey(false, "manifest", dir + "/manifest.msgpack", "records_dropped",
-          std::to_string(m.records_dropped) + " records were dropped while recording");
+    r.addAtKey(false, "manifest", mp, "records_dropped",
+               std::to_string(m.records_dropped) + " records were dropped while recording");
   if (m.payloads_dropped)
-    r.addAtKey(false, "manifest", dir + "/manifest.msgpack", "payloads_dropped",
-          std::to_string(m.payloads_dropped) + " payloads were dropped while recording");
+    r.addAtKey(false, "manifest", mp, "payloads_dropped",
+               std::to_string(m.payloads_dropped) + " payloads were dropped while recording");
+}
 
-  // --- segments: every intact record, in order
-  r.segments = reader->segmentCount();
+// What one pass over the segments found: where each call and payload reference is, and which references an edit
+// appended (the manifest's counters leave those out).
+struct Scan {
   Entries calls, effective;
   std::vector<std::pair<PayloadRef, Location>> refs;
   std::set<size_t> editRefs;  // indices into refs written by an edit (reference immediately followed by its Edit)
   uint64_t editRecords = 0;
+};
+
+// One record's shape; a malformed record other than Call and PayloadRef is a finding (the reader itself reports
+// those two: they are what its index points at).
+void scanRecord(RecordType type, const msgpack::object& body, const Location& where, const std::string& dir,
+                RankReport& r, Scan& s, std::optional<size_t>& previousRef) {
+  ++r.records;
+  std::optional<size_t> justRead;
+  try {
+    switch (type) {
+      case RecordType::kCall: {
+        auto c = body.as<ranklens::events::Call>();
+        s.calls[keyOf(c.commId, c.op, c.rootOrPeer, c.seq)] = {where.segment, where.offset};
+        ++r.calls;
+        break;
+      }
+      case RecordType::kPayloadRef: {
+        auto p = body.as<PayloadRef>();
+        s.effective[keyOf(p.commId, p.op, p.peer, p.seq)] = {where.segment, where.offset};
+        s.refs.emplace_back(p, where);
+        justRead = s.refs.size() - 1;
+        break;
+      }
+      case RecordType::kEdit: {
+        auto e = body.as<Edit>();
+        ++s.editRecords;
+        if (previousRef && editNames(e, &s.refs[*previousRef].first, s.refs[*previousRef].first))
+          s.editRefs.insert(*previousRef);  // the reference this edit appended with it
+        break;
+      }
+      case RecordType::kCommInit: body.as<ranklens::events::CommInit>(); break;
+      case RecordType::kCommEnd: body.as<ranklens::events::CommEnd>(); break;
+      case RecordType::kGroupEnd: body.as<ranklens::events::GroupEnd>(); break;
+      case RecordType::kStage: body.as<ranklens::events::Stage>(); break;
+      case RecordType::kGroupBegin: body.as<GroupBegin>(); break;
+      case RecordType::kTiming: body.as<Timing>(); break;
+      default: ++r.unknownRecords; break;  // a newer minor version: skipped, as the format says
+    }
+  } catch (const std::exception& e) {
+    if (type != RecordType::kCall && type != RecordType::kPayloadRef)
+      r.add(true, "record", dir + "/" + segmentName(where.segment), where.offset,
+            std::string(recordTypeName(type)) + " record is malformed: " + e.what());
+  }
+  previousRef = justRead;
+}
+
+Scan scanSegments(TraceReader& reader, const std::string& dir, RankReport& r, bool json) {
+  Scan s;
   std::optional<size_t> previousRef;
   Progress scanning("verify " + dir + ": records", 0, !json);
-  reader->scan([&](RecordType type, const msgpack::object& body, const Location& where) {
+  reader.scan([&](RecordType type, const msgpack::object& body, const Location& where) {
     scanning.tick();
-    ++r.records;
-    const std::string file = dir + "/" + segmentName(where.segment);
-    std::optional<size_t> justRead;
-    try {
-      switch (type) {
-        case RecordType::kCall: {
-          auto c = body.as<ranklens::events::Call>();
-          calls[keyOf(c.commId, c.op, c.rootOrPeer, c.seq)] = {where.segment, where.offset};
-          ++r.calls;
-          break;
-        }
-        case RecordType::kPayloadRef: {
-          auto p = body.as<PayloadRef>();
-          effective[keyOf(p.commId, p.op, p.peer, p.seq)] = {where.segment, where.offset};
-          refs.emplace_back(p, where);
-          justRead = refs.size() - 1;
-          break;
-        }
-        case RecordType::kEdit: {
-          auto e = body.as<Edit>();
-          ++editRecords;
-          if (previousRef && editNames(e, &refs[*previousRef].first, refs[*previousRef].first))
-            editRefs.insert(*previousRef);  // the reference this edit appended with it
-          break;
-        }
-        case RecordType::kCommInit: body.as<ranklens::events::CommInit>(); break;
-        case RecordType::kCommEnd: body.as<ranklens::events::CommEnd>(); break;
-        case RecordType::kGroupEnd: body.as<ranklens::events::GroupEnd>(); break;
-        case RecordType::kStage: body.as<ranklens::events::Stage>(); break;
-        case RecordType::kGroupBegin: body.as<GroupBegin>(); break;
-        case RecordType::kTiming: body.as<Timing>(); break;
-        default: ++r.unknownRecords; break;  // a newer minor version: skipped, as the format says
-      }
-    } catch (const std::exception& e) {
-      // The reader itself reports malformed Call and PayloadRef records (they are what its index points at).
-      if (type != RecordType::kCall && type != RecordType::kPayloadRef)
-        r.add(true, "record", file, where.offset,
-              std::string(recordTypeName(type)) + " record is malformed: " + e.what());
-    }
-    previousRef = justRead;
+    scanRecord(type, body, where, dir, r, s, previousRef);
     return true;
   });
   scanning.done();
-  r.edits = editRecords;
-  r.payloadRefs = refs.size();
-  bool segmentDamage = false;
-  for (const auto& p : reader->problems()) {
-    // The reader's count check: verify compares every counter with the records itself (below), more precisely.
+  r.edits = s.editRecords;
+  r.payloadRefs = s.refs.size();
+  return s;
+}
+
+// The reader's segment problems as findings; true when a segment is damaged (counters and orphans are then not
+// judged: references past the damage are simply unreadable).
+bool reportSegmentDamage(const TraceReader& reader, RankReport& r) {
+  bool damaged = false;
+  for (const auto& p : reader.problems()) {
+    // The reader's count check: verify compares every counter with the records itself (checkCounters), more
+    // precisely.
     if (p.reason.find(", but the closed manifest counts ") != std::string::npos) continue;
-    segmentDamage = true;
+    damaged = true;
     r.add(true, "segment", p.file, p.offset,
           p.reason + (p.truncated ? " (truncated: the file ends inside a frame, as a crash leaves it)" : ""),
           p.truncated);
   }
+  return damaged;
+}
 
-  // --- the index against the scan
-  std::vector<std::pair<std::string, uint64_t>> segmentFiles;
-  for (uint32_t i = 0; i < r.segments; ++i) {
+std::vector<std::pair<std::string, uint64_t>> segmentFileSizes(const std::string& dir, uint32_t segments) {
+  std::vector<std::pair<std::string, uint64_t>> files;
+  for (uint32_t i = 0; i < segments; ++i) {
     struct stat st;
     const std::string name = segmentName(i);
-    segmentFiles.emplace_back(name, stat((dir + "/" + name).c_str(), &st) == 0 ? st.st_size : 0);
+    files.emplace_back(name, stat((dir + "/" + name).c_str(), &st) == 0 ? st.st_size : 0);
   }
-  checkIndex(r, segmentFiles, calls, effective, segmentDamage);
+  return files;
+}
 
-  // --- payload files present
-  std::set<uint32_t> payloadFiles;
+std::set<uint32_t> payloadFileIndices(const std::string& dir) {
+  std::set<uint32_t> indices;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       uint32_t index = 0;
-      if (isNumberedName(e->d_name, "pay-", ".rlp", &index)) payloadFiles.insert(index);
+      if (isNumberedName(e->d_name, "pay-", ".rlp", &index)) indices.insert(index);
     }
     closedir(d);
   }
-  r.payloadFiles = static_cast<uint32_t>(payloadFiles.size());
+  return indices;
+}
 
-  // --- every payload reference (superseded ones too: an edit keeps the original, which must stay readable)
+// Every payload reference (superseded ones too: an edit keeps the original, which must stay readable): its datatype
+// and size, and its blob read back. Returns the payload files referenced.
+std::set<uint32_t> checkPayloads(TraceReader& reader, const std::string& dir, const Scan& s, RankReport& r,
+                                 bool json) {
   std::set<uint32_t> referenced;
-  Progress checking("verify " + dir + ": payloads", refs.size(), !json);
-  for (const auto& [ref, where] : refs) {
+  Progress checking("verify " + dir + ": payloads", s.refs.size(), !json);
+  for (const auto& [ref, where] : s.refs) {
     checking.tick();
     referenced.insert(ref.file);
     const std::string segFile = dir + "/" + segmentName(where.segment);
@@ -301,7 +322,7 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
                 " x " + info->name + " is not " + std::to_string(ref.rawBytes) + " bytes");
     std::vector<uint8_t> bytes;
     Problem problem;
-    if (!reader->readPayload(ref, &bytes, &problem)) {
+    if (!reader.readPayload(ref, &bytes, &problem)) {
       r.add(true, "payload", problem.file, problem.offset,
             problem.reason + " (payload of " + describeCall(ref.commId, ref.op, ref.peer, ref.seq) +
                 ", referenced from " + segmentName(where.segment) + " offset " + std::to_string(where.offset) + ")",
@@ -311,12 +332,18 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
     ++r.payloadsChecked;
   }
   checking.done();
+  return referenced;
+}
+
+// Payload files nothing points into, and payload references without their Call record.
+void checkOrphans(const std::string& dir, const Scan& s, const std::set<uint32_t>& payloadFiles,
+                  const std::set<uint32_t>& referenced, bool segmentDamage, RankReport& r) {
   for (uint32_t f : payloadFiles)
     if (!referenced.count(f) && !segmentDamage)  // with damage, references past it are simply unreadable
       r.add(false, "files", dir + "/" + payloadName(f), std::nullopt,
             "no payload reference points into this file (left by an interrupted edit or recording?)");
-  for (const auto& [k, where] : effective) {
-    if (!calls.count(k)) {
+  for (const auto& [k, where] : s.effective) {
+    if (!s.calls.count(k)) {
       const auto& [comm, kind, peer, seq] = k;
       r.add(false, "record", dir + "/" + segmentName(where.first), where.second,
             "payload reference for comm " + std::to_string(comm) +
@@ -326,107 +353,131 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
                 " seq " + std::to_string(seq) + " without a Call record");
     }
   }
+}
 
-  // --- the manifest's counters (only meaningful for a cleanly closed trace without damage). Edits append a
-  // PayloadRef + an Edit each and do not change the recording's counters.
-  if (m.closed && !segmentDamage) {
-    uint64_t recordedRefs = 0, raw = 0, compressed = 0;
-    for (size_t i = 0; i < refs.size(); ++i) {
-      if (editRefs.count(i)) continue;
-      ++recordedRefs;
-      raw += refs[i].first.rawBytes;
-      compressed += refs[i].first.compressedBytes;
-    }
-    const uint64_t recorded = r.records - editRecords - editRefs.size();
-    const std::string mp = dir + "/manifest.msgpack";
-    auto expect = [&](const char* key, uint64_t said, uint64_t found, const char* what) {
-      if (said != found)
-        r.addAtKey(true, "counters", mp, key,
-              std::string(key) + " is " + std::to_string(said) + ", but " + std::to_string(found) + " " + what +
-                  " found");
-    };
-    expect("records_written", m.records_written, recorded, "recorded records (edits not counted) were");
-    expect("payloads_written", m.payloads_written, recordedRefs, "recorded payload references were");
-    expect("payload_raw_bytes", m.payload_raw_bytes, raw, "bytes in recorded payloads were");
-    expect("payload_compressed_bytes", m.payload_compressed_bytes, compressed, "compressed bytes were");
-    expect("segments", m.segments, r.segments, "segment files were");
-    const uint32_t payloadSpan = payloadFiles.empty() ? 0 : *payloadFiles.rbegin() + 1;
-    // An interrupted in-place edit (its journal left): the counters and files disagree because of it, not damage.
-    std::ifstream journal(dir + "/" + ranklens::trace::kEditJournal);
-    const bool interrupted = journal.is_open();
-    if (interrupted) {
-      std::string segName, payName, call, word;
-      uint64_t segSize = 0;
-      std::string line;
-      while (std::getline(journal, line)) {
-        std::istringstream in(line);
-        in >> word;
-        if (word == "segment") in >> segName >> segSize;
-        else if (word == "payload") in >> payName;
-        else if (word == "call") std::getline(in >> std::ws, call);
-      }
-      r.add(true, "edit", dir + "/" + ranklens::trace::kEditJournal, std::nullopt,
-            "interrupted edit of " + call + " (an in-place rlpayload inject was stopped), not damage: nothing "
-            "recorded is lost. To roll it back, truncate " + segName + " to " + std::to_string(segSize) +
-            " bytes and remove " + payName + ", index.msgpack and " + ranklens::trace::kEditJournal +
-            "; to finish it, roll it back and run the same inject again");
-    }
-    if (!interrupted)
-      expect("payload_files", m.payload_files, payloadSpan, "(highest index + 1) payload files were");
-    if (payloadSpan != payloadFiles.size())
-      r.add(true, "files", dir, std::nullopt,
-            "payload files are not contiguous: " + std::to_string(payloadFiles.size()) + " files, highest index " +
-                std::to_string(payloadSpan - 1));
+// An interrupted in-place edit (its journal left) as a finding, with how to roll it back; false when there is none.
+// The counters and files then disagree because of it, not damage.
+bool reportInterruptedEdit(const std::string& dir, RankReport& r) {
+  std::ifstream journal(dir + "/" + ranklens::trace::kEditJournal);
+  if (!journal.is_open()) return false;
+  std::string segName, payName, call, word;
+  uint64_t segSize = 0;
+  std::string line;
+  while (std::getline(journal, line)) {
+    std::istringstream in(line);
+    in >> word;
+    if (word == "segment") in >> segName >> segSize;
+    else if (word == "payload") in >> payName;
+    else if (word == "call") std::getline(in >> std::ws, call);
   }
+  r.add(true, "edit", dir + "/" + ranklens::trace::kEditJournal, std::nullopt,
+        "interrupted edit of " + call + " (an in-place rlpayload inject was stopped), not damage: nothing "
+        "recorded is lost. To roll it back, truncate " + segName + " to " + std::to_string(segSize) +
+        " bytes and remove " + payName + ", index.msgpack and " + ranklens::trace::kEditJournal +
+        "; to finish it, roll it back and run the same inject again");
+  return true;
+}
+
+// The manifest's counters against what the scan found (only meaningful for a cleanly closed trace without damage).
+// Edits append a PayloadRef + an Edit each and do not change the recording's counters.
+void checkCounters(const Manifest& m, const std::string& dir, const Scan& s, const std::set<uint32_t>& payloadFiles,
+                   RankReport& r) {
+  uint64_t recordedRefs = 0, raw = 0, compressed = 0;
+  for (size_t i = 0; i < s.refs.size(); ++i) {
+    if (s.editRefs.count(i)) continue;
+    ++recordedRefs;
+    raw += s.refs[i].first.rawBytes;
+    compressed += s.refs[i].first.compressedBytes;
+  }
+  const uint64_t recorded = r.records - s.editRecords - s.editRefs.size();
+  const std::string mp = dir + "/manifest.msgpack";
+  auto expect = [&](const char* key, uint64_t said, uint64_t found, const char* what) {
+    if (said != found)
+      r.addAtKey(true, "counters", mp, key,
+                 std::string(key) + " is " + std::to_string(said) + ", but " + std::to_string(found) + " " + what +
+                     " found");
+  };
+  expect("records_written", m.records_written, recorded, "recorded records (edits not counted) were");
+  expect("payloads_written", m.payloads_written, recordedRefs, "recorded payload references were");
+  expect("payload_raw_bytes", m.payload_raw_bytes, raw, "bytes in recorded payloads were");
+  expect("payload_compressed_bytes", m.payload_compressed_bytes, compressed, "compressed bytes were");
+  expect("segments", m.segments, r.segments, "segment files were");
+  const uint32_t payloadSpan = payloadFiles.empty() ? 0 : *payloadFiles.rbegin() + 1;
+  if (!reportInterruptedEdit(dir, r))
+    expect("payload_files", m.payload_files, payloadSpan, "(highest index + 1) payload files were");
+  if (payloadSpan != payloadFiles.size())
+    r.add(true, "files", dir, std::nullopt,
+          "payload files are not contiguous: " + std::to_string(payloadFiles.size()) + " files, highest index " +
+              std::to_string(payloadSpan - 1));
+}
+
+void verifyRank(const std::string& dir, RankReport& r, bool json) {
+  r.dir = dir;
+  r.rank = rankFromDirectoryName(dir);
+  std::unique_ptr<TraceReader> reader;
+  const Status opened = TraceReader::open(dir, Limits{}, &reader);
+  if (!reader) {
+    r.add(true, "manifest", dir + "/manifest.msgpack", std::nullopt, opened.message());
+    return;
+  }
+  r.opened = true;
+  const Manifest& m = reader->manifest();
+  checkManifest(m, dir, r);
+  r.segments = reader->segmentCount();
+  const Scan scan = scanSegments(*reader, dir, r, json);
+  const bool segmentDamage = reportSegmentDamage(*reader, r);
+  checkIndex(r, segmentFileSizes(dir, r.segments), scan.calls, scan.effective, segmentDamage);
+  const std::set<uint32_t> payloadFiles = payloadFileIndices(dir);
+  r.payloadFiles = static_cast<uint32_t>(payloadFiles.size());
+  const std::set<uint32_t> referenced = checkPayloads(*reader, dir, scan, r, json);
+  checkOrphans(dir, scan, payloadFiles, referenced, segmentDamage, r);
+  if (m.closed && !segmentDamage) checkCounters(m, dir, scan, payloadFiles, r);
 }
 
 std::string plural(uint64_t n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
 // Rank directories to check: those rankDirectories finds, and rank<R>/ directories it skips for lack of a
 // manifest (a rank that crashed before writing one, or lost it).
-std::vector<std::string> candidates(const std::string& trace, std::optional<int> onlyRank, std::string* error) {
+Status candidates(const std::string& trace, std::optional<int> onlyRank, std::vector<std::string>* out) {
   std::error_code ec;
-  if (!fs::is_directory(trace, ec)) {
-    *error = trace + (fs::exists(trace, ec) ? ": not a directory" : ": no such file or directory");
-    return {};
+  if (!fs::is_directory(trace, ec))
+    return Status::systemError(trace + (fs::exists(trace, ec) ? ": not a directory" : ": no such file or directory"));
+  if (fs::exists(fs::path(trace) / "manifest.msgpack", ec)) {
+    *out = {trace};
+    return Status::ok();
   }
-  if (fs::exists(fs::path(trace) / "manifest.msgpack", ec)) return {trace};
   bool segmentsHere = false;
   for (const auto& entry : fs::directory_iterator(trace, ec)) {
     uint32_t index;
     if (isNumberedName(entry.path().filename().string(), "seg-", ".rls", &index)) segmentsHere = true;
   }
-  if (segmentsHere) return {trace};  // a rank directory that lost its manifest
-  std::vector<std::string> out;
+  if (segmentsHere) {  // a rank directory that lost its manifest
+    *out = {trace};
+    return Status::ok();
+  }
   for (const auto& dir : rankDirectories(trace)) {
     const int rank = rankFromDirectoryName(dir);
     if (onlyRank && rank >= 0 && rank != *onlyRank) continue;  // others (ranklens-pid<P>) are checked after opening
-    out.push_back(dir);
+    out->push_back(dir);
   }
   // rank<R>/ without a manifest is among them, in rank order (rankDirectories): opening it reports it.
-  if (out.empty())
-    *error = trace + ": no RankLens trace here (expected manifest.msgpack, or rank directories below it)";
-  return out;
+  if (out->empty())
+    return Status::invalidUsage(trace + ": no RankLens trace here (expected manifest.msgpack, or rank directories "
+                                "below it)");
+  return Status::ok();
 }
 
-}  // namespace
-
-int runVerify(const VerifyOptions& o) {
-  std::string error;
-  const auto dirs = candidates(o.trace, o.rank, &error);
-  if (dirs.empty()) {
-    std::cerr << "error: " << error << "\n";
-    return kExitFailure;
-  }
-  std::vector<RankReport> reports;
+// Every rank's report, in rank order: the directories verified, then rank<R> entries no reader can use (a file, a
+// symlink loop, unreadable, padded, two for one rank), each a problem of its rank, never left out of the count.
+Status verifyRanks(const VerifyOptions& o, std::vector<RankReport>* reports) {
+  std::vector<std::string> dirs;
+  RL_CHECK(candidates(o.trace, o.rank, &dirs));
   for (const auto& dir : dirs) {
     RankReport report;
     verifyRank(dir, report, o.json);
     if (o.rank && report.rank != *o.rank && dirs.size() > 1) continue;  // --rank: a directory not named rank<R>
-    reports.push_back(std::move(report));
+    reports->push_back(std::move(report));
   }
-  // rank<R> entries no reader can use (a file, a symlink loop, unreadable, padded, two for one rank): each a problem
-  // of its rank, in rank order, never left out of the count.
   for (const auto& t : ranklens::trace::rankDirectoryTrouble(o.trace)) {
     if (o.rank && t.rank != *o.rank) continue;
     if (!t.duplicate && std::find(dirs.begin(), dirs.end(), t.path) != dirs.end()) continue;  // verified above
@@ -434,15 +485,62 @@ int runVerify(const VerifyOptions& o) {
     report.rank = t.rank;
     report.dir = t.path;
     report.add(true, "files", t.path, std::nullopt, t.reason.substr(t.reason.find(": ") + 2));
-    reports.push_back(std::move(report));
+    reports->push_back(std::move(report));
   }
-  std::stable_sort(reports.begin(), reports.end(), [](const RankReport& a, const RankReport& b) {
+  std::stable_sort(reports->begin(), reports->end(), [](const RankReport& a, const RankReport& b) {
     return (a.rank < 0 ? INT32_MAX : a.rank) < (b.rank < 0 ? INT32_MAX : b.rank);
   });
-  if (reports.empty()) {
-    std::cerr << "error: " << o.trace << ": no rank " << *o.rank << " in this trace\n";
-    return kExitFailure;
+  if (reports->empty())
+    return Status::invalidUsage(o.trace + ": no rank " + std::to_string(*o.rank) + " in this trace");
+  return Status::ok();
+}
+
+nlohmann::json rankJson(const RankReport& r) {
+  nlohmann::json jp = nlohmann::json::array(), jw = nlohmann::json::array();
+  for (const auto& f : r.findings) {
+    nlohmann::json j = {{"check", f.check}, {"file", f.file}, {"reason", f.reason}};
+    if (!f.key.empty()) j["key"] = f.key;  // instead of an offset: the manifest or index key it is about
+    else j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
+    if (f.problem) j["truncated"] = f.truncated;
+    (f.problem ? jp : jw).push_back(j);
   }
+  return {{"rank", r.rank},
+          {"dir", r.dir},
+          {"ok", r.count(true) == 0},
+          {"closed", r.closed},
+          {"segments", r.segments},
+          {"records", r.records},
+          {"calls", r.calls},
+          {"payload_refs", r.payloadRefs},
+          {"edits", r.edits},
+          {"payloads_checked", r.payloadsChecked},
+          {"payload_files", r.payloadFiles},
+          {"index", r.index},
+          {"problems", jp},
+          {"warnings", jw}};
+}
+
+void printRankText(const RankReport& r) {
+  std::cout << "rank " << r.rank << ": " << r.dir << ": " << (r.count(true) ? "PROBLEMS" : "ok");
+  if (r.opened)
+    std::cout << " (" << (r.closed ? "closed" : "NOT closed") << "; " << plural(r.segments, "segment") << ", "
+              << plural(r.records, "record") << ", " << plural(r.calls, "call") << ", "
+              << plural(r.payloadRefs, "payload reference") << " (" << plural(r.edits, "edit") << "), "
+              << plural(r.payloadsChecked, "payload") << " decoded and CRC-checked; index " << r.index << ")";
+  std::cout << "\n";
+  for (const auto& f : r.findings) {
+    std::cout << "  " << (f.problem ? "problem" : "warning") << ": " << f.file;
+    if (f.offset) std::cout << ": offset " << *f.offset;
+    if (!f.key.empty()) std::cout << ": key '" << f.key << "'";
+    std::cout << ": " << f.reason << "\n";
+  }
+}
+
+}  // namespace
+
+int runVerify(const VerifyOptions& o) {
+  std::vector<RankReport> reports;
+  if (Status verified = verifyRanks(o, &reports); !verified.isOk()) return reportFailure(verified);
   size_t problems = 0, warnings = 0;
   for (const auto& r : reports) {
     problems += r.count(true);
@@ -450,30 +548,7 @@ int runVerify(const VerifyOptions& o) {
   }
   if (o.json) {
     nlohmann::json ranks = nlohmann::json::array();
-    for (const auto& r : reports) {
-      nlohmann::json jp = nlohmann::json::array(), jw = nlohmann::json::array();
-      for (const auto& f : r.findings) {
-        nlohmann::json j = {{"check", f.check}, {"file", f.file}, {"reason", f.reason}};
-        if (!f.key.empty()) j["key"] = f.key;  // instead of an offset: the manifest or index key it is about
-        else j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
-        if (f.problem) j["truncated"] = f.truncated;
-        (f.problem ? jp : jw).push_back(j);
-      }
-      ranks.push_back({{"rank", r.rank},
-                       {"dir", r.dir},
-                       {"ok", r.count(true) == 0},
-                       {"closed", r.closed},
-                       {"segments", r.segments},
-                       {"records", r.records},
-                       {"calls", r.calls},
-                       {"payload_refs", r.payloadRefs},
-                       {"edits", r.edits},
-                       {"payloads_checked", r.payloadsChecked},
-                       {"payload_files", r.payloadFiles},
-                       {"index", r.index},
-                       {"problems", jp},
-                       {"warnings", jw}});
-    }
+    for (const auto& r : reports) ranks.push_back(rankJson(r));
     nlohmann::json doc = {{"format_version", kJsonFormatVersion},
                           {"trace", o.trace},
                           {"ok", problems == 0},
@@ -481,25 +556,11 @@ int runVerify(const VerifyOptions& o) {
                           {"warnings", warnings},
                           {"ranks", ranks}};
     std::cout << doc.dump(2) << "\n";
-    return problems ? kExitFailure : kExitOk;
+  } else {
+    for (const auto& r : reports) printRankText(r);
+    std::cout << "verify: " << plural(reports.size(), "rank") << ", " << plural(problems, "problem") << ", "
+              << plural(warnings, "warning") << "\n";
   }
-  for (const auto& r : reports) {
-    std::cout << "rank " << r.rank << ": " << r.dir << ": " << (r.count(true) ? "PROBLEMS" : "ok");
-    if (r.opened)
-      std::cout << " (" << (r.closed ? "closed" : "NOT closed") << "; " << plural(r.segments, "segment") << ", "
-                << plural(r.records, "record") << ", " << plural(r.calls, "call") << ", "
-                << plural(r.payloadRefs, "payload reference") << " (" << plural(r.edits, "edit") << "), "
-                << plural(r.payloadsChecked, "payload") << " decoded and CRC-checked; index " << r.index << ")";
-    std::cout << "\n";
-    for (const auto& f : r.findings) {
-      std::cout << "  " << (f.problem ? "problem" : "warning") << ": " << f.file;
-      if (f.offset) std::cout << ": offset " << *f.offset;
-      if (!f.key.empty()) std::cout << ": key '" << f.key << "'";
-      std::cout << ": " << f.reason << "\n";
-    }
-  }
-  std::cout << "verify: " << plural(reports.size(), "rank") << ", " << plural(problems, "problem") << ", "
-            << plural(warnings, "warning") << "\n";
   return problems ? kExitFailure : kExitOk;
 }
 

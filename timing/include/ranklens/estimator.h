@@ -7,7 +7,7 @@
 // median of transfer times, the 10%-trimmed mean of observed durations (replay sums those over a step) -- and,
 // between sampled sizes, a local weighted regression of those values on bytes (latency + bytes / bandwidth, locally)
 // over the nearest sizes in log2(bytes), falling back to a latency-bandwidth fit when the nearest size is too far
-// away. Samples imported from nccl-tests (benchmark samples, nccl_tests_import.h) are neighbours only where no
+// away. Samples imported from nccl-tests (benchmark samples, tools/nccl_tests) are neighbours only where no
 // recorded call of the same communicator is near: recorded calls ran beside the program's compute. Every estimate
 // says how far its neighbours were and whether it extrapolates.
 #pragma once

@@ -1,22 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Child-side bootstrap of scripts/survivor.py: host the store, then run the user's script.
+"""Is the RankLens libnccl.so.2 the NCCL that torch uses? Then, optionally, run a script.
 
-Started by survivor.py as `python3 scripts/_survivor_boot.py script.py args...` (or
-`... -m module args...`) in the environment survivor.py prepared. It
+`python3 bench/preload_check.py LIB [script.py args...]`, under LD_PRELOAD=LIB (as `ranklens replay` sets it):
 
 1. imports torch (libtorch_cuda then binds to the preloaded RankLens libnccl.so.2);
-2. with SURVIVOR_BOOT_CHECK_PRELOAD=1, checks /proc/self/maps and the symbol binding
-   (`preload_report`), prints the result (a human summary and one `PRELOAD_CHECK {json}` line)
-   and exits 3 if the RankLens library is not the one torch uses; with no script it stops there;
-3. starts an in-process TCPStore(127.0.0.1, MASTER_PORT, world_size=WORLD_SIZE, is_master=True,
-   wait_for_workers=False) and keeps it alive, so that init_process_group (a store client because
-   of TORCHELASTIC_USE_AGENT_STORE=True) finds a server that does not wait for absent peers;
-4. runs the script with runpy.run_path(script, run_name="__main__") after setting
-   sys.argv = [script, *args] and sys.path[0] to the script's directory, as `python3 script.py`
-   would. The script's exit status (SystemExit) becomes this process's.
+2. checks /proc/self/maps and the symbol binding (`preload_report`), prints the result (a human summary and one
+   `PRELOAD_CHECK {json}` line) and exits 3 if LIB is not the one torch uses; with no script it stops there;
+3. runs the script with runpy.run_path(script, run_name="__main__") after setting sys.argv = [script, *args] and
+   sys.path[0] to the script's directory, as `python3 script.py` would. The script's exit status (SystemExit)
+   becomes this process's.
 
-Not meant to be run by hand; it is importable (no side effects) so that tools can reuse
-`preload_report`.
+Importable (no side effects), so that bench/structure_replay_torch.py reuses `preload_report`.
 """
 
 from __future__ import annotations
@@ -26,9 +20,6 @@ import json
 import os
 import runpy
 import sys
-
-_STORE = None  # the in-process TCPStore; a module global so that it lives as long as the process
-
 
 class _DlInfo(ctypes.Structure):
     _fields_ = [
@@ -40,7 +31,7 @@ class _DlInfo(ctypes.Structure):
 
 
 def _fail(msg: str, code: int = 2) -> None:
-    print(f"[survivor] error: {msg}", file=sys.stderr, flush=True)
+    print(f"[preload-check] error: {msg}", file=sys.stderr, flush=True)
     sys.exit(code)
 
 
@@ -149,7 +140,7 @@ def preload_report(lib: str | None) -> dict:
 
 
 def print_report(r: dict) -> None:
-    p = lambda s: print(f"[survivor] {s}", flush=True)  # noqa: E731
+    p = lambda s: print(f"[preload-check] {s}", flush=True)  # noqa: E731
     p(f"torch {r['torch']}; libnccl files mapped in /proc/self/maps:")
     for path in r["mapped"]:
         mine = "  <- --lib" if r["lib_realpath"] and os.path.realpath(path) == r["lib_realpath"] else ""
@@ -168,10 +159,10 @@ def preload_failure_hint(r: dict) -> str:
     if not r["lib_mapped"]:
         return (f"{r['lib']} is not mapped after `import torch`: LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r} "
                 "did not take effect. Check that the file is a shared library with SONAME libnccl.so.2 "
-                "(readelf -d), that its dependencies resolve (ldd), and that nothing between survivor.py and "
+                "(readelf -d), that its dependencies resolve (ldd), and that nothing between the launcher and "
                 "Python drops LD_PRELOAD (setuid wrappers, sudo, env -i)")
     return (f"{r['lib']} is mapped, but libtorch_cuda's NCCL symbols bind to {r['bound_to']}. Preload it with "
-            "LD_PRELOAD (survivor.py does) rather than LD_LIBRARY_PATH, and make sure it exports ncclGetVersion")
+            "LD_PRELOAD (ranklens replay does) rather than LD_LIBRARY_PATH, and make sure it exports ncclGetVersion")
 
 
 def _set_path0(directory: str) -> None:
@@ -182,51 +173,19 @@ def _set_path0(directory: str) -> None:
         sys.path[0] = directory
 
 
-def start_store():
-    import torch.distributed as dist
-
-    try:
-        port = int(os.environ["MASTER_PORT"])
-        world_size = int(os.environ["WORLD_SIZE"])
-    except (KeyError, ValueError) as e:
-        _fail(f"MASTER_PORT/WORLD_SIZE missing or not integers ({e}); start this through scripts/survivor.py")
-    try:
-        return dist.TCPStore("127.0.0.1", port, world_size=world_size, is_master=True, wait_for_workers=False)
-    except Exception as e:  # DistNetworkError, RuntimeError
-        _fail(f"cannot start the in-process TCPStore on 127.0.0.1:{port}: {type(e).__name__}: {e}. "
-              "Pick another port with survivor.py --port, or leave --port out to get a free one")
-
-
 def main() -> None:
-    global _STORE
-    argv = sys.argv[1:]
-    check = os.environ.get("SURVIVOR_BOOT_CHECK_PRELOAD") == "1"
-    lib = os.environ.get("SURVIVOR_BOOT_LIB")
-    if not argv and not check:
-        _fail("usage: _survivor_boot.py script.py [args...]; start it through scripts/survivor.py")
+    if len(sys.argv) < 2:
+        _fail("usage: preload_check.py LIB [script.py args...] (run under LD_PRELOAD=LIB)")
+    lib, argv = sys.argv[1], sys.argv[2:]
 
     import torch  # noqa: F401  (binds libtorch_cuda to the preloaded libnccl.so.2)
 
-    if check:
-        if not lib:
-            _fail("SURVIVOR_BOOT_CHECK_PRELOAD=1 needs SURVIVOR_BOOT_LIB; start through scripts/survivor.py")
-        report = preload_report(lib)
-        print_report(report)
-        if not report["ok"]:
-            _fail(preload_failure_hint(report), code=3)
-        if not argv:
-            sys.exit(0)
-
-    _STORE = start_store()
-
-    if argv[0] == "-m":
-        if len(argv) < 2:
-            _fail("-m needs a module name")
-        module, args = argv[1], argv[2:]
-        sys.argv = [module, *args]  # runpy.run_module(alter_sys=True) replaces argv[0] with the file path
-        _set_path0(os.getcwd())
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-        return
+    report = preload_report(lib)
+    print_report(report)
+    if not report["ok"]:
+        _fail(preload_failure_hint(report), code=3)
+    if not argv:
+        sys.exit(0)
     script, args = argv[0], argv[1:]
     if not os.path.isfile(script):
         _fail(f"script {script}: no such file")
