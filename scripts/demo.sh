@@ -25,6 +25,14 @@ case "${1:-}" in
 esac
 
 trace=examples/traces/anomaly-2ranks
+if [[ ! -f $trace/recorded_results.json ]]; then
+  # The recording is made on a GPU (scripts/make-demo-trace.sh) and shipped; a checkout without it still shows
+  # something true rather than failing.
+  echo "== $trace is not in this checkout: make it on a machine with one GPU and PyTorch with"
+  echo "   scripts/make-demo-trace.sh (about a minute). Meanwhile, the structure demo: rank 3 of a virtual 8-rank job."
+  exec "$ranklens" replay --rank 3 --world-size 8 --config examples/minitrain-world8.yaml "$@" \
+    -- build/release/examples/nccl_minitrain --steps 3 --tp 2
+fi
 log=$(mktemp -d)/replay.log
 echo "== The recording: $trace (how it was made: $trace/README.md)"
 sed -n 's/^> //p' "$trace/README.md"
