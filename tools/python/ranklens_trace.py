@@ -525,7 +525,13 @@ def parse_manifest(data: bytes) -> Dict[str, Any]:
 # -------------------------------------------------------------------------------------------------- rank reader
 
 def _read_file(path: str) -> bytes:
-    with open(path, "rb") as f:
+    """The bytes of a regular file. The spec refuses a FIFO or other non-regular file in place of a trace file
+    without blocking: opening with O_NONBLOCK and checking the opened file (not the name, which could change in
+    between) keeps a FIFO with no writer from hanging the reader."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
         return f.read()
 
 
