@@ -98,7 +98,8 @@ struct Settings {
   std::vector<std::string> payload_comms;   // communicator ids (creation order) or commName values; empty: all
   Range payload_steps;                      // step numbers (ranklensMarkStage); all by default
   Range payload_seqs;                       // per-communicator sequence numbers; all by default
-  // Pinned host memory for payloads in flight; kAutoStagingBytes: from the payload policy and the host (nccl_fake/src/record/recorder.cc).
+  // Pinned host memory for payloads in flight; kAutoStagingBytes: from the payload policy and the host
+  // (nccl_fake/src/record/recorder.cc).
   static constexpr unsigned long long kAutoStagingBytes = ~0ull;
   unsigned long long staging_bytes = kAutoStagingBytes;
   int payload_zstd_level = -1;             // zstd level of stored payloads (negative: fast levels)
