@@ -120,7 +120,7 @@ void skipCaptured(Session* s, const CallInfo& info) {
 ncclResult_t restoreFailed(const Status& status) {
   if (status.code() == Status::Code::kSystemError) SAY_ERROR("%s", status.message().c_str());
   else WARN("%s", status.message().c_str());
-  return ncclCodeOf(status);
+  return ncclCode(status.code());
 }
 
 // A recorded payload that cannot be read is a wrong answer, not a detail: the receive buffer would get the fill and

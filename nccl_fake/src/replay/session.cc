@@ -145,19 +145,6 @@ Session* load() {
 
 const Status& loadFailure() { return failure; }
 
-ncclResult_t ncclCodeOf(const Status& status) {
-  switch (status.code()) {
-    case Status::Code::kCorrupt: return ncclInvalidUsage;
-    case Status::Code::kUnsupported: return ncclInvalidArgument;
-    default: return static_cast<ncclResult_t>(status.code());
-  }
-}
-
-ncclResult_t warnFailure(const Status& status) {
-  WARN("%s", status.message().c_str());
-  return ncclCodeOf(status);
-}
-
 bool active() {
   static const bool on = load() != nullptr;
   return on;

@@ -17,6 +17,7 @@
 #include "hang.h"
 #include "holds.h"
 #include "matching.h"
+#include "nccl_fake/debug.h"
 #include "nccl_fake/enqueue.h"
 #include "ranklens/config.h"
 #include "ranklens/recording.h"
@@ -62,14 +63,11 @@ inline uint64_t bytesOf(const CallInfo& c) {
   return ranklens::events::receivedBytes(c.op, c.count, c.datatype, c.comm->nRanks, c.comm->rank, c.root);
 }
 
-// The C boundary of the replay: a failed Status becomes its WARN (ncclGetLastError's text) and NCCL's code. Inline
-// for the per-call paths, whose Status is nearly always success.
-ncclResult_t warnFailure(const ranklens::Status& status);
+// The C boundary of the replay: nccl_fake's one conversion (toNcclResult: the WARN that ncclGetLastError returns, and
+// NCCL's code). Inline for the per-call paths, whose Status is nearly always success.
 inline ncclResult_t toNccl(const ranklens::Status& status) {
-  return status.isOk() ? ncclSuccess : warnFailure(status);
+  return status.isOk() ? ncclSuccess : toNcclResult(status);
 }
-// NCCL's code for a Status (kCorrupt: ncclInvalidUsage, kUnsupported: ncclInvalidArgument), without a message.
-ncclResult_t ncclCodeOf(const ranklens::Status& status);
 
 }  // namespace replay
 }  // namespace nccl_fake
