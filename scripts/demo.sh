@@ -44,7 +44,7 @@ set +e
   > "$log" 2>&1
 status=$?
 set -e
-grep -E "^nccl_anomaly: rank 0 step|^(Replay of the recording|first divergence|  (median|comparable|not comparable|    the))" \
+grep -E "^nccl_anomaly: rank 0 step|^(Replay of the recording|first divergence|  (median|comparable|not comparable|\(replay on)|    the)" \
   "$log" || true
 echo
 echo "== Verdict (the whole replay's output: $log)"
