@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "ranklens/mesh.h"
 #include "ranklens/trace.h"
 
 namespace ranklens {
@@ -269,7 +270,8 @@ trace::Manifest importedManifest(const fr::Dump& d, const std::string& diagnosis
                 {"version", d.version},
                 {"comm_lib_version", d.commLibVersion},
                 {"missing", "payloads, streams, reduction operators, roots, element counts of coalesced calls, "
-                            "NCCL groups, how communicators were created; each FlightRecorderEntry's unknown "
+                            "NCCL groups, how communicators were created (a group other than the default one is written as "
+                            "torch's split of the default one); each FlightRecorderEntry's unknown "
                             "names its call's"}};
   if (!diagnosis.empty()) m.imported["diagnosis"] = diagnosis;
   if (!d.entries.empty() && d.entries.front().recordId > 0) {
@@ -311,6 +313,26 @@ std::map<std::string, ImportedComm> writeComms(const fr::Dump& d, trace::TraceWr
     init.nranks = c.nranks;
     init.rank = std::max(groupRank, 0);
     init.how = "init";
+    // torch creates a group other than the default one by splitting the default group's communicator (when that
+    // one exists, i.e. was initialised eagerly) with the hash of the group's sorted world ranks as the color and the
+    // group rank as the key. Written that way, a replay's ncclCommSplit finds the child's size and members here; a
+    // job that created it by init instead still binds to it by size and rank.
+    auto parent = comms.find("0");
+    if (name != "0" && members != nullptr && groupRank >= 0 && parent != comms.end()) {
+      const std::vector<int>* parentMembers = pgRanks(d, "0");
+      const bool inParent =
+          parentMembers != nullptr && std::all_of(members->begin(), members->end(), [&](int r) {
+            return std::find(parentMembers->begin(), parentMembers->end(), r) != parentMembers->end();
+          });
+      if (inParent) {
+        std::vector<int> sorted = *members;
+        std::sort(sorted.begin(), sorted.end());
+        init.how = "split";
+        init.parentId = static_cast<int64_t>(parent->second.id);
+        init.color = ranklens::config::torchSplitColor(sorted);
+        init.key = groupRank;
+      }
+    }
     auto cfg = d.pgConfig.find(name);
     init.name = name + (cfg != d.pgConfig.end() && !cfg->second.desc.empty() ? ":" + cfg->second.desc : "");
     if (members) init.worldRanks = *members;
@@ -585,13 +607,119 @@ std::string diagnoseGroup(const std::vector<fr::Dump>& dumps, const std::string&
   return "";
 }
 
+bool isCollectiveEntry(const fr::Entry& e) {
+  return !e.isP2p && e.profilingName.find("send ") == std::string::npos &&
+         e.profilingName.find("recv ") == std::string::npos && e.profilingName.find(":coalesced") == std::string::npos;
+}
+
+std::string entryText(const fr::Entry& e) {
+  return e.profilingName + " " + shapesText(e.inputSizes) + " " + joined(e.inputDtypes) + " on " + pgLabel(e) +
+         " (collective sequence number " + std::to_string(e.collectiveSeqId) + ")";
+}
+
+std::string ranksText(const std::set<int>& ranks) {
+  return "rank" + std::string(ranks.size() > 1 ? "s " : " ") + rankList(ranks);
+}
+
+// Where the ranks first called the collectives of the groups they all belong to in a different order; "" when they
+// agree up to where a group's own diagnosis takes over (a rank's calls end, or a call differs in signature).
+// Sequence numbers align calls within one group only: a rank that skipped one all-reduce and went on pairs its next
+// all-reduce with the others' skipped one (same signature, same sequence number), so the group alone sees every rank
+// call it. Across groups the skip shows: that rank reaches another group's call first. Which side skipped is told
+// by the counts: the rank that skipped made fewer calls on the skipped call's group.
+std::string diagnoseOrder(const std::vector<fr::Dump>& dumps, const GroupCollectives& all) {
+  std::set<std::string> common;
+  for (const auto& [pg, members] : all.members) {
+    if (std::includes(members.begin(), members.end(), all.dumped.begin(), all.dumped.end())) common.insert(pg);
+  }
+  std::map<int, std::vector<const fr::Entry*>> order;       // rank -> its collectives of common groups, in order
+  std::map<int, std::map<std::string, size_t>> counts;      // rank -> group -> collectives made there
+  for (const fr::Dump& d : dumps) {
+    if (!d.entries.empty() && d.entries.front().recordId > 0) return "";  // wrapped: no common start to align
+    std::set<std::pair<std::string, int64_t>> seen;
+    for (const fr::Entry& e : d.entries) {
+      if (!isCollectiveEntry(e) || !common.count(e.pgName) || !seen.insert({e.pgName, e.collectiveSeqId}).second)
+        continue;
+      order[d.rank].push_back(&e);
+      ++counts[d.rank][e.pgName];
+    }
+  }
+  if (order.size() < 2) return "";
+  for (size_t i = 0;; ++i) {
+    std::map<std::pair<std::string, int64_t>, std::set<int>> at;  // (group, sequence) -> ranks whose i-th call it is
+    std::set<std::string> sigs;
+    for (const auto& [rank, calls] : order) {
+      if (i >= calls.size()) return "";  // a rank's calls end here: the group's diagnosis says who is missing
+      at[{calls[i]->pgName, calls[i]->collectiveSeqId}].insert(rank);
+      sigs.insert(signature(*calls[i]));
+    }
+    if (at.size() == 1) {
+      if (sigs.size() > 1) return "";  // the same call with different signatures: the group's diagnosis says it
+      continue;
+    }
+    // For each call made here: did every other rank make fewer calls on its group (so they skipped it)?
+    auto entryAt = [&](int rank) { return order.at(rank)[i]; };
+    for (const auto& [key, ranks] : at) {
+      std::set<int> others;
+      for (const auto& [rank, calls] : order)
+        if (!ranks.count(rank)) others.insert(rank);
+      size_t fewest = SIZE_MAX, most = 0;
+      for (int r : ranks) fewest = std::min(fewest, counts[r][key.first]);
+      for (int r : others) most = std::max(most, counts[r][key.first]);
+      if (most >= fewest) continue;
+      const fr::Entry& skipped = *entryAt(*ranks.begin());
+      const fr::Entry& instead = *entryAt(*others.begin());
+      std::ostringstream out;
+      out << pgLabel(skipped) << ", collective sequence number " << skipped.collectiveSeqId << ": " << ranksText(others)
+          << " skipped " << skipped.profilingName << " " << shapesText(skipped.inputSizes) << " (missing call): "
+          << ranksText(ranks) << " called it before " << entryText(instead) << ", which " << ranksText(others)
+          << " called instead; on " << pgLabel(skipped) << " " << ranksText(others) << " made " << most
+          << " collectives where " << ranksText(ranks) << " made " << fewest
+          << ", so " << (others.size() > 1 ? "their" : "its")
+          << " later calls there pair with the others' earlier ones\n";
+      if (!skipped.frames.empty()) {
+        out << "  stack of the skipped call (rank " << *ranks.begin() << "):\n";
+        std::istringstream frames(framesText(skipped.frames));
+        std::string line;
+        int shown = 0;
+        while (std::getline(frames, line) && shown++ < 8) out << "    " << line << "\n";
+      }
+      return out.str();
+    }
+    // The counts do not tell who skipped: say where the order differs, the fewest ranks first.
+    std::vector<std::pair<std::pair<std::string, int64_t>, std::set<int>>> byCount(at.begin(), at.end());
+    std::stable_sort(byCount.begin(), byCount.end(),
+                     [](const auto& x, const auto& y) { return x.second.size() < y.second.size(); });
+    std::ostringstream out;
+    out << "the ranks called their groups' collectives in a different order at their collective " << i + 1 << ":";
+    for (const auto& [key, ranks] : byCount) out << " " << ranksText(ranks) << " called " << entryText(*entryAt(*ranks.begin())) << ";";
+    out << " a rank skipped a call or made an extra one there\n";
+    return out.str();
+  }
+}
+
+// Ranks that belong to the dumped ranks' groups but left no dump: what they did is unknown.
+std::string undumped(const GroupCollectives& all) {
+  std::set<int> absent;
+  for (const auto& [pg, members] : all.members) {
+    for (int r : members)
+      if (!all.dumped.count(r)) absent.insert(r);
+  }
+  if (absent.empty()) return "";
+  return "no dump of " + ranksText(absent) + " (members of these process groups) was given: what " +
+         (absent.size() > 1 ? "they" : "it") + " called is unknown, and the diagnosis compares " +
+         ranksText(all.dumped) + " only\n";
+}
+
 }  // namespace
 
 std::string diagnose(const std::vector<fr::Dump>& dumps) {
   const GroupCollectives all = collectives(dumps);
-  std::string out;
-  for (const auto& [pg, ranks] : all.byPg) out += diagnoseGroup(dumps, pg, ranks, all);
-  return out;
+  std::string out = diagnoseOrder(dumps, all);
+  if (out.empty()) {
+    for (const auto& [pg, ranks] : all.byPg) out += diagnoseGroup(dumps, pg, ranks, all);
+  }
+  return out + (dumps.size() > 1 ? undumped(all) : "");
 }
 
 CLI::App* addImportCommand(CLI::App& app, ImportOptions* o) {

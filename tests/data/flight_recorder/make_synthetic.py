@@ -124,6 +124,33 @@ def every_kind(rank, world, skip_last_all_reduce=False, desync=None):
     return e.entries, status
 
 
+def interleaved(rank, world, culprit, at_step=3, steps=6):
+    """examples/torch/fr_hang.py --mode hang as it really hangs: each step an all-reduce on the world group and an
+    all-gather on "tp"; the culprit skips the all-reduce of step at_step. Its next all-reduce carries the sequence
+    number the others' skipped one has, so the world group alone sees every rank call it; the ranks deadlock there
+    (the others in that all-reduce, the culprit in the tp all-gather behind it on their stream)."""
+    e = Entries()
+    state = "completed"
+    e.add("0", "default_pg", "nccl:broadcast", [[1024]], [[1024]], stack=("main",))
+    for step in range(steps):
+        if not (rank == culprit and step == at_step):
+            if rank != culprit and step == at_step:
+                state = "started"
+            e.add("0", "default_pg", "nccl:all_reduce", [[1024]], [[1024]], state=state, duration=None,
+                  stack=("train_step", "main"))
+            if state == "started":
+                state = "scheduled"
+        if rank == culprit and step == at_step:
+            state = "started"
+        e.add("1", "tp", "nccl:_all_gather_base", [[256]], [[256 * world]], state=state, duration=None,
+              stack=("gather_params", "main"))
+        if state == "started":
+            state = "scheduled"
+    status = {pg: {"last_enqueued_collective": n, "last_started_collective": n, "last_completed_collective": n - 1}
+              for pg, n in e.coll.items()}
+    return e.entries, status
+
+
 def write(path, data: bytes):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
@@ -189,6 +216,11 @@ def main():
         for rank in range(world):
             entries, status = every_kind(rank, world, skip_last_all_reduce=(rank == world - 1))
             write(os.path.join(OUT, tag, "rank_%d" % rank), pickle.dumps(dump(world, rank, entries, status), protocol=2))
+    for world in (2, 4):
+        for rank in range(world):
+            entries, status = interleaved(rank, world, culprit=world - 1)
+            write(os.path.join(OUT, "hang_interleaved-%d" % world, "rank_%d" % rank),
+                  pickle.dumps(dump(world, rank, entries, status), protocol=2))
     for variant in ("size", "dtype", "op"):
         for rank in range(2):
             entries, status = every_kind(rank, 2, desync=variant if rank == 1 else None)
@@ -218,6 +250,20 @@ def main():
         d = dump(2, rank, e.entries, status)
         del d["pg_config"]["1"]
         write(os.path.join(OUT, "replay-2", "rank_%d" % rank), pickle.dumps(d, protocol=2))
+    # For the split replay test: the same two all-reduces on the world group, then one on a second group "tp" of
+    # both ranks (torch makes its communicator by splitting the world's): rank 0's is left started, rank 1 never
+    # made it. The replay's ncclCommSplit finds the child in the import.
+    for rank in range(2):
+        e = Entries()
+        for k in range(2):
+            e.add("0", "default_pg", "nccl:all_reduce", [[256]], [[256]], stack=("train_step", "main"))
+        if rank == 0:
+            e.add("1", "tp", "nccl:all_reduce", [[256]], [[256]], state="started", stack=("tp_step", "main"))
+        status = {"0": {"last_enqueued_collective": 2, "last_started_collective": 2, "last_completed_collective": 2},
+                  "1": {"last_enqueued_collective": e.coll.get("1", 0), "last_started_collective": e.coll.get("1", 0),
+                        "last_completed_collective": 0}}
+        write(os.path.join(OUT, "replay-split-2", "rank_%d" % rank),
+              pickle.dumps(dump(2, rank, e.entries, status), protocol=2))
     for name, data in hostile().items():
         write(os.path.join(OUT, "hostile", name), data)
     print("wrote", OUT)
