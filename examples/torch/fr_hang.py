@@ -154,7 +154,7 @@ def main() -> int:
                 works.append(dist.all_reduce(other, async_op=True))
             else:
                 works.append(dist.broadcast(grad, src=0, async_op=True))
-            log(rank, "desync", step=step, what=args.desync, group="default_pg")
+            log(rank, "desync", step=step, change=args.desync, group="default_pg")
         else:
             works.append(dist.all_reduce(grad, async_op=True))
         works.append(dist.all_gather_into_tensor(gathered, shard, group=tp, async_op=True))

@@ -290,6 +290,36 @@ TEST(FlightRecorderImport, WritesATracePerRank) {
   EXPECT_FALSE(tools::importDumps(dumps, out.string(), &reports).isOk());
 }
 
+// torch leaves the send and receive of a batch_isend_irecv "scheduled" for good and keeps the group's state in the
+// nccl:coalesced entry after them: imported, they take that state, so the first call left unfinished (where a replay
+// stops) is the all-reduce that hung, not the first send.
+TEST(FlightRecorderImport, CoalescedSendsAndReceivesTakeTheirGroupsState) {
+  const fs::path out = fs::path(::testing::TempDir()) / "fr-import-coalesced";
+  fs::remove_all(out);
+  std::vector<tools::ImportReport> reports;
+  ASSERT_TRUE(tools::importDumps(loadDir("hang_interleaved-2", 2), out.string(), &reports).isOk());
+  std::unique_ptr<trace::TraceReader> reader;
+  ASSERT_TRUE(trace::TraceReader::open((out / "rank0").string(), trace::Limits{}, &reader).isOk());
+  std::vector<trace::FlightRecorderEntry> entries;
+  ASSERT_TRUE(reader->scan([&](trace::RecordType type, const msgpack::object& body, const trace::Location&) {
+    if (type == trace::RecordType::kFlightRecorderEntry) entries.push_back(body.as<trace::FlightRecorderEntry>());
+    return true;
+  }));
+  auto firstUnfinished = std::find_if(entries.begin(), entries.end(),
+                                      [](const trace::FlightRecorderEntry& e) { return e.state != "completed"; });
+  ASSERT_NE(firstUnfinished, entries.end());
+  EXPECT_EQ(firstUnfinished->profilingName, "nccl:all_reduce");
+  EXPECT_EQ(firstUnfinished->collectiveSeqId, 5);
+  EXPECT_EQ(firstUnfinished->state, "started");
+  int sends = 0;
+  for (const auto& e : entries) {
+    if (e.profilingName.rfind("nccl:send", 0) != 0) continue;
+    ++sends;
+    EXPECT_EQ(e.state, sends <= 3 ? "completed" : "scheduled") << "send " << sends;
+  }
+  EXPECT_EQ(sends, 6);
+}
+
 TEST(FlightRecorderImport, DiagnosisNamesTheRankThatDiverged) {
   const std::string hang = tools::diagnose(loadDir("hang-2", 2));
   EXPECT_NE(hang.find("process group 0 (default_pg), collective sequence number 11: rank 1 skipped nccl:all_reduce "

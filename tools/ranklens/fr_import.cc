@@ -374,12 +374,14 @@ trace::FlightRecorderEntry entryRecord(const fr::Entry& e, uint64_t commId) {
 
 // One entry: its Call (and Timing, when torch timed it) if it is a call, then the FlightRecorderEntry that keeps
 // what the dump said. False when a record could not be appended.
-bool writeEntry(const fr::Entry& e, ImportedComm& comm, trace::TraceWriter& writer, ImportReport* report) {
+bool writeEntry(const fr::Entry& e, const std::string& state, ImportedComm& comm, trace::TraceWriter& writer,
+                ImportReport* report) {
   bool ok = true;
   EntryCall ec = entryToCall(e, comm.nranks, comm.groupRank);
   trace::FlightRecorderEntry r = entryRecord(e, comm.id);
   ++report->entries;
-  if (e.state != "completed") ++report->unfinished;
+  r.state = state;
+  if (state != "completed") ++report->unfinished;
   if (ec.isCall) {
     events::Call& c = ec.call;
     c.commId = comm.id;
@@ -412,6 +414,30 @@ bool writeEntry(const fr::Entry& e, ImportedComm& comm, trace::TraceWriter& writ
   return ok && writer.append(trace::RecordType::kFlightRecorderEntry, r);
 }
 
+bool isCoalescedEnd(const fr::Entry& e) { return e.profilingName.find(":coalesced") != std::string::npos; }
+
+// Each entry's state. torch leaves the sends and receives of a coalesced group (batch_isend_irecv) "scheduled" for
+// good and tracks the group in the nccl:coalesced entry that ends it (same group, same p2p_seq_id): they take its
+// state, or a replay would stop at the first send of a job that hung much later.
+std::vector<std::string> effectiveStates(const fr::Dump& d) {
+  std::vector<std::string> states;
+  for (const fr::Entry& e : d.entries) states.push_back(e.state);
+  for (size_t i = 0; i < d.entries.size(); ++i) {
+    const fr::Entry& e = d.entries[i];
+    if (!e.isP2p || isCoalescedEnd(e)) continue;
+    for (size_t j = i + 1; j < d.entries.size(); ++j) {
+      const fr::Entry& next = d.entries[j];
+      if (next.pgName != e.pgName) continue;
+      if (isCoalescedEnd(next) && next.p2pSeqId == e.p2pSeqId) {
+        states[i] = next.state;
+        break;
+      }
+      if (!next.isP2p || next.p2pSeqId != e.p2pSeqId) break;  // not in a coalesced group: its own state stands
+    }
+  }
+  return states;
+}
+
 // <outDir>/rank<R>/ of one dump.
 Status importDump(const fr::Dump& d, const std::string& outDir, const std::string& diagnosis, ImportReport* report) {
   report->rank = d.rank;
@@ -423,7 +449,9 @@ Status importDump(const fr::Dump& d, const std::string& outDir, const std::strin
                .withContext(report->rankDir));
   bool ok = true;
   std::map<std::string, ImportedComm> comms = writeComms(d, *writer, &ok);
-  for (const fr::Entry& e : d.entries) ok = writeEntry(e, comms.at(e.pgName), *writer, report) && ok;
+  const std::vector<std::string> states = effectiveStates(d);
+  for (size_t k = 0; k < d.entries.size(); ++k)
+    ok = writeEntry(d.entries[k], states[k], comms.at(d.entries[k].pgName), *writer, report) && ok;
   ok = writer->close().isOk() && ok;
   if (!ok) return Status::systemError(report->rankDir + ": writing the trace failed");
   return Status::ok();

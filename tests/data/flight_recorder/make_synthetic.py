@@ -40,9 +40,10 @@ class Entries:
         self.op_id = {}
 
     def add(self, pg, desc, name, ins, outs, dtype="Float", state="completed", duration=0.25, p2p=False,
-            stack=("train_step", "main"), coalesced_with_previous=False):
+            stack=("train_step", "main"), coalesced_with_previous=False, same_p2p_seq=False):
         if p2p:
-            self.p2p[pg] = self.p2p.get(pg, 0) + 1
+            if not same_p2p_seq:
+                self.p2p[pg] = self.p2p.get(pg, 0) + 1
         elif not coalesced_with_previous:
             self.coll[pg] = self.coll.get(pg, 0) + 1
         self.op_id[pg] = self.op_id.get(pg, 0) + 1
@@ -146,6 +147,16 @@ def interleaved(rank, world, culprit, at_step=3, steps=6):
               stack=("gather_params", "main"))
         if state == "started":
             state = "scheduled"
+        # A ring batch_isend_irecv as torch 2.11 records it: the send and the receive stay "scheduled" for good and
+        # share one p2p_seq_id with the nccl:coalesced entry after them, which holds the group's state.
+        peer, src = (rank + 1) % world, (rank - 1) % world
+        e.add("0", "default_pg", "nccl:send %d->%d" % (rank, peer), [[256]], [[256]], p2p=True, state="scheduled",
+              duration=None, stack=("main",))
+        e.add("0", "default_pg", "nccl:recv %d<-%d" % (rank, src), [[256]], [[256]], p2p=True, state="scheduled",
+              duration=None, stack=("main",), same_p2p_seq=True)
+        e.add("0", "default_pg", "nccl:coalesced", [], [], state=state, duration=None, stack=("main",),
+              coalesced_with_previous=True)
+        e.entries[-1]["p2p_seq_id"] = e.p2p["0"]
     status = {pg: {"last_enqueued_collective": n, "last_started_collective": n, "last_completed_collective": n - 1}
               for pg, n in e.coll.items()}
     return e.entries, status
