@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "fr_dump.h"
@@ -242,7 +243,10 @@ class DumpWriter {
       if (e.op >= 0) entries_[callKey(e.commId, e.op, e.peer, e.seq)] = &e;
     }
     for (const trace::FlightRecorderEntry& e : log.frEntries) {
-      if (e.op < 0 && groups_.count(e.commId)) markers_.push_back(&e);
+      if (e.op < 0 && groups_.count(e.commId)) {
+        markers_.push_back(&e);
+        if (e.profilingName.find(":coalesced") != std::string::npos) coalescedP2p_.insert({e.commId, e.p2pSeqId});
+      }
     }
     for (const events::Call& c : log.calls) {
       if (c.groupId != 0) ++perGroup_[{c.groupId, c.commId}];
@@ -378,6 +382,9 @@ class DumpWriter {
     EntryOut o;
     if (fe != nullptr) {  // an imported call: what the dump said
       o = importedEntry(*fe);
+      // The import gives a send or receive of a coalesced group its group's state; torch writes them "scheduled"
+      // and keeps that state on the group's nccl:coalesced entry, and so does the export.
+      if (fe->isP2p && coalescedP2p_.count({fe->commId, fe->p2pSeqId})) o.state = "scheduled";
       o.durationMs.reset();
     } else {
       o.collectiveSeq = grp ? grp->collectiveSeq : g.collectives;
@@ -433,6 +440,7 @@ class DumpWriter {
   std::map<CallKey, const trace::Timing*> timings_;
   std::map<CallKey, const trace::FlightRecorderEntry*> entries_;
   std::vector<const trace::FlightRecorderEntry*> markers_;  // an imported trace's entries that are no call
+  std::set<std::pair<uint64_t, int64_t>> coalescedP2p_;      // (comm, p2p_seq_id) of its nccl:coalesced markers
   size_t nextMarker_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, int> perGroup_;  // (groupId, commId) -> calls
   uint64_t openGroup_ = 0;
