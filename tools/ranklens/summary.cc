@@ -207,7 +207,11 @@ int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out,
   nlohmann::json all = nlohmann::json::array();
   for (const auto& dir : dirs) {
     EventLog log;
-    if (!loadRank(dir, &log, err)) status = 1;
+    if (!loadRank(dir, &log, err)) {
+      // Said above; an empty summary of a rank that could not be read would read as a rank that made no call.
+      status = 1;
+      if (log.manifest.rank < 0) continue;
+    }
     // A call's Timing: the same call identity (callKey: Send/Recv sequences are per peer).
     std::map<CallKey, int64_t> durations;
     for (const auto& t : log.timings)
