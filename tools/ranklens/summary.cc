@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -195,8 +196,10 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
 int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out, std::ostream& err) {
   int status = 0;
   // A rank<R> entry that cannot be read is a rank missing from the summary: said, and the exit status says it too.
+  std::set<std::string> said;  // unusable rank directories, said once here
   for (const auto& t : trace::rankDirectoryTrouble(traceDir)) {
     err << (t.duplicate ? "error: " : "warning: ") << t.reason << "\n";
+    if (!t.duplicate) said.insert(t.path);
     status = 1;
   }
   const std::vector<std::string> dirs = trace::rankDirectories(traceDir);
@@ -206,6 +209,7 @@ int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out,
   }
   nlohmann::json all = nlohmann::json::array();
   for (const auto& dir : dirs) {
+    if (said.count(dir)) continue;
     EventLog log;
     if (!loadRank(dir, &log, err)) {
       // Said above; an empty summary of a rank that could not be read would read as a rank that made no call.
