@@ -128,14 +128,15 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   std::printf("estimator: %zu samples, %zu queries x %d: median %.0f ns per query (min %.0f, max %.0f)\n", samples,
               queries, reps, median, nsPerQuery.front(), nsPerQuery.back());
-  std::printf("same place and phase (%zu samples over 32 places): median %.0f ns per query (min %.0f, max %.0f); "
-              "checksum %lld\n", samples, placedMedian, placedNs.front(), placedNs.back(),
-              static_cast<long long>(sink % 997));
+  std::printf(
+      "same place and phase (%zu samples over 32 places): median %.0f ns per query (min %.0f, max %.0f); "
+      "checksum %lld\n",
+      samples, placedMedian, placedNs.front(), placedNs.back(), static_cast<long long>(sink % 997));
   if (!json.empty()) {
     std::ofstream out(json);
     out << "{\n  \"commit\": \"" << commitOf() << "\",\n  \"device\": \"" << cpuName() << " (CPU; the estimator runs "
-        << "on the host)\",\n  \"command\": \"" << command << "\",\n  \"date\": \"" << date << "\",\n  \"samples\": "
-        << samples << ",\n  \"queries\": " << queries << ",\n  \"reps\": " << reps
+        << "on the host)\",\n  \"command\": \"" << command << "\",\n  \"date\": \"" << date
+        << "\",\n  \"samples\": " << samples << ",\n  \"queries\": " << queries << ",\n  \"reps\": " << reps
         << ",\n  \"ns_per_query_median\": " << median << ",\n  \"ns_per_query_min\": " << nsPerQuery.front()
         << ",\n  \"ns_per_query_max\": " << nsPerQuery.back()
         << ",\n  \"same_place_ns_per_query_median\": " << placedMedian

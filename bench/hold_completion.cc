@@ -148,8 +148,7 @@ class Bench {
  public:
   Bench(rd::StreamDevice* gateDevice, uint64_t gateNs) : gate_(gateDevice), gateNs_(gateNs) {
     for (auto* s : {&s1_, &s2_, &s3_}) check(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate");
-    for (auto* e : {&begin_, &end_, &end1_, &end2_})
-      check(cudaEventCreate(e), "cudaEventCreate");
+    for (auto* e : {&begin_, &end_, &end1_, &end2_}) check(cudaEventCreate(e), "cudaEventCreate");
   }
   ~Bench() {
     for (auto e : {begin_, end_, end1_, end2_}) cudaEventDestroy(e);
@@ -283,7 +282,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "measured repetitions per duration, mechanism and measurement")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--warmup", warmup, "unrecorded repetitions before them")->capture_default_str()
+  app.add_option("--warmup", warmup, "unrecorded repetitions before them")
+      ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
   app.add_option("--durations", durationsUs, "requested hold durations in microseconds, comma separated")
       ->delimiter(',')
@@ -377,20 +377,21 @@ int main(int argc, char** argv) {
 
   // Human table.
   printf("hold_completion: %s, commit %s, %s\n", prop.name, sha.c_str(), date.c_str());
-  printf("%d reps after %d warm-up per duration, mechanism and measurement; interleaved kernel/callback; "
-         "gate %.0f us; run %.1f s\n",
-         reps, warmup, gateUs, runSeconds);
-  printf("calibrate(): kernel holdFixedNs %lld, callback holdFixedNs %lld (copyFixedNs %lld / %lld, "
-         "copyNsPerByte %.5f / %.5f)\n",
-         static_cast<long long>(mech[0].calibration.holdFixedNs),
-         static_cast<long long>(mech[1].calibration.holdFixedNs),
-         static_cast<long long>(mech[0].calibration.copyFixedNs),
-         static_cast<long long>(mech[1].calibration.copyFixedNs), mech[0].calibration.copyNsPerByte,
-         mech[1].calibration.copyNsPerByte);
+  printf(
+      "%d reps after %d warm-up per duration, mechanism and measurement; interleaved kernel/callback; "
+      "gate %.0f us; run %.1f s\n",
+      reps, warmup, gateUs, runSeconds);
+  printf(
+      "calibrate(): kernel holdFixedNs %lld, callback holdFixedNs %lld (copyFixedNs %lld / %lld, "
+      "copyNsPerByte %.5f / %.5f)\n",
+      static_cast<long long>(mech[0].calibration.holdFixedNs), static_cast<long long>(mech[1].calibration.holdFixedNs),
+      static_cast<long long>(mech[0].calibration.copyFixedNs), static_cast<long long>(mech[1].calibration.copyFixedNs),
+      mech[0].calibration.copyNsPerByte, mech[1].calibration.copyNsPerByte);
   if (bench.gateOverruns() > 0)
-    printf("WARNING: %d of %d gated measurements took longer than 80%% of the gate to enqueue (max %.1f us): the "
-           "stream may have reached them before they were all enqueued; raise --gate-us\n",
-           bench.gateOverruns(), bench.gated(), bench.maxGatedEnqueueNs() / 1e3);
+    printf(
+        "WARNING: %d of %d gated measurements took longer than 80%% of the gate to enqueue (max %.1f us): the "
+        "stream may have reached them before they were all enqueued; raise --gate-us\n",
+        bench.gateOverruns(), bench.gated(), bench.maxGatedEnqueueNs() / 1e3);
   printErrorTable("(a) single stream, idle: event interval around one hold of d (us); error = measured - d",
                   durationsUs, cells[0], cells[1], &Cell::idle);
   printErrorTable("(a') single stream, queued behind a gate: the hold is enqueued before the stream reaches it",
@@ -399,8 +400,9 @@ int main(int argc, char** argv) {
                   cells[0], cells[1], &Cell::calIdle);
   printErrorTable("(b') calibrated, queued behind a gate", durationsUs, cells[0], cells[1], &Cell::calQueued);
 
-  printf("\n(c) two concurrent streams, each a hold of d from a common start: total/d (1.0 overlap, 2.0 serialised); "
-         "total/single = total / median single queued hold\n");
+  printf(
+      "\n(c) two concurrent streams, each a hold of d from a common start: total/d (1.0 overlap, 2.0 serialised); "
+      "total/single = total / median single queued hold\n");
   printf("%9s | %9s %7s %7s %7s | %9s %7s %7s %7s\n", "d (us)", "k total", "t/d", "t/d p90", "t/single", "cb total",
          "t/d", "t/d p90", "t/single");
   for (size_t i = 0; i < durationsUs.size(); ++i) {
@@ -424,10 +426,11 @@ int main(int argc, char** argv) {
     std::string j = "{\n";
     j += " \"benchmark\": \"hold_completion\",\n";
     j += " \"what\": " +
-         jsonString("CUDA-event interval of a replay hold of a requested duration, completion by a globaltimer "
-                    "kernel vs a cudaLaunchHostFunc callback, interleaved in one process: single stream (idle, and "
-                    "queued behind a gate kernel), the same with the request lowered by calibrate().holdFixedNs, two "
-                    "concurrent streams (total from a common start to the later end), and host time per hold() call") +
+         jsonString(
+             "CUDA-event interval of a replay hold of a requested duration, completion by a globaltimer "
+             "kernel vs a cudaLaunchHostFunc callback, interleaved in one process: single stream (idle, and "
+             "queued behind a gate kernel), the same with the request lowered by calibrate().holdFixedNs, two "
+             "concurrent streams (total from a common start to the later end), and host time per hold() call") +
          ",\n";
     j += " \"commit\": " + jsonString(sha) + ",\n";
     j += " \"commit_source\": " + jsonString(commitSource) + ",\n";
@@ -444,8 +447,9 @@ int main(int argc, char** argv) {
     j += " \"calibration\": {";
     for (int m = 0; m < 2; ++m) {
       const auto& c = mech[m].calibration;
-      j += std::string(m ? ", " : "") + "\"" + mech[m].key + "\": {\"hold_fixed_ns\": " +
-           std::to_string(c.holdFixedNs) + ", \"copy_fixed_ns\": " + std::to_string(c.copyFixedNs) +
+      j += std::string(m ? ", " : "") + "\"" + mech[m].key +
+           "\": {\"hold_fixed_ns\": " + std::to_string(c.holdFixedNs) +
+           ", \"copy_fixed_ns\": " + std::to_string(c.copyFixedNs) +
            ", \"copy_ns_per_byte\": " + jsonNumber(c.copyNsPerByte, 6) + "}";
     }
     j += "},\n";
@@ -468,11 +472,12 @@ int main(int argc, char** argv) {
              ", \"total_over_single_queued\": " + jsonNumber(ratio(c.concurrentTotal.median(), c.queued.median()), 4) +
              "}";
         j += ",\n    \"enqueue_host\": {\"median_us\": " + jsonNumber(c.enqueue.median() / 1e3) +
-             ", \"p90_us\": " + jsonNumber(c.enqueue.p90() / 1e3) + ", \"samples\": " +
-             std::to_string(c.enqueue.v.size()) + "}}";
+             ", \"p90_us\": " + jsonNumber(c.enqueue.p90() / 1e3) +
+             ", \"samples\": " + std::to_string(c.enqueue.v.size()) + "}}";
       }
       const Cell &a = cells[0][i], &b = cells[1][i];
-      j += ",\n   \"callback_over_kernel\": {\"single_idle\": " + jsonNumber(ratio(b.idle.median(), a.idle.median()), 4) +
+      j += ",\n   \"callback_over_kernel\": {\"single_idle\": " +
+           jsonNumber(ratio(b.idle.median(), a.idle.median()), 4) +
            ", \"single_queued\": " + jsonNumber(ratio(b.queued.median(), a.queued.median()), 4) +
            ", \"calibrated_idle\": " + jsonNumber(ratio(b.calIdle.median(), a.calIdle.median()), 4) +
            ", \"calibrated_queued\": " + jsonNumber(ratio(b.calQueued.median(), a.calQueued.median()), 4) +

@@ -91,9 +91,15 @@ size_t countOf(int op, uint64_t bytes, int datatype, int nranks) {
   const size_t size = ranklens::events::datatypeBytes(datatype);
   if (size == 0) return 0;
   switch (static_cast<Op>(op)) {
-    case Op::kAllGather: return bytes / size / static_cast<size_t>(nranks);
-    case Op::kAllReduce: case Op::kReduceScatter: case Op::kBroadcast: case Op::kReduce: return bytes / size;
-    default: return 0;
+    case Op::kAllGather:
+      return bytes / size / static_cast<size_t>(nranks);
+    case Op::kAllReduce:
+    case Op::kReduceScatter:
+    case Op::kBroadcast:
+    case Op::kReduce:
+      return bytes / size;
+    default:
+      return 0;
   }
 }
 
@@ -138,12 +144,23 @@ class Simulator {
       void* buf = clique->buffers[i];
       ncclComm_t comm = clique->comms[i];
       switch (static_cast<Op>(s.op)) {
-        case Op::kAllReduce: r = nccl_.allReduce(buf, buf, count, dtype, ncclSum, comm, nullptr); break;
-        case Op::kAllGather: r = nccl_.allGather(buf, buf, count, dtype, comm, nullptr); break;
-        case Op::kReduceScatter: r = nccl_.reduceScatter(buf, buf, count, dtype, ncclSum, comm, nullptr); break;
-        case Op::kBroadcast: r = nccl_.broadcast(buf, buf, count, dtype, 0, comm, nullptr); break;
-        case Op::kReduce: r = nccl_.reduce(buf, buf, count, dtype, ncclSum, 0, comm, nullptr); break;
-        default: break;
+        case Op::kAllReduce:
+          r = nccl_.allReduce(buf, buf, count, dtype, ncclSum, comm, nullptr);
+          break;
+        case Op::kAllGather:
+          r = nccl_.allGather(buf, buf, count, dtype, comm, nullptr);
+          break;
+        case Op::kReduceScatter:
+          r = nccl_.reduceScatter(buf, buf, count, dtype, ncclSum, comm, nullptr);
+          break;
+        case Op::kBroadcast:
+          r = nccl_.broadcast(buf, buf, count, dtype, 0, comm, nullptr);
+          break;
+        case Op::kReduce:
+          r = nccl_.reduce(buf, buf, count, dtype, ncclSum, 0, comm, nullptr);
+          break;
+        default:
+          break;
       }
     }
     const ncclResult_t end = nccl_.groupSimulateEnd(&info);
@@ -193,19 +210,22 @@ class Simulator {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The real NCCL's ncclGroupSimulateEnd estimate for every timed call of a RankLens duration history, "
-               "and its error against the recorded durations (a baseline for `ranklens estimate eval`)"};
+  CLI::App app{
+      "The real NCCL's ncclGroupSimulateEnd estimate for every timed call of a RankLens duration history, "
+      "and its error against the recorded durations (a baseline for `ranklens estimate eval`)"};
   std::string historyPath, ncclPath, target = "observed", jsonPath;
   app.add_option("--history", historyPath, "Duration history (ranklens history build)")->required();
   app.add_option("--nccl", ncclPath, "The real libnccl.so.2 (e.g. the pip wheel's nvidia/nccl/lib/libnccl.so.2)")
       ->required();
-  app.add_option("--target", target, "Compare with what each rank measured (observed) or with the collective's "
-                                      "own time, the shortest over the job's ranks (transfer)")
+  app.add_option("--target", target,
+                 "Compare with what each rank measured (observed) or with the collective's "
+                 "own time, the shortest over the job's ranks (transfer)")
       ->check(CLI::IsMember({"observed", "transfer"}))
       ->capture_default_str();
   app.add_option("--json", jsonPath, "Also write the table as JSON to FILE");
-  app.footer("Run on a GPU machine with at least as many GPUs as the history's communicators have ranks.\n"
-             "Exit status: 0 done, 1 failure, 2 bad usage, 77 no GPU.");
+  app.footer(
+      "Run on a GPU machine with at least as many GPUs as the history's communicators have ranks.\n"
+      "Exit status: 0 done, 1 failure, 2 bad usage, 77 no GPU.");
   CLI11_PARSE(app, argc, argv);
 
   rt::History history;
@@ -233,7 +253,7 @@ int main(int argc, char** argv) {
   // Estimates are per (op, datatype, bytes, nranks): simulate each once.
   std::map<std::tuple<int, int, uint64_t, int>, double> cache;
   std::map<std::string, std::vector<double>> errors;  // errorClass (and "all") -> relative errors
-  std::map<std::string, size_t> skipped;  // why -> samples
+  std::map<std::string, size_t> skipped;              // why -> samples
   for (const auto& s : history.samples) {
     const int64_t value = target == "transfer" ? s.transferNs : s.durationNs;
     if (s.grouped || value <= 0) {
@@ -259,8 +279,12 @@ int main(int argc, char** argv) {
     errors["all"].push_back(e);
   }
 
-  nlohmann::json doc = {{"history", historyPath}, {"nccl", ncclPath}, {"nccl_version", version},
-                        {"target", target}, {"samples", history.samples.size()}, {"gpus", gpus}};
+  nlohmann::json doc = {{"history", historyPath},
+                        {"nccl", ncclPath},
+                        {"nccl_version", version},
+                        {"target", target},
+                        {"samples", history.samples.size()},
+                        {"gpus", gpus}};
   printf("%s: NCCL %d's ncclGroupSimulateEnd vs the recorded durations (%s), %zu samples\n\n", historyPath.c_str(),
          version, target.c_str(), history.samples.size());
   printf("%-28s %9s %10s %10s\n", "op / size class", "calls", "median", "p90");

@@ -75,8 +75,9 @@ bool oneStreamedFrame(ZSTD_CCtx* cctx, int level, const uint8_t* data, size_t si
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"payload_blob_frames: trace 1.10's zstd frames (1 MiB) against 1.9's one streamed frame, "
-               "compressed and decoded as record mode and a value replay do (no GPU)"};
+  CLI::App app{
+      "payload_blob_frames: trace 1.10's zstd frames (1 MiB) against 1.9's one streamed frame, "
+      "compressed and decoded as record mode and a value replay do (no GPU)"};
   std::vector<std::string> files;
   size_t syntheticMiB = 0;
   int width = 4, level = -1, repeats = 5;
@@ -127,9 +128,11 @@ int main(int argc, char** argv) {
       bool ok = true;
       std::string error;
       const double compressS = best(repeats, [&] {
-        ok = framePerBlock ? (error = trace::compressBlobFrom(cctx, level, raw.data(), raw.size(), width, &blob, &crc,
-                                                              frameBytes).message()).empty()
-                           : oneStreamedFrame(cctx, level, raw.data(), raw.size(), width, &blob, &crc);
+        ok = framePerBlock
+                 ? (error = trace::compressBlobFrom(cctx, level, raw.data(), raw.size(), width, &blob, &crc, frameBytes)
+                                .message())
+                       .empty()
+                 : oneStreamedFrame(cctx, level, raw.data(), raw.size(), width, &blob, &crc);
       });
       trace::PayloadRef ref;
       ref.rawBytes = raw.size();
@@ -140,7 +143,9 @@ int main(int argc, char** argv) {
       std::string why;
       const double decodeS = best(repeats, [&] {
         ok = ok && (why = trace::decodePayloadInto(blob.data(), blob.size(), ref, trace::Limits{}, decoded.data(),
-                                            decoded.size()).message()).empty();
+                                                   decoded.size())
+                              .message())
+                       .empty();
       });
       ok = ok && decoded == raw;
       if (!ok) status = 1;
@@ -148,13 +153,14 @@ int main(int argc, char** argv) {
       const std::string layout = framePerBlock ? "a frame per " + std::to_string(frameBytes >> 10) + " KiB (1.10)"
                                                : "one streamed frame (1.9)";
       if (json)
-        printf("{\"input\": \"%s\", \"bytes\": %zu, \"element_bytes\": %d, \"level\": %d, \"layout\": \"%s\", "
-               "\"compressed_bytes\": %zu, \"compress_mb_s\": %.0f, \"decode_mb_s\": %.0f, \"roundtrip_ok\": %s}\n",
-               name.c_str(), raw.size(), width, level, layout.c_str(), blob.size(), mb / compressS, mb / decodeS,
-               ok ? "true" : "false");
+        printf(
+            "{\"input\": \"%s\", \"bytes\": %zu, \"element_bytes\": %d, \"level\": %d, \"layout\": \"%s\", "
+            "\"compressed_bytes\": %zu, \"compress_mb_s\": %.0f, \"decode_mb_s\": %.0f, \"roundtrip_ok\": %s}\n",
+            name.c_str(), raw.size(), width, level, layout.c_str(), blob.size(), mb / compressS, mb / decodeS,
+            ok ? "true" : "false");
       else
-        printf("%s  %-24s %zu bytes: compress %5.0f MB/s (shuffle, CRC-32, zstd), decode %5.0f MB/s%s\n",
-               name.c_str(), layout.c_str(), blob.size(), mb / compressS, mb / decodeS, ok ? "" : "  ROUNDTRIP FAILED");
+        printf("%s  %-24s %zu bytes: compress %5.0f MB/s (shuffle, CRC-32, zstd), decode %5.0f MB/s%s\n", name.c_str(),
+               layout.c_str(), blob.size(), mb / compressS, mb / decodeS, ok ? "" : "  ROUNDTRIP FAILED");
     }
   }
   ZSTD_freeCCtx(cctx);

@@ -12,8 +12,9 @@
 // --match-finder: for the planes, the recorder's match finder at the fast levels (`planes`: trace::kPlanesHashLog and
 // kPlanesMinMatch), the level's own (`level`, as before), or both.
 // --checksum: zstd's content checksum (XXH64) in the frame, as writers before format 1.9 set it (`on`), or not, as
-// 1.9 writers do (`off`, the default). One line per file, layout, level and checksum: ratio, compress and decompress MB/s (best of --repeats on one thread), and
-// the shuffle and unshuffle rates; every decode is checked against its input.
+// 1.9 writers do (`off`, the default). One line per file, layout, level and checksum: ratio, compress and decompress
+// MB/s (best of --repeats on one thread), and the shuffle and unshuffle rates; every decode is checked against its
+// input.
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_literalCompressionMode (--literals)
 #include <zstd.h>
 
@@ -30,9 +31,7 @@
 
 namespace {
 
-double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 template <typename F>
 double best(int repeats, F&& f) {
@@ -86,9 +85,10 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> back = raw, frame(ZSTD_compressBound(n)), decoded(n);
     double shuffleS = 1e30, unshuffleS = 1e30;
     for (int r = 0; r < repeats; ++r) {
-      shuffleS = std::min(shuffleS, best(1, [&] { ranklens::trace::shuffleBlocks(back.data(), n, static_cast<int>(width)); }));
-      unshuffleS =
-          std::min(unshuffleS, best(1, [&] { ranklens::trace::unshuffleBlocks(back.data(), n, static_cast<int>(width)); }));
+      shuffleS =
+          std::min(shuffleS, best(1, [&] { ranklens::trace::shuffleBlocks(back.data(), n, static_cast<int>(width)); }));
+      unshuffleS = std::min(
+          unshuffleS, best(1, [&] { ranklens::trace::unshuffleBlocks(back.data(), n, static_cast<int>(width)); }));
     }
     std::vector<uint8_t> shuffled = raw;
     ranklens::trace::shuffleBlocks(shuffled.data(), n, static_cast<int>(width));
@@ -99,48 +99,51 @@ int main(int argc, char** argv) {
     for (const bool isShuffled : {false, true}) {
       const std::vector<uint8_t>& src = isShuffled ? shuffled : raw;
       for (const int level : levels)
-      for (const bool withChecksum : {false, true})
-      for (const bool planesTable : {true, false})
-      for (const bool rawLiterals : {false, true}) {
-        if (checksum != "both" && withChecksum != (checksum == "on")) continue;
-        if (literals != "both" && rawLiterals != (literals == "off")) continue;
-        // The planes' own match finder exists only for planes at the fast levels; elsewhere the level's alone.
-        const bool applies = isShuffled && ranklens::trace::planesMatchFinder(level);
-        if (applies ? (matchFinder != "both" && planesTable != (matchFinder == "planes")) : planesTable) continue;
-        size_t size = 0;
-        const double compressS = best(repeats, [&] {
-          ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
-          ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
-          ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, withChecksum ? 1 : 0);
-          if (planesTable) {
-            ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, ranklens::trace::kPlanesHashLog);
-            ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, ranklens::trace::kPlanesMinMatch);
-          }
-          if (rawLiterals) ZSTD_CCtx_setParameter(cctx, ZSTD_c_literalCompressionMode, ZSTD_ps_disable);
-          size = ZSTD_compress2(cctx, frame.data(), frame.size(), src.data(), n);
-        });
-        size_t out = 0;
-        const double decompressS = best(repeats, [&] { out = ZSTD_decompressDCtx(dctx, decoded.data(), n, frame.data(), size); });
-        const bool ok = !ZSTD_isError(size) && out == n && decoded == src;
-        if (!ok) status = 1;
-        const double mb = n / 1e6;
-        if (json) {
-          printf("{\"file\": \"%s\", \"bytes\": %zu, \"element_bytes\": %zu, \"layout\": \"%s\", \"level\": %d, "
-                 "\"ratio\": %.3f, \"compress_mb_s\": %.0f, \"decompress_mb_s\": %.0f, \"shuffle_mb_s\": %.0f, "
-                 "\"unshuffle_mb_s\": %.0f, \"zstd_checksum\": %s, \"match_finder\": \"%s\", \"literals\": \"%s\", "
-                 "\"roundtrip_ok\": %s}\n",
-                 file.c_str(), n, width, isShuffled ? "shuffled" : "raw", level, double(n) / size, mb / compressS,
-                 mb / decompressS, mb / shuffleS, mb / unshuffleS, withChecksum ? "true" : "false",
-                 planesTable ? "planes" : "level", rawLiterals ? "raw" : "zstd", ok ? "true" : "false");
-        } else {
-          printf("%s  %-8s level %3d%s%s%s: ratio %.2f, compress %6.0f MB/s, decompress %6.0f MB/s%s\n", file.c_str(),
-                 isShuffled ? "shuffled" : "raw", level, withChecksum ? " +xxh64" : "",
-                 planesTable ? " (planes' match finder)" : "", rawLiterals ? " (raw literals)" : "", double(n) / size, mb / compressS, mb / decompressS,
-                 ok ? "" : "  ROUNDTRIP FAILED");
-        }
-      }
+        for (const bool withChecksum : {false, true})
+          for (const bool planesTable : {true, false})
+            for (const bool rawLiterals : {false, true}) {
+              if (checksum != "both" && withChecksum != (checksum == "on")) continue;
+              if (literals != "both" && rawLiterals != (literals == "off")) continue;
+              // The planes' own match finder exists only for planes at the fast levels; elsewhere the level's alone.
+              const bool applies = isShuffled && ranklens::trace::planesMatchFinder(level);
+              if (applies ? (matchFinder != "both" && planesTable != (matchFinder == "planes")) : planesTable) continue;
+              size_t size = 0;
+              const double compressS = best(repeats, [&] {
+                ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+                ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+                ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, withChecksum ? 1 : 0);
+                if (planesTable) {
+                  ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, ranklens::trace::kPlanesHashLog);
+                  ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, ranklens::trace::kPlanesMinMatch);
+                }
+                if (rawLiterals) ZSTD_CCtx_setParameter(cctx, ZSTD_c_literalCompressionMode, ZSTD_ps_disable);
+                size = ZSTD_compress2(cctx, frame.data(), frame.size(), src.data(), n);
+              });
+              size_t out = 0;
+              const double decompressS =
+                  best(repeats, [&] { out = ZSTD_decompressDCtx(dctx, decoded.data(), n, frame.data(), size); });
+              const bool ok = !ZSTD_isError(size) && out == n && decoded == src;
+              if (!ok) status = 1;
+              const double mb = n / 1e6;
+              if (json) {
+                printf(
+                    "{\"file\": \"%s\", \"bytes\": %zu, \"element_bytes\": %zu, \"layout\": \"%s\", \"level\": %d, "
+                    "\"ratio\": %.3f, \"compress_mb_s\": %.0f, \"decompress_mb_s\": %.0f, \"shuffle_mb_s\": %.0f, "
+                    "\"unshuffle_mb_s\": %.0f, \"zstd_checksum\": %s, \"match_finder\": \"%s\", \"literals\": \"%s\", "
+                    "\"roundtrip_ok\": %s}\n",
+                    file.c_str(), n, width, isShuffled ? "shuffled" : "raw", level, double(n) / size, mb / compressS,
+                    mb / decompressS, mb / shuffleS, mb / unshuffleS, withChecksum ? "true" : "false",
+                    planesTable ? "planes" : "level", rawLiterals ? "raw" : "zstd", ok ? "true" : "false");
+              } else {
+                printf("%s  %-8s level %3d%s%s%s: ratio %.2f, compress %6.0f MB/s, decompress %6.0f MB/s%s\n",
+                       file.c_str(), isShuffled ? "shuffled" : "raw", level, withChecksum ? " +xxh64" : "",
+                       planesTable ? " (planes' match finder)" : "", rawLiterals ? " (raw literals)" : "",
+                       double(n) / size, mb / compressS, mb / decompressS, ok ? "" : "  ROUNDTRIP FAILED");
+              }
+            }
     }
-    if (!json) printf("%s  shuffle %.0f MB/s, unshuffle %.0f MB/s\n", file.c_str(), n / 1e6 / shuffleS, n / 1e6 / unshuffleS);
+    if (!json)
+      printf("%s  shuffle %.0f MB/s, unshuffle %.0f MB/s\n", file.c_str(), n / 1e6 / shuffleS, n / 1e6 / unshuffleS);
   }
   ZSTD_freeCCtx(cctx);
   ZSTD_freeDCtx(dctx);

@@ -61,7 +61,8 @@ std::string writeRecording(const std::string& dir, int payloads, size_t largeByt
   std::string error;
   ranklens::trace::WriterOptions options;
   if (largeBytes > 0) options.zstdLevel = level;
-  options.shuffle = shuffle ? ranklens::trace::WriterOptions::Shuffle::kAlways : ranklens::trace::WriterOptions::Shuffle::kOff;
+  options.shuffle =
+      shuffle ? ranklens::trace::WriterOptions::Shuffle::kAlways : ranklens::trace::WriterOptions::Shuffle::kOff;
   std::unique_ptr<ranklens::trace::TraceWriter> w;
   error = ranklens::trace::TraceWriter::create(dir, m, options, &w).message();
   if (!w) return error;
@@ -70,7 +71,8 @@ std::string writeRecording(const std::string& dir, int payloads, size_t largeByt
     std::ifstream in(file, std::ios::binary);
     pool.insert(pool.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  if (!poolFiles.empty() && pool.size() < 4096) return "--pool: the files hold " + std::to_string(pool.size()) + " bytes";
+  if (!poolFiles.empty() && pool.size() < 4096)
+    return "--pool: the files hold " + std::to_string(pool.size()) + " bytes";
   if (largeBytes > 0 && pool.size() < 4096) {
     std::vector<float> values((64u << 20) / sizeof(float));
     std::mt19937 random(1);
@@ -96,7 +98,8 @@ std::string writeRecording(const std::string& dir, int payloads, size_t largeByt
     ranklens::events::Call c;
     c.seq = static_cast<uint64_t>(i);
     c.op = static_cast<int>(ranklens::events::Op::kAllGather);
-    c.datatype = largeBytes > 0 ? ncclFloat32 : ncclInt8;  // fp32 values (stored as byte planes with --shuffle on), or bytes
+    c.datatype =
+        largeBytes > 0 ? ncclFloat32 : ncclInt8;  // fp32 values (stored as byte planes with --shuffle on), or bytes
     c.bytes = data.size();
     c.count = data.size() / ranklens::events::datatypeBytes(c.datatype);
     w->append(ranklens::trace::RecordType::kCall, c);
@@ -201,8 +204,8 @@ int main(int argc, char** argv) {
   double loopSeconds = 0;
   ranklens::trace::PrefetchStats stats;
   {
-    PayloadPrefetcher prefetcher(*recording, options, [](size_t b) { return malloc(b); }, [](void* p) { free(p); },
-                                 stage);
+    PayloadPrefetcher prefetcher(
+        *recording, options, [](size_t b) { return malloc(b); }, [](void* p) { free(p); }, stage);
     // As a replay's first step: the workers run ahead. (Not for throughput: the calls would take what they decoded.)
     if (largeBytes == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     const auto& order = recording->payloadOrder();
@@ -230,23 +233,25 @@ int main(int argc, char** argv) {
   const double med = percentile(waitNs, 0.5), p90 = percentile(waitNs, 0.9), p99 = percentile(waitNs, 0.99);
   const double gbPerSecond = loopSeconds > 0 ? static_cast<double>(stats.bytesDecoded) / loopSeconds / 1e9 : 0;
   if (json) {
-    printf("{\"payloads\": %d, \"payload_mib\": %g, \"level\": %d, \"shuffle\": \"%s\", \"pool\": \"%s\", "
-           "\"threads\": %d, \"gap_us\": %d, "
-           "\"upload_us\": %d, \"copy_us\": %d, "
-           "\"hardware_threads\": %u, \"median_ns\": %.0f, \"p90_ns\": %.0f, \"p99_ns\": %.0f, \"from_device\": %d, "
-           "\"fence_polls\": %llu, \"decoded\": %llu, \"waits\": %llu, \"loop_s\": %.3f, \"decoded_gb_per_s\": %.2f}\n",
-           payloads, payloadMib, largeBytes > 0 ? level : 0, shuffle.c_str(),
-           poolFiles.empty() ? "normal values" : "payload files", threads, gapUs, uploadUs, copyUs,
-           std::thread::hardware_concurrency(), med, p90, p99, fromDevice,
-           static_cast<unsigned long long>(polls.load()),
-           static_cast<unsigned long long>(stats.decoded), static_cast<unsigned long long>(stats.waits), loopSeconds,
-           gbPerSecond);
+    printf(
+        "{\"payloads\": %d, \"payload_mib\": %g, \"level\": %d, \"shuffle\": \"%s\", \"pool\": \"%s\", "
+        "\"threads\": %d, \"gap_us\": %d, "
+        "\"upload_us\": %d, \"copy_us\": %d, "
+        "\"hardware_threads\": %u, \"median_ns\": %.0f, \"p90_ns\": %.0f, \"p99_ns\": %.0f, \"from_device\": %d, "
+        "\"fence_polls\": %llu, \"decoded\": %llu, \"waits\": %llu, \"loop_s\": %.3f, \"decoded_gb_per_s\": %.2f}\n",
+        payloads, payloadMib, largeBytes > 0 ? level : 0, shuffle.c_str(),
+        poolFiles.empty() ? "normal values" : "payload files", threads, gapUs, uploadUs, copyUs,
+        std::thread::hardware_concurrency(), med, p90, p99, fromDevice, static_cast<unsigned long long>(polls.load()),
+        static_cast<unsigned long long>(stats.decoded), static_cast<unsigned long long>(stats.waits), loopSeconds,
+        gbPerSecond);
   } else if (largeBytes > 0) {
-    printf("%d calls of %g MiB (zstd level %d), %d workers, a call every %d us\n", payloads, payloadMib, level,
-           threads, gapUs);
-    printf("  decoded %.2f GB/s (%llu payloads in %.3f s, %llu waits); acquire + release median %.1f us, p90 %.1f "
-           "us\n", gbPerSecond, static_cast<unsigned long long>(stats.decoded), loopSeconds,
-           static_cast<unsigned long long>(stats.waits), med / 1e3, p90 / 1e3);
+    printf("%d calls of %g MiB (zstd level %d), %d workers, a call every %d us\n", payloads, payloadMib, level, threads,
+           gapUs);
+    printf(
+        "  decoded %.2f GB/s (%llu payloads in %.3f s, %llu waits); acquire + release median %.1f us, p90 %.1f "
+        "us\n",
+        gbPerSecond, static_cast<unsigned long long>(stats.decoded), loopSeconds,
+        static_cast<unsigned long long>(stats.waits), med / 1e3, p90 / 1e3);
   } else {
     printf("%d calls, %d workers, a call every %d us; uploads pass after %d us, copies after %d us\n", payloads,
            threads, gapUs, uploadUs, copyUs);

@@ -66,8 +66,7 @@
 
 namespace {
 
-using AllReduceFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                                     cudaStream_t);
+using AllReduceFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
 using InitAllFn = ncclResult_t (*)(ncclComm_t*, int, const int*);
 using DestroyFn = ncclResult_t (*)(ncclComm_t);
 using FlushFn = ncclResult_t (*)();
@@ -162,8 +161,9 @@ int main(int argc, char** argv) {
   app.add_flag("--probe", probe,
                "also time the real call wrapped in a capture query and two event records, through the CUDA runtime "
                "and through the driver's entry points (one GPU)");
-  app.add_flag("--poller", poller, "with --probe: a thread queries the probe sides' events every 100 us, as the "
-                                   "recorder's background thread does")
+  app.add_flag("--poller", poller,
+               "with --probe: a thread queries the probe sides' events every 100 us, as the "
+               "recorder's background thread does")
       ->needs("--probe");
   size_t gpuBoundBytes = 0;
   app.add_option("--gpu-bound", gpuBoundBytes,
@@ -286,8 +286,9 @@ int main(int argc, char** argv) {
              cudaEventRecord(ring.end(pair), streams[0]) == cudaSuccess;
       } else {
         CUstreamCaptureStatus status;
-        ok = cuIsCapturing(streams[0], &status) == CUDA_SUCCESS && cuRecord(ring.start(pair), streams[0]) == CUDA_SUCCESS &&
-             realCall(0) && cuRecord(ring.end(pair), streams[0]) == CUDA_SUCCESS;
+        ok = cuIsCapturing(streams[0], &status) == CUDA_SUCCESS &&
+             cuRecord(ring.start(pair), streams[0]) == CUDA_SUCCESS && realCall(0) &&
+             cuRecord(ring.end(pair), streams[0]) == CUDA_SUCCESS;
       }
       ring.recorded.store(pair + 1, std::memory_order_release);
       return ok;
@@ -384,9 +385,8 @@ int main(int argc, char** argv) {
     for (int block = 0; block < 2 * (calls / batch + 1); ++block) {
       for (int k = 0; k < 2; ++k) {
         const int which = (k + block) % 2;  // alternate which side goes first
-        if (waitValue != nullptr &&
-            waitValue(streams[0], reinterpret_cast<CUdeviceptr>(gateOnGpu), ++gateValue, CU_STREAM_WAIT_VALUE_GEQ) !=
-                CUDA_SUCCESS) {
+        if (waitValue != nullptr && waitValue(streams[0], reinterpret_cast<CUdeviceptr>(gateOnGpu), ++gateValue,
+                                              CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
           fprintf(stderr, "record_host_overhead: cuStreamWaitValue32 failed\n");
           stopBusyThread();
           return 2;
@@ -418,23 +418,24 @@ int main(int argc, char** argv) {
     const char* kernelBytes = getenv("RANKLENS_PAYLOAD_COPY_KERNEL_BYTES");
     const char* kernelBytesOneRank = getenv("RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK");
     if (json)
-      printf("{\"device\": \"cuda\", \"payloads\": \"%s\", \"clock\": \"%s\", \"gpu_bound_bytes\": %zu, "
-             "\"contended\": \"%s\", \"busy_ns\": %llu, \"busy_blocks_per_sm\": %d, \"nccl_like_ns\": %llu, "
-             "\"count\": %zu, "
-             "\"payload_copy_priority\": \"%s\", \"payload_copy_kernel_bytes\": \"%s\", "
-             "\"payload_copy_kernel_bytes_one_rank\": \"%s\", "
-             "\"blocks_per_side\": %zu, \"batch\": %d, \"gpu_ns_per_call_real\": %.1f, "
-             "\"gpu_ns_per_call_ranklens\": %.1f, \"gpu_added_ns\": %.1f}\n",
-             payloads.c_str(), clock.c_str(), gpuBoundBytes, contended.c_str(), contended.empty() ? 0ull : busyNs,
-             busy.blocksPerSm(), ncclLikeNs, count, priority ? priority : "", kernelBytes ? kernelBytes : "",
-             kernelBytesOneRank ? kernelBytesOneRank : "", perPair[0].size(),
-             batch, real, ours, ours - real);
+      printf(
+          "{\"device\": \"cuda\", \"payloads\": \"%s\", \"clock\": \"%s\", \"gpu_bound_bytes\": %zu, "
+          "\"contended\": \"%s\", \"busy_ns\": %llu, \"busy_blocks_per_sm\": %d, \"nccl_like_ns\": %llu, "
+          "\"count\": %zu, "
+          "\"payload_copy_priority\": \"%s\", \"payload_copy_kernel_bytes\": \"%s\", "
+          "\"payload_copy_kernel_bytes_one_rank\": \"%s\", "
+          "\"blocks_per_side\": %zu, \"batch\": %d, \"gpu_ns_per_call_real\": %.1f, "
+          "\"gpu_ns_per_call_ranklens\": %.1f, \"gpu_added_ns\": %.1f}\n",
+          payloads.c_str(), clock.c_str(), gpuBoundBytes, contended.c_str(), contended.empty() ? 0ull : busyNs,
+          busy.blocksPerSm(), ncclLikeNs, count, priority ? priority : "", kernelBytes ? kernelBytes : "",
+          kernelBytesOneRank ? kernelBytesOneRank : "", perPair[0].size(), batch, real, ours, ours - real);
     else
-      printf("GPU time per %scall (%s), payloads %s: real NCCL %.1f ns, through RankLens %.1f ns, added %.1f ns "
-             "(%zu blocks of %d per side)\n",
-             filler != nullptr ? "memset + " : "",
-             contended.empty() ? "GPU-bound" : ("gated, busy SMs: " + contended).c_str(), payloads.c_str(), real, ours,
-             ours - real, perPair[0].size(), batch);
+      printf(
+          "GPU time per %scall (%s), payloads %s: real NCCL %.1f ns, through RankLens %.1f ns, added %.1f ns "
+          "(%zu blocks of %d per side)\n",
+          filler != nullptr ? "memset + " : "",
+          contended.empty() ? "GPU-bound" : ("gated, busy SMs: " + contended).c_str(), payloads.c_str(), real, ours,
+          ours - real, perPair[0].size(), batch);
     return 0;
   }
   using Clock = std::chrono::steady_clock;
@@ -497,15 +498,16 @@ int main(int argc, char** argv) {
              "\"added_median_ns_driver_events\": %.1f",
              poller ? "true" : "false", addedRuntime, addedDriver);
   if (json) {
-    printf("{\"device\": \"%s\", \"payloads\": \"%s\", \"clock\": \"%s\", \"ranks\": %d, \"samples_per_side\": %zu, "
-           "\"count\": %zu, "
-           "\"median_ns_real\": %.1f, "
-           "\"median_ns_ranklens\": %.1f, \"added_median_ns\": %.1f, \"p90_ns_real\": %.1f, \"p90_ns_ranklens\": %.1f, "
-           "\"added_p90_ns\": %.1f, \"cuda_event_record_median_ns\": %.1f, "
-           "\"cuda_stream_is_capturing_median_ns\": %.1f, \"data\": \"%s\", \"flush_ms\": %.1f%s}\n",
-           device.c_str(), payloads.c_str(), clock.c_str(), ranks, tReal.size(), count, medReal, medOurs,
-           medOurs - medReal, p90Real, p90Ours, p90Ours - p90Real, medRecord, medCapturing, data.c_str(), flushMs,
-           probeJson);
+    printf(
+        "{\"device\": \"%s\", \"payloads\": \"%s\", \"clock\": \"%s\", \"ranks\": %d, \"samples_per_side\": %zu, "
+        "\"count\": %zu, "
+        "\"median_ns_real\": %.1f, "
+        "\"median_ns_ranklens\": %.1f, \"added_median_ns\": %.1f, \"p90_ns_real\": %.1f, \"p90_ns_ranklens\": %.1f, "
+        "\"added_p90_ns\": %.1f, \"cuda_event_record_median_ns\": %.1f, "
+        "\"cuda_stream_is_capturing_median_ns\": %.1f, \"data\": \"%s\", \"flush_ms\": %.1f%s}\n",
+        device.c_str(), payloads.c_str(), clock.c_str(), ranks, tReal.size(), count, medReal, medOurs,
+        medOurs - medReal, p90Real, p90Ours, p90Ours - p90Real, medRecord, medCapturing, data.c_str(), flushMs,
+        probeJson);
   } else {
     printf("payloads %s, clock %s, %d rank(s), %zu calls per side, %zu float32 per all-reduce\n", payloads.c_str(),
            clock.c_str(), ranks, tReal.size(), count);
@@ -515,12 +517,13 @@ int main(int argc, char** argv) {
     printf("  then %.1f ms until the recorder's flush returned (payloads still staged or queued written out)\n",
            flushMs);
     if (cuda)
-      printf("  floor: cudaEventRecord median %.1f ns (x2 per call), cudaStreamIsCapturing median %.1f ns\n",
-             medRecord, medCapturing);
+      printf("  floor: cudaEventRecord median %.1f ns (x2 per call), cudaStreamIsCapturing median %.1f ns\n", medRecord,
+             medCapturing);
     if (probe) {
-      printf("  the real call in the recorder's CUDA work alone (%s): added median %.1f ns through the runtime, "
-             "%.1f ns through the driver\n",
-             poller ? "with a polling thread" : "no polling thread", addedRuntime, addedDriver);
+      printf(
+          "  the real call in the recorder's CUDA work alone (%s): added median %.1f ns through the runtime, "
+          "%.1f ns through the driver\n",
+          poller ? "with a polling thread" : "no polling thread", addedRuntime, addedDriver);
     }
   }
   return 0;

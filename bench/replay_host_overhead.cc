@@ -86,8 +86,9 @@ int main(int argc, char** argv) {
   app.add_option("--calls", calls, "AllGathers replayed")->check(CLI::Range(100, 10'000'000));
   app.add_option("--fidelity", fidelity, "structure, timing or value")
       ->check(CLI::IsMember({"structure", "timing", "value"}));
-  app.add_flag("--payloads", payloads, "record every call's received bytes (restored at timing: 4 KiB is a control "
-                                       "payload; and at value)");
+  app.add_flag("--payloads", payloads,
+               "record every call's received bytes (restored at timing: 4 KiB is a control "
+               "payload; and at value)");
   app.add_option("--gap-us", gapUs, "the program's own time between calls (spun)")->check(CLI::Range(0.0, 1e6));
   app.add_option("--json", json, "also write the result here");
   CLI11_PARSE(app, argc, argv);
@@ -143,14 +144,15 @@ int main(int argc, char** argv) {
   const double median = sorted[sorted.size() / 2], p90 = sorted[sorted.size() * 9 / 10];
   double mean = 0;
   for (double v : ns) mean += v / static_cast<double>(ns.size());
-  printf("%s fidelity%s, %.0f us between calls: %d AllGathers (4 KiB received), after the first tenth: median %.0f ns, "
-         "p90 %.0f ns, mean %.0f ns per call\n",
-         fidelity.c_str(), payloads ? ", payloads recorded" : "", gapUs, calls, median, p90, mean);
+  printf(
+      "%s fidelity%s, %.0f us between calls: %d AllGathers (4 KiB received), after the first tenth: median %.0f ns, "
+      "p90 %.0f ns, mean %.0f ns per call\n",
+      fidelity.c_str(), payloads ? ", payloads recorded" : "", gapUs, calls, median, p90, mean);
   if (!json.empty()) {
     std::ofstream out(json);
     out << "{\"fidelity\": \"" << fidelity << "\", \"payloads\": " << (payloads ? "true" : "false")
-        << ", \"gap_us\": " << gapUs << ", \"calls\": " << calls << ", \"median_ns\": " << median << ", \"p90_ns\": " << p90
-        << ", \"mean_ns\": " << mean << "}\n";
+        << ", \"gap_us\": " << gapUs << ", \"calls\": " << calls << ", \"median_ns\": " << median
+        << ", \"p90_ns\": " << p90 << ", \"mean_ns\": " << mean << "}\n";
   }
   return 0;
 }

@@ -119,7 +119,8 @@ class OtherLoad {
       fclose(f);
     }
     tAllocations = allocations;
-    return static_cast<double>(user + nice + system + irq + softirq + steal) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    return static_cast<double>(user + nice + system + irq + softirq + steal) /
+           static_cast<double>(sysconf(_SC_CLK_TCK));
   }
   static double selfSeconds() {
     rusage usage{};
@@ -260,8 +261,8 @@ void BM_MetaAppend(benchmark::State& state) {
   }
   load.report(state);
   const uint64_t allocs = tAllocations - allocsBefore;
-  state.counters["ctx_switches_per_record"] = benchmark::Counter(processContextSwitches() - switchesBefore,
-                                                                 benchmark::Counter::kAvgIterations);
+  state.counters["ctx_switches_per_record"] =
+      benchmark::Counter(processContextSwitches() - switchesBefore, benchmark::Counter::kAvgIterations);
   (void)writer->flush();
   const trace::WriterStats stats = writer->stats();
   state.counters["records_per_s"] = benchmark::Counter(static_cast<double>(i), benchmark::Counter::kIsRate);
@@ -341,9 +342,8 @@ void BM_PayloadWrite(benchmark::State& state, int threads, int level, int dtype,
   const trace::WriterStats stats = writer->stats();
   state.SetBytesProcessed(static_cast<int64_t>(seq * bytes));
   state.counters["MB_per_s"] = benchmark::Counter(static_cast<double>(seq * bytes) / 1e6, benchmark::Counter::kIsRate);
-  state.counters["ratio"] = stats.payloadCompressedBytes
-                                ? static_cast<double>(stats.payloadRawBytes) / stats.payloadCompressedBytes
-                                : 0.0;
+  state.counters["ratio"] =
+      stats.payloadCompressedBytes ? static_cast<double>(stats.payloadRawBytes) / stats.payloadCompressedBytes : 0.0;
   state.counters["caller_us_per_payload"] = seq ? callerSeconds * 1e6 / static_cast<double>(seq) : 0.0;
   state.counters["caller_allocs_per_payload"] = seq ? static_cast<double>(allocs) / static_cast<double>(seq) : 0.0;
   state.counters["dropped"] = static_cast<double>(stats.payloadsDropped);
@@ -403,8 +403,10 @@ void BM_Crc32(benchmark::State& state, int dtype, bool zlib) {
   uint64_t done = 0;
   OtherLoad load;
   for (auto _ : state) {
-    if (zlib) benchmark::DoNotOptimize(crc32(0L, data.data(), static_cast<uInt>(data.size())));
-    else benchmark::DoNotOptimize(trace::crc32Bytes(data.data(), data.size()));
+    if (zlib)
+      benchmark::DoNotOptimize(crc32(0L, data.data(), static_cast<uInt>(data.size())));
+    else
+      benchmark::DoNotOptimize(trace::crc32Bytes(data.data(), data.size()));
     done += data.size();
   }
   load.report(state);
@@ -544,7 +546,10 @@ void BM_ReadPayload(benchmark::State& state, int level, int dtype, size_t bytes,
         benchmark::DoNotOptimize(out.data());
       } else if (mode == 1) {
         std::vector<uint8_t> out;
-        ok = (reason = trace::decodePayload(f.payloadFile.data() + ref.offset, ref.compressedBytes, ref, trace::Limits{}, &out).message()).empty();
+        ok = (reason = trace::decodePayload(f.payloadFile.data() + ref.offset, ref.compressedBytes, ref,
+                                            trace::Limits{}, &out)
+                           .message())
+                 .empty();
         benchmark::DoNotOptimize(out.data());
       } else {
         const size_t n = ZSTD_decompressDCtx(dctx, reused.data(), reused.size(), f.payloadFile.data() + ref.offset,

@@ -45,18 +45,25 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      printf("usage: RANK=r WORLD_SIZE=n nccl_anomaly [--steps N] [--params P] [--nan-rank R] [--nan-step S] "
-             "[--id-file PATH]\n");
+      printf(
+          "usage: RANK=r WORLD_SIZE=n nccl_anomaly [--steps N] [--params P] [--nan-rank R] [--nan-step S] "
+          "[--id-file PATH]\n");
       return 0;
     }
     if (i + 1 >= argc) usageError("nccl_anomaly", arg + ": missing value, or an unknown argument");
     const char* value = argv[++i];
-    if (arg == "--steps") steps = parseInt(value, 0, 1 << 20, "--steps " + std::string(value));
-    else if (arg == "--params") params = parseInt(value, 1, 1 << 26, "--params " + std::string(value));
-    else if (arg == "--nan-rank") nanRank = parseInt(value, -1, INT_MAX, "--nan-rank " + std::string(value));
-    else if (arg == "--nan-step") nanStep = parseInt(value, 0, INT_MAX, "--nan-step " + std::string(value));
-    else if (arg == "--id-file") idFile = value;
-    else usageError("nccl_anomaly", "unknown argument '" + arg + "'");
+    if (arg == "--steps")
+      steps = parseInt(value, 0, 1 << 20, "--steps " + std::string(value));
+    else if (arg == "--params")
+      params = parseInt(value, 1, 1 << 26, "--params " + std::string(value));
+    else if (arg == "--nan-rank")
+      nanRank = parseInt(value, -1, INT_MAX, "--nan-rank " + std::string(value));
+    else if (arg == "--nan-step")
+      nanStep = parseInt(value, 0, INT_MAX, "--nan-step " + std::string(value));
+    else if (arg == "--id-file")
+      idFile = value;
+    else
+      usageError("nccl_anomaly", "unknown argument '" + arg + "'");
   }
 
   const bool gpu = deviceCountOrZero() > 0;
@@ -71,8 +78,10 @@ int main(int argc, char** argv) {
   for (int i = 0; i < params; ++i) w[i] = 0.5f * std::sin(0.001f * static_cast<float>(i));  // the same on every rank
   const size_t bytes = static_cast<size_t>(params) * sizeof(float);
   void* buffer = nullptr;  // the all-reduce's buffer: device memory, or host memory for RankLens's host device
-  if (gpu) CUDA_CHECK(cudaMalloc(&buffer, bytes));
-  else buffer = malloc(bytes);
+  if (gpu)
+    CUDA_CHECK(cudaMalloc(&buffer, bytes));
+  else
+    buffer = malloc(bytes);
 
   using MarkStage = int (*)(const char*, int64_t);
   const auto markStage = reinterpret_cast<MarkStage>(dlsym(RTLD_DEFAULT, "ranklensMarkStage"));
@@ -83,8 +92,10 @@ int main(int argc, char** argv) {
       grad[i] = 0.01f * std::sin(w[i] * static_cast<float>(rank + 1) + 0.1f * static_cast<float>(step));
     if (rank == nanRank && step == nanStep)
       for (int i = 7; i < params; i += 997) grad[i] = std::nanf("");  // a bad batch on this rank
-    if (gpu) CUDA_CHECK(cudaMemcpy(buffer, grad.data(), bytes, cudaMemcpyHostToDevice));
-    else memcpy(buffer, grad.data(), bytes);
+    if (gpu)
+      CUDA_CHECK(cudaMemcpy(buffer, grad.data(), bytes, cudaMemcpyHostToDevice));
+    else
+      memcpy(buffer, grad.data(), bytes);
     NCCL_CHECK(ncclAllReduce(buffer, buffer, params, ncclFloat32, ncclSum, comm, stream));
     if (gpu) {
       CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -106,9 +117,10 @@ int main(int argc, char** argv) {
   }
   if (markStage != nullptr) markStage("step", steps);
   const unsigned long long digest = fnv1a64(w.data(), bytes);
-  printf("RESULT {\"rank\": %d, \"first_nonfinite_step\": %d, \"nonfinite\": %d, \"digest\": \"params "
-         "fnv1a64:%016llx\"}\nRANKLENS_DIGEST params fnv1a64:%016llx\n",
-         rank, firstNonFinite, nonFiniteThen, digest, digest);
+  printf(
+      "RESULT {\"rank\": %d, \"first_nonfinite_step\": %d, \"nonfinite\": %d, \"digest\": \"params "
+      "fnv1a64:%016llx\"}\nRANKLENS_DIGEST params fnv1a64:%016llx\n",
+      rank, firstNonFinite, nonFiniteThen, digest, digest);
   fflush(stdout);
   NCCL_CHECK(ncclCommDestroy(comm));
   if (gpu) {

@@ -15,24 +15,24 @@
 #include <cstring>
 #include <string>
 
-#define NCCL_CHECK(call)                                                                                          \
-  do {                                                                                                            \
-    ncclResult_t res_ = (call);                                                                                   \
-    if (res_ != ncclSuccess) {                                                                                    \
-      fprintf(stderr, "%s:%d: %s failed: %s (%d)\n  ncclGetLastError: %s\n", __FILE__, __LINE__, #call,          \
-              ncclGetErrorString(res_), static_cast<int>(res_), ncclGetLastError(nullptr));                       \
-      exit(1);                                                                                                    \
-    }                                                                                                             \
+#define NCCL_CHECK(call)                                                                                \
+  do {                                                                                                  \
+    ncclResult_t res_ = (call);                                                                         \
+    if (res_ != ncclSuccess) {                                                                          \
+      fprintf(stderr, "%s:%d: %s failed: %s (%d)\n  ncclGetLastError: %s\n", __FILE__, __LINE__, #call, \
+              ncclGetErrorString(res_), static_cast<int>(res_), ncclGetLastError(nullptr));             \
+      exit(1);                                                                                          \
+    }                                                                                                   \
   } while (0)
 
-#define CUDA_CHECK(call)                                                                                          \
-  do {                                                                                                            \
-    cudaError_t err_ = (call);                                                                                    \
-    if (err_ != cudaSuccess) {                                                                                    \
-      fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_),         \
-              static_cast<int>(err_));                                                                            \
-      exit(1);                                                                                                    \
-    }                                                                                                             \
+#define CUDA_CHECK(call)                                                                                  \
+  do {                                                                                                    \
+    cudaError_t err_ = (call);                                                                            \
+    if (err_ != cudaSuccess) {                                                                            \
+      fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_), \
+              static_cast<int>(err_));                                                                    \
+      exit(1);                                                                                            \
+    }                                                                                                     \
   } while (0)
 
 namespace nccl_example {
@@ -98,8 +98,10 @@ inline void exchangeUniqueId(const std::string& path, int rank, ncclUniqueId* id
     }
     usleep(10000);
   }
-  fprintf(stderr, "rank %d waited 60 s for rank 0's unique id in %s (is rank 0 running? replaying one rank alone: "
-          "leave --id-file out and unset TORCHELASTIC_RUN_ID)\n", rank, path.c_str());
+  fprintf(stderr,
+          "rank %d waited 60 s for rank 0's unique id in %s (is rank 0 running? replaying one rank alone: "
+          "leave --id-file out and unset TORCHELASTIC_RUN_ID)\n",
+          rank, path.c_str());
   exit(1);
 }
 

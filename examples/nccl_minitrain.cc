@@ -69,7 +69,7 @@ using namespace nccl_example;
 constexpr size_t kParamShard = size_t{1} << 18;  // bf16 parameters per TP rank (512 KiB)
 constexpr size_t kActShard = size_t{1} << 16;    // fp32 activations per TP rank after ReduceScatter (256 KiB)
 constexpr size_t kBuckets[3] = {size_t{1} << 20, size_t{3} << 17, size_t{1} << 16};  // fp32 gradient buckets
-constexpr size_t kPipe = size_t{1} << 15;        // fp32 elements sent to the next pipeline rank (128 KiB)
+constexpr size_t kPipe = size_t{1} << 15;  // fp32 elements sent to the next pipeline rank (128 KiB)
 
 [[noreturn]] void usageError(const std::string& message) {
   fprintf(stderr,
@@ -160,8 +160,7 @@ int main(int argc, char** argv) {
       printf("usage: RANK=r WORLD_SIZE=n nccl_minitrain [--steps N] [--tp K] [--id-file PATH] [--digest]\n");
       return 0;
     }
-    if ((arg == "--steps" || arg == "--tp" || arg == "--id-file") && i + 1 >= argc)
-      usageError(arg + ": missing value");
+    if ((arg == "--steps" || arg == "--tp" || arg == "--id-file") && i + 1 >= argc) usageError(arg + ": missing value");
     if (arg == "--id-file") {
       idFile = argv[++i];
     } else if (arg == "--steps") {
@@ -195,16 +194,16 @@ int main(int argc, char** argv) {
   expectShape(world, "world", worldSize, rank);
 
   // The layout for RankLens: a mesh (any world size, one line), and for small worlds the groups this rank needs.
-  std::string layoutHint = "  RANKLENS_MESH=dp=" + std::to_string(dpSize) + ",tp=" + std::to_string(tp) +
-                           " RANKLENS_MESH_COLORS=tp=0-" + std::to_string(dpSize - 1) + ",dp=" +
-                           std::to_string(dpSize) + "-\n  (ranklens replay --mesh dp=" + std::to_string(dpSize) +
-                           ",tp=" + std::to_string(tp) + " --mesh-colors tp=0-" + std::to_string(dpSize - 1) +
-                           ",dp=" + std::to_string(dpSize) + "-)\n";
+  std::string layoutHint =
+      "  RANKLENS_MESH=dp=" + std::to_string(dpSize) + ",tp=" + std::to_string(tp) + " RANKLENS_MESH_COLORS=tp=0-" +
+      std::to_string(dpSize - 1) + ",dp=" + std::to_string(dpSize) +
+      "-\n  (ranklens replay --mesh dp=" + std::to_string(dpSize) + ",tp=" + std::to_string(tp) +
+      " --mesh-colors tp=0-" + std::to_string(dpSize - 1) + ",dp=" + std::to_string(dpSize) + "-)\n";
   if (dpSize <= 64) {
     layoutHint += "  or the groups this rank needs: RANKLENS_GROUPS='[{members: " + rankList(dpIndex * tp, 1, tp) +
-                  ", color: " + std::to_string(tpColor) + ", name: tp" + std::to_string(dpIndex) + "}, {members: " +
-                  rankList(tpIndex, tp, dpSize) + ", color: " + std::to_string(dpColor) + ", name: dp" +
-                  std::to_string(tpIndex) + "}]'\n";
+                  ", color: " + std::to_string(tpColor) + ", name: tp" + std::to_string(dpIndex) +
+                  "}, {members: " + rankList(tpIndex, tp, dpSize) + ", color: " + std::to_string(dpColor) +
+                  ", name: dp" + std::to_string(tpIndex) + "}]'\n";
   }
   ncclComm_t tpComm = split(world, tpColor, rank, "tensor-parallel", layoutHint);
   ncclComm_t dpComm = split(world, dpColor, rank, "data-parallel", layoutHint);
@@ -216,10 +215,10 @@ int main(int argc, char** argv) {
   fflush(stdout);
 
   // Buffers (contents are never touched from the host).
-  auto* paramShard = alloc(kParamShard * 2);       // bf16
-  auto* paramFull = alloc(kParamShard * 2 * tp);   // bf16, tp shards
-  auto* actFull = alloc(kActShard * 4 * tp);       // fp32, tp shards
-  auto* actShard = alloc(kActShard * 4);           // fp32
+  auto* paramShard = alloc(kParamShard * 2);      // bf16
+  auto* paramFull = alloc(kParamShard * 2 * tp);  // bf16, tp shards
+  auto* actFull = alloc(kActShard * 4 * tp);      // fp32, tp shards
+  auto* actShard = alloc(kActShard * 4);          // fp32
   void* buckets[3];
   for (int b = 0; b < 3; ++b) buckets[b] = alloc(kBuckets[b] * 4);
   auto* foundInf = alloc(sizeof(int32_t));
@@ -227,10 +226,13 @@ int main(int argc, char** argv) {
   auto* pipeRecv = alloc(kPipe * 4);
   const int next = (rank + 1) % worldSize, prev = (rank - 1 + worldSize) % worldSize;
   // What a call received into: the digest's buffers.
-  const std::vector<std::pair<void*, size_t>> received = {
-      {paramFull, kParamShard * 2 * tp}, {actShard, kActShard * 4}, {buckets[0], kBuckets[0] * 4},
-      {buckets[1], kBuckets[1] * 4},     {buckets[2], kBuckets[2] * 4}, {foundInf, sizeof(int32_t)},
-      {pipeRecv, kPipe * 4}};
+  const std::vector<std::pair<void*, size_t>> received = {{paramFull, kParamShard * 2 * tp},
+                                                          {actShard, kActShard * 4},
+                                                          {buckets[0], kBuckets[0] * 4},
+                                                          {buckets[1], kBuckets[1] * 4},
+                                                          {buckets[2], kBuckets[2] * 4},
+                                                          {foundInf, sizeof(int32_t)},
+                                                          {pipeRecv, kPipe * 4}};
   if (digest) {  // a pattern of this rank in every buffer, so that the sums are the same in every run
     for (const auto& [ptr, bytes] : received) CUDA_CHECK(cudaMemset(ptr, 0, bytes));
     CUDA_CHECK(cudaMemset(paramShard, 0x3c, kParamShard * 2));
@@ -274,8 +276,8 @@ int main(int argc, char** argv) {
   NCCL_CHECK(ncclCommDestroy(dpComm));
   NCCL_CHECK(ncclCommDestroy(tpComm));
   NCCL_CHECK(ncclCommDestroy(world));
-  for (void* ptr : {paramShard, paramFull, actFull, actShard, buckets[0], buckets[1], buckets[2], foundInf, pipeSend,
-                    pipeRecv})
+  for (void* ptr :
+       {paramShard, paramFull, actFull, actShard, buckets[0], buckets[1], buckets[2], foundInf, pipeSend, pipeRecv})
     NCCL_CHECK(ncclMemFree(ptr));
   if (stream != nullptr) CUDA_CHECK(cudaStreamDestroy(stream));
   printf("minitrain: rank %d of %d done, %d steps\n", rank, worldSize, steps);

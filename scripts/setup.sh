@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make python3 python3-pip libzstd-dev zlib1g-dev libisal-dev libmsgpack-cxx-dev libyaml-cpp-dev libcli11-dev
-          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev clang libclang-rt-14-dev gdb)
+          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev clang clang-format libclang-rt-14-dev gdb)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -49,14 +49,14 @@ constexpr const char* kConfigVar = "RANKLENS_CONFIG";
 // RANKLENS_* variables that are not settings (docs/config.md, "Variables read from the job"); listed so that they
 // are not reported as typos.
 constexpr const char* kAllowedVars[] = {"RANKLENS_PROGRESS",  // readContext, for the tools
-                                         // the launcher to the Python adapter (tools/python)
-                                         "RANKLENS_ADAPTER", "RANKLENS_ADAPTER_STORE", "RANKLENS_ADAPTER_MARKS",
-                                         // the launcher to the placement library (ranklens/share_gpu.h)
-                                         "RANKLENS_SHARE_GPU", "RANKLENS_SHARE_GPU_VISIBLE",
-                                         "RANKLENS_SHARE_GPU_LOCAL_RANK",
-                                         // benchmarks and tests
-                                         "RANKLENS_COMMIT", "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS",
-                                         "RANKLENS_KEEP_TEST_DIRS", "RANKLENS_TEST_EDIT_STOP_AFTER"};
+                                                              // the launcher to the Python adapter (tools/python)
+                                        "RANKLENS_ADAPTER", "RANKLENS_ADAPTER_STORE", "RANKLENS_ADAPTER_MARKS",
+                                        // the launcher to the placement library (ranklens/share_gpu.h)
+                                        "RANKLENS_SHARE_GPU", "RANKLENS_SHARE_GPU_VISIBLE",
+                                        "RANKLENS_SHARE_GPU_LOCAL_RANK",
+                                        // benchmarks and tests
+                                        "RANKLENS_COMMIT", "RANKLENS_CRASH_SEED", "RANKLENS_CRASH_ITERATIONS",
+                                        "RANKLENS_KEEP_TEST_DIRS", "RANKLENS_TEST_EDIT_STOP_AFTER"};
 
 template <typename E, size_t N>
 const char* enumName(E value, const char* const (&names)[N]) {
@@ -73,10 +73,14 @@ std::string at(const std::string& origin, const YAML::Mark& mark) {
 // How a value is shown in "bad value ..." messages: quoted text for scalars, its kind otherwise.
 std::string shown(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
-    case YAML::NodeType::Sequence: return "(a sequence)";
-    case YAML::NodeType::Map: return "(a map)";
-    default: return "(empty)";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence:
+      return "(a sequence)";
+    case YAML::NodeType::Map:
+      return "(a map)";
+    default:
+      return "(empty)";
   }
 }
 
@@ -89,7 +93,7 @@ YAML::Mark valueMark(const YAML::Node& key, const YAML::Node& value) {
 std::string shown(const std::string& text) { return ranklens::shownValue(text); }
 
 Status badValue(const std::string& where, const std::string& value, const std::string& key,
-                     const std::string& expected) {
+                const std::string& expected) {
   const bool quoted = value.size() >= 2 && value.front() == '\'' && value.back() == '\'';
   const std::string text = quoted ? "'" + shown(value.substr(1, value.size() - 2)) + "'" : shown(value);
   return Status::invalidArgument(where + ": bad value " + text + " for '" + shown(key) + "': expected " + expected);
@@ -161,16 +165,13 @@ Status parseInt(const Input& in, long long lo, long long hi, const std::string& 
   return Status::ok();
 }
 
-Status parseString(const Input& in, std::string& out) {
-  return scalarText(in, "a string", &out);
-}
+Status parseString(const Input& in, std::string& out) { return scalarText(in, "a string", &out); }
 
 std::string yamlString(const std::string& s);
 
 // "<comm>:<seq>" (both non-negative integers) or empty.
 Status parseBreakAt(const Input& in, Settings& s) {
-  const std::string expected =
-      "<comm>:<seq>, e.g. 0:120 (communicator creation order, sequence number), or hang";
+  const std::string expected = "<comm>:<seq>, e.g. 0:120 (communicator creation order, sequence number), or hang";
   std::string text;
   RL_CHECK(scalarText(in, expected, &text));
   s.break_at = text;
@@ -190,14 +191,14 @@ Status parseBreakAt(const Input& in, Settings& s) {
 // Byte counts: an integer with an optional binary suffix (KiB, MiB, GiB). `orWord`: a word the knob also takes
 // (handled by the caller), named in the error.
 Status parseBytes(const Input& in, unsigned long long lo, unsigned long long& out, const char* orWord = nullptr) {
-  const std::string expected = std::string(orWord ? std::string(orWord) + " or " : "") + "a byte count >= " +
-                               std::to_string(lo) + " such as 65536, 64KiB, 256MiB or 2GiB";
+  const std::string expected = std::string(orWord ? std::string(orWord) + " or " : "") +
+                               "a byte count >= " + std::to_string(lo) + " such as 65536, 64KiB, 256MiB or 2GiB";
   std::string text;
   RL_CHECK(scalarText(in, expected, &text));
   unsigned long long scale = 1;
   std::string digits = text;
-  for (auto [suffix, factor] : {std::pair<const char*, unsigned long long>{"KiB", 1ull << 10}, {"MiB", 1ull << 20},
-                                {"GiB", 1ull << 30}}) {
+  for (auto [suffix, factor] :
+       {std::pair<const char*, unsigned long long>{"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}}) {
     const size_t n = strlen(suffix);
     if (text.size() > n && text.compare(text.size() - n, n, suffix) == 0) {
       digits = text.substr(0, text.size() - n);
@@ -214,8 +215,7 @@ Status parseBytes(const Input& in, unsigned long long lo, unsigned long long& ou
 }
 
 // `auto` (stored as `autoValue`, a value no byte count >= lo takes) or a byte count >= lo.
-Status parseBytesOrAuto(const Input& in, unsigned long long lo, unsigned long long autoValue,
-                             unsigned long long& out) {
+Status parseBytesOrAuto(const Input& in, unsigned long long lo, unsigned long long autoValue, unsigned long long& out) {
   std::string text;
   RL_CHECK(scalarText(in, "auto or a byte count", &text));
   if (text != "auto") return parseBytes(in, lo, out, "auto");
@@ -277,9 +277,12 @@ Status parseRange(const Input& in, Range& out) {
     const size_t dash = text.find('-');
     long long lo = 0, hi = 0;
     bool ok = parseInteger(text.substr(0, dash), 0, LLONG_MAX, lo);
-    if (ok && dash == std::string::npos) hi = lo;
-    else if (ok && dash + 1 == text.size()) hi = -1;
-    else if (ok) ok = parseInteger(text.substr(dash + 1), lo, LLONG_MAX, hi);
+    if (ok && dash == std::string::npos)
+      hi = lo;
+    else if (ok && dash + 1 == text.size())
+      hi = -1;
+    else if (ok)
+      ok = parseInteger(text.substr(dash + 1), lo, LLONG_MAX, hi);
     if (!ok) return badValue(in.where, "'" + text + "'", in.key, expected);
     range.lo = lo;
     range.hi = hi;
@@ -301,8 +304,8 @@ std::string showRange(const Range& r) {
 }
 
 std::string showBytes(unsigned long long bytes) {
-  for (auto [suffix, factor] : {std::pair<const char*, unsigned long long>{"GiB", 1ull << 30}, {"MiB", 1ull << 20},
-                                {"KiB", 1ull << 10}}) {
+  for (auto [suffix, factor] :
+       {std::pair<const char*, unsigned long long>{"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}}) {
     if (bytes >= factor && bytes % factor == 0) return std::to_string(bytes / factor) + suffix;
   }
   return std::to_string(bytes);
@@ -312,12 +315,13 @@ std::string showBytesOrAuto(unsigned long long bytes, unsigned long long autoVal
   return bytes == autoValue ? "auto" : showBytes(bytes);
 }
 
-constexpr const char* kOpNames[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
-                                    "AlltoAll", "Gather", "Scatter", "Send", "Recv"};
+constexpr const char* kOpNames[] = {"AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter",
+                                    "AlltoAll",  "Gather",    "Scatter", "Send",      "Recv"};
 
 Status parseOps(const Input& in, std::vector<std::string>& out) {
   std::string expected = "a list of operations among ";
-  for (size_t i = 0; i < sizeof(kOpNames) / sizeof(kOpNames[0]); ++i) expected += (i ? "|" : "") + std::string(kOpNames[i]);
+  for (size_t i = 0; i < sizeof(kOpNames) / sizeof(kOpNames[0]); ++i)
+    expected += (i ? "|" : "") + std::string(kOpNames[i]);
   std::vector<std::string> items;
   RL_CHECK(parseList(in, expected, items));
   for (const std::string& item : items) {
@@ -333,8 +337,7 @@ constexpr const char* kGroupExpected = "a sequence of maps {members: [ranks...],
 constexpr const char* kMembersExpected = "a non-empty sequence of distinct ranks >= 0";
 
 // Same check for duplicate keys in the top-level map and in a group entry: yaml-cpp keeps both silently.
-Status duplicateKey(const std::string& origin, const YAML::Node& key,
-                         std::map<std::string, YAML::Mark>& seen) {
+Status duplicateKey(const std::string& origin, const YAML::Node& key, std::map<std::string, YAML::Mark>& seen) {
   auto [it, inserted] = seen.emplace(key.Scalar(), key.Mark());
   if (inserted) return Status::ok();
   return Status::invalidArgument(at(origin, key.Mark()) + ": duplicate key '" + key.Scalar() + "' (first at " +
@@ -342,7 +345,7 @@ Status duplicateKey(const std::string& origin, const YAML::Node& key,
 }
 
 Status parseMembers(const YAML::Node& node, const std::string& origin, const std::string& where,
-                         const std::string& name, GroupSpec& group) {
+                    const std::string& name, GroupSpec& group) {
   if (!node.IsSequence() || node.size() == 0) {
     return badValue(where, node.IsSequence() ? "'[]'" : shown(node), name, kMembersExpected);
   }
@@ -363,8 +366,7 @@ Status parseMembers(const YAML::Node& node, const std::string& origin, const std
   return Status::ok();
 }
 
-Status parseGroupEntry(const YAML::Node& entry, const std::string& origin, const std::string& name,
-                            GroupSpec& group) {
+Status parseGroupEntry(const YAML::Node& entry, const std::string& origin, const std::string& name, GroupSpec& group) {
   group.origin = at(origin, entry.Mark());
   if (!entry.IsMap()) return badValue(group.origin, shown(entry), name, "a map {members: [...], color: N, name: S}");
   bool haveMembers = false;
@@ -376,7 +378,7 @@ Status parseGroupEntry(const YAML::Node& entry, const std::string& origin, const
     std::string where = at(origin, valueMark(key, value));
     if (keyName != "members" && keyName != "color" && keyName != "name") {
       return Status::invalidArgument(at(origin, key.Mark()) + ": unknown key '" + shown(keyName) + "' in '" + name +
-             "' (known keys: members, color, name)");
+                                     "' (known keys: members, color, name)");
     }
     RL_CHECK(duplicateKey(origin, key, seen));
     if (keyName == "members") {
@@ -516,8 +518,7 @@ Status parseMeshColors(const Input& in, Settings& s) {
     for (size_t start = 0; ok && start < eq;) {
       const size_t plus = std::min(item.find('+', start), eq);
       entry.dims.push_back(item.substr(start, plus - start));
-      ok = meshName(entry.dims.back()) &&
-           std::count(entry.dims.begin(), entry.dims.end(), entry.dims.back()) == 1;
+      ok = meshName(entry.dims.back()) && std::count(entry.dims.begin(), entry.dims.end(), entry.dims.back()) == 1;
       start = plus + 1;
     }
     const std::string colors = ok ? item.substr(eq + 1) : "";
@@ -525,9 +526,12 @@ Status parseMeshColors(const Input& in, Settings& s) {
       const size_t dash = colors.find('-');
       long long lo = 0, hi = 0;
       ok = parseInteger(colors.substr(0, dash), 0, INT_MAX, lo);
-      if (ok && dash == std::string::npos) hi = lo;
-      else if (ok && dash + 1 == colors.size()) hi = -1;
-      else if (ok) ok = parseInteger(colors.substr(dash + 1), lo, INT_MAX, hi);
+      if (ok && dash == std::string::npos)
+        hi = lo;
+      else if (ok && dash + 1 == colors.size())
+        hi = -1;
+      else if (ok)
+        ok = parseInteger(colors.substr(dash + 1), lo, INT_MAX, hi);
       entry.colors.lo = lo;
       entry.colors.hi = hi;
     }
@@ -549,7 +553,8 @@ Status crossCheck(const Settings& s) {
   if (s.mesh_colors.empty()) return Status::ok();
   const std::string where = s.set_by.count("mesh_colors") ? s.set_by.at("mesh_colors") : "mesh_colors";
   if (s.mesh.empty()) {
-    return Status::invalidArgument(where + ": mesh_colors names mesh dimensions, but no mesh is set: give the mesh "
+    return Status::invalidArgument(where +
+                                   ": mesh_colors names mesh dimensions, but no mesh is set: give the mesh "
                                    "too (RANKLENS_MESH, e.g. dp=8192,tp=2; ranklens replay --mesh)");
   }
   for (const MeshColors& e : s.mesh_colors) {
@@ -576,28 +581,24 @@ struct KeyDesc {
 };
 
 const KeyDesc kKeys[] = {
-    {Section::kCommon, "mode", "RANKLENS_MODE",
-     "replay | record",
+    {Section::kCommon, "mode", "RANKLENS_MODE", "replay | record",
      "replay: run one rank alone against virtual peers; record: forward to the real NCCL and write a trace",
      [](const Input& in, Settings& s) { return parseEnum(in, kModeNames, s.mode); },
      [](const Settings& s) { return std::string(toString(s.mode)); }},
-    {Section::kCommon, "device", "RANKLENS_DEVICE",
-     "auto | cuda | host",
+    {Section::kCommon, "device", "RANKLENS_DEVICE", "auto | cuda | host",
      "where stream-side effects run: cuda, host (no GPU needed), or auto (cuda when a GPU is usable)",
      [](const Input& in, Settings& s) { return parseEnum(in, kDeviceNames, s.device); },
      [](const Settings& s) { return std::string(toString(s.device)); }},
-    {Section::kCommon, "trace_dir", "RANKLENS_TRACE_DIR",
-     "a path", "directory for per-rank event logs; empty: no events are written",
+    {Section::kCommon, "trace_dir", "RANKLENS_TRACE_DIR", "a path",
+     "directory for per-rank event logs; empty: no events are written",
      [](const Input& in, Settings& s) { return parseString(in, s.trace_dir); },
      [](const Settings& s) { return s.trace_dir; }},
-    {Section::kRecord, "real_nccl", "RANKLENS_REAL_NCCL",
-     "a path",
+    {Section::kRecord, "real_nccl", "RANKLENS_REAL_NCCL", "a path",
      "path of the real libnccl.so.2 to forward to; empty: the one already loaded (torch preloads "
      "its wheel's), else the Python environment's, conda's, LD_LIBRARY_PATH's or the system's",
      [](const Input& in, Settings& s) { return parseString(in, s.real_nccl); },
      [](const Settings& s) { return s.real_nccl; }},
-    {Section::kRecord, "payloads", "RANKLENS_PAYLOADS",
-     "none | small | all",
+    {Section::kRecord, "payloads", "RANKLENS_PAYLOADS", "none | small | all",
      "which received buffers are stored: none (timing only), small (messages up to payload_max_bytes: "
      "the values that steer control flow), all",
      [](const Input& in, Settings& s) { return parseEnum(in, kPayloadsNames, s.payloads); },
@@ -608,92 +609,80 @@ const KeyDesc kKeys[] = {
      [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_max_bytes); },
      [](const Settings& s) { return showBytes(s.payload_max_bytes); }},
     {Section::kRecord, "payload_ops", "RANKLENS_PAYLOAD_OPS",
-     "a list of operations among AllReduce Broadcast Reduce AllGather ReduceScatter AlltoAll Gather Scatter Send Recv; in the environment, comma-separated",
+     "a list of operations among AllReduce Broadcast Reduce AllGather ReduceScatter AlltoAll Gather Scatter Send Recv; "
+     "in the environment, comma-separated",
      "store payloads only of these operations (e.g. [AllReduce, Recv]); empty: all",
      [](const Input& in, Settings& s) { return parseOps(in, s.payload_ops); },
      [](const Settings& s) { return showList(s.payload_ops); }},
     {Section::kRecord, "payload_comms", "RANKLENS_PAYLOAD_COMMS",
-     "a list of communicator ids (creation order, as ranklens trace summary shows them) or commName values; comma-separated in the environment",
+     "a list of communicator ids (creation order, as ranklens trace summary shows them) or commName values; "
+     "comma-separated in the environment",
      "store payloads only of these communicators, by id (creation order, as in `ranklens trace summary`) "
      "or by commName; empty: all",
-     [](const Input& in, Settings& s) {
-       return parseList(in, "a list of communicator ids or names", s.payload_comms);
-     },
+     [](const Input& in, Settings& s) { return parseList(in, "a list of communicator ids or names", s.payload_comms); },
      [](const Settings& s) { return showList(s.payload_comms); }},
-    {Section::kRecord, "payload_steps", "RANKLENS_PAYLOAD_STEPS",
-     "A-B (inclusive), A- (from A on), A, or all",
+    {Section::kRecord, "payload_steps", "RANKLENS_PAYLOAD_STEPS", "A-B (inclusive), A- (from A on), A, or all",
      "store payloads only during these steps (as marked by ranklensMarkStage), e.g. 10-20",
      [](const Input& in, Settings& s) { return parseRange(in, s.payload_steps); },
      [](const Settings& s) { return showRange(s.payload_steps); }},
-    {Section::kRecord, "payload_seqs", "RANKLENS_PAYLOAD_SEQS",
-     "as payload_steps",
+    {Section::kRecord, "payload_seqs", "RANKLENS_PAYLOAD_SEQS", "as payload_steps",
      "store payloads only of calls whose per-communicator sequence number is in this range",
      [](const Input& in, Settings& s) { return parseRange(in, s.payload_seqs); },
      [](const Settings& s) { return showRange(s.payload_seqs); }},
-    {Section::kRecord, "payload_zstd_level", "RANKLENS_PAYLOAD_ZSTD_LEVEL",
-     "-100..19",
+    {Section::kRecord, "payload_zstd_level", "RANKLENS_PAYLOAD_ZSTD_LEVEL", "-100..19",
      "the zstd level payloads are compressed at (negative: zstd's fast levels); a value replay decodes "
      "them again, so it bounds both full-payload recording and value replay",
      [](const Input& in, Settings& s) {
        return parseInt(in, -100, 19, "a zstd level, -100..19", s.payload_zstd_level);
      },
      [](const Settings& s) { return std::to_string(s.payload_zstd_level); }},
-    {Section::kRecord, "payload_threads", "RANKLENS_PAYLOAD_THREADS",
-     "0..64",
+    {Section::kRecord, "payload_threads", "RANKLENS_PAYLOAD_THREADS", "0..64",
      "threads that compress stored payloads and write them (0: half of this rank's share of the host's "
      "cores, 2..8); with payloads all they are what bounds the recording when they are all busy",
-     [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.payload_threads); },
+     [](const Input& in, Settings& s) {
+       return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.payload_threads);
+     },
      [](const Settings& s) { return std::to_string(s.payload_threads); }},
-    {Section::kRecord, "payload_shuffle", "RANKLENS_PAYLOAD_SHUFFLE",
-     "on | auto | off",
+    {Section::kRecord, "payload_shuffle", "RANKLENS_PAYLOAD_SHUFFLE", "on | auto | off",
      "store payloads of 2-, 4- and 8-byte elements as byte planes before compressing them, which "
      "compresses floating-point values much faster: always (on), when a sample says it pays (auto), or "
      "never (off)",
      [](const Input& in, Settings& s) { return parseEnum(in, kPayloadShuffleNames, s.payload_shuffle); },
      [](const Settings& s) { return std::string(toString(s.payload_shuffle)); }},
-    {Section::kRecord, "payload_queue_bytes", "RANKLENS_PAYLOAD_QUEUE_BYTES",
-     "a byte count ≥ 16 MiB",
+    {Section::kRecord, "payload_queue_bytes", "RANKLENS_PAYLOAD_QUEUE_BYTES", "a byte count ≥ 16 MiB",
      "host memory for payloads taken out of staging that wait for a compression thread or the writer; "
      "when it is full the background thread waits and staging fills (then staging_full applies)",
      [](const Input& in, Settings& s) { return parseBytes(in, 16u << 20, s.payload_queue_bytes); },
      [](const Settings& s) { return showBytes(s.payload_queue_bytes); }},
-    {Section::kRecord, "staging_bytes", "RANKLENS_STAGING_BYTES",
-     "auto or a byte count ≥ 1",
+    {Section::kRecord, "staging_bytes", "RANKLENS_STAGING_BYTES", "auto or a byte count ≥ 1",
      "pinned host memory for payloads copied off the GPU and not yet compressed (allocated at the first "
      "communicator when payloads are on); a larger message is skipped and counted; auto: 256MiB for payloads "
      "small, and for payloads all 2GiB, at most a sixteenth of the host's memory shared by its ranks",
-     [](const Input& in, Settings& s) {
-       return parseBytesOrAuto(in, 1, Settings::kAutoStagingBytes, s.staging_bytes);
-     },
+     [](const Input& in, Settings& s) { return parseBytesOrAuto(in, 1, Settings::kAutoStagingBytes, s.staging_bytes); },
      [](const Settings& s) { return showBytesOrAuto(s.staging_bytes, Settings::kAutoStagingBytes); }},
-    {Section::kRecord, "staging_full", "RANKLENS_STAGING_FULL",
-     "skip | wait",
+    {Section::kRecord, "staging_full", "RANKLENS_STAGING_FULL", "skip | wait",
      "when staging memory is full, skip the payload (counted in the trace; the job is never slowed) or "
      "wait for space (complete payloads, may slow the job)",
      [](const Input& in, Settings& s) { return parseEnum(in, kStagingFullNames, s.staging_full); },
      [](const Settings& s) { return std::string(toString(s.staging_full)); }},
-    {Section::kRecord, "timing_clock", "RANKLENS_TIMING_CLOCK",
-     "events | kernel",
+    {Section::kRecord, "timing_clock", "RANKLENS_TIMING_CLOCK", "events | kernel",
      "where each call's GPU duration comes from: CUDA events around the call, or the timestamps of NCCL's "
      "own kernel (through NCCL's profiler plugin interface; no events on the calling thread)",
      [](const Input& in, Settings& s) { return parseEnum(in, kTimingClockNames, s.timing_clock); },
      [](const Settings& s) { return std::string(toString(s.timing_clock)); }},
-    {Section::kRecord, "captured_timing", "RANKLENS_CAPTURED_TIMING",
-     "events | off",
+    {Section::kRecord, "captured_timing", "RANKLENS_CAPTURED_TIMING", "events | off",
      "a call captured into a CUDA graph is timed by two event nodes added to the graph, at the first launch "
      "of it that completes (events), or has no duration (off: the graph gets nothing of RankLens's)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCapturedTimingNames, s.captured_timing); },
      [](const Settings& s) { return std::string(toString(s.captured_timing)); }},
-    {Section::kRecord, "timing_poll_us", "RANKLENS_TIMING_POLL_US",
-     "10..100000",
+    {Section::kRecord, "timing_poll_us", "RANKLENS_TIMING_POLL_US", "10..100000",
      "how often (microseconds) the background thread looks for finished calls while some are "
      "pending; longer costs the job's calls less CUDA driver time and keeps staged payloads longer",
      [](const Input& in, Settings& s) {
        return parseInt(in, 10, 100000, "microseconds, 10..100000", s.timing_poll_us);
      },
      [](const Settings& s) { return std::to_string(s.timing_poll_us); }},
-    {Section::kRecord, "payload_copy_kernel_bytes", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES",
-     "a byte count ≥ 0",
+    {Section::kRecord, "payload_copy_kernel_bytes", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "a byte count ≥ 0",
      "a stored payload up to this size is copied off the GPU by a one-block kernel on the call's stream, "
      "which signals its own completion (no copy engine round trip, no event); larger ones, and all when 0, by a "
      "copy engine followed by an event",
@@ -706,20 +695,17 @@ const KeyDesc kKeys[] = {
      "costs the same otherwise); 0: always the copy engine",
      [](const Input& in, Settings& s) { return parseBytes(in, 0, s.payload_copy_kernel_bytes_one_rank); },
      [](const Settings& s) { return showBytes(s.payload_copy_kernel_bytes_one_rank); }},
-    {Section::kRecord, "payload_copy_priority", "RANKLENS_PAYLOAD_COPY_PRIORITY",
-     "high | stream",
+    {Section::kRecord, "payload_copy_priority", "RANKLENS_PAYLOAD_COPY_PRIORITY", "high | stream",
      "the launch priority of the payload copy kernel: high (the device's greatest stream priority: it takes "
      "the first free SM slot ahead of the job's pending compute blocks) or stream (its stream's priority)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCopyPriorityNames, s.payload_copy_priority); },
      [](const Settings& s) { return std::string(toString(s.payload_copy_priority)); }},
-    {Section::kReplay, "fidelity", "RANKLENS_FIDELITY",
-     "structure | timing | value",
+    {Section::kReplay, "fidelity", "RANKLENS_FIDELITY", "structure | timing | value",
      "structure: calls and communicators only; timing: also hold streams for recorded durations; "
      "value: also restore recorded payloads",
      [](const Input& in, Settings& s) { return parseEnum(in, kFidelityNames, s.fidelity); },
      [](const Settings& s) { return std::string(toString(s.fidelity)); }},
-    {Section::kReplay, "fill", "RANKLENS_FILL",
-     "clone | keep | zero | poison",
+    {Section::kReplay, "fill", "RANKLENS_FILL", "clone | keep | zero | poison",
      "receive-buffer contents when no recorded payload exists: clone (every peer sent what this rank sent), "
      "keep (untouched), zero, poison (a pattern that makes unrestored data stand out)",
      [](const Input& in, Settings& s) { return parseEnum(in, kFillNames, s.fill); },
@@ -731,8 +717,7 @@ const KeyDesc kKeys[] = {
        return parseInt(in, 1, 999999, "an NCCL version code such as 22809 (1..999999)", s.nccl_version);
      },
      [](const Settings& s) { return std::to_string(s.nccl_version); }},
-    {Section::kReplay, "ranks_per_node", "RANKLENS_RANKS_PER_NODE",
-     "integer ≥ 1",
+    {Section::kReplay, "ranks_per_node", "RANKLENS_RANKS_PER_NODE", "integer ≥ 1",
      "virtual topology: consecutive world ranks sharing a node (locality, LSA team)",
      [](const Input& in, Settings& s) { return parseInt(in, 1, INT_MAX, "an integer >= 1", s.ranks_per_node); },
      [](const Settings& s) { return std::to_string(s.ranks_per_node); }},
@@ -747,35 +732,30 @@ const KeyDesc kKeys[] = {
      "the device mesh from which every ncclCommSplit child is worked out, for any rank at any world size, without a "
      "groups table; the last dimension is contiguous (torch's DeviceMesh order, the reverse of Megatron's order "
      "string)",
-     [](const Input& in, Settings& s) { return parseMesh(in, s); },
-     [](const Settings& s) { return showMesh(s); }},
+     [](const Input& in, Settings& s) { return parseMesh(in, s); }, [](const Settings& s) { return showMesh(s); }},
     {Section::kReplay, "mesh_colors", "RANKLENS_MESH_COLORS",
      "dims=colors,... e.g. tp=0-8191,dp=8192- (dims joined by +; colors C, A-B, A- or all)",
      "which split colors span which mesh dimensions (first match wins); torch's colors are recognised without it",
      [](const Input& in, Settings& s) { return parseMeshColors(in, s); },
      [](const Settings& s) { return showMeshColors(s); }},
-    {Section::kReplay, "replay_trace", "RANKLENS_REPLAY_TRACE",
-     "a path",
+    {Section::kReplay, "replay_trace", "RANKLENS_REPLAY_TRACE", "a path",
      "the recorded trace to replay, a rank directory or a trace root holding rank<RANK>; needed for "
      "fidelity timing and value, optional for structure (calls are then checked against it)",
      [](const Input& in, Settings& s) { return parseString(in, s.replay_trace); },
      [](const Settings& s) { return s.replay_trace; }},
-    {Section::kReplay, "on_mismatch", "RANKLENS_ON_MISMATCH",
-     "error | warn | estimate",
+    {Section::kReplay, "on_mismatch", "RANKLENS_ON_MISMATCH", "error | warn | estimate",
      "a call that does not match the recording fails with ncclInvalidUsage (error), is logged and "
      "replayed without a hold or payload (warn), or gets an estimated duration and no payload (estimate)",
      [](const Input& in, Settings& s) { return parseEnum(in, kOnMismatchNames, s.on_mismatch); },
      [](const Settings& s) { return std::string(toString(s.on_mismatch)); }},
-    {Section::kReplay, "on_payload_error", "RANKLENS_ON_PAYLOAD_ERROR",
-     "error | warn",
+    {Section::kReplay, "on_payload_error", "RANKLENS_ON_PAYLOAD_ERROR", "error | warn",
      "a call whose recorded payload the fidelity restores but which cannot be read (a damaged or "
      "missing payload file, a reference outside it, a blob larger than it claims) fails with ncclSystemError "
      "naming the call, file, offset and reason (error), or gets the fill semantics with one such line on stderr "
      "per call, counted as replay_payload_failures (warn: the values from that call on are not the recorded run's)",
      [](const Input& in, Settings& s) { return parseEnum(in, kOnPayloadErrorNames, s.on_payload_error); },
      [](const Settings& s) { return std::string(toString(s.on_payload_error)); }},
-    {Section::kReplay, "at_hang", "RANKLENS_AT_HANG",
-     "stop | wait | continue",
+    {Section::kReplay, "at_hang", "RANKLENS_AT_HANG", "stop | wait | continue",
      "replay of a trace imported from PyTorch Flight Recorder dumps (ranklens import flight-recorder): at the "
      "call the dump left started or scheduled (the hang), print where it is (process group, collective, "
      "sequence number, the ranks that reached it, the recorded Python stack) and fail the call with "
@@ -783,47 +763,40 @@ const KeyDesc kKeys[] = {
      "(wait), or replay on (continue)",
      [](const Input& in, Settings& s) { return parseEnum(in, kAtHangNames, s.at_hang); },
      [](const Settings& s) { return std::string(toString(s.at_hang)); }},
-    {Section::kReplay, "completion", "RANKLENS_COMPLETION",
-     "kernel | host_callback",
+    {Section::kReplay, "completion", "RANKLENS_COMPLETION", "kernel | host_callback",
      "how a stream is held for a call's duration: kernel (a 1-thread kernel waiting on the GPU timer, "
      "named ranklens_<Op> in profilers) or host_callback (cudaLaunchHostFunc; serialises streams)",
      [](const Input& in, Settings& s) { return parseEnum(in, kCompletionNames, s.completion); },
      [](const Settings& s) { return std::string(toString(s.completion)); }},
-    {Section::kReplay, "host_time", "RANKLENS_HOST_TIME",
-     "replay | own | ignore",
+    {Section::kReplay, "host_time", "RANKLENS_HOST_TIME", "replay | own | ignore",
      "(timing, value) a call keeps the calling thread as long as the recorded call did (replay), "
      "at most twice the 10th percentile of its operation's recorded host times (own: the rest was most "
      "likely a wait for a full launch queue, which the replayed program meets by itself), or returns at "
      "once (ignore)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHostTimeNames, s.host_time); },
      [](const Settings& s) { return std::string(toString(s.host_time)); }},
-    {Section::kReplay, "timing", "RANKLENS_TIMING",
-     "recorded | estimated",
+    {Section::kReplay, "timing", "RANKLENS_TIMING", "recorded | estimated",
      "(fidelity timing, value) each call is held for its recorded duration, or for the estimate from "
      "`history` (estimated: what-if runs, calls the recording never saw at this scale)",
      [](const Input& in, Settings& s) { return parseEnum(in, kTimingSourceNames, s.timing); },
      [](const Settings& s) { return std::string(toString(s.timing)); }},
-    {Section::kReplay, "history", "RANKLENS_HISTORY",
-     "a path",
+    {Section::kReplay, "history", "RANKLENS_HISTORY", "a path",
      "duration history of recorded runs (ranklens history build) used by timing: estimated and "
      "on_mismatch: estimate; empty: the replayed recording's own timed calls",
      [](const Input& in, Settings& s) { return parseString(in, s.history); },
      [](const Settings& s) { return s.history; }},
-    {Section::kReplay, "estimate_target", "RANKLENS_ESTIMATE_TARGET",
-     "transfer | observed",
+    {Section::kReplay, "estimate_target", "RANKLENS_ESTIMATE_TARGET", "transfer | observed",
      "what an estimated duration stands for: observed (what a rank measured, its waits for peers "
      "included) or transfer (the collective's own time, the shortest over the job's ranks; from a history built "
      "by this version)",
      [](const Input& in, Settings& s) { return parseEnum(in, kEstimateTargetNames, s.estimate_target); },
      [](const Settings& s) { return std::string(toString(s.estimate_target)); }},
-    {Section::kReplay, "hold_blocks", "RANKLENS_HOLD_BLOCKS",
-     "integer 1..1024",
+    {Section::kReplay, "hold_blocks", "RANKLENS_HOLD_BLOCKS", "integer 1..1024",
      "(completion: kernel) SMs each hold kernel occupies; 1 leaves the rest to compute, more (e.g. NCCL's "
      "channel count) reproduce the slowdown of compute that overlaps communication",
      [](const Input& in, Settings& s) { return parseInt(in, 1, 1024, "an integer in 1..1024", s.hold_blocks); },
      [](const Settings& s) { return std::to_string(s.hold_blocks); }},
-    {Section::kReplay, "hold_threads", "RANKLENS_HOLD_THREADS",
-     "multiple of 32 in 32..1024",
+    {Section::kReplay, "hold_threads", "RANKLENS_HOLD_THREADS", "multiple of 32 in 32..1024",
      "(completion: kernel) threads of each hold block (NCCL's blocks have 512-640), so that a hold takes "
      "the warp slots of an SM that an NCCL block takes",
      [](const Input& in, Settings& s) {
@@ -834,8 +807,7 @@ const KeyDesc kKeys[] = {
        return Status::ok();
      },
      [](const Settings& s) { return std::to_string(s.hold_threads); }},
-    {Section::kReplay, "hold_shared_bytes", "RANKLENS_HOLD_SHARED_BYTES",
-     "auto, sm or a byte count",
+    {Section::kReplay, "hold_shared_bytes", "RANKLENS_HOLD_SHARED_BYTES", "auto, sm or a byte count",
      "(completion: kernel) dynamic shared memory of each hold block: auto (an SM's whole shared memory "
      "when hold_blocks > 1, so that nothing else runs on a held SM; none for one block), sm (always an SM's "
      "whole), or a byte count (e.g. NCCL's own, from a profile)",
@@ -845,41 +817,35 @@ const KeyDesc kKeys[] = {
               : s.hold_shared_bytes == kHoldSharedSm ? std::string("sm")
                                                      : std::to_string(s.hold_shared_bytes);
      }},
-    {Section::kReplay, "hold_from", "RANKLENS_HOLD_FROM",
-     "arrival | start",
+    {Section::kReplay, "hold_from", "RANKLENS_HOLD_FROM", "arrival | start",
      "a hold counts its duration from the moment its stream reached the call (arrival: the call's "
      "copies and any wait for SMs count within it) or from the hold kernel's own start (start: such waits "
      "add to the call, as NCCL's kernel's did in the real run)",
      [](const Input& in, Settings& s) { return parseEnum(in, kHoldFromNames, s.hold_from); },
      [](const Settings& s) { return std::string(toString(s.hold_from)); }},
-    {Section::kReplay, "peer_pacing", "RANKLENS_PEER_PACING",
-     "off | recorded",
+    {Section::kReplay, "peer_pacing", "RANKLENS_PEER_PACING", "off | recorded",
      "(timing, value; kernel holds) a collective ends when its slowest peer, arriving at its "
      "recorded pace, would have finished it (recorded: needs every rank's recording), instead of this "
      "rank's recorded duration after its own arrival (off)",
      [](const Input& in, Settings& s) { return parseEnum(in, kPeerPacingNames, s.peer_pacing); },
      [](const Settings& s) { return std::string(toString(s.peer_pacing)); }},
-    {Section::kReplay, "resync_window", "RANKLENS_RESYNC_WINDOW",
-     "integer 0..1048576",
+    {Section::kReplay, "resync_window", "RANKLENS_RESYNC_WINDOW", "integer 0..1048576",
      "after a mismatch, how many recorded calls of the communicator are searched ahead for the replayed "
      "call (found: the recorded calls in between were skipped by the program; not found: the call is extra)",
-     [](const Input& in, Settings& s) {
-       return parseInt(in, 0, 1 << 20, "an integer in 0..1048576", s.resync_window);
-     },
+     [](const Input& in, Settings& s) { return parseInt(in, 0, 1 << 20, "an integer in 0..1048576", s.resync_window); },
      [](const Settings& s) { return std::to_string(s.resync_window); }},
-    {Section::kReplay, "prefetch_bytes", "RANKLENS_PREFETCH_BYTES",
-     "auto | a byte count ≥ 1 MiB",
+    {Section::kReplay, "prefetch_bytes", "RANKLENS_PREFETCH_BYTES", "auto | a byte count ≥ 1 MiB",
      "(value) pinned host memory holding payloads decoded ahead of their calls by worker threads; auto: 4x "
      "the recording's largest step of payloads, at least 512MiB, at most 8GiB and an eighth of the host's memory",
      [](const Input& in, Settings& s) { return parseBytesOrAuto(in, 1 << 20, 0, s.prefetch_bytes); },
      [](const Settings& s) { return showBytesOrAuto(s.prefetch_bytes, 0); }},
-    {Section::kReplay, "prefetch_threads", "RANKLENS_PREFETCH_THREADS",
-     "0..64",
+    {Section::kReplay, "prefetch_threads", "RANKLENS_PREFETCH_THREADS", "0..64",
      "(value) worker threads decoding recorded payloads ahead of their calls; 0: a quarter of the cores, 2..8",
-     [](const Input& in, Settings& s) { return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.prefetch_threads); },
+     [](const Input& in, Settings& s) {
+       return parseInt(in, 0, 64, "threads, 0..64 (0: automatic)", s.prefetch_threads);
+     },
      [](const Settings& s) { return std::to_string(s.prefetch_threads); }},
-    {Section::kReplay, "payload_device_bytes", "RANKLENS_PAYLOAD_DEVICE_BYTES",
-     "auto | a byte count | 0",
+    {Section::kReplay, "payload_device_bytes", "RANKLENS_PAYLOAD_DEVICE_BYTES", "auto | a byte count | 0",
      "(timing, value) device memory that recorded payloads move into ahead of their calls, so that a "
      "restore is a copy within the GPU; auto: up to two steps of payloads, from what the recorded job left free of "
      "its GPU (256MiB when the recording does not say); 0: restore from pinned host memory",
@@ -887,13 +853,11 @@ const KeyDesc kKeys[] = {
        return parseBytesOrAuto(in, 0, Settings::kAutoDeviceBytes, s.payload_device_bytes);
      },
      [](const Settings& s) { return showBytesOrAuto(s.payload_device_bytes, Settings::kAutoDeviceBytes); }},
-    {Section::kReplay, "break_at", "RANKLENS_BREAK_AT",
-     "<comm>:<seq> | hang",
+    {Section::kReplay, "break_at", "RANKLENS_BREAK_AT", "<comm>:<seq> | hang",
      "raise SIGTRAP (stops under a debugger) when the call <comm>:<seq> is made, comm = creation order "
      "as in `ranklens trace summary`, e.g. 0:120; hang: at the call a Flight Recorder dump left unfinished "
      "(an imported trace), after its report (at_hang then says what the call does)",
-     [](const Input& in, Settings& s) { return parseBreakAt(in, s); },
-     [](const Settings& s) { return s.break_at; }},
+     [](const Input& in, Settings& s) { return parseBreakAt(in, s); }, [](const Settings& s) { return s.break_at; }},
 };
 
 const KeyDesc* findKey(const std::string& key) {
@@ -1033,8 +997,9 @@ Status internalFailure(const char* what, Settings* settings) {
 Status readFile(const std::string& path, std::string* text) {
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return Status::systemError(std::string(kConfigVar) + "=" + path + ": cannot read file (" +
-                                     std::strerror(errno) + ")");
+  if (!f)
+    return Status::systemError(std::string(kConfigVar) + "=" + path + ": cannot read file (" + std::strerror(errno) +
+                               ")");
   char buffer[4096];
   size_t n;
   while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text->append(buffer, n);
@@ -1105,8 +1070,10 @@ Context readContext(const GetEnv& getenv) {
     }
   }
   if (const char* blocking = getenv("NCCL_COMM_BLOCKING"); blocking != nullptr) {
-    if (std::strcmp(blocking, "0") == 0) c.comm_blocking = 0;
-    else if (std::strcmp(blocking, "1") == 0) c.comm_blocking = 1;
+    if (std::strcmp(blocking, "0") == 0)
+      c.comm_blocking = 0;
+    else if (std::strcmp(blocking, "1") == 0)
+      c.comm_blocking = 1;
   }
   if (const char* progress = getenv("RANKLENS_PROGRESS"); progress != nullptr && *progress != '\0')
     c.progress = std::strcmp(progress, "0") == 0 ? 0 : 1;

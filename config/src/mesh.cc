@@ -65,8 +65,8 @@ struct Parent {
 
 // The parent's members that agree with `me` on every dimension outside `mask`, as (parent rank, world rank) in
 // parent-rank order.
-std::vector<std::pair<int, int>> groupOf(const std::vector<int>& sizes, const std::vector<long long>& strides,
-                                         int me, unsigned mask, const Parent& parent) {
+std::vector<std::pair<int, int>> groupOf(const std::vector<int>& sizes, const std::vector<long long>& strides, int me,
+                                         unsigned mask, const Parent& parent) {
   long long base = me;  // me with every spanned coordinate set to 0
   std::vector<size_t> spanned;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -118,17 +118,20 @@ Status meshSizes(const std::vector<MeshDim>& mesh, long long worldSize, std::vec
   long long known = 1;
   int inferred = -1;
   for (size_t i = 0; i < mesh.size(); ++i) {
-    if (mesh[i].size < 0) inferred = static_cast<int>(i);
-    else known *= mesh[i].size;
+    if (mesh[i].size < 0)
+      inferred = static_cast<int>(i);
+    else
+      known *= mesh[i].size;
   }
-  const std::string fix = "; the product of its sizes must be the world size (give one size as -1 to take what the "
-                          "world size leaves, e.g. dp=-1)";
+  const std::string fix =
+      "; the product of its sizes must be the world size (give one size as -1 to take what the "
+      "world size leaves, e.g. dp=-1)";
   if (inferred >= 0 ? worldSize % known != 0 : known != worldSize) {
-    return Status::invalidArgument(
-        "the mesh " + meshText(mesh) + " does not fit a world of " + std::to_string(worldSize) + " ranks" +
-        (inferred >= 0 ? " (" + std::to_string(known) + " does not divide it)"
-                       : " (it has " + std::to_string(known) + ")") +
-        fix);
+    return Status::invalidArgument("the mesh " + meshText(mesh) + " does not fit a world of " +
+                                   std::to_string(worldSize) + " ranks" +
+                                   (inferred >= 0 ? " (" + std::to_string(known) + " does not divide it)"
+                                                  : " (it has " + std::to_string(known) + ")") +
+                                   fix);
   }
   sizes->clear();
   for (const MeshDim& d : mesh)
@@ -193,16 +196,17 @@ Status resolve(const Settings& settings, int worldSize, const std::vector<int>& 
     std::sort(world.begin(), world.end());
     std::sort(inParent.begin(), inParent.end());
     if (torchSplitColor(world) == color || torchSplitColor(inParent) == color)
-      return finish(mask, std::move(group), "torch's color for the " + (mask ? dimsText(mesh, mask) : "1-rank") +
-                                                " group");
+      return finish(mask, std::move(group),
+                    "torch's color for the " + (mask ? dimsText(mesh, mask) : "1-rank") + " group");
     if (mask != 0 && (mask & (mask - 1)) == 0)  // one dimension: the groups a user most likely means
       seen += (seen.empty() ? "" : ", ") + dimsText(mesh, mask) + " " + ranksText(world);
   }
   return Status::invalidUsage(
       which + ": the mesh " + meshText(mesh) + " does not say which dimensions color " + std::to_string(color) +
       " splits along (no mesh_colors entry holds it, and it is not torch's color for any of this rank's mesh "
-      "groups: " + seen + "). Say it with mesh_colors, e.g. RANKLENS_MESH_COLORS=" + mesh.back().name + "=" +
-      std::to_string(color) + " (or a range such as " + mesh.back().name + "=" + std::to_string(color) +
+      "groups: " +
+      seen + "). Say it with mesh_colors, e.g. RANKLENS_MESH_COLORS=" + mesh.back().name + "=" + std::to_string(color) +
+      " (or a range such as " + mesh.back().name + "=" + std::to_string(color) +
       "- for every color from it on; ranklens replay --mesh-colors), or list the child in the groups: table");
 }
 

@@ -60,8 +60,10 @@ ncclResult_t argsCheck(CallInfo& info) {
     // A replayed program must meet the error its real run met; RankLens says why.
     const bool fp8 = info.datatype == ncclFloat8e4m3 || info.datatype == ncclFloat8e5m2;
     if (fp8 && comm->nRanks == 1 && info.count > 0 && (info.redop == ncclAvg || info.redop >= ncclNumOps)) {
-      WARN("%s : NCCL 2.28.9 returns ncclInvalidArgument for ncclAvg and PreMulSum on fp8 data on a one-rank "
-           "communicator (it has no such one-rank kernel); RankLens answers the same", info.opName);
+      WARN(
+          "%s : NCCL 2.28.9 returns ncclInvalidArgument for ncclAvg and PreMulSum on fp8 data on a one-rank "
+          "communicator (it has no such one-rank kernel); RankLens answers the same",
+          info.opName);
       return ncclInvalidArgument;
     }
   }
@@ -157,11 +159,12 @@ ncclResult_t enqueueCheck(CallInfo info) {
   Runtime::get().emit(ranklens::trace::RecordType::kCall, event);
   // NCCL logs a Send's buffer as its recvbuff (ncclInfo carries sendbuff NULL for Send).
   const bool send = info.op == Op::kSend;
-  INFO(kSubColl, "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] "
-       "stream %p", info.opName, static_cast<unsigned long>(event.seq), send ? nullptr : info.sendbuff,
-       send ? info.sendbuff : info.recvbuff, info.count,
-       static_cast<int>(info.datatype), static_cast<int>(info.redop), info.root, static_cast<void*>(info.comm),
-       info.comm->nRanks, static_cast<void*>(info.stream));
+  INFO(kSubColl,
+       "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] "
+       "stream %p",
+       info.opName, static_cast<unsigned long>(event.seq), send ? nullptr : info.sendbuff,
+       send ? info.sendbuff : info.recvbuff, info.count, static_cast<int>(info.datatype), static_cast<int>(info.redop),
+       info.root, static_cast<void*>(info.comm), info.comm->nRanks, static_cast<void*>(info.stream));
 
   const auto& settings = Runtime::get().settings();
   if (settings.break_comm >= 0 && static_cast<uint64_t>(settings.break_comm) == event.commId &&
@@ -201,9 +204,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclBroadcast,
-                            {Op::kBroadcast, "Broadcast", sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
-                             stream}));
+  return submitCall(withApi(real::ApiId::ncclBroadcast, {Op::kBroadcast, "Broadcast", sendbuff, recvbuff, count,
+                                                         datatype, ncclSum, root, comm, stream}));
 }
 
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
@@ -221,23 +223,20 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclAllGather,
-                            {Op::kAllGather, "AllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, -1, comm,
-                             stream}));
+  return submitCall(withApi(real::ApiId::ncclAllGather, {Op::kAllGather, "AllGather", sendbuff, recvbuff, sendcount,
+                                                         datatype, ncclSum, -1, comm, stream}));
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclReduceScatter,
-                            {Op::kReduceScatter, "ReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, -1,
-                             comm, stream}));
+  return submitCall(withApi(real::ApiId::ncclReduceScatter, {Op::kReduceScatter, "ReduceScatter", sendbuff, recvbuff,
+                                                             recvcount, datatype, op, -1, comm, stream}));
 }
 
-ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                          ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclAlltoAll,
-                            {Op::kAlltoAll, "AlltoAll", sendbuff, recvbuff, count, datatype, ncclSum, -1, comm,
-                             stream}));
+ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+                          cudaStream_t stream) {
+  return submitCall(withApi(real::ApiId::ncclAlltoAll, {Op::kAlltoAll, "AlltoAll", sendbuff, recvbuff, count, datatype,
+                                                        ncclSum, -1, comm, stream}));
 }
 
 ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -248,9 +247,8 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
 
 ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                          ncclComm_t comm, cudaStream_t stream) {
-  return submitCall(withApi(real::ApiId::ncclScatter,
-                            {Op::kScatter, "Scatter", sendbuff, recvbuff, count, datatype, ncclSum, root, comm,
-                             stream}));
+  return submitCall(withApi(real::ApiId::ncclScatter, {Op::kScatter, "Scatter", sendbuff, recvbuff, count, datatype,
+                                                       ncclSum, root, comm, stream}));
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,

@@ -36,8 +36,8 @@ struct SubsysName {
   uint64_t bit;
 };
 constexpr SubsysName kSubsysNames[] = {
-    {"INIT", kSubInit}, {"COLL", kSubColl}, {"P2P", kSubP2p}, {"ENV", kSubEnv}, {"ALLOC", kSubAlloc},
-    {"CALL", kSubCall}, {"REG", kSubReg}, {"RANKLENS", kSubRanklens}, {"ALL", kSubAll},
+    {"INIT", kSubInit}, {"COLL", kSubColl}, {"P2P", kSubP2p},           {"ENV", kSubEnv}, {"ALLOC", kSubAlloc},
+    {"CALL", kSubCall}, {"REG", kSubReg},   {"RANKLENS", kSubRanklens}, {"ALL", kSubAll},
 };
 
 // NCCL_DEBUG_SUBSYS: comma list, a leading ^ inverts the whole list.
@@ -65,9 +65,12 @@ std::string expandDebugFile(const char* pattern, const char* host) {
   for (const char* p = pattern; *p; ++p) {
     if (*p == '%' && p[1]) {
       ++p;
-      if (*p == 'h') out += host;
-      else if (*p == 'p') out += std::to_string(getpid());
-      else out += *p;
+      if (*p == 'h')
+        out += host;
+      else if (*p == 'p')
+        out += std::to_string(getpid());
+      else
+        out += *p;
     } else {
       out += *p;
     }
@@ -81,11 +84,16 @@ void initLocked(LogState& s) {
   if (char* dot = strchr(s.host, '.')) *dot = '\0';
   int level = kLogNone;
   if (const char* env = getenv("NCCL_DEBUG")) {
-    if (strcasecmp(env, "VERSION") == 0) level = kLogVersion;
-    else if (strcasecmp(env, "WARN") == 0) level = kLogWarn;
-    else if (strcasecmp(env, "INFO") == 0) level = kLogInfo;
-    else if (strcasecmp(env, "ABORT") == 0) level = kLogAbort;
-    else if (strcasecmp(env, "TRACE") == 0) level = kLogTrace;
+    if (strcasecmp(env, "VERSION") == 0)
+      level = kLogVersion;
+    else if (strcasecmp(env, "WARN") == 0)
+      level = kLogWarn;
+    else if (strcasecmp(env, "INFO") == 0)
+      level = kLogInfo;
+    else if (strcasecmp(env, "ABORT") == 0)
+      level = kLogAbort;
+    else if (strcasecmp(env, "TRACE") == 0)
+      level = kLogTrace;
   }
   s.mask = parseSubsys(getenv("NCCL_DEBUG_SUBSYS"));
   s.file = stdout;
@@ -149,8 +157,8 @@ void printLocked(LogState& s, LogLevel level, const char* file, int line, const 
     fprintf(s.file, "\n[%s] %s:%d:%d [0] %s:%d NCCL WARN RANKLENS: %s\n", stamp, s.host, getpid(), tid, base, line,
             message.c_str());
   } else {
-    fprintf(s.file, "%s:%d:%d [0] NCCL %s RANKLENS: %s\n", s.host, getpid(), tid,
-            level == kLogTrace ? "TRACE" : "INFO", message.c_str());
+    fprintf(s.file, "%s:%d:%d [0] NCCL %s RANKLENS: %s\n", s.host, getpid(), tid, level == kLogTrace ? "TRACE" : "INFO",
+            message.c_str());
   }
   fflush(s.file);
 }
@@ -194,23 +202,34 @@ const char* lastErrorText() { return state().lastError; }
 ncclResult_t ncclCode(ranklens::Status::Code code) {
   using Code = ranklens::Status::Code;
   switch (code) {
-    case Code::kOk: return ncclSuccess;
-    case Code::kUnhandledCudaError: return ncclUnhandledCudaError;
-    case Code::kSystemError: return ncclSystemError;
-    case Code::kInternalError: return ncclInternalError;
-    case Code::kInvalidArgument: return ncclInvalidArgument;
-    case Code::kInvalidUsage: return ncclInvalidUsage;
-    case Code::kRemoteError: return ncclRemoteError;
-    case Code::kCorrupt: return ncclInvalidUsage;       // a damaged trace or settings file: the job's setup is wrong
-    case Code::kUnsupported: return ncclInvalidArgument;  // what NCCL answers for a request it cannot serve
+    case Code::kOk:
+      return ncclSuccess;
+    case Code::kUnhandledCudaError:
+      return ncclUnhandledCudaError;
+    case Code::kSystemError:
+      return ncclSystemError;
+    case Code::kInternalError:
+      return ncclInternalError;
+    case Code::kInvalidArgument:
+      return ncclInvalidArgument;
+    case Code::kInvalidUsage:
+      return ncclInvalidUsage;
+    case Code::kRemoteError:
+      return ncclRemoteError;
+    case Code::kCorrupt:
+      return ncclInvalidUsage;  // a damaged trace or settings file: the job's setup is wrong
+    case Code::kUnsupported:
+      return ncclInvalidArgument;  // what NCCL answers for a request it cannot serve
   }
   return ncclInternalError;
 }
 
 ncclResult_t toNcclResult(const ranklens::Status& status, const char* opName) {
   if (status.isOk()) return ncclSuccess;
-  if (opName != nullptr) WARN("%s : %s", opName, status.message().c_str());
-  else WARN("%s", status.message().c_str());
+  if (opName != nullptr)
+    WARN("%s : %s", opName, status.message().c_str());
+  else
+    WARN("%s", status.message().c_str());
   return ncclCode(status.code());
 }
 

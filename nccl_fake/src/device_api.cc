@@ -52,8 +52,9 @@ namespace impl {
 
 ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const*, ncclDevComm_t*) {
   NCCLCHECK(commCheck(comm, "ncclDevCommCreate", "comm"));
-  WARN("Communicator does not support symmetric memory! (RankLens: device-initiated communication needs peer memory "
-       "that a replayed rank does not have; see docs/api-coverage.md)");
+  WARN(
+      "Communicator does not support symmetric memory! (RankLens: device-initiated communication needs peer memory "
+      "that a replayed rank does not have; see docs/api-coverage.md)");
   return ncclInvalidUsage;
 }
 
@@ -96,8 +97,8 @@ ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers, ncc
   NCCLCHECK(ptrCheck(outReq, "ncclLsaBarrierCreateRequirement", "outReq"));
   memset(outReq, 0, sizeof(*outReq));
   outHandle->nBarriers = nBarriers;
-  outReq->bufferSize = (3 * static_cast<size_t>(nBarriers) + static_cast<size_t>(nBarriers) * team.nRanks) *
-                       sizeof(uint32_t);
+  outReq->bufferSize =
+      (3 * static_cast<size_t>(nBarriers) + static_cast<size_t>(nBarriers) * team.nRanks) * sizeof(uint32_t);
   outReq->bufferAlign = 4;
   outReq->outBufferHandle = &outHandle->bufHandle;
   return ncclSuccess;

@@ -24,20 +24,30 @@ namespace {
 
 uint64_t poisonPattern(ncclDataType_t datatype) {
   switch (datatype) {
-    case ncclFloat16: return 0x7E00;                 // quiet NaN
-    case ncclBfloat16: return 0x7FC0;                // quiet NaN
-    case ncclFloat32: return 0x7FC00000;             // quiet NaN
-    case ncclFloat64: return 0x7FF8000000000000ull;  // quiet NaN
-    case ncclFloat8e4m3: case ncclFloat8e5m2: return 0x7F;  // NaN in both fp8 formats
-    default: return ~0ull;                           // 0xFF bytes
+    case ncclFloat16:
+      return 0x7E00;  // quiet NaN
+    case ncclBfloat16:
+      return 0x7FC0;  // quiet NaN
+    case ncclFloat32:
+      return 0x7FC00000;  // quiet NaN
+    case ncclFloat64:
+      return 0x7FF8000000000000ull;  // quiet NaN
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 0x7F;  // NaN in both fp8 formats
+    default:
+      return ~0ull;  // 0xFF bytes
   }
 }
 
 class Effects {
  public:
   explicit Effects(const CallInfo& info)
-      : info_(info), device_(Runtime::get().device()), fill_(Runtime::get().settings().fill),
-        elem_(datatypeSize(info.datatype)), bytes_(info.count * elem_) {}
+      : info_(info),
+        device_(Runtime::get().device()),
+        fill_(Runtime::get().settings().fill),
+        elem_(datatypeSize(info.datatype)),
+        bytes_(info.count * elem_) {}
 
   ncclResult_t apply() {
     if (info_.count == 0 || fill_ == Fill::kKeep) return ncclSuccess;
@@ -69,7 +79,8 @@ class Effects {
         if (fill_ == Fill::kClone) return replicate(recv, send + static_cast<size_t>(rank) * bytes_, n);
         for (int j = 0; j < n; ++j) {
           if (j == rank) continue;
-          NCCLCHECK(fromPeers(recv + static_cast<size_t>(j) * bytes_, send + static_cast<size_t>(rank) * bytes_, bytes_));
+          NCCLCHECK(
+              fromPeers(recv + static_cast<size_t>(j) * bytes_, send + static_cast<size_t>(rank) * bytes_, bytes_));
         }
         return copy(recv + static_cast<size_t>(rank) * bytes_, send + static_cast<size_t>(rank) * bytes_, bytes_);
       case Op::kRecv:
@@ -101,9 +112,15 @@ class Effects {
     reduction.datatype = static_cast<int>(info_.datatype);
     reduction.copies = static_cast<uint64_t>(copies);
     switch (info_.redop) {
-      case ncclSum: break;
-      case ncclProd: reduction.product = true; break;
-      case ncclMax: case ncclMin: case ncclAvg: return copy(dst, own, bytes_);
+      case ncclSum:
+        break;
+      case ncclProd:
+        reduction.product = true;
+        break;
+      case ncclMax:
+      case ncclMin:
+      case ncclAvg:
+        return copy(dst, own, bytes_);
       default:  // a user operator: PreMulSum, the only kind NCCL has
         reduction.premul = true;
         reduction.scalar = info_.premulScalar;
@@ -169,10 +186,20 @@ float estimateMicroseconds(const CallInfo& info) {
   const double bytes = static_cast<double>(info.count) * datatypeSize(info.datatype);
   double factor = 1.0;
   switch (info.op) {
-    case Op::kAllReduce: factor = 2.0 * (n - 1) / n; break;
-    case Op::kAllGather: case Op::kReduceScatter: case Op::kAlltoAll: factor = (n - 1); break;
-    case Op::kGather: case Op::kScatter: factor = (n - 1); break;
-    default: factor = 1.0;
+    case Op::kAllReduce:
+      factor = 2.0 * (n - 1) / n;
+      break;
+    case Op::kAllGather:
+    case Op::kReduceScatter:
+    case Op::kAlltoAll:
+      factor = (n - 1);
+      break;
+    case Op::kGather:
+    case Op::kScatter:
+      factor = (n - 1);
+      break;
+    default:
+      factor = 1.0;
   }
   return static_cast<float>(15.0 + bytes * factor / 250e9 * 1e6);
 }

@@ -18,10 +18,14 @@ namespace {
 
 template <typename T>
 T failedValue() {
-  if constexpr (std::is_same_v<T, ncclResult_t>) return ncclInternalError;
-  else if constexpr (std::is_same_v<T, const char*>) return "internal error";
-  else if constexpr (std::is_same_v<T, int>) return -1;
-  else return T{};
+  if constexpr (std::is_same_v<T, ncclResult_t>)
+    return ncclInternalError;
+  else if constexpr (std::is_same_v<T, const char*>)
+    return "internal error";
+  else if constexpr (std::is_same_v<T, int>)
+    return -1;
+  else
+    return T{};
 }
 
 template <typename T>
@@ -56,8 +60,10 @@ ncclResult_t ranklensMarkStage(const char* name, int64_t step) {
 
 ncclResult_t ranklensFlush() {
   NCCLCHECK(Runtime::get().ready("ranklensFlush"));
-  if (record::active()) record::flush();
-  else Runtime::get().flushEvents();
+  if (record::active())
+    record::flush();
+  else
+    Runtime::get().flushEvents();
   return ncclSuccess;
 }
 
@@ -94,13 +100,13 @@ const char* ranklensEventLogPath() {
 #include "nccl_api.def"
 #undef NCCL_FAKE_API
 
-#define RANKLENS_API(ret, name, params, args)                          \
+#define RANKLENS_API(ret, name, params, args)                         \
   extern "C" __attribute__((visibility("default"))) ret name params { \
-    try {                                                              \
-      return nccl_fake::ranklens_api::name args;                       \
-    } catch (...) {                                                    \
-      return nccl_fake::onException<ret>(#name);                       \
-    }                                                                  \
+    try {                                                             \
+      return nccl_fake::ranklens_api::name args;                      \
+    } catch (...) {                                                   \
+      return nccl_fake::onException<ret>(#name);                      \
+    }                                                                 \
   }
 #include "ranklens_api.def"
 #undef RANKLENS_API

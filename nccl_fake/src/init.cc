@@ -66,7 +66,8 @@ ncclResult_t parseCommConfig(const ncclConfig_t* user, CommConfig* out) {
     WARN("Invalid config collnetEnable attribute value %d", config.collnetEnable);
     return ncclInvalidArgument;
   }
-  if (config.CTAPolicy != undef && (config.CTAPolicy < NCCL_CTA_POLICY_DEFAULT || config.CTAPolicy > NCCL_CTA_POLICY_ZERO)) {
+  if (config.CTAPolicy != undef &&
+      (config.CTAPolicy < NCCL_CTA_POLICY_DEFAULT || config.CTAPolicy > NCCL_CTA_POLICY_ZERO)) {
     WARN("Invalid config policy attribute value %d", config.CTAPolicy);
     return ncclInvalidArgument;
   }
@@ -304,13 +305,13 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   const ranklens::config::GroupSpec* match = nullptr;
   const auto& groups = Runtime::get().settings().groups;
   // Only for the table: a world of 131,072 ranks would pay for it on every split.
-  const std::set<int> parentMembers = groups.empty() ? std::set<int>()
-                                                     : std::set<int>(comm->worldRanks.begin(), comm->worldRanks.end());
+  const std::set<int> parentMembers =
+      groups.empty() ? std::set<int>() : std::set<int>(comm->worldRanks.begin(), comm->worldRanks.end());
   for (const auto& group : groups) {
     if (group.color && *group.color != color) continue;
     if (std::find(group.members.begin(), group.members.end(), me) == group.members.end()) continue;
-    bool subset = std::all_of(group.members.begin(), group.members.end(),
-                              [&](int r) { return parentMembers.count(r) != 0; });
+    bool subset =
+        std::all_of(group.members.begin(), group.members.end(), [&](int r) { return parentMembers.count(r) != 0; });
     if (!subset) continue;
     match = &group;
     break;  // first match in file order (docs/config.md)
@@ -318,8 +319,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   if (match == nullptr && !Runtime::get().settings().mesh.empty()) {
     // The mesh: any rank at any world size, without a table (ranklens/mesh.h).
     ranklens::config::MeshSplit child;
-    const ranklens::Status placed = ranklens::config::resolveMeshSplit(Runtime::get().settings(), comm->worldSize,
-                                                                       comm->worldRanks, comm->rank, color, key, &child);
+    const ranklens::Status placed = ranklens::config::resolveMeshSplit(
+        Runtime::get().settings(), comm->worldSize, comm->worldRanks, comm->rank, color, key, &child);
     if (!placed.isOk()) {
       WARN("%s", placed.message().c_str());
       return ncclInvalidUsage;
@@ -332,19 +333,20 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
                       comm->cudaDev);
   }
   if (match == nullptr) {
-    WARN("ncclCommSplit : cannot size the child of comm %p (rank %d of %d, world rank %d, color %d, key %d): a virtual "
-         "rank does not see its peers' colors. Describe the layout with a mesh (e.g. RANKLENS_MESH=dp=-1,tp=2, with "
-         "RANKLENS_MESH_COLORS=tp=0-99 when the colors are not torch's; ranklens replay --mesh) or the child in the "
-         "config's `groups:` table (e.g. RANKLENS_GROUPS='[{members: [...], color: %d}]' with world ranks in "
-         "child-rank order); see docs/config.md",
-         static_cast<void*>(comm), comm->rank, comm->nRanks, me, color, key, color);
+    WARN(
+        "ncclCommSplit : cannot size the child of comm %p (rank %d of %d, world rank %d, color %d, key %d): a virtual "
+        "rank does not see its peers' colors. Describe the layout with a mesh (e.g. RANKLENS_MESH=dp=-1,tp=2, with "
+        "RANKLENS_MESH_COLORS=tp=0-99 when the colors are not torch's; ranklens replay --mesh) or the child in the "
+        "config's `groups:` table (e.g. RANKLENS_GROUPS='[{members: [...], color: %d}]' with world ranks in "
+        "child-rank order); see docs/config.md",
+        static_cast<void*>(comm), comm->rank, comm->nRanks, me, color, key, color);
     return ncclInvalidUsage;
   }
-  const int childRank = static_cast<int>(std::find(match->members.begin(), match->members.end(), me) -
-                                         match->members.begin());
-  INFO(kSubInit, "ncclCommSplit: comm %p color %d key %d -> %zu ranks %s from groups entry %s%s%s", static_cast<void*>(comm),
-       color, key, match->members.size(), describeRanks(match->members).c_str(), match->origin.c_str(),
-       match->name.empty() ? "" : " ", match->name.c_str());
+  const int childRank =
+      static_cast<int>(std::find(match->members.begin(), match->members.end(), me) - match->members.begin());
+  INFO(kSubInit, "ncclCommSplit: comm %p color %d key %d -> %zu ranks %s from groups entry %s%s%s",
+       static_cast<void*>(comm), color, key, match->members.size(), describeRanks(match->members).c_str(),
+       match->origin.c_str(), match->name.empty() ? "" : " ", match->name.c_str());
   if (parsed.name.empty() && !match->name.empty()) parsed.name = match->name;
   return createComm(newcomm, static_cast<int>(match->members.size()), childRank, parsed, "split", comm, color, key,
                     match->members, comm->cudaDev);
@@ -389,8 +391,8 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
     survivors.push_back(comm->worldRanks[r]);
   }
   (void)shrinkFlags;  // NCCL tests only NCCL_SHRINK_ABORT, which affects in-flight work a virtual comm does not have
-  return createComm(newcomm, static_cast<int>(survivors.size()), childRank, parsed, "shrink", comm, -1, -1,
-                    survivors, comm->cudaDev);
+  return createComm(newcomm, static_cast<int>(survivors.size()), childRank, parsed, "shrink", comm, -1, -1, survivors,
+                    comm->cudaDev);
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
@@ -474,15 +476,24 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 

@@ -44,7 +44,8 @@ ncclResult_t startEvent(void* context, void** eHandle, EventDescr* d) {
     if (d->type == kColl) {
       task.func = d->coll.func ? d->coll.func : "";
       task.bytes = d->coll.count * datatypeBytesByName(d->coll.datatype);
-      task.root = (std::strcmp(task.func, "Broadcast") == 0 || std::strcmp(task.func, "Reduce") == 0) ? d->coll.root : -1;
+      task.root =
+          (std::strcmp(task.func, "Broadcast") == 0 || std::strcmp(task.func, "Reduce") == 0) ? d->coll.root : -1;
       task.buffer = d->coll.recvBuff;
       *eHandle = clock->taskStarted(context, task, d->rank, d->coll.nChannels);
     } else if (d->type == kP2p) {

@@ -73,7 +73,8 @@ std::vector<std::string> loadedObjects() {
   std::vector<std::string> names;
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* data) {
-        if (info->dlpi_name && *info->dlpi_name) static_cast<std::vector<std::string>*>(data)->push_back(info->dlpi_name);
+        if (info->dlpi_name && *info->dlpi_name)
+          static_cast<std::vector<std::string>*>(data)->push_back(info->dlpi_name);
         return 0;
       },
       &names);
@@ -188,9 +189,12 @@ const Library& library(const std::string& configuredPath) {
       if (std::find(tried.begin(), tried.end(), candidate.path) != tried.end()) continue;
       tried.push_back(candidate.path);
       std::string why;
-      if (!exists(candidate.path)) why = "does not exist";
-      else if (haveSelf && sameFile(candidate.path, self)) why = "is this RankLens library itself";
-      else why = tryOpen(candidate.path, &lib);
+      if (!exists(candidate.path))
+        why = "does not exist";
+      else if (haveSelf && sameFile(candidate.path, self))
+        why = "is this RankLens library itself";
+      else
+        why = tryOpen(candidate.path, &lib);
       if (why.empty()) {
         INFO(kSubInit | kSubRanklens, "record: real NCCL %s (%s), version %d%s", candidate.path.c_str(),
              candidate.why.c_str(), lib.version,
@@ -207,7 +211,8 @@ const Library& library(const std::string& configuredPath) {
       lib.error = "record mode: the real NCCL configured as " + configuredPath + " " + lastWhy +
                   "; set RANKLENS_REAL_NCCL (or real_nccl:) to the path of NVIDIA's libnccl.so.2";
     } else {
-      lib.error = "record mode: no real NCCL found (" + (tried.empty() ? std::string("no candidates") : refused.substr(2)) +
+      lib.error = "record mode: no real NCCL found (" +
+                  (tried.empty() ? std::string("no candidates") : refused.substr(2)) +
                   "); set RANKLENS_REAL_NCCL to the path of NVIDIA's libnccl.so.2 (pip: <site-packages>/nvidia/nccl/"
                   "lib/libnccl.so.2)";
     }

@@ -21,7 +21,6 @@ struct VirtualWindow {
   int flags;
 };
 
-
 std::mutex& allocMutex() {
   static auto* mu = new std::mutex();
   return *mu;
@@ -167,8 +166,10 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
   // Like NCCL: a host scalar is read now, a device scalar each time a reduction with the operator runs.
   ncclComm::UserRedOp userOp;
   userOp.datatype = datatype;
-  if (residence == ncclScalarHostImmediate) memcpy(&userOp.scalar.bits, scalar, datatypeSize(datatype));
-  else userOp.scalar.at = scalar;
+  if (residence == ncclScalarHostImmediate)
+    memcpy(&userOp.scalar.bits, scalar, datatypeSize(datatype));
+  else
+    userOp.scalar.at = scalar;
   std::lock_guard<std::mutex> lock(comm->mu);
   size_t slot = comm->userOps.size();
   if (!comm->freeUserOps.empty()) {  // NCCL reuses the most recently freed slot first
@@ -199,8 +200,7 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   NCCLCHECK(commAlive(comm, "ncclRedOpDestroy"));
   std::lock_guard<std::mutex> lock(comm->mu);
   long slot = static_cast<long>(userRedOpMangle(comm, op)) - ncclNumOps;
-  if (slot < 0 || static_cast<size_t>(slot) >= comm->userOps.size() ||
-      comm->userOps[slot].datatype == ncclNumTypes) {
+  if (slot < 0 || static_cast<size_t>(slot) >= comm->userOps.size() || comm->userOps[slot].datatype == ncclNumTypes) {
     WARN("ncclRedOpDestroy : operator unknown to this communicator.");
     return ncclInvalidArgument;
   }

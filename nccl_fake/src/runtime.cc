@@ -76,8 +76,9 @@ void Runtime::load() {
                           "' replays a recording: set RANKLENS_REPLAY_TRACE to the recorded trace (ranklens replay "
                           "--trace DIR), or RANKLENS_FIDELITY=structure";
     if (settings_.fidelity == Fidelity::kTiming)
-      message += ", or hold every call for an estimate without a recording: RANKLENS_TIMING=estimated and "
-                 "RANKLENS_HISTORY=<a file from `ranklens history build`> (ranklens replay --history FILE)";
+      message +=
+          ", or hold every call for an estimate without a recording: RANKLENS_TIMING=estimated and "
+          "RANKLENS_HISTORY=<a file from `ranklens history build`> (ranklens replay --history FILE)";
     status_ = ranklens::Status::invalidUsage(std::move(message));
     return;
   }
@@ -90,10 +91,10 @@ void Runtime::load() {
                                 ? ranklens::device::Completion::kHostCallback
                                 : ranklens::device::Completion::kKernel;
     if (settings_.device != DeviceKind::kHost)
-      device_ = ranklens::device::makeCudaDevice(
-          &why, completion,
-          {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes, 0,
-           settings_.hold_from == ranklens::config::HoldFrom::kStart});
+      device_ =
+          ranklens::device::makeCudaDevice(&why, completion,
+                                           {settings_.hold_blocks, settings_.hold_threads, settings_.hold_shared_bytes,
+                                            0, settings_.hold_from == ranklens::config::HoldFrom::kStart});
     if (device_ == nullptr && settings_.device == DeviceKind::kCuda) {
       status_ = ranklens::Status::cudaError("device 'cuda' requested but no usable GPU: " + why +
                                             "; set RANKLENS_DEVICE=host or auto");
@@ -161,8 +162,10 @@ ranklens::trace::TraceWriter* Runtime::eventWriter(int rankHint) {
     std::string error;
     error = ranklens::trace::TraceWriter::create(dir, manifest, options, &writer_).message();
     // Said whatever NCCL_DEBUG is: a run whose event log is silently missing looks like a run without events.
-    if (!writer_) SAY_ERROR("RANKLENS_TRACE_DIR: %s (events are not written)", error.c_str());
-    else INFO(kSubInit | kSubRanklens, "writing events to %s", dir.c_str());
+    if (!writer_)
+      SAY_ERROR("RANKLENS_TRACE_DIR: %s (events are not written)", error.c_str());
+    else
+      INFO(kSubInit | kSubRanklens, "writing events to %s", dir.c_str());
     writerReady_.store(true, std::memory_order_release);
   });
   return writer_.get();

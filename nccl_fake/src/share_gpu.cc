@@ -58,8 +58,9 @@ void setOwnHostId() {
   if (current != nullptr && strncmp(current, sg::kHostIdPrefix, sizeof(sg::kHostIdPrefix) - 1) != 0) {
     char what[512];
     snprintf(what, sizeof what, "NCCL_HOSTID=%.200s was set by the job or its launcher", current);
-    refuse(what, "RankLens gives every process its own NCCL_HOSTID so that NCCL accepts several ranks on one GPU: "
-                 "remove NCCL_HOSTID from the job's environment (mpirun -x, a wrapper script)");
+    refuse(what,
+           "RankLens gives every process its own NCCL_HOSTID so that NCCL accepts several ranks on one GPU: "
+           "remove NCCL_HOSTID from the job's environment (mpirun -x, a wrapper script)");
   }
   char host[64] = "host";
   gethostname(host, sizeof host - 1);
@@ -88,10 +89,13 @@ void checkVisibleDevices() {
   const bool same = strcmp(atLaunch, sg::kVisibleUnset) == 0 ? now == nullptr : now && strcmp(now, atLaunch) == 0;
   if (same) return;
   char what[512];
-  snprintf(what, sizeof what, "this rank's CUDA_VISIBLE_DEVICES is %.100s%s%s but was %.100s at launch: the job "
-           "pins a GPU per rank", now ? "'" : "", now ? now : "unset", now ? "'" : "", atLaunch);
-  refuse(what, "ranks that share GPUs must all see the launch's GPUs (RankLens maps each local rank onto them); "
-               "set CUDA_VISIBLE_DEVICES before `ranklens ... --share-gpu`, not per rank");
+  snprintf(what, sizeof what,
+           "this rank's CUDA_VISIBLE_DEVICES is %.100s%s%s but was %.100s at launch: the job "
+           "pins a GPU per rank",
+           now ? "'" : "", now ? now : "unset", now ? "'" : "", atLaunch);
+  refuse(what,
+         "ranks that share GPUs must all see the launch's GPUs (RankLens maps each local rank onto them); "
+         "set CUDA_VISIBLE_DEVICES before `ranklens ... --share-gpu`, not per rank");
 }
 
 void placeLocalRank(long gpus) {
@@ -106,8 +110,10 @@ void placeLocalRank(long gpus) {
   snprintf(text, sizeof text, "%ld", localRank);
   setenv(sg::kLocalRankVar, text, 1);
   snprintf(text, sizeof text, "%ld", localRank % gpus);
-  if (fromMpi) setenv("NCCL_TESTS_DEVICE", text, 1);
-  else setenv("LOCAL_RANK", text, 1);
+  if (fromMpi)
+    setenv("NCCL_TESTS_DEVICE", text, 1);
+  else
+    setenv("LOCAL_RANK", text, 1);
 }
 
 __attribute__((constructor)) void placeOnSharedGpu() {

@@ -9,16 +9,26 @@ namespace events {
 
 const char* opName(Op op) {
   switch (op) {
-    case Op::kAllReduce: return "AllReduce";
-    case Op::kBroadcast: return "Broadcast";
-    case Op::kReduce: return "Reduce";
-    case Op::kAllGather: return "AllGather";
-    case Op::kReduceScatter: return "ReduceScatter";
-    case Op::kAlltoAll: return "AlltoAll";
-    case Op::kGather: return "Gather";
-    case Op::kScatter: return "Scatter";
-    case Op::kSend: return "Send";
-    case Op::kRecv: return "Recv";
+    case Op::kAllReduce:
+      return "AllReduce";
+    case Op::kBroadcast:
+      return "Broadcast";
+    case Op::kReduce:
+      return "Reduce";
+    case Op::kAllGather:
+      return "AllGather";
+    case Op::kReduceScatter:
+      return "ReduceScatter";
+    case Op::kAlltoAll:
+      return "AlltoAll";
+    case Op::kGather:
+      return "Gather";
+    case Op::kScatter:
+      return "Scatter";
+    case Op::kSend:
+      return "Send";
+    case Op::kRecv:
+      return "Recv";
   }
   return "Unknown";
 }
@@ -34,8 +44,8 @@ struct DatatypeRow {
 };
 // Indexed by ncclDataType_t (nccl.h 2.28): int8 uint8 int32 uint32 int64 uint64 float16 float32 float64 bfloat16
 // float8e4m3 float8e5m2.
-constexpr DatatypeRow kDatatypes[] = {{"int8", 1},    {"uint8", 1},   {"int32", 4},    {"uint32", 4},
-                                      {"int64", 8},   {"uint64", 8},  {"float16", 2},  {"float32", 4},
+constexpr DatatypeRow kDatatypes[] = {{"int8", 1},    {"uint8", 1},    {"int32", 4},      {"uint32", 4},
+                                      {"int64", 8},   {"uint64", 8},   {"float16", 2},    {"float32", 4},
                                       {"float64", 8}, {"bfloat16", 2}, {"float8e4m3", 1}, {"float8e5m2", 1}};
 constexpr int kDatatypeCount = sizeof(kDatatypes) / sizeof(kDatatypes[0]);
 }  // namespace
@@ -51,10 +61,15 @@ const char* datatypeName(int datatype) {
 uint64_t receivedBytes(Op op, uint64_t count, int datatype, int nranks, int rank, int root) {
   const uint64_t bytes = count * datatypeBytes(datatype);
   switch (op) {
-    case Op::kAllGather: case Op::kAlltoAll: return bytes * static_cast<uint64_t>(nranks);
-    case Op::kGather: return rank == root ? bytes * static_cast<uint64_t>(nranks) : 0;
-    case Op::kReduce: return rank == root ? bytes : 0;
-    default: return bytes;
+    case Op::kAllGather:
+    case Op::kAlltoAll:
+      return bytes * static_cast<uint64_t>(nranks);
+    case Op::kGather:
+      return rank == root ? bytes * static_cast<uint64_t>(nranks) : 0;
+    case Op::kReduce:
+      return rank == root ? bytes : 0;
+    default:
+      return bytes;
   }
 }
 
@@ -79,7 +94,8 @@ ptrdiff_t markerBefore(const std::vector<Stage>& marks, int64_t timeNs) {
   return (next - marks.begin()) - 1;
 }
 
-uint64_t largestStepBytes(const std::vector<Stage>& stages, const std::vector<std::pair<int64_t, uint64_t>>& timedBytes) {
+uint64_t largestStepBytes(const std::vector<Stage>& stages,
+                          const std::vector<std::pair<int64_t, uint64_t>>& timedBytes) {
   const std::vector<Stage> marks = stepMarkers(stages).marks;
   std::vector<uint64_t> bytes(marks.size() + 1, 0);  // [0]: before the first marker
   for (const auto& [time, n] : timedBytes) bytes[static_cast<size_t>(markerBefore(marks, time) + 1)] += n;

@@ -97,7 +97,7 @@ struct PayloadPrefetcher::Impl {
   FreeList freeBlocks;  // of the arena
   uint8_t* deviceArena = nullptr;
   FreeList deviceBlocks;
-  bool uploading = false;  // a device arena exists and no upload has failed
+  bool uploading = false;                  // a device arena exists and no upload has failed
   std::vector<const RecordedCall*> order;  // recording.payloadOrder(), less those over options.maxPayloadBytes
   std::unordered_map<const RecordedCall*, size_t> positions;
   std::map<size_t, Entry> entries;  // by position in `order`
@@ -132,8 +132,10 @@ struct PayloadPrefetcher::Impl {
 
   // Gives the entry's pinned memory back (its device copy, if any, stays).
   void releaseHost(Entry& e) {
-    if (e.own) freeFn(e.data);
-    else if (e.reserved) freeBlocks.give(static_cast<size_t>(e.data - arena), e.reserved);
+    if (e.own)
+      freeFn(e.data);
+    else if (e.reserved)
+      freeBlocks.give(static_cast<size_t>(e.data - arena), e.reserved);
     e.data = nullptr;
     e.reserved = 0;
     e.own = false;
@@ -238,8 +240,10 @@ struct PayloadPrefetcher::Impl {
       }
       Entry& e = it->second;
       if (e.copied && copiesPending < kCopyPollsPending) {
-        if (e.copied()) e.copied = nullptr;  // a fence answers true once
-        else ++copiesPending;
+        if (e.copied())
+          e.copied = nullptr;  // a fence answers true once
+        else
+          ++copiesPending;
       }
       if (!e.copied && e.upload != Upload::kEnqueuing && e.upload != Upload::kInFlight) {
         drop(it);
@@ -353,8 +357,8 @@ struct PayloadPrefetcher::Impl {
       }
       if (!started) {
         spaceWaiters += starved;
-        cv.wait_for(lock, inFlight || !uploadQueue.empty() ? std::chrono::microseconds(200)
-                                                           : std::chrono::milliseconds(20));
+        cv.wait_for(lock,
+                    inFlight || !uploadQueue.empty() ? std::chrono::microseconds(200) : std::chrono::milliseconds(20));
         spaceWaiters -= starved;
       }
     }
@@ -377,7 +381,8 @@ PayloadPrefetcher::PayloadPrefetcher(const Recording& recording, const Options& 
     im.uploading = im.deviceArena != nullptr;
   }
   const int threads = std::max(1, options.threads);
-  for (int i = 0; i < threads && im.arena; ++i) im.workers.emplace_back([&im] {
+  for (int i = 0; i < threads && im.arena; ++i)
+    im.workers.emplace_back([&im] {
       nameThisThread("RankLens Fetch");
       im.work();
     });

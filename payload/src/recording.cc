@@ -50,7 +50,9 @@ struct Recording::Impl {
   // One record of the scan (it throws on a field of the wrong type).
   void take(RecordType type, const msgpack::object& body, ScannedRecords* found) {
     switch (type) {
-      case RecordType::kCommInit: comms.push_back(body.as<events::CommInit>()); break;
+      case RecordType::kCommInit:
+        comms.push_back(body.as<events::CommInit>());
+        break;
       case RecordType::kCall: {
         RecordedCall rc;
         rc.call = body.as<events::Call>();
@@ -78,13 +80,16 @@ struct Recording::Impl {
         groupHostNs[g.groupId] = g.hostNs;
         break;
       }
-      case RecordType::kStage: stages.push_back(body.as<events::Stage>()); break;
+      case RecordType::kStage:
+        stages.push_back(body.as<events::Stage>());
+        break;
       case RecordType::kFlightRecorderEntry: {
         auto e = std::make_shared<FlightRecorderEntry>(body.as<FlightRecorderEntry>());
         if (e->op >= 0) found->flightRecorder[keyOf(e->commId, e->op, e->peer, e->seq)] = std::move(e);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -165,8 +170,9 @@ Status Recording::open(const std::string& path, int rank, std::unique_ptr<Record
   recording->reset();
   std::string dir;
   if (Status resolved = resolveRankDirectory(path, rank, &dir); !resolved.isOk())
-    return Status::error(resolved.code(), resolved.message() + "; replay a recorded rank (RANK / ranklens replay "
-                                                               "--rank) or name its directory in replay_trace");
+    return Status::error(resolved.code(), resolved.message() +
+                                              "; replay a recorded rank (RANK / ranklens replay "
+                                              "--rank) or name its directory in replay_trace");
   std::unique_ptr<Recording> rec(new Recording());
   Impl& im = *rec->impl_;
   RL_CHECK(TraceReader::open(dir, Limits{}, &im.reader));
@@ -252,8 +258,8 @@ std::string describePayloadGaps(const Recording& recording) {
            "; payload_ops, payload_comms, payload_steps and payload_seqs narrow it)";
   }
   const events::Call& c = gaps.first->call;
-  std::string where = std::string(events::opName(static_cast<events::Op>(c.op))) + " comm " +
-                      std::to_string(c.commId) + " seq " + std::to_string(c.seq);
+  std::string where = std::string(events::opName(static_cast<events::Op>(c.op))) + " comm " + std::to_string(c.commId) +
+                      " seq " + std::to_string(c.seq);
   // A "step" marker starts its step; an "optimizer" marker ends one (the next step starts there).
   const bool ends = gaps.stepKind != nullptr && std::string(gaps.stepKind) == "optimizer";
   if (gaps.stepKind != nullptr)

@@ -89,9 +89,8 @@ class DirectoryLock {
     fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd_ < 0) return Status::systemError(dir + ": cannot open: " + strerror(errno));
     if (flock(fd_, LOCK_EX | LOCK_NB) != 0)
-      return errno == EWOULDBLOCK
-                 ? Status::invalidUsage(dir + ": another edit of this rank directory is in progress")
-                 : Status::systemError(dir + ": cannot lock: " + strerror(errno));
+      return errno == EWOULDBLOCK ? Status::invalidUsage(dir + ": another edit of this rank directory is in progress")
+                                  : Status::systemError(dir + ": cannot lock: " + strerror(errno));
     return Status::ok();
   }
 
@@ -105,7 +104,6 @@ std::string callName(const PayloadRef& ref) {
     name += " peer " + std::to_string(ref.peer);
   return name + " seq " + std::to_string(ref.seq);
 }
-
 
 // Checks of the arguments that need no file.
 Status checkEditArguments(const std::string& rankDir, const PayloadRef& original, const void* data, size_t bytes,
@@ -239,10 +237,9 @@ Status prepareEdit(const std::string& rankDir, const PayloadRef& original, const
   const std::string editFrame = frameOf(RecordType::kEdit, provenance);
   const WriterOptions writerDefaults;
   if (editFrame.size() - kFrameHeaderBytes > writerDefaults.maxRecordBytes)
-    return Status::invalidArgument(rankDir + ": the Edit record would be " +
-                                   std::to_string(editFrame.size() - kFrameHeaderBytes) + " bytes, over the " +
-                                   std::to_string(writerDefaults.maxRecordBytes) +
-                                   "-byte record limit (detail too long)");
+    return Status::invalidArgument(
+        rankDir + ": the Edit record would be " + std::to_string(editFrame.size() - kFrameHeaderBytes) +
+        " bytes, over the " + std::to_string(writerDefaults.maxRecordBytes) + "-byte record limit (detail too long)");
   *frames = frameOf(RecordType::kPayloadRef, ref) + editFrame;
   return Status::ok();
 }
@@ -319,14 +316,14 @@ Status appendEditedPayload(const std::string& rankDir, const PayloadRef& origina
 
   // --- 4. the caches: index and manifest (a reader rebuilds a stale index, so a crash here loses nothing)
   if (Status indexed = rebuildIndex(rankDir, limits); !indexed.isOk())
-    return Status::error(indexed.code(), "the edit of " + callName(original) +
-                                             " is recorded, but the index could not be rewritten: " +
-                                             indexed.message());
+    return Status::error(indexed.code(),
+                         "the edit of " + callName(original) +
+                             " is recorded, but the index could not be rewritten: " + indexed.message());
   if (Status updated = updateManifest(manifestPath, std::max(manifest.payload_files, target.nextPayload + 1));
       !updated.isOk())
-    return Status::error(updated.code(), "the edit of " + callName(original) +
-                                             " is recorded, but the manifest could not be updated: " +
-                                             updated.message());
+    return Status::error(updated.code(),
+                         "the edit of " + callName(original) +
+                             " is recorded, but the manifest could not be updated: " + updated.message());
   ::unlink(journalPath.c_str());
   return Status::ok();
 }

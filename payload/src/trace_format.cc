@@ -37,10 +37,14 @@ bool validUtf8(const char* text, size_t size) {
     }
     size_t n = 0;
     uint32_t low = 0, cp = 0;
-    if ((c & 0xE0) == 0xC0) n = 1, low = 0x80, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) n = 2, low = 0x800, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) n = 3, low = 0x10000, cp = c & 0x07;
-    else return false;
+    if ((c & 0xE0) == 0xC0)
+      n = 1, low = 0x80, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0)
+      n = 2, low = 0x800, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0)
+      n = 3, low = 0x10000, cp = c & 0x07;
+    else
+      return false;
     if (size - i <= n) return false;
     for (size_t k = 1; k <= n; ++k) {
       if ((p[i + k] & 0xC0) != 0x80) return false;
@@ -54,17 +58,28 @@ bool validUtf8(const char* text, size_t size) {
 
 const char* recordTypeName(RecordType type) {
   switch (type) {
-    case RecordType::kCommInit: return "CommInit";
-    case RecordType::kCommEnd: return "CommEnd";
-    case RecordType::kCall: return "Call";
-    case RecordType::kGroupEnd: return "GroupEnd";
-    case RecordType::kStage: return "Stage";
-    case RecordType::kGroupBegin: return "GroupBegin";
-    case RecordType::kTiming: return "Timing";
-    case RecordType::kPayloadRef: return "PayloadRef";
-    case RecordType::kEdit: return "Edit";
-    case RecordType::kCommBinding: return "CommBinding";
-    case RecordType::kFlightRecorderEntry: return "FlightRecorderEntry";
+    case RecordType::kCommInit:
+      return "CommInit";
+    case RecordType::kCommEnd:
+      return "CommEnd";
+    case RecordType::kCall:
+      return "Call";
+    case RecordType::kGroupEnd:
+      return "GroupEnd";
+    case RecordType::kStage:
+      return "Stage";
+    case RecordType::kGroupBegin:
+      return "GroupBegin";
+    case RecordType::kTiming:
+      return "Timing";
+    case RecordType::kPayloadRef:
+      return "PayloadRef";
+    case RecordType::kEdit:
+      return "Edit";
+    case RecordType::kCommBinding:
+      return "CommBinding";
+    case RecordType::kFlightRecorderEntry:
+      return "FlightRecorderEntry";
   }
   return "Unknown";
 }
@@ -159,9 +174,15 @@ void eachBlock(uint8_t* data, size_t bytes, int width, bool toStored, After&& af
     if (elements > 0) {
       uint8_t* tmp = scratch.get();
       switch (width) {
-        case 2: toStored ? toPlanes<2>(block, tmp, elements) : fromPlanes<2>(block, tmp, elements); break;
-        case 4: toStored ? toPlanes<4>(block, tmp, elements) : fromPlanes<4>(block, tmp, elements); break;
-        case 8: toStored ? toPlanes<8>(block, tmp, elements) : fromPlanes<8>(block, tmp, elements); break;
+        case 2:
+          toStored ? toPlanes<2>(block, tmp, elements) : fromPlanes<2>(block, tmp, elements);
+          break;
+        case 4:
+          toStored ? toPlanes<4>(block, tmp, elements) : fromPlanes<4>(block, tmp, elements);
+          break;
+        case 8:
+          toStored ? toPlanes<8>(block, tmp, elements) : fromPlanes<8>(block, tmp, elements);
+          break;
       }
       std::memcpy(block, tmp, elements * static_cast<size_t>(width));  // the tail stays where it is
     }
@@ -187,9 +208,8 @@ namespace {
 uint32_t restoreAndChecksum(uint8_t* data, size_t bytes, int width) {
   if (width == 0 || !validShuffle(width)) return crc32Bytes(data, bytes);
   uint32_t crc = 0;
-  eachBlock(data, bytes, width, false, [&crc](const uint8_t* block, size_t length) {
-    crc = crc32_gzip_refl(crc, block, length);
-  });
+  eachBlock(data, bytes, width, false,
+            [&crc](const uint8_t* block, size_t length) { crc = crc32_gzip_refl(crc, block, length); });
   return crc;
 }
 }  // namespace
@@ -203,9 +223,15 @@ uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, 
     uint8_t* out = dst + at;
     crc = crc32_gzip_refl(crc, in, length);  // the block is in cache for the pass below
     switch (width) {
-      case 2: toPlanes<2>(in, out, elements); break;
-      case 4: toPlanes<4>(in, out, elements); break;
-      case 8: toPlanes<8>(in, out, elements); break;
+      case 2:
+        toPlanes<2>(in, out, elements);
+        break;
+      case 4:
+        toPlanes<4>(in, out, elements);
+        break;
+      case 8:
+        toPlanes<8>(in, out, elements);
+        break;
     }
     const size_t done = elements * static_cast<size_t>(width);
     std::memcpy(out + done, in + done, length - done);  // the tail (everything, as it is, for width 0)
@@ -239,24 +265,26 @@ std::string machineDifference(const Manifest& recorded, const Manifest& replayed
 std::vector<Incomparable> stepTimeIncomparable(const Manifest& recorded, const Manifest& replayed) {
   std::vector<Incomparable> out;
   if (replayed.gpu_name.empty())
-    out.push_back({"host device", "the replay ran on the host device, which accounts GPU time instead of waiting for it"});
+    out.push_back(
+        {"host device", "the replay ran on the host device, which accounts GPU time instead of waiting for it"});
   else if (replayed.writer.find("(structure") != std::string::npos)
     out.push_back({"structure fidelity", "the replay was at structure fidelity, which holds no call for its duration"});
   if (recorded.shared_gpu)
-    out.push_back({"shared-GPU recording", "the recorded ranks shared a GPU (--share-gpu), so its step times are not a "
-                                           "lone rank's"});
+    out.push_back({"shared-GPU recording",
+                   "the recorded ranks shared a GPU (--share-gpu), so its step times are not a "
+                   "lone rank's"});
   if (!replayed.gpu_name.empty() && !recorded.gpu_name.empty() && recorded.gpu_name != replayed.gpu_name)
     out.push_back({"recorded on " + recorded.gpu_name,
                    "the recording ran on " + recorded.gpu_name + ", the replay on " + replayed.gpu_name});
-  const bool cpuDiffers = !recorded.cpu_model.empty() && !replayed.cpu_model.empty() &&
-                          recorded.cpu_model != replayed.cpu_model;
+  const bool cpuDiffers =
+      !recorded.cpu_model.empty() && !replayed.cpu_model.empty() && recorded.cpu_model != replayed.cpu_model;
   const bool cpusDiffer = recorded.cpus > 0 && replayed.cpus > 0 && recorded.cpus != replayed.cpus;
   if (cpuDiffers || cpusDiffer)
-    out.push_back({"other host", "the hosts differ (" +
-                                     (cpuDiffers ? recorded.cpu_model + " against " + replayed.cpu_model
-                                                 : std::to_string(recorded.cpus) + " CPUs against " +
-                                                       std::to_string(replayed.cpus)) +
-                                     "), and a host-bound step runs at its machine's speed"});
+    out.push_back({"other host",
+                   "the hosts differ (" +
+                       (cpuDiffers ? recorded.cpu_model + " against " + replayed.cpu_model
+                                   : std::to_string(recorded.cpus) + " CPUs against " + std::to_string(replayed.cpus)) +
+                       "), and a host-bound step runs at its machine's speed"});
   return out;
 }
 
@@ -300,18 +328,20 @@ CompressionLoad compressionLoad(const Manifest& manifest) {
   load.threads = threads;
   load.activeSeconds = activeNs / 1e9;
   const double busy = load.copySeconds + load.compressSeconds + load.writeSeconds;
-  if (threads > 0 && activeNs > 0) load.busyShare = std::min(1.0, busy / (static_cast<double>(threads) * load.activeSeconds));
+  if (threads > 0 && activeNs > 0)
+    load.busyShare = std::min(1.0, busy / (static_cast<double>(threads) * load.activeSeconds));
   if (manifest.payload_raw_bytes >= CompressionLoad::kBytesForARate)
     load.cpuSecondsPerGB = load.cpuSeconds / (manifest.payload_raw_bytes / 1e9);
   return load;
 }
 
 std::map<std::string, std::string> captureEnvironment() {
-  static const char* kExact[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-                                 "CUDA_VISIBLE_DEVICES"};
-  static const char* kPrefixes[] = {"MASTER_", "TORCH_", "NCCL_", "RANKLENS_", "TORCHELASTIC_", "SLURM_",
-                                    "OMPI_COMM_WORLD_", "PMI_", "DEEPSPEED_", "DS_", "MEGATRON_", "TP_", "PP_",
-                                    "DP_", "CP_", "EP_"};
+  static const char* kExact[] = {"RANK",       "WORLD_SIZE", "LOCAL_RANK",          "LOCAL_WORLD_SIZE",
+                                 "GROUP_RANK", "NODE_RANK",  "CUDA_VISIBLE_DEVICES"};
+  static const char* kPrefixes[] = {
+      "MASTER_", "TORCH_",     "NCCL_", "RANKLENS_", "TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_",
+      "PMI_",    "DEEPSPEED_", "DS_",   "MEGATRON_", "TP_",           "PP_",    "DP_",
+      "CP_",     "EP_"};
   std::map<std::string, std::string> out;
   for (char** e = environ; e && *e; ++e) {
     std::string entry(*e);
@@ -357,11 +387,15 @@ bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const
   if (readU32(data) != kSegmentMagic) return fail(0, "not a RankLens segment file (bad magic)", false);
   const uint16_t major = readU16(data + 4), minor = readU16(data + 6);
   if (major != kFormatMajor)
-    return fail(4, "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
-                       " (this reader: " + std::to_string(kFormatMajor) + ".x)", false);
+    return fail(4,
+                "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
+                    " (this reader: " + std::to_string(kFormatMajor) + ".x)",
+                false);
   if (readU32(data + 8) != segmentIndex)
-    return fail(8, "segment header says index " + std::to_string(readU32(data + 8)) + ", file name says " +
-                       std::to_string(segmentIndex), false);
+    return fail(8,
+                "segment header says index " + std::to_string(readU32(data + 8)) + ", file name says " +
+                    std::to_string(segmentIndex),
+                false);
   size_t offset = kFileHeaderBytes;
   while (offset < size) {
     const size_t remaining = size - offset;
@@ -369,11 +403,14 @@ bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const
       return fail(offset, "truncated frame header (" + std::to_string(remaining) + " bytes at end of file)", true);
     const uint32_t length = readU32(data + offset), crc = readU32(data + offset + 4);
     if (length == 0 || length > limits.maxRecordBytes)
-      return fail(offset, "frame length " + std::to_string(length) + " outside 1.." +
-                              std::to_string(limits.maxRecordBytes), false);
+      return fail(offset,
+                  "frame length " + std::to_string(length) + " outside 1.." + std::to_string(limits.maxRecordBytes),
+                  false);
     if (length > remaining - kFrameHeaderBytes)
-      return fail(offset, "truncated frame: header says " + std::to_string(length) + " bytes, " +
-                              std::to_string(remaining - kFrameHeaderBytes) + " remain", true);
+      return fail(offset,
+                  "truncated frame: header says " + std::to_string(length) + " bytes, " +
+                      std::to_string(remaining - kFrameHeaderBytes) + " remain",
+                  true);
     const uint8_t* body = data + offset + kFrameHeaderBytes;
     if (crc32Bytes(body, length) != crc) return fail(offset, "CRC-32 mismatch", false);
     try {
@@ -381,8 +418,8 @@ bool parseSegment(const uint8_t* data, size_t size, uint32_t segmentIndex, const
       msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(body), length, used, nullptr,
                                                       nullptr, bodyLimits(limits.maxRecordBytes));
       const msgpack::object& obj = handle.get();
-      if (used != length) return fail(offset, "frame body has " + std::to_string(length - used) + " trailing bytes",
-                                      false);
+      if (used != length)
+        return fail(offset, "frame body has " + std::to_string(length - used) + " trailing bytes", false);
       if (obj.type != msgpack::type::ARRAY || obj.via.array.size != 2 ||
           obj.via.array.ptr[0].type != msgpack::type::POSITIVE_INTEGER ||
           obj.via.array.ptr[1].type != msgpack::type::ARRAY)
@@ -435,8 +472,8 @@ Status checkFrame(const uint8_t* head, size_t headBytes, uint64_t offset, uint64
 // The bounds of a `size`-byte payload blob that its first frame's header shows (`head`: its first `headBytes` bytes,
 // the header among them), checked against `ref` and `limits` before anything is allocated or decoded for it. The
 // first frame's content size goes to `firstDeclared`.
-Status checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const PayloadRef& ref,
-                        const Limits& limits, uint64_t* firstDeclared) {
+Status checkFrameHeader(const uint8_t* head, size_t headBytes, size_t size, const PayloadRef& ref, const Limits& limits,
+                        uint64_t* firstDeclared) {
   auto fail = [](std::string text) { return Status::corrupt(std::move(text)); };
   if (size != ref.compressedBytes)
     return fail("blob is " + std::to_string(size) + " bytes, reference says " + std::to_string(ref.compressedBytes));
@@ -567,8 +604,7 @@ Status inflateStreaming(Next&& next, Peek&& peek, uint64_t size, const PayloadRe
 
 // A checked frame in memory into `out` (ref.rawBytes long): one piece for inflateStreaming, which decodes blobs read
 // piece by piece too, so that every path gives one verdict.
-Status inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uint64_t firstDeclared,
-                      uint8_t* out) {
+Status inflateChecked(const uint8_t* data, size_t size, const PayloadRef& ref, uint64_t firstDeclared, uint8_t* out) {
   auto onePiece = [data, size](const uint8_t** piece, size_t* bytes) {
     *piece = data;
     *bytes = size;
@@ -653,11 +689,35 @@ Status decodePayloadStreaming(const BlobSource& read, size_t size, const Payload
 namespace {
 
 bool isManifestKey(const std::string& key) {
-  static const std::set<std::string> known = {
-      "format", "version_major", "version_minor", "rank", "world_size", "local_rank", "host", "pid", "gpu_name",
-      "gpu_uuid", "nccl_version", "mode", "writer", "start_time_ns", "end_time_ns", "env", "closed",
-      "records_written", "records_dropped", "payloads_written", "payloads_dropped", "payload_raw_bytes",
-      "payload_compressed_bytes", "segments", "payload_files", "counters", "cpu_model", "cpus", "shared_gpu"};
+  static const std::set<std::string> known = {"format",
+                                              "version_major",
+                                              "version_minor",
+                                              "rank",
+                                              "world_size",
+                                              "local_rank",
+                                              "host",
+                                              "pid",
+                                              "gpu_name",
+                                              "gpu_uuid",
+                                              "nccl_version",
+                                              "mode",
+                                              "writer",
+                                              "start_time_ns",
+                                              "end_time_ns",
+                                              "env",
+                                              "closed",
+                                              "records_written",
+                                              "records_dropped",
+                                              "payloads_written",
+                                              "payloads_dropped",
+                                              "payload_raw_bytes",
+                                              "payload_compressed_bytes",
+                                              "segments",
+                                              "payload_files",
+                                              "counters",
+                                              "cpu_model",
+                                              "cpus",
+                                              "shared_gpu"};
   return known.count(key) != 0;
 }
 

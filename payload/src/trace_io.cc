@@ -49,8 +49,8 @@ void setBlobParameters(ZSTD_CCtx* cctx, int level, bool planes) {
 }
 }  // namespace
 
-Status compressBlobFrom(void* context, int level, const uint8_t* data, size_t size, int width, Blob* out,
-                        uint32_t* crc, size_t frameBytes) {
+Status compressBlobFrom(void* context, int level, const uint8_t* data, size_t size, int width, Blob* out, uint32_t* crc,
+                        size_t frameBytes) {
   if (size == 0) {  // compressBlob's empty frame, which every zstd decoder takes
     *crc = 0;
     return compressBlob(context, level, false, data, 0, out);
@@ -168,7 +168,8 @@ Status readFile(const std::string& path, uint64_t maxBytes, std::vector<uint8_t>
     out->resize(static_cast<size_t>(st.st_size));
   } catch (const std::bad_alloc&) {  // a sparse or damaged file claiming more than this machine can hold
     ::close(fd);
-    return Status::corrupt(path + ": " + std::to_string(st.st_size) + " bytes: not enough memory to read it (a "
+    return Status::corrupt(path + ": " + std::to_string(st.st_size) +
+                           " bytes: not enough memory to read it (a "
                            "trace's files are far smaller: is it sparse or damaged? rlpayload verify checks the rest)");
   }
   size_t done = 0;
@@ -231,8 +232,10 @@ bool hostMemoryInfo(uint64_t* availableBytes, uint64_t* totalBytes) {
   uint64_t value = 0, available = 0, total = 0;
   while (meminfo >> key >> value) {
     std::getline(meminfo, unit);
-    if (key == "MemTotal:") total = value * 1024;
-    else if (key == "MemAvailable:") available = value * 1024;
+    if (key == "MemTotal:")
+      total = value * 1024;
+    else if (key == "MemAvailable:")
+      available = value * 1024;
   }
   if (total == 0 || available == 0) return false;
   *availableBytes = available;
@@ -254,7 +257,6 @@ void describeHost(Manifest* manifest) {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) manifest->cpus = CPU_COUNT(&set);
 }
-
 
 }  // namespace trace
 }  // namespace ranklens

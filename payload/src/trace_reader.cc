@@ -39,17 +39,28 @@ struct SegmentFile {
 // How many fields docs/trace-format.md lists for a known record type (later ones are a newer writer's: not checked).
 size_t listedFields(RecordType type) {
   switch (type) {
-    case RecordType::kCommInit: return 12;
-    case RecordType::kCommEnd: return 3;
-    case RecordType::kCall: return 14;
-    case RecordType::kGroupEnd: return 5;
-    case RecordType::kStage: return 3;
-    case RecordType::kGroupBegin: return 2;
-    case RecordType::kTiming: return 12;
-    case RecordType::kPayloadRef: return 13;
-    case RecordType::kEdit: return 9;
-    case RecordType::kCommBinding: return 4;
-    case RecordType::kFlightRecorderEntry: return 22;
+    case RecordType::kCommInit:
+      return 12;
+    case RecordType::kCommEnd:
+      return 3;
+    case RecordType::kCall:
+      return 14;
+    case RecordType::kGroupEnd:
+      return 5;
+    case RecordType::kStage:
+      return 3;
+    case RecordType::kGroupBegin:
+      return 2;
+    case RecordType::kTiming:
+      return 12;
+    case RecordType::kPayloadRef:
+      return 13;
+    case RecordType::kEdit:
+      return 9;
+    case RecordType::kCommBinding:
+      return 4;
+    case RecordType::kFlightRecorderEntry:
+      return 22;
   }
   return 0;
 }
@@ -75,18 +86,41 @@ void convertCheck(const msgpack::object& body) {
 Status recordWellFormed(RecordType type, const msgpack::object& body) {
   try {
     switch (type) {
-      case RecordType::kCommInit: convertCheck<events::CommInit>(body); break;
-      case RecordType::kCommEnd: convertCheck<events::CommEnd>(body); break;
-      case RecordType::kCall: convertCheck<events::Call>(body); break;
-      case RecordType::kGroupEnd: convertCheck<events::GroupEnd>(body); break;
-      case RecordType::kStage: convertCheck<events::Stage>(body); break;
-      case RecordType::kGroupBegin: convertCheck<GroupBegin>(body); break;
-      case RecordType::kTiming: convertCheck<Timing>(body); break;
-      case RecordType::kPayloadRef: convertCheck<PayloadRef>(body); break;
-      case RecordType::kEdit: convertCheck<Edit>(body); break;
-      case RecordType::kCommBinding: convertCheck<CommBinding>(body); break;
-      case RecordType::kFlightRecorderEntry: convertCheck<FlightRecorderEntry>(body); break;
-      default: return Status::ok();  // a type this reader does not know: skipped, not checked
+      case RecordType::kCommInit:
+        convertCheck<events::CommInit>(body);
+        break;
+      case RecordType::kCommEnd:
+        convertCheck<events::CommEnd>(body);
+        break;
+      case RecordType::kCall:
+        convertCheck<events::Call>(body);
+        break;
+      case RecordType::kGroupEnd:
+        convertCheck<events::GroupEnd>(body);
+        break;
+      case RecordType::kStage:
+        convertCheck<events::Stage>(body);
+        break;
+      case RecordType::kGroupBegin:
+        convertCheck<GroupBegin>(body);
+        break;
+      case RecordType::kTiming:
+        convertCheck<Timing>(body);
+        break;
+      case RecordType::kPayloadRef:
+        convertCheck<PayloadRef>(body);
+        break;
+      case RecordType::kEdit:
+        convertCheck<Edit>(body);
+        break;
+      case RecordType::kCommBinding:
+        convertCheck<CommBinding>(body);
+        break;
+      case RecordType::kFlightRecorderEntry:
+        convertCheck<FlightRecorderEntry>(body);
+        break;
+      default:
+        return Status::ok();  // a type this reader does not know: skipped, not checked
     }
   } catch (const std::exception& e) {
     return Status::corrupt(e.what());
@@ -239,7 +273,7 @@ struct TraceReader::Impl {
       payloadRefs.clear();
     }
     bool stopped = false;
-    uint64_t seen = 0;             // intact records, for the closed manifest's count
+    uint64_t seen = 0;  // intact records, for the closed manifest's count
     uint64_t lastSegmentBytes = 0;
     for (uint32_t i = 0; i < segments.size() && !stopped; ++i) {
       std::vector<uint8_t> data;
@@ -278,7 +312,8 @@ struct TraceReader::Impl {
     // A segment cut exactly between two frames parses clean: only the closed manifest's count shows the loss. Said
     // here, where every reader's scan and index rebuild passes, so that no command reads such a trace as whole.
     // (More records than counted is not damage: an edit appends records after the manifest was closed.)
-    if (!stopped && scanProblems.empty() && openProblems.empty() && manifest.closed && !segments.empty() && seen < manifest.records_written)
+    if (!stopped && scanProblems.empty() && openProblems.empty() && manifest.closed && !segments.empty() &&
+        seen < manifest.records_written)
       scanProblems.push_back({segPath(static_cast<uint32_t>(segments.size() - 1)), lastSegmentBytes,
                               "the segments end between two records after " + std::to_string(seen) +
                                   " records, but the closed manifest counts " +
@@ -306,8 +341,8 @@ struct TraceReader::Impl {
       memcpy(&magic, fileHeader, 4);
       memcpy(&major, fileHeader + 4, 2);
       memcpy(&index, fileHeader + 8, 4);
-      ok = magic == kSegmentMagic && major == kFormatMajor && index == where.segment &&
-           where.offset >= kFileHeaderBytes;
+      ok =
+          magic == kSegmentMagic && major == kFormatMajor && index == where.segment && where.offset >= kFileHeaderBytes;
     }
     uint8_t header[kFrameHeaderBytes];
     ok = ok && pread(fd, header, sizeof(header), static_cast<off_t>(where.offset)) == sizeof(header);
@@ -449,9 +484,8 @@ std::vector<PayloadRef> TraceReader::payloads() const {
 }
 
 bool TraceReader::readPayload(const PayloadRef& ref, std::vector<uint8_t>* out, Problem* problem) {
-  return readBlob(ref, problem, [&](const uint8_t* blob, size_t size) {
-    return decodePayload(blob, size, ref, impl_->limits, out);
-  });
+  return readBlob(ref, problem,
+                  [&](const uint8_t* blob, size_t size) { return decodePayload(blob, size, ref, impl_->limits, out); });
 }
 
 bool TraceReader::readPayload(const PayloadRef& ref, uint8_t* out, size_t outBytes, Problem* problem) {
@@ -493,14 +527,15 @@ int TraceReader::openBlob(const PayloadRef& ref, std::string* openedPath, Proble
   }
   const uint64_t fileSize = headerOk ? static_cast<uint64_t>(st.st_size) : 0;
   std::string reason;
-  if (!headerOk || magic != kPayloadMagic) reason = "not a RankLens payload file (bad header)";
+  if (!headerOk || magic != kPayloadMagic)
+    reason = "not a RankLens payload file (bad header)";
   else if (major != kFormatMajor) {
     uint16_t minor = 0;
     memcpy(&minor, header + 6, 2);
     reason = "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
              " (this reader: " + std::to_string(kFormatMajor) + ".x)";
-  }
-  else if (index != ref.file) reason = "payload header says index " + std::to_string(index);
+  } else if (index != ref.file)
+    reason = "payload header says index " + std::to_string(index);
   else if (ref.offset < kFileHeaderBytes || ref.offset > fileSize || ref.compressedBytes > fileSize - ref.offset)
     reason = "blob of " + std::to_string(ref.compressedBytes) + " bytes at offset " + std::to_string(ref.offset) +
              " lies outside the file (" + std::to_string(fileSize) + " bytes)";
@@ -645,7 +680,9 @@ std::vector<RankDirectoryTrouble> rankDirectoryTrouble(const std::string& traceD
                  std::to_string(rank) + "/)";
     } else if (stat(path.c_str(), &st) != 0) {
       t.reason = path + ": unusable rank directory: " + strerror(errno) +
-                 (errno == ELOOP ? " (a symlink loop)" : errno == ENOENT ? " (a dangling symlink)" : "");
+                 (errno == ELOOP    ? " (a symlink loop)"
+                  : errno == ENOENT ? " (a dangling symlink)"
+                                    : "");
     } else if (!S_ISDIR(st.st_mode)) {
       t.reason = path + ": not a directory, so no recording of rank " + std::to_string(rank) +
                  " (a rank<R> entry must be the rank's directory)";
@@ -655,8 +692,8 @@ std::vector<RankDirectoryTrouble> rankDirectoryTrouble(const std::string& traceD
       t.reason = path + ": no manifest.msgpack, so no usable recording of rank " + std::to_string(rank) +
                  " (a rank that crashed before writing one, or lost it; rlpayload verify says more)";
     } else if (name != "rank" + std::to_string(rank)) {
-      t.reason = path + ": a rank directory with a padded number is not read (rename it rank" +
-                 std::to_string(rank) + "/)";
+      t.reason =
+          path + ": a rank directory with a padded number is not read (rename it rank" + std::to_string(rank) + "/)";
     } else {
       continue;
     }

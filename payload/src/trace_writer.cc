@@ -138,10 +138,11 @@ class CompressionPool {
  public:
   CompressionPool(int threads, int level, WriterOptions::Shuffle shuffle, size_t spareLimit, PayloadFiles* files)
       : level_(level), shuffle_(shuffle), spareRaw_(spareLimit), spareBlobs_(spareLimit / 2), files_(files) {
-    for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] {
-      nameThisThread("RankLens Zstd");
-      run();
-    });
+    for (int i = 0; i < std::max(1, threads); ++i)
+      workers_.emplace_back([this] {
+        nameThisThread("RankLens Zstd");
+        run();
+      });
   }
   ~CompressionPool() {
     {
@@ -207,32 +208,33 @@ class CompressionPool {
                                       std::function<void()> release) {
     auto promise = std::make_shared<std::promise<Written>>();
     std::future<Written> result = promise->get_future();
-    enqueue(copies_, [this, data, bytes, elementBytes, release = std::move(release), promise](PayloadFiles::Open& file) mutable {
-      LentBytes lent{std::move(release)};
-      Copy copy;
-      try {
-        if (!copiesLentPayload(shuffle_)) {
-          Written written;
-          written.shuffle = planesWidth(elementBytes);
-          Blob blob = spareBlobs_.take(ZSTD_compressBound(bytes));
-          const StageClock clock;
-          written.compressed = compressBlobFrom(threadContext(), level_, static_cast<const uint8_t*>(data), bytes,
-                                                written.shuffle, &blob, &written.rawCrc32);
-          clock.addTo(&times_[kCompress]);
-          lent.giveBack();
-          store(file, blob, &written);
-          promise->set_value(std::move(written));
-          return;
-        }
-        copy = copyIn(data, bytes, elementBytes);
-      } catch (...) {
-        lent.giveBack();
-        promise->set_exception(std::current_exception());
-        return;
-      }
-      lent.giveBack();
-      enqueue(jobs_, compressJob(std::move(copy), elementBytes, std::move(promise)));
-    });
+    enqueue(copies_,
+            [this, data, bytes, elementBytes, release = std::move(release), promise](PayloadFiles::Open& file) mutable {
+              LentBytes lent{std::move(release)};
+              Copy copy;
+              try {
+                if (!copiesLentPayload(shuffle_)) {
+                  Written written;
+                  written.shuffle = planesWidth(elementBytes);
+                  Blob blob = spareBlobs_.take(ZSTD_compressBound(bytes));
+                  const StageClock clock;
+                  written.compressed = compressBlobFrom(threadContext(), level_, static_cast<const uint8_t*>(data),
+                                                        bytes, written.shuffle, &blob, &written.rawCrc32);
+                  clock.addTo(&times_[kCompress]);
+                  lent.giveBack();
+                  store(file, blob, &written);
+                  promise->set_value(std::move(written));
+                  return;
+                }
+                copy = copyIn(data, bytes, elementBytes);
+              } catch (...) {
+                lent.giveBack();
+                promise->set_exception(std::current_exception());
+                return;
+              }
+              lent.giveBack();
+              enqueue(jobs_, compressJob(std::move(copy), elementBytes, std::move(promise)));
+            });
     return result;
   }
 
@@ -240,19 +242,20 @@ class CompressionPool {
   using Promise = std::shared_ptr<std::promise<Written>>;
   using Job = std::function<void(PayloadFiles::Open&)>;
   Job compressJob(Copy&& copy, size_t elementBytes, Promise promise) {
-    return [this, copy = std::move(copy), elementBytes, promise = std::move(promise)](PayloadFiles::Open& file) mutable {
-      try {
-        Blob blob;
-        const StageClock clock;
-        Written written = compress(copy, elementBytes, &blob);
-        clock.addTo(&times_[kCompress]);
-        spareRaw_.keep(std::move(copy.raw));
-        store(file, blob, &written);
-        promise->set_value(std::move(written));
-      } catch (...) {
-        promise->set_exception(std::current_exception());
-      }
-    };
+    return
+        [this, copy = std::move(copy), elementBytes, promise = std::move(promise)](PayloadFiles::Open& file) mutable {
+          try {
+            Blob blob;
+            const StageClock clock;
+            Written written = compress(copy, elementBytes, &blob);
+            clock.addTo(&times_[kCompress]);
+            spareRaw_.keep(std::move(copy.raw));
+            store(file, blob, &written);
+            promise->set_value(std::move(written));
+          } catch (...) {
+            promise->set_exception(std::current_exception());
+          }
+        };
   }
   // Appends a compressed blob to this worker's payload file (unless compressing it failed) and keeps its buffer.
   void store(PayloadFiles::Open& file, Blob& blob, Written* written) {
@@ -364,9 +367,8 @@ class CompressionPool {
   enum Context { kPayload, kSampleAsIs, kSamplePlanes, kContexts };
   static ZSTD_CCtx* threadContext(Context which = kPayload) {
     using Owned = std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)>;
-    static thread_local Owned contexts[kContexts] = {{ZSTD_createCCtx(), ZSTD_freeCCtx},
-                                                     {ZSTD_createCCtx(), ZSTD_freeCCtx},
-                                                     {ZSTD_createCCtx(), ZSTD_freeCCtx}};
+    static thread_local Owned contexts[kContexts] = {
+        {ZSTD_createCCtx(), ZSTD_freeCCtx}, {ZSTD_createCCtx(), ZSTD_freeCCtx}, {ZSTD_createCCtx(), ZSTD_freeCCtx}};
     return contexts[which].get();
   }
   // Compresses a copied payload into `blob` (a kept buffer where one fits); the result's file fields are left for
@@ -410,9 +412,9 @@ class CompressionPool {
   PayloadFiles* const files_;
   StageTime times_[kStages];
   std::mutex mu_;
-  size_t inFlight_ = 0;                          // jobs queued or running (under mu_)
-  int64_t activeSince_ = 0;                      // when inFlight_ last left 0
-  uint64_t activeNs_ = 0;                        // summed while inFlight_ > 0
+  size_t inFlight_ = 0;      // jobs queued or running (under mu_)
+  int64_t activeSince_ = 0;  // when inFlight_ last left 0
+  uint64_t activeNs_ = 0;    // summed while inFlight_ > 0
   std::condition_variable wake_;
   std::deque<Job> copies_, jobs_;
   bool stopping_ = false;
@@ -422,10 +424,10 @@ class CompressionPool {
 static_assert(std::size(counter::kPayloadStages) == CompressionPool::kStages, "a counter pair per stage");
 
 struct Item {
-  std::string body;                          // record body (empty for payloads)
-  PayloadRef ref;                            // payloads
-  std::future<Written> written;              // payloads: the blob, compressed and written
-  size_t accounted = 0;                      // bytes counted against the queue bound
+  std::string body;              // record body (empty for payloads)
+  PayloadRef ref;                // payloads
+  std::future<Written> written;  // payloads: the blob, compressed and written
+  size_t accounted = 0;          // bytes counted against the queue bound
   bool payload = false;
 };
 
@@ -525,7 +527,7 @@ struct TraceWriter::Impl {
       }
       Written w;
       try {
-        w = item.written.get();  // the blob is in its payload file once this returns
+        w = item.written.get();            // the blob is in its payload file once this returns
       } catch (const std::exception& e) {  // out of memory copying or compressing it
         w.compressed = Status::systemError(e.what());
       }
@@ -561,7 +563,7 @@ struct TraceWriter::Impl {
   }
 
   static constexpr std::chrono::milliseconds kLinger{2};  // longest a record waits in memory unflushed
-  int flushWaiters = 0;  // flush()/close() calls waiting for the writer
+  int flushWaiters = 0;                                   // flush()/close() calls waiting for the writer
   size_t hurryBytes() const { return std::max<size_t>(options.queueBytes / 8, 1); }
   // Wakes the writer only when the queue is filling up; otherwise it comes by within kLinger.
   void nudge() {
@@ -710,8 +712,9 @@ bool TraceWriter::appendPayloadBorrowed(const PayloadRef& ref, const void* data,
     return false;
   }
   // Queued now, in order; a worker takes the bytes (and releases them) before it compresses anything else.
-  impl_->queuePayload(ref, bytes, accounted,
-                      impl_->pool->submitBorrowed(data, bytes, events::datatypeBytes(ref.datatype), std::move(release)));
+  impl_->queuePayload(
+      ref, bytes, accounted,
+      impl_->pool->submitBorrowed(data, bytes, events::datatypeBytes(ref.datatype), std::move(release)));
   return true;
 }
 

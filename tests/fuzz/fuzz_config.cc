@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Settings settings;
   ranklens::Status status;
   try {
-    status = loadFromYaml(text, "fuzz.yaml", [](const char*) -> const char* { return nullptr; }, &settings, nullptr,
-                          &noVariables);
+    status = loadFromYaml(
+        text, "fuzz.yaml", [](const char*) -> const char* { return nullptr; }, &settings, nullptr, &noVariables);
   } catch (...) {
     check(false);  // the library promises no exception
   }

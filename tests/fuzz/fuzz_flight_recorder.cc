@@ -30,7 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The generic readers on the same bytes: a value tree or a message, never a crash (cycles included).
   Pickle p;
-  if (!readPickle(data, size, "fuzz", &p, &error)) check(!error.empty());
-  else check(p.root != nullptr);
+  if (!readPickle(data, size, "fuzz", &p, &error))
+    check(!error.empty());
+  else
+    check(p.root != nullptr);
   return 0;
 }

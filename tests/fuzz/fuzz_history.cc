@@ -27,9 +27,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = 0; i < asked; ++i) {
       const HistorySample& s = history.samples[i];
       check(estimator.estimateWithout(i).durationNs >= 0);
-      check(estimator.estimate(s.op, s.nranks, s.crossesNodes, s.bytes, s.role, s.grouped, s.stepOccurrence,
-                               s.stepPhase)
-                .durationNs >= 0);
+      check(
+          estimator.estimate(s.op, s.nranks, s.crossesNodes, s.bytes, s.role, s.grouped, s.stepOccurrence, s.stepPhase)
+              .durationNs >= 0);
       check(estimator.estimate(s.op, s.nranks, s.crossesNodes, s.bytes + 1, "", s.grouped).durationNs >= 0);
     }
     if (history.samples.size() <= 64) {

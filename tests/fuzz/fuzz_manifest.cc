@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   msgpack::sbuffer again;
   msgpack::pack(again, manifest);
   Manifest back;
-  check((reason = parseManifest(reinterpret_cast<const uint8_t*>(again.data()), again.size(), &back).message()).empty());
+  check(
+      (reason = parseManifest(reinterpret_cast<const uint8_t*>(again.data()), again.size(), &back).message()).empty());
   msgpack::sbuffer twice;
   msgpack::pack(twice, back);
   check(again.size() == twice.size() && memcmp(again.data(), twice.data(), again.size()) == 0);

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: decodePayload, and decodePayloadInto and decodePayloadStreaming (in pieces of 18 and 97 bytes)
 // beside it (they must agree), on arbitrary bytes, in the layout of payload_seed_layout.h (rawBytes with the byte
-// shuffle in its top bits, rawCrc32, the blob), which is what the seeds in corpus/fuzz_payload hold. The reader's payload limit is
-// 1 MiB here: decodePayload allocates up to the limit for a frame whose declared size matches the reference, and
-// the default (16 GiB) would only exercise the allocator.
+// shuffle in its top bits, rawCrc32, the blob), which is what the seeds in corpus/fuzz_payload hold. The reader's
+// payload limit is 1 MiB here: decodePayload allocates up to the limit for a frame whose declared size matches the
+// reference, and the default (16 GiB) would only exercise the allocator.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -38,10 +38,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (rawBytes <= limits.maxPayloadBytes) {
     std::vector<uint8_t> into(rawBytes);
     std::string why;
-    check((why = decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), into.size()).message()).empty() == decoded);
+    check(
+        (why = decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), into.size()).message()).empty() ==
+        decoded);
     check(!decoded || into == out);
     check(decoded || !why.empty());
-    if (rawBytes > 0) check(!(why = decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), rawBytes - 1).message()).empty());
+    if (rawBytes > 0)
+      check(!(why = decodePayloadInto(blob.data(), blob.size(), ref, limits, into.data(), rawBytes - 1).message())
+                 .empty());
     // Piece by piece, each piece an exact copy (reading past one is an ASan error): the same verdict and bytes.
     const BlobSource source = [&blob](uint64_t at, uint8_t* to, size_t bytes) {
       if (at > blob.size() || bytes > blob.size() - at) return false;
@@ -50,8 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     };
     for (size_t piece : {size_t{18}, size_t{97}}) {
       std::vector<uint8_t> streamed(rawBytes);
-      check((why = decodePayloadStreaming(source, blob.size(), ref, limits, streamed.data(), streamed.size(), piece).message()).empty() ==
-            decoded);
+      check((why = decodePayloadStreaming(source, blob.size(), ref, limits, streamed.data(), streamed.size(), piece)
+                       .message())
+                .empty() == decoded);
       check(!decoded || streamed == out);
       check(decoded || !why.empty());
     }

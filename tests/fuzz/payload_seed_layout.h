@@ -32,7 +32,10 @@ inline ranklens::trace::PayloadRef payloadSeedRef(const uint8_t* data, size_t si
 
 // The first word of a seed for `ref` (its rawBytes and shuffle).
 inline uint32_t payloadSeedWord(const ranklens::trace::PayloadRef& ref) {
-  const uint32_t mode = ref.shuffle == 2 ? 1 : ref.shuffle == 4 ? 2 : ref.shuffle == 8 ? 3 : static_cast<uint32_t>(ref.shuffle);
+  const uint32_t mode = ref.shuffle == 2   ? 1
+                        : ref.shuffle == 4 ? 2
+                        : ref.shuffle == 8 ? 3
+                                           : static_cast<uint32_t>(ref.shuffle);
   return static_cast<uint32_t>(ref.rawBytes) | (mode << 28);
 }
 

@@ -641,8 +641,8 @@ void expectStoresWhatTheCallReceived(ranklens::device::CopyOptions copies, cudaS
   struct Call {
     size_t offset, bytes;
   };
-  const Call calls[] = {{0, 4}, {1, 7}, {0, 4096}, {3, 5000}, {0, 64 << 10}, {0, (64 << 10) + 16}, {5, 1 << 20},
-                        {0, (3 << 20) + 3}};
+  const Call calls[] = {
+      {0, 4}, {1, 7}, {0, 4096}, {3, 5000}, {0, 64 << 10}, {0, (64 << 10) + 16}, {5, 1 << 20}, {0, (3 << 20) + 3}};
   const int kCalls = static_cast<int>(sizeof(calls) / sizeof(calls[0]));
   for (int call = 0; call < kCalls; ++call) {
     ranklens::trace::Timing identity;

@@ -37,10 +37,10 @@ struct TypeInfo {
   bool isFloat;
 };
 constexpr TypeInfo kTypes[] = {
-    {ncclInt8, "int8", 1, false},        {ncclUint8, "uint8", 1, false},     {ncclInt32, "int32", 4, false},
-    {ncclUint32, "uint32", 4, false},    {ncclInt64, "int64", 8, false},     {ncclUint64, "uint64", 8, false},
-    {ncclFloat16, "fp16", 2, true},      {ncclFloat32, "fp32", 4, true},     {ncclFloat64, "fp64", 8, true},
-    {ncclBfloat16, "bf16", 2, true},     {ncclFloat8e4m3, "fp8e4m3", 1, true}, {ncclFloat8e5m2, "fp8e5m2", 1, true},
+    {ncclInt8, "int8", 1, false},     {ncclUint8, "uint8", 1, false},       {ncclInt32, "int32", 4, false},
+    {ncclUint32, "uint32", 4, false}, {ncclInt64, "int64", 8, false},       {ncclUint64, "uint64", 8, false},
+    {ncclFloat16, "fp16", 2, true},   {ncclFloat32, "fp32", 4, true},       {ncclFloat64, "fp64", 8, true},
+    {ncclBfloat16, "bf16", 2, true},  {ncclFloat8e4m3, "fp8e4m3", 1, true}, {ncclFloat8e5m2, "fp8e5m2", 1, true},
 };
 
 // Every bit pattern of 8- and 16-bit types; for wider ones 2^16 random patterns and the special values' neighbours.
@@ -51,8 +51,8 @@ std::vector<unsigned char> inputsFor(const TypeInfo& t) {
   for (size_t i = 0; i < n; ++i) {
     uint64_t v = t.width <= 2 ? i : rng();
     if (t.width > 2 && i < 64) {  // zeros, ones, infinities, extremes and their neighbours
-      const uint64_t specials[] = {0, 1, ~0ull, 0x7F800000, 0xFF800000, 0x7FF0000000000000ull, 0x3F800000,
-                                   0x3FF0000000000000ull};
+      const uint64_t specials[] = {
+          0, 1, ~0ull, 0x7F800000, 0xFF800000, 0x7FF0000000000000ull, 0x3F800000, 0x3FF0000000000000ull};
       v = specials[i % 8] + (i / 8) - 4;
     }
     memcpy(&bytes[i * t.width], &v, t.width);
@@ -67,13 +67,28 @@ std::vector<uint64_t> scalarsFor(const TypeInfo& t) {
   for (double v : values) {
     uint64_t bits = 0;
     switch (t.type) {
-      case ncclFloat16: bits = __half_raw(__double2half(v)).x; break;
-      case ncclBfloat16: bits = __nv_bfloat16_raw(__double2bfloat16(v)).x; break;
-      case ncclFloat32: { const float f = static_cast<float>(v); memcpy(&bits, &f, 4); break; }
-      case ncclFloat64: memcpy(&bits, &v, 8); break;
-      case ncclFloat8e4m3: bits = __nv_cvt_double_to_fp8(v, __NV_SATFINITE, __NV_E4M3); break;
-      case ncclFloat8e5m2: bits = __nv_cvt_double_to_fp8(v, __NV_SATFINITE, __NV_E5M2); break;
-      default: bits = static_cast<uint64_t>(static_cast<int64_t>(std::lround(v * 4)));  // 2, 12, -5, 0
+      case ncclFloat16:
+        bits = __half_raw(__double2half(v)).x;
+        break;
+      case ncclBfloat16:
+        bits = __nv_bfloat16_raw(__double2bfloat16(v)).x;
+        break;
+      case ncclFloat32: {
+        const float f = static_cast<float>(v);
+        memcpy(&bits, &f, 4);
+        break;
+      }
+      case ncclFloat64:
+        memcpy(&bits, &v, 8);
+        break;
+      case ncclFloat8e4m3:
+        bits = __nv_cvt_double_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+        break;
+      case ncclFloat8e5m2:
+        bits = __nv_cvt_double_to_fp8(v, __NV_SATFINITE, __NV_E5M2);
+        break;
+      default:
+        bits = static_cast<uint64_t>(static_cast<int64_t>(std::lround(v * 4)));  // 2, 12, -5, 0
     }
     if (t.width < 8) bits &= (1ull << (8 * t.width)) - 1;
     out.push_back(bits);
@@ -86,12 +101,18 @@ bool isNan(const TypeInfo& t, const unsigned char* p) {
   uint64_t b = 0;
   memcpy(&b, p, t.width);
   switch (t.type) {
-    case ncclFloat16: return (b & 0x7C00) == 0x7C00 && (b & 0x3FF) != 0;
-    case ncclBfloat16: return (b & 0x7F80) == 0x7F80 && (b & 0x7F) != 0;
-    case ncclFloat32: return (b & 0x7F800000) == 0x7F800000 && (b & 0x7FFFFF) != 0;
-    case ncclFloat64: return (b & 0x7FF0000000000000ull) == 0x7FF0000000000000ull && (b & 0xFFFFFFFFFFFFFull) != 0;
-    case ncclFloat8e4m3: return (b & 0x7F) == 0x7F;
-    default: return (b & 0x7C) == 0x7C && (b & 0x3) != 0;  // e5m2
+    case ncclFloat16:
+      return (b & 0x7C00) == 0x7C00 && (b & 0x3FF) != 0;
+    case ncclBfloat16:
+      return (b & 0x7F80) == 0x7F80 && (b & 0x7F) != 0;
+    case ncclFloat32:
+      return (b & 0x7F800000) == 0x7F800000 && (b & 0x7FFFFF) != 0;
+    case ncclFloat64:
+      return (b & 0x7FF0000000000000ull) == 0x7FF0000000000000ull && (b & 0xFFFFFFFFFFFFFull) != 0;
+    case ncclFloat8e4m3:
+      return (b & 0x7F) == 0x7F;
+    default:
+      return (b & 0x7C) == 0x7C && (b & 0x3) != 0;  // e5m2
   }
 }
 
@@ -169,8 +190,10 @@ TEST(ReduceCopies, CudaDeviceMatchesTheHostDeviceBitForBit) {
         cases.push_back(r);
       }
     for (Reduction r : cases) {
-      SCOPED_TRACE(std::string(r.product ? "prod" : r.premul ? "premul" : "sum") + " x" + std::to_string(r.copies) +
-                   (r.scalar.at ? " scalar in memory" : ""));
+      SCOPED_TRACE(std::string(r.product  ? "prod"
+                               : r.premul ? "premul"
+                                          : "sum") +
+                   " x" + std::to_string(r.copies) + (r.scalar.at ? " scalar in memory" : ""));
       uint64_t scalar = r.scalar.bits;
       std::vector<unsigned char> expected(in.size()), got(in.size());
       Reduction onHost = r;
@@ -279,8 +302,8 @@ TEST(OneRankReductions, SameBitsAsTheRealNccl) {
         return;
       }
       const long i = firstDifference(t, got, expected);
-      EXPECT_EQ(i, -1) << what << ": element " << i << " in " << hexAt(t, in, i) << ": RankLens "
-                       << hexAt(t, got, i) << ", NCCL " << hexAt(t, expected, i);
+      EXPECT_EQ(i, -1) << what << ": element " << i << " in " << hexAt(t, in, i) << ": RankLens " << hexAt(t, got, i)
+                       << ", NCCL " << hexAt(t, expected, i);
     };
     compare("sum", ncclSum, nullptr, false);
     compare("prod", ncclProd, nullptr, false);

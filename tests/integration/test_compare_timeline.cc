@@ -48,11 +48,11 @@ struct TraceSpec {
   std::optional<uint64_t> changedAllReduceSeq;  // that AllReduce on the world communicator gets half the count
   bool extraCall = false;                       // one more AllReduce after the last step
   int steps = kSteps;
-  const char* stepMarker = "step";              // "optimizer": as the Python adapter marks steps
-  bool unrelatedCommFirst = false;              // communicator ids shift by one
-  int64_t allReduceNs = 1'000'000;              // Timing.durationNs of every AllReduce
+  const char* stepMarker = "step";                     // "optimizer": as the Python adapter marks steps
+  bool unrelatedCommFirst = false;                     // communicator ids shift by one
+  int64_t allReduceNs = 1'000'000;                     // Timing.durationNs of every AllReduce
   int allGatherClock = ranklens::trace::kClockEvents;  // kClockEstimated: a replay held the estimator's duration
-  std::string cpuModel, gpuName;                        // the manifest's machine (format 1.7); "" / 0: unknown
+  std::string cpuModel, gpuName;                       // the manifest's machine (format 1.7); "" / 0: unknown
   int cpus = 0;
 };
 
@@ -107,8 +107,8 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
     if (op == Op::kAllReduce) c.hostNs = static_cast<int64_t>(seq / 2 + 1) * 1000;  // step k: (k + 1) us
     ASSERT_TRUE(writer->append(RecordType::kCall, c));
   };
-  auto timing = [&](uint64_t commId, uint64_t seq, Op op, uint64_t stream, uint64_t group, int64_t at,
-                    int64_t duration, int peer, int clock = ranklens::trace::kClockEvents) {
+  auto timing = [&](uint64_t commId, uint64_t seq, Op op, uint64_t stream, uint64_t group, int64_t at, int64_t duration,
+                    int peer, int clock = ranklens::trace::kClockEvents) {
     Timing t;
     t.commId = commId;
     t.seq = seq;
@@ -140,8 +140,8 @@ void writeTrace(const std::string& rankDir, const TraceSpec& spec) {
     const uint64_t group = k + 1;
     call(world, k, Op::kSend, 7, 4096, 0, stepStart + 300'000, kStreamP2p, group, 2);
     call(world, k, Op::kRecv, 7, 4096, 0, stepStart + 300'001, kStreamP2p, group, 2);
-    ASSERT_TRUE(writer->append(RecordType::kGroupEnd,
-                               ranklens::events::GroupEnd{group, 2, 0, stepStart + 300'002, 20'000}));
+    ASSERT_TRUE(
+        writer->append(RecordType::kGroupEnd, ranklens::events::GroupEnd{group, 2, 0, stepStart + 300'002, 20'000}));
     timing(world, k, Op::kSend, kStreamP2p, group, stepStart + 300'000, 200'000, 0);
     call(split, k, Op::kBroadcast, 2, 32768, 0, stepStart + 400'000, kStreamSplit, 0, 1);
     timing(split, k, Op::kBroadcast, kStreamSplit, 0, stepStart + 400'000, 50'000, -1);
@@ -340,8 +340,8 @@ TEST_F(CompareTimeline, WarmupStepsOption) {
 }
 
 TEST_F(CompareTimeline, AdapterOptimizerMarkersTimeStepsWhenNoStepMarkers) {
-  const Result r = ranklens({"compare", path("optimizer-recorded/rank1"), path("optimizer-replayed/rank1"), "--json",
-                             "-"});
+  const Result r =
+      ranklens({"compare", path("optimizer-recorded/rank1"), path("optimizer-replayed/rank1"), "--json", "-"});
   ASSERT_EQ(r.rc, 0) << r.err;
   const json steps = parseJson(r.out)["steps"];
   EXPECT_EQ(steps["marker"], "optimizer");
@@ -352,8 +352,7 @@ TEST_F(CompareTimeline, AdapterOptimizerMarkersTimeStepsWhenNoStepMarkers) {
   EXPECT_EQ(mixed["compared"], 0);
   EXPECT_EQ(mixed["replayed_marker"], "optimizer");
   const Result text = ranklens({"compare", path("recorded/rank1"), path("optimizer-replayed/rank1")});
-  EXPECT_NE(text.out.find("not compared: the recorded trace marks steps with \"step\""), std::string::npos)
-      << text.out;
+  EXPECT_NE(text.out.find("not compared: the recorded trace marks steps with \"step\""), std::string::npos) << text.out;
 }
 
 TEST_F(CompareTimeline, ChangedCountIsTheFirstDivergence) {
@@ -435,10 +434,12 @@ TEST_F(CompareTimeline, AReplayOnAnotherMachineIsNamedBesideTheStepTimes) {
   const Result other = ranklens({"compare", path("machine-recorded/rank1"), path("machine-other/rank1")});
   EXPECT_EQ(other.rc, 0) << other.err;
   EXPECT_NE(other.out.find("not comparable, so this error is no measure of the replay's timing fidelity:"),
-            std::string::npos) << other.out;
+            std::string::npos)
+      << other.out;
   EXPECT_NE(other.out.find("the hosts differ (Test CPU 9000 against Test CPU 7000), and a host-bound step runs at "
                            "its machine's speed"),
-            std::string::npos) << other.out;
+            std::string::npos)
+      << other.out;
   const Result otherJson =
       ranklens({"compare", path("machine-recorded/rank1"), path("machine-other/rank1"), "--json", "-"});
   const json doc = parseJson(otherJson.out);
@@ -453,7 +454,8 @@ TEST_F(CompareTimeline, AReplayOnAnotherMachineIsNamedBesideTheStepTimes) {
   const Result same = ranklens({"compare", path("machine-recorded/rank1"), path("machine-same/rank1")});
   EXPECT_NE(same.out.find("comparable: the same GPU model (NVIDIA H200) and host, so this error measures the "
                           "replay's timing fidelity"),
-            std::string::npos) << same.out;
+            std::string::npos)
+      << same.out;
   EXPECT_EQ(parseJson(ranklens({"compare", path("machine-recorded/rank1"), path("machine-same/rank1"), "--json", "-"})
                           .out)["step_time_comparable"]["comparable"],
             true);
@@ -472,8 +474,8 @@ TEST_F(CompareTimeline, EstimatedDurationsAreListed) {
   EXPECT_EQ(e["replayed_timings"], 4 * kSteps);
   EXPECT_EQ(e["per_op"], json({{"AllGather", kSteps}}));
   ASSERT_EQ(e["calls"].size(), static_cast<size_t>(kSteps));
-  EXPECT_EQ(e["calls"][1], json({{"comm", 0}, {"seq", 3}, {"op", "AllGather"}, {"peer", -1}, {"group", 0},
-                                 {"duration_ns", 100'000}}));
+  EXPECT_EQ(e["calls"][1],
+            json({{"comm", 0}, {"seq", 3}, {"op", "AllGather"}, {"peer", -1}, {"group", 0}, {"duration_ns", 100'000}}));
   const Result text = ranklens({"compare", path("recorded/rank1"), path("estimated/rank1")});
   EXPECT_NE(text.out.find("estimated durations: 10 of 40 replayed Timing records (no recorded duration: the "
                           "estimator's; AllGather 10)"),
@@ -580,8 +582,8 @@ TEST_F(CompareTimeline, TimelineHasAProcessPerTraceAndASlicePerTiming) {
   EXPECT_EQ(countPhase(doc, 2, "i"), kSteps + 1u);
 
   // An independent parser agrees (the file is what Perfetto and chrome://tracing load).
-  const Result py = runProgram(
-      "python3", {"-c", "import json, sys; print(len(json.load(open(sys.argv[1]))['traceEvents']))", out});
+  const Result py =
+      runProgram("python3", {"-c", "import json, sys; print(len(json.load(open(sys.argv[1]))['traceEvents']))", out});
   if (py.rc == 127 || py.rc == -1) GTEST_SKIP() << "python3 not available";
   EXPECT_EQ(py.rc, 0) << py.err;
   EXPECT_EQ(py.out, std::to_string(2 * perTrace) + "\n");
@@ -602,8 +604,8 @@ TEST_F(CompareTimeline, OneRanksTimelineSaysItsRankForHolisticTraceAnalysis) {
 }
 
 TEST_F(CompareTimeline, TimelineStepWindowAlignsTracesAtTheFirstStep) {
-  const Result r = ranklens({"timeline", path("recorded"), path("identical/rank1"), "-o", "-", "--from-step", "2",
-                             "--to-step", "4"});
+  const Result r = ranklens(
+      {"timeline", path("recorded"), path("identical/rank1"), "-o", "-", "--from-step", "2", "--to-step", "4"});
   ASSERT_EQ(r.rc, 0) << r.err;
   const json doc = parseJson(r.out);
   for (int pid : {1, 2}) {

@@ -76,11 +76,18 @@ using P2pFn = ncclResult_t(const void*, size_t, ncclDataType_t, int, ncclComm_t,
 
 TEST_F(Parity, NullCommEveryCollective) {
   float x = 0;
-  expectSame("AllReduce", [&](Lib& l) { return l.sym<AllReduceFn>("ncclAllReduce")(&x, &x, 1, ncclFloat, ncclSum, nullptr, nullptr); });
-  expectSame("ReduceScatter", [&](Lib& l) { return l.sym<AllReduceFn>("ncclReduceScatter")(&x, &x, 1, ncclFloat, ncclSum, nullptr, nullptr); });
-  expectSame("Broadcast", [&](Lib& l) { return l.sym<RootedFn>("ncclBroadcast")(&x, &x, 1, ncclFloat, 0, nullptr, nullptr); });
-  expectSame("Gather", [&](Lib& l) { return l.sym<RootedFn>("ncclGather")(&x, &x, 1, ncclFloat, 0, nullptr, nullptr); });
-  expectSame("Scatter", [&](Lib& l) { return l.sym<RootedFn>("ncclScatter")(&x, &x, 1, ncclFloat, 0, nullptr, nullptr); });
+  expectSame("AllReduce", [&](Lib& l) {
+    return l.sym<AllReduceFn>("ncclAllReduce")(&x, &x, 1, ncclFloat, ncclSum, nullptr, nullptr);
+  });
+  expectSame("ReduceScatter", [&](Lib& l) {
+    return l.sym<AllReduceFn>("ncclReduceScatter")(&x, &x, 1, ncclFloat, ncclSum, nullptr, nullptr);
+  });
+  expectSame("Broadcast",
+             [&](Lib& l) { return l.sym<RootedFn>("ncclBroadcast")(&x, &x, 1, ncclFloat, 0, nullptr, nullptr); });
+  expectSame("Gather",
+             [&](Lib& l) { return l.sym<RootedFn>("ncclGather")(&x, &x, 1, ncclFloat, 0, nullptr, nullptr); });
+  expectSame("Scatter",
+             [&](Lib& l) { return l.sym<RootedFn>("ncclScatter")(&x, &x, 1, ncclFloat, 0, nullptr, nullptr); });
   expectSame("Send", [&](Lib& l) { return l.sym<P2pFn>("ncclSend")(&x, 1, ncclFloat, 0, nullptr, nullptr); });
   expectSame("Recv", [&](Lib& l) {
     return l.sym<ncclResult_t(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)>("ncclRecv")(
@@ -108,9 +115,18 @@ TEST_F(Parity, GroupsAndQueries) {
     l.sym<AllReduceFn>("ncclAllReduce")(&x, &x, 1, ncclFloat, ncclSum, nullptr, nullptr);
     return static_cast<int>(l.sym<ncclResult_t()>("ncclGroupEnd")());
   });
-  expectSame("CommCount NULL", [](Lib& l) { int v; return l.sym<ncclResult_t(ncclComm_t, int*)>("ncclCommCount")(nullptr, &v); });
-  expectSame("CommUserRank NULL", [](Lib& l) { int v; return l.sym<ncclResult_t(ncclComm_t, int*)>("ncclCommUserRank")(nullptr, &v); });
-  expectSame("CommCuDevice NULL", [](Lib& l) { int v; return l.sym<ncclResult_t(ncclComm_t, int*)>("ncclCommCuDevice")(nullptr, &v); });
+  expectSame("CommCount NULL", [](Lib& l) {
+    int v;
+    return l.sym<ncclResult_t(ncclComm_t, int*)>("ncclCommCount")(nullptr, &v);
+  });
+  expectSame("CommUserRank NULL", [](Lib& l) {
+    int v;
+    return l.sym<ncclResult_t(ncclComm_t, int*)>("ncclCommUserRank")(nullptr, &v);
+  });
+  expectSame("CommCuDevice NULL", [](Lib& l) {
+    int v;
+    return l.sym<ncclResult_t(ncclComm_t, int*)>("ncclCommCuDevice")(nullptr, &v);
+  });
   expectSame("GetAsyncError NULL", [](Lib& l) {
     ncclResult_t r;
     return l.sym<ncclResult_t(ncclComm_t, ncclResult_t*)>("ncclCommGetAsyncError")(nullptr, &r);
@@ -118,9 +134,8 @@ TEST_F(Parity, GroupsAndQueries) {
   for (const char* fn : {"ncclCommDestroy", "ncclCommAbort", "ncclCommFinalize"})
     expectSame(fn, [fn](Lib& l) { return l.sym<ncclResult_t(ncclComm_t)>(fn)(nullptr); });
   expectSame("Revoke NULL", [](Lib& l) { return l.sym<ncclResult_t(ncclComm_t, int)>("ncclCommRevoke")(nullptr, 0); });
-  expectSame("RedOpDestroy builtin", [](Lib& l) {
-    return l.sym<ncclResult_t(ncclRedOp_t, ncclComm_t)>("ncclRedOpDestroy")(ncclMax, nullptr);
-  });
+  expectSame("RedOpDestroy builtin",
+             [](Lib& l) { return l.sym<ncclResult_t(ncclRedOp_t, ncclComm_t)>("ncclRedOpDestroy")(ncclMax, nullptr); });
   expectSame("RedOpDestroy garbage", [](Lib& l) {
     return l.sym<ncclResult_t(ncclRedOp_t, ncclComm_t)>("ncclRedOpDestroy")(static_cast<ncclRedOp_t>(-7), nullptr);
   });

@@ -53,9 +53,9 @@ trace_test::ChildRun placed(int gpus, const std::map<std::string, std::string>& 
 }
 
 TEST(ShareGpu, EveryProcessAndForkedChildGetsItsOwnHostId) {
-  const auto run = runWithEnv({{"NCCL_HOSTID", "<unset>"}, {"CUDA_VISIBLE_DEVICES", "<unset>"}},
-                              "'" RANKLENS_CLI "' run --share-gpu -- sh -c 'LOCAL_RANK=0 " PROBE "; LOCAL_RANK=1 " PROBE
-                              "'");
+  const auto run =
+      runWithEnv({{"NCCL_HOSTID", "<unset>"}, {"CUDA_VISIBLE_DEVICES", "<unset>"}},
+                 "'" RANKLENS_CLI "' run --share-gpu -- sh -c 'LOCAL_RANK=0 " PROBE "; LOCAL_RANK=1 " PROBE "'");
   ASSERT_EQ(run.status, 0) << run.output;
   const auto lines = probeLines(run.output);
   ASSERT_EQ(lines.size(), 4u) << run.output;  // two ranks, each with a forked child
@@ -110,7 +110,8 @@ TEST(ShareGpu, RefusesAHostIdOrAPinnedGpuThatTheJobSetsItself) {
   run = placed(1, {{"LOCAL_RANK", "1"}, {"CUDA_VISIBLE_DEVICES", "1"}}, PROBE);
   EXPECT_EQ(run.status, 2) << run.output;
   EXPECT_NE(run.output.find("CUDA_VISIBLE_DEVICES is '1' but was (unset) at launch: the job pins a GPU per rank"),
-            std::string::npos) << run.output;
+            std::string::npos)
+      << run.output;
   // The launch's own value is fine.
   run = placed(1, {{"LOCAL_RANK", "1"}, {"CUDA_VISIBLE_DEVICES", "0"}, {"RANKLENS_SHARE_GPU_VISIBLE", "0"}}, PROBE);
   EXPECT_EQ(run.status, 0) << run.output;
@@ -133,8 +134,10 @@ TEST(ShareGpu, RefusesAHostIdOrAPinnedGpuThatTheJobSetsItself) {
 // A recording of record_scenario, forwarding to the fake real NCCL, with or without --share-gpu.
 std::string recordScenario(const std::string& name, bool share) {
   const std::string dir = trace_test::freshDir(TEST_TMP_DIR, name + "-" + std::to_string(getpid()));
-  const auto run = runWithEnv({{"RANKLENS_DEVICE", "host"}, {"FAKE_REAL_NCCL_SPIN_US", "300"},
-                               {"NCCL_HOSTID", "<unset>"}, {"CUDA_VISIBLE_DEVICES", "<unset>"}},
+  const auto run = runWithEnv({{"RANKLENS_DEVICE", "host"},
+                               {"FAKE_REAL_NCCL_SPIN_US", "300"},
+                               {"NCCL_HOSTID", "<unset>"},
+                               {"CUDA_VISIBLE_DEVICES", "<unset>"}},
                               "'" RANKLENS_CLI "' record " + std::string(share ? "--share-gpu " : "") +
                                   "--real-nccl '" FAKE_REAL_NCCL "' --trace '" + dir +
                                   "/trace' -- sh -c 'RANK=0 WORLD_SIZE=1 LOCAL_RANK=3 " RECORD_SCENARIO " forward'");
@@ -179,7 +182,7 @@ const std::string kShipped = std::string(SOURCE_DIR) + "/examples/traces/minitra
 
 std::string replayRanks(const std::string& out, const std::string& options, int* status) {
   const auto run = runWithEnv({}, "'" RANKLENS_CLI "' replay --trace '" + kShipped + "' --device host --out '" + out +
-                                       "' " + options + " -- '" MINITRAIN "' --steps 10");
+                                      "' " + options + " -- '" MINITRAIN "' --steps 10");
   *status = run.status;
   return run.output;
 }
@@ -236,8 +239,8 @@ TEST(ReplayRanks, ATimeoutStopsARankAndADigestIsShown) {
 TEST(ReplayRanks, WritesASlurmArrayInsteadOfRunning) {
   const std::string dir = trace_test::freshDir(TEST_TMP_DIR, "ranks-slurm-" + std::to_string(getpid()));
   int status = -1;
-  const std::string output = replayRanks(dir + "/out", "--ranks 0-1 --parallel 16 --slurm " + dir + "/job.sbatch",
-                                         &status);
+  const std::string output =
+      replayRanks(dir + "/out", "--ranks 0-1 --parallel 16 --slurm " + dir + "/job.sbatch", &status);
   EXPECT_EQ(status, 0) << output;
   EXPECT_NE(output.find("Submit it: sbatch " + dir + "/job.sbatch"), std::string::npos) << output;
   std::ifstream file(dir + "/job.sbatch");
@@ -247,9 +250,11 @@ TEST(ReplayRanks, WritesASlurmArrayInsteadOfRunning) {
   EXPECT_NE(text.find("#SBATCH --array=0-1%16"), std::string::npos) << text;
   EXPECT_NE(text.find("#SBATCH --gres=gpu:1"), std::string::npos) << text;
   EXPECT_NE(text.find("replay' '--trace' '" + kShipped + "' '--rank' \"$RANK\" '--trace-dir' '" + dir + "/out'"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("'--device' 'host' '--' '" MINITRAIN "' '--steps' '10' > '" + dir + "/out'/rank\"$RANK\".log"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_FALSE(ranklens::trace::holdsTrace(dir + "/out/rank0"));  // nothing ran
   // The script runs as Slurm would run task 1 (SLURM_ARRAY_TASK_ID), then --report tells it.
   const auto task = runWithEnv({{"SLURM_ARRAY_TASK_ID", "1"}}, "bash '" + dir + "/job.sbatch'");
@@ -267,7 +272,8 @@ TEST(ReplayRanks, BadRankListsAreRefusedWithTheRecordingsRanks) {
   std::string output = replayRanks(dir + "/a", "--ranks 0,5", &status);
   EXPECT_EQ(status, 2) << output;
   EXPECT_NE(output.find("rank 5 is not in the recording (it holds 2 rank directories, ranks 0 to 1)"),
-            std::string::npos) << output;
+            std::string::npos)
+      << output;
   output = replayRanks(dir + "/b", "--ranks 1-x", &status);
   EXPECT_EQ(status, 2) << output;
   EXPECT_NE(output.find("'1-x' is not a rank or a range"), std::string::npos) << output;

@@ -6,8 +6,9 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# setup.sh's packages the image does not need: the fuzzing compiler, the debugger, pip (no Python tests in the image).
-NOT_IN_IMAGE = {"clang", "libclang-rt-14-dev", "gdb", "python3-pip"}
+# setup.sh's packages the image does not need: the fuzzing compiler, the formatter, the debugger, pip (no Python tests
+# in the image).
+NOT_IN_IMAGE = {"clang", "clang-format", "libclang-rt-14-dev", "gdb", "python3-pip"}
 
 
 def setup_packages():

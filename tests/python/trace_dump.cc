@@ -8,7 +8,8 @@
 //   trace_dump --selftest                              checks the SHA-256 below against known vectors
 //
 // Document: {"ranks": [{"dir", "indexRebuilt", "manifest", "records", "payloads", "problems"}]}, see the Python
-// module's docstring; a rank whose manifest is missing or unusable is {"dir", "unusable": true} (exit 1). Keys sorted (nlohmann's default object is a std::map), no whitespace, ASCII only.
+// module's docstring; a rank whose manifest is missing or unusable is {"dir", "unusable": true} (exit 1). Keys sorted
+// (nlohmann's default object is a std::map), no whitespace, ASCII only.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -63,14 +64,14 @@ class Sha256 {
   static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
   void compress() {
     static const uint32_t k[64] = {
-        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
-        0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
-        0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
-        0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
-        0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
-        0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
-        0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-        0xc67178f2};
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+        0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+        0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+        0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+        0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+        0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+        0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
     uint32_t w[64];
     for (int i = 0; i < 16; ++i) {
       w[i] = (uint32_t{block_[4 * i]} << 24) | (uint32_t{block_[4 * i + 1]} << 16) |
@@ -143,9 +144,9 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
   switch (type) {
     case tr::RecordType::kCommInit: {
       auto r = as<ev::CommInit>(record);
-      j = {{"commId", r.commId}, {"nranks", r.nranks}, {"rank", r.rank}, {"parentId", r.parentId},
-           {"color", r.color}, {"key", r.key}, {"how", r.how}, {"name", r.name}, {"worldRanks", r.worldRanks},
-           {"cudaDev", r.cudaDev}, {"blocking", r.blocking}, {"timeNs", r.timeNs}};
+      j = {{"commId", r.commId},         {"nranks", r.nranks},   {"rank", r.rank},         {"parentId", r.parentId},
+           {"color", r.color},           {"key", r.key},         {"how", r.how},           {"name", r.name},
+           {"worldRanks", r.worldRanks}, {"cudaDev", r.cudaDev}, {"blocking", r.blocking}, {"timeNs", r.timeNs}};
       return true;
     }
     case tr::RecordType::kCommEnd: {
@@ -155,16 +156,17 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
     }
     case tr::RecordType::kCall: {
       auto r = as<ev::Call>(record);
-      j = {{"commId", r.commId}, {"seq", r.seq}, {"op", r.op}, {"datatype", r.datatype}, {"count", r.count},
-           {"rootOrPeer", r.rootOrPeer}, {"redop", r.redop}, {"stream", r.stream}, {"groupId", r.groupId},
-           {"nranks", r.nranks}, {"rank", r.rank}, {"bytes", r.bytes}, {"timeNs", r.timeNs},
-           {"hostNs", r.hostNs}};
+      j = {{"commId", r.commId},     {"seq", r.seq},       {"op", r.op},
+           {"datatype", r.datatype}, {"count", r.count},   {"rootOrPeer", r.rootOrPeer},
+           {"redop", r.redop},       {"stream", r.stream}, {"groupId", r.groupId},
+           {"nranks", r.nranks},     {"rank", r.rank},     {"bytes", r.bytes},
+           {"timeNs", r.timeNs},     {"hostNs", r.hostNs}};
       return true;
     }
     case tr::RecordType::kGroupEnd: {
       auto r = as<ev::GroupEnd>(record);
-      j = {{"groupId", r.groupId}, {"calls", r.calls}, {"result", r.result}, {"timeNs", r.timeNs},
-           {"hostNs", r.hostNs}};
+      j = {
+          {"groupId", r.groupId}, {"calls", r.calls}, {"result", r.result}, {"timeNs", r.timeNs}, {"hostNs", r.hostNs}};
       return true;
     }
     case tr::RecordType::kStage: {
@@ -179,22 +181,33 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
     }
     case tr::RecordType::kTiming: {
       auto r = as<tr::Timing>(record);
-      j = {{"commId", r.commId}, {"seq", r.seq}, {"op", r.op}, {"stream", r.stream}, {"groupId", r.groupId},
-           {"startNs", r.startNs}, {"durationNs", r.durationNs}, {"captured", r.captured}, {"peer", r.peer},
-           {"eventNs", r.eventNs}, {"clock", r.clock}, {"gapNs", r.gapNs}};
+      j = {{"commId", r.commId},         {"seq", r.seq},           {"op", r.op},
+           {"stream", r.stream},         {"groupId", r.groupId},   {"startNs", r.startNs},
+           {"durationNs", r.durationNs}, {"captured", r.captured}, {"peer", r.peer},
+           {"eventNs", r.eventNs},       {"clock", r.clock},       {"gapNs", r.gapNs}};
       return true;
     }
     case tr::RecordType::kPayloadRef: {
       auto r = as<tr::PayloadRef>(record);
-      j = {{"commId", r.commId}, {"seq", r.seq}, {"op", r.op}, {"datatype", r.datatype}, {"count", r.count},
-           {"rawBytes", r.rawBytes}, {"file", r.file}, {"offset", r.offset}, {"compressedBytes", r.compressedBytes},
-           {"rawCrc32", r.rawCrc32}, {"zstdLevel", r.zstdLevel}, {"peer", r.peer}, {"shuffle", r.shuffle}};
+      j = {{"commId", r.commId},
+           {"seq", r.seq},
+           {"op", r.op},
+           {"datatype", r.datatype},
+           {"count", r.count},
+           {"rawBytes", r.rawBytes},
+           {"file", r.file},
+           {"offset", r.offset},
+           {"compressedBytes", r.compressedBytes},
+           {"rawCrc32", r.rawCrc32},
+           {"zstdLevel", r.zstdLevel},
+           {"peer", r.peer},
+           {"shuffle", r.shuffle}};
       return true;
     }
     case tr::RecordType::kEdit: {
       auto r = as<tr::Edit>(record);
-      j = {{"commId", r.commId}, {"seq", r.seq}, {"tool", r.tool}, {"action", r.action}, {"detail", r.detail},
-           {"user", r.user}, {"timeNs", r.timeNs}, {"op", r.op}, {"peer", r.peer}};
+      j = {{"commId", r.commId}, {"seq", r.seq},       {"tool", r.tool}, {"action", r.action}, {"detail", r.detail},
+           {"user", r.user},     {"timeNs", r.timeNs}, {"op", r.op},     {"peer", r.peer}};
       return true;
     }
     case tr::RecordType::kCommBinding: {
@@ -204,12 +217,27 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
     }
     case tr::RecordType::kFlightRecorderEntry: {
       auto r = as<tr::FlightRecorderEntry>(record);
-      j = {{"commId", r.commId}, {"seq", r.seq}, {"op", r.op}, {"peer", r.peer}, {"recordId", r.recordId},
-           {"collectiveSeqId", r.collectiveSeqId}, {"p2pSeqId", r.p2pSeqId}, {"opId", r.opId},
-           {"profilingName", r.profilingName}, {"pgName", r.pgName}, {"pgDesc", r.pgDesc}, {"state", r.state},
-           {"timeCreatedNs", r.timeCreatedNs}, {"durationNs", r.durationNs}, {"timeoutMs", r.timeoutMs},
-           {"isP2p", r.isP2p}, {"inputSizes", r.inputSizes}, {"outputSizes", r.outputSizes},
-           {"inputDtypes", r.inputDtypes}, {"outputDtypes", r.outputDtypes}, {"frames", r.frames},
+      j = {{"commId", r.commId},
+           {"seq", r.seq},
+           {"op", r.op},
+           {"peer", r.peer},
+           {"recordId", r.recordId},
+           {"collectiveSeqId", r.collectiveSeqId},
+           {"p2pSeqId", r.p2pSeqId},
+           {"opId", r.opId},
+           {"profilingName", r.profilingName},
+           {"pgName", r.pgName},
+           {"pgDesc", r.pgDesc},
+           {"state", r.state},
+           {"timeCreatedNs", r.timeCreatedNs},
+           {"durationNs", r.durationNs},
+           {"timeoutMs", r.timeoutMs},
+           {"isP2p", r.isP2p},
+           {"inputSizes", r.inputSizes},
+           {"outputSizes", r.outputSizes},
+           {"inputDtypes", r.inputDtypes},
+           {"outputDtypes", r.outputDtypes},
+           {"frames", r.frames},
            {"unknown", r.unknown}};
       return true;
     }
@@ -218,21 +246,41 @@ bool recordFields(tr::RecordType type, const msgpack::object& record, json* out)
 }
 
 json manifestJson(const tr::Manifest& m) {
-  return {{"format", m.format}, {"version_major", m.version_major}, {"version_minor", m.version_minor},
-          {"rank", m.rank}, {"world_size", m.world_size}, {"local_rank", m.local_rank}, {"host", m.host},
-          {"pid", m.pid}, {"gpu_name", m.gpu_name}, {"gpu_uuid", m.gpu_uuid}, {"nccl_version", m.nccl_version},
-          {"mode", m.mode}, {"writer", m.writer}, {"start_time_ns", m.start_time_ns}, {"end_time_ns", m.end_time_ns},
-          {"env", m.env}, {"closed", m.closed}, {"records_written", m.records_written},
-          {"records_dropped", m.records_dropped}, {"payloads_written", m.payloads_written},
-          {"payloads_dropped", m.payloads_dropped}, {"payload_raw_bytes", m.payload_raw_bytes},
-          {"payload_compressed_bytes", m.payload_compressed_bytes}, {"segments", m.segments},
-          {"payload_files", m.payload_files}, {"counters", m.counters}, {"cpu_model", m.cpu_model},
-          {"cpus", m.cpus}, {"shared_gpu", m.shared_gpu}, {"imported", m.imported}};
+  return {{"format", m.format},
+          {"version_major", m.version_major},
+          {"version_minor", m.version_minor},
+          {"rank", m.rank},
+          {"world_size", m.world_size},
+          {"local_rank", m.local_rank},
+          {"host", m.host},
+          {"pid", m.pid},
+          {"gpu_name", m.gpu_name},
+          {"gpu_uuid", m.gpu_uuid},
+          {"nccl_version", m.nccl_version},
+          {"mode", m.mode},
+          {"writer", m.writer},
+          {"start_time_ns", m.start_time_ns},
+          {"end_time_ns", m.end_time_ns},
+          {"env", m.env},
+          {"closed", m.closed},
+          {"records_written", m.records_written},
+          {"records_dropped", m.records_dropped},
+          {"payloads_written", m.payloads_written},
+          {"payloads_dropped", m.payloads_dropped},
+          {"payload_raw_bytes", m.payload_raw_bytes},
+          {"payload_compressed_bytes", m.payload_compressed_bytes},
+          {"segments", m.segments},
+          {"payload_files", m.payload_files},
+          {"counters", m.counters},
+          {"cpu_model", m.cpu_model},
+          {"cpus", m.cpus},
+          {"shared_gpu", m.shared_gpu},
+          {"imported", m.imported}};
 }
 
 json problemJson(const tr::Problem& p, bool withReasons) {
-  json j = {{"file", std::filesystem::path(p.file).filename().string()}, {"offset", p.offset},
-            {"truncated", p.truncated}};
+  json j = {
+      {"file", std::filesystem::path(p.file).filename().string()}, {"offset", p.offset}, {"truncated", p.truncated}};
   if (withReasons) j["reason"] = p.reason;
   return j;
 }
@@ -262,8 +310,8 @@ bool dumpRank(const std::string& dir, bool withReasons, json* out, std::string* 
                        std::string("malformed record: ") + e.what(), false});
       return true;
     }
-    records.push_back({{"segment", where.segment}, {"offset", where.offset},
-                       {"type", tr::recordTypeName(type)}, {"fields", fields}});
+    records.push_back(
+        {{"segment", where.segment}, {"offset", where.offset}, {"type", tr::recordTypeName(type)}, {"fields", fields}});
     return true;
   });
   // Directory and segment problems by (file, offset), stable; then payload problems in payload order.
@@ -282,8 +330,9 @@ bool dumpRank(const std::string& dir, bool withReasons, json* out, std::string* 
   json payloads = json::array();
   for (const tr::PayloadRef& ref : reader->payloads()) {
     int kind = callKind(ref.op);
-    json entry = {{"commId", ref.commId}, {"op", ref.op}, {"peer", kind ? ref.peer : -1}, {"seq", ref.seq},
-                  {"datatype", ref.datatype}, {"count", ref.count}, {"rawBytes", ref.rawBytes}, {"sha256", nullptr}};
+    json entry = {
+        {"commId", ref.commId},     {"op", ref.op},       {"peer", kind ? ref.peer : -1}, {"seq", ref.seq},
+        {"datatype", ref.datatype}, {"count", ref.count}, {"rawBytes", ref.rawBytes},     {"sha256", nullptr}};
     std::vector<uint8_t> bytes;
     tr::Problem problem;
     if (reader->readPayload(ref, &bytes, &problem)) {
@@ -293,8 +342,11 @@ bool dumpRank(const std::string& dir, bool withReasons, json* out, std::string* 
     }
     payloads.push_back(entry);
   }
-  *out = {{"dir", baseName(dir)}, {"indexRebuilt", reader->indexRebuilt()},
-          {"manifest", manifestJson(reader->manifest())}, {"records", records}, {"payloads", payloads},
+  *out = {{"dir", baseName(dir)},
+          {"indexRebuilt", reader->indexRebuilt()},
+          {"manifest", manifestJson(reader->manifest())},
+          {"records", records},
+          {"payloads", payloads},
           {"problems", problems}};
   return true;
 }

@@ -108,14 +108,18 @@ void writeRank(const std::string& dir, int rank) {
   manifest.mode = "record";
   manifest.imported = {{"from", "trace_make"}, {"missing", "nothing: a test"}};
   manifest.writer = "trace_make";
-  manifest.env = {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"NCCL_DEBUG", "WARN"},
+  manifest.env = {{"RANK", std::to_string(rank)},
+                  {"WORLD_SIZE", "2"},
+                  {"NCCL_DEBUG", "WARN"},
                   {"RANKLENS_NOTE", "caf\xc3\xa9 \"quoted\"\n"}};
   tr::WriterOptions options;
-  options.segmentBytes = 600;        // several segments
-  options.payloadFileBytes = 2048;   // several payload files
+  options.segmentBytes = 600;       // several segments
+  options.payloadFileBytes = 2048;  // several payload files
   options.policy = tr::BackPressure::kWait;
   options.compressionThreads = 1;  // one worker writes every payload file, in order: the tests name files and offsets
-  options.shuffle = rank == 1 ? tr::WriterOptions::Shuffle::kAlways : tr::WriterOptions::Shuffle::kOff;  // rank 1's payloads of 2-, 4- and 8-byte types are stored as byte planes (1.8)
+  options.shuffle = rank == 1 ? tr::WriterOptions::Shuffle::kAlways
+                              : tr::WriterOptions::Shuffle::kOff;  // rank 1's payloads of 2-, 4- and 8-byte types are
+                                                                   // stored as byte planes (1.8)
   std::string error;
   Rank r{rank, nullptr};
   error = tr::TraceWriter::create(dir, manifest, options, &r.writer).message();
@@ -134,14 +138,13 @@ void writeRank(const std::string& dir, int rank) {
 
   // Collectives on comm 0, one per datatype, seq 0..11, all collective ops; inside a group.
   r.record(tr::RecordType::kGroupBegin, tr::GroupBegin{1, r.now++});
-  static const ev::Op kCollectives[] = {ev::Op::kAllReduce, ev::Op::kBroadcast,     ev::Op::kReduce,
-                                        ev::Op::kAllGather, ev::Op::kReduceScatter, ev::Op::kAlltoAll,
-                                        ev::Op::kGather,    ev::Op::kScatter};
+  static const ev::Op kCollectives[] = {ev::Op::kAllReduce,     ev::Op::kBroadcast, ev::Op::kReduce, ev::Op::kAllGather,
+                                        ev::Op::kReduceScatter, ev::Op::kAlltoAll,  ev::Op::kGather, ev::Op::kScatter};
   std::vector<ev::Call> collectives;
   for (int dt = 0; dt < 12; ++dt) {
     ev::Op op = kCollectives[dt % 8];
-    int root = (op == ev::Op::kBroadcast || op == ev::Op::kReduce || op == ev::Op::kGather ||
-                op == ev::Op::kScatter) ? 0 : -1;
+    int root =
+        (op == ev::Op::kBroadcast || op == ev::Op::kReduce || op == ev::Op::kGather || op == ev::Op::kScatter) ? 0 : -1;
     collectives.push_back(r.call(0, dt, op, dt, 40 + dt * 24, root, 1));
     r.payload(collectives.back(), -1, 100 * rank + dt);
   }
@@ -180,9 +183,9 @@ void writeRank(const std::string& dir, int rank) {
   r.payload(bcast, 1, 4200 + rank);
   r.flush();
   r.record(tr::RecordType::kEdit, tr::Edit{0, 3, "trace_make", "inject", "collective seq 3 replaced", "tester",
-                                          1700000000000000000, collectives[3].op, -1});
+                                           1700000000000000000, collectives[3].op, -1});
   r.record(tr::RecordType::kEdit, tr::Edit{0, 1, "trace_make", "inject", "recv seq 1 replaced", "tester",
-                                          1700000000000000001, static_cast<int>(ev::Op::kRecv), other});
+                                           1700000000000000001, static_cast<int>(ev::Op::kRecv), other});
   r.record(tr::RecordType::kCommBinding, tr::CommBinding{1, 0, "first call", r.now++});
   // 1.13: an imported Flight Recorder entry, every field set (the unknown list, a stack with a newline).
   tr::FlightRecorderEntry fe;
@@ -210,16 +213,16 @@ void writeRank(const std::string& dir, int rank) {
     // Minor-version compatibility as a 1.0 reader sees it: a Call with only its first three fields (the rest take
     // their defaults), a Call with two extra trailing fields, a Stage with only its name, an unknown record type.
     r.record(tr::RecordType::kCall, std::make_tuple(uint64_t{1}, uint64_t{1}, 0));
-    r.record(tr::RecordType::kCall, std::make_tuple(uint64_t{1}, uint64_t{2}, 0, 7, uint64_t{8}, -1, 0,
-                                                    uint64_t{5}, uint64_t{0}, 2, 1, uint64_t{32}, int64_t{77},
-                                                    int64_t{-1}, std::string("future"), 42));
+    r.record(tr::RecordType::kCall,
+             std::make_tuple(uint64_t{1}, uint64_t{2}, 0, 7, uint64_t{8}, -1, 0, uint64_t{5}, uint64_t{0}, 2, 1,
+                             uint64_t{32}, int64_t{77}, int64_t{-1}, std::string("future"), 42));
     r.record(tr::RecordType::kStage, std::make_tuple(std::string("optimizer")));
     // A Timing and an Edit as 1.0 writers wrote them before `peer` / `op` were appended: those take -1.
-    r.record(tr::RecordType::kTiming, std::make_tuple(uint64_t{1}, uint64_t{0}, 1, uint64_t{5}, uint64_t{0},
-                                                      int64_t{8000}, int64_t{10}, false));
-    r.record(tr::RecordType::kEdit, std::make_tuple(uint64_t{1}, uint64_t{0}, std::string("trace_make"),
-                                                    std::string("note"), std::string("old layout"),
-                                                    std::string("tester"), int64_t{1700000000000000002}));
+    r.record(tr::RecordType::kTiming,
+             std::make_tuple(uint64_t{1}, uint64_t{0}, 1, uint64_t{5}, uint64_t{0}, int64_t{8000}, int64_t{10}, false));
+    r.record(tr::RecordType::kEdit,
+             std::make_tuple(uint64_t{1}, uint64_t{0}, std::string("trace_make"), std::string("note"),
+                             std::string("old layout"), std::string("tester"), int64_t{1700000000000000002}));
     r.record(static_cast<tr::RecordType>(42), std::make_tuple(1, std::string("from a later minor version")));
   }
   r.record(tr::RecordType::kCommEnd, ev::CommEnd{1, "destroy", r.now++});
@@ -239,12 +242,13 @@ std::vector<uint64_t> frameOffsets(const fs::path& path, uint32_t index) {
   std::vector<uint8_t> data = readFile(path);
   std::vector<uint64_t> offsets;
   tr::Problem problem;
-  tr::parseSegment(data.data(), data.size(), index, path.string(), tr::Limits{},
-                   [&](tr::RecordType, const msgpack::object&, const tr::Location& where) {
-                     offsets.push_back(where.offset);
-                     return true;
-                   },
-                   &problem);
+  tr::parseSegment(
+      data.data(), data.size(), index, path.string(), tr::Limits{},
+      [&](tr::RecordType, const msgpack::object&, const tr::Location& where) {
+        offsets.push_back(where.offset);
+        return true;
+      },
+      &problem);
   return offsets;
 }
 

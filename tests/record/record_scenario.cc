@@ -17,14 +17,14 @@
 namespace {
 
 int failures = 0;
-#define EXPECT(cond, ...)                                      \
-  do {                                                         \
-    if (!(cond)) {                                             \
+#define EXPECT(cond, ...)                                               \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
       fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                            \
-      fprintf(stderr, "\n");                                   \
-      ++failures;                                              \
-    }                                                          \
+      fprintf(stderr, __VA_ARGS__);                                     \
+      fprintf(stderr, "\n");                                            \
+      ++failures;                                                       \
+    }                                                                   \
   } while (0)
 
 // The fake's counters, through the handle RankLens's loader already holds (same path, same object).
@@ -120,7 +120,8 @@ void capture() {
   EXPECT(ncclAllReduce(send, recv, 4, ncclFloat32, ncclSum, child, streamA()) == ncclSuccess, "child AllReduce");
   EXPECT(ranklensFlush() == ncclSuccess, "flush");
   EXPECT(ncclCommDestroy(child) == ncclSuccess && ncclCommDestroy(comms[0]) == ncclSuccess &&
-             ncclCommDestroy(comms[1]) == ncclSuccess, "Destroy");
+             ncclCommDestroy(comms[1]) == ncclSuccess,
+         "Destroy");
 }
 
 void nonblocking() {
@@ -234,18 +235,28 @@ void steps() {
 
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
-  if (scenario == "forward") forward();
-  else if (scenario == "capture") capture();
-  else if (scenario == "nonblocking") nonblocking();
-  else if (scenario == "missing-symbol") missingSymbol();
-  else if (scenario == "no-real-nccl") noRealNccl();
-  else if (scenario == "discover") discover();
-  else if (scenario == "stage-first") stageFirst();
-  else if (scenario == "steps") steps();
-  else if (scenario == "unwritable-trace") unwritableTrace();
+  if (scenario == "forward")
+    forward();
+  else if (scenario == "capture")
+    capture();
+  else if (scenario == "nonblocking")
+    nonblocking();
+  else if (scenario == "missing-symbol")
+    missingSymbol();
+  else if (scenario == "no-real-nccl")
+    noRealNccl();
+  else if (scenario == "discover")
+    discover();
+  else if (scenario == "stage-first")
+    stageFirst();
+  else if (scenario == "steps")
+    steps();
+  else if (scenario == "unwritable-trace")
+    unwritableTrace();
   else {
-    fprintf(stderr, "usage: record_scenario forward|capture|nonblocking|missing-symbol|no-real-nccl|discover|"
-                    "stage-first|steps|unwritable-trace\n");
+    fprintf(stderr,
+            "usage: record_scenario forward|capture|nonblocking|missing-symbol|no-real-nccl|discover|"
+            "stage-first|steps|unwritable-trace\n");
     return 2;
   }
   return failures == 0 ? 0 : 1;

@@ -50,9 +50,12 @@ struct ScenarioRun {
 ScenarioRun runScenario(const std::string& scenario, const std::map<std::string, std::string>& extra,
                         const std::string& tag = "") {
   const std::string dir = trace_test::freshDir(TEST_TMP_DIR, scenario + tag + "-" + std::to_string(getpid()));
-  std::map<std::string, std::string> env = {{"RANKLENS_MODE", "record"},   {"RANKLENS_DEVICE", "host"},
-                                            {"RANKLENS_REAL_NCCL", FAKE_REAL_NCCL}, {"RANKLENS_TRACE_DIR", dir},
-                                            {"RANK", "0"},                {"FAKE_REAL_NCCL_SPIN_US", "300"}};
+  std::map<std::string, std::string> env = {{"RANKLENS_MODE", "record"},
+                                            {"RANKLENS_DEVICE", "host"},
+                                            {"RANKLENS_REAL_NCCL", FAKE_REAL_NCCL},
+                                            {"RANKLENS_TRACE_DIR", dir},
+                                            {"RANK", "0"},
+                                            {"FAKE_REAL_NCCL_SPIN_US", "300"}};
   for (const auto& [k, v] : extra) env[k] = v;
   trace_test::ChildRun child = trace_test::runWithEnv(env, "'" RECORD_SCENARIO "' " + scenario);
   return ScenarioRun{child.status, child.output, dir + "/rank0"};
@@ -87,7 +90,7 @@ TEST(RecordForward, SameResultsErrorsAndVersionAsTheRealLibrary) {
   // The failed AllReduce (NULL communicator) is not in the trace.
   int allReduces = 0;
   for (const Call& c : t.calls) allReduces += c.op == static_cast<int>(Op::kAllReduce);
-  EXPECT_EQ(allReduces, 2);  // one alone, one in the simulated group
+  EXPECT_EQ(allReduces, 2);      // one alone, one in the simulated group
   ASSERT_EQ(t.ends.size(), 3u);  // finalize, destroy, abort
   EXPECT_EQ(t.ends[0].how, "finalize");
   EXPECT_EQ(t.ends[2].how, "abort");
@@ -196,8 +199,10 @@ TEST(RecordCapture, PayloadPolicyNoneAllAndFilters) {
   EXPECT_EQ(t.payloads.size(), 6u);  // the 128 KiB AllReduce too
 
   // Only Recv payloads, only in step 0 (the big AllReduce is in step 1 anyway).
-  ScenarioRun filtered = runScenario("capture", {{"RANKLENS_PAYLOADS", "all"}, {"RANKLENS_PAYLOAD_OPS", "Recv,AllReduce"},
-                                         {"RANKLENS_PAYLOAD_STEPS", "0"}, {"RANKLENS_PAYLOAD_COMMS", "0"}});
+  ScenarioRun filtered = runScenario("capture", {{"RANKLENS_PAYLOADS", "all"},
+                                                 {"RANKLENS_PAYLOAD_OPS", "Recv,AllReduce"},
+                                                 {"RANKLENS_PAYLOAD_STEPS", "0"},
+                                                 {"RANKLENS_PAYLOAD_COMMS", "0"}});
   ASSERT_EQ(filtered.status, 0) << filtered.output;
   t = readTrace(filtered.traceDir);
   ASSERT_EQ(t.payloads.size(), 2u);  // comm 0, step 0: the first AllReduce and the Recv
@@ -246,8 +251,10 @@ TEST(RecordKernelClock, DurationsAreNcclsKernelTimes) {
   std::map<std::pair<uint64_t, int>, ranklens::trace::Timing> byCall;  // (comm, op) outside groups
   std::vector<ranklens::trace::Timing> grouped;
   for (const auto& timing : t.timings) {
-    if (timing.groupId != 0) grouped.push_back(timing);
-    else if (timing.durationNs < 100'000) byCall[{timing.commId, timing.op}] = timing;  // the big one: below
+    if (timing.groupId != 0)
+      grouped.push_back(timing);
+    else if (timing.durationNs < 100'000)
+      byCall[{timing.commId, timing.op}] = timing;  // the big one: below
   }
   const int allReduce = static_cast<int>(Op::kAllReduce), allGather = static_cast<int>(Op::kAllGather);
   ASSERT_TRUE(byCall.count({0, allReduce}) && byCall.count({1, allGather})) << run.output;
@@ -260,8 +267,10 @@ TEST(RecordKernelClock, DurationsAreNcclsKernelTimes) {
   for (const auto& g : grouped) {
     EXPECT_EQ(g.clock, ranklens::trace::kClockKernel);
     // Stream B: Send then Recv, 10 us apart: from the Send's first channel to the Recv's last stop.
-    if (g.stream == 0xb) EXPECT_EQ(g.durationNs, 10'000 + 1356);
-    else EXPECT_EQ(g.durationNs, 1116);
+    if (g.stream == 0xb)
+      EXPECT_EQ(g.durationNs, 10'000 + 1356);
+    else
+      EXPECT_EQ(g.durationNs, 1116);
   }
   int big = 0, child = 0;
   for (const auto& timing : t.timings) {
@@ -297,7 +306,8 @@ TEST(RecordKernelClock, StoredPayloadsKeepTheKernelClock) {
   auto kernelTimings = [](const Trace& trace) {
     std::map<std::tuple<uint64_t, uint64_t, uint64_t>, int64_t> byCall;  // (comm, seq, stream): kernel duration
     for (const auto& timing : trace.timings)
-      if (timing.clock == ranklens::trace::kClockKernel) byCall[{timing.commId, timing.seq, timing.stream}] = timing.durationNs;
+      if (timing.clock == ranklens::trace::kClockKernel)
+        byCall[{timing.commId, timing.seq, timing.stream}] = timing.durationNs;
     return byCall;
   };
   ASSERT_EQ(t.timings.size(), 6u);
@@ -327,8 +337,8 @@ TEST(RecordKernelClock, StoredPayloadsKeepTheKernelClock) {
 // A payload bigger than payload_copy_kernel_bytes goes through a copy engine, followed by an event: under the kernel
 // clock too, and with every size there (0).
 TEST(RecordKernelClock, CopyEnginePayloadsKeepTheKernelClock) {
-  ScenarioRun run = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"},
-                                            {"RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "0"}});
+  ScenarioRun run =
+      runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"}, {"RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "0"}});
   ASSERT_EQ(run.status, 0) << run.output;
   Trace t = readTrace(run.traceDir);
   EXPECT_EQ(t.manifest.counters["kernel_clock_timed"], 5u);
@@ -357,12 +367,14 @@ TEST(RecordPayloads, OneRankCallsCopyThroughTheCopyEngine) {
 
 // NCCL loads one profiler plugin: when the job already names one, RankLens says so and keeps CUDA events.
 TEST(RecordKernelClock, AnotherProfilerPluginKeepsEvents) {
-  ScenarioRun run = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"}, {"RANKLENS_PAYLOADS", "none"},
+  ScenarioRun run = runScenario("capture", {{"RANKLENS_TIMING_CLOCK", "kernel"},
+                                            {"RANKLENS_PAYLOADS", "none"},
                                             {"NCCL_PROFILER_PLUGIN", "/nonexistent/libnccl-profiler-x.so"},
                                             {"NCCL_DEBUG", "WARN"}});
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("timing_clock kernel is unavailable (NCCL_PROFILER_PLUGIN is already set"),
-            std::string::npos) << run.output;
+            std::string::npos)
+      << run.output;
   Trace t = readTrace(run.traceDir);
   ASSERT_EQ(t.timings.size(), 6u);
   for (const auto& timing : t.timings) EXPECT_EQ(timing.clock, ranklens::trace::kClockEvents);
@@ -409,8 +421,9 @@ TEST(RecordDiscovery, SkipsItselfByInodeAndCopiesByContent) {
                        .c_str()),
             0);
   const std::string fakeDir = std::string(FAKE_REAL_NCCL).substr(0, std::string(FAKE_REAL_NCCL).rfind('/'));
-  ScenarioRun run = runScenario("discover", {{"RANKLENS_REAL_NCCL", "<unset>"}, {"NCCL_DEBUG", "INFO"},
-                                     {"LD_LIBRARY_PATH", dir + "/self:" + dir + "/copy:" + fakeDir}});
+  ScenarioRun run = runScenario("discover", {{"RANKLENS_REAL_NCCL", "<unset>"},
+                                             {"NCCL_DEBUG", "INFO"},
+                                             {"LD_LIBRARY_PATH", dir + "/self:" + dir + "/copy:" + fakeDir}});
   EXPECT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("version 22707"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("is this RankLens library itself"), std::string::npos) << run.output;
@@ -421,8 +434,10 @@ TEST(RecordDiscovery, FindsTheWheelOfTheActiveVirtualEnvironment) {
   const std::string venv = trace_test::freshDir(TEST_TMP_DIR, "venv");
   const std::string lib = venv + "/lib/python3.11/site-packages/nvidia/nccl/lib";
   ASSERT_EQ(system(("mkdir -p " + lib + " && cp '" FAKE_REAL_NCCL "' " + lib + "/").c_str()), 0);
-  ScenarioRun run = runScenario("discover", {{"RANKLENS_REAL_NCCL", "<unset>"}, {"VIRTUAL_ENV", venv}, {"NCCL_DEBUG", "INFO"},
-                                     {"LD_LIBRARY_PATH", "<unset>"}});
+  ScenarioRun run = runScenario("discover", {{"RANKLENS_REAL_NCCL", "<unset>"},
+                                             {"VIRTUAL_ENV", venv},
+                                             {"NCCL_DEBUG", "INFO"},
+                                             {"LD_LIBRARY_PATH", "<unset>"}});
   EXPECT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("version 22707"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("nvidia-nccl wheel in $VIRTUAL_ENV"), std::string::npos) << run.output;
@@ -437,8 +452,7 @@ TEST(RecordWriter, ADirectoryHoldingTheRanksTraceRefusesCommunicators) {
   const std::string root = first.traceDir.substr(0, first.traceDir.rfind('/'));
   ScenarioRun second = runScenario("unwritable-trace", {{"RANKLENS_TRACE_DIR", root}});
   ASSERT_EQ(second.status, 0) << second.output;
-  EXPECT_NE(second.output.find("last error: record: RANKLENS_TRACE_DIR: " + first.traceDir +
-                               ": already holds a trace"),
+  EXPECT_NE(second.output.find("last error: record: RANKLENS_TRACE_DIR: " + first.traceDir + ": already holds a trace"),
             std::string::npos)
       << second.output;
   EXPECT_NE(second.output.find("no communicator is created"), std::string::npos) << second.output;
@@ -499,10 +513,9 @@ std::string recordReport(const std::string& tag, const std::map<std::string, uin
 // The compression threads' counters: `busySeconds` of stage time among 8 threads that had payloads for 2 s.
 std::map<std::string, uint64_t> threadCounters(double busySeconds) {
   const uint64_t ns = static_cast<uint64_t>(busySeconds * 1e9);
-  return {{"payload_threads", 8},           {"payload_active_ns", 2'000'000'000},
-          {"payload_copy_ns", 0},           {"payload_copy_cpu_ns", 0},
-          {"payload_compress_ns", ns * 4 / 5}, {"payload_compress_cpu_ns", ns * 4 / 5},
-          {"payload_write_ns", ns / 5},     {"payload_write_cpu_ns", ns / 5}};
+  return {{"payload_threads", 8},       {"payload_active_ns", 2'000'000'000}, {"payload_copy_ns", 0},
+          {"payload_copy_cpu_ns", 0},   {"payload_compress_ns", ns * 4 / 5},  {"payload_compress_cpu_ns", ns * 4 / 5},
+          {"payload_write_ns", ns / 5}, {"payload_write_cpu_ns", ns / 5}};
 }
 
 TEST(RecordCommand, NamesTheCompressionThreadsWhenTheyBoundTheRecording) {
@@ -511,11 +524,13 @@ TEST(RecordCommand, NamesTheCompressionThreadsWhenTheyBoundTheRecording) {
   const std::string out = recordReport("threads", counters);
   EXPECT_NE(out.find("payloads_skipped_staging_full 9"), std::string::npos) << out;
   EXPECT_NE(out.find("9 payloads did not fit in staging (pinned memory, staging_bytes): raise RANKLENS_STAGING_BYTES"),
-            std::string::npos) << out;
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("the 8 compression threads were busy 90% of the time they had payloads (0.93 CPU-s per GB of "
                      "payload): they, not staging, bound a long recording; give them free cores "
                      "(RANKLENS_PAYLOAD_THREADS)"),
-            std::string::npos) << out;
+            std::string::npos)
+      << out;
 }
 
 TEST(RecordCommand, NamesStagingWhenTheJobWaitedAndTheThreadsHadRoom) {
@@ -524,7 +539,8 @@ TEST(RecordCommand, NamesStagingWhenTheJobWaitedAndTheThreadsHadRoom) {
   const std::string out = recordReport("staging", counters);
   EXPECT_NE(out.find("waited 2410.0 ms for staging"), std::string::npos) << out;
   EXPECT_NE(out.find("the job waited for room in staging to keep every payload: a larger RANKLENS_STAGING_BYTES"),
-            std::string::npos) << out;
+            std::string::npos)
+      << out;
   EXPECT_EQ(out.find("compression threads were busy"), std::string::npos) << out;
 }
 

@@ -46,7 +46,8 @@ int main() {
   check(ncclCommInitRank(&world, 4, id, 1), "CommInitRank", -1);
   // No split table in the replay's config: the child's size and rank come from the recording.
   check(ncclCommSplit(world, 1, 0, &half, nullptr), "CommSplit", -1);
-  cudaStream_t stream = reinterpret_cast<cudaStream_t>(uintptr_t{0x5}), side = reinterpret_cast<cudaStream_t>(uintptr_t{0x6});
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(uintptr_t{0x5}),
+               side = reinterpret_cast<cudaStream_t>(uintptr_t{0x6});
 
   for (int step = 0; step < steps; ++step) {
     check(ranklensMarkStage("step", step), "MarkStage", step);

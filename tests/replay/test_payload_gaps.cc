@@ -94,8 +94,8 @@ class PayloadGaps : public ::testing::Test {
 TEST_F(PayloadGaps, NoneWhenEveryReceivingCallHasItsPayload) {
   Rank r;
   r.calls = {{10, events::Op::kAllReduce, 64, true},
-             {20, events::Op::kSend, 64, false},       // sends receive nothing
-             {30, events::Op::kAllReduce, 0, false},   // nor do empty calls
+             {20, events::Op::kSend, 64, false},      // sends receive nothing
+             {30, events::Op::kAllReduce, 0, false},  // nor do empty calls
              {40, events::Op::kBroadcast, 8, true}};
   auto rec = write(dir_, r);
   ASSERT_NE(rec, nullptr);

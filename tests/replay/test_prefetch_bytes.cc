@@ -35,8 +35,8 @@ TEST(AutoArenaBytes, FourStepsWithinTheBounds) {
 void writeSteps(const std::string& dir, bool markers) {
   auto w = test::recordedRank(dir, 0, 2);
   ASSERT_NE(w, nullptr);
-  const std::vector<std::pair<int64_t, size_t>> payloads = {{50, 1000}, {150, 2000}, {160, 3000}, {250, 4000},
-                                                            {350, 100}};
+  const std::vector<std::pair<int64_t, size_t>> payloads = {
+      {50, 1000}, {150, 2000}, {160, 3000}, {250, 4000}, {350, 100}};
   if (markers)
     for (int64_t step = 0; step < 3; ++step) {
       events::Stage mark;
@@ -156,5 +156,6 @@ TEST(HostMemoryInfo, ReadsThisHostsMemory) {
   ASSERT_TRUE(trace::hostMemoryInfo(&available, &total));
   EXPECT_GT(available, 0u);
   EXPECT_LE(available, total);
-  EXPECT_EQ(total / kMiB, trace::hostMemoryBytes() / kMiB / 1) << "MemTotal and _SC_PHYS_PAGES both count the kernel's totalram";
+  EXPECT_EQ(total / kMiB, trace::hostMemoryBytes() / kMiB / 1)
+      << "MemTotal and _SC_PHYS_PAGES both count the kernel's totalram";
 }

@@ -36,8 +36,8 @@ std::string slurp(const std::string& path) {
 }
 
 struct Recorded {
-  std::string root;     // trace root (holds rank1)
-  std::string output;   // what the scenario received from the real library
+  std::string root;    // trace root (holds rank1)
+  std::string output;  // what the scenario received from the real library
   int status = -1;
   std::string log;
 };
@@ -107,7 +107,8 @@ Replayed replay(const std::string& name, std::map<std::string, std::string> extr
 ranklens::timing::History recordedHistory() {
   ranklens::timing::History h;
   std::string error;
-  if (!(error = ranklens::timing::addRecordedRun(recording().root + "/rank1", &h).message()).empty()) ADD_FAILURE() << error;
+  if (!(error = ranklens::timing::addRecordedRun(recording().root + "/rank1", &h).message()).empty())
+    ADD_FAILURE() << error;
   return h;
 }
 
@@ -143,8 +144,8 @@ void expectFlatHolds(const Trace& t, const ranklens::timing::History& h) {
   for (const auto& timing : t.timings) {
     EXPECT_EQ(timing.clock, ranklens::trace::kClockEstimated);
     if (timing.durationNs <= 0) continue;
-    EXPECT_EQ(sizes.count(timing.durationNs), 1u) << "comm " << timing.commId << " seq " << timing.seq << " held "
-                                                   << timing.durationNs << " ns";
+    EXPECT_EQ(sizes.count(timing.durationNs), 1u)
+        << "comm " << timing.commId << " seq " << timing.seq << " held " << timing.durationNs << " ns";
     held += static_cast<uint64_t>(timing.durationNs);
   }
   EXPECT_GT(held, 0u);
@@ -399,8 +400,9 @@ TEST(ReplayPayloadError, AnUnusablePayloadFailsTheCallNamingFileAndOffset) {
 TEST(ReplayPayloadError, WarnFillsTheCallSaysSoAndCountsIt) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   const Damaged d = damagedPayloadCopy("damaged-payload-warn");
-  Replayed r = replay("payload-warn", {{"RANKLENS_REPLAY_TRACE", d.root}, {"NCCL_DEBUG", "<unset>"},
-                                       {"RANKLENS_ON_PAYLOAD_ERROR", "warn"}});
+  Replayed r =
+      replay("payload-warn",
+             {{"RANKLENS_REPLAY_TRACE", d.root}, {"NCCL_DEBUG", "<unset>"}, {"RANKLENS_ON_PAYLOAD_ERROR", "warn"}});
   ASSERT_EQ(r.run.status, 0) << r.run.output;
   size_t lines = 0;
   for (size_t at = r.run.output.find("ranklens: warning: replay: "); at != std::string::npos;
@@ -419,10 +421,9 @@ TEST(ReplayPayloadError, WarnFillsTheCallSaysSoAndCountsIt) {
 trace_test::ChildRun cliReplay(const std::string& traceDir, const std::map<std::string, std::string>& env = {}) {
   std::map<std::string, std::string> all = {{"SCENARIO_OUT", tmpRoot() + "/cli-replay.out"}};
   for (const auto& [k, v] : env) all[k] = v;
-  return trace_test::runWithEnv(all, "'" RANKLENS_BIN "' replay --trace '" + recording().root +
-                                         "' --rank 1 --fidelity value --device host " +
-                                         (traceDir.empty() ? "" : "--trace-dir '" + traceDir + "'") +
-                                         " -- '" REPLAY_SCENARIO "'");
+  return trace_test::runWithEnv(
+      all, "'" RANKLENS_BIN "' replay --trace '" + recording().root + "' --rank 1 --fidelity value --device host " +
+               (traceDir.empty() ? "" : "--trace-dir '" + traceDir + "'") + " -- '" REPLAY_SCENARIO "'");
 }
 
 // An event directory that cannot be written is refused before the job runs, naming the path and the reason.
@@ -480,7 +481,8 @@ TEST(ReplayCli, UnknownSubcommandsAndBadValuesAreShownReadably) {
       << r.output;
   const std::string yaml = tmpRoot() + "/huge-value.yaml";
   std::ofstream(yaml) << "fill: " << std::string(8 << 20, 'a') << "\n";
-  r = trace_test::runWithEnv({}, "'" RANKLENS_BIN "' replay -c '" + yaml + "' -n 2 -r 0 --device host --no-events -- true");
+  r = trace_test::runWithEnv({},
+                             "'" RANKLENS_BIN "' replay -c '" + yaml + "' -n 2 -r 0 --device host --no-events -- true");
   EXPECT_EQ(r.status, 2);
   EXPECT_LT(r.output.size(), 2000u);
   EXPECT_NE(r.output.find("a... (8388608 bytes)' for 'fill'"), std::string::npos) << r.output.substr(0, 2000);
@@ -494,10 +496,8 @@ TEST(ReplayMismatch, ErrorPolicyFailsTheCallAndNamesBothSides) {
   Replayed r = replay("count-error", {{"SCENARIO_VARIANT", "count"}});
   EXPECT_EQ(r.run.status, 3) << r.run.output;  // the scenario's exit code for a failed call
   EXPECT_NE(r.run.output.find("AllReduce at step 1 failed: invalid usage"), std::string::npos) << r.run.output;
-  EXPECT_NE(r.run.output.find("replayed: comm 0 seq 2 AllReduce float32 count 255"), std::string::npos)
-      << r.run.output;
-  EXPECT_NE(r.run.output.find("recorded: comm 0 seq 2 AllReduce float32 count 256"), std::string::npos)
-      << r.run.output;
+  EXPECT_NE(r.run.output.find("replayed: comm 0 seq 2 AllReduce float32 count 255"), std::string::npos) << r.run.output;
+  EXPECT_NE(r.run.output.find("recorded: comm 0 seq 2 AllReduce float32 count 256"), std::string::npos) << r.run.output;
   EXPECT_NE(r.run.output.find("RANKLENS_ON_MISMATCH"), std::string::npos) << r.run.output;
   EXPECT_NE(r.run.output.find("call site"), std::string::npos) << r.run.output;
 }
@@ -561,8 +561,9 @@ TEST(ReplayEstimated, GroupSimulateEndAnswersWithTheEstimator) {
   ASSERT_NE(sample, own.samples.end());
   ranklens::timing::Estimator::Options observed;
   observed.target = ranklens::timing::EstimateTarget::kObserved;
-  const ranklens::timing::Estimate expected = ranklens::timing::Estimator(own, observed)
-                                                  .estimate(allReduce, sample->nranks, false, sample->bytes, sample->role);
+  const ranklens::timing::Estimate expected =
+      ranklens::timing::Estimator(own, observed)
+          .estimate(allReduce, sample->nranks, false, sample->bytes, sample->role);
   EXPECT_NEAR(us, static_cast<double>(expected.durationNs) / 1000.0, 0.1) << r.output;
   EXPECT_GT(us, 50.0) << "the fake's calls take about 200 us: " << r.output;
 }
@@ -571,8 +572,8 @@ TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   const ranklens::timing::History flat = flatHistory();
   const std::string history = savedHistory("own.hist", flat);
-  Replayed r = replay("estimated", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
-                                    {"RANKLENS_HISTORY", history}});
+  Replayed r = replay(
+      "estimated", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"}, {"RANKLENS_HISTORY", history}});
   ASSERT_EQ(r.run.status, 0) << r.run.output;
   Trace t = readTrace(r.traceDir);
   EXPECT_EQ(t.counter("replay_mismatches"), 0u);
@@ -581,7 +582,8 @@ TEST(ReplayEstimated, EveryCallHeldForAnEstimateFromTheHistory) {
   EXPECT_NE(r.run.output.find("has no transfer times"), std::string::npos) << r.run.output;
   expectFlatHolds(t, flat);
 
-  Replayed missing = replay("estimated-no-history", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"}});
+  Replayed missing =
+      replay("estimated-no-history", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"}});
   EXPECT_EQ(missing.run.status, 3) << missing.run.output;
   EXPECT_NE(missing.run.output.find("RANKLENS_HISTORY"), std::string::npos) << missing.run.output;
 }
@@ -592,8 +594,10 @@ TEST(ReplayEstimated, WithoutARecordingEveryCallIsHeldForItsEstimate) {
   ASSERT_EQ(recording().status, 0) << recording().log;
   const ranklens::timing::History flat = flatHistory();
   const std::string history = savedHistory("own-for-unrecorded.hist", flat);
-  Replayed r = replay("estimated-unrecorded", {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"},
-                                               {"RANKLENS_TIMING", "estimated"}, {"RANKLENS_HISTORY", history},
+  Replayed r = replay("estimated-unrecorded", {{"RANKLENS_REPLAY_TRACE", ""},
+                                               {"RANKLENS_FIDELITY", "timing"},
+                                               {"RANKLENS_TIMING", "estimated"},
+                                               {"RANKLENS_HISTORY", history},
                                                {"RANKLENS_FILL", "clone"},
                                                // no recording to size the scenario's split: the table does
                                                {"RANKLENS_GROUPS", "[{members: [1, 3], color: 1}]"}});
@@ -612,11 +616,13 @@ TEST(ReplayEstimated, WithoutARecordingEveryCallIsHeldForItsEstimate) {
   EXPECT_EQ(r.run.output.find("spans nodes"), std::string::npos) << r.run.output;  // 8 ranks per node by default
 
   // Two ranks per node: the 4-rank world communicator spans nodes, which no call of the history did. Said once.
-  Replayed multiNode = replay("estimated-unrecorded-nodes",
-                              {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"},
-                               {"RANKLENS_TIMING", "estimated"}, {"RANKLENS_HISTORY", history},
-                               {"RANKLENS_FILL", "clone"}, {"RANKLENS_RANKS_PER_NODE", "2"},
-                               {"RANKLENS_GROUPS", "[{members: [1, 3], color: 1}]"}});
+  Replayed multiNode = replay("estimated-unrecorded-nodes", {{"RANKLENS_REPLAY_TRACE", ""},
+                                                             {"RANKLENS_FIDELITY", "timing"},
+                                                             {"RANKLENS_TIMING", "estimated"},
+                                                             {"RANKLENS_HISTORY", history},
+                                                             {"RANKLENS_FILL", "clone"},
+                                                             {"RANKLENS_RANKS_PER_NODE", "2"},
+                                                             {"RANKLENS_GROUPS", "[{members: [1, 3], color: 1}]"}});
   ASSERT_EQ(multiNode.run.status, 0) << multiNode.run.output;
   const size_t at = multiNode.run.output.find("spans nodes");
   ASSERT_NE(at, std::string::npos) << multiNode.run.output;
@@ -640,11 +646,14 @@ TEST(ReplayEstimated, WithoutARecordingEveryCallIsHeldForItsEstimate) {
     withNcclTests.samples.push_back(b);
   }
   const std::string ncclTestsHistory = savedHistory("own-and-nccl-tests.hist", withNcclTests);
-  Replayed acrossNodes = replay("estimated-unrecorded-nccl-tests",
-                                {{"RANKLENS_REPLAY_TRACE", ""}, {"RANKLENS_FIDELITY", "timing"},
-                                 {"RANKLENS_TIMING", "estimated"}, {"RANKLENS_HISTORY", ncclTestsHistory},
-                                 {"RANKLENS_FILL", "clone"}, {"RANKLENS_RANKS_PER_NODE", "2"},
-                                 {"RANKLENS_GROUPS", "[{members: [1, 3], color: 1}]"}});
+  Replayed acrossNodes =
+      replay("estimated-unrecorded-nccl-tests", {{"RANKLENS_REPLAY_TRACE", ""},
+                                                 {"RANKLENS_FIDELITY", "timing"},
+                                                 {"RANKLENS_TIMING", "estimated"},
+                                                 {"RANKLENS_HISTORY", ncclTestsHistory},
+                                                 {"RANKLENS_FILL", "clone"},
+                                                 {"RANKLENS_RANKS_PER_NODE", "2"},
+                                                 {"RANKLENS_GROUPS", "[{members: [1, 3], color: 1}]"}});
   ASSERT_EQ(acrossNodes.run.status, 0) << acrossNodes.run.output;
   EXPECT_EQ(acrossNodes.run.output.find("spans nodes"), std::string::npos) << acrossNodes.run.output;
   Trace across = readTrace(acrossNodes.traceDir);
@@ -707,8 +716,9 @@ TEST(ReplayEstimated, TheSameCallOfTheStepInTheHistoryIsWhatItIsHeldFor) {
   });
   ASSERT_GE(placed, 3u * 3u) << "the scenario marks its steps: its step AllReduce has a place";
   const std::string history = savedHistory("placed.hist", h);
-  Replayed r = replay("estimated-placed", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
-                                           {"RANKLENS_HISTORY", history}});
+  Replayed r =
+      replay("estimated-placed",
+             {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"}, {"RANKLENS_HISTORY", history}});
   ASSERT_EQ(r.run.status, 0) << r.run.output;
   size_t held = 0, groups = 0;
   for (const auto& timing : readTrace(r.traceDir).timings) {
@@ -748,8 +758,9 @@ TEST(ReplayEstimated, AtTheSamePlaceTheSamplesNearestInStepPhaseAreHeldFor) {
     }
   }
   const std::string history = savedHistory("phased.hist", h);
-  Replayed r = replay("estimated-phased", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
-                                           {"RANKLENS_HISTORY", history}});
+  Replayed r =
+      replay("estimated-phased",
+             {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"}, {"RANKLENS_HISTORY", history}});
   ASSERT_EQ(r.run.status, 0) << r.run.output;
   std::vector<int64_t> held;
   for (const auto& timing : readTrace(r.traceDir).timings)
@@ -770,8 +781,10 @@ TEST(ReplayEstimated, EstimateTargetTransferHoldsForTheTransferTimes) {
   }
   const std::string history = savedHistory("half-transfer.hist", h);
   auto heldNs = [&](const char* name, const char* target) {
-    Replayed r = replay(name, {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_TIMING", "estimated"},
-                               {"RANKLENS_HISTORY", history}, {"RANKLENS_ESTIMATE_TARGET", target}});
+    Replayed r = replay(name, {{"RANKLENS_FIDELITY", "timing"},
+                               {"RANKLENS_TIMING", "estimated"},
+                               {"RANKLENS_HISTORY", history},
+                               {"RANKLENS_ESTIMATE_TARGET", target}});
     EXPECT_EQ(r.run.status, 0) << r.run.output;
     return static_cast<double>(readTrace(r.traceDir).counter("replay_held_ns"));
   };
@@ -787,8 +800,9 @@ TEST(ReplayHostTime, OwnLeavesOutHostTimeAboveTheOperationsTypicalCost) {
   static const Recorded slow = recordScenario("recorded-slow", {{"FAKE_REAL_NCCL_SLOW_EVERY", "4:5000"}});
   ASSERT_EQ(slow.status, 0) << slow.log;
   auto run = [&](const std::string& name, const char* hostTime) {
-    Replayed r = replay(name, {{"RANKLENS_REPLAY_TRACE", slow.root}, {"RANKLENS_FIDELITY", "timing"},
-                               {"RANKLENS_HOST_TIME", hostTime}});
+    Replayed r = replay(
+        name,
+        {{"RANKLENS_REPLAY_TRACE", slow.root}, {"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_HOST_TIME", hostTime}});
     EXPECT_EQ(r.run.status, 0) << r.run.output;
     return readTrace(r.traceDir);
   };
@@ -828,8 +842,9 @@ TEST(ReplayPeerPacing, EveryCollectiveTheJobTimedIsPacedAndAMissingRankIsNamed) 
   const auto expected = std::count_if(paces.begin(), paces.end(), [](const auto& p) { return p.known; });
   ASSERT_GT(expected, 0);
 
-  Replayed paced = replay("paced", {{"RANKLENS_REPLAY_TRACE", job.root}, {"RANKLENS_FIDELITY", "timing"},
-                                    {"RANKLENS_PEER_PACING", "recorded"}});
+  Replayed paced = replay(
+      "paced",
+      {{"RANKLENS_REPLAY_TRACE", job.root}, {"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_PEER_PACING", "recorded"}});
   ASSERT_EQ(paced.run.status, 0) << paced.run.output;
   const Trace t = readTrace(paced.traceDir);
   EXPECT_EQ(t.counter("replay_holds_paced"), static_cast<uint64_t>(expected));
@@ -864,8 +879,8 @@ TEST(ReplayRecording, AnotherKindOfMachineIsNamedAtStart) {
   std::ofstream(manifestPath, std::ios::binary | std::ios::trunc).write(packed.data(), packed.size());
   Replayed other = replay("machine-other", {{"RANKLENS_FIDELITY", "timing"}, {"RANKLENS_REPLAY_TRACE", elsewhere}});
   ASSERT_EQ(other.run.status, 0) << other.run.output;
-  EXPECT_NE(other.run.output.find("recorded on another kind of machine (CPU Elsewhere CPU against "),
-            std::string::npos) << other.run.output;
+  EXPECT_NE(other.run.output.find("recorded on another kind of machine (CPU Elsewhere CPU against "), std::string::npos)
+      << other.run.output;
 }
 
 TEST(ReplayMismatch, ATraceWithUnrecordedStepsIsRefusedNamingTheSetting) {
@@ -907,12 +922,18 @@ TEST(ReplayMismatch, FidelityTimingWithoutATraceNamesTheSetting) {
 }
 
 TEST(ReplayDebugging, GdbStopsInThePayloadRestoreWithTheCallAndTheBytes) {
-  if (system("gdb --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "gdb is not installed (scripts/setup.sh installs it)";
+  if (system("gdb --version >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "gdb is not installed (scripts/setup.sh installs it)";
   ASSERT_EQ(recording().status, 0) << recording().log;
   const std::string dir = tmpRoot() + "/gdb";
   auto run = trace_test::runWithEnv(
-      {{"RANKLENS_MODE", "replay"}, {"RANKLENS_DEVICE", "host"}, {"RANKLENS_REPLAY_TRACE", recording().root},
-       {"RANKLENS_FIDELITY", "value"}, {"RANK", "1"}, {"WORLD_SIZE", "4"}, {"RANKLENS_TRACE_DIR", dir}},
+      {{"RANKLENS_MODE", "replay"},
+       {"RANKLENS_DEVICE", "host"},
+       {"RANKLENS_REPLAY_TRACE", recording().root},
+       {"RANKLENS_FIDELITY", "value"},
+       {"RANK", "1"},
+       {"WORLD_SIZE", "4"},
+       {"RANKLENS_TRACE_DIR", dir}},
       "gdb -batch -nx -ex 'set breakpoint pending on' -ex 'break ranklens_restore_payload' -ex run -ex 'info args' "
       "-ex 'x/4fw data' -ex kill --args '" REPLAY_SCENARIO "'");
   // docs/debugging.md: the first restore is step 0's AllReduce: the recorded sum (the fake real NCCL returns 4x the

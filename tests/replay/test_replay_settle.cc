@@ -54,7 +54,9 @@ class MarkingDevice final : public StreamDevice {
   int free(void* ptr) override { return host_->free(ptr); }
   int currentDevice(int* device) override { return host_->currentDevice(device); }
   void describe(std::string* name, std::string* uuid) override { host_->describe(name, uuid); }
-  int memoryInfo(uint64_t* freeBytes, uint64_t* totalBytes) override { return host_->memoryInfo(freeBytes, totalBytes); }
+  int memoryInfo(uint64_t* freeBytes, uint64_t* totalBytes) override {
+    return host_->memoryInfo(freeBytes, totalBytes);
+  }
   int allocHost(void** ptr, size_t bytes) override { return host_->allocHost(ptr, bytes); }
   int freeHost(void* ptr) override { return host_->freeHost(ptr); }
   int fence(cudaStream_t stream, uint64_t* token) override { return host_->fence(stream, token); }

@@ -170,24 +170,35 @@ Proxy& proxy() {
 
 const char* datatypeString(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: return "ncclInt8";
-    case ncclUint8: return "ncclUint8";
-    case ncclInt32: return "ncclInt32";
-    case ncclUint32: return "ncclUint32";
-    case ncclInt64: return "ncclInt64";
-    case ncclUint64: return "ncclUint64";
-    case ncclFloat16: return "ncclFloat16";
-    case ncclFloat32: return "ncclFloat32";
-    case ncclFloat64: return "ncclFloat64";
-    case ncclBfloat16: return "ncclBfloat16";
-    default: return "Unknown";
+    case ncclInt8:
+      return "ncclInt8";
+    case ncclUint8:
+      return "ncclUint8";
+    case ncclInt32:
+      return "ncclInt32";
+    case ncclUint32:
+      return "ncclUint32";
+    case ncclInt64:
+      return "ncclInt64";
+    case ncclUint64:
+      return "ncclUint64";
+    case ncclFloat16:
+      return "ncclFloat16";
+    case ncclFloat32:
+      return "ncclFloat32";
+    case ncclFloat64:
+      return "ncclFloat64";
+    case ncclBfloat16:
+      return "ncclBfloat16";
+    default:
+      return "Unknown";
   }
 }
 
 // What a data call tells the profiler besides its function, count and datatype.
 struct TaskInfo {
-  int root = -1;                    // root (collectives) or peer (Send/Recv)
-  const void* buffer = nullptr;     // receive buffer; Send: send buffer
+  int root = -1;                 // root (collectives) or peer (Send/Recv)
+  const void* buffer = nullptr;  // receive buffer; Send: send buffer
   const void* sendBuffer = nullptr;
 };
 
@@ -281,11 +292,24 @@ ncclResult_t run(ncclComm_t comm, std::function<ncclResult_t()> op) {
 // ---- data movement on host memory ---------------------------------------------------------------------------------
 size_t typeSize(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -500,8 +524,8 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
                   [=](size_t bytes, const FakeComm&) { copy(recvbuff, sendbuff, bytes); });
 }
 // Float sums come back multiplied by nranks (as if every rank had sent the same data); anything else is a copy.
-ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t) {
   return dataCall("ncclAllReduce", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
                   {-1, recvbuff, sendbuff}, [=](size_t bytes, const FakeComm& c) {
                     if (datatype != ncclFloat32 || op != ncclSum) return copy(recvbuff, sendbuff, bytes);
@@ -523,10 +547,11 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
                     for (int r = 0; r < c.nranks; ++r) copy(static_cast<char*>(recvbuff) + r * bytes, sendbuff, bytes);
                   });
 }
-ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                          ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+                          cudaStream_t) {
   return dataCall("ncclAlltoAll", comm, count, datatype, {{sendbuff, "sendbuff"}, {recvbuff, "recvbuff"}},
-                  {-1, recvbuff, sendbuff}, [=](size_t bytes, const FakeComm& c) { copy(recvbuff, sendbuff, bytes * c.nranks); });
+                  {-1, recvbuff, sendbuff},
+                  [=](size_t bytes, const FakeComm& c) { copy(recvbuff, sendbuff, bytes * c.nranks); });
 }
 ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                         ncclComm_t comm, cudaStream_t) {
@@ -548,8 +573,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
                   [](size_t, const FakeComm&) {});
 }
 // Fills the buffer with the byte (peer + 1) & 0xff.
-ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t) {
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t) {
   return dataCall("ncclRecv", comm, count, datatype, {{recvbuff, "recvbuff"}}, {peer, recvbuff, nullptr},
                   [=](size_t bytes, const FakeComm&) { memset(recvbuff, (peer + 1) & 0xff, bytes); });
 }
@@ -624,11 +648,11 @@ void ncclResetDebugInitInternal() {}
 #define FAKE_ALIAS_1(ret, name, params) \
   extern "C" __attribute__((visibility("default"), alias(#name))) ret p##name params;
 #define FAKE_ALIAS_0(ret, name, params)
-#define NCCL_FAKE_API(ret, name, params, args, prof)                         \
-  extern "C" __attribute__((visibility("default"), weak)) ret name params {  \
-    ++fake::gCalls[fake::k_##name];                                          \
-    return fake::impl::name args;                                            \
-  }                                                                          \
+#define NCCL_FAKE_API(ret, name, params, args, prof)                        \
+  extern "C" __attribute__((visibility("default"), weak)) ret name params { \
+    ++fake::gCalls[fake::k_##name];                                         \
+    return fake::impl::name args;                                           \
+  }                                                                         \
   FAKE_ALIAS_##prof(ret, name, params)
 #include "nccl_api.def"
 #undef NCCL_FAKE_API

@@ -18,7 +18,7 @@
 namespace trace_test {
 
 struct ChildRun {
-  int status = -1;  // exit code; 128 + N when killed by signal N
+  int status = -1;     // exit code; 128 + N when killed by signal N
   std::string output;  // stdout and stderr
 };
 
@@ -75,16 +75,35 @@ inline Trace readTrace(const std::string& dir) {
   t.manifest = t.reader->manifest();
   bool ok = t.reader->scan([&](RecordType type, const msgpack::object& body, const ranklens::trace::Location&) {
     switch (type) {
-      case RecordType::kCommInit: t.comms.push_back(body.as<ranklens::events::CommInit>()); break;
-      case RecordType::kCommEnd: t.ends.push_back(body.as<ranklens::events::CommEnd>()); break;
-      case RecordType::kCall: t.calls.push_back(body.as<ranklens::events::Call>()); break;
-      case RecordType::kTiming: t.timings.push_back(body.as<ranklens::trace::Timing>()); break;
-      case RecordType::kPayloadRef: t.payloads.push_back(body.as<ranklens::trace::PayloadRef>()); break;
-      case RecordType::kGroupEnd: t.groups.push_back(body.as<ranklens::events::GroupEnd>()); break;
-      case RecordType::kGroupBegin: t.groupBegins.push_back(body.as<ranklens::trace::GroupBegin>()); break;
-      case RecordType::kStage: t.stages.push_back(body.as<ranklens::events::Stage>()); break;
-      case RecordType::kCommBinding: t.bindings.push_back(body.as<ranklens::trace::CommBinding>()); break;
-      default: ADD_FAILURE() << "unexpected record type " << static_cast<int>(type);
+      case RecordType::kCommInit:
+        t.comms.push_back(body.as<ranklens::events::CommInit>());
+        break;
+      case RecordType::kCommEnd:
+        t.ends.push_back(body.as<ranklens::events::CommEnd>());
+        break;
+      case RecordType::kCall:
+        t.calls.push_back(body.as<ranklens::events::Call>());
+        break;
+      case RecordType::kTiming:
+        t.timings.push_back(body.as<ranklens::trace::Timing>());
+        break;
+      case RecordType::kPayloadRef:
+        t.payloads.push_back(body.as<ranklens::trace::PayloadRef>());
+        break;
+      case RecordType::kGroupEnd:
+        t.groups.push_back(body.as<ranklens::events::GroupEnd>());
+        break;
+      case RecordType::kGroupBegin:
+        t.groupBegins.push_back(body.as<ranklens::trace::GroupBegin>());
+        break;
+      case RecordType::kStage:
+        t.stages.push_back(body.as<ranklens::events::Stage>());
+        break;
+      case RecordType::kCommBinding:
+        t.bindings.push_back(body.as<ranklens::trace::CommBinding>());
+        break;
+      default:
+        ADD_FAILURE() << "unexpected record type " << static_cast<int>(type);
     }
     return true;
   });

@@ -257,8 +257,8 @@ int main(int argc, char** argv) {
     }
     std::unique_ptr<TraceReader> shuffledReader;
     error = TraceReader::open(shuffledDir, Limits{}, &shuffledReader).message();
-    const auto ref = shuffledReader ? shuffledReader->payload(refs[0].commId, refs[0].op, refs[0].peer, refs[0].seq)
-                                    : std::nullopt;
+    const auto ref =
+        shuffledReader ? shuffledReader->payload(refs[0].commId, refs[0].op, refs[0].peer, refs[0].seq) : std::nullopt;
     if (!ref || ref->shuffle != 4) {
       fprintf(stderr, "make_fuzz_seeds: the shuffled payload was not stored shuffled\n");
       return 1;

@@ -123,17 +123,17 @@ class TraceCorruption : public testing::Test {
   std::vector<PayloadRef> refs_;
   std::vector<std::string> answers_;
   std::vector<std::string> segments_;  // pristine images
-  uint32_t last_ = 0;                   // index of the last segment
+  uint32_t last_ = 0;                  // index of the last segment
 };
 
 // Where a single damaged byte at `pos` of an intact segment image shows: the offset of the problem (the file
 // header field or the frame holding the byte), or nullopt when the reader rightly ignores it (the header's minor
 // version and reserved word).
 std::optional<uint64_t> problemOffsetFor(const std::string& image, size_t pos) {
-  if (pos < 4) return 0;     // magic
-  if (pos < 6) return 4;     // major version
-  if (pos < 8) return std::nullopt;  // minor version: any 1.x is read
-  if (pos < 12) return 8;    // file index
+  if (pos < 4) return 0;              // magic
+  if (pos < 6) return 4;              // major version
+  if (pos < 8) return std::nullopt;   // minor version: any 1.x is read
+  if (pos < 12) return 8;             // file index
   if (pos < 16) return std::nullopt;  // reserved
   const auto frames = frameOffsets(image);
   for (size_t k = 0; k + 1 < frames.size(); ++k)
@@ -188,8 +188,7 @@ TEST_F(TraceCorruption, EveryBitFlipInASegmentIsCaughtAtItsFrame) {
         } else {
           // Length field: now too long for the file (reads as truncation), beyond the limit, or the CRC no longer
           // matches the shorter/longer body.
-          const bool known = problem.reason == "CRC-32 mismatch" ||
-                             problem.reason.rfind("truncated frame:", 0) == 0 ||
+          const bool known = problem.reason == "CRC-32 mismatch" || problem.reason.rfind("truncated frame:", 0) == 0 ||
                              problem.reason.rfind("frame length ", 0) == 0;
           EXPECT_TRUE(known) << problem.reason;
           EXPECT_EQ(problem.truncated, problem.reason.rfind("truncated frame:", 0) == 0);
@@ -322,7 +321,7 @@ TEST_F(TraceCorruption, WrongMagicVersionOrIndexInSegmentHeader) {
     const char* reason;
   };
   const Case cases[] = {
-      {0, std::string("RLPY"), 0, "bad magic"},            // a payload file's magic
+      {0, std::string("RLPY"), 0, "bad magic"},  // a payload file's magic
       {0, std::string("\0\0\0\0", 4), 0, "bad magic"},
       {4, std::string("\0\0", 2), 4, "unsupported format version 0."},
       {4, std::string("\xff\xff", 2), 4, "unsupported format version 65535."},
@@ -402,13 +401,13 @@ TEST_F(TraceCorruption, AbsurdFrameLengths) {
 TEST_F(TraceCorruption, BodyThatIsNotTypeAndRecord) {
   // Intact frames (CRC right) whose bodies break the [type, record] shape: corruption at that frame.
   const std::vector<std::pair<std::string, const char*>> bodies = {
-      {std::string("\x93\x01\x02\x03", 4), "not [type, record]"},        // [1, 2, 3]
-      {std::string("\x92\x01\x05", 3), "not [type, record]"},            // [1, 5]
-      {std::string("\x92\xff\x90", 3), "not [type, record]"},            // [-1, []]
-      {std::string("\x92\xa1x\x90", 4), "not [type, record]"},           // ["x", []]
-      {std::string("\x92\x01\x90\x00", 4), "1 trailing bytes"},          // [1, []] then a byte
-      {std::string("\x92\x01", 2), "undecodable record"},                // incomplete
-      {std::string("\xc1", 1), "undecodable record"},                    // reserved msgpack byte
+      {std::string("\x93\x01\x02\x03", 4), "not [type, record]"},  // [1, 2, 3]
+      {std::string("\x92\x01\x05", 3), "not [type, record]"},      // [1, 5]
+      {std::string("\x92\xff\x90", 3), "not [type, record]"},      // [-1, []]
+      {std::string("\x92\xa1x\x90", 4), "not [type, record]"},     // ["x", []]
+      {std::string("\x92\x01\x90\x00", 4), "1 trailing bytes"},    // [1, []] then a byte
+      {std::string("\x92\x01", 2), "undecodable record"},          // incomplete
+      {std::string("\xc1", 1), "undecodable record"},              // reserved msgpack byte
       {std::string("\x92\xce\x80\x00\x00\x00\x90", 7), "record type out of range"},
       {std::string("\x92\x01\xdd\xff\xff\xff\xff", 7), "undecodable record"},  // array of 2^32-1 in 7 bytes
   };
@@ -431,8 +430,7 @@ TEST_F(TraceCorruption, BodyThatIsNotTypeAndRecord) {
   ASSERT_NE(reader, nullptr);
   ASSERT_EQ(reader->problems().size(), 1u);
   EXPECT_EQ(reader->problems()[0].offset, segments_[1].size());
-  EXPECT_EQ(reader->problems()[0].reason.find("Call record"), 0u)
-      << reader->problems()[0].reason;
+  EXPECT_EQ(reader->problems()[0].reason.find("Call record"), 0u) << reader->problems()[0].reason;
   restore();
 }
 
@@ -443,7 +441,10 @@ std::string payPath(const std::string& dir, const PayloadRef& ref) { return dir 
 bool decode(const std::string& blob, const PayloadRef& ref, const Limits& limits, std::string* reason,
             std::vector<uint8_t>* out = nullptr) {
   std::vector<uint8_t> local;
-  return (*reason = decodePayload(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, limits, out ? out : &local).message()).empty();
+  return (*reason =
+              decodePayload(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, limits, out ? out : &local)
+                  .message())
+      .empty();
 }
 
 TEST_F(TraceCorruption, EveryBitFlipInAPayloadBlobIsCaught) {
@@ -708,8 +709,8 @@ TEST_F(TraceCorruption, TinyFrameDeclaringHugeSizeIsRefusedBeforeAllocating) {
   std::string reason;
   EXPECT_FALSE(decode(liar, r, Limits{}, &reason));
   getrusage(RUSAGE_SELF, &after);
-  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak RSS for a " << liar.size()
-                                                             << "-byte blob; reason: " << reason;
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024)
+      << "KiB of peak RSS for a " << liar.size() << "-byte blob; reason: " << reason;
 }
 
 TEST_F(TraceCorruption, PayloadFileHeaderDamage) {
@@ -834,8 +835,10 @@ TEST_F(TraceCorruption, IndexWithHugeElementCountsIsRebuiltWithoutAllocating) {
   const std::vector<std::pair<const char*, std::string>> cases = {
       {"huge array header", std::string("\xdd\xff\xff\xff\xff", 5)},
       {"huge map header", std::string("\xdf\xff\xff\xff\xff", 5)},
-      {"map whose calls array is huge",
-       std::string("\x81\xa5" "calls" "\xdd\x7f\xff\xff\xff", 12)},
+      {"map whose calls array is huge", std::string("\x81\xa5"
+                                                    "calls"
+                                                    "\xdd\x7f\xff\xff\xff",
+                                                    12)},
   };
   for (const auto& [name, bytes] : cases) {
     SCOPED_TRACE(name);
@@ -883,8 +886,8 @@ TEST_F(TraceCorruption, EveryBitFlipInTheIndexIsHarmless) {
         if (now[i] == answers_[i]) continue;
         const auto [callNow, payloadNow] = splitAnswer(now[i]);
         const auto [callStored, payloadStored] = splitAnswer(answers_[i]);
-        const bool wrongRecord = (!callNow.empty() && callNow != callStored) ||
-                                 (!payloadNow.empty() && payloadNow != payloadStored);
+        const bool wrongRecord =
+            (!callNow.empty() && callNow != callStored) || (!payloadNow.empty() && payloadNow != payloadStored);
         if ((wrongRecord && !other) || (wrong <= 3 && i == firstDifference(now)))
           ADD_FAILURE() << "byte " << pos << " bit " << bit
                         << (wrongRecord ? " serves another record" : " loses a record") << ":\n  got    " << now[i]

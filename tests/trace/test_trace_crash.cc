@@ -278,14 +278,15 @@ TEST(TraceCrash, SigkillLosesNothingFlushedAndInventsNothing) {
          [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16, FTW_DEPTH | FTW_PHYS);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
-  printf("TraceCrash: %llu iterations in %.1f s; %llu had a manifest, %llu ended in a truncated frame; up to %llu "
-         "records flushed, %llu read, %llu segments; %llu lent payloads of 1-3 MiB read back, %llu payload files "
-         "ending in bytes no reference reaches\n",
-         static_cast<unsigned long long>(iterations), seconds, static_cast<unsigned long long>(summary.withManifest),
-         static_cast<unsigned long long>(summary.truncations), static_cast<unsigned long long>(summary.maxFlushed),
-         static_cast<unsigned long long>(summary.maxRecords), static_cast<unsigned long long>(summary.segmentsSeen),
-         static_cast<unsigned long long>(summary.largePayloads),
-         static_cast<unsigned long long>(summary.unreferencedTails));
+  printf(
+      "TraceCrash: %llu iterations in %.1f s; %llu had a manifest, %llu ended in a truncated frame; up to %llu "
+      "records flushed, %llu read, %llu segments; %llu lent payloads of 1-3 MiB read back, %llu payload files "
+      "ending in bytes no reference reaches\n",
+      static_cast<unsigned long long>(iterations), seconds, static_cast<unsigned long long>(summary.withManifest),
+      static_cast<unsigned long long>(summary.truncations), static_cast<unsigned long long>(summary.maxFlushed),
+      static_cast<unsigned long long>(summary.maxRecords), static_cast<unsigned long long>(summary.segmentsSeen),
+      static_cast<unsigned long long>(summary.largePayloads),
+      static_cast<unsigned long long>(summary.unreferencedTails));
   // The test must have exercised something: most runs got far enough to flush.
   EXPECT_GT(summary.withManifest, iterations / 2);
   EXPECT_GT(summary.maxFlushed, 100u);

@@ -54,7 +54,8 @@ void checkCorpus(const std::string& corpus) {
         limits.maxPayloadBytes = 1u << 20;  // what fuzz_payload uses
         std::vector<uint8_t> out;
         std::string reason;
-        EXPECT_TRUE((reason = decodePayload(data + 8, bytes.size() - 8, ref, limits, &out).message()).empty()) << reason;
+        EXPECT_TRUE((reason = decodePayload(data + 8, bytes.size() - 8, ref, limits, &out).message()).empty())
+            << reason;
         EXPECT_EQ(out.size(), ref.rawBytes);
       } else {
         Manifest manifest;

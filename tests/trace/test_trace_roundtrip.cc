@@ -34,9 +34,9 @@
 namespace {
 
 using namespace tracetest;
+using events::Call;
 using events::CommEnd;
 using events::CommInit;
-using events::Call;
 using events::GroupEnd;
 using events::Op;
 using events::Stage;
@@ -50,7 +50,7 @@ constexpr int kRecv = static_cast<int>(Op::kRecv);
 
 // ------------------------------------------------------------------------------------------------ gradient data
 constexpr size_t kTypeSizes[12] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-const char* kTypeNames[12] = {"int8",  "uint8",   "int32",    "uint32",   "int64",      "uint64",
+const char* kTypeNames[12] = {"int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
                               "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
 
 uint32_t floatBits(float f) {
@@ -84,17 +84,61 @@ std::string gradientBytes(int datatype, size_t count, std::mt19937_64& rng) {
         memcpy(p, &v, 1);
         break;
       }
-      case 1: { uint8_t v = static_cast<uint8_t>(rng() % 32); memcpy(p, &v, 1); break; }
-      case 2: { int32_t v = static_cast<int32_t>(std::lround(grad(rng) * 1e6f)); memcpy(p, &v, 4); break; }
-      case 3: { uint32_t v = static_cast<uint32_t>(rng() % 50257); memcpy(p, &v, 4); break; }
-      case 4: { int64_t v = std::llround(grad64(rng) * 1e12); memcpy(p, &v, 8); break; }
-      case 5: { uint64_t v = 1000000 + i * 4096 + rng() % 7; memcpy(p, &v, 8); break; }
-      case 6: { uint16_t v = static_cast<uint16_t>(narrowFloat(grad(rng), 5, 10)); memcpy(p, &v, 2); break; }
-      case 7: { float v = grad(rng); memcpy(p, &v, 4); break; }
-      case 8: { double v = grad64(rng); memcpy(p, &v, 8); break; }
-      case 9: { uint16_t v = static_cast<uint16_t>(floatBits(grad(rng)) >> 16); memcpy(p, &v, 2); break; }
-      case 10: { uint8_t v = static_cast<uint8_t>(narrowFloat(grad(rng) * 300.f, 4, 3)); memcpy(p, &v, 1); break; }
-      case 11: { uint8_t v = static_cast<uint8_t>(narrowFloat(grad(rng) * 300.f, 5, 2)); memcpy(p, &v, 1); break; }
+      case 1: {
+        uint8_t v = static_cast<uint8_t>(rng() % 32);
+        memcpy(p, &v, 1);
+        break;
+      }
+      case 2: {
+        int32_t v = static_cast<int32_t>(std::lround(grad(rng) * 1e6f));
+        memcpy(p, &v, 4);
+        break;
+      }
+      case 3: {
+        uint32_t v = static_cast<uint32_t>(rng() % 50257);
+        memcpy(p, &v, 4);
+        break;
+      }
+      case 4: {
+        int64_t v = std::llround(grad64(rng) * 1e12);
+        memcpy(p, &v, 8);
+        break;
+      }
+      case 5: {
+        uint64_t v = 1000000 + i * 4096 + rng() % 7;
+        memcpy(p, &v, 8);
+        break;
+      }
+      case 6: {
+        uint16_t v = static_cast<uint16_t>(narrowFloat(grad(rng), 5, 10));
+        memcpy(p, &v, 2);
+        break;
+      }
+      case 7: {
+        float v = grad(rng);
+        memcpy(p, &v, 4);
+        break;
+      }
+      case 8: {
+        double v = grad64(rng);
+        memcpy(p, &v, 8);
+        break;
+      }
+      case 9: {
+        uint16_t v = static_cast<uint16_t>(floatBits(grad(rng)) >> 16);
+        memcpy(p, &v, 2);
+        break;
+      }
+      case 10: {
+        uint8_t v = static_cast<uint8_t>(narrowFloat(grad(rng) * 300.f, 4, 3));
+        memcpy(p, &v, 1);
+        break;
+      }
+      case 11: {
+        uint8_t v = static_cast<uint8_t>(narrowFloat(grad(rng) * 300.f, 5, 2));
+        memcpy(p, &v, 1);
+        break;
+      }
     }
     p += kTypeSizes[datatype];
   }
@@ -272,9 +316,9 @@ TEST(TraceRoundTrip, EveryRecordTypeEveryField) {
   EXPECT_TRUE(clean) << problemsText(reader->problems());
   EXPECT_TRUE(reader->problems().empty()) << problemsText(reader->problems());
   const std::vector<RecordType> expectedTypes = {
-      RecordType::kCommInit, RecordType::kCommInit, RecordType::kGroupBegin, RecordType::kCall,
-      RecordType::kCall,     RecordType::kGroupEnd, RecordType::kPayloadRef, RecordType::kTiming,
-      RecordType::kStage,    RecordType::kPayloadRef, RecordType::kStage,    RecordType::kTiming,
+      RecordType::kCommInit, RecordType::kCommInit,    RecordType::kGroupBegin, RecordType::kCall,
+      RecordType::kCall,     RecordType::kGroupEnd,    RecordType::kPayloadRef, RecordType::kTiming,
+      RecordType::kStage,    RecordType::kPayloadRef,  RecordType::kStage,      RecordType::kTiming,
       RecordType::kEdit,     RecordType::kCommBinding, RecordType::kCommEnd};
   ASSERT_EQ(recs.size(), expectedTypes.size());
   for (size_t i = 0; i < recs.size(); ++i) {
@@ -429,12 +473,12 @@ TEST(TraceRoundTrip, ZeroBytePayloadFromNullPointer) {
 
 // The writer's threads carry names (top -H, gdb, /proc/PID/task/*/comm) so a user can see which one is busy.
 TEST(TraceRoundTrip, AutoCompressionThreadsAreHalfTheRanksShareOfTheCpus) {
-  EXPECT_EQ(autoCompressionThreads(16, 1), 8);    // one H200 host
-  EXPECT_EQ(autoCompressionThreads(128, 8), 8);   // 8 GPUs on 128 CPUs
+  EXPECT_EQ(autoCompressionThreads(16, 1), 8);   // one H200 host
+  EXPECT_EQ(autoCompressionThreads(128, 8), 8);  // 8 GPUs on 128 CPUs
   EXPECT_EQ(autoCompressionThreads(64, 8), 4);
-  EXPECT_EQ(autoCompressionThreads(256, 1), 8);   // at most 8
-  EXPECT_EQ(autoCompressionThreads(2, 1), 2);     // at least 2
-  EXPECT_EQ(autoCompressionThreads(0, 0), 2);     // unknown
+  EXPECT_EQ(autoCompressionThreads(256, 1), 8);       // at most 8
+  EXPECT_EQ(autoCompressionThreads(2, 1), 2);         // at least 2
+  EXPECT_EQ(autoCompressionThreads(0, 0), 2);         // unknown
   EXPECT_EQ(autoCompressionThreads(16, 1, true), 2);  // control values only (payloads: small)
   EXPECT_EQ(autoCompressionThreads(128, 8, true), 2);
 }
@@ -507,8 +551,9 @@ TEST(TraceShuffle, StoredLayoutMatchesTheDefinitionAtEveryWidth) {
 TEST(TraceShuffle, EveryWidthAndLengthComesBack) {
   std::mt19937 rng(11);
   for (int width : {2, 4, 8}) {
-    for (size_t length : {size_t{0}, size_t{1}, size_t(width - 1), size_t(width), size_t(width + 1), kShuffleBlockBytes - 1,
-                          kShuffleBlockBytes, kShuffleBlockBytes + 3, 3 * kShuffleBlockBytes + 5}) {
+    for (size_t length :
+         {size_t{0}, size_t{1}, size_t(width - 1), size_t(width), size_t(width + 1), kShuffleBlockBytes - 1,
+          kShuffleBlockBytes, kShuffleBlockBytes + 3, 3 * kShuffleBlockBytes + 5}) {
       std::vector<uint8_t> bytes(length);
       for (auto& b : bytes) b = static_cast<uint8_t>(rng());
       std::vector<uint8_t> stored = bytes, alsoStored(length);
@@ -541,7 +586,11 @@ void expectReadsBackEveryWay(TraceReader& reader, const PayloadRef& ref, const s
 TEST(TraceShuffle, ShuffledPayloadsReadBackByEveryPath) {
   TempDir tmp;
   const std::string dir = tmp / "rank0";
-  struct Case { int datatype; size_t width; uint64_t count; };
+  struct Case {
+    int datatype;
+    size_t width;
+    uint64_t count;
+  };
   const std::vector<Case> cases = {{0, 1, 100001}, {6, 2, 777}, {7, 4, 300001}, {8, 8, 65537}, {7, 4, 5}};
   std::vector<std::vector<uint8_t>> sent;
   std::mt19937 rng(3);
@@ -553,7 +602,8 @@ TEST(TraceShuffle, ShuffledPayloadsReadBackByEveryPath) {
     for (size_t i = 0; i < cases.size(); ++i) {
       // Gradient-like: small floats' exponent bytes repeat, their low bytes do not.
       std::vector<uint8_t> bytes(cases[i].count * cases[i].width);
-      for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<uint8_t>(k % cases[i].width == cases[i].width - 1 ? 0x3c : rng());
+      for (size_t k = 0; k < bytes.size(); ++k)
+        bytes[k] = static_cast<uint8_t>(k % cases[i].width == cases[i].width - 1 ? 0x3c : rng());
       ASSERT_TRUE(writer->appendPayload(refFor(0, i, kAllReduce, cases[i].datatype, cases[i].count), bytes.data(),
                                         bytes.size()));
       sent.push_back(std::move(bytes));
@@ -592,7 +642,8 @@ TEST(TraceShuffle, ShuffledPayloadsReadBackByEveryPath) {
 // compressed (shuffle on or off) or copied (auto) (the lender may then overwrite them); whatever the layout, the
 // payload reads back as it was lent, in order.
 TEST(TraceBorrowed, LentBytesAreCopiedBeforeTheyAreReleasedAndReadBackAsTheyWere) {
-  for (const auto shuffle : {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
+  for (const auto shuffle :
+       {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
     TempDir tmp;
     const std::string dir = tmp / "rank0";
     std::mt19937 rng(11);
@@ -642,12 +693,22 @@ TEST(TraceBorrowed, LentBytesAreCopiedBeforeTheyAreReleasedAndReadBackAsTheyWere
 // block by block (compressBlobFrom): no copy is made (the manifest's payload_copy_ns stays 0), and every width and
 // length, a short last block and a tail of no whole element included, reads back as lent; with auto it is copied in.
 TEST(TraceBorrowed, CompressedStraightOutOfTheLendersMemoryAtEveryWidthAndLength) {
-  struct Case { int datatype; size_t width; uint64_t count; };
-  const std::vector<Case> cases = {{0, 1, 2 * kShuffleBlockBytes + 5}, {6, 2, kShuffleBlockBytes / 2 + 3},
-                                   {7, 4, 3 * kShuffleBlockBytes / 4 + 1}, {8, 8, kShuffleBlockBytes / 8},
-                                   {7, 4, 1}, {7, 4, 0}};
-  for (const auto shuffle : {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
-    SCOPED_TRACE(shuffle == WriterOptions::Shuffle::kOff ? "off" : shuffle == WriterOptions::Shuffle::kAlways ? "on" : "auto");
+  struct Case {
+    int datatype;
+    size_t width;
+    uint64_t count;
+  };
+  const std::vector<Case> cases = {{0, 1, 2 * kShuffleBlockBytes + 5},
+                                   {6, 2, kShuffleBlockBytes / 2 + 3},
+                                   {7, 4, 3 * kShuffleBlockBytes / 4 + 1},
+                                   {8, 8, kShuffleBlockBytes / 8},
+                                   {7, 4, 1},
+                                   {7, 4, 0}};
+  for (const auto shuffle :
+       {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
+    SCOPED_TRACE(shuffle == WriterOptions::Shuffle::kOff      ? "off"
+                 : shuffle == WriterOptions::Shuffle::kAlways ? "on"
+                                                              : "auto");
     TempDir tmp;
     const std::string dir = tmp / "rank0";
     std::mt19937 rng(5);
@@ -684,8 +745,10 @@ TEST(TraceBorrowed, CompressedStraightOutOfTheLendersMemoryAtEveryWidthAndLength
     }
     const auto& counters = reader->manifest().counters;
     ASSERT_EQ(counters.count("payload_copy_ns"), 1u);
-    if (shuffle == WriterOptions::Shuffle::kAuto) EXPECT_GT(counters.at("payload_copy_ns"), 0u);
-    else EXPECT_EQ(counters.at("payload_copy_ns"), 0u);
+    if (shuffle == WriterOptions::Shuffle::kAuto)
+      EXPECT_GT(counters.at("payload_copy_ns"), 0u);
+    else
+      EXPECT_EQ(counters.at("payload_copy_ns"), 0u);
     EXPECT_GT(counters.at("payload_compress_ns"), 0u);
   }
 }
@@ -695,7 +758,8 @@ TEST(TraceBorrowed, CompressedStraightOutOfTheLendersMemoryAtEveryWidthAndLength
 // payload leaves room for a second under kDrop; with auto the first is copied in and counts, and the second is
 // dropped (an empty queue still admits anything).
 TEST(TraceBorrowed, PayloadsCompressedFromTheLenderTakeNoQueueRoom) {
-  for (const auto shuffle : {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
+  for (const auto shuffle :
+       {WriterOptions::Shuffle::kOff, WriterOptions::Shuffle::kAlways, WriterOptions::Shuffle::kAuto}) {
     const bool copies = shuffle == WriterOptions::Shuffle::kAuto;
     SCOPED_TRACE(copies ? "auto" : "on/off");
     TempDir tmp;
@@ -709,8 +773,8 @@ TEST(TraceBorrowed, PayloadsCompressedFromTheLenderTakeNoQueueRoom) {
     ASSERT_NE(writer, nullptr);
     std::promise<void> gate;
     std::shared_future<void> opened = gate.get_future().share();
-    ASSERT_TRUE(writer->appendPayloadBorrowed(refFor(0, 0, kAllReduce, 7, values.size()), values.data(), values.size() * 4,
-                                              BackPressure::kWait, [opened] { opened.wait(); }));
+    ASSERT_TRUE(writer->appendPayloadBorrowed(refFor(0, 0, kAllReduce, 7, values.size()), values.data(),
+                                              values.size() * 4, BackPressure::kWait, [opened] { opened.wait(); }));
     const bool second = writer->appendPayloadBorrowed(refFor(0, 1, kAllReduce, 7, values.size()), values.data(),
                                                       values.size() * 4, BackPressure::kDrop, [] {});
     EXPECT_EQ(second, !copies);
@@ -888,8 +952,8 @@ TEST(TraceRoundTrip, RandomAccessCollectivesAndPointToPoint) {
       EXPECT_EQ(readPayloadBytes(*reader, *ref), it->second);
     }
     // Absent calls.
-    EXPECT_FALSE(reader->call(0, kSend, 1, 0).has_value());    // no such peer
-    EXPECT_FALSE(reader->call(0, kRecv, 2, 5).has_value());    // beyond the peer's sequence
+    EXPECT_FALSE(reader->call(0, kSend, 1, 0).has_value());  // no such peer
+    EXPECT_FALSE(reader->call(0, kRecv, 2, 5).has_value());  // beyond the peer's sequence
     EXPECT_FALSE(reader->call(0, kAllReduce, -1, 20).has_value());
     EXPECT_FALSE(reader->call(2, kAllReduce, -1, 0).has_value());  // no such communicator
     EXPECT_FALSE(reader->payload(0, kSend, 2, 0).has_value());     // sends carry no payload here
@@ -898,9 +962,7 @@ TEST(TraceRoundTrip, RandomAccessCollectivesAndPointToPoint) {
     EXPECT_EQ(all.size(), payloads.size());
     for (size_t i = 1; i < all.size(); ++i) {
       auto kind = [](const PayloadRef& r) { return r.op == kSend ? 1 : r.op == kRecv ? 2 : 0; };
-      auto key = [&](const PayloadRef& r) {
-        return std::make_tuple(r.commId, kind(r), kind(r) ? r.peer : -1, r.seq);
-      };
+      auto key = [&](const PayloadRef& r) { return std::make_tuple(r.commId, kind(r), kind(r) ? r.peer : -1, r.seq); };
       EXPECT_LT(key(all[i - 1]), key(all[i])) << i;
     }
   }
@@ -949,7 +1011,8 @@ TEST(TraceRoundTrip, LastPayloadRefWins) {
   const auto segs = listWithPrefix(dir, "seg-");
   ASSERT_EQ(segs.size(), 1u);
   std::string error;
-  ASSERT_TRUE((error = rebuildIndex(dir, Limits{}).message()).empty()) << error;  // a consistent index, made stale below
+  ASSERT_TRUE((error = rebuildIndex(dir, Limits{}).message()).empty())
+      << error;  // a consistent index, made stale below
   appendBytes(dir + "/" + segs.back(), frame(body(static_cast<int>(RecordType::kPayloadRef), original)));
   Edit edit;
   edit.commId = 0;
@@ -1173,10 +1236,14 @@ TEST(TraceRoundTrip, CompressionWorkersWritePayloadFilesOfTheirOwn) {
 TEST(CompressionLoad, BusyShareAndCpuPerGigabyteFromTheCounters) {
   Manifest m;
   EXPECT_FALSE(compressionLoad(m).known);
-  m.counters = {{"payload_threads", 8},           {"payload_active_ns", 2'000'000'000},
-                {"payload_copy_ns", 1'000'000'000}, {"payload_copy_cpu_ns", 900'000'000},
-                {"payload_compress_ns", 8'000'000'000}, {"payload_compress_cpu_ns", 7'600'000'000},
-                {"payload_write_ns", 3'000'000'000}, {"payload_write_cpu_ns", 3'000'000'000}};
+  m.counters = {{"payload_threads", 8},
+                {"payload_active_ns", 2'000'000'000},
+                {"payload_copy_ns", 1'000'000'000},
+                {"payload_copy_cpu_ns", 900'000'000},
+                {"payload_compress_ns", 8'000'000'000},
+                {"payload_compress_cpu_ns", 7'600'000'000},
+                {"payload_write_ns", 3'000'000'000},
+                {"payload_write_cpu_ns", 3'000'000'000}};
   m.payload_raw_bytes = 10'000'000'000;
   const CompressionLoad load = compressionLoad(m);
   ASSERT_TRUE(load.known);
@@ -1207,8 +1274,8 @@ void writePastTheFileSizeLimit(const std::string& dir) {
   const bool closed = writer && writer->close().isOk();
   const std::string error = writer ? writer->lastError() : "";
   auto reader = openReader(dir);
-  const bool first = reader && reader->payloads().size() == 1 &&
-                     readPayloadBytes(*reader, reader->payloads()[0]) == small;
+  const bool first =
+      reader && reader->payloads().size() == 1 && readPayloadBytes(*reader, reader->payloads()[0]) == small;
   fprintf(stderr, "appended %d closed %d error [%s] first readable %d\n", ok, closed, error.c_str(), first);
   exit(ok && !closed && first ? 0 : 1);
 }
@@ -1236,7 +1303,7 @@ TEST(TraceRoundTrip, IndexReusedWhenConsistentRebuiltWhenMissingOrStale) {
   size_t found = 0;
   for (const auto& a : stored) found += a.find("call [") != std::string::npos;
   EXPECT_GE(found, 60u);  // the comparison below is not between two empty answers
-  {  // missing
+  {                       // missing
     ASSERT_EQ(::unlink((dir + "/index.msgpack").c_str()), 0);
     auto reader = openReader(dir);
     ASSERT_NE(reader, nullptr);
@@ -1328,7 +1395,7 @@ TEST(TraceRoundTrip, ManifestFieldsAndCountersAfterClose) {
     beforeClose = realtimeNs();
     ASSERT_TRUE(writer->close().isOk()) << writer->lastError();
     afterClose = realtimeNs();
-    EXPECT_TRUE(writer->close().isOk());  // idempotent
+    EXPECT_TRUE(writer->close().isOk());                        // idempotent
     EXPECT_FALSE(writer->append(RecordType::kStage, Stage{}));  // refused once closed
     EXPECT_FALSE(writer->appendPayload(refFor(0, 0, 0, 0, 0), "x", 1));
     const WriterStats stats = writer->stats();
@@ -1664,9 +1731,9 @@ TEST(TraceRoundTrip, ConcurrentAppendsFromFourThreads) {
         if (!writer->append(RecordType::kStage, s)) ++refused;
         if (i % 250 == 0) {
           const std::string bytes(64 + static_cast<size_t>(i % 7), static_cast<char>('a' + t));
-          if (!writer->appendPayload(refFor(static_cast<uint64_t>(t), static_cast<uint64_t>(i), kAllReduce, 1,
-                                            bytes.size()),
-                                     bytes.data(), bytes.size()))
+          if (!writer->appendPayload(
+                  refFor(static_cast<uint64_t>(t), static_cast<uint64_t>(i), kAllReduce, 1, bytes.size()), bytes.data(),
+                  bytes.size()))
             ++refused;
         }
         if (i % 1000 == 999 && !writer->flush().isOk()) ++refused;
@@ -1687,8 +1754,7 @@ TEST(TraceRoundTrip, ConcurrentAppendsFromFourThreads) {
       if (rec.type == RecordType::kPayloadRef) {
         const PayloadRef ref = rec.as<PayloadRef>();
         EXPECT_TRUE(refs.insert({ref.commId, ref.seq}).second) << "duplicate payload " << ref.commId << "/" << ref.seq;
-        EXPECT_EQ(readPayloadBytes(reader, ref),
-                  std::string(64 + ref.seq % 7, static_cast<char>('a' + ref.commId)));
+        EXPECT_EQ(readPayloadBytes(reader, ref), std::string(64 + ref.seq % 7, static_cast<char>('a' + ref.commId)));
         continue;
       }
       ASSERT_EQ(rec.type, RecordType::kStage);

@@ -27,14 +27,19 @@ BlobSource memorySource(const std::string& blob) {
 
 bool wholeDecode(const std::string& blob, const PayloadRef& ref, std::vector<uint8_t>* out, std::string* reason) {
   out->assign(ref.rawBytes, 0);
-  return (*reason = decodePayloadInto(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{}, out->data(),
-                           out->size()).message()).empty();
+  return (*reason = decodePayloadInto(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{},
+                                      out->data(), out->size())
+                        .message())
+      .empty();
 }
 
 bool streamDecode(const std::string& blob, const PayloadRef& ref, size_t piece, std::vector<uint8_t>* out,
                   std::string* reason) {
   out->assign(ref.rawBytes, 0);
-  return (*reason = decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out->data(), out->size(), piece).message()).empty();
+  return (*reason =
+              decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out->data(), out->size(), piece)
+                  .message())
+      .empty();
 }
 
 class StreamingDecode : public ::testing::Test {
@@ -137,8 +142,10 @@ TEST_F(StreamingDecode, RefusesWhatTheWholeBlobDecoderRefuses) {
     for (size_t piece : {size_t{1000}, TraceReader::kStreamingPieceBytes}) {
       const bool streamOk = streamDecode(damaged, ref, piece, &streamed, &streamWhy);
       EXPECT_EQ(streamOk, wholeOk) << "byte " << pos << ", piece " << piece << ": " << wholeWhy << " / " << streamWhy;
-      if (streamOk) EXPECT_EQ(streamed, whole) << "byte " << pos;
-      else EXPECT_FALSE(streamWhy.empty());
+      if (streamOk)
+        EXPECT_EQ(streamed, whole) << "byte " << pos;
+      else
+        EXPECT_FALSE(streamWhy.empty());
     }
     if (wholeOk) {
       // zstd ignores a few bits (unused ones of a header); the bytes must then be the payload's own.
@@ -167,13 +174,20 @@ TEST_F(StreamingDecode, RefusesWhatTheWholeBlobDecoderRefuses) {
     return true;
   };
   out.assign(ref.rawBytes, 0);
-  EXPECT_FALSE((why = decodePayloadStreaming(firstPieceOnly, blob.size(), ref, Limits{}, out.data(), out.size(), 65536).message()).empty());
+  EXPECT_FALSE(
+      (why =
+           decodePayloadStreaming(firstPieceOnly, blob.size(), ref, Limits{}, out.data(), out.size(), 65536).message())
+          .empty());
   EXPECT_EQ(why, "short read");
-  EXPECT_FALSE((why = decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out.data(), out.size() - 1,
-                                      65536).message()).empty());
+  EXPECT_FALSE(
+      (why = decodePayloadStreaming(memorySource(blob), blob.size(), ref, Limits{}, out.data(), out.size() - 1, 65536)
+                 .message())
+          .empty());
   EXPECT_NE(why.find("room for " + std::to_string(ref.rawBytes - 1)), std::string::npos) << why;
-  EXPECT_FALSE((why = decodePayloadStreaming(memorySource(blob), blob.size() - 1, ref, Limits{}, out.data(), out.size(),
-                                      65536).message()).empty());
+  EXPECT_FALSE(
+      (why = decodePayloadStreaming(memorySource(blob), blob.size() - 1, ref, Limits{}, out.data(), out.size(), 65536)
+                 .message())
+          .empty());
   // A CRC-32 in the reference that is not the payload's.
   PayloadRef otherCrc = ref;
   otherCrc.rawCrc32 ^= 1;
@@ -187,9 +201,9 @@ TEST_F(StreamingDecode, RefusesWhatTheWholeBlobDecoderRefuses) {
 // one verdict, in memory and in pieces of every size, and what it accepts is the payload's bytes (rawCrc32).
 TEST(StreamingDecodeVerdicts, AnEmptyCompressedBlockGetsOneVerdictOnEveryPath) {
   const std::string blob = std::string("\x28\xb5\x2f\xfd", 4) + std::string("\x20\x02", 2) +  // magic, header, size 2
-                           std::string("\x10\x00\x00", 3) + std::string("\x07\x09", 2) +  // raw block of 2 bytes
-                           std::string("\x04\x00\x00", 3) +                                 // empty compressed block
-                           std::string("\x01\x00\x00", 3);                                  // empty last raw block
+                           std::string("\x10\x00\x00", 3) + std::string("\x07\x09", 2) +      // raw block of 2 bytes
+                           std::string("\x04\x00\x00", 3) +                                   // empty compressed block
+                           std::string("\x01\x00\x00", 3);                                    // empty last raw block
   PayloadRef ref;
   ref.rawBytes = 2;
   ref.compressedBytes = blob.size();
@@ -199,8 +213,11 @@ TEST(StreamingDecodeVerdicts, AnEmptyCompressedBlockGetsOneVerdictOnEveryPath) {
   const bool wholeOk = wholeDecode(blob, ref, &whole, &why);
   EXPECT_TRUE(wholeOk) << why;
   EXPECT_EQ(whole, (std::vector<uint8_t>{7, 9}));
-  EXPECT_EQ((why = decodePayload(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{}, &decoded).message()).empty(),
-            wholeOk);
+  EXPECT_EQ(
+      (why =
+           decodePayload(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), ref, Limits{}, &decoded).message())
+          .empty(),
+      wholeOk);
   EXPECT_EQ(decoded, whole);
   for (size_t piece : {size_t{18}, size_t{19}, size_t{1000}}) {
     EXPECT_EQ(streamDecode(blob, ref, piece, &streamed, &why), wholeOk) << "piece " << piece << ": " << why;
@@ -258,7 +275,10 @@ TEST(StreamingDecodeFrames, ABlobOfAFramePerBlockReadsTheSameOnEveryPath) {
     EXPECT_EQ(streamed, want) << "piece " << piece;
   }
   // Refused alike: the last frame cut off, 5 bytes more, a reference that says a frame less or a byte more.
-  struct Bad { std::string name, blob; PayloadRef ref; };
+  struct Bad {
+    std::string name, blob;
+    PayloadRef ref;
+  };
   PayloadRef cut = ref, longer = ref, fewer = ref, oneMore = ref;
   cut.compressedBytes = frameEnds[2];
   longer.compressedBytes = blob.size() + 5;
@@ -287,8 +307,8 @@ TEST(StreamingDecodeFrames, ABlobOfAFramePerBlockReadsTheSameOnEveryPath) {
   EXPECT_FALSE(wholeDecode(blob + std::string(5, '\0'), longer, &whole, &why));
   EXPECT_EQ(why, "blob holds 5 bytes after its frame");
   // Every frame must declare its content size, the second as the first, whichever path reads it.
-  const std::string first(reinterpret_cast<const char*>(want.data()), 1000), second(
-      reinterpret_cast<const char*>(want.data()) + 1000, 2000);
+  const std::string first(reinterpret_cast<const char*>(want.data()), 1000),
+      second(reinterpret_cast<const char*>(want.data()) + 1000, 2000);
   const std::string sizeless = zstdFrame(first, 3, true, false) + zstdFrame(second, 3, /*contentSize=*/false, false);
   PayloadRef two;
   two.rawBytes = 3000;

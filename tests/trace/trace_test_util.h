@@ -177,8 +177,9 @@ class TempDir {
   ~TempDir() {
     const char* keep = getenv("RANKLENS_KEEP_TEST_DIRS");
     if (path_.empty() || (keep && strcmp(keep, "1") == 0)) return;
-    nftw(path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-         FTW_DEPTH | FTW_PHYS);
+    nftw(
+        path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+        FTW_DEPTH | FTW_PHYS);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Conformance of every exported NCCL function through the public C ABI of RankLens's libnccl.so.2, on the host
-// device (CTest sets RANKLENS_CONFIG=tests/data/conformance.yaml: host device and a split table). Error paths check NCCL's code and that the
-// reason reaches ncclGetLastError.
+// device (CTest sets RANKLENS_CONFIG=tests/data/conformance.yaml: host device and a split table). Error paths check
+// NCCL's code and that the reason reaches ncclGetLastError.
 #include <gtest/gtest.h>
 #include <nccl.h>
 #include <nccl_device/core.h>
@@ -29,10 +29,10 @@ ncclComm_t makeComm(int nranks, int rank) {
   return comm;
 }
 
-#define EXPECT_NCCL_ERROR(call, code, fragment)                                       \
-  do {                                                                                \
-    ncclResult_t r_ = (call);                                                         \
-    EXPECT_EQ(r_, code) << #call;                                                     \
+#define EXPECT_NCCL_ERROR(call, code, fragment)                                                \
+  do {                                                                                         \
+    ncclResult_t r_ = (call);                                                                  \
+    EXPECT_EQ(r_, code) << #call;                                                              \
     EXPECT_NE(lastError().find(fragment), std::string::npos) << "last error: " << lastError(); \
   } while (0)
 
@@ -82,7 +82,8 @@ TEST(CommInit, BadArguments) {
   EXPECT_NCCL_ERROR(ncclCommInitRank(&comm, 4, id, 4), ncclInvalidArgument, "Invalid rank requested : 4/4");
   EXPECT_EQ(comm, nullptr);
   EXPECT_NCCL_ERROR(ncclCommInitRank(&comm, 4, id, -1), ncclInvalidArgument, "Invalid rank requested : -1/4");
-  EXPECT_NCCL_ERROR(ncclCommInitRank(nullptr, 4, id, 0), ncclInvalidArgument, "CommInitRank : newcomm argument is NULL");
+  EXPECT_NCCL_ERROR(ncclCommInitRank(nullptr, 4, id, 0), ncclInvalidArgument,
+                    "CommInitRank : newcomm argument is NULL");
 }
 
 TEST(CommInitConfig, ValidatesLikeNccl) {
@@ -313,8 +314,8 @@ TEST(Windows, RegisterDeregister) {
   EXPECT_EQ(ncclCommWindowRegister(comm, nullptr, 16, &untouched, 0), ncclSuccess);
   EXPECT_EQ(untouched, reinterpret_cast<ncclWindow_t>(0x77));
   ncclWindow_t misaligned = nullptr;
-  EXPECT_NCCL_ERROR(ncclCommWindowRegister(comm, static_cast<char*>(buf) + 8, 64, &misaligned, 0),
-                    ncclInvalidArgument, "suitably aligned");
+  EXPECT_NCCL_ERROR(ncclCommWindowRegister(comm, static_cast<char*>(buf) + 8, 64, &misaligned, 0), ncclInvalidArgument,
+                    "suitably aligned");
   EXPECT_EQ(ncclCommWindowDeregister(comm, win), ncclSuccess);
   EXPECT_EQ(ncclCommWindowDeregister(comm, win), ncclInvalidUsage);
   EXPECT_EQ(ncclCommWindowDeregister(comm, nullptr), ncclSuccess);
@@ -346,27 +347,50 @@ TEST(RedOps, PreMulSumLifecycle) {
 }
 
 // Every collective and P2P call against every argument error NCCL reports.
-enum class Call { AllReduce, Broadcast, Bcast, Reduce, AllGather, ReduceScatter, AlltoAll, Gather, Scatter, Send, Recv };
+enum class Call {
+  AllReduce,
+  Broadcast,
+  Bcast,
+  Reduce,
+  AllGather,
+  ReduceScatter,
+  AlltoAll,
+  Gather,
+  Scatter,
+  Send,
+  Recv
+};
 const char* callName(Call c) {
   static const char* names[] = {"AllReduce", "Broadcast", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
-                                "AlltoAll", "Gather", "Scatter", "Send", "Recv"};
+                                "AlltoAll",  "Gather",    "Scatter",   "Send",   "Recv"};
   return names[static_cast<int>(c)];
 }
 
 ncclResult_t invoke(Call c, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
                     ncclComm_t comm) {
   switch (c) {
-    case Call::AllReduce: return ncclAllReduce(send, recv, count, type, op, comm, nullptr);
-    case Call::Broadcast: return ncclBroadcast(send, recv, count, type, root, comm, nullptr);
-    case Call::Bcast: return ncclBcast(recv, count, type, root, comm, nullptr);
-    case Call::Reduce: return ncclReduce(send, recv, count, type, op, root, comm, nullptr);
-    case Call::AllGather: return ncclAllGather(send, recv, count, type, comm, nullptr);
-    case Call::ReduceScatter: return ncclReduceScatter(send, recv, count, type, op, comm, nullptr);
-    case Call::AlltoAll: return ncclAlltoAll(send, recv, count, type, comm, nullptr);
-    case Call::Gather: return ncclGather(send, recv, count, type, root, comm, nullptr);
-    case Call::Scatter: return ncclScatter(send, recv, count, type, root, comm, nullptr);
-    case Call::Send: return ncclSend(send, count, type, root, comm, nullptr);
-    case Call::Recv: return ncclRecv(recv, count, type, root, comm, nullptr);
+    case Call::AllReduce:
+      return ncclAllReduce(send, recv, count, type, op, comm, nullptr);
+    case Call::Broadcast:
+      return ncclBroadcast(send, recv, count, type, root, comm, nullptr);
+    case Call::Bcast:
+      return ncclBcast(recv, count, type, root, comm, nullptr);
+    case Call::Reduce:
+      return ncclReduce(send, recv, count, type, op, root, comm, nullptr);
+    case Call::AllGather:
+      return ncclAllGather(send, recv, count, type, comm, nullptr);
+    case Call::ReduceScatter:
+      return ncclReduceScatter(send, recv, count, type, op, comm, nullptr);
+    case Call::AlltoAll:
+      return ncclAlltoAll(send, recv, count, type, comm, nullptr);
+    case Call::Gather:
+      return ncclGather(send, recv, count, type, root, comm, nullptr);
+    case Call::Scatter:
+      return ncclScatter(send, recv, count, type, root, comm, nullptr);
+    case Call::Send:
+      return ncclSend(send, count, type, root, comm, nullptr);
+    case Call::Recv:
+      return ncclRecv(recv, count, type, root, comm, nullptr);
   }
   return ncclInternalError;
 }
@@ -396,8 +420,9 @@ TEST_P(CollectiveErrors, NullComm) {
 TEST_P(CollectiveErrors, InvalidType) {
   for (int type : {-1, 12, 1000}) {
     std::string expected = std::string(callName(GetParam())) + " : invalid type " + std::to_string(type);
-    EXPECT_NCCL_ERROR(invoke(GetParam(), send_.data(), recv_.data(), 4, static_cast<ncclDataType_t>(type), ncclSum, 0,
-                             comm_), ncclInvalidArgument, expected);
+    EXPECT_NCCL_ERROR(
+        invoke(GetParam(), send_.data(), recv_.data(), 4, static_cast<ncclDataType_t>(type), ncclSum, 0, comm_),
+        ncclInvalidArgument, expected);
   }
 }
 
@@ -414,10 +439,12 @@ TEST_P(RootedErrors, InvalidRootOrPeer) {
 }
 
 TEST_P(ReductionErrors, InvalidReduction) {
-  EXPECT_NCCL_ERROR(invoke(GetParam(), send_.data(), recv_.data(), 4, ncclFloat, static_cast<ncclRedOp_t>(-2), 0,
-                           comm_), ncclInvalidArgument, "invalid reduction operation -2");
-  EXPECT_NCCL_ERROR(invoke(GetParam(), send_.data(), recv_.data(), 4, ncclFloat, static_cast<ncclRedOp_t>(77), 0,
-                           comm_), ncclInvalidArgument, "reduction operation 77 unknown to this communicator");
+  EXPECT_NCCL_ERROR(
+      invoke(GetParam(), send_.data(), recv_.data(), 4, ncclFloat, static_cast<ncclRedOp_t>(-2), 0, comm_),
+      ncclInvalidArgument, "invalid reduction operation -2");
+  EXPECT_NCCL_ERROR(
+      invoke(GetParam(), send_.data(), recv_.data(), 4, ncclFloat, static_cast<ncclRedOp_t>(77), 0, comm_),
+      ncclInvalidArgument, "reduction operation 77 unknown to this communicator");
 }
 
 TEST_P(CollectiveErrors, NullBuffers) {
@@ -434,7 +461,8 @@ TEST_P(CollectiveErrors, NullBuffers) {
 TEST_P(CollectiveErrors, DestroyedAndCorruptComm) {
   std::vector<unsigned char> garbage(4096, 0);
   EXPECT_NCCL_ERROR(invoke(GetParam(), send_.data(), recv_.data(), 4, ncclFloat, ncclSum, 0,
-                           reinterpret_cast<ncclComm_t>(garbage.data())), ncclInvalidArgument, "corrupted comm");
+                           reinterpret_cast<ncclComm_t>(garbage.data())),
+                    ncclInvalidArgument, "corrupted comm");
 }
 
 std::string paramName(const ::testing::TestParamInfo<Call>& info) {
@@ -442,9 +470,9 @@ std::string paramName(const ::testing::TestParamInfo<Call>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCalls, CollectiveErrors,
-                         ::testing::Values(Call::AllReduce, Call::Broadcast, Call::Bcast, Call::Reduce,
-                                           Call::AllGather, Call::ReduceScatter, Call::AlltoAll, Call::Gather,
-                                           Call::Scatter, Call::Send, Call::Recv),
+                         ::testing::Values(Call::AllReduce, Call::Broadcast, Call::Bcast, Call::Reduce, Call::AllGather,
+                                           Call::ReduceScatter, Call::AlltoAll, Call::Gather, Call::Scatter, Call::Send,
+                                           Call::Recv),
                          paramName);
 INSTANTIATE_TEST_SUITE_P(RootedCalls, RootedErrors,
                          ::testing::Values(Call::Broadcast, Call::Bcast, Call::Reduce, Call::Gather, Call::Scatter,
@@ -583,7 +611,7 @@ TEST(RanklensApi, Small) {
 TEST(Debug, ResetDebugInit) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // deprecated in nccl.h, still exported and callable
-  ncclResetDebugInit();  // must not crash or change results
+  ncclResetDebugInit();                                     // must not crash or change results
 #pragma GCC diagnostic pop
   int v = 0;
   EXPECT_EQ(ncclGetVersion(&v), ncclSuccess);

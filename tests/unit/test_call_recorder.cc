@@ -26,7 +26,8 @@ struct FakeEvent {
   int64_t ns = 0;
 };
 
-// Streams listed in `capturingStreams` are capturing a graph. Events recorded in a capture are stamped only by launch().
+// Streams listed in `capturingStreams` are capturing a graph. Events recorded in a capture are stamped only by
+// launch().
 class CapturingDevice final : public RecordDevice {
  public:
   std::mutex mu;
@@ -199,7 +200,8 @@ class CapturedCalls : public ::testing::Test {
   }
   void make(const CallRecorder::Options& o) {
     recorder_ = std::make_unique<CallRecorder>(
-        device_, o, [this](const Timing& t) {
+        device_, o,
+        [this](const Timing& t) {
           std::lock_guard<std::mutex> lock(out_.mu);
           out_.timings.push_back(t);
         },
@@ -321,8 +323,8 @@ TEST_F(CapturedCalls, FinishedCallsOfAStreamAreFoundInAFewQueriesAPass) {
   std::this_thread::sleep_for(std::chrono::milliseconds(12));  // two more passes: nothing else may be written
   {
     std::lock_guard<std::mutex> lock(device_.mu);
-    const auto passes = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
-                            .count() / 5 + 2;
+    const auto passes =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count() / 5 + 2;
     EXPECT_EQ(out_.size(), 100u);
     EXPECT_LE(device_.queries - before, passes * 10) << "about log2(256) queries a pass, " << passes << " passes";
     EXPECT_EQ(device_.elapsedErrors, 0);
@@ -446,8 +448,9 @@ TEST_F(CapturedCalls, AnEmptyPoolUnderCaptureMeansNoDurationNotNewEvents) {
 // The manifest's device_memory_* counters (payload_device_bytes: auto in a replay) come from the least free memory
 // the recorder saw on the job's devices, whoever sampled it.
 TEST_F(CapturedCalls, TheLeastFreeDeviceMemoryIsKept) {
-  recorder_ = std::make_unique<CallRecorder>(device_, options(), [](const Timing&) {},
-                                             [](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()>) {});
+  recorder_ = std::make_unique<CallRecorder>(
+      device_, options(), [](const Timing&) {},
+      [](const ranklens::trace::PayloadRef&, const void*, size_t, std::function<void()>) {});
   recorder_->sampleDeviceMemory();
   EXPECT_EQ(recorder_->stats().deviceMemoryTotal, 0u) << "no device seen yet: nothing to sample";
   recorder_->prepareDevice(0);
@@ -503,14 +506,14 @@ TEST(HostRecordDevice, CopiesSignalThemselvesUpToTheKernelThresholdAsOnAGpu) {
     options.payloads = true;
     options.stagingBytes = 1 << 20;
     options.pollMicros = 50;
-    CallRecorder recorder(*host, options, [](const Timing&) {},
-                          [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes,
-                              std::function<void()> release) {
-                            std::lock_guard<std::mutex> lock(mu);
-                            const auto* p = static_cast<const unsigned char*>(data);
-                            stored.emplace_back(p, p + bytes);
-                            release();
-                          });
+    CallRecorder recorder(
+        *host, options, [](const Timing&) {},
+        [&](const ranklens::trace::PayloadRef&, const void* data, size_t bytes, std::function<void()> release) {
+          std::lock_guard<std::mutex> lock(mu);
+          const auto* p = static_cast<const unsigned char*>(data);
+          stored.emplace_back(p, p + bytes);
+          release();
+        });
     const ranklens::Status staged = recorder.prepareStaging();
     ASSERT_TRUE(staged.isOk()) << staged.message();
     recorder.prepareDevice(0);
@@ -738,6 +741,5 @@ TEST(CallRecorderStaging, AutoHalvesWhatCannotBePinnedDownToItsLeast) {
   EXPECT_EQ(none.pinAttempts, std::vector<size_t>({1u << 20, 512u << 10, 256u << 10}));
   EXPECT_EQ(recorder.stagingBytes(), 0u);
 }
-
 
 }  // namespace

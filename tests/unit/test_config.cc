@@ -70,20 +70,54 @@ Loaded fromEnv(FakeEnv env) {
 }
 
 // In table order: common, record, replay.
-const std::vector<std::string> kAllKeys = {"mode", "device", "trace_dir",
-                                           "real_nccl", "payloads", "payload_max_bytes", "payload_ops",
-                                           "payload_comms", "payload_steps", "payload_seqs", "payload_zstd_level", "payload_threads", "payload_shuffle", "payload_queue_bytes", "staging_bytes",
-                                           "staging_full", "timing_clock", "captured_timing", "timing_poll_us",
-                                           "payload_copy_kernel_bytes", "payload_copy_kernel_bytes_one_rank",
+const std::vector<std::string> kAllKeys = {"mode",
+                                           "device",
+                                           "trace_dir",
+                                           "real_nccl",
+                                           "payloads",
+                                           "payload_max_bytes",
+                                           "payload_ops",
+                                           "payload_comms",
+                                           "payload_steps",
+                                           "payload_seqs",
+                                           "payload_zstd_level",
+                                           "payload_threads",
+                                           "payload_shuffle",
+                                           "payload_queue_bytes",
+                                           "staging_bytes",
+                                           "staging_full",
+                                           "timing_clock",
+                                           "captured_timing",
+                                           "timing_poll_us",
+                                           "payload_copy_kernel_bytes",
+                                           "payload_copy_kernel_bytes_one_rank",
                                            "payload_copy_priority",
-                                           "fidelity", "fill", "nccl_version", "ranks_per_node", "groups", "mesh",
-                                           "mesh_colors", "replay_trace",
-                                           "on_mismatch", "on_payload_error", "at_hang", "completion",
-                                           "host_time", "timing", "history", "estimate_target",
-                                           "hold_blocks", "hold_threads", "hold_shared_bytes",
-                                           "hold_from", "peer_pacing",
+                                           "fidelity",
+                                           "fill",
+                                           "nccl_version",
+                                           "ranks_per_node",
+                                           "groups",
+                                           "mesh",
+                                           "mesh_colors",
+                                           "replay_trace",
+                                           "on_mismatch",
+                                           "on_payload_error",
+                                           "at_hang",
+                                           "completion",
+                                           "host_time",
+                                           "timing",
+                                           "history",
+                                           "estimate_target",
+                                           "hold_blocks",
+                                           "hold_threads",
+                                           "hold_shared_bytes",
+                                           "hold_from",
+                                           "peer_pacing",
                                            "resync_window",
-                                           "prefetch_bytes", "prefetch_threads", "payload_device_bytes", "break_at"};
+                                           "prefetch_bytes",
+                                           "prefetch_threads",
+                                           "payload_device_bytes",
+                                           "break_at"};
 
 const KeyInfo& row(const std::vector<KeyInfo>& rows, const std::string& key) {
   static const KeyInfo none;
@@ -139,8 +173,10 @@ TEST(ConfigValues, RemovedKnobsAreUnknownKeys) {
         << r.error;
   }
   // RANKLENS_RANK and RANKLENS_WORLD_SIZE were reserved names that nothing read: RANK and WORLD_SIZE are the job's.
-  Loaded r = fromEnv({{"RANKLENS_RECORD_ALTERNATE_STEPS", "5"}, {"RANKLENS_HOLD_TRAFFIC", "2"},
-                      {"RANKLENS_RANK", "3"}, {"RANKLENS_WORLD_SIZE", "4"}});
+  Loaded r = fromEnv({{"RANKLENS_RECORD_ALTERNATE_STEPS", "5"},
+                      {"RANKLENS_HOLD_TRAFFIC", "2"},
+                      {"RANKLENS_RANK", "3"},
+                      {"RANKLENS_WORLD_SIZE", "4"}});
   ASSERT_TRUE(r.ok) << r.error;
   ASSERT_EQ(r.warnings.size(), 4u);
   EXPECT_EQ(r.warnings[0].rfind("RANKLENS_HOLD_TRAFFIC is not a RankLens variable and is ignored", 0), 0u);
@@ -263,13 +299,13 @@ TEST(ConfigYaml, OtherEnumValues) {
 
 TEST(ConfigEnv, EveryKey) {
   Loaded r = fromEnv({{"RANKLENS_MODE", "record"},
-                          {"RANKLENS_FIDELITY", "timing"},
-                          {"RANKLENS_FILL", "zero"},
-                          {"RANKLENS_DEVICE", "cuda"},
-                          {"RANKLENS_TRACE_DIR", "/data/trace: a"},
-                          {"RANKLENS_NCCL_VERSION", "21903"},
-                          {"RANKLENS_RANKS_PER_NODE", "2"},
-                          {"RANKLENS_GROUPS", "[{members: [0,2]}, {members: [1,3], color: 7, name: dp1}]"}});
+                      {"RANKLENS_FIDELITY", "timing"},
+                      {"RANKLENS_FILL", "zero"},
+                      {"RANKLENS_DEVICE", "cuda"},
+                      {"RANKLENS_TRACE_DIR", "/data/trace: a"},
+                      {"RANKLENS_NCCL_VERSION", "21903"},
+                      {"RANKLENS_RANKS_PER_NODE", "2"},
+                      {"RANKLENS_GROUPS", "[{members: [0,2]}, {members: [1,3], color: 7, name: dp1}]"}});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_TRUE(r.warnings.empty());
   const Settings& s = r.settings;
@@ -307,7 +343,7 @@ TEST(ConfigEnv, EmptyValueCountsAsUnset) {
 
 TEST(ConfigPrecedence, EnvBeatsYamlBeatsDefault) {
   Loaded r = fromYaml("fill: zero\nranks_per_node: 4\ntrace_dir: /from/yaml\n",
-                          {{"RANKLENS_FILL", "keep"}, {"RANKLENS_TRACE_DIR", "/from/env"}});
+                      {{"RANKLENS_FILL", "keep"}, {"RANKLENS_TRACE_DIR", "/from/env"}});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.settings.fill, Fill::kKeep);
   EXPECT_EQ(r.settings.set_by.at("fill"), "env RANKLENS_FILL");
@@ -387,8 +423,12 @@ TEST(ConfigContext, LauncherVariables) {
   EXPECT_EQ(none.shared_gpu_local_rank, -1);
   EXPECT_EQ(readContext(GetEnv()).local_ranks, 1);
 
-  FakeEnv set({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-               {"NCCL_COMM_BLOCKING", "0"}, {"RANKLENS_PROGRESS", "1"},
+  FakeEnv set({{"RANK", "3"},
+               {"WORLD_SIZE", "8"},
+               {"LOCAL_RANK", "1"},
+               {"LOCAL_WORLD_SIZE", "4"},
+               {"NCCL_COMM_BLOCKING", "0"},
+               {"RANKLENS_PROGRESS", "1"},
                {"RANKLENS_SHARE_GPU_LOCAL_RANK", "5"}});
   Context c = readContext(set.getenv());
   EXPECT_EQ(c.rank, "3");
@@ -401,8 +441,11 @@ TEST(ConfigContext, LauncherVariables) {
   EXPECT_EQ(c.shared_gpu_local_rank, 5);
 
   // RANK that is no number still names the rank directory; the number is then unknown.
-  FakeEnv odd({{"RANK", "x1"}, {"WORLD_SIZE", "-2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-               {"NCCL_COMM_BLOCKING", "yes"}, {"RANKLENS_PROGRESS", "0"}});
+  FakeEnv odd({{"RANK", "x1"},
+               {"WORLD_SIZE", "-2"},
+               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+               {"NCCL_COMM_BLOCKING", "yes"},
+               {"RANKLENS_PROGRESS", "0"}});
   c = readContext(odd.getenv());
   EXPECT_EQ(c.rank, "x1");
   EXPECT_EQ(c.rank_number, -1);
@@ -421,9 +464,11 @@ TEST(ConfigErrors, UnknownKeyNamesLineColumnAndKnownKeys) {
   EXPECT_EQ(r.error,
             "cfg.yaml:4:1: unknown key 'foo' (known keys: mode, device, trace_dir, "
             "real_nccl, payloads, payload_max_bytes, payload_ops, payload_comms, payload_steps, "
-            "payload_seqs, payload_zstd_level, payload_threads, payload_shuffle, payload_queue_bytes, staging_bytes, staging_full, timing_clock, captured_timing, timing_poll_us, "
+            "payload_seqs, payload_zstd_level, payload_threads, payload_shuffle, payload_queue_bytes, staging_bytes, "
+            "staging_full, timing_clock, captured_timing, timing_poll_us, "
             "payload_copy_kernel_bytes, payload_copy_kernel_bytes_one_rank, payload_copy_priority, fidelity, fill, "
-            "nccl_version, ranks_per_node, groups, mesh, mesh_colors, replay_trace, on_mismatch, on_payload_error, at_hang, completion, host_time, timing, history, "
+            "nccl_version, ranks_per_node, groups, mesh, mesh_colors, replay_trace, on_mismatch, on_payload_error, "
+            "at_hang, completion, host_time, timing, history, "
             "estimate_target, hold_blocks, "
             "hold_threads, hold_shared_bytes, hold_from, peer_pacing, resync_window, "
             "prefetch_bytes, prefetch_threads, payload_device_bytes, break_at)");
@@ -451,8 +496,7 @@ TEST(ConfigErrors, BadEnumValueInYaml) {
 
   r = fromYaml("fidelity: [value]\n");
   ASSERT_FALSE(r.ok);
-  EXPECT_EQ(r.error,
-            "cfg.yaml:1:11: bad value (a sequence) for 'fidelity': expected one of structure|timing|value");
+  EXPECT_EQ(r.error, "cfg.yaml:1:11: bad value (a sequence) for 'fidelity': expected one of structure|timing|value");
 
   r = fromYaml("fill: keep\nmode:\n\nfill2: keep\n");  // an empty value is reported at its key
   ASSERT_FALSE(r.ok);
@@ -518,31 +562,30 @@ TEST_P(ConfigBadInteger, RejectedFromYamlAndEnv) {
   if (envText == "\"\"") return;  // empty env means unset, covered by EmptyValueCountsAsUnset
   r = fromEnv({{p.env, envText}});
   ASSERT_FALSE(r.ok) << p.env << "=" << envText;
-  EXPECT_EQ(r.error.rfind(std::string(p.env) + "=" + envText + ": bad value '" + envText + "' for '" + p.key +
-                              "': expected ",
-                          0),
+  EXPECT_EQ(r.error.rfind(
+                std::string(p.env) + "=" + envText + ": bad value '" + envText + "' for '" + p.key + "': expected ", 0),
             0u)
       << r.error;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Values, ConfigBadInteger,
-    ::testing::Values(BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "12x"},
-                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "\"\""},
-                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "99999999999999999999"},
-                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "1000000"},
-                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "0"},
-                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "-22809"},
-                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "2.28.9"},
-                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "0x5919"},
-                      BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "+22809"},
-                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "-1"},
-                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "0"},
-                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "--1"},
-                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "1.5"},
-                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "eight"},
-                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "2147483648"},
-                      BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "99999999999999999999"}));
+INSTANTIATE_TEST_SUITE_P(Values, ConfigBadInteger,
+                         ::testing::Values(BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "12x"},
+                                           BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "\"\""},
+                                           BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "99999999999999999999"},
+                                           BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "1000000"},
+                                           BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "0"},
+                                           BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "-22809"},
+                                           BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "2.28.9"},
+                                           BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "0x5919"},
+                                           BadInt{"nccl_version", "RANKLENS_NCCL_VERSION", "+22809"},
+                                           BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "-1"},
+                                           BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "0"},
+                                           BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "--1"},
+                                           BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "1.5"},
+                                           BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "eight"},
+                                           BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE", "2147483648"},
+                                           BadInt{"ranks_per_node", "RANKLENS_RANKS_PER_NODE",
+                                                  "99999999999999999999"}));
 
 TEST(ConfigIntegers, Boundaries) {
   Loaded r = fromYaml("nccl_version: 999999\nranks_per_node: 2147483647\n");
@@ -636,8 +679,7 @@ TEST(ConfigGroups, ErrorsFromEnvNameTheVariableAndPosition) {
 
   r = fromEnv({{"RANKLENS_GROUPS", "0,1"}});
   ASSERT_FALSE(r.ok);
-  EXPECT_EQ(r.error.rfind("RANKLENS_GROUPS:1:1: bad value '0,1' for 'groups': expected a sequence", 0), 0u)
-      << r.error;
+  EXPECT_EQ(r.error.rfind("RANKLENS_GROUPS:1:1: bad value '0,1' for 'groups': expected a sequence", 0), 0u) << r.error;
 }
 
 TEST(ConfigGroups, DescribeRoundTripsThroughTheEnvironmentForm) {
@@ -697,13 +739,13 @@ TEST(ConfigWarnings, TypoNamesClosestVariable) {
 
 TEST(ConfigWarnings, KnownAndAllowedVariablesDoNotWarn) {
   Loaded r = fromEnv({{"RANKLENS_MODE", "replay"},
-                          {"RANKLENS_CONFIG", ""},
-                          {"RANKLENS_REAL_NCCL", "/usr/lib/libnccl.so.2"},
-                          {"RANKLENS_ADAPTER", "1"},
-                          {"RANKLENS_SHARE_GPU_LOCAL_RANK", "4"},
-                          {"RANKLENS_PROGRESS", "0"},
-                          {"NCCL_DEBUG", "INFO"},
-                          {"RANKLENSX", "1"}});
+                      {"RANKLENS_CONFIG", ""},
+                      {"RANKLENS_REAL_NCCL", "/usr/lib/libnccl.so.2"},
+                      {"RANKLENS_ADAPTER", "1"},
+                      {"RANKLENS_SHARE_GPU_LOCAL_RANK", "4"},
+                      {"RANKLENS_PROGRESS", "0"},
+                      {"NCCL_DEBUG", "INFO"},
+                      {"RANKLENSX", "1"}});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
 }
@@ -726,29 +768,60 @@ TEST(ConfigDescribe, OneRowPerKeyInTableOrder) {
   ASSERT_TRUE(r.ok) << r.error;
   std::vector<KeyInfo> rows = describe(r.settings);
   ASSERT_EQ(rows.size(), kAllKeys.size());
-  const std::vector<std::string> envs = {"RANKLENS_MODE", "RANKLENS_DEVICE", "RANKLENS_TRACE_DIR",
-                                         "RANKLENS_REAL_NCCL", "RANKLENS_PAYLOADS", "RANKLENS_PAYLOAD_MAX_BYTES",
-                                         "RANKLENS_PAYLOAD_OPS", "RANKLENS_PAYLOAD_COMMS", "RANKLENS_PAYLOAD_STEPS",
-                                         "RANKLENS_PAYLOAD_SEQS", "RANKLENS_PAYLOAD_ZSTD_LEVEL", "RANKLENS_PAYLOAD_THREADS", "RANKLENS_PAYLOAD_SHUFFLE", "RANKLENS_PAYLOAD_QUEUE_BYTES", "RANKLENS_STAGING_BYTES", "RANKLENS_STAGING_FULL", "RANKLENS_TIMING_CLOCK",
-                                         "RANKLENS_CAPTURED_TIMING", "RANKLENS_TIMING_POLL_US",
-                                         "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES", "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK",
+  const std::vector<std::string> envs = {"RANKLENS_MODE",
+                                         "RANKLENS_DEVICE",
+                                         "RANKLENS_TRACE_DIR",
+                                         "RANKLENS_REAL_NCCL",
+                                         "RANKLENS_PAYLOADS",
+                                         "RANKLENS_PAYLOAD_MAX_BYTES",
+                                         "RANKLENS_PAYLOAD_OPS",
+                                         "RANKLENS_PAYLOAD_COMMS",
+                                         "RANKLENS_PAYLOAD_STEPS",
+                                         "RANKLENS_PAYLOAD_SEQS",
+                                         "RANKLENS_PAYLOAD_ZSTD_LEVEL",
+                                         "RANKLENS_PAYLOAD_THREADS",
+                                         "RANKLENS_PAYLOAD_SHUFFLE",
+                                         "RANKLENS_PAYLOAD_QUEUE_BYTES",
+                                         "RANKLENS_STAGING_BYTES",
+                                         "RANKLENS_STAGING_FULL",
+                                         "RANKLENS_TIMING_CLOCK",
+                                         "RANKLENS_CAPTURED_TIMING",
+                                         "RANKLENS_TIMING_POLL_US",
+                                         "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES",
+                                         "RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK",
                                          "RANKLENS_PAYLOAD_COPY_PRIORITY",
-                                         "RANKLENS_FIDELITY", "RANKLENS_FILL", "RANKLENS_NCCL_VERSION",
-                                         "RANKLENS_RANKS_PER_NODE", "RANKLENS_GROUPS", "RANKLENS_MESH", "RANKLENS_MESH_COLORS",
+                                         "RANKLENS_FIDELITY",
+                                         "RANKLENS_FILL",
+                                         "RANKLENS_NCCL_VERSION",
+                                         "RANKLENS_RANKS_PER_NODE",
+                                         "RANKLENS_GROUPS",
+                                         "RANKLENS_MESH",
+                                         "RANKLENS_MESH_COLORS",
                                          "RANKLENS_REPLAY_TRACE",
-                                         "RANKLENS_ON_MISMATCH", "RANKLENS_ON_PAYLOAD_ERROR", "RANKLENS_AT_HANG", "RANKLENS_COMPLETION",
-                                         "RANKLENS_HOST_TIME", "RANKLENS_TIMING", "RANKLENS_HISTORY",
-                                         "RANKLENS_ESTIMATE_TARGET", "RANKLENS_HOLD_BLOCKS", "RANKLENS_HOLD_THREADS",
-                                         "RANKLENS_HOLD_SHARED_BYTES", "RANKLENS_HOLD_FROM",
-                                         "RANKLENS_PEER_PACING", "RANKLENS_RESYNC_WINDOW",
-                                         "RANKLENS_PREFETCH_BYTES", "RANKLENS_PREFETCH_THREADS", "RANKLENS_PAYLOAD_DEVICE_BYTES",
+                                         "RANKLENS_ON_MISMATCH",
+                                         "RANKLENS_ON_PAYLOAD_ERROR",
+                                         "RANKLENS_AT_HANG",
+                                         "RANKLENS_COMPLETION",
+                                         "RANKLENS_HOST_TIME",
+                                         "RANKLENS_TIMING",
+                                         "RANKLENS_HISTORY",
+                                         "RANKLENS_ESTIMATE_TARGET",
+                                         "RANKLENS_HOLD_BLOCKS",
+                                         "RANKLENS_HOLD_THREADS",
+                                         "RANKLENS_HOLD_SHARED_BYTES",
+                                         "RANKLENS_HOLD_FROM",
+                                         "RANKLENS_PEER_PACING",
+                                         "RANKLENS_RESYNC_WINDOW",
+                                         "RANKLENS_PREFETCH_BYTES",
+                                         "RANKLENS_PREFETCH_THREADS",
+                                         "RANKLENS_PAYLOAD_DEVICE_BYTES",
                                          "RANKLENS_BREAK_AT"};
-  const std::vector<std::string> defaults = {"replay", "auto", "",
-                                             "", "small", "64KiB", "[]", "[]", "all", "all", "-1", "0", "on", "1GiB", "auto", "skip",
-                                             "events", "events", "2000", "64KiB", "0", "high",
-                                             "structure", "clone", "22809", "8", "[]", "", "",
-                                             "", "error", "error", "stop", "kernel", "replay", "recorded", "", "transfer", "1", "32", "auto", "arrival", "off", "64",
-                                             "auto", "0", "auto", ""};
+  const std::vector<std::string> defaults = {
+      "replay", "auto",    "",          "",       "small",  "64KiB",    "[]",     "[]",       "all",  "all",
+      "-1",     "0",       "on",        "1GiB",   "auto",   "skip",     "events", "events",   "2000", "64KiB",
+      "0",      "high",    "structure", "clone",  "22809",  "8",        "[]",     "",         "",     "",
+      "error",  "error",   "stop",      "kernel", "replay", "recorded", "",       "transfer", "1",    "32",
+      "auto",   "arrival", "off",       "64",     "auto",   "0",        "auto",   ""};
   ASSERT_EQ(envs.size(), kAllKeys.size());
   ASSERT_EQ(defaults.size(), kAllKeys.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -833,7 +906,8 @@ TEST(ConfigRecord, PayloadKnobsFromYaml) {
                 .settings.payload_copy_kernel_bytes,
             8192u);
   EXPECT_EQ(fromYaml("").settings.payload_copy_kernel_bytes_one_rank, 0u);
-  EXPECT_EQ(fromYaml("payload_copy_kernel_bytes_one_rank: 64KiB\n").settings.payload_copy_kernel_bytes_one_rank, 65536u);
+  EXPECT_EQ(fromYaml("payload_copy_kernel_bytes_one_rank: 64KiB\n").settings.payload_copy_kernel_bytes_one_rank,
+            65536u);
   EXPECT_EQ(fromYaml("", {{"RANKLENS_PAYLOAD_COPY_KERNEL_BYTES_ONE_RANK", "4KiB"}})
                 .settings.payload_copy_kernel_bytes_one_rank,
             4096u);
@@ -928,8 +1002,10 @@ TEST(ConfigReplay, BadReplayValuesNameTheExpectedForm) {
 }
 
 TEST(ConfigRecord, PayloadKnobsFromEnvironment) {
-  Loaded r = fromYaml("", {{"RANKLENS_PAYLOAD_OPS", "Send, Recv"}, {"RANKLENS_PAYLOAD_STEPS", "7"},
-                               {"RANKLENS_PAYLOAD_MAX_BYTES", "4096"}, {"RANKLENS_PAYLOADS", "none"}});
+  Loaded r = fromYaml("", {{"RANKLENS_PAYLOAD_OPS", "Send, Recv"},
+                           {"RANKLENS_PAYLOAD_STEPS", "7"},
+                           {"RANKLENS_PAYLOAD_MAX_BYTES", "4096"},
+                           {"RANKLENS_PAYLOADS", "none"}});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.settings.payload_ops, (std::vector<std::string>{"Send", "Recv"}));
   EXPECT_TRUE(r.settings.payload_steps.contains(7));
@@ -979,7 +1055,6 @@ TEST(ConfigToString, LowercaseNames) {
   EXPECT_STREQ(toString(DeviceKind::kCuda), "cuda");
   EXPECT_STREQ(toString(DeviceKind::kHost), "host");
 }
-
 
 // Style rule: every knob is documented once in docs/config.md, as a table row `| `key` | `ENV` | ...`.
 TEST(ConfigDocs, EveryKeyHasExactlyOneRowInTheReference) {

@@ -121,8 +121,11 @@ TEST(LatencyBandwidthFit, CarriesOverToOtherOpsAndSizesInBusBytes) {
 // about 89 MiB: there the all-ops line, fitted to large all-reduces, is used instead.
 TEST(LatencyBandwidthFit, ALineIsNotStretchedFarBeyondTheSizesItSaw) {
   ranklens::timing::LatencyBandwidthFit fit;
-  fit.fit({{kBroadcast, 2, 12, 22784}, {kBroadcast, 2, 308, 58144}, {kAllReduce, 2, 29415424, 154240},
-           {kAllReduce, 2, 34129920, 162784}, {kAllReduce, 2, 92962816, 552576}});
+  fit.fit({{kBroadcast, 2, 12, 22784},
+           {kBroadcast, 2, 308, 58144},
+           {kAllReduce, 2, 29415424, 154240},
+           {kAllReduce, 2, 34129920, 162784},
+           {kAllReduce, 2, 92962816, 552576}});
   EXPECT_LT(fit.estimateNs(kBroadcast, 8, false, 92962816), 2'000'000);  // the broadcasts' own line: 11 s
   EXPECT_NEAR(fit.estimateNs(kBroadcast, 8, false, 200), 22784 + (58144 - 22784) * (200.0 - 12) / 296,
               2);  // in range
@@ -353,16 +356,16 @@ TEST(EstimatorHistory, SamplesKnowTheirStepPhaseOccurrenceAndBusyStreams) {
     st.timeNs = timeNs;
     w->append(trace::RecordType::kStage, st);
   };
-  add(0, 500, 0xa, 100);         // before the first marker
+  add(0, 500, 0xa, 100);  // before the first marker
   stage(0, 1000);
-  add(1, 1250, 0xa, 600);        // a quarter into step 0; stream a runs until 1850
-  add(2, 1500, 0xb, 100);        // half-way: stream a still busy; the step's second 4 KiB AllReduce
+  add(1, 1250, 0xa, 600);  // a quarter into step 0; stream a runs until 1850
+  add(2, 1500, 0xb, 100);  // half-way: stream a still busy; the step's second 4 KiB AllReduce
   stage(1, 2000);
-  add(3, 2400, 0xb, -1);         // not timed (e.g. its kernel-clock duration was lost): no sample, but counted,
-                                 // as replay counts it
-  add(4, 2900, 0xb, 100);        // 90% into step 1 (its second 4 KiB AllReduce); stream a finished at 1850
+  add(3, 2400, 0xb, -1);   // not timed (e.g. its kernel-clock duration was lost): no sample, but counted,
+                           // as replay counts it
+  add(4, 2900, 0xb, 100);  // 90% into step 1 (its second 4 KiB AllReduce); stream a finished at 1850
   stage(2, 3000);
-  add(5, 3100, 0xa, 100);        // after the last marker
+  add(5, 3100, 0xa, 100);  // after the last marker
   ASSERT_TRUE(w->close().isOk());
 
   History h;
@@ -414,7 +417,8 @@ TEST(Estimator, SamplesFromTheSamePlaceOfTheStepArePreferred) {
   EXPECT_STREQ(first.method, "same-place median");
   EXPECT_NEAR(static_cast<double>(first.durationNs), 201'500, 1'000);
   EXPECT_EQ(first.neighbours, 4);
-  EXPECT_NEAR(static_cast<double>(e.estimate(kAllGather, 2, false, 32u << 20, "", false, 1).durationNs), 261'500, 1'000);
+  EXPECT_NEAR(static_cast<double>(e.estimate(kAllGather, 2, false, 32u << 20, "", false, 1).durationNs), 261'500,
+              1'000);
   // Unknown place: the size's median over both places (the upper middle of the eight).
   const Estimate anywhere = e.estimate(kAllGather, 2, false, 32u << 20);
   EXPECT_STREQ(anywhere.method, "same-size median");
@@ -575,7 +579,8 @@ TEST(EstimatorHistory, TransferTimeIsTheShortestOverTheJobsRanks) {
   writeRank(job + "/rank1", 1, {10'000, 11'000, 60'000}, 8'000);
   History h;
   std::string error;
-  ASSERT_TRUE((error = addRecordedJob(std::vector<std::string>{job + "/rank0", job + "/rank1"}, &h).message()).empty()) << error;
+  ASSERT_TRUE((error = addRecordedJob(std::vector<std::string>{job + "/rank0", job + "/rank1"}, &h).message()).empty())
+      << error;
   ASSERT_EQ(h.samples.size(), 8u);
   EXPECT_EQ(jobOf(h.runs[0]), job);
   const int64_t expected[] = {10'000, 11'000, 20'000, -1};  // per call, the same on both ranks; Send: not paired
@@ -586,7 +591,8 @@ TEST(EstimatorHistory, TransferTimeIsTheShortestOverTheJobsRanks) {
   History alone;
   ASSERT_TRUE((error = addRecordedRun(job + "/rank0", &alone).message()).empty()) << error;
   EXPECT_EQ(alone.samples[0].transferNs, -1);
-  EXPECT_FALSE((error = addRecordedJob(std::vector<std::string>{job + "/rank1", job + "/rank0"}, &alone).message()).empty());
+  EXPECT_FALSE(
+      (error = addRecordedJob(std::vector<std::string>{job + "/rank1", job + "/rank0"}, &alone).message()).empty());
   EXPECT_NE(error.find("already in the history"), std::string::npos) << error;
   EXPECT_EQ(alone.samples.size(), 4u);
 
@@ -619,8 +625,8 @@ TEST(EstimatorHistory, AVersion1HistoryLoadsWithoutTransferTimes) {
   pk.pack(std::string("samples"));
   pk.pack_array(static_cast<uint32_t>(h.samples.size()));
   for (const auto& s : h.samples)
-    pk.pack(std::make_tuple(s.op, s.datatype, s.bytes, s.nranks, s.crossesNodes, s.role, s.grouped, s.durationNs,
-                            s.run));
+    pk.pack(
+        std::make_tuple(s.op, s.datatype, s.bytes, s.nranks, s.crossesNodes, s.role, s.grouped, s.durationNs, s.run));
   FILE* f = fopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(fwrite(buffer.data(), 1, buffer.size(), f), buffer.size());

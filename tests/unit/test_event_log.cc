@@ -114,13 +114,20 @@ struct ExpectedCall {
 
 const std::vector<ExpectedCall>& expectedCalls() {
   static const std::vector<ExpectedCall> calls = {
-      {0, Op::kAllReduce, 0, -1, 0, 8, ncclSum}, {1, Op::kAllReduce, 0, -1, 0, 4, ncclMax},
-      {0, Op::kAllReduce, 1, -1, 0, 8, ncclSum}, {1, Op::kAllReduce, 1, -1, 0, 4, ncclMax},
-      {0, Op::kAllReduce, 2, -1, 0, 2, ncclSum}, {0, Op::kSend, 0, 0, 1, 8, -1},
-      {0, Op::kSend, 1, 0, 1, 8, -1},            {0, Op::kRecv, 0, 0, 1, 8, -1},
-      {0, Op::kSend, 0, 2, 1, 8, -1},            {0, Op::kRecv, 0, 2, 1, 8, -1},
-      {0, Op::kRecv, 1, 2, 1, 8, -1},            {0, Op::kAllReduce, 3, -1, 1, 8, ncclSum},
-      {1, Op::kAllReduce, 2, -1, 2, 4, ncclMax}, {1, Op::kSend, 0, 1, 2, 4, -1},
+      {0, Op::kAllReduce, 0, -1, 0, 8, ncclSum},
+      {1, Op::kAllReduce, 0, -1, 0, 4, ncclMax},
+      {0, Op::kAllReduce, 1, -1, 0, 8, ncclSum},
+      {1, Op::kAllReduce, 1, -1, 0, 4, ncclMax},
+      {0, Op::kAllReduce, 2, -1, 0, 2, ncclSum},
+      {0, Op::kSend, 0, 0, 1, 8, -1},
+      {0, Op::kSend, 1, 0, 1, 8, -1},
+      {0, Op::kRecv, 0, 0, 1, 8, -1},
+      {0, Op::kSend, 0, 2, 1, 8, -1},
+      {0, Op::kRecv, 0, 2, 1, 8, -1},
+      {0, Op::kRecv, 1, 2, 1, 8, -1},
+      {0, Op::kAllReduce, 3, -1, 1, 8, ncclSum},
+      {1, Op::kAllReduce, 2, -1, 2, 4, ncclMax},
+      {1, Op::kSend, 0, 1, 2, 4, -1},
       {0, Op::kRecv, 1, 0, 0, 8, -1},
   };
   return calls;
@@ -146,8 +153,7 @@ TEST_F(EventLogTest, Header) {
   EXPECT_EQ(log.manifest.rank, 5);
   EXPECT_EQ(log.manifest.mode, "replay");
   EXPECT_NE(log.manifest.writer.find("structure"), std::string::npos) << log.manifest.writer;
-  EXPECT_NE(log.manifest.writer.find(env("RANKLENS_FILL").empty() ? "clone" : env("RANKLENS_FILL")),
-            std::string::npos);
+  EXPECT_NE(log.manifest.writer.find(env("RANKLENS_FILL").empty() ? "clone" : env("RANKLENS_FILL")), std::string::npos);
   EXPECT_EQ(log.manifest.pid, static_cast<int64_t>(getpid()));
   EXPECT_FALSE(log.manifest.host.empty());
   EXPECT_GT(log.manifest.start_time_ns, 0);

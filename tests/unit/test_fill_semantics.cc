@@ -68,9 +68,9 @@ using Float8e4m3 = TypeCase<ncclFloat8e4m3, uint8_t, 0x7F>;
 using Float8e5m2 = TypeCase<ncclFloat8e5m2, uint8_t, 0x7F>;
 
 constexpr int kRanks = 4;
-constexpr int kRank = 2;      // this rank in the 4-rank communicator
+constexpr int kRank = 2;       // this rank in the 4-rank communicator
 constexpr int kOtherRoot = 0;  // a root that is not this rank
-constexpr size_t kCount = 5;  // elements per rank (per chunk)
+constexpr size_t kCount = 5;   // elements per rank (per chunk)
 
 template <typename Bits>
 constexpr Bits sentinel() {
@@ -103,10 +103,14 @@ std::vector<typename TC::Bits> fromPeers(const std::vector<typename TC::Bits>& o
                                          const std::vector<typename TC::Bits>& before) {
   using Bits = typename TC::Bits;
   switch (fillMode()) {
-    case Fill::kClone: return own;
-    case Fill::kKeep: return before;
-    case Fill::kZero: return std::vector<Bits>(before.size(), 0);
-    case Fill::kPoison: return std::vector<Bits>(before.size(), TC::poison);
+    case Fill::kClone:
+      return own;
+    case Fill::kKeep:
+      return before;
+    case Fill::kZero:
+      return std::vector<Bits>(before.size(), 0);
+    case Fill::kPoison:
+      return std::vector<Bits>(before.size(), TC::poison);
   }
   return {};
 }
@@ -118,24 +122,53 @@ typename TC::Bits timesN(typename TC::Bits bits, unsigned n) {
   using Bits = typename TC::Bits;
   double v = 0;
   switch (TC::type) {
-    case ncclFloat16: { __half_raw r; r.x = static_cast<uint16_t>(bits); v = __half2float(__half(r)); break; }
-    case ncclBfloat16: { __nv_bfloat16_raw r; r.x = static_cast<uint16_t>(bits); v = __bfloat162float(__nv_bfloat16(r)); break; }
-    case ncclFloat32: { float f; memcpy(&f, &bits, 4); v = f; break; }
-    case ncclFloat64: memcpy(&v, &bits, 8); break;
-    case ncclFloat8e4m3: case ncclFloat8e5m2: {
+    case ncclFloat16: {
+      __half_raw r;
+      r.x = static_cast<uint16_t>(bits);
+      v = __half2float(__half(r));
+      break;
+    }
+    case ncclBfloat16: {
+      __nv_bfloat16_raw r;
+      r.x = static_cast<uint16_t>(bits);
+      v = __bfloat162float(__nv_bfloat16(r));
+      break;
+    }
+    case ncclFloat32: {
+      float f;
+      memcpy(&f, &bits, 4);
+      v = f;
+      break;
+    }
+    case ncclFloat64:
+      memcpy(&v, &bits, 8);
+      break;
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: {
       const auto kind = TC::type == ncclFloat8e4m3 ? __NV_E4M3 : __NV_E5M2;
       v = __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(bits), kind)));
       break;
     }
-    default: return static_cast<Bits>(static_cast<uint64_t>(bits) * n);
+    default:
+      return static_cast<Bits>(static_cast<uint64_t>(bits) * n);
   }
   v *= n;
   Bits out = 0;
   switch (TC::type) {
-    case ncclFloat16: out = __half_raw(__double2half(v)).x; break;
-    case ncclBfloat16: out = __nv_bfloat16_raw(__double2bfloat16(v)).x; break;
-    case ncclFloat32: { const float f = static_cast<float>(v); memcpy(&out, &f, 4); break; }
-    case ncclFloat64: memcpy(&out, &v, 8); break;
+    case ncclFloat16:
+      out = __half_raw(__double2half(v)).x;
+      break;
+    case ncclBfloat16:
+      out = __nv_bfloat16_raw(__double2bfloat16(v)).x;
+      break;
+    case ncclFloat32: {
+      const float f = static_cast<float>(v);
+      memcpy(&out, &f, 4);
+      break;
+    }
+    case ncclFloat64:
+      memcpy(&out, &v, 8);
+      break;
     default:
       out = __nv_cvt_double_to_fp8(v, __NV_SATFINITE, TC::type == ncclFloat8e4m3 ? __NV_E4M3 : __NV_E5M2);
   }
@@ -155,9 +188,13 @@ template <typename TC>
 std::vector<typename TC::Bits> peerData(const std::vector<typename TC::Bits>& before) {
   using Bits = typename TC::Bits;
   switch (fillMode()) {
-    case Fill::kClone: case Fill::kZero: return std::vector<Bits>(before.size(), 0);
-    case Fill::kKeep: return before;
-    case Fill::kPoison: return std::vector<Bits>(before.size(), TC::poison);
+    case Fill::kClone:
+    case Fill::kZero:
+      return std::vector<Bits>(before.size(), 0);
+    case Fill::kKeep:
+      return before;
+    case Fill::kPoison:
+      return std::vector<Bits>(before.size(), TC::poison);
   }
   return {};
 }
@@ -221,19 +258,32 @@ class TypeNames {
   template <typename TC>
   static std::string GetName(int) {
     switch (TC::type) {
-      case ncclInt8: return "int8";
-      case ncclUint8: return "uint8";
-      case ncclInt32: return "int32";
-      case ncclUint32: return "uint32";
-      case ncclInt64: return "int64";
-      case ncclUint64: return "uint64";
-      case ncclFloat16: return "fp16";
-      case ncclFloat32: return "fp32";
-      case ncclFloat64: return "fp64";
-      case ncclBfloat16: return "bf16";
-      case ncclFloat8e4m3: return "fp8e4m3";
-      case ncclFloat8e5m2: return "fp8e5m2";
-      default: return "unknown";
+      case ncclInt8:
+        return "int8";
+      case ncclUint8:
+        return "uint8";
+      case ncclInt32:
+        return "int32";
+      case ncclUint32:
+        return "uint32";
+      case ncclInt64:
+        return "int64";
+      case ncclUint64:
+        return "uint64";
+      case ncclFloat16:
+        return "fp16";
+      case ncclFloat32:
+        return "fp32";
+      case ncclFloat64:
+        return "fp64";
+      case ncclBfloat16:
+        return "bf16";
+      case ncclFloat8e4m3:
+        return "fp8e4m3";
+      case ncclFloat8e5m2:
+        return "fp8e5m2";
+      default:
+        return "unknown";
     }
   }
 };
@@ -289,8 +339,7 @@ TYPED_TEST(FillSemantics, ReduceAtNonRootLeavesRecvUntouched) {
   const auto send = ramp<Bits>(kCount, 1);
   auto recv = this->fresh(kCount);
   const auto before = recv;
-  ASSERT_EQ(ncclReduce(send.data(), recv.data(), kCount, TestFixture::type, ncclSum, kOtherRoot, this->comm(),
-                       nullptr),
+  ASSERT_EQ(ncclReduce(send.data(), recv.data(), kCount, TestFixture::type, ncclSum, kOtherRoot, this->comm(), nullptr),
             ncclSuccess);
   EXPECT_TRUE(sameBits(recv, before));
   // NCCL does not use recvbuff on a non-root rank: NULL is fine.
@@ -417,8 +466,8 @@ TYPED_TEST(FillSemantics, ReduceScatterInPlace) {
   using Bits = typename TestFixture::Bits;
   auto buf = ramp<Bits>(kRanks * kCount, 1);
   const auto before = buf;
-  ASSERT_EQ(ncclReduceScatter(buf.data(), buf.data() + kRank * kCount, kCount, TestFixture::type, ncclSum,
-                              this->comm(), nullptr),
+  ASSERT_EQ(ncclReduceScatter(buf.data(), buf.data() + kRank * kCount, kCount, TestFixture::type, ncclSum, this->comm(),
+                              nullptr),
             ncclSuccess);
   auto expected = before;
   place(&expected, kRank, summed<TypeParam>(slice(before, kRank), slice(before, kRank), kRanks));
@@ -451,8 +500,7 @@ TYPED_TEST(FillSemantics, GatherAtRoot) {
   const auto send = ramp<Bits>(kCount, 1);
   auto recv = this->fresh(kRanks * kCount);
   const auto before = recv;
-  ASSERT_EQ(ncclGather(send.data(), recv.data(), kCount, TestFixture::type, kRank, this->comm(), nullptr),
-            ncclSuccess);
+  ASSERT_EQ(ncclGather(send.data(), recv.data(), kCount, TestFixture::type, kRank, this->comm(), nullptr), ncclSuccess);
   auto expected = before;
   for (int j = 0; j < kRanks; ++j) {
     const auto slot = slice(before, j);
@@ -466,9 +514,9 @@ TYPED_TEST(FillSemantics, GatherAtRootInPlace) {
   auto buf = ramp<Bits>(kRanks * kCount, 1);
   const auto before = buf;
   const auto mine = slice(before, kRank);
-  ASSERT_EQ(ncclGather(buf.data() + kRank * kCount, buf.data(), kCount, TestFixture::type, kRank, this->comm(),
-                       nullptr),
-            ncclSuccess);
+  ASSERT_EQ(
+      ncclGather(buf.data() + kRank * kCount, buf.data(), kCount, TestFixture::type, kRank, this->comm(), nullptr),
+      ncclSuccess);
   auto expected = before;
   for (int j = 0; j < kRanks; ++j)
     if (j != kRank) place(&expected, j, fromPeers<TypeParam>(mine, slice(before, j)));
@@ -504,9 +552,9 @@ TYPED_TEST(FillSemantics, ScatterAtRootInPlaceUntouched) {
   using Bits = typename TestFixture::Bits;
   auto buf = ramp<Bits>(kRanks * kCount, 1);
   const auto before = buf;
-  ASSERT_EQ(ncclScatter(buf.data(), buf.data() + kRank * kCount, kCount, TestFixture::type, kRank, this->comm(),
-                        nullptr),
-            ncclSuccess);
+  ASSERT_EQ(
+      ncclScatter(buf.data(), buf.data() + kRank * kCount, kCount, TestFixture::type, kRank, this->comm(), nullptr),
+      ncclSuccess);
   EXPECT_TRUE(sameBits(buf, before));
 }
 
@@ -667,9 +715,7 @@ TYPED_TEST(FillSemantics, SimulatedGroupHasNoEffect) {
   EXPECT_GT(sim.estimatedTime, 0.0f);
 }
 
-TYPED_TEST(FillSemantics, GroupEndWithoutGroupStartIsInvalidUsage) {
-  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
-}
+TYPED_TEST(FillSemantics, GroupEndWithoutGroupStartIsInvalidUsage) { EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage); }
 
 // --------------------------------------------------------------------------------------------- 1-rank communicator
 
@@ -749,15 +795,15 @@ TEST(CloneReduction, SumsRoundOnceToNearestEven) {
   EXPECT_EQ(reduceOne<uint8_t>(0x3C, ncclFloat8e4m3, ncclSum, 3), 0x49);     // 3 x 1.5 = 4.5
   EXPECT_EQ(reduceOne<uint8_t>(0x3E, ncclFloat8e5m2, ncclSum, 3), 0x44);     // 4.5 is a tie in e5m2: 4.0
   EXPECT_EQ(reduceOne<uint64_t>(0x3FB999999999999Aull, ncclFloat64, ncclSum, 3), 0x3FD3333333333334ull);  // 0.3..04
-  EXPECT_EQ(reduceOne<uint32_t>(0x3FC00000u, ncclFloat32, ncclSum, 4), 0x40C00000u);  // 4 x 1.5 = 6
+  EXPECT_EQ(reduceOne<uint32_t>(0x3FC00000u, ncclFloat32, ncclSum, 4), 0x40C00000u);                      // 4 x 1.5 = 6
 }
 
 TEST(CloneReduction, OverflowGivesInfinityOrFp8sLargestFiniteValue) {
   if (fillMode() != Fill::kClone) GTEST_SKIP() << "clone semantics";
-  EXPECT_EQ(reduceOne<uint16_t>(0x7BFF, ncclFloat16, ncclSum, 4), 0x7C00);   // 4 x 65504 -> +inf
-  EXPECT_EQ(reduceOne<uint16_t>(0xFBFF, ncclFloat16, ncclSum, 4), 0xFC00);   // -inf
-  EXPECT_EQ(reduceOne<uint8_t>(0x7E, ncclFloat8e4m3, ncclSum, 3), 0x7E);     // 3 x 448 -> 448
-  EXPECT_EQ(reduceOne<uint8_t>(0x7B, ncclFloat8e5m2, ncclSum, 3), 0x7B);     // 3 x 57344 -> 57344
+  EXPECT_EQ(reduceOne<uint16_t>(0x7BFF, ncclFloat16, ncclSum, 4), 0x7C00);           // 4 x 65504 -> +inf
+  EXPECT_EQ(reduceOne<uint16_t>(0xFBFF, ncclFloat16, ncclSum, 4), 0xFC00);           // -inf
+  EXPECT_EQ(reduceOne<uint8_t>(0x7E, ncclFloat8e4m3, ncclSum, 3), 0x7E);             // 3 x 448 -> 448
+  EXPECT_EQ(reduceOne<uint8_t>(0x7B, ncclFloat8e5m2, ncclSum, 3), 0x7B);             // 3 x 57344 -> 57344
   EXPECT_EQ(reduceOne<uint16_t>(0x7E00, ncclFloat16, ncclSum, 4) & 0x7E00, 0x7E00);  // NaN stays NaN
 }
 
@@ -796,7 +842,7 @@ TEST(CloneReduction, PreMulSumScalarResidence) {
     ASSERT_EQ(ncclRedOpCreatePreMulSum(&immediate, &scalar, ncclFloat32, ncclScalarHostImmediate, comm.get()),
               ncclSuccess);
     ASSERT_EQ(ncclRedOpCreatePreMulSum(&onDevice, &scalar, ncclFloat32, ncclScalarDevice, comm.get()), ncclSuccess);
-    scalar = 2.0f;  // read by the device operator's next reduction, not by the immediate one
+    scalar = 2.0f;                       // read by the device operator's next reduction, not by the immediate one
     const uint32_t three = 0x40400000u;  // 3.0f
     const uint32_t viaImmediate = reduceOne<uint32_t>(three, ncclFloat32, immediate, ranks, comm.get());
     const uint32_t viaDevice = reduceOne<uint32_t>(three, ncclFloat32, onDevice, ranks, comm.get());
@@ -826,11 +872,11 @@ TEST(CloneReduction, OneRankPreMulSumOfEveryType) {
     ncclDataType_t type;
     uint64_t x, scalar, expected;
   } cases[] = {
-      {ncclFloat16, 0x4200, 0x3800, 0x3E00},      // 3 x 0.5 = 1.5
-      {ncclBfloat16, 0x4040, 0x3F00, 0x3FC0},     // 3 x 0.5 = 1.5
+      {ncclFloat16, 0x4200, 0x3800, 0x3E00},   // 3 x 0.5 = 1.5
+      {ncclBfloat16, 0x4040, 0x3F00, 0x3FC0},  // 3 x 0.5 = 1.5
       {ncclFloat64, 0x4008000000000000ull, 0x3FE0000000000000ull, 0x3FF8000000000000ull},
-      {ncclInt8, 0xFD, 0x03, 0xF7},               // -3 x 3 = -9
-      {ncclUint32, 0x80000001u, 0x02, 0x02},      // wraps
+      {ncclInt8, 0xFD, 0x03, 0xF7},           // -3 x 3 = -9
+      {ncclUint32, 0x80000001u, 0x02, 0x02},  // wraps
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(static_cast<int>(c.type));
@@ -838,8 +884,10 @@ TEST(CloneReduction, OneRankPreMulSumOfEveryType) {
     uint64_t scalar = c.scalar, in = c.x, out = 0;
     ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, c.type, ncclScalarHostImmediate, comm.get()), ncclSuccess);
     ASSERT_EQ(ncclAllReduce(&in, &out, 1, c.type, op, comm.get(), nullptr), ncclSuccess);
-    const size_t width = c.type == ncclFloat64 ? 8 : c.type == ncclUint32 ? 4 : c.type == ncclInt8 ||
-                         c.type == ncclFloat8e4m3 || c.type == ncclFloat8e5m2 ? 1 : 2;
+    const size_t width = c.type == ncclFloat64                                                        ? 8
+                         : c.type == ncclUint32                                                       ? 4
+                         : c.type == ncclInt8 || c.type == ncclFloat8e4m3 || c.type == ncclFloat8e5m2 ? 1
+                                                                                                      : 2;
     EXPECT_EQ(out, c.expected) << "width " << width;  // little-endian: the element's bits, zero above
     EXPECT_EQ(ncclRedOpDestroy(op, comm.get()), ncclSuccess);
   }

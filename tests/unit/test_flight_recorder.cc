@@ -346,7 +346,8 @@ TEST(FlightRecorderImport, DiagnosisNamesTheRankThatDiverged) {
               std::string::npos)
         << skipped;
     EXPECT_NE(skipped.find("before nccl:_all_gather_base [[256]] Float on process group 1 (tp) (collective sequence "
-                           "number 4), which rank " + culprit + " called instead"),
+                           "number 4), which rank " +
+                           culprit + " called instead"),
               std::string::npos)
         << skipped;
     EXPECT_NE(skipped.find("rank " + culprit + " made 6 collectives where rank"), std::string::npos) << skipped;
@@ -487,7 +488,8 @@ TEST(FlightRecorderRealDumps, ImportAndDiagnosisNameTheCulprit) {
     std::ifstream log(c.path() / "job.log");
     for (std::string line; std::getline(log, line);) {
       if (line.find("FR_HANG") == std::string::npos) continue;
-      if (line.find("\"event\": \"skip\"") == std::string::npos && line.find("\"event\": \"desync\"") == std::string::npos)
+      if (line.find("\"event\": \"skip\"") == std::string::npos &&
+          line.find("\"event\": \"desync\"") == std::string::npos)
         continue;
       const size_t at = line.find("\"rank\": ");
       if (at != std::string::npos) culprit = std::atoi(line.c_str() + at + 8);
@@ -505,8 +507,8 @@ TEST(FlightRecorderRealDumps, ImportAndDiagnosisNameTheCulprit) {
       }
       if (dumps.empty()) continue;
       std::sort(dumps.begin(), dumps.end(), [](const fr::Dump& a, const fr::Dump& b) { return a.rank < b.rank; });
-      const fs::path out = fs::path(::testing::TempDir()) / ("fr-real-" + c.path().filename().string() + "-" +
-                                                             std::to_string(checked));
+      const fs::path out =
+          fs::path(::testing::TempDir()) / ("fr-real-" + c.path().filename().string() + "-" + std::to_string(checked));
       fs::remove_all(out);
       std::vector<tools::ImportReport> reports;
       std::string error;

@@ -104,9 +104,9 @@ TEST(KernelClock, EachCollectiveCarriesItsGapFromThePreviousOnesStop) {
   }
   ASSERT_TRUE(clock.drain(1'000'000'000));
   ASSERT_EQ(out.timings.size(), 3u);
-  EXPECT_EQ(out.timings[0].gapNs, -1);  // the communicator's first
+  EXPECT_EQ(out.timings[0].gapNs, -1);                         // the communicator's first
   EXPECT_EQ(out.timings[1].gapNs, 20'000 - (10'000 + 4'001));  // stop of seq 0 (its last channel) to start of seq 1
-  EXPECT_EQ(out.timings[2].gapNs, -1);  // seq 2 was not timed here
+  EXPECT_EQ(out.timings[2].gapNs, -1);                         // seq 2 was not timed here
   clock.releaseContext(context);
 }
 

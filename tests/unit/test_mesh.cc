@@ -49,8 +49,7 @@ std::vector<int> range(int first, int stride, int count) {
   return out;
 }
 
-MeshSplit split(const Settings& s, int world, const std::vector<int>& parent, int parentRank, int color,
-                int key = 0) {
+MeshSplit split(const Settings& s, int world, const std::vector<int>& parent, int parentRank, int color, int key = 0) {
   MeshSplit out;
   const Status placed = resolveMeshSplit(s, world, parent, parentRank, color, key, &out);
   EXPECT_TRUE(placed.isOk()) << placed.message();
@@ -72,8 +71,9 @@ TEST(MeshConfig, ParsesEnvironmentAndYaml) {
   EXPECT_EQ(s.mesh_colors[1].colors.hi, -1);
 
   Loaded y;
-  const Status loaded = loadFromYaml("mesh: [pp=4, dp=-1, tp=8]\nmesh_colors: [pp+dp=all]\n", "cfg.yaml",
-                                     [](const char*) -> const char* { return nullptr; }, &y.settings);
+  const Status loaded = loadFromYaml(
+      "mesh: [pp=4, dp=-1, tp=8]\nmesh_colors: [pp+dp=all]\n", "cfg.yaml",
+      [](const char*) -> const char* { return nullptr; }, &y.settings);
   ASSERT_TRUE(loaded.isOk()) << loaded.message();
   ASSERT_EQ(y.settings.mesh.size(), 3u);
   EXPECT_EQ(y.settings.mesh[1].size, -1);

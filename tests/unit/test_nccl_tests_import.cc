@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// nccl-tests output into history samples (tools/nccl_tests/nccl_tests_import.cc), and how the estimator uses them: where no
-// recorded call is near, and for communicators that span nodes.
+// nccl-tests output into history samples (tools/nccl_tests/nccl_tests_import.cc), and how the estimator uses them:
+// where no recorded call is near, and for communicators that span nodes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -67,10 +67,10 @@ TEST(NcclTestsImport, ReadsEveryTestOfRealOutput) {
   ASSERT_EQ(runs.size(), 9u);
   ASSERT_EQ(h.runs.size(), 9u);
   EXPECT_EQ(h.samples.size(), 206u);
-  const char* tests[] = {"all_reduce_perf", "all_gather_perf", "broadcast_perf", "reduce_perf", "reduce_scatter_perf",
-                         "alltoall_perf", "gather_perf", "scatter_perf", "sendrecv_perf"};
+  const char* tests[] = {"all_reduce_perf", "all_gather_perf", "broadcast_perf", "reduce_perf",  "reduce_scatter_perf",
+                         "alltoall_perf",   "gather_perf",     "scatter_perf",   "sendrecv_perf"};
   const Op ops[] = {Op::kAllReduce, Op::kAllGather, Op::kBroadcast, Op::kReduce, Op::kReduceScatter,
-                    Op::kAlltoAll, Op::kGather, Op::kScatter, Op::kSend};
+                    Op::kAlltoAll,  Op::kGather,    Op::kScatter,   Op::kSend};
   for (size_t i = 0; i < runs.size(); ++i) {
     EXPECT_EQ(runs[i].test, tests[i]);
     EXPECT_EQ(runs[i].op, static_cast<int>(ops[i]));
@@ -180,13 +180,16 @@ TEST(NcclTestsImport, RefusalsNameTheLineAndTheFix) {
       {duplicated, "t.log:7: rank 0 is listed twice: nccl-tests built without MPI", {}},
       {cpu, "t.log:10: the times are CPU times (nccl-tests -C 1): rerun without -C", {}},
       {output("all_reduce_perf", 1, 2, row, "agg iters: 4 validation: 1 graph: 0"),
-       "t.log:3: agg iters 4: each time is of a group of 4 calls", {}},
+       "t.log:3: agg iters 4: each time is of a group of 4 calls",
+       {}},
       {output("hypercube_perf", 1, 2, row), "t.log:12: test 'hypercube_perf' is not one call of one operation", {}},
       {badTime, "t.log:12: time 'fast' is not a duration in microseconds", {}},
       {"  1024  256  float  sum  -1  20.0  0.1  0.1  0  21.0  0.1  0.1  0\n", "no nccl-tests results to import", {}},
       {"#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   "
-       "busbw  #wrong\n" + row,
-       "t.log:2: results without a device list", {}},
+       "busbw  #wrong\n" +
+           row,
+       "t.log:2: results without a device list",
+       {}},
       {"not nccl-tests at all\n\x01\x02", "t.log: no nccl-tests results to import", {}},
       {output("all_reduce_perf", 1, 2, row), "t.log:12: the device list shows 2 ranks, --nranks says 4", {"", 4, -1}},
   };
@@ -257,7 +260,9 @@ TEST(NcclTestsImport, TheBenchmarkMarkSurvivesTheHistoryFile) {
   EXPECT_EQ(back.samples[0].nranks, 16);
   // A version 4 history (before the mark) reads as recorded calls.
   History v4;
-  ASSERT_TRUE((error = loadHistory(RANKLENS_TEST_DATA "/../fuzz/corpus/fuzz_history/v4-one-rank-groups.hist", &v4).message()).empty())
+  ASSERT_TRUE(
+      (error = loadHistory(RANKLENS_TEST_DATA "/../fuzz/corpus/fuzz_history/v4-one-rank-groups.hist", &v4).message())
+          .empty())
       << error;
   EXPECT_EQ(v4.version, 4);
   ASSERT_FALSE(v4.samples.empty());
@@ -334,9 +339,9 @@ TEST(NcclTestsImport, EstimatesAcrossNodesComeFromTheBenchmarkAcrossNodes) {
   History h;
   h.runs = {"/scratch/run42/rank0", "nccl-tests:/logs/ar16.log:all_reduce_perf:2",
             "nccl-tests:/logs/ar8.log:all_reduce_perf:2"};
-  for (const auto& s : lineSamples(kAllReduce, 8, false, 10, false, 0)) h.samples.push_back(s);   // recorded, NVLink
-  for (const auto& s : lineSamples(kAllReduce, 16, true, 50, true, 1)) h.samples.push_back(s);    // nccl-tests, IB
-  for (const auto& s : lineSamples(kAllReduce, 8, false, 8, true, 2)) h.samples.push_back(s);     // nccl-tests, NVLink
+  for (const auto& s : lineSamples(kAllReduce, 8, false, 10, false, 0)) h.samples.push_back(s);  // recorded, NVLink
+  for (const auto& s : lineSamples(kAllReduce, 16, true, 50, true, 1)) h.samples.push_back(s);   // nccl-tests, IB
+  for (const auto& s : lineSamples(kAllReduce, 8, false, 8, true, 2)) h.samples.push_back(s);    // nccl-tests, NVLink
   HistorySample tiny = h.samples.back();  // and its 8-byte row, a size the recording is far from
   tiny.bytes = 8;
   tiny.durationNs = tiny.transferNs = 15000;

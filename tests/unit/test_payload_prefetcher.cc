@@ -219,7 +219,7 @@ TEST(PayloadPrefetcher, APayloadIsNeverDecodedTwiceAtOnce) {
     PayloadPrefetcher p(*f.recording, optionsOf(64 << 10, 2), f.alloc(), f.release());
     int acquired = 0;
     for (int i = 0; i < kPayloads; ++i) {
-      if (i == 13) continue;  // larger than the arena
+      if (i == 13) continue;                                // larger than the arena
       auto polls = std::make_shared<int>(i == 0 ? 50 : 0);  // the first copy lags
       expectPayload(p, order[i], i, [polls] { return (*polls)-- <= 0; });
       ++acquired;
@@ -268,8 +268,8 @@ TEST(PayloadPrefetcher, SkippedAndOutOfOrderCalls) {
     PayloadPrefetcher p(*f.recording, options, f.alloc(), f.release());
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the workers decode ahead
     expectPayload(p, order[0], 0);
-    expectPayload(p, order[5], 5);   // 1..4 skipped by the program
-    expectPayload(p, order[3], 3);   // and one of them asked for later after all
+    expectPayload(p, order[5], 5);  // 1..4 skipped by the program
+    expectPayload(p, order[3], 3);  // and one of them asked for later after all
     for (int i = 6; i < kPayloads; ++i) expectPayload(p, order[i], i);
     EXPECT_GE(p.stats().skipped, 1u);
     EXPECT_EQ(p.stats().failures, 0u);
@@ -358,7 +358,8 @@ TEST(PayloadPrefetcherDevice, PayloadsComeFromDeviceMemoryAndFreePinnedMemoryToD
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       bool onDevice = false;
       auto polls = std::make_shared<int>(i % 4 == 0 ? 2 : 0);
-      expectPayload(p, order[i], i, [polls] { return (*polls)-- <= 0; }, &onDevice);
+      expectPayload(
+          p, order[i], i, [polls] { return (*polls)-- <= 0; }, &onDevice);
       fromDevice += onDevice;
       if (i == 13) EXPECT_FALSE(onDevice) << "#13 is larger than the device arena";
     }

@@ -143,8 +143,8 @@ TEST(PeerPace, LastArrivalDurationAndThePeersGapPerCollective) {
 TEST(PacedDeadline, LaterOfArrivalAndPeersThenTheLastArrivalsDuration) {
   using device::pacedDeadline;
   // The previous collective (index 4) ended at 1000; peers arrive 500 later.
-  EXPECT_EQ(pacedDeadline(1200, 900, 1000, 4, 5, true, 500, 100), 1600u);  // waits for the peers
-  EXPECT_EQ(pacedDeadline(2000, 900, 1000, 4, 5, true, 500, 100), 2100u);  // the peers were there
+  EXPECT_EQ(pacedDeadline(1200, 900, 1000, 4, 5, true, 500, 100), 1600u);   // waits for the peers
+  EXPECT_EQ(pacedDeadline(2000, 900, 1000, 4, 5, true, 500, 100), 2100u);   // the peers were there
   EXPECT_EQ(pacedDeadline(1200, 900, 1000, 4, 5, true, -800, 100), 1300u);  // they arrived before it ended
   EXPECT_EQ(pacedDeadline(1200, 900, 1000, 4, 5, false, 500, 100), 2100u);  // unknown pace: its own duration
   EXPECT_EQ(pacedDeadline(1200, 900, 1000, 3, 5, true, 500, 100), 2100u);   // index 4 not held (yet)

@@ -34,17 +34,15 @@ struct CallRecorder::Span {
   cudaStream_t stream = nullptr;
   Event events[3] = {nullptr, nullptr, nullptr};  // start, end, copies done
   bool copies = false;
-  bool timed = true;      // false: beginPayloads (no start or end event, no Timing record)
-  bool captured = false;  // its events are nodes of a CUDA graph
+  bool timed = true;       // false: beginPayloads (no start or end event, no Timing record)
+  bool captured = false;   // its events are nodes of a CUDA graph
   uint64_t captureId = 0;  // of that graph's capture
   trace::Timing identity;
   std::vector<Staged> staged;
 };
 
-CallRecorder::CallRecorder(RecordDevice& device, const Options& options, TimingSink timingSink,
-                           PayloadSink payloadSink)
-    : device_(device), options_(options), timingSink_(std::move(timingSink)),
-      payloadSink_(std::move(payloadSink)) {
+CallRecorder::CallRecorder(RecordDevice& device, const Options& options, TimingSink timingSink, PayloadSink payloadSink)
+    : device_(device), options_(options), timingSink_(std::move(timingSink)), payloadSink_(std::move(payloadSink)) {
   thread_ = std::thread([this] {
     nameThisThread("RankLens Poll");
     run();
@@ -144,8 +142,7 @@ bool CallRecorder::takeEvents(int device, size_t n, Event* out, bool create) {
   if (p.free.size() < n) {
     if (!create) return false;
     // Rare (warm-up, or more calls in flight than ever before): create a batch on this thread.
-    if (device_.createEvents(device, std::max(options_.eventBatch, n), &p.free) != 0 && p.free.size() < n)
-      return false;
+    if (device_.createEvents(device, std::max(options_.eventBatch, n), &p.free) != 0 && p.free.size() < n) return false;
   }
   for (size_t i = 0; i < n; ++i) {
     out[i] = p.free.back();
@@ -265,8 +262,8 @@ void CallRecorder::pollCaptured() {
       // Complete and positive: both events from the same launch. Between launches the start may already be a
       // newer launch's while the end is the older one's; before the first, both hold their priming (end, then start).
       int64_t ns = -1;
-      const bool blocked = span->captureId != 0 &&
-                           std::find(waiting.begin(), waiting.end(), span->captureId) != waiting.end();
+      const bool blocked =
+          span->captureId != 0 && std::find(waiting.begin(), waiting.end(), span->captureId) != waiting.end();
       if (!blocked && device_.queryEvent(span->events[1]) == 0 && device_.queryEvent(span->events[0]) == 0 &&
           device_.elapsedNs(span->events[0], span->events[1], &ns) == 0 && ns > 0) {
         measured.emplace_back(span, ns);
@@ -548,8 +545,8 @@ void CallRecorder::run() {
       // Polling, not woken per span: a futex wake on the job's thread for every call would cost it microseconds.
       std::unique_lock<std::mutex> lock(pendingMu_);
       const bool idle = pending.empty() && incoming_.empty();
-      const auto interval = std::chrono::microseconds(idle ? std::max(kIdleMicros, options_.pollMicros)
-                                                           : options_.pollMicros);
+      const auto interval =
+          std::chrono::microseconds(idle ? std::max(kIdleMicros, options_.pollMicros) : options_.pollMicros);
       pendingCv_.wait_for(lock, interval, [this] { return stop_; });
       if (stop_) return;  // stop() comes after drain(); whatever is still pending is abandoned, not waited for
       pending.insert(pending.end(), incoming_.begin(), incoming_.end());
@@ -569,12 +566,16 @@ void CallRecorder::run() {
     for (const StreamSpans& stream : streams) {
       const std::vector<size_t>& spans = stream.spans;
       size_t lo = 0, hi = spans.size();  // spans[< lo] done, spans[>= hi] running
-      if (doneOnGpu(pending[spans[hi - 1]])) lo = hi;  // the newest done: every one is (the common case when idle)
-      else --hi;
+      if (doneOnGpu(pending[spans[hi - 1]]))
+        lo = hi;  // the newest done: every one is (the common case when idle)
+      else
+        --hi;
       while (lo < hi) {
         const size_t mid = lo + (hi - lo) / 2;
-        if (doneOnGpu(pending[spans[mid]])) lo = mid + 1;
-        else hi = mid;
+        if (doneOnGpu(pending[spans[mid]]))
+          lo = mid + 1;
+        else
+          hi = mid;
       }
       for (size_t k = 0; k < lo; ++k) {
         bool written = false;

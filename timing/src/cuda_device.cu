@@ -80,11 +80,21 @@ __device__ __noinline__ void ranklensStartCopies(const StartCopies& c, unsigned 
   for (int i = 0; i < c.count; ++i) {
     const auto& k = c.copies[i];  // read in place: the kernels take `c` as a __grid_constant__
     switch (k.width) {
-      case 16: ranklensCopyBatch<uint4>(k.dst, k.src, k.elements); break;
-      case 8: ranklensCopyBatch<unsigned long long>(k.dst, k.src, k.elements); break;
-      case 4: ranklensCopyBatch<unsigned>(k.dst, k.src, k.elements); break;
-      case 2: ranklensCopyBatch<unsigned short>(k.dst, k.src, k.elements); break;
-      default: ranklensCopyBatch<unsigned char>(k.dst, k.src, k.elements); break;
+      case 16:
+        ranklensCopyBatch<uint4>(k.dst, k.src, k.elements);
+        break;
+      case 8:
+        ranklensCopyBatch<unsigned long long>(k.dst, k.src, k.elements);
+        break;
+      case 4:
+        ranklensCopyBatch<unsigned>(k.dst, k.src, k.elements);
+        break;
+      case 2:
+        ranklensCopyBatch<unsigned short>(k.dst, k.src, k.elements);
+        break;
+      default:
+        ranklensCopyBatch<unsigned char>(k.dst, k.src, k.elements);
+        break;
     }
     __syncwarp();
   }
@@ -135,15 +145,15 @@ extern "C" __global__ void ranklens_HoldArrival(const __grid_constant__ StartCop
 }
 
 #define RANKLENS_HOLD_KERNELS(X) \
-  X(AllReduce) X(Broadcast) X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) \
-  X(Recv) X(Group) X(Hold)
+  X(AllReduce)                   \
+  X(Broadcast) X(Reduce) X(AllGather) X(ReduceScatter) X(AlltoAll) X(Gather) X(Scatter) X(Send) X(Recv) X(Group) X(Hold)
 // __launch_bounds__(1024): the in-hold copies need registers; capped, an NCCL-shaped hold of up to 1024 threads per
 // block still launches (at most 64 registers per thread).
-#define RANKLENS_DEFINE_HOLD(name)                                                                    \
-  extern "C" __global__ void __launch_bounds__(1024)                                                   \
-      ranklens_##name(unsigned long long ns, const unsigned long long* arrival,                        \
-                      HoldTraffic traffic, PaceRequest pace, const __grid_constant__ StartCopies copies) { \
-    ranklensHoldFor(ns, arrival, traffic, pace, copies);                                              \
+#define RANKLENS_DEFINE_HOLD(name)                                                                                     \
+  extern "C" __global__ void __launch_bounds__(1024)                                                                   \
+      ranklens_##name(unsigned long long ns, const unsigned long long* arrival, HoldTraffic traffic, PaceRequest pace, \
+                      const __grid_constant__ StartCopies copies) {                                                    \
+    ranklensHoldFor(ns, arrival, traffic, pace, copies);                                                               \
   }
 RANKLENS_HOLD_KERNELS(RANKLENS_DEFINE_HOLD)
 
@@ -220,8 +230,8 @@ unsigned elementBlocks(size_t count) {
 
 template <typename T>
 int launchFill(void* dst, size_t count, uint64_t pattern, cudaStream_t stream) {
-  ranklensFill<T><<<elementBlocks(count), kElementThreads, 0, stream>>>(static_cast<T*>(dst), count,
-                                                                         static_cast<T>(pattern));
+  ranklensFill<T>
+      <<<elementBlocks(count), kElementThreads, 0, stream>>>(static_cast<T*>(dst), count, static_cast<T>(pattern));
   return check(cudaGetLastError(), "fill kernel launch");
 }
 
@@ -272,16 +282,21 @@ class CudaDevice final : public StreamDevice {
     if (Deferred* d = deferredOn(stream))
       if (int err = flush(d)) return err;
     switch (elemSize) {
-      case 1: return check(cudaMemsetAsync(dst, static_cast<int>(pattern & 0xff), count, stream), "cudaMemsetAsync");
-      case 2: return launchFill<uint16_t>(dst, count, pattern, stream);
-      case 4: return launchFill<uint32_t>(dst, count, pattern, stream);
-      case 8: return launchFill<unsigned long long>(dst, count, pattern, stream);
-      default: setError("cuda device: fill: bad element size"); return 1;
+      case 1:
+        return check(cudaMemsetAsync(dst, static_cast<int>(pattern & 0xff), count, stream), "cudaMemsetAsync");
+      case 2:
+        return launchFill<uint16_t>(dst, count, pattern, stream);
+      case 4:
+        return launchFill<uint32_t>(dst, count, pattern, stream);
+      case 8:
+        return launchFill<unsigned long long>(dst, count, pattern, stream);
+      default:
+        setError("cuda device: fill: bad element size");
+        return 1;
     }
   }
 
-  int reduceCopies(void* dst, const void* src, size_t count, const Reduction& reduction,
-                   cudaStream_t stream) override {
+  int reduceCopies(void* dst, const void* src, size_t count, const Reduction& reduction, cudaStream_t stream) override {
     if (count == 0) return 0;
     if (reduction.datatype < 0 || reduction.datatype >= kReductionTypes) {
       setError("cuda device: reduceCopies: bad datatype");
@@ -290,7 +305,7 @@ class CudaDevice final : public StreamDevice {
     if (Deferred* d = deferredOn(stream))
       if (int err = flush(d)) return err;
     kReduceKernels[reduction.datatype]<<<elementBlocks(count), kElementThreads, 0, stream>>>(dst, src, count,
-                                                                                              reduction);
+                                                                                             reduction);
     return check(cudaGetLastError(), "reduction kernel launch");
   }
 
@@ -382,8 +397,7 @@ class CudaDevice final : public StreamDevice {
     int device = 0;
     if (int err = check(cudaGetDevice(&device), "cudaGetDevice")) return err;
     unsigned long long* chains = nullptr;
-    if (int err = perDevice(chains_, kPaceChains * 2 * sizeof(unsigned long long), "pace chains", &chains))
-      return err;
+    if (int err = perDevice(chains_, kPaceChains * 2 * sizeof(unsigned long long), "pace chains", &chains)) return err;
     std::lock_guard<std::mutex> lock(mu_);
     if (chainsUsed_[device] == 0 && cudaMemset(chains, 0, kPaceChains * 2 * sizeof(unsigned long long)) != cudaSuccess)
       return check(cudaGetLastError(), "cudaMemset (pace chains)");
@@ -512,8 +526,7 @@ class CudaDevice final : public StreamDevice {
               static_cast<unsigned long long>(shape_.blocks) * shape_.threads * ((64u << 10) / sizeof(uint4)));
           const int64_t copyNs = measure([&] {
             holdKernelFor("Hold")<<<static_cast<unsigned>(shape_.blocks), static_cast<unsigned>(shape_.threads),
-                                    holdSharedBytes_, stream>>>(1, nullptr, traffic, PaceRequest{},
-                                                                StartCopies{});
+                                    holdSharedBytes_, stream>>>(1, nullptr, traffic, PaceRequest{}, StartCopies{});
           });
           if (copyNs > 0) trafficNsPerVector_ = static_cast<double>(copyNs) / static_cast<double>(traffic.vectors);
           c.trafficNsPerByte = trafficNsPerVector_ / sizeof(uint4);
@@ -674,7 +687,7 @@ class CudaDevice final : public StreamDevice {
   static constexpr unsigned long long kScratchHalfVectors = (64ull << 20) / sizeof(uint4);  // 64 MiB per half
   uint4* scratch_[kMaxDevices] = {};  // hold_traffic's memory, 128 MiB per device, allocated at its first use
   cudaStream_t uploadStreams_[kMaxDevices] = {};  // value replay's payload uploads, kept for the process's life
-  double trafficNsPerVector_ = 0;     // measured by calibrate()
+  double trafficNsPerVector_ = 0;                 // measured by calibrate()
   std::atomic<uint64_t> nextArrival_{0};
   std::atomic<uint64_t> nextCapturedArrival_{0};  // over all devices: a bound, not an index per device
   std::mutex mu_;

@@ -284,9 +284,9 @@ class CudaRecordDevice final : public RecordDevice {
   static constexpr unsigned kCopyThreads = 512;
   const CopyOptions copies_;
   std::atomic<cudaFunction_t> copyKernels_[kDevices] = {};  // by device, from prepareDevice
-  std::atomic<int> copyPriorities_[kDevices] = {};           // the device's greatest stream priority
-  std::mutex primeMu_;                                        // creates primeStreams_
-  std::atomic<cudaStream_t> primeStreams_[kDevices] = {};     // primeCapturedEvents' stream, by device
+  std::atomic<int> copyPriorities_[kDevices] = {};          // the device's greatest stream priority
+  std::mutex primeMu_;                                      // creates primeStreams_
+  std::atomic<cudaStream_t> primeStreams_[kDevices] = {};   // primeCapturedEvents' stream, by device
   const DriverCalls driver_ = DriverCalls::resolve();
   // The staging memory's mapping (one allocation per recorder, made before its first call).
   std::atomic<uintptr_t> mappedHost_{0}, mappedDevice_{0};

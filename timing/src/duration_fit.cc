@@ -30,10 +30,17 @@ double busBytes(int op, int nranks, uint64_t bytes) {
   using events::Op;
   const double n = std::max(nranks, 1), b = static_cast<double>(bytes);
   switch (static_cast<Op>(op)) {
-    case Op::kAllReduce: return b * 2 * (n - 1) / n;
-    case Op::kAllGather: case Op::kAlltoAll: case Op::kGather: return b * (n - 1) / n;  // received: n chunks
-    case Op::kReduceScatter: case Op::kScatter: return b * (n - 1);                       // received: one chunk
-    default: return b;  // Broadcast, Reduce, Send, Recv
+    case Op::kAllReduce:
+      return b * 2 * (n - 1) / n;
+    case Op::kAllGather:
+    case Op::kAlltoAll:
+    case Op::kGather:
+      return b * (n - 1) / n;  // received: n chunks
+    case Op::kReduceScatter:
+    case Op::kScatter:
+      return b * (n - 1);  // received: one chunk
+    default:
+      return b;  // Broadcast, Reduce, Send, Recv
   }
 }
 
@@ -77,9 +84,9 @@ int64_t LatencyBandwidthFit::estimateNs(int op, int nranks, bool crossesNodes, u
   const int locality = crossesNodes ? 1 : 0;
   const Line* chosen = nullptr;
   const Line* widest[2] = {nullptr, nullptr};  // [1]: of this locality
-  for (const auto& key : {std::make_tuple(op, nranks, locality), std::make_tuple(op, -1, locality),
-                          std::make_tuple(op, nranks, -1), std::make_tuple(op, -1, -1),
-                          std::make_tuple(-1, -1, locality), std::make_tuple(-1, -1, -1)}) {
+  for (const auto& key :
+       {std::make_tuple(op, nranks, locality), std::make_tuple(op, -1, locality), std::make_tuple(op, nranks, -1),
+        std::make_tuple(op, -1, -1), std::make_tuple(-1, -1, locality), std::make_tuple(-1, -1, -1)}) {
     auto it = models_.find(key);
     if (it == models_.end()) continue;
     const Line* line = &it->second;

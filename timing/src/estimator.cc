@@ -52,9 +52,9 @@ struct SizePoint {
 int64_t typicalValue(const std::vector<int64_t>& values, EstimateTarget target, bool exclude, int64_t excluded) {
   const size_t n = values.size() - (exclude ? 1 : 0);
   if (values.empty() || n == 0) return -1;
-  const size_t at = exclude ? static_cast<size_t>(std::lower_bound(values.begin(), values.end(), excluded) -
-                                                  values.begin())
-                            : values.size();
+  const size_t at = exclude
+                        ? static_cast<size_t>(std::lower_bound(values.begin(), values.end(), excluded) - values.begin())
+                        : values.size();
   auto remaining = [&](size_t i) { return i < at ? values[i] : values[i + 1]; };  // i-th value left
   if (target == EstimateTarget::kTransfer) return remaining(n / 2);
   const size_t trim = n / 10;
@@ -63,7 +63,7 @@ int64_t typicalValue(const std::vector<int64_t>& values, EstimateTarget target, 
   return static_cast<int64_t>(std::llround(sum / static_cast<double>(n - 2 * trim)));
 }
 
-using Key = std::tuple<int, int, bool, bool>;  // op, nranks, crossesNodes, grouped
+using Key = std::tuple<int, int, bool, bool>;                  // op, nranks, crossesNodes, grouped
 using PlaceKey = std::tuple<Key, std::string, uint64_t, int>;  // + role, bytes, stepOccurrence
 
 // The samples made at one place of their steps: their values sorted, and by step phase (samples without a phase
@@ -148,8 +148,8 @@ struct Estimator::Impl {
     std::vector<int64_t> values;
     values.reserve(64);
     while (left != by.begin() || right != by.end()) {
-      const bool takeLeft = right == by.end() || (left != by.begin() && phase - std::prev(left)->first <=
-                                                                            right->first - phase);
+      const bool takeLeft =
+          right == by.end() || (left != by.begin() && phase - std::prev(left)->first <= right->first - phase);
       const auto& [p, value] = takeLeft ? *--left : *right++;
       if (values.size() >= kSamePlace && std::fabs(p - phase) > kSamePhase) break;
       if (!skipped && value == ex.value && p == ex.phase) {
@@ -175,8 +175,8 @@ struct Estimator::Impl {
       return ex.any && p.bytes == ex.bytes ? typicalValue(p.values, options.target, true, ex.value) : p.typical;
     };
     // The k nearest sizes in x, walking out from the query's position (a size left empty by the exclusion skipped).
-    auto right = std::lower_bound(points.begin(), points.end(), xq,
-                                  [](const SizePoint& p, double x) { return p.x < x; });
+    auto right =
+        std::lower_bound(points.begin(), points.end(), xq, [](const SizePoint& p, double x) { return p.x < x; });
     auto left = right;
     std::vector<Chosen> chosen;
     // The sampled range: the outermost sizes that still have a value (the exclusion can empty one).
@@ -185,8 +185,8 @@ struct Estimator::Impl {
     if (first == points.end()) return e;
     const double lo = first->x, hi = std::find_if(points.rbegin(), points.rend(), kept)->x;
     while (static_cast<int>(chosen.size()) < options.neighbours && (left != points.begin() || right != points.end())) {
-      const bool takeLeft = right == points.end() ||
-                            (left != points.begin() && xq - std::prev(left)->x <= right->x - xq);
+      const bool takeLeft =
+          right == points.end() || (left != points.begin() && xq - std::prev(left)->x <= right->x - xq);
       const SizePoint& p = takeLeft ? *--left : *right++;
       const int64_t m = typicalOf(p);
       if (m > 0) chosen.push_back({p.x, p.bytes, m});
@@ -341,11 +341,10 @@ Estimate Estimator::estimateWithout(size_t index) const {
   const HistorySample& s = impl_->history->samples.at(index);
   const int64_t value = valueOf(s, impl_->options.target);
   Impl::Excluded ex;
-  const bool inHere = impl_->options.excludeJob.empty() ||
-                      jobOf(impl_->history->runs.at(s.run)) != impl_->options.excludeJob;
+  const bool inHere =
+      impl_->options.excludeJob.empty() || jobOf(impl_->history->runs.at(s.run)) != impl_->options.excludeJob;
   if (value > 0 && inHere) ex = {true, s.bytes, value, s.stepOccurrence, s.stepPhase, s.benchmark};
-  return impl_->query(s.op, s.nranks, s.crossesNodes, s.grouped, s.bytes, s.role, s.stepOccurrence, s.stepPhase,
-                      ex);
+  return impl_->query(s.op, s.nranks, s.crossesNodes, s.grouped, s.bytes, s.role, s.stepOccurrence, s.stepPhase, ex);
 }
 
 size_t Estimator::samples() const { return impl_->count; }
@@ -402,8 +401,10 @@ Evaluation evaluate(const History& history, const Estimator::Options& options) {
   // Recorded calls are judged, what a replay asks for; benchmark samples only serve as neighbours.
   std::set<std::string> jobs;
   for (const auto& run : history.runs) {
-    if (isBenchmarkRun(run)) out.benchmarkRuns++;
-    else jobs.insert(jobOf(run));
+    if (isBenchmarkRun(run))
+      out.benchmarkRuns++;
+    else
+      jobs.insert(jobOf(run));
   }
   out.jobs = jobs.size();
   for (size_t i = 0; i < history.samples.size(); ++i) {
@@ -440,8 +441,8 @@ std::map<std::string, ErrorStats> evaluateAgainst(const Estimator& estimator, co
   for (const HistorySample& s : judged.samples) {
     const int64_t value = valueOf(s, target);
     if (value <= 0 || s.benchmark) continue;
-    const Estimate e = estimator.estimate(s.op, s.nranks, s.crossesNodes, s.bytes, s.role, s.grouped,
-                                          s.stepOccurrence, s.stepPhase);
+    const Estimate e =
+        estimator.estimate(s.op, s.nranks, s.crossesNodes, s.bytes, s.role, s.grouped, s.stepOccurrence, s.stepPhase);
     *extrapolated += e.extrapolated;
     addError(&errors, s, value, e);
   }

@@ -112,8 +112,10 @@ Status addRecordedJob(const std::vector<const trace::Recording*>& ranks, History
       if (!grouped || groupStreamsCounted.insert({rc.call.groupId, rc.call.stream}).second) {
         if (places[i].step != step) {
           step = places[i].step;
-          if (step >= 0) occurrences.startStep();
-          else occurrences.leave();
+          if (step >= 0)
+            occurrences.startStep();
+          else
+            occurrences.leave();
         }
         occurrence = occurrences.next(rc.call.op, bytes, grouped);
       }

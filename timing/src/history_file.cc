@@ -37,7 +37,7 @@ std::string sampleProblem(const HistorySample& s, size_t runs) {
   if (s.op < 0 || s.op > static_cast<int>(events::Op::kRecv)) return "has an unknown operation " + std::to_string(s.op);
   if (s.nranks < 1) return "has a communicator of " + std::to_string(s.nranks) + " ranks";
   if (s.durationNs < 0) return "has a negative duration";
-  if (s.transferNs < -1) return "has a negative transfer time";  // -1: not known (version 1 reads it so)
+  if (s.transferNs < -1) return "has a negative transfer time";        // -1: not known (version 1 reads it so)
   if (!(s.stepPhase == -1 || (s.stepPhase >= 0 && s.stepPhase <= 1)))  // (NaN fails both)
     return "has a step phase that is not a phase (" + std::to_string(s.stepPhase) + ")";
   if (s.stepOccurrence < -1) return "has a negative place in its step";

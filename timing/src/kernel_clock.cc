@@ -31,7 +31,7 @@ struct KernelClock::Span {
   bool launched = false;   // endLaunch() has seen it: no more tasks will join
   bool cancelled = false;  // dropped: nothing is written
   bool written = false;
-  bool linked = false;     // on live_ (launched, waiting for channels)
+  bool linked = false;                  // on live_ (launched, waiting for channels)
   uint64_t start = kNoStart, stop = 0;  // over its completed tasks' channels
   Span* prev = nullptr;
   Span* next = nullptr;
@@ -281,8 +281,10 @@ void KernelClock::maybeReleaseTaskLocked(TaskRec* t) {
 
 void KernelClock::writeSpanLocked(Span* span, int64_t durationNs, std::vector<trace::Timing>* out) {
   if (span->linked) {
-    if (span->prev) span->prev->next = span->next;
-    else live_ = span->next;
+    if (span->prev)
+      span->prev->next = span->next;
+    else
+      live_ = span->next;
     if (span->next) span->next->prev = span->prev;
     span->linked = false;
     span->prev = span->next = nullptr;

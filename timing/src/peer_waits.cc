@@ -57,7 +57,8 @@ std::vector<RankWaits> peerWaits(const std::vector<const trace::Recording*>& ran
       w.waitNs += wait;
       // The step whose marker precedes the call's submission (the last marker closes the last step).
       const ptrdiff_t step = events::markerBefore(markers, rc.call.timeNs);
-      if (step >= 0 && static_cast<size_t>(step) + 1 < markers.size()) w.steps[static_cast<size_t>(step)].waitNs += wait;
+      if (step >= 0 && static_cast<size_t>(step) + 1 < markers.size())
+        w.steps[static_cast<size_t>(step)].waitNs += wait;
     }
     out.push_back(std::move(w));
   }

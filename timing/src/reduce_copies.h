@@ -18,24 +18,72 @@ namespace reduce_copies {
 
 // ncclDataType_t's values.
 enum : int {
-  kInt8, kUint8, kInt32, kUint32, kInt64, kUint64, kFloat16, kFloat32, kFloat64, kBfloat16, kFloat8e4m3, kFloat8e5m2
+  kInt8,
+  kUint8,
+  kInt32,
+  kUint32,
+  kInt64,
+  kUint64,
+  kFloat16,
+  kFloat32,
+  kFloat64,
+  kBfloat16,
+  kFloat8e4m3,
+  kFloat8e5m2
 };
 
 // Elements are handled as unsigned integers of their width; integers in two's complement arithmetic modulo 2^bits,
 // which is the same for signed and unsigned types.
-template <int kType> struct Bits;
-template <> struct Bits<kInt8> { using type = uint8_t; };
-template <> struct Bits<kUint8> { using type = uint8_t; };
-template <> struct Bits<kInt32> { using type = uint32_t; };
-template <> struct Bits<kUint32> { using type = uint32_t; };
-template <> struct Bits<kInt64> { using type = uint64_t; };
-template <> struct Bits<kUint64> { using type = uint64_t; };
-template <> struct Bits<kFloat16> { using type = uint16_t; };
-template <> struct Bits<kFloat32> { using type = uint32_t; };
-template <> struct Bits<kFloat64> { using type = uint64_t; };
-template <> struct Bits<kBfloat16> { using type = uint16_t; };
-template <> struct Bits<kFloat8e4m3> { using type = uint8_t; };
-template <> struct Bits<kFloat8e5m2> { using type = uint8_t; };
+template <int kType>
+struct Bits;
+template <>
+struct Bits<kInt8> {
+  using type = uint8_t;
+};
+template <>
+struct Bits<kUint8> {
+  using type = uint8_t;
+};
+template <>
+struct Bits<kInt32> {
+  using type = uint32_t;
+};
+template <>
+struct Bits<kUint32> {
+  using type = uint32_t;
+};
+template <>
+struct Bits<kInt64> {
+  using type = uint64_t;
+};
+template <>
+struct Bits<kUint64> {
+  using type = uint64_t;
+};
+template <>
+struct Bits<kFloat16> {
+  using type = uint16_t;
+};
+template <>
+struct Bits<kFloat32> {
+  using type = uint32_t;
+};
+template <>
+struct Bits<kFloat64> {
+  using type = uint64_t;
+};
+template <>
+struct Bits<kBfloat16> {
+  using type = uint16_t;
+};
+template <>
+struct Bits<kFloat8e4m3> {
+  using type = uint8_t;
+};
+template <>
+struct Bits<kFloat8e5m2> {
+  using type = uint8_t;
+};
 
 __host__ __device__ constexpr bool isFloat(int type) { return type >= kFloat16; }
 

@@ -31,18 +31,16 @@ struct TestOp {
   Op op;
   bool sendRecv = false;  // an iteration is a group of a send and a receive of `size` each
 };
-constexpr TestOp kTests[] = {{"all_reduce", Op::kAllReduce},       {"all_gather", Op::kAllGather},
-                             {"reduce_scatter", Op::kReduceScatter}, {"alltoall", Op::kAlltoAll},
-                             {"broadcast", Op::kBroadcast},         {"reduce", Op::kReduce},
-                             {"gather", Op::kGather},               {"scatter", Op::kScatter},
-                             {"sendrecv", Op::kSend, true}};
+constexpr TestOp kTests[] = {
+    {"all_reduce", Op::kAllReduce}, {"all_gather", Op::kAllGather}, {"reduce_scatter", Op::kReduceScatter},
+    {"alltoall", Op::kAlltoAll},    {"broadcast", Op::kBroadcast},  {"reduce", Op::kReduce},
+    {"gather", Op::kGather},        {"scatter", Op::kScatter},      {"sendrecv", Op::kSend, true}};
 
 // nccl-tests' type names (its test_typenames), as ncclDataType_t values.
 int datatypeOf(const std::string& name) {
   static const std::map<std::string, int> kTypes = {
-      {"int8", 0},  {"char", 0},  {"uint8", 1},    {"int32", 2},  {"int", 2},     {"uint32", 3},
-      {"int64", 4}, {"uint64", 5}, {"half", 6},    {"float", 7},  {"double", 8},  {"bfloat16", 9},
-      {"f8e4m3", 10}, {"f8e5m2", 11}};
+      {"int8", 0},   {"char", 0}, {"uint8", 1}, {"int32", 2},  {"int", 2},      {"uint32", 3},  {"int64", 4},
+      {"uint64", 5}, {"half", 6}, {"float", 7}, {"double", 8}, {"bfloat16", 9}, {"f8e4m3", 10}, {"f8e5m2", 11}};
   auto it = kTypes.find(name);
   return it == kTypes.end() ? -1 : it->second;
 }
@@ -116,9 +114,10 @@ class Importer {
     }
     finishBlock();
     if (samples_.empty()) {
-      *error = name_ + ": no nccl-tests results to import (expected a test's output: '# Collective test starting: "
-                       "all_reduce_perf', its device list and a table of size, count, type, redop, root, time, "
-                       "algbw, busbw rows)";
+      *error = name_ +
+               ": no nccl-tests results to import (expected a test's output: '# Collective test starting: "
+               "all_reduce_perf', its device list and a table of size, count, type, redop, root, time, "
+               "algbw, busbw rows)";
       return false;
     }
     for (const NcclTestsRun& r : done_) {
@@ -136,8 +135,9 @@ class Importer {
 
  private:
   bool fail(std::string* error) {
-    *error = name_ + (labels_.empty() ? ":" + std::to_string(lineNo_)
-                                      : " (" + labels_.at(std::min<size_t>(lineNo_, labels_.size()) - 1) + ")") +
+    *error = name_ +
+             (labels_.empty() ? ":" + std::to_string(lineNo_)
+                              : " (" + labels_.at(std::min<size_t>(lineNo_, labels_.size()) - 1) + ")") +
              ": " + why_;
     return false;
   }
@@ -223,7 +223,8 @@ class Importer {
     r.host = t[7];
     for (const RankLine& other : ranks_)
       if (other.rank == r.rank && other.group == r.group)
-        return refuse("rank " + std::to_string(r.rank) + " is listed twice: nccl-tests built without MPI runs every "
+        return refuse("rank " + std::to_string(r.rank) +
+                      " is listed twice: nccl-tests built without MPI runs every "
                       "process as its own job of rank 0 (build it with `make MPI=1` and launch it with mpirun or "
                       "srun), so these times are not of one communicator");
     ranks_.push_back(r);
@@ -237,13 +238,18 @@ class Importer {
     bool haveSize = false, haveCount = false, haveType = false;
     for (size_t i = 0; i < t.size(); ++i) {
       const std::string& name = t[i];
-      if (name == "size" && !haveSize) c.size = i, haveSize = true;
-      else if (name == "count" && !haveCount) c.count = i, haveCount = true;
-      else if (name == "type" && !haveType) c.type = i, haveType = true;
+      if (name == "size" && !haveSize)
+        c.size = i, haveSize = true;
+      else if (name == "count" && !haveCount)
+        c.count = i, haveCount = true;
+      else if (name == "type" && !haveType)
+        c.type = i, haveType = true;
       else if (name == "cputime")
         return refuse("the times are CPU times (nccl-tests -C 1): rerun without -C for the GPU times to import");
-      else if (name == "time") c.times.push_back(i);
-      else if (name == "#wrong") c.wrongs.push_back(i);
+      else if (name == "time")
+        c.times.push_back(i);
+      else if (name == "#wrong")
+        c.wrongs.push_back(i);
     }
     if (c.times.empty() || c.times.size() > 2)
       return refuse("a column header with " + std::to_string(c.times.size()) +
@@ -293,7 +299,8 @@ class Importer {
       for (const TestOp& t : kTests)
         if (current_.test.rfind(std::string(t.stem) + "_perf", 0) == 0) found = &t;
       if (found == nullptr)
-        return refuse("test '" + current_.test + "' is not one call of one operation (importable: all_reduce_perf, "
+        return refuse("test '" + current_.test +
+                      "' is not one call of one operation (importable: all_reduce_perf, "
                       "all_gather_perf, reduce_scatter_perf, alltoall_perf, broadcast_perf, reduce_perf, "
                       "gather_perf, scatter_perf, sendrecv_perf)");
       current_.op = static_cast<int>(found->op);
@@ -314,7 +321,8 @@ class Importer {
       return true;  // not a result row: launcher or library messages between the rows
     const int datatype = datatypeOf(t[c.type]);
     if (datatype < 0)
-      return refuse("unknown data type '" + t[c.type] + "' (known: int8, uint8, int32, uint32, int64, uint64, half, "
+      return refuse("unknown data type '" + t[c.type] +
+                    "' (known: int8, uint8, int32, uint32, int64, uint64, half, "
                     "float, double, bfloat16, f8e4m3, f8e5m2); leave such rows out of the file to import the rest");
     if (!layout()) return false;
     current_.rows++;
@@ -450,11 +458,10 @@ bool jsonAsText(const std::string& json, std::string* text, std::vector<std::str
       *error = label + " is not an object";
       return false;
     }
-    std::string row = string(r.value("size", nlohmann::json("?"))) + " " +
-                      string(r.value("count", nlohmann::json("?"))) + " " +
-                      string(r.value("type", nlohmann::json("?"))) + " " +
-                      string(r.value("redop", nlohmann::json("none"))) + " " +
-                      string(r.value("root", nlohmann::json(-1)));
+    std::string row =
+        string(r.value("size", nlohmann::json("?"))) + " " + string(r.value("count", nlohmann::json("?"))) + " " +
+        string(r.value("type", nlohmann::json("?"))) + " " + string(r.value("redop", nlohmann::json("none"))) + " " +
+        string(r.value("root", nlohmann::json(-1)));
     for (const char* place : {"out_of_place", "in_place"}) {
       const auto p = r.find(place);
       if (p == r.end() || !p->is_object()) {  // null: that placement was not run

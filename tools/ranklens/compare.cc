@@ -29,7 +29,7 @@ using events::CommInit;
 using nlohmann::json;
 
 constexpr const char* kJsonFormatVersion = "1.4";  // of the --json document: minor for added keys, major for changes
-                                                     // (1.1: "estimated")
+                                                   // (1.1: "estimated")
 
 // ------------------------------------------------------------------------------------------------ communicators
 
@@ -95,7 +95,7 @@ CommMatching matchCommunicators(const EventLog& recorded, const EventLog& replay
 // ------------------------------------------------------------------------------------------------ signatures
 
 // Communicators as both traces can name them: a recorded commId (matched or not), or a replayed one without a match.
-using CommKey = std::pair<bool, uint64_t>;  // (replay-only, commId)
+using CommKey = std::pair<bool, uint64_t>;                            // (replay-only, commId)
 using Signature = std::tuple<CommKey, int, int, uint64_t, int, int>;  // comm, op, dtype, count, root/peer, redop
 
 Signature signatureOf(const Call& call, const CommKey& comm) {
@@ -142,7 +142,7 @@ struct Divergence {
   uint64_t recordedComm = 0, replayedComm = 0;
   CallKind kind = CallKind::kCollective;
   int peer = -1;
-  size_t position = 0;  // index in that communicator's sequence (collectives, or Send/Recv with one peer)
+  size_t position = 0;             // index in that communicator's sequence (collectives, or Send/Recv with one peer)
   const Call* recorded = nullptr;  // null: the sequence ended on this side
   const Call* replayed = nullptr;
   std::tuple<int64_t, int, int64_t> order;  // where it happened in the recorded program (see findDivergences)
@@ -317,7 +317,7 @@ EstimatedCalls estimatedCalls(const EventLog& replayed) {
 // kept its calling thread in the real job, which the replay reproduces (host_time: replay), or up to a cap per
 // operation (host_time: own).
 struct HostTime {
-  std::string what;     // op name, or "Group"
+  std::string what;         // op name, or "Group"
   std::vector<int64_t> ns;  // sorted
   int64_t ownCap = -1;      // timing::ownHostCapNs; -1: none
   int64_t sum() const { return std::accumulate(ns.begin(), ns.end(), int64_t{0}); }
@@ -365,28 +365,43 @@ json numberOrNull(double value) { return std::isnan(value) ? json(nullptr) : jso
 
 json callJson(const Call* call) {
   if (!call) return nullptr;
-  return {{"comm", call->commId}, {"seq", call->seq}, {"op", opText(call->op)},
-          {"datatype", events::datatypeName(call->datatype)}, {"count", call->count},
-          {"root_or_peer", call->rootOrPeer}, {"redop", redopName(call->redop)}, {"bytes", call->bytes}};
+  return {{"comm", call->commId},
+          {"seq", call->seq},
+          {"op", opText(call->op)},
+          {"datatype", events::datatypeName(call->datatype)},
+          {"count", call->count},
+          {"root_or_peer", call->rootOrPeer},
+          {"redop", redopName(call->redop)},
+          {"bytes", call->bytes}};
 }
 
 json commJson(const CommInit& comm) {
-  return {{"id", comm.commId}, {"nranks", comm.nranks}, {"rank", comm.rank}, {"how", comm.how},
-          {"parent", comm.parentId}, {"name", comm.name}};
+  return {{"id", comm.commId}, {"nranks", comm.nranks},   {"rank", comm.rank},
+          {"how", comm.how},   {"parent", comm.parentId}, {"name", comm.name}};
 }
 
 json traceJson(const EventLog& log) {
   json problems = json::array();
   for (const auto& problem : log.problems) problems.push_back(problem.describe());
-  return {{"dir", log.directory}, {"mode", log.manifest.mode}, {"rank", log.manifest.rank},
-          {"closed", log.manifest.closed}, {"communicators", log.comms.size()}, {"calls", log.calls.size()},
-          {"timings", log.timings.size()}, {"problems", problems}, {"cpu_model", log.manifest.cpu_model},
-          {"cpus", log.manifest.cpus}, {"gpu_name", log.manifest.gpu_name}, {"shared_gpu", log.manifest.shared_gpu}};
+  return {{"dir", log.directory},
+          {"mode", log.manifest.mode},
+          {"rank", log.manifest.rank},
+          {"closed", log.manifest.closed},
+          {"communicators", log.comms.size()},
+          {"calls", log.calls.size()},
+          {"timings", log.timings.size()},
+          {"problems", problems},
+          {"cpu_model", log.manifest.cpu_model},
+          {"cpus", log.manifest.cpus},
+          {"gpu_name", log.manifest.gpu_name},
+          {"shared_gpu", log.manifest.shared_gpu}};
 }
 
 json countsJson(const MatchCounts& counts) {
-  return {{"recorded_calls", counts.recorded}, {"replayed_calls", counts.replayed},
-          {"matched_calls", counts.matched}, {"match_percent", counts.percent()}};
+  return {{"recorded_calls", counts.recorded},
+          {"replayed_calls", counts.replayed},
+          {"matched_calls", counts.matched},
+          {"match_percent", counts.percent()}};
 }
 
 // null when comparable, else the reasons why not (trace::stepTimeIncomparable).
@@ -406,41 +421,63 @@ json reportJson(const Comparison& c, const CompareOptions& options) {
   json divergence = nullptr;
   if (!c.divergences.empty()) {
     const Divergence& d = c.divergences.front();
-    divergence = {{"recorded_comm", d.recordedComm}, {"replayed_comm", d.replayedComm},
-                  {"sequence", callKindName(d.kind)}, {"peer", d.peer}, {"position", d.position},
-                  {"recorded", callJson(d.recorded)}, {"replayed", callJson(d.replayed)}};
+    divergence = {{"recorded_comm", d.recordedComm},  {"replayed_comm", d.replayedComm},
+                  {"sequence", callKindName(d.kind)}, {"peer", d.peer},
+                  {"position", d.position},           {"recorded", callJson(d.recorded)},
+                  {"replayed", callJson(d.replayed)}};
   }
 
   json perStep = json::array();
   for (const auto& s : c.steps.steps)
-    perStep.push_back({{"step", s.step}, {"recorded_ns", s.recordedNs}, {"replayed_ns", s.replayedNs},
+    perStep.push_back({{"step", s.step},
+                       {"recorded_ns", s.recordedNs},
+                       {"replayed_ns", s.replayedNs},
                        {"relative_error", s.relativeError}});
-  json steps = {{"marker", c.steps.markerKind}, {"replayed_marker", c.steps.replayedMarkerKind},
-                {"recorded_markers", c.steps.recordedMarkers}, {"replayed_markers", c.steps.replayedMarkers},
-                {"warmup_steps", options.warmupSteps}, {"first_compared_step", c.steps.firstCompared},
-                {"compared", c.steps.steps.size()}, {"median_abs_relative_error", numberOrNull(c.steps.medianAbsError)},
+  json steps = {{"marker", c.steps.markerKind},
+                {"replayed_marker", c.steps.replayedMarkerKind},
+                {"recorded_markers", c.steps.recordedMarkers},
+                {"replayed_markers", c.steps.replayedMarkers},
+                {"warmup_steps", options.warmupSteps},
+                {"first_compared_step", c.steps.firstCompared},
+                {"compared", c.steps.steps.size()},
+                {"median_abs_relative_error", numberOrNull(c.steps.medianAbsError)},
                 {"median_relative_error", numberOrNull(c.steps.medianError)},
                 {"median_recorded_ns", numberOrNull(c.steps.medianRecordedNs)},
-                {"median_replayed_ns", numberOrNull(c.steps.medianReplayedNs)}, {"per_step", perStep}};
+                {"median_replayed_ns", numberOrNull(c.steps.medianReplayedNs)},
+                {"per_step", perStep}};
 
   json timing = json::array();
   for (const auto& [op, t] : c.time)
-    timing.push_back({{"op", opText(op)}, {"recorded_ns", t.recordedNs}, {"replayed_ns", t.replayedNs},
-                      {"recorded_records", t.recordedRecords}, {"replayed_records", t.replayedRecords}});
+    timing.push_back({{"op", opText(op)},
+                      {"recorded_ns", t.recordedNs},
+                      {"replayed_ns", t.replayedNs},
+                      {"recorded_records", t.recordedRecords},
+                      {"replayed_records", t.replayedRecords}});
 
   json host = json::array();
   for (const auto& h : c.host)
-    host.push_back({{"what", h.what}, {"calls", h.ns.size()}, {"sum_ns", h.sum()}, {"median_ns", h.quantile(0.5)},
-                    {"p90_ns", h.quantile(0.9)}, {"max_ns", h.quantile(1.0)},
-                    {"own_cap_ns", h.ownCap >= 0 ? json(h.ownCap) : json(nullptr)}, {"own_sum_ns", h.ownSum()}});
+    host.push_back({{"what", h.what},
+                    {"calls", h.ns.size()},
+                    {"sum_ns", h.sum()},
+                    {"median_ns", h.quantile(0.5)},
+                    {"p90_ns", h.quantile(0.9)},
+                    {"max_ns", h.quantile(1.0)},
+                    {"own_cap_ns", h.ownCap >= 0 ? json(h.ownCap) : json(nullptr)},
+                    {"own_sum_ns", h.ownSum()}});
 
   json estimatedPerOp = json::object(), estimatedList = json::array();
   for (const auto& [op, n] : c.estimated.perOp) estimatedPerOp[opText(op)] = n;
   for (const trace::Timing* t : c.estimated.timings)
-    estimatedList.push_back({{"comm", t->commId}, {"seq", t->seq}, {"op", opText(t->op)}, {"peer", t->peer},
-                             {"group", t->groupId}, {"duration_ns", t->durationNs}});
-  json estimated = {{"count", c.estimated.timings.size()}, {"replayed_timings", c.estimated.replayedTimings},
-                    {"per_op", estimatedPerOp}, {"calls", estimatedList}};
+    estimatedList.push_back({{"comm", t->commId},
+                             {"seq", t->seq},
+                             {"op", opText(t->op)},
+                             {"peer", t->peer},
+                             {"group", t->groupId},
+                             {"duration_ns", t->durationNs}});
+  json estimated = {{"count", c.estimated.timings.size()},
+                    {"replayed_timings", c.estimated.replayedTimings},
+                    {"per_op", estimatedPerOp},
+                    {"calls", estimatedList}};
 
   json training = countsJson(c.training);
   training["above_bytes"] = options.smallBytes;
@@ -468,10 +505,11 @@ void printCall(const char* side, const Call* call, std::ostream& out) {
     return;
   }
   out << "comm #" << std::setw(3) << call->commId << " seq " << std::setw(7) << call->seq << " " << std::setw(13)
-      << opText(call->op) << " " << std::setw(9) << events::datatypeName(call->datatype) << " count "
-      << std::setw(10) << call->count << " root/peer " << std::setw(4)
+      << opText(call->op) << " " << std::setw(9) << events::datatypeName(call->datatype) << " count " << std::setw(10)
+      << call->count << " root/peer " << std::setw(4)
       << (call->rootOrPeer >= 0 ? std::to_string(call->rootOrPeer) : std::string("-")) << " " << redopName(call->redop)
-      << "\n" << std::right;
+      << "\n"
+      << std::right;
 }
 
 // The two traces and their communicators: how many matched, and those only one side has.
@@ -494,12 +532,13 @@ void textCommunicators(const Comparison& c, std::ostream& out) {
   };
   listComms("recorded", c.comms.onlyRecorded);
   listComms("replayed", c.comms.onlyReplayed);
-
 }
 
 void textSignatures(const Comparison& c, const CompareOptions& options, std::ostream& out) {
-  out << "\n" << std::left << std::setw(22) << "signatures" << std::right << std::setw(10) << "recorded"
-      << std::setw(10) << "replayed" << std::setw(10) << "matched" << std::setw(10) << "match" << "\n";
+  out << "\n"
+      << std::left << std::setw(22) << "signatures" << std::right << std::setw(10) << "recorded" << std::setw(10)
+      << "replayed" << std::setw(10) << "matched" << std::setw(10) << "match"
+      << "\n";
   auto row = [&](const std::string& label, const MatchCounts& counts) {
     out << "  " << std::left << std::setw(20) << label << std::right << std::setw(10) << counts.recorded
         << std::setw(10) << counts.replayed << std::setw(10) << counts.matched << std::setw(9) << std::fixed
@@ -507,7 +546,6 @@ void textSignatures(const Comparison& c, const CompareOptions& options, std::ost
   };
   row("all calls", c.raw);
   row("> " + bytesText(options.smallBytes), c.training);
-
 }
 
 void textFirstDivergence(const Comparison& c, std::ostream& out) {
@@ -523,7 +561,6 @@ void textFirstDivergence(const Comparison& c, std::ostream& out) {
     printCall("recorded", d.recorded, out);
     printCall("replayed", d.replayed, out);
   }
-
 }
 
 void textSteps(const Comparison& c, const CompareOptions& options, std::ostream& out) {
@@ -547,9 +584,8 @@ void textSteps(const Comparison& c, const CompareOptions& options, std::ostream&
         << percentText(s.medianError, true) << "  ((replayed - recorded) / recorded per step)\n";
     const auto incomparable = trace::stepTimeIncomparable(c.recorded->manifest, c.replayed->manifest);
     if (incomparable.empty()) {
-      out << "  comparable: the same GPU model" << (c.replayed->manifest.gpu_name.empty()
-                                                        ? std::string()
-                                                        : " (" + c.replayed->manifest.gpu_name + ")")
+      out << "  comparable: the same GPU model"
+          << (c.replayed->manifest.gpu_name.empty() ? std::string() : " (" + c.replayed->manifest.gpu_name + ")")
           << " and host, so this error measures the replay's timing fidelity\n";
     } else {
       out << "  not comparable, so this error is no measure of the replay's timing fidelity:";
@@ -558,13 +594,14 @@ void textSteps(const Comparison& c, const CompareOptions& options, std::ostream&
           << "docs/fidelity.md)\n";
     }
   }
-
 }
 
 // Communication time per operation (the Timing records' sums), and the replay's estimated durations.
 void textTimes(const Comparison& c, std::ostream& out) {
-  out << "\n" << std::left << std::setw(22) << "Timing.durationNs sum" << std::right << std::setw(14) << "recorded"
-      << std::setw(14) << "replayed" << std::setw(10) << "ratio" << "\n";
+  out << "\n"
+      << std::left << std::setw(22) << "Timing.durationNs sum" << std::right << std::setw(14) << "recorded"
+      << std::setw(14) << "replayed" << std::setw(10) << "ratio"
+      << "\n";
   if (c.time.empty()) out << "  (no Timing records)\n";
   for (const auto& [op, t] : c.time) {
     out << "  " << std::left << std::setw(20) << opText(op) << std::right << std::setw(14) << msText(t.recordedNs)
@@ -572,7 +609,8 @@ void textTimes(const Comparison& c, std::ostream& out) {
     if (t.recordedNs > 0)
       out << std::fixed << std::setprecision(3) << static_cast<double>(t.replayedNs) / t.recordedNs << "x\n";
     else
-      out << "-" << " \n";
+      out << "-"
+          << " \n";
   }
   if (!c.estimated.timings.empty()) {
     const auto& e = c.estimated;
@@ -593,16 +631,16 @@ void textTimes(const Comparison& c, std::ostream& out) {
 
 void textHostTimes(const Comparison& c, std::ostream& out) {
   if (!c.host.empty()) {
-    out << "\n" << std::left << std::setw(22) << "recorded host time" << std::right << std::setw(8) << "calls"
-        << std::setw(14) << "sum" << std::setw(12) << "median" << std::setw(12) << "p90" << std::setw(12) << "max"
-        << std::setw(12) << "own cap" << std::setw(14) << "own sum"
+    out << "\n"
+        << std::left << std::setw(22) << "recorded host time" << std::right << std::setw(8) << "calls" << std::setw(14)
+        << "sum" << std::setw(12) << "median" << std::setw(12) << "p90" << std::setw(12) << "max" << std::setw(12)
+        << "own cap" << std::setw(14) << "own sum"
         << "   (time on the calling thread; the replay keeps each call at least this long, with host_time: own at "
            "most the cap)\n";
     for (const auto& h : c.host)
-      out << "  " << std::left << std::setw(20) << h.what << std::right << std::setw(8) << h.ns.size()
-          << std::setw(14) << msText(static_cast<double>(h.sum())) << std::setw(12)
-          << msText(static_cast<double>(h.quantile(0.5))) << std::setw(12)
-          << msText(static_cast<double>(h.quantile(0.9))) << std::setw(12)
+      out << "  " << std::left << std::setw(20) << h.what << std::right << std::setw(8) << h.ns.size() << std::setw(14)
+          << msText(static_cast<double>(h.sum())) << std::setw(12) << msText(static_cast<double>(h.quantile(0.5)))
+          << std::setw(12) << msText(static_cast<double>(h.quantile(0.9))) << std::setw(12)
           << msText(static_cast<double>(h.quantile(1.0))) << std::setw(12)
           << (h.ownCap >= 0 ? msText(static_cast<double>(h.ownCap)) : std::string("-")) << std::setw(14)
           << msText(static_cast<double>(h.ownSum())) << "\n";
@@ -631,9 +669,10 @@ bool loadSide(const char* role, const std::string& path, int rank, EventLog* log
 }  // namespace
 
 CLI::App* addCompareCommand(CLI::App& app, CompareOptions* options) {
-  auto* cmd = app.add_subcommand(
-      "compare", "Compare a replayed rank's trace with the recorded one: communicators, call signatures, first "
-                 "divergence, step times, communication time");
+  auto* cmd =
+      app.add_subcommand("compare",
+                         "Compare a replayed rank's trace with the recorded one: communicators, call signatures, first "
+                         "divergence, step times, communication time");
   cmd->add_option("recorded", options->recorded,
                   "Recorded trace: a rank directory (trace/rank3) or a trace root (with --rank, or holding one rank)")
       ->required();

@@ -16,8 +16,8 @@ struct CompareOptions {
   std::string recorded, replayed;  // rank directories, or trace roots (then `rank`, or exactly one rank inside)
   int rank = -1;
   int64_t warmupSteps = 5;
-  uint64_t smallBytes = 65536;     // calls above this size are "training tensors"
-  std::string jsonPath;            // "-": JSON on stdout instead of the table
+  uint64_t smallBytes = 65536;  // calls above this size are "training tensors"
+  std::string jsonPath;         // "-": JSON on stdout instead of the table
   bool quiet = false;
 };
 

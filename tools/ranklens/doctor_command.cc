@@ -16,8 +16,9 @@ namespace tools {
 namespace fs = std::filesystem;
 
 CLI::App* addDoctorCommand(CLI::App& app, DoctorOptions* o) {
-  auto* cmd = app.add_subcommand("doctor", "Check this machine: library, settings, GPU, which NCCL Python loads, "
-                                           "a trace");
+  auto* cmd = app.add_subcommand("doctor",
+                                 "Check this machine: library, settings, GPU, which NCCL Python loads, "
+                                 "a trace");
   cmd->add_option("--lib", o->lib, "RankLens libnccl.so.2 to check (default: the one installed beside ranklens)");
   cmd->add_option("-c,--config", o->config, "YAML settings file to validate (else RANKLENS_CONFIG)");
   cmd->add_option("--python", o->python, "Interpreter of the training job (default: python3 on PATH)");
@@ -75,8 +76,8 @@ except Exception as e:
 
 void checkPython(const DoctorOptions& o, const std::string& lib, Report* r) {
   int status = 0;
-  const std::string cmd = "LD_PRELOAD=" + quote(lib) + " RANKLENS_MODE=replay " + quote(o.python) + " -c " +
-                          quote(kProbe) + " 2>&1";
+  const std::string cmd =
+      "LD_PRELOAD=" + quote(lib) + " RANKLENS_MODE=replay " + quote(o.python) + " -c " + quote(kProbe) + " 2>&1";
   const std::string out = capture(cmd, &status);
   std::map<std::string, std::string> kv;
   std::istringstream lines(out);
@@ -155,9 +156,10 @@ void checkTrace(const std::string& path, Report* r) {
             "recorded on " + (m.cpu_model.empty() ? std::string("an unnamed processor") : m.cpu_model) + " (" +
                 (m.cpus > 0 ? std::to_string(m.cpus) : std::string("?")) + " CPUs)" +
                 (differs.empty() ? ", as this machine"
-                                 : "; this machine differs (" + differs + "): a host-bound step runs at its machine's "
-                                   "speed, so replayed step times differ from the recording's for that alone "
-                                   "(docs/fidelity.md section 4)"));
+                                 : "; this machine differs (" + differs +
+                                       "): a host-bound step runs at its machine's "
+                                       "speed, so replayed step times differ from the recording's for that alone "
+                                       "(docs/fidelity.md section 4)"));
   }
 }
 
@@ -168,8 +170,9 @@ void checkShareGpu(const std::string& lib, Report* r) {
   if (!fs::exists(placement)) {
     r->fail("share GPU", placement.string() + " is missing: --share-gpu cannot place ranks (rebuild RankLens)");
   } else if (const char* hostId = getenv("NCCL_HOSTID"); hostId != nullptr) {
-    r->fail("share GPU", std::string("NCCL_HOSTID=") + hostId + " is set: --share-gpu gives each process its own "
-                         "and refuses to start while it is set; unset it");
+    r->fail("share GPU", std::string("NCCL_HOSTID=") + hostId +
+                             " is set: --share-gpu gives each process its own "
+                             "and refuses to start while it is set; unset it");
   } else {
     r->ok("share GPU", "--share-gpu runs a real multi-rank job here (" +
                            (gpus > 0 ? std::to_string(gpus) + " GPU(s) visible" : std::string("no GPU visible now")) +
@@ -184,8 +187,10 @@ void checkShareGpu(const std::string& lib, Report* r) {
 int runDoctor(const DoctorOptions& o) {
   Report r;
   std::string lib;
-  if (Status usable = usableLibrary(o.lib, &lib); !usable.isOk()) r.fail("library", usable.message());
-  else r.ok("library", lib + " (" + std::to_string(fs::file_size(lib) / 1024) + " KiB; its shared libraries resolve)");
+  if (Status usable = usableLibrary(o.lib, &lib); !usable.isOk())
+    r.fail("library", usable.message());
+  else
+    r.ok("library", lib + " (" + std::to_string(fs::file_size(lib) / 1024) + " KiB; its shared libraries resolve)");
 
   std::map<std::string, std::string> env;
   if (!o.config.empty()) env["RANKLENS_CONFIG"] = fs::absolute(o.config).string();
@@ -195,7 +200,8 @@ int runDoctor(const DoctorOptions& o) {
     int changed = 0;
     std::string list;
     for (const auto& row : config::describe(settings))
-      if (row.set_by != "default") list += (changed++ ? ", " : "") + row.key + "=" + row.value + " (" + row.set_by + ")";
+      if (row.set_by != "default")
+        list += (changed++ ? ", " : "") + row.key + "=" + row.value + " (" + row.set_by + ")";
     r.ok("settings", changed ? list : std::string("all defaults (mode replay, fidelity structure)"));
     // NCCL loads one profiler plugin: another one takes the kernel clock's place (record then keeps events).
     const char* plugin = getenv("NCCL_PROFILER_PLUGIN");
@@ -211,7 +217,8 @@ int runDoctor(const DoctorOptions& o) {
   int status = 0;
   const std::string gpus = capture("nvidia-smi -L 2>&1", &status);
   if (status == 0 && gpus.find("GPU 0") != std::string::npos)
-    r.ok("GPU", gpus.substr(0, gpus.find('\n')) + (std::count(gpus.begin(), gpus.end(), '\n') > 1 ? " (and more)" : ""));
+    r.ok("GPU",
+         gpus.substr(0, gpus.find('\n')) + (std::count(gpus.begin(), gpus.end(), '\n') > 1 ? " (and more)" : ""));
   else
     r.note("GPU", "none visible (nvidia-smi: " + gpus.substr(0, gpus.find('\n')) +
                       "); replay runs on the host device (RANKLENS_DEVICE=host), recording needs the job's GPUs");
@@ -219,7 +226,8 @@ int runDoctor(const DoctorOptions& o) {
   if (!lib.empty()) checkShareGpu(lib, &r);
   if (!o.skipPython && !lib.empty()) checkPython(o, lib, &r);
   if (!o.trace.empty()) checkTrace(o.trace, &r);
-  std::cout << (r.problems ? std::to_string(r.problems) + " problem(s) found\n" : "nothing blocks recording or replay\n");
+  std::cout << (r.problems ? std::to_string(r.problems) + " problem(s) found\n"
+                           : "nothing blocks recording or replay\n");
   return r.problems ? 1 : 0;
 }
 

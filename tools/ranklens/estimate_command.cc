@@ -30,39 +30,49 @@ void addHistoryCommands(CLI::App& app, EstimateOptions* o, EstimateCommands* com
   auto* history = app.add_subcommand("history", "Duration history of recorded runs, for the estimator");
   history->require_subcommand(1);
   c.build = history->add_subcommand(
-      "build", "Collect every timed call of recorded runs into a history file; the ranks of one job (a trace "
-               "directory holding rank<R>/) also give each collective's transfer time, the shortest over the ranks");
-  c.build->add_option("traces", o->traces, "Recorded trace directories (their rank<R> directories) or rank "
-                                           "directories")->required();
+      "build",
+      "Collect every timed call of recorded runs into a history file; the ranks of one job (a trace "
+      "directory holding rank<R>/) also give each collective's transfer time, the shortest over the ranks");
+  c.build
+      ->add_option("traces", o->traces,
+                   "Recorded trace directories (their rank<R> directories) or rank "
+                   "directories")
+      ->required();
   c.build->add_option("-o,--output", o->output, "History file to write")->required();
   c.build->add_flag("-a,--append", o->append, "Add to an existing history file (a run already in it is refused)");
-  c.build->footer("Example: ranklens history build /scratch/run42 /scratch/run43 -o cluster.hist\n"
-                  "         ranklens history build /scratch/run44 -o cluster.hist --append");
+  c.build->footer(
+      "Example: ranklens history build /scratch/run42 /scratch/run43 -o cluster.hist\n"
+      "         ranklens history build /scratch/run44 -o cluster.hist --append");
   c.importNcclTests = history->add_subcommand(
       "import-nccl-tests",
       "Add the cluster's nccl-tests results (the text all_reduce_perf & co. print) to a history: each size's "
       "out-of-place and in-place time becomes a transfer time of a communicator of the listed ranks, spanning nodes "
       "when they sit on several hosts. Calls of communicators or sizes that no recording has (a job across nodes "
       "never recorded) are then estimated from the cluster's own bandwidth");
-  c.importNcclTests->add_option("logs", o->logs, "nccl-tests output files: the text they print (several tests one "
-                                                 "after another are fine; mpirun --tag-output prefixes too), or "
-                                                 "their JSON output (-J FILE.json)")
+  c.importNcclTests
+      ->add_option("logs", o->logs,
+                   "nccl-tests output files: the text they print (several tests one "
+                   "after another are fine; mpirun --tag-output prefixes too), or "
+                   "their JSON output (-J FILE.json)")
       ->required()
       ->check(CLI::ExistingFile);
   c.importNcclTests->add_option("-o,--output", o->output, "History file to write")->required();
   c.importNcclTests->add_flag("-a,--append", o->append,
                               "Add to an existing history file (a test of a file already in it is refused)");
-  c.importNcclTests->add_option("--op", o->importOp,
-                                "Operation of a test whose name the output lacks ('# Collective test starting: "
-                                "...'); a named test's is its own")
-      ->check(CLI::IsMember({"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AlltoAll", "Gather",
-                             "Scatter", "Send"}));
-  c.importNcclTests->add_option("--nranks", o->importNranks,
-                                "Communicator size of a test whose device list the output lacks (else the ranks "
-                                "listed)")
+  c.importNcclTests
+      ->add_option("--op", o->importOp,
+                   "Operation of a test whose name the output lacks ('# Collective test starting: "
+                   "...'); a named test's is its own")
+      ->check(CLI::IsMember(
+          {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AlltoAll", "Gather", "Scatter", "Send"}));
+  c.importNcclTests
+      ->add_option("--nranks", o->importNranks,
+                   "Communicator size of a test whose device list the output lacks (else the ranks "
+                   "listed)")
       ->check(CLI::PositiveNumber);
-  c.importNcclTests->add_option("--ranks-per-node", o->importRanksPerNode,
-                                "GPUs per node (default: the most ranks listed on one host)")
+  c.importNcclTests
+      ->add_option("--ranks-per-node", o->importRanksPerNode,
+                   "GPUs per node (default: the most ranks listed on one host)")
       ->check(CLI::PositiveNumber);
   c.importNcclTests->footer(
       "Example: mpirun -np 64 -N 8 ./all_reduce_perf -b 8 -e 8G -f 2 -g 1 > ar64.log\n"
@@ -77,8 +87,9 @@ void addEstimatorCommands(CLI::App& app, EstimateOptions* o, EstimateCommands* c
   auto* estimate = app.add_subcommand("estimate", "Estimated durations from a history");
   estimate->require_subcommand(1);
   c.eval = estimate->add_subcommand(
-      "eval", "Leave-one-out over calls and leave-one-run-out over recorded jobs: median and p90 relative error "
-              "per op and size class");
+      "eval",
+      "Leave-one-out over calls and leave-one-run-out over recorded jobs: median and p90 relative error "
+      "per op and size class");
   c.query = estimate->add_subcommand("query", "One estimate, with its neighbourhood distance and method");
   for (CLI::App* cmd : {c.eval, c.query}) {
     cmd->add_option("--history", o->history, "History file (ranklens history build)")->required();
@@ -93,12 +104,14 @@ void addEstimatorCommands(CLI::App& app, EstimateOptions* o, EstimateCommands* c
                     "transfer)")
         ->check(CLI::IsMember({"observed", "transfer"}));
   }
-  c.eval->add_option("--against", o->against,
-                     "Estimate every sample of this other history from --history instead (no leaving out): how well "
-                     "one history, e.g. nccl-tests imports, predicts another job's calls")
+  c.eval
+      ->add_option("--against", o->against,
+                   "Estimate every sample of this other history from --history instead (no leaving out): how well "
+                   "one history, e.g. nccl-tests imports, predicts another job's calls")
       ->check(CLI::ExistingFile);
-  c.eval->footer("Example: ranklens estimate eval --history cluster.hist --json eval.json\n"
-                 "         ranklens estimate eval --history nccl-tests.hist --against run42.hist");
+  c.eval->footer(
+      "Example: ranklens estimate eval --history cluster.hist --json eval.json\n"
+      "         ranklens estimate eval --history nccl-tests.hist --against run42.hist");
   c.query->add_option("--op", o->op, "Operation (AllReduce, AllGather, ...)")
       ->check(CLI::IsMember({"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AlltoAll", "Gather",
                              "Scatter", "Send", "Recv"}));
@@ -112,10 +125,11 @@ void addEstimatorCommands(CLI::App& app, EstimateOptions* o, EstimateCommands* c
                        "Which call of this op and size in its step (0 = the first): samples made at the same place "
                        "of their steps are preferred when there are at least 3")
           ->check(CLI::NonNegativeNumber);
-  c.query->add_option("--step-phase", o->stepPhase,
-                      "Where in its step the call is made (0 = at the step marker, 1 = at the next): with "
-                      "--step-occurrence, the samples of that place made within 0.02 of it are preferred (or the 3 "
-                      "nearest): those of the same configuration")
+  c.query
+      ->add_option("--step-phase", o->stepPhase,
+                   "Where in its step the call is made (0 = at the step marker, 1 = at the next): with "
+                   "--step-occurrence, the samples of that place made within 0.02 of it are preferred (or the 3 "
+                   "nearest): those of the same configuration")
       ->check(CLI::Range(0.0, 1.0))
       ->needs(occurrence);
   c.query->footer("Example: ranklens estimate query --history cluster.hist --op AllReduce --bytes 26214400");
@@ -255,9 +269,9 @@ int runHistoryImportNcclTests(const EstimateOptions& o) {
     for (const timing::NcclTestsRun& r : runs) {
       std::cerr << "ranklens: " << log << ":" << r.line << ": " << (r.test.empty() ? "(unnamed test)" : r.test)
                 << " as " << events::opName(static_cast<events::Op>(r.op))
-                << (r.op == static_cast<int>(events::Op::kSend) ? " (grouped with a Recv)" : "")
-                << ", " << r.nranks << " ranks on " << r.nodes << " node(s)" << (r.crossesNodes ? " (spans nodes)" : "")
-                << ": " << r.rows << " sizes, " << r.samples << " samples, " << r.minBytes << " to " << r.maxBytes
+                << (r.op == static_cast<int>(events::Op::kSend) ? " (grouped with a Recv)" : "") << ", " << r.nranks
+                << " ranks on " << r.nodes << " node(s)" << (r.crossesNodes ? " (spans nodes)" : "") << ": " << r.rows
+                << " sizes, " << r.samples << " samples, " << r.minBytes << " to " << r.maxBytes
                 << " bytes received, peak bus bandwidth " << std::fixed << std::setprecision(1) << r.peakBusGBps
                 << " GB/s" << (r.graph ? ", CUDA graph launches" : "");
       if (r.rowsWrong) std::cerr << "; " << r.rowsWrong << " time(s) left out: nccl-tests found wrong results";
@@ -282,22 +296,27 @@ int runEstimateEvalAgainst(const EstimateOptions& o, const timing::History& hist
   const timing::Estimator estimator(history, estimatorOptions(o, target));
   size_t extrapolated = 0;
   const auto errors = timing::evaluateAgainst(estimator, judged, estimatorOptions(o, target).target, &extrapolated);
-  nlohmann::json doc = {{"history", o.history},      {"history_version", history.version},
-                        {"against", o.against},      {"against_samples", judged.samples.size()},
-                        {"samples", history.samples.size()}, {"target", target},
-                        {"neighbours", o.neighbours}, {"max_distance", o.maxDistance},
+  nlohmann::json doc = {{"history", o.history},
+                        {"history_version", history.version},
+                        {"against", o.against},
+                        {"against_samples", judged.samples.size()},
+                        {"samples", history.samples.size()},
+                        {"target", target},
+                        {"neighbours", o.neighbours},
+                        {"max_distance", o.maxDistance},
                         {"extrapolated", extrapolated}};
   std::cout << o.against << " (" << judged.samples.size() << " samples) estimated from " << o.history << " ("
             << history.samples.size() << " samples); target: " << target << "\n\n"
-            << std::left << std::setw(28) << "op / size class" << std::right << std::setw(9) << "calls"
-            << std::setw(10) << "median" << std::setw(10) << "p90" << "\n";
+            << std::left << std::setw(28) << "op / size class" << std::right << std::setw(9) << "calls" << std::setw(10)
+            << "median" << std::setw(10) << "p90"
+            << "\n";
   for (const auto& [key, stats] : errors) {
     std::cout << std::left << std::setw(28) << key << std::right << std::setw(9) << stats.count << std::setw(10)
               << percentText(stats.median) << std::setw(10) << percentText(stats.p90) << "\n";
     doc["errors"][key] = {{"count", stats.count}, {"median", stats.median}, {"p90", stats.p90}};
   }
-  std::cout << "\nrelative error |estimate - recorded| / recorded (" << target << "); extrapolated estimates: "
-            << extrapolated << "\n";
+  std::cout << "\nrelative error |estimate - recorded| / recorded (" << target
+            << "); extrapolated estimates: " << extrapolated << "\n";
   return writeJson(o.json, doc) ? 0 : 1;
 }
 
@@ -310,21 +329,28 @@ int runEstimateEval(const EstimateOptions& o) {
   if (target.empty()) return 1;
   if (!o.against.empty()) return runEstimateEvalAgainst(o, history, target);
   const timing::Evaluation ev = timing::evaluate(history, estimatorOptions(o, target));
-  nlohmann::json doc = {{"history", o.history}, {"history_version", history.version},
-                        {"runs", history.runs.size()}, {"jobs", ev.jobs}, {"benchmark_runs", ev.benchmarkRuns},
-                        {"samples", history.samples.size()}, {"target", target},
-                        {"neighbours", o.neighbours}, {"max_distance", o.maxDistance},
+  nlohmann::json doc = {{"history", o.history},
+                        {"history_version", history.version},
+                        {"runs", history.runs.size()},
+                        {"jobs", ev.jobs},
+                        {"benchmark_runs", ev.benchmarkRuns},
+                        {"samples", history.samples.size()},
+                        {"target", target},
+                        {"neighbours", o.neighbours},
+                        {"max_distance", o.maxDistance},
                         {"extrapolated_leave_one_out", ev.extrapolatedLoo},
                         {"extrapolated_leave_one_run_out", ev.extrapolatedLoro}};
   std::cout << o.history << ": " << ev.jobs << " recorded jobs (" << history.runs.size() - ev.benchmarkRuns
             << " ranks)";
   if (ev.benchmarkRuns > 0) std::cout << " and " << ev.benchmarkRuns << " nccl-tests runs (neighbours, not judged)";
   std::cout << ", " << history.samples.size() << " samples; target: " << target << "\n\n"
-            << std::left << std::setw(28) << "op / size class" << std::right << std::setw(9) << "calls"
-            << std::setw(10) << "median" << std::setw(10) << "p90" << "   | " << std::setw(9) << "calls"
-            << std::setw(10) << "median" << std::setw(10) << "p90" << "\n"
+            << std::left << std::setw(28) << "op / size class" << std::right << std::setw(9) << "calls" << std::setw(10)
+            << "median" << std::setw(10) << "p90"
+            << "   | " << std::setw(9) << "calls" << std::setw(10) << "median" << std::setw(10) << "p90"
+            << "\n"
             << std::left << std::setw(28) << "" << std::right << std::setw(29) << "leave one call out"
-            << "   | " << std::setw(29) << "leave one job out" << "\n";
+            << "   | " << std::setw(29) << "leave one job out"
+            << "\n";
   for (const auto& [key, loo] : ev.leaveOneOut) {
     auto it = ev.leaveOneRunOut.find(key);
     std::cout << std::left << std::setw(28) << key << std::right << std::setw(9) << loo.count << std::setw(10)
@@ -337,15 +363,16 @@ int runEstimateEval(const EstimateOptions& o) {
     std::cout << "\n";
     doc["leave_one_out"][key] = {{"count", loo.count}, {"median", loo.median}, {"p90", loo.p90}};
     if (it != ev.leaveOneRunOut.end())
-      doc["leave_one_run_out"][key] = {{"count", it->second.count}, {"median", it->second.median},
-                                       {"p90", it->second.p90}};
+      doc["leave_one_run_out"][key] = {
+          {"count", it->second.count}, {"median", it->second.median}, {"p90", it->second.p90}};
   }
   std::cout << "\nrelative error |estimate - recorded| / recorded (" << target
-            << "); extrapolated estimates: " << ev.extrapolatedLoo
-            << " (leave one call out), " << ev.extrapolatedLoro << " (leave one job out)\n";
+            << "); extrapolated estimates: " << ev.extrapolatedLoo << " (leave one call out), " << ev.extrapolatedLoro
+            << " (leave one job out)\n";
   if (ev.leaveOneOut.empty() && ev.benchmarkRuns > 0)
     std::cout << "note: no recorded call to judge (nccl-tests samples only); to see how well they predict a job, "
-                 "ranklens estimate eval --history " << o.history << " --against JOB.hist\n";
+                 "ranklens estimate eval --history "
+              << o.history << " --against JOB.hist\n";
   return writeJson(o.json, doc) ? 0 : 1;
 }
 
@@ -363,8 +390,13 @@ int runEstimateQuery(const EstimateOptions& o) {
   std::cout << o.op << " " << o.bytes << " bytes, " << o.nranks << " ranks: " << std::fixed << std::setprecision(1)
             << e.durationNs / 1000.0 << " us (" << e.method << ", " << e.neighbours << " neighbours, distance "
             << std::setprecision(2) << e.distance << (e.extrapolated ? ", extrapolated" : "") << ")\n";
-  return writeJson(o.json, {{"op", o.op}, {"bytes", o.bytes}, {"nranks", o.nranks}, {"duration_ns", e.durationNs},
-                            {"method", e.method}, {"neighbours", e.neighbours}, {"distance", e.distance},
+  return writeJson(o.json, {{"op", o.op},
+                            {"bytes", o.bytes},
+                            {"nranks", o.nranks},
+                            {"duration_ns", e.durationNs},
+                            {"method", e.method},
+                            {"neighbours", e.neighbours},
+                            {"distance", e.distance},
                             {"extrapolated", e.extrapolated}})
              ? 0
              : 1;

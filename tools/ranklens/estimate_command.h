@@ -24,8 +24,8 @@ struct EstimateOptions {
   std::string role;
   int stepOccurrence = -1;  // query --step-occurrence; -1: not given
   double stepPhase = -1;    // query --step-phase; -1: not given
-  std::string target;  // transfer | observed; empty: transfer, or observed when the history has no transfer times
-  std::string against;  // eval --against: the history whose samples are estimated from --history
+  std::string target;       // transfer | observed; empty: transfer, or observed when the history has no transfer times
+  std::string against;      // eval --against: the history whose samples are estimated from --history
   std::vector<std::string> logs;  // import-nccl-tests
   std::string importOp;
   int importNranks = -1, importRanksPerNode = -1;

@@ -31,23 +31,40 @@ namespace {
 // Opcode names for the refusal messages (the ones that import or call, and a few others never written by torch).
 const char* refusedOpcodeName(uint8_t op) {
   switch (op) {
-    case 'c': return "GLOBAL";
-    case 0x93: return "STACK_GLOBAL";
-    case 'R': return "REDUCE";
-    case 'b': return "BUILD";
-    case 'i': return "INST";
-    case 'o': return "OBJ";
-    case 0x81: return "NEWOBJ";
-    case 0x92: return "NEWOBJ_EX";
-    case 'P': return "PERSID";
-    case 'Q': return "BINPERSID";
-    case 0x82: return "EXT1";
-    case 0x83: return "EXT2";
-    case 0x84: return "EXT4";
-    case 0x96: return "BYTEARRAY8";
-    case 0x97: return "NEXT_BUFFER";
-    case 0x98: return "READONLY_BUFFER";
-    default: return nullptr;
+    case 'c':
+      return "GLOBAL";
+    case 0x93:
+      return "STACK_GLOBAL";
+    case 'R':
+      return "REDUCE";
+    case 'b':
+      return "BUILD";
+    case 'i':
+      return "INST";
+    case 'o':
+      return "OBJ";
+    case 0x81:
+      return "NEWOBJ";
+    case 0x92:
+      return "NEWOBJ_EX";
+    case 'P':
+      return "PERSID";
+    case 'Q':
+      return "BINPERSID";
+    case 0x82:
+      return "EXT1";
+    case 0x83:
+      return "EXT2";
+    case 0x84:
+      return "EXT4";
+    case 0x96:
+      return "BYTEARRAY8";
+    case 0x97:
+      return "NEXT_BUFFER";
+    case 0x98:
+      return "READONLY_BUFFER";
+    default:
+      return nullptr;
   }
 }
 
@@ -124,7 +141,8 @@ class PickleReader {
     return true;
   }
   bool text(size_t at, size_t n, Value::Kind kind) {
-    if (n > limits_.maxStringBytes || !need(n)) return fail(at, "string of " + std::to_string(n) + " bytes past the end");
+    if (n > limits_.maxStringBytes || !need(n))
+      return fail(at, "string of " + std::to_string(n) + " bytes past the end");
     strings_ += n;
     if (strings_ > limits_.maxStringBytes) return fail(at, "more string bytes than the limit");
     Value* v = make(kind);
@@ -223,11 +241,21 @@ class PickleReader {
           if (stack_.size() + marks_.size() >= limits_.maxStack) return fail(at, "stack deeper than the limit");
           marks_.push_back(stack_.size());
           break;
-        case '}': if (!push(make(Value::Kind::kDict), at)) return false; break;
-        case ']': if (!push(make(Value::Kind::kList), at)) return false; break;
-        case 0x8f: if (!push(make(Value::Kind::kList), at)) return false; break;  // EMPTY_SET: read as a list
-        case ')': if (!push(make(Value::Kind::kTuple), at)) return false; break;
-        case 'N': if (!push(make(Value::Kind::kNone), at)) return false; break;
+        case '}':
+          if (!push(make(Value::Kind::kDict), at)) return false;
+          break;
+        case ']':
+          if (!push(make(Value::Kind::kList), at)) return false;
+          break;
+        case 0x8f:
+          if (!push(make(Value::Kind::kList), at)) return false;
+          break;  // EMPTY_SET: read as a list
+        case ')':
+          if (!push(make(Value::Kind::kTuple), at)) return false;
+          break;
+        case 'N':
+          if (!push(make(Value::Kind::kNone), at)) return false;
+          break;
         case 0x88:
         case 0x89: {
           Value* v = make(Value::Kind::kBool);
@@ -333,7 +361,10 @@ class PickleReader {
           if (op == 'L' && !t.empty() && t.back() == 'L') t.pop_back();
           Value* v = make(Value::Kind::kInt);
           if (op == 'I' && (t == "00" || t == "01")) {
-            if (v != nullptr) { v->kind = Value::Kind::kBool; v->b = t == "01"; }
+            if (v != nullptr) {
+              v->kind = Value::Kind::kBool;
+              v->b = t == "01";
+            }
           } else {
             char* end = nullptr;
             errno = 0;
@@ -367,7 +398,14 @@ class PickleReader {
           if (!push(v, at)) return false;
           break;
         }
-        case 'X': case 0x8c: case 0x8d: case 'T': case 'U': case 'B': case 'C': case 0x8e: {
+        case 'X':
+        case 0x8c:
+        case 0x8d:
+        case 'T':
+        case 'U':
+        case 'B':
+        case 'C':
+        case 0x8e: {
           const size_t w = (op == 0x8c || op == 'U' || op == 'C') ? 1 : (op == 0x8d || op == 0x8e) ? 8 : 4;
           if (!need(w)) return fail(at, "truncated string length");
           const uint64_t n = le(w);
@@ -375,11 +413,25 @@ class PickleReader {
           if (!text(at, n, bytes ? Value::Kind::kBytes : Value::Kind::kStr)) return false;
           break;
         }
-        case 'q': if (!need(1)) return fail(at, "truncated BINPUT"); if (!memoPut(le(1), at)) return false; break;
-        case 'r': if (!need(4)) return fail(at, "truncated LONG_BINPUT"); if (!memoPut(le(4), at)) return false; break;
-        case 0x94: if (!memoPut(memo_.size(), at)) return false; break;  // MEMOIZE
-        case 'h': if (!need(1)) return fail(at, "truncated BINGET"); if (!memoGet(le(1), at)) return false; break;
-        case 'j': if (!need(4)) return fail(at, "truncated LONG_BINGET"); if (!memoGet(le(4), at)) return false; break;
+        case 'q':
+          if (!need(1)) return fail(at, "truncated BINPUT");
+          if (!memoPut(le(1), at)) return false;
+          break;
+        case 'r':
+          if (!need(4)) return fail(at, "truncated LONG_BINPUT");
+          if (!memoPut(le(4), at)) return false;
+          break;
+        case 0x94:
+          if (!memoPut(memo_.size(), at)) return false;
+          break;  // MEMOIZE
+        case 'h':
+          if (!need(1)) return fail(at, "truncated BINGET");
+          if (!memoGet(le(1), at)) return false;
+          break;
+        case 'j':
+          if (!need(4)) return fail(at, "truncated LONG_BINGET");
+          if (!memoGet(le(4), at)) return false;
+          break;
         case 'p':
         case 'g': {  // PUT, GET as text
           std::string t;
@@ -561,15 +613,24 @@ class JsonBuilder : public nlohmann::json_sax<nlohmann::json> {
 const char* kindName(const Value* v) {
   if (v == nullptr) return "nothing";
   switch (v->kind) {
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return "a bool";
-    case Value::Kind::kInt: return "an int";
-    case Value::Kind::kFloat: return "a float";
-    case Value::Kind::kStr: return "a str";
-    case Value::Kind::kBytes: return "bytes";
-    case Value::Kind::kList: return "a list";
-    case Value::Kind::kTuple: return "a tuple";
-    case Value::Kind::kDict: return "a dict";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return "a bool";
+    case Value::Kind::kInt:
+      return "an int";
+    case Value::Kind::kFloat:
+      return "a float";
+    case Value::Kind::kStr:
+      return "a str";
+    case Value::Kind::kBytes:
+      return "bytes";
+    case Value::Kind::kList:
+      return "a list";
+    case Value::Kind::kTuple:
+      return "a tuple";
+    case Value::Kind::kDict:
+      return "a dict";
   }
   return "?";
 }
@@ -650,8 +711,8 @@ bool parseEntry(Ctx& c, const Value* e, size_t index, Entry* out) {
   const Value* state = e->get("state");
   if (state == nullptr || !state->isStr()) return c.bad(where + ".state", "a str", state);
   if (state->s != "scheduled" && state->s != "started" && state->s != "completed") {
-    *c.error = c.file + ": " + where + ".state: '" + state->s.substr(0, 40) +
-               "' (expected scheduled, started or completed)";
+    *c.error =
+        c.file + ": " + where + ".state: '" + state->s.substr(0, 40) + "' (expected scheduled, started or completed)";
     return false;
   }
   out->state = state->s;
@@ -686,9 +747,9 @@ bool parseEntry(Ctx& c, const Value* e, size_t index, Entry* out) {
     out->durationMs = d->number();
   }
   // The JSON variant writes 0 for "not discovered"; the pickle None.
-  for (auto [key, slot] : {std::pair<const char*, std::optional<int64_t>*>{"time_discovered_started_ns",
-                                                                            &out->timeDiscoveredStartedNs},
-                           {"time_discovered_completed_ns", &out->timeDiscoveredCompletedNs}}) {
+  for (auto [key, slot] :
+       {std::pair<const char*, std::optional<int64_t>*>{"time_discovered_started_ns", &out->timeDiscoveredStartedNs},
+        {"time_discovered_completed_ns", &out->timeDiscoveredCompletedNs}}) {
     const Value* t = e->get(key);
     if (t == nullptr || t->kind == Value::Kind::kNone) continue;
     int64_t x;
@@ -757,8 +818,7 @@ bool readPickle(const uint8_t* data, size_t size, const std::string& name, Pickl
   return reader.run(error);
 }
 
-bool readJson(const std::string& text, const std::string& name, Pickle* out, std::string* error,
-              const Limits& limits) {
+bool readJson(const std::string& text, const std::string& name, Pickle* out, std::string* error, const Limits& limits) {
   out->arena.clear();
   out->root = nullptr;
   JsonBuilder builder(limits, out);
@@ -817,7 +877,8 @@ bool parseDump(const std::string& bytes, const std::string& file, int rank, Dump
     const long major = std::strtol(out->version.c_str(), &end, 10);
     const long minor = dot == std::string::npos ? 0 : std::strtol(out->version.c_str() + dot + 1, nullptr, 10);
     if (end == out->version.c_str() || major != kSupportedMajor) {
-      *error = file + ": version '" + out->version.substr(0, 20) + "': this reader knows Flight Recorder dumps of "
+      *error = file + ": version '" + out->version.substr(0, 20) +
+               "': this reader knows Flight Recorder dumps of "
                "version 2.x (torch 2.3 to 2.11 write them); a newer RankLens may read this one";
       return false;
     }
@@ -861,7 +922,8 @@ bool parseDump(const std::string& bytes, const std::string& file, int rank, Dump
   }
   out->rank = rank >= 0 ? rank : rankFromFileName(file);
   if (out->rank < 0) {
-    *error = file + ": the dump does not say its rank and the file name does not end in it (torch names dumps "
+    *error = file +
+             ": the dump does not say its rank and the file name does not end in it (torch names dumps "
              "<prefix><rank>); give the rank (--rank R) or rename the file";
     return false;
   }

@@ -30,8 +30,8 @@ struct Value {
   bool b = false;
   int64_t i = 0;
   double f = 0;
-  std::string s;                                     // kStr (UTF-8 as pickled), kBytes
-  std::vector<const Value*> items;                   // kList, kTuple
+  std::string s;                                               // kStr (UTF-8 as pickled), kBytes
+  std::vector<const Value*> items;                             // kList, kTuple
   std::vector<std::pair<const Value*, const Value*>> entries;  // kDict, in insertion order (last write wins on read)
 
   const Value* get(const std::string& key) const;  // kDict with a str key; nullptr when absent or not a dict
@@ -48,8 +48,8 @@ struct Pickle {
 };
 
 struct Limits {
-  size_t maxValues = 50u << 20;   // values created (a dump of 20,000 entries with stacks makes a few million)
-  size_t maxStack = 1u << 20;     // stack + mark depth
+  size_t maxValues = 50u << 20;  // values created (a dump of 20,000 entries with stacks makes a few million)
+  size_t maxStack = 1u << 20;    // stack + mark depth
   size_t maxStringBytes = 64u << 20;
 };
 
@@ -75,10 +75,10 @@ struct Entry {
   int64_t pgId = -1;
   std::string pgName, pgDesc;  // process_group: (name, desc)
   int64_t collectiveSeqId = 0, p2pSeqId = 0, opId = 0;
-  std::string profilingName;   // "nccl:all_reduce", "nccl:send 0->1", ...
+  std::string profilingName;  // "nccl:all_reduce", "nccl:send 0->1", ...
   std::vector<std::vector<int64_t>> inputSizes, outputSizes;
   std::vector<std::string> inputDtypes, outputDtypes;  // c10 names: "Float", "BFloat16", ...
-  std::string state;           // scheduled | started | completed
+  std::string state;                                   // scheduled | started | completed
   int64_t timeCreatedNs = 0;
   std::optional<double> durationMs;  // TORCH_NCCL_ENABLE_TIMING=1 and completed
   std::optional<int64_t> timeDiscoveredStartedNs, timeDiscoveredCompletedNs;
@@ -87,7 +87,7 @@ struct Entry {
   bool isP2p = false;
   std::optional<bool> isP2pKnown;  // absent in dumps before the key existed
   std::string threadName, threadId;
-  std::vector<Frame> frames;   // Python stack, innermost first; empty in JSON dumps
+  std::vector<Frame> frames;  // Python stack, innermost first; empty in JSON dumps
   bool hasFrames = false;
 };
 
@@ -103,9 +103,9 @@ struct PgStatus {
 
 struct Dump {
   std::string file;
-  std::string format;  // pickle | json
-  int rank = -1;       // from the file name (<prefix><rank>), or given
-  std::string version; // "2.10"
+  std::string format;   // pickle | json
+  int rank = -1;        // from the file name (<prefix><rank>), or given
+  std::string version;  // "2.10"
   int versionMajor = 0, versionMinor = 0;
   std::string commLibVersion;
   std::map<std::string, ProcessGroup> pgConfig;  // by name

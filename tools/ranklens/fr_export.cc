@@ -56,19 +56,32 @@ namespace {
 
 const char* c10Dtype(int datatype) {
   switch (datatype) {
-    case 0: return "Char";
-    case 1: return "Byte";
-    case 2: return "Int";
-    case 3: return "UInt32";
-    case 4: return "Long";
-    case 5: return "UInt64";
-    case 6: return "Half";
-    case 7: return "Float";
-    case 8: return "Double";
-    case 9: return "BFloat16";
-    case 10: return "Float8_e4m3fn";
-    case 11: return "Float8_e5m2";
-    default: return "Undefined";
+    case 0:
+      return "Char";
+    case 1:
+      return "Byte";
+    case 2:
+      return "Int";
+    case 3:
+      return "UInt32";
+    case 4:
+      return "Long";
+    case 5:
+      return "UInt64";
+    case 6:
+      return "Half";
+    case 7:
+      return "Float";
+    case 8:
+      return "Double";
+    case 9:
+      return "BFloat16";
+    case 10:
+      return "Float8_e4m3fn";
+    case 11:
+      return "Float8_e5m2";
+    default:
+      return "Undefined";
   }
 }
 
@@ -217,17 +230,43 @@ bool torchShapes(Op op, int64_t n, int64_t world, int rank, int peer, std::strin
   *in = {{n}};
   *out = {{n}};
   switch (op) {
-    case Op::kAllReduce: *name = "all_reduce"; return true;
-    case Op::kBroadcast: *name = "broadcast"; return true;
-    case Op::kReduce: *name = "reduce"; return true;
-    case Op::kAllGather: *name = "_all_gather_base"; *out = {{n * world}}; return true;
-    case Op::kReduceScatter: *name = "_reduce_scatter_base"; *in = {{n * world}}; return true;
-    case Op::kAlltoAll: *name = "all_to_all"; *in = *out = {{n * world}}; return true;
-    case Op::kGather: *name = "gather"; *out = Shapes(static_cast<size_t>(world), {n}); return true;
-    case Op::kScatter: *name = "scatter"; *in = Shapes(static_cast<size_t>(world), {n}); return true;
-    case Op::kSend: *name = "send " + std::to_string(rank) + "->" + std::to_string(peer); return true;
-    case Op::kRecv: *name = "recv " + std::to_string(rank) + "<-" + std::to_string(peer); return true;
-    default: return false;
+    case Op::kAllReduce:
+      *name = "all_reduce";
+      return true;
+    case Op::kBroadcast:
+      *name = "broadcast";
+      return true;
+    case Op::kReduce:
+      *name = "reduce";
+      return true;
+    case Op::kAllGather:
+      *name = "_all_gather_base";
+      *out = {{n * world}};
+      return true;
+    case Op::kReduceScatter:
+      *name = "_reduce_scatter_base";
+      *in = {{n * world}};
+      return true;
+    case Op::kAlltoAll:
+      *name = "all_to_all";
+      *in = *out = {{n * world}};
+      return true;
+    case Op::kGather:
+      *name = "gather";
+      *out = Shapes(static_cast<size_t>(world), {n});
+      return true;
+    case Op::kScatter:
+      *name = "scatter";
+      *in = Shapes(static_cast<size_t>(world), {n});
+      return true;
+    case Op::kSend:
+      *name = "send " + std::to_string(rank) + "->" + std::to_string(peer);
+      return true;
+    case Op::kRecv:
+      *name = "recv " + std::to_string(rank) + "<-" + std::to_string(peer);
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -235,8 +274,7 @@ bool torchShapes(Op op, int64_t n, int64_t world, int rank, int peer, std::strin
 class DumpWriter {
  public:
   explicit DumpWriter(const EventLog& log) : log_(log) {
-    const bool imported =
-        log.manifest.imported.count("from") && log.manifest.imported.at("from") == "flight-recorder";
+    const bool imported = log.manifest.imported.count("from") && log.manifest.imported.at("from") == "flight-recorder";
     groups_ = dumpGroups(log, imported);
     for (const trace::Timing& t : log.timings) timings_[callKey(t.commId, t.op, t.peer, t.seq)] = &t;
     for (const trace::FlightRecorderEntry& e : log.frEntries) {
@@ -281,39 +319,68 @@ class DumpWriter {
     if (o.state == "completed") ++g.completed;
     PickleWriter& w = w_;
     w.beginDict();
-    w.str("record_id"); w.integer(recordId_++);
-    w.str("pg_id"); w.integer(static_cast<int64_t>(o.commId));
-    w.str("process_group"); w.str(g.name); w.str(g.desc); w.tuple2();
-    w.str("thread_name"); w.str("");
-    w.str("thread_id"); w.str("");
-    w.str("collective_seq_id"); w.integer(o.collectiveSeq);
-    w.str("p2p_seq_id"); w.integer(o.p2pSeq);
-    w.str("op_id"); w.integer(g.ops);
-    w.str("profiling_name"); w.str(o.profiling);
-    w.str("time_created_ns"); w.integer(o.timeNs);
+    w.str("record_id");
+    w.integer(recordId_++);
+    w.str("pg_id");
+    w.integer(static_cast<int64_t>(o.commId));
+    w.str("process_group");
+    w.str(g.name);
+    w.str(g.desc);
+    w.tuple2();
+    w.str("thread_name");
+    w.str("");
+    w.str("thread_id");
+    w.str("");
+    w.str("collective_seq_id");
+    w.integer(o.collectiveSeq);
+    w.str("p2p_seq_id");
+    w.integer(o.p2pSeq);
+    w.str("op_id");
+    w.integer(g.ops);
+    w.str("profiling_name");
+    w.str(o.profiling);
+    w.str("time_created_ns");
+    w.integer(o.timeNs);
     if (o.durationMs) {
       w.str("duration_ms");
       w.real(*o.durationMs);
     }
-    w.str("input_sizes"); shapes(&w, o.in);
-    w.str("input_dtypes"); strings(&w, o.inTypes);
-    w.str("output_sizes"); shapes(&w, o.out);
-    w.str("output_dtypes"); strings(&w, o.outTypes);
-    w.str("state"); w.str(o.state);
+    w.str("input_sizes");
+    shapes(&w, o.in);
+    w.str("input_dtypes");
+    strings(&w, o.inTypes);
+    w.str("output_sizes");
+    shapes(&w, o.out);
+    w.str("output_dtypes");
+    strings(&w, o.outTypes);
+    w.str("state");
+    w.str(o.state);
     w.str("time_discovered_started_ns");
-    if (o.state == "scheduled") w.none(); else w.integer(o.timeNs);
+    if (o.state == "scheduled")
+      w.none();
+    else
+      w.integer(o.timeNs);
     w.str("time_discovered_completed_ns");
-    if (o.state == "completed") w.integer(o.timeNs); else w.none();
-    w.str("retired"); w.boolean(o.state == "completed");
-    w.str("timeout_ms"); w.integer(o.timeoutMs);
-    w.str("is_p2p"); w.boolean(o.p2p);
+    if (o.state == "completed")
+      w.integer(o.timeNs);
+    else
+      w.none();
+    w.str("retired");
+    w.boolean(o.state == "completed");
+    w.str("timeout_ms");
+    w.integer(o.timeoutMs);
+    w.str("is_p2p");
+    w.boolean(o.p2p);
     w.str("frames");
     w.beginList();
     for (const FrameLine& f : o.frames) {
       w.beginDict();
-      w.str("name"); w.str(f.name);
-      w.str("filename"); w.str(f.file);
-      w.str("line"); w.integer(f.line);
+      w.str("name");
+      w.str(f.name);
+      w.str("filename");
+      w.str(f.file);
+      w.str("line");
+      w.integer(f.line);
       w.end(true);
     }
     w.end(false);
@@ -352,15 +419,19 @@ class DumpWriter {
       openGroup_ = c.groupId;
       auto it = openOf_.find(c.commId);
       if (it == openOf_.end()) {  // the group's first call on this communicator: one sequence id for all of them
-        if (p2p) ++g.p2p;
-        else g.collectives = static_cast<int64_t>(c.seq) + 1;
+        if (p2p)
+          ++g.p2p;
+        else
+          g.collectives = static_cast<int64_t>(c.seq) + 1;
         open_.push_back(Open{c.commId, g.collectives, g.p2p, c.timeNs, p2p});
         it = openOf_.emplace(c.commId, &open_.back()).first;
       }
       return it->second;
     }
-    if (p2p) ++g.p2p;
-    else g.collectives = static_cast<int64_t>(c.seq) + 1;
+    if (p2p)
+      ++g.p2p;
+    else
+      g.collectives = static_cast<int64_t>(c.seq) + 1;
     return nullptr;
   }
 
@@ -376,8 +447,7 @@ class DumpWriter {
     if (auto it = entries_.find(callKey(c.commId, c.op, peer, c.seq)); it != entries_.end()) fe = it->second;
     std::string name;
     Shapes in, out;
-    if (!torchShapes(op, static_cast<int64_t>(c.count), std::max(g.nranks, 1), g.rank, peer, &name, &in, &out))
-      return;
+    if (!torchShapes(op, static_cast<int64_t>(c.count), std::max(g.nranks, 1), g.rank, peer, &name, &in, &out)) return;
     const Open* grp = sequence(c, g, p2p);
     EntryOut o;
     if (fe != nullptr) {  // an imported call: what the dump said
@@ -416,9 +486,12 @@ class DumpWriter {
     for (const auto& [id, g] : groups_) {
       w_.str(g.name);
       w_.beginDict();
-      w_.str("name"); w_.str(g.name);
-      w_.str("desc"); w_.str(g.desc);
-      w_.str("ranks"); w_.str(ranksText(g.ranks));
+      w_.str("name");
+      w_.str(g.name);
+      w_.str("desc");
+      w_.str(g.desc);
+      w_.str("ranks");
+      w_.str(ranksText(g.ranks));
       w_.end(true);
     }
     w_.end(true);
@@ -427,9 +500,12 @@ class DumpWriter {
     for (const auto& [id, g] : groups_) {
       w_.str(std::to_string(id));
       w_.beginDict();
-      w_.str("last_enqueued_collective"); w_.integer(g.collectives);
-      w_.str("last_started_collective"); w_.integer(g.collectives);
-      w_.str("last_completed_collective"); w_.integer(g.enqueued == g.completed ? g.collectives : g.collectives - 1);
+      w_.str("last_enqueued_collective");
+      w_.integer(g.collectives);
+      w_.str("last_started_collective");
+      w_.integer(g.collectives);
+      w_.str("last_completed_collective");
+      w_.integer(g.enqueued == g.completed ? g.collectives : g.collectives - 1);
       w_.end(true);
     }
     w_.end(true);
@@ -440,7 +516,7 @@ class DumpWriter {
   std::map<CallKey, const trace::Timing*> timings_;
   std::map<CallKey, const trace::FlightRecorderEntry*> entries_;
   std::vector<const trace::FlightRecorderEntry*> markers_;  // an imported trace's entries that are no call
-  std::set<std::pair<uint64_t, int64_t>> coalescedP2p_;      // (comm, p2p_seq_id) of its nccl:coalesced markers
+  std::set<std::pair<uint64_t, int64_t>> coalescedP2p_;     // (comm, p2p_seq_id) of its nccl:coalesced markers
   size_t nextMarker_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, int> perGroup_;  // (groupId, commId) -> calls
   uint64_t openGroup_ = 0;
@@ -461,7 +537,9 @@ CLI::App* addExportCommand(CLI::App& app, ExportOptions* o) {
       "flight-recorder",
       "PyTorch Flight Recorder dumps (pickle, version 2.10), one file <DIR>/rank_<R> per rank, that torch's "
       "analyser reads: python -m torch.distributed.flight_recorder.fr_trace DIR");
-  fr->add_option("trace", o->trace, "Trace directory (or one rank<R> directory)")->required()->check(CLI::ExistingDirectory);
+  fr->add_option("trace", o->trace, "Trace directory (or one rank<R> directory)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   fr->add_option("-o,--output", o->out, "Directory to write the dumps to")->required();
   fr->footer(
       "Every call becomes an entry (state completed; an imported trace's keep the dump's states, shapes and stacks);\n"

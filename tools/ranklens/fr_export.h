@@ -30,10 +30,10 @@ class PickleWriter {
   void integer(int64_t v);
   void real(double v);
   void str(const std::string& s);
-  void beginDict();   // then key/value pairs, then end()
-  void beginList();   // then items, then end()
+  void beginDict();  // then key/value pairs, then end()
+  void beginList();  // then items, then end()
   void end(bool dict);
-  void tuple2();      // the two values before it into a tuple
+  void tuple2();         // the two values before it into a tuple
   std::string finish();  // STOP
 
  private:

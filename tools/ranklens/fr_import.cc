@@ -27,20 +27,34 @@ struct OpName {
   Op op;
 };
 constexpr OpName kOps[] = {
-    {"all_reduce", Op::kAllReduce},           {"allreduce_coalesced", Op::kAllReduce},
-    {"all_reduce_coalesced", Op::kAllReduce}, {"all_reduce_barrier", Op::kAllReduce},
-    {"barrier", Op::kAllReduce},              {"broadcast", Op::kBroadcast},
-    {"_broadcast_oop", Op::kBroadcast},       {"reduce", Op::kReduce},
-    {"_reduce_oop", Op::kReduce},             {"all_gather", Op::kAllGather},
-    {"all_gather_single", Op::kAllGather},    {"all_gather_v", Op::kAllGather},
-    {"_all_gather_base", Op::kAllGather},     {"_allgather_base", Op::kAllGather},
-    {"all_gather_into_tensor_coalesced", Op::kAllGather}, {"ALLGATHER_coalesced", Op::kAllGather},
-    {"reduce_scatter", Op::kReduceScatter},   {"reduce_scatter_single", Op::kReduceScatter},
-    {"reduce_scatter_v", Op::kReduceScatter}, {"_reduce_scatter_base", Op::kReduceScatter},
-    {"reduce_scatter_tensor_coalesced", Op::kReduceScatter}, {"REDUCE_SCATTER_coalesced", Op::kReduceScatter},
-    {"gather", Op::kGather},                  {"scatter", Op::kScatter},
-    {"all_to_all", Op::kAlltoAll},            {"all_to_all_single", Op::kAlltoAll},
-    {"all_to_all_v_single", Op::kAlltoAll},   {"send", Op::kSend},
+    {"all_reduce", Op::kAllReduce},
+    {"allreduce_coalesced", Op::kAllReduce},
+    {"all_reduce_coalesced", Op::kAllReduce},
+    {"all_reduce_barrier", Op::kAllReduce},
+    {"barrier", Op::kAllReduce},
+    {"broadcast", Op::kBroadcast},
+    {"_broadcast_oop", Op::kBroadcast},
+    {"reduce", Op::kReduce},
+    {"_reduce_oop", Op::kReduce},
+    {"all_gather", Op::kAllGather},
+    {"all_gather_single", Op::kAllGather},
+    {"all_gather_v", Op::kAllGather},
+    {"_all_gather_base", Op::kAllGather},
+    {"_allgather_base", Op::kAllGather},
+    {"all_gather_into_tensor_coalesced", Op::kAllGather},
+    {"ALLGATHER_coalesced", Op::kAllGather},
+    {"reduce_scatter", Op::kReduceScatter},
+    {"reduce_scatter_single", Op::kReduceScatter},
+    {"reduce_scatter_v", Op::kReduceScatter},
+    {"_reduce_scatter_base", Op::kReduceScatter},
+    {"reduce_scatter_tensor_coalesced", Op::kReduceScatter},
+    {"REDUCE_SCATTER_coalesced", Op::kReduceScatter},
+    {"gather", Op::kGather},
+    {"scatter", Op::kScatter},
+    {"all_to_all", Op::kAlltoAll},
+    {"all_to_all_single", Op::kAlltoAll},
+    {"all_to_all_v_single", Op::kAlltoAll},
+    {"send", Op::kSend},
     {"recv", Op::kRecv},
 };
 
@@ -121,8 +135,8 @@ const std::vector<int>* pgRanks(const fr::Dump& d, const std::string& pg) {
 
 int datatypeOfDtype(const std::string& dtype) {
   static const std::map<std::string, int> kTypes = {
-      {"Char", 0},    {"Byte", 1},   {"Bool", 1},      {"Int", 2},          {"UInt32", 3},
-      {"Long", 4},    {"UInt64", 5}, {"Half", 6},      {"Float", 7},        {"Double", 8},
+      {"Char", 0},     {"Byte", 1},           {"Bool", 1},         {"Int", 2},   {"UInt32", 3},
+      {"Long", 4},     {"UInt64", 5},         {"Half", 6},         {"Float", 7}, {"Double", 8},
       {"BFloat16", 9}, {"Float8_e4m3fn", 10}, {"Float8_e5m2", 11},
   };
   auto it = kTypes.find(dtype);
@@ -269,10 +283,11 @@ trace::Manifest importedManifest(const fr::Dump& d, const std::string& diagnosis
                 {"format", d.format},
                 {"version", d.version},
                 {"comm_lib_version", d.commLibVersion},
-                {"missing", "payloads, streams, reduction operators, roots, element counts of coalesced calls, "
-                            "NCCL groups, how communicators were created (a group other than the default one is written as "
-                            "torch's split of the default one); each FlightRecorderEntry's unknown "
-                            "names its call's"}};
+                {"missing",
+                 "payloads, streams, reduction operators, roots, element counts of coalesced calls, "
+                 "NCCL groups, how communicators were created (a group other than the default one is written as "
+                 "torch's split of the default one); each FlightRecorderEntry's unknown "
+                 "names its call's"}};
   if (!diagnosis.empty()) m.imported["diagnosis"] = diagnosis;
   if (!d.entries.empty() && d.entries.front().recordId > 0) {
     m.imported["wrapped"] = "the dump starts at record id " + std::to_string(d.entries.front().recordId) +
@@ -320,10 +335,9 @@ std::map<std::string, ImportedComm> writeComms(const fr::Dump& d, trace::TraceWr
     auto parent = comms.find("0");
     if (name != "0" && members != nullptr && groupRank >= 0 && parent != comms.end()) {
       const std::vector<int>* parentMembers = pgRanks(d, "0");
-      const bool inParent =
-          parentMembers != nullptr && std::all_of(members->begin(), members->end(), [&](int r) {
-            return std::find(parentMembers->begin(), parentMembers->end(), r) != parentMembers->end();
-          });
+      const bool inParent = parentMembers != nullptr && std::all_of(members->begin(), members->end(), [&](int r) {
+                              return std::find(parentMembers->begin(), parentMembers->end(), r) != parentMembers->end();
+                            });
       if (inParent) {
         std::vector<int> sorted = *members;
         std::sort(sorted.begin(), sorted.end());
@@ -510,7 +524,8 @@ GroupCollectives collectives(const std::vector<fr::Dump>& dumps) {
     for (const auto& [name, pg] : d.pgConfig) g.members[name].insert(pg.ranks.begin(), pg.ranks.end());
     for (const fr::Entry& e : d.entries) {
       if (e.isP2p || e.profilingName.find("send ") != std::string::npos ||
-          e.profilingName.find("recv ") != std::string::npos || e.profilingName.find(":coalesced") != std::string::npos) {
+          e.profilingName.find("recv ") != std::string::npos ||
+          e.profilingName.find(":coalesced") != std::string::npos) {
         continue;
       }
       g.byPg[e.pgName][d.rank].emplace(e.collectiveSeqId, &e);
@@ -579,10 +594,12 @@ std::string describeMismatch(const std::vector<fr::Dump>& dumps, const std::stri
   }
   std::string how = "a different call";
   if (oddEntry && commonEntry) {
-    if (oddEntry->profilingName != commonEntry->profilingName) how = "a different collective";
+    if (oddEntry->profilingName != commonEntry->profilingName)
+      how = "a different collective";
     else if (oddEntry->inputDtypes != commonEntry->inputDtypes || oddEntry->outputDtypes != commonEntry->outputDtypes)
       how = "a different dtype";
-    else how = "different sizes";
+    else
+      how = "different sizes";
   }
   if (oddEntry != nullptr) {
     a.any = oddEntry;
@@ -660,8 +677,8 @@ std::string diagnoseOrder(const std::vector<fr::Dump>& dumps, const GroupCollect
   for (const auto& [pg, members] : all.members) {
     if (std::includes(members.begin(), members.end(), all.dumped.begin(), all.dumped.end())) common.insert(pg);
   }
-  std::map<int, std::vector<const fr::Entry*>> order;       // rank -> its collectives of common groups, in order
-  std::map<int, std::map<std::string, size_t>> counts;      // rank -> group -> collectives made there
+  std::map<int, std::vector<const fr::Entry*>> order;   // rank -> its collectives of common groups, in order
+  std::map<int, std::map<std::string, size_t>> counts;  // rank -> group -> collectives made there
   for (const fr::Dump& d : dumps) {
     if (!d.entries.empty() && d.entries.front().recordId > 0) return "";  // wrapped: no common start to align
     std::set<std::pair<std::string, int64_t>> seen;
@@ -699,12 +716,11 @@ std::string diagnoseOrder(const std::vector<fr::Dump>& dumps, const GroupCollect
       const fr::Entry& instead = *entryAt(*others.begin());
       std::ostringstream out;
       out << pgLabel(skipped) << ", collective sequence number " << skipped.collectiveSeqId << ": " << ranksText(others)
-          << " skipped " << skipped.profilingName << " " << shapesText(skipped.inputSizes) << " (missing call): "
-          << ranksText(ranks) << " called it before " << entryText(instead) << ", which " << ranksText(others)
-          << " called instead; on " << pgLabel(skipped) << " " << ranksText(others) << " made " << most
-          << " collectives where " << ranksText(ranks) << " made " << fewest
-          << ", so " << (others.size() > 1 ? "their" : "its")
-          << " later calls there pair with the others' earlier ones\n";
+          << " skipped " << skipped.profilingName << " " << shapesText(skipped.inputSizes)
+          << " (missing call): " << ranksText(ranks) << " called it before " << entryText(instead) << ", which "
+          << ranksText(others) << " called instead; on " << pgLabel(skipped) << " " << ranksText(others) << " made "
+          << most << " collectives where " << ranksText(ranks) << " made " << fewest << ", so "
+          << (others.size() > 1 ? "their" : "its") << " later calls there pair with the others' earlier ones\n";
       if (!skipped.frames.empty()) {
         out << "  stack of the skipped call (rank " << *ranks.begin() << "):\n";
         std::istringstream frames(framesText(skipped.frames));
@@ -720,7 +736,8 @@ std::string diagnoseOrder(const std::vector<fr::Dump>& dumps, const GroupCollect
                      [](const auto& x, const auto& y) { return x.second.size() < y.second.size(); });
     std::ostringstream out;
     out << "the ranks called their groups' collectives in a different order at their collective " << i + 1 << ":";
-    for (const auto& [key, ranks] : byCount) out << " " << ranksText(ranks) << " called " << entryText(*entryAt(*ranks.begin())) << ";";
+    for (const auto& [key, ranks] : byCount)
+      out << " " << ranksText(ranks) << " called " << entryText(*entryAt(*ranks.begin())) << ";";
     out << " a rank skipped a call or made an extra one there\n";
     return out.str();
   }

@@ -265,19 +265,21 @@ Status shareGpus(const std::string& lib, std::map<std::string, std::string>* env
                                                : placement.string() + ":" + preload->second;
   const char* ifname = getenv("NCCL_SOCKET_IFNAME");
   if (ifname == nullptr || *ifname == '\0') (*env)["NCCL_SOCKET_IFNAME"] = "lo";
-  *summary = "ranks share " +
-             (gpus > 0 ? std::to_string(gpus) + " GPU" + (gpus > 1 ? "s (local rank % " + std::to_string(gpus) + ")" : "")
-                       : std::string("the GPU (none visible to the launcher: ranks are placed as on one)")) +
-             ", each process with its own NCCL_HOSTID; NCCL connects them over sockets on " +
-             (ifname && *ifname ? std::string("NCCL_SOCKET_IFNAME=") + ifname : std::string("lo")) +
-             " (values and calls are a real run's, step times are not a lone rank's)";
+  *summary =
+      "ranks share " +
+      (gpus > 0 ? std::to_string(gpus) + " GPU" + (gpus > 1 ? "s (local rank % " + std::to_string(gpus) + ")" : "")
+                : std::string("the GPU (none visible to the launcher: ranks are placed as on one)")) +
+      ", each process with its own NCCL_HOSTID; NCCL connects them over sockets on " +
+      (ifname && *ifname ? std::string("NCCL_SOCKET_IFNAME=") + ifname : std::string("lo")) +
+      " (values and calls are a real run's, step times are not a lone rank's)";
   return Status::ok();
 }
 
 std::string freshDirectoryName(const std::string& base, const std::string& prefix) {
   auto now = std::chrono::system_clock::now().time_since_epoch();
-  return (fs::path(base) / (prefix + "-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) +
-                            "-" + std::to_string(getpid())))
+  return (fs::path(base) /
+          (prefix + "-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "-" +
+           std::to_string(getpid())))
       .string();
 }
 

@@ -2,7 +2,8 @@
 // ranklens: run a program as rank r of an N-rank job on this machine, with RankLens's libnccl.so.2 in place of
 // NCCL; summarise the events it wrote; show the effective configuration.
 // Exit codes: the program's own exit code for `replay` (1 if it exited 0 but its event log could not be written
-// whole; 2 if the event directory cannot be written, before the run); 0 success, 1 runtime failure, 2 bad usage otherwise.
+// whole; 2 if the event directory cannot be written, before the run); 0 success, 1 runtime failure, 2 bad usage
+// otherwise.
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
@@ -74,9 +75,8 @@ int runDumpConfig(const std::string& configPath, bool markdown) {
       section = static_cast<int>(row.section);
       std::cout << "# " << ranklens::config::toString(row.section) << "\n";
     }
-    std::cout << std::setw(15) << row.key << " = " << std::setw(24) << row.value << "  (" << row.set_by
-              << "; default " << (row.default_value.empty() ? "\"\"" : row.default_value) << "; env " << row.env
-              << ")\n";
+    std::cout << std::setw(15) << row.key << " = " << std::setw(24) << row.value << "  (" << row.set_by << "; default "
+              << (row.default_value.empty() ? "\"\"" : row.default_value) << "; env " << row.env << ")\n";
   }
   return 0;
 }
@@ -101,7 +101,8 @@ void describeApp(CLI::App& app) {
       "  ranklens history build /scratch/run42 /scratch/run43 -o cluster.hist\n"
       "  ranklens estimate eval --history cluster.hist --target transfer\n"
       "  ranklens history import-nccl-tests all_reduce_64ranks.log -o cluster.hist --append\n"
-      "Exit codes: record and replay return the program's exit code (128+N if killed by signal N; 127 if it cannot start;\n"
+      "Exit codes: record and replay return the program's exit code (128+N if killed by signal N; 127 if it cannot "
+      "start;\n"
       "  2 for bad usage before it starts); compare 0 match, 1 differ; other commands 0 ok, 1 failure; all 2 for\n"
       "  bad usage (compare and timeline: also for an unreadable trace).\n"
       "Settings: docs/config.md (RANKLENS_* variables > YAML file > defaults).");
@@ -123,16 +124,15 @@ void declareTraceCommands(CLI::App& app, std::vector<Command>* commands) {
     bool json = false;
   };
   auto summary = std::make_shared<SummaryOptions>();
-  auto* summaryCmd =
-      trace->add_subcommand("summary", "Per rank: communicators and call signatures with counts/bytes");
+  auto* summaryCmd = trace->add_subcommand("summary", "Per rank: communicators and call signatures with counts/bytes");
   summaryCmd->add_option("dir", summary->dir, "Trace directory (or one rank<R> directory)")->required();
   summaryCmd->add_flag("--json", summary->json, "Machine-readable output");
   commands->push_back({summaryCmd, [summary] {
                          return ranklens::tools::printTraceSummary(summary->dir, summary->json, std::cout, std::cerr);
                        }});
   auto waits = std::make_shared<ranklens::tools::WaitsOptions>();
-  commands->push_back({ranklens::tools::addWaitsCommand(*trace, waits.get()),
-                       [waits] { return ranklens::tools::runWaits(*waits); }});
+  commands->push_back(
+      {ranklens::tools::addWaitsCommand(*trace, waits.get()), [waits] { return ranklens::tools::runWaits(*waits); }});
 }
 
 void declareDumpConfig(CLI::App& app, std::vector<Command>* commands) {
@@ -177,8 +177,8 @@ std::vector<Command> declareCommands(CLI::App& app) {
   commands.push_back({rt::addExportCommand(app, exportFr.get()),
                       [exportFr] { return rt::runExport(*exportFr, std::cout, std::cerr); }});
   auto timeline = std::make_shared<rt::TimelineOptions>();
-  commands.push_back({rt::addTimelineCommand(app, timeline.get()),
-                      [timeline] { return rt::runTimeline(*timeline, std::cerr); }});
+  commands.push_back(
+      {rt::addTimelineCommand(app, timeline.get()), [timeline] { return rt::runTimeline(*timeline, std::cerr); }});
   declareDumpConfig(app, &commands);
   return commands;
 }
@@ -186,8 +186,9 @@ std::vector<Command> declareCommands(CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"RankLens: run one rank of a distributed NCCL job alone, with its peers' effects restored at the "
-               "NCCL boundary."};
+  CLI::App app{
+      "RankLens: run one rank of a distributed NCCL job alone, with its peers' effects restored at the "
+      "NCCL boundary."};
   describeApp(app);
   const std::vector<Command> commands = declareCommands(app);
   if (!ranklens::tools::knownSubcommands(app, argc, argv)) return 2;

@@ -108,9 +108,9 @@ void reportRanks(const std::string& traceDir) {
       std::cout << ", DROPPED " << m.records_dropped << " records / " << m.payloads_dropped << " payloads";
     namespace shown = trace::counter;
     auto counterOf = [&](const char* name) { return trace::counterValue(m, name).value_or(0); };
-    for (const char* counter : {shown::kPayloadsSkippedStagingFull, shown::kPayloadsSkippedTooLarge,
-                                shown::kTimingErrors, shown::kKernelClockUnmatched, shown::kKernelClockIncomplete,
-                                shown::kCallsUnrecorded})
+    for (const char* counter :
+         {shown::kPayloadsSkippedStagingFull, shown::kPayloadsSkippedTooLarge, shown::kTimingErrors,
+          shown::kKernelClockUnmatched, shown::kKernelClockIncomplete, shown::kCallsUnrecorded})
       if (const uint64_t n = counterOf(counter); n > 0) std::cout << ", " << counter << " " << n;
     const uint64_t rankSkippedFull = counterOf(shown::kPayloadsSkippedStagingFull);
     const uint64_t rankWaitNs = counterOf(shown::kStagingWaitNs);
@@ -128,11 +128,13 @@ void reportRanks(const std::string& traceDir) {
     std::cout << "\n";
   }
   if (tooLarge > 0)
-    std::cout << "  " << tooLarge << " payloads were larger than all of staging (staging_bytes): "
-              << trace::advice::kStagingTooSmall << "\n";
+    std::cout << "  " << tooLarge
+              << " payloads were larger than all of staging (staging_bytes): " << trace::advice::kStagingTooSmall
+              << "\n";
   if (skippedFull > 0)
-    std::cout << "  " << skippedFull << " payloads did not fit in staging (pinned memory, staging_bytes): "
-              << trace::advice::kStagingFull << "\n";
+    std::cout << "  " << skippedFull
+              << " payloads did not fit in staging (pinned memory, staging_bytes): " << trace::advice::kStagingFull
+              << "\n";
   // Staging absorbs bursts; when the compression threads were busy most of the time they had payloads, they bound
   // the recording (GPT-2 small DDP: about ten steps absorbed, then 1.7-2.7x the job's step time).
   if (busiest.busyShare >= kThreadsBoundShare) {
@@ -141,7 +143,8 @@ void reportRanks(const std::string& traceDir) {
     if (busiest.cpuSecondsPerGB > 0)  // compressionLoad leaves it out for too few bytes to make a rate
       std::cout << " (" << std::setprecision(2) << busiest.cpuSecondsPerGB << " CPU-s per GB of payload)";
     std::cout << ": they, not staging, bound a long recording; give them free cores (RANKLENS_PAYLOAD_THREADS) or "
-              << "store fewer steps (RANKLENS_PAYLOAD_STEPS)\n" << std::defaultfloat;
+              << "store fewer steps (RANKLENS_PAYLOAD_STEPS)\n"
+              << std::defaultfloat;
   } else if (skippedFull == 0 && waitNs > 0)
     std::cout << "  the job waited for room in staging to keep every payload: a larger RANKLENS_STAGING_BYTES "
               << "shortens the wait\n";
@@ -175,8 +178,7 @@ int runRecord(const RecordOptions& o) {
   if (!checkSettings(env, &settings).isOk()) return 2;
   if (!o.quiet)
     std::cerr << "ranklens: recording (payloads " << config::toString(settings.payloads) << ", timing clock "
-              << config::toString(settings.timing_clock) << ") to " << traceDir
-              << " with " << lib << "\n";
+              << config::toString(settings.timing_clock) << ") to " << traceDir << " with " << lib << "\n";
   const int exitCode = runCommand(env, o.command);
   if (!o.quiet) {
     std::cerr << "ranklens: " << o.command[0] << " exited with status " << exitCode << "\n";
@@ -186,11 +188,13 @@ int runRecord(const RecordOptions& o) {
 }
 
 CLI::App* addRunCommand(CLI::App& app, RunOptions* o) {
-  auto* cmd = app.add_subcommand("run", "Run a job on the real NCCL with its ranks sharing this machine's GPU(s) "
-                                        "(--share-gpu), recording nothing: a multi-rank test on one GPU");
+  auto* cmd = app.add_subcommand("run",
+                                 "Run a job on the real NCCL with its ranks sharing this machine's GPU(s) "
+                                 "(--share-gpu), recording nothing: a multi-rank test on one GPU");
   cmd->add_flag("--share-gpu", o->shareGpu, kShareGpuHelp)->required();
-  cmd->add_option("--lib", o->lib, "RankLens's libnccl.so.2, beside which the placement library is found (default: "
-                                   "the one installed beside ranklens); the job itself runs on its own NCCL");
+  cmd->add_option("--lib", o->lib,
+                  "RankLens's libnccl.so.2, beside which the placement library is found (default: "
+                  "the one installed beside ranklens); the job itself runs on its own NCCL");
   cmd->add_flag("-q,--quiet", o->quiet, "No launcher messages");
   cmd->add_option("command", o->command, "The launcher or program and its arguments (after --)")->required();
   cmd->footer(

@@ -40,8 +40,8 @@ ranklens::Status eventDirectoryWritable(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
-    return Status::systemError(dir + ": cannot create the directory: " +
-                               (ec ? ec.message() : std::string("it is not a directory")));
+    return Status::systemError(
+        dir + ": cannot create the directory: " + (ec ? ec.message() : std::string("it is not a directory")));
   std::string probe = dir + "/.ranklens-write-check-XXXXXX";
   const int fd = mkstemp(probe.data());
   if (fd < 0) return Status::systemError(dir + ": cannot write there: " + strerror(errno));
@@ -89,9 +89,9 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true, bo
   if (!ofRecording) {
     std::cout << "\nReplay without a recording: " << get("replay_calls") << " calls, each held for its estimate ("
               << get("replay_estimates_extrapolated") << " extrapolated beyond the history, "
-              << get("replay_estimates_from_benchmarks") << " from nccl-tests samples); held on the call streams: "
-              << std::fixed << std::setprecision(2) << get("replay_held_ns") / 1e6 << " ms in "
-              << get("replay_holds") << " holds"
+              << get("replay_estimates_from_benchmarks")
+              << " from nccl-tests samples); held on the call streams: " << std::fixed << std::setprecision(2)
+              << get("replay_held_ns") / 1e6 << " ms in " << get("replay_holds") << " holds"
               << (reader->manifest().gpu_name.empty() ? " (host device: GPU time accounted, not waited)" : "") << "\n";
     if (get("replay_estimates_extrapolated") > 0)
       std::cout << "note: an extrapolated estimate had no sample of its operation and communicator size within a "
@@ -106,8 +106,8 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true, bo
             << " resynchronised, " << get("replay_extra_calls") << " extra), " << get("replay_estimated")
             << " estimated (" << get("replay_estimates_extrapolated") << " extrapolated, "
             << get("replay_estimates_from_benchmarks") << " from nccl-tests samples, " << get("replay_untimed")
-            << " recorded without a duration: captured in a CUDA graph or lost), "
-            << get("replay_payloads_restored") << " payloads restored, " << get("replay_filled_without_payload")
+            << " recorded without a duration: captured in a CUDA graph or lost), " << get("replay_payloads_restored")
+            << " payloads restored, " << get("replay_filled_without_payload")
             << " filled without payload; communicators " << get("replay_comms_matched") << " matched, "
             << get("replay_comms_unmatched") << " unmatched, " << get("replay_comms_rebound") << " rebound\n"
             << "Held on the call streams: " << std::fixed << std::setprecision(2) << get("replay_held_ns") / 1e6
@@ -188,11 +188,11 @@ Status checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<st
 // the job starts (the library says it too, under NCCL_DEBUG).
 void warnOfPayloadGaps(const ReplayOptions& o) {
   std::unique_ptr<ranklens::trace::Recording> recording;
-  if (!ranklens::trace::Recording::open(o.trace, o.rank, &recording).isOk()) return;  // the library reports what it cannot open
+  if (!ranklens::trace::Recording::open(o.trace, o.rank, &recording).isOk())
+    return;  // the library reports what it cannot open
   const std::string gaps = ranklens::trace::describePayloadGaps(*recording);
   if (!gaps.empty()) std::cerr << "warning: " << gaps << "\n";
 }
-
 
 // What a one-rank replay runs: the world it joins, the library, the program's environment and settings, and where
 // its events go.
@@ -235,10 +235,13 @@ void setReplayEnvironment(const ReplayOptions& o, const std::map<std::string, st
                           ReplayPlan* plan) {
   auto& env = plan->env;
   env = {
-      {"RANKLENS_MODE", "replay"}, {"RANKLENS_FIDELITY", "structure"},
-      {"RANK", std::to_string(o.rank)}, {"WORLD_SIZE", std::to_string(plan->worldSize)},
+      {"RANKLENS_MODE", "replay"},
+      {"RANKLENS_FIDELITY", "structure"},
+      {"RANK", std::to_string(o.rank)},
+      {"WORLD_SIZE", std::to_string(plan->worldSize)},
       // One GPU here: the original local rank does not exist on this machine.
-      {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+      {"LOCAL_RANK", "0"},
+      {"LOCAL_WORLD_SIZE", "1"},
       // torch: no unique-id exchange through the store (there are no peers to send it).
       {"TORCH_NCCL_BCAST_UNIQUEID", "0"},
   };
@@ -333,7 +336,6 @@ int failBeforeStart(const Status& status) {
   return 2;
 }
 
-
 // The options of a one-rank replay: who, in which world, against what recording, with which library. Returns
 // --rank's option (--ranks excludes it).
 CLI::Option* addOneRankOptions(CLI::App* cmd, ReplayOptions* o) {
@@ -417,7 +419,6 @@ void addRanksOptions(CLI::App* cmd, ReplayOptions* o, CLI::Option* rankOption) {
       ->check(CLI::NonNegativeNumber);
 }
 
-
 }  // namespace
 
 int runReplay(const ReplayOptions& o) {
@@ -432,8 +433,8 @@ int runReplay(const ReplayOptions& o) {
   if (!o.quiet)
     std::cerr << "ranklens: replaying rank " << o.rank << " of " << plan.worldSize << " ("
               << config::toString(plan.settings.fidelity)
-              << (plan.settings.replay_trace.empty() ? std::string() : " of " + plan.settings.replay_trace)
-              << ", fill " << config::toString(plan.settings.fill) << ") with " << plan.lib << "\n"
+              << (plan.settings.replay_trace.empty() ? std::string() : " of " + plan.settings.replay_trace) << ", fill "
+              << config::toString(plan.settings.fill) << ") with " << plan.lib << "\n"
               << "ranklens: events -> " << (plan.traceDir.empty() ? "(disabled)" : plan.traceDir) << "\n";
   if (!plan.traceDir.empty())
     if (Status writable = eventDirectoryWritable(plan.traceDir); !writable.isOk())

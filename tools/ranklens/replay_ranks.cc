@@ -77,8 +77,10 @@ bool parseRanks(const std::string& spec, const std::set<int>& recorded, int worl
     long lo = -1, hi = -1;
     char* end = nullptr;
     lo = std::strtol(item.c_str(), &end, 10);
-    if (end != item.c_str() && *end == '-') hi = std::strtol(end + 1, &end, 10);
-    else hi = lo;
+    if (end != item.c_str() && *end == '-')
+      hi = std::strtol(end + 1, &end, 10);
+    else
+      hi = lo;
     if (item.empty() || *end != '\0' || lo < 0 || hi < lo || hi > INT_MAX) {
       *error = "--ranks: '" + item + "' is not a rank or a range (e.g. all, 3, 0,2,5-7)";
       return false;
@@ -87,8 +89,10 @@ bool parseRanks(const std::string& spec, const std::set<int>& recorded, int worl
       if (!recorded.count(static_cast<int>(r))) {
         *error = "--ranks: rank " + std::to_string(r) + " is not in the recording (it holds " +
                  std::to_string(recorded.size()) + " rank directories" +
-                 (recorded.empty() ? std::string() : ", ranks " + std::to_string(*recorded.begin()) + " to " +
-                                                         std::to_string(*recorded.rbegin())) + ")";
+                 (recorded.empty()
+                      ? std::string()
+                      : ", ranks " + std::to_string(*recorded.begin()) + " to " + std::to_string(*recorded.rbegin())) +
+                 ")";
         return false;
       }
       chosen.insert(static_cast<int>(r));
@@ -303,23 +307,23 @@ void printLine(const RankResult& r, std::ostream& out) {
   if (r.recordedCalls > 0)
     calls << " (" << std::fixed << std::setprecision(r.matchedCalls == r.recordedCalls ? 0 : 1)
           << 100.0 * static_cast<double>(r.matchedCalls) / static_cast<double>(r.recordedCalls) << "%)";
-  out << std::setw(20) << calls.str() << std::setw(12) << (r.diverged ? "yes" : "none") << std::setw(32)
-      << r.stepError << (r.digest.empty() ? "-" : r.digest) << "\n";
+  out << std::setw(20) << calls.str() << std::setw(12) << (r.diverged ? "yes" : "none") << std::setw(32) << r.stepError
+      << (r.digest.empty() ? "-" : r.digest) << "\n";
   if (r.diverged) out << "      first divergence: " << r.divergence << "\n";
   out << std::right;
 }
 
 void printHeader(std::ostream& out) {
   out << std::left << std::setw(6) << "rank" << std::setw(6) << "exit" << std::setw(20) << "calls matched"
-      << std::setw(12) << "diverged" << std::setw(32) << "step-time error" << "digest\n"
+      << std::setw(12) << "diverged" << std::setw(32) << "step-time error"
+      << "digest\n"
       << std::right;
 }
 
 int report(const ReplayOptions& o, const std::vector<int>& ranks) {
   std::vector<RankResult> results;
   for (int rank : ranks) results.push_back(resultOf(o, rank));
-  std::cout << "\nReplays of " << o.trace << " (" << results.size() << " ranks; logs and traces in " << o.out
-            << "):\n";
+  std::cout << "\nReplays of " << o.trace << " (" << results.size() << " ranks; logs and traces in " << o.out << "):\n";
   printHeader(std::cout);
   json rows = json::array();
   size_t ok = 0;
@@ -383,7 +387,8 @@ int writeSlurm(const ReplayOptions& o, const std::vector<int>& ranks, int parall
          << "start=$(date +%s)\n"
          << command << " > " << quote(o.out) << "/rank\"$RANK\".log 2>&1\n"
          << "status=$?\n"
-         << "printf '{\"exit\": %d, \"seconds\": %d, \"concurrent\": false}\\n' \"$status\" \"$(( $(date +%s) - start ))\" > "
+         << "printf '{\"exit\": %d, \"seconds\": %d, \"concurrent\": false}\\n' \"$status\" \"$(( $(date +%s) - start "
+            "))\" > "
          << quote(o.out) << "/rank\"$RANK\".exit\n"
          << "exit $status\n";
   if (!script.flush()) {

@@ -102,44 +102,66 @@ std::string timeText(const SignatureStats& s) {
 }
 
 nlohmann::json summariseJson(const EventLog& log, const std::map<Signature, SignatureStats>& sigs) {
-  nlohmann::json rank = {{"rank", log.manifest.rank}, {"host", log.manifest.host}, {"pid", log.manifest.pid},
-                         {"mode", log.manifest.mode}, {"writer", log.manifest.writer}, {"closed", log.manifest.closed},
-                         {"calls", log.calls.size()}, {"groups", log.groupEnds.size()}, {"stages", log.stages.size()},
-                         {"counters", log.manifest.counters}};
+  nlohmann::json rank = {{"rank", log.manifest.rank},     {"host", log.manifest.host},
+                         {"pid", log.manifest.pid},       {"mode", log.manifest.mode},
+                         {"writer", log.manifest.writer}, {"closed", log.manifest.closed},
+                         {"calls", log.calls.size()},     {"groups", log.groupEnds.size()},
+                         {"stages", log.stages.size()},   {"counters", log.manifest.counters}};
   const PayloadStats p = payloadStats(log);
-  rank["payloads"] = {{"count", p.count}, {"bytes", p.bytes}, {"largest_step_bytes", p.largestStep},
-                      {"auto_prefetch_bytes", p.autoPrefetch}, {"auto_device_bytes", p.autoDevice},
+  rank["payloads"] = {{"count", p.count},
+                      {"bytes", p.bytes},
+                      {"largest_step_bytes", p.largestStep},
+                      {"auto_prefetch_bytes", p.autoPrefetch},
+                      {"auto_device_bytes", p.autoDevice},
                       {"not_stored", nlohmann::json::object()}};
   for (const auto& [why, n] : p.lost) rank["payloads"]["not_stored"][why] = n;
   if (const trace::CompressionLoad load = trace::compressionLoad(log.manifest); load.known) {
-    rank["payloads"]["compression"] = {
-        {"threads", load.threads},          {"busy_share", load.busyShare},          {"active_s", load.activeSeconds},
-        {"copy_s", load.copySeconds},       {"compress_s", load.compressSeconds},    {"write_s", load.writeSeconds},
-        {"cpu_s", load.cpuSeconds},         {"cpu_s_per_gb", nullptr}};
+    rank["payloads"]["compression"] = {{"threads", load.threads},
+                                       {"busy_share", load.busyShare},
+                                       {"active_s", load.activeSeconds},
+                                       {"copy_s", load.copySeconds},
+                                       {"compress_s", load.compressSeconds},
+                                       {"write_s", load.writeSeconds},
+                                       {"cpu_s", load.cpuSeconds},
+                                       {"cpu_s_per_gb", nullptr}};
     if (load.cpuSecondsPerGB > 0) rank["payloads"]["compression"]["cpu_s_per_gb"] = load.cpuSecondsPerGB;
   }
   auto comms = perCommunicator(sigs);
   for (const auto& comm : log.comms) {
     const SignatureStats& c = comms[comm.commId];
-    rank["communicators"].push_back({{"id", comm.commId}, {"nranks", comm.nranks}, {"rank", comm.rank},
-                                     {"how", comm.how}, {"name", comm.name}, {"parent", comm.parentId},
-                                     {"color", comm.color}, {"key", comm.key}, {"calls", c.calls},
-                                     {"bytes", c.bytes}, {"gpu_ns", c.gpuNs}, {"timed_calls", c.timed}});
+    rank["communicators"].push_back({{"id", comm.commId},
+                                     {"nranks", comm.nranks},
+                                     {"rank", comm.rank},
+                                     {"how", comm.how},
+                                     {"name", comm.name},
+                                     {"parent", comm.parentId},
+                                     {"color", comm.color},
+                                     {"key", comm.key},
+                                     {"calls", c.calls},
+                                     {"bytes", c.bytes},
+                                     {"gpu_ns", c.gpuNs},
+                                     {"timed_calls", c.timed}});
   }
   for (const auto& [sig, stats] : sigs) {
     auto [comm, op, dtype, count, root, redop] = sig;
-    rank["signatures"].push_back({{"comm", comm}, {"op", events::opName(static_cast<Op>(op))},
-                                  {"datatype", events::datatypeName(dtype)}, {"count", count}, {"root_or_peer", root},
-                                  {"redop", redopName(redop)}, {"calls", stats.calls}, {"bytes", stats.bytes},
-                                  {"gpu_ns", stats.gpuNs}, {"timed_calls", stats.timed}});
+    rank["signatures"].push_back({{"comm", comm},
+                                  {"op", events::opName(static_cast<Op>(op))},
+                                  {"datatype", events::datatypeName(dtype)},
+                                  {"count", count},
+                                  {"root_or_peer", root},
+                                  {"redop", redopName(redop)},
+                                  {"calls", stats.calls},
+                                  {"bytes", stats.bytes},
+                                  {"gpu_ns", stats.gpuNs},
+                                  {"timed_calls", stats.timed}});
   }
   return rank;
 }
 
 void summariseText(const EventLog& log, const std::map<Signature, SignatureStats>& sigs, std::ostream& out) {
   out << "rank " << log.manifest.rank << " (host " << log.manifest.host << ", pid " << log.manifest.pid << ", "
-      << log.manifest.mode << ": " << log.manifest.writer << "): " << log.calls.size() << " calls, "
-      << log.comms.size() << " communicators, " << log.groupEnds.size() << " groups, " << log.stages.size() << " stage markers\n";
+      << log.manifest.mode << ": " << log.manifest.writer << "): " << log.calls.size() << " calls, " << log.comms.size()
+      << " communicators, " << log.groupEnds.size() << " groups, " << log.stages.size() << " stage markers\n";
   // What the writing library counted (record: durations measured, lost, payloads skipped; replay: replay_*).
   if (!log.manifest.counters.empty()) {
     out << "  counters:";
@@ -187,7 +209,8 @@ void summariseText(const EventLog& log, const std::map<Signature, SignatureStats
     out << "    #" << std::left << std::setw(3) << comm << " " << std::setw(13) << events::opName(static_cast<Op>(op))
         << " " << std::setw(9) << events::datatypeName(dtype) << " count " << std::setw(10) << count;
     out << (root >= 0 ? " root/peer " + std::to_string(root) : std::string(" ")) << "  " << redopName(redop) << ":  "
-        << stats.calls << " calls, " << bytesText(stats.bytes) << timeText(stats) << "\n" << std::right;
+        << stats.calls << " calls, " << bytesText(stats.bytes) << timeText(stats) << "\n"
+        << std::right;
   }
 }
 
@@ -231,8 +254,10 @@ int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out,
         stats.timed++;
       }
     }
-    if (json) all.push_back(summariseJson(log, sigs));
-    else summariseText(log, sigs, out);
+    if (json)
+      all.push_back(summariseJson(log, sigs));
+    else
+      summariseText(log, sigs, out);
   }
   if (json) out << all.dump(2) << "\n";
   return status;

@@ -28,9 +28,12 @@ inline std::string msText(double ns, int decimals = 3) {
 // A duration in seconds at a scale that shows it: "2.35 s", "1.2 ms", "45 us".
 inline std::string durationText(double seconds) {
   std::ostringstream text;
-  if (seconds >= 1) text << std::fixed << std::setprecision(2) << seconds << " s";
-  else if (seconds >= 1e-3) text << std::fixed << std::setprecision(1) << seconds * 1e3 << " ms";
-  else text << std::fixed << std::setprecision(0) << seconds * 1e6 << " us";
+  if (seconds >= 1)
+    text << std::fixed << std::setprecision(2) << seconds << " s";
+  else if (seconds >= 1e-3)
+    text << std::fixed << std::setprecision(1) << seconds * 1e3 << " ms";
+  else
+    text << std::fixed << std::setprecision(0) << seconds * 1e6 << " us";
   return text.str();
 }
 

@@ -39,10 +39,12 @@ bool windowOf(const EventLog& log, const TimelineOptions& options, Window* windo
   if (options.fromStep >= 0) {
     auto from = marks.find(options.fromStep);
     if (from == marks.end()) {
-      *error = log.directory + ": no \"" + kind + "\" marker for step " + std::to_string(options.fromStep) + " (" +
-               std::to_string(marks.size()) + " marked" +
-               (marks.empty() ? "" : ": " + std::to_string(marks.begin()->first) + ".." +
-                                         std::to_string(marks.rbegin()->first)) + ")";
+      *error =
+          log.directory + ": no \"" + kind + "\" marker for step " + std::to_string(options.fromStep) + " (" +
+          std::to_string(marks.size()) + " marked" +
+          (marks.empty() ? ""
+                         : ": " + std::to_string(marks.begin()->first) + ".." + std::to_string(marks.rbegin()->first)) +
+          ")";
       return false;
     }
     window->originNs = window->beginNs = from->second;
@@ -100,17 +102,20 @@ void writeTrace(const EventLog& log, int pid, const std::string& processName, co
   events->add({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
   events->add({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", "stage markers"}}}});
   for (const auto& [stream, tid] : tidOf) {
-    events->add({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
-                 {"args", {{"name", streamName(stream)}}}});
-    events->add({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
-                 {"args", {{"sort_index", tid}}}});
+    events->add(
+        {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", streamName(stream)}}}});
+    events->add(
+        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
   }
 
   for (const auto& timing : log.timings) {
     if (!window.contains(timing.startNs)) continue;
     const bool p2p = callKind(timing.op) != CallKind::kCollective;
-    json args = {{"comm", timing.commId}, {"seq", timing.seq}, {"peer", p2p ? timing.peer : -1},
-                 {"group", timing.groupId}, {"captured", timing.captured}};
+    json args = {{"comm", timing.commId},
+                 {"seq", timing.seq},
+                 {"peer", p2p ? timing.peer : -1},
+                 {"group", timing.groupId},
+                 {"captured", timing.captured}};
     auto call = calls.find(callKey(timing.commId, timing.op, timing.peer, timing.seq));
     if (call != calls.end()) {
       args["bytes"] = call->second->bytes;
@@ -119,15 +124,25 @@ void writeTrace(const EventLog& log, int pid, const std::string& processName, co
     }
     if (timing.durationNs < 0) args["duration_failed"] = true;  // the CUDA events failed: drawn with no length
     if (timing.clock == trace::kClockEstimated) args["estimated"] = true;  // a replay held the estimator's duration
-    events->add({{"name", opText(timing.op)}, {"cat", "nccl"}, {"ph", "X"}, {"pid", pid},
-                 {"tid", tidOf[timing.stream]}, {"ts", micros(timing.startNs - window.originNs)},
-                 {"dur", micros(std::max<int64_t>(timing.durationNs, 0))}, {"args", args}});
+    events->add({{"name", opText(timing.op)},
+                 {"cat", "nccl"},
+                 {"ph", "X"},
+                 {"pid", pid},
+                 {"tid", tidOf[timing.stream]},
+                 {"ts", micros(timing.startNs - window.originNs)},
+                 {"dur", micros(std::max<int64_t>(timing.durationNs, 0))},
+                 {"args", args}});
   }
   for (const auto& stage : log.stages) {
     if (!window.contains(stage.timeNs)) continue;
     events->add({{"name", stage.step >= 0 ? stage.name + " " + std::to_string(stage.step) : stage.name},
-                 {"cat", "stage"}, {"ph", "i"}, {"s", "p"}, {"pid", pid}, {"tid", 0},
-                 {"ts", micros(stage.timeNs - window.originNs)}, {"args", {{"step", stage.step}}}});
+                 {"cat", "stage"},
+                 {"ph", "i"},
+                 {"s", "p"},
+                 {"pid", pid},
+                 {"tid", 0},
+                 {"ts", micros(stage.timeNs - window.originNs)},
+                 {"args", {{"step", stage.step}}}});
   }
 }
 
@@ -135,8 +150,9 @@ void writeTrace(const EventLog& log, int pid, const std::string& processName, co
 
 CLI::App* addTimelineCommand(CLI::App& app, TimelineOptions* options) {
   auto* cmd = app.add_subcommand(
-      "timeline", "Write traces as Chrome/Perfetto trace-event JSON (ui.perfetto.dev, chrome://tracing): a process "
-                  "per rank directory, a thread per stream, a slice per Timing record, stage markers");
+      "timeline",
+      "Write traces as Chrome/Perfetto trace-event JSON (ui.perfetto.dev, chrome://tracing): a process "
+      "per rank directory, a thread per stream, a slice per Timing record, stage markers");
   cmd->add_option("traces", options->traces,
                   "Rank directories, or trace roots (every rank<R>/ inside); each becomes one process, named by its "
                   "manifest mode and directory (\"record rank1\", \"replay rank1\")")
@@ -210,23 +226,27 @@ int runTimeline(const TimelineOptions& options, std::ostream& err) {
   std::ostream& out = options.output == "-" ? std::cout : file;
   json traces = json::array();
   for (size_t i = 0; i < logs.size(); ++i)
-    traces.push_back({{"pid", i + 1}, {"dir", rankDirs[i]}, {"mode", logs[i].manifest.mode},
-                      {"rank", logs[i].manifest.rank}, {"origin_ns", windows[i].originNs}});
+    traces.push_back({{"pid", i + 1},
+                      {"dir", rankDirs[i]},
+                      {"mode", logs[i].manifest.mode},
+                      {"rank", logs[i].manifest.rank},
+                      {"origin_ns", windows[i].originNs}});
   out << "{\"displayTimeUnit\": \"ns\",\n";
   // Holistic Trace Analysis reads one trace file per rank and takes the rank from distributedInfo (as PyTorch's
   // profiler writes it): a timeline of one rank's trace says which rank it is; one of several ranks cannot.
   if (logs.size() == 1 && logs[0].manifest.rank >= 0) {
     out << "\"distributedInfo\": "
-        << json({{"backend", "nccl"}, {"rank", logs[0].manifest.rank},
-                 {"world_size", std::max(logs[0].manifest.world_size, logs[0].manifest.rank + 1)}}).dump()
+        << json({{"backend", "nccl"},
+                 {"rank", logs[0].manifest.rank},
+                 {"world_size", std::max(logs[0].manifest.world_size, logs[0].manifest.rank + 1)}})
+               .dump()
         << ",\n";
   }
   out << "\"otherData\": "
       << json({{"format", "ranklens-timeline"}, {"format_version", kTimelineFormatVersion}, {"traces", traces}}).dump()
       << ",\n\"traceEvents\": [";
   EventStream events(out);
-  for (size_t i = 0; i < logs.size(); ++i)
-    writeTrace(logs[i], static_cast<int>(i + 1), names[i], windows[i], &events);
+  for (size_t i = 0; i < logs.size(); ++i) writeTrace(logs[i], static_cast<int>(i + 1), names[i], windows[i], &events);
   out << "\n]}\n";
   out.flush();
   if (!out) {

@@ -14,8 +14,8 @@ namespace ranklens {
 namespace tools {
 
 struct TimelineOptions {
-  std::vector<std::string> traces;  // rank directories or trace roots (every rank inside)
-  std::string output;               // "-": stdout
+  std::vector<std::string> traces;     // rank directories or trace roots (every rank inside)
+  std::string output;                  // "-": stdout
   int64_t fromStep = -1, toStep = -1;  // -1: no bound
 };
 

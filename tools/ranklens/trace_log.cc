@@ -11,7 +11,6 @@
 namespace ranklens {
 namespace tools {
 
-
 bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error) {
   std::unique_ptr<trace::TraceReader> reader;
   *error = trace::TraceReader::open(rankDir, trace::Limits{}, &reader).message();
@@ -22,24 +21,38 @@ bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error)
   reader->scan([&](trace::RecordType type, const msgpack::object& body, const trace::Location& where) {
     try {
       switch (type) {
-        case trace::RecordType::kCommInit: log->comms.push_back(body.as<events::CommInit>()); break;
-        case trace::RecordType::kCall: log->calls.push_back(body.as<events::Call>()); break;
-        case trace::RecordType::kGroupEnd: log->groupEnds.push_back(body.as<events::GroupEnd>()); break;
-        case trace::RecordType::kStage: log->stages.push_back(body.as<events::Stage>()); break;
-        case trace::RecordType::kTiming: log->timings.push_back(body.as<trace::Timing>()); break;
-        case trace::RecordType::kCommBinding: log->bindings.push_back(body.as<trace::CommBinding>()); break;
-        case trace::RecordType::kPayloadRef: log->payloads.push_back(body.as<trace::PayloadRef>()); break;
+        case trace::RecordType::kCommInit:
+          log->comms.push_back(body.as<events::CommInit>());
+          break;
+        case trace::RecordType::kCall:
+          log->calls.push_back(body.as<events::Call>());
+          break;
+        case trace::RecordType::kGroupEnd:
+          log->groupEnds.push_back(body.as<events::GroupEnd>());
+          break;
+        case trace::RecordType::kStage:
+          log->stages.push_back(body.as<events::Stage>());
+          break;
+        case trace::RecordType::kTiming:
+          log->timings.push_back(body.as<trace::Timing>());
+          break;
+        case trace::RecordType::kCommBinding:
+          log->bindings.push_back(body.as<trace::CommBinding>());
+          break;
+        case trace::RecordType::kPayloadRef:
+          log->payloads.push_back(body.as<trace::PayloadRef>());
+          break;
         case trace::RecordType::kFlightRecorderEntry:
           log->frEntries.push_back(body.as<trace::FlightRecorderEntry>());
           break;
-        default: break;
+        default:
+          break;
       }
     } catch (const std::exception&) {
       // The spec: a record whose fields have the wrong types is reported (file, offset) and skipped.
-      malformed.push_back(trace::Problem{rankDir + "/" + trace::segmentName(where.segment), where.offset,
-                                         std::string(trace::recordTypeName(type)) +
-                                             " record has a field of the wrong type (skipped)",
-                                         false});
+      malformed.push_back(trace::Problem{
+          rankDir + "/" + trace::segmentName(where.segment), where.offset,
+          std::string(trace::recordTypeName(type)) + " record has a field of the wrong type (skipped)", false});
     }
     return true;
   });
@@ -111,9 +124,12 @@ CallKind callKind(int op) {
 
 const char* callKindName(CallKind kind) {
   switch (kind) {
-    case CallKind::kSend: return "send";
-    case CallKind::kRecv: return "recv";
-    default: return "collective";
+    case CallKind::kSend:
+      return "send";
+    case CallKind::kRecv:
+      return "recv";
+    default:
+      return "collective";
   }
 }
 

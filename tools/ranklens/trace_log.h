@@ -26,7 +26,7 @@ struct EventLog {
   std::vector<trace::Timing> timings;
   std::vector<trace::CommBinding> bindings;  // replay traces (1.3): each replayed communicator's recorded one
   std::vector<events::GroupEnd> groupEnds;
-  std::vector<trace::PayloadRef> payloads;  // every reference, superseded ones (edits) included
+  std::vector<trace::PayloadRef> payloads;            // every reference, superseded ones (edits) included
   std::vector<trace::FlightRecorderEntry> frEntries;  // 1.13: traces imported from Flight Recorder dumps
   std::vector<trace::Problem> problems;  // damage found while reading; the intact records before it are loaded
 };
@@ -58,12 +58,12 @@ StepMarks stepMarks(const EventLog& log);
 // Send and Recv have one per peer.
 enum class CallKind : int { kCollective = 0, kSend = 1, kRecv = 2 };
 CallKind callKind(int op);
-const char* callKindName(CallKind kind);  // "collective", "send", "recv"
+const char* callKindName(CallKind kind);                   // "collective", "send", "recv"
 using CallKey = std::tuple<uint64_t, int, int, uint64_t>;  // commId, CallKind, peer (-1 for collectives), seq
 CallKey callKey(uint64_t commId, int op, int peer, uint64_t seq);
 
-std::string opText(int op);         // "AllReduce", ..., "op<N>" for values outside the format's table
-const char* redopName(int redop);   // "sum", ..., "premulsum"; "-" for none
+std::string opText(int op);             // "AllReduce", ..., "op<N>" for values outside the format's table
+const char* redopName(int redop);       // "sum", ..., "premulsum"; "-" for none
 std::string bytesText(uint64_t bytes);  // "64.0 KiB"
 
 }  // namespace tools

@@ -38,14 +38,16 @@ std::string ms(int64_t ns) { return ns < 0 ? "-" : msText(static_cast<double>(ns
 
 CLI::App* addWaitsCommand(CLI::App& trace, WaitsOptions* o) {
   auto* c = trace.add_subcommand(
-      "waits", "Per rank of a recorded job: time waited for peers in collectives (its duration less the shortest "
-               "over the ranks), per step, and which rank the others wait for");
+      "waits",
+      "Per rank of a recorded job: time waited for peers in collectives (its duration less the shortest "
+      "over the ranks), per step, and which rank the others wait for");
   c->add_option("dir", o->dir, "Recorded trace root holding rank<R>/ of two or more ranks of one job")->required();
   c->add_option("--json", o->json, "Write every number as JSON to this file (- for stdout, instead of the table)");
   c->add_option("--warmup-steps", o->warmupSteps, "Steps left out of the per-step medians (default 5)")
       ->check(CLI::NonNegativeNumber);
-  c->footer("Example: ranklens trace waits /scratch/run42\n"
-            "Needs the events clock's durations or the kernel clock's; each collective timed on at least two ranks.");
+  c->footer(
+      "Example: ranklens trace waits /scratch/run42\n"
+      "Needs the events clock's durations or the kernel clock's; each collective timed on at least two ranks.");
   return c;
 }
 
@@ -73,9 +75,8 @@ int runWaits(const WaitsOptions& o) {
   }
   const std::vector<timing::RankWaits> waits = timing::peerWaits(job.ranks);
   // The rank the others wait for: the one that waited least in total.
-  const auto least = std::min_element(waits.begin(), waits.end(), [](const auto& a, const auto& b) {
-    return a.waitNs < b.waitNs;
-  });
+  const auto least =
+      std::min_element(waits.begin(), waits.end(), [](const auto& a, const auto& b) { return a.waitNs < b.waitNs; });
 
   // Per rank, the medians over the steps after the warm-up: its wait, its step.
   std::vector<std::pair<int64_t, int64_t>> medians;
@@ -83,18 +84,25 @@ int runWaits(const WaitsOptions& o) {
     medians.emplace_back(medianAfter(w.steps, o.warmupSteps, &timing::StepWaits::waitNs),
                          medianAfter(w.steps, o.warmupSteps, &timing::StepWaits::stepNs));
 
-  nlohmann::json doc = {{"format", "ranklens-waits"}, {"format_version", kJsonFormatVersion}, {"trace", o.dir},
-                        {"warmup_steps", o.warmupSteps}, {"ranks", nlohmann::json::array()}};
+  nlohmann::json doc = {{"format", "ranklens-waits"},
+                        {"format_version", kJsonFormatVersion},
+                        {"trace", o.dir},
+                        {"warmup_steps", o.warmupSteps},
+                        {"ranks", nlohmann::json::array()}};
   for (size_t i = 0; i < waits.size(); ++i) {
     const auto& w = waits[i];
     const auto [medianWait, medianStep] = medians[i];
     nlohmann::json steps = nlohmann::json::array();
     for (const auto& s : w.steps) steps.push_back({{"step", s.step}, {"step_ns", s.stepNs}, {"wait_ns", s.waitNs}});
-    doc["ranks"].push_back({{"rank", w.rank}, {"dir", w.directory}, {"collectives", w.collectives},
-                            {"last_to_arrive", w.lastToArrive}, {"wait_ns", w.waitNs},
-                            {"median_wait_ns_per_step", medianWait < 0 ? nlohmann::json(nullptr) : nlohmann::json(medianWait)},
-                            {"median_step_ns", medianStep < 0 ? nlohmann::json(nullptr) : nlohmann::json(medianStep)},
-                            {"steps", steps}});
+    doc["ranks"].push_back(
+        {{"rank", w.rank},
+         {"dir", w.directory},
+         {"collectives", w.collectives},
+         {"last_to_arrive", w.lastToArrive},
+         {"wait_ns", w.waitNs},
+         {"median_wait_ns_per_step", medianWait < 0 ? nlohmann::json(nullptr) : nlohmann::json(medianWait)},
+         {"median_step_ns", medianStep < 0 ? nlohmann::json(nullptr) : nlohmann::json(medianStep)},
+         {"steps", steps}});
   }
   doc["waited_least"] = least->collectives > 0 ? nlohmann::json(least->rank) : nlohmann::json(nullptr);
   if (!o.json.empty()) return writeOutput(o.json, doc.dump(2) + "\n") ? 0 : 1;
@@ -102,15 +110,14 @@ int runWaits(const WaitsOptions& o) {
   std::cout << "peer waits in " << o.dir << ": " << waits.size()
             << " ranks; a collective's wait on a rank is its duration less the shortest over the ranks\n\n"
             << std::left << std::setw(6) << "rank" << std::right << std::setw(13) << "collectives" << std::setw(20)
-            << "last to arrive" << std::setw(16) << "waited" << std::setw(16) << "per step" << std::setw(14)
-            << "step" << std::setw(10) << "of step" << "   (medians over the steps after " << o.warmupSteps
-            << " warm-up)\n";
+            << "last to arrive" << std::setw(16) << "waited" << std::setw(16) << "per step" << std::setw(14) << "step"
+            << std::setw(10) << "of step"
+            << "   (medians over the steps after " << o.warmupSteps << " warm-up)\n";
   for (size_t i = 0; i < waits.size(); ++i) {
     const auto& w = waits[i];
     const auto [medianWait, medianStep] = medians[i];
     std::ostringstream last, share;
-    last << w.lastToArrive << " ("
-         << (w.collectives ? 100 * w.lastToArrive / w.collectives : 0) << "%)";
+    last << w.lastToArrive << " (" << (w.collectives ? 100 * w.lastToArrive / w.collectives : 0) << "%)";
     if (medianWait >= 0 && medianStep > 0)
       share << std::fixed << std::setprecision(1) << 100.0 * static_cast<double>(medianWait) / medianStep << "%";
     else

@@ -159,11 +159,13 @@ Status selectedOp(const Selection& s, int* op) {
   *op = 0;
   if (!s.op.empty()) {
     auto parsed = opFromName(s.op);
-    if (!parsed) return Status::invalidArgument("--op " + s.op + ": not an operation (one of AllReduce, ..., Send, Recv)");
+    if (!parsed)
+      return Status::invalidArgument("--op " + s.op + ": not an operation (one of AllReduce, ..., Send, Recv)");
     *op = *parsed;
   }
   if (isP2pOp(*op) && !s.peerGiven)
-    return Status::invalidArgument("--op " + opName(*op) + " needs --peer P (Send and Recv have one sequence per peer)");
+    return Status::invalidArgument("--op " + opName(*op) +
+                                   " needs --peer P (Send and Recv have one sequence per peer)");
   if (!isP2pOp(*op) && s.peerGiven)
     return Status::invalidArgument("--peer is for Send and Recv: give --op Send or --op Recv" +
                                    (s.op.empty() ? std::string() : " (" + opName(*op) + " is a collective)"));
@@ -183,7 +185,8 @@ Status selectedRankDir(const Selection& s, std::string* dir) {
     return Status::ok();
   }
   if (!s.rankGiven)
-    return Status::invalidArgument(s.trace + " holds " + std::to_string(dirs.size()) + " ranks: choose one with --rank R");
+    return Status::invalidArgument(s.trace + " holds " + std::to_string(dirs.size()) +
+                                   " ranks: choose one with --rank R");
   for (const auto& d : dirs)
     if (rankFromDirectoryName(d) == s.rank) *dir = d;
   for (const auto& d : dirs) {  // directories not named rank<R> (ranklens-pid<P>): their manifest says

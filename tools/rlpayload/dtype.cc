@@ -148,43 +148,67 @@ uint8_t floatToE5m2(double value) { return static_cast<uint8_t>(encodeMinifloat(
 
 double loadDouble(int dtype, const uint8_t* p) {
   switch (dtype) {
-    case kInt8: return loadRaw<int8_t>(p);
-    case kUint8: return loadRaw<uint8_t>(p);
-    case kInt32: return loadRaw<int32_t>(p);
-    case kUint32: return loadRaw<uint32_t>(p);
-    case kInt64: return static_cast<double>(loadRaw<int64_t>(p));
-    case kUint64: return static_cast<double>(loadRaw<uint64_t>(p));
-    case kFloat16: return halfToFloat(loadRaw<uint16_t>(p));
-    case kFloat32: return loadRaw<float>(p);
-    case kFloat64: return loadRaw<double>(p);
-    case kBfloat16: return bfloat16ToFloat(loadRaw<uint16_t>(p));
-    case kFloat8e4m3: return e4m3ToFloat(p[0]);
-    case kFloat8e5m2: return e5m2ToFloat(p[0]);
+    case kInt8:
+      return loadRaw<int8_t>(p);
+    case kUint8:
+      return loadRaw<uint8_t>(p);
+    case kInt32:
+      return loadRaw<int32_t>(p);
+    case kUint32:
+      return loadRaw<uint32_t>(p);
+    case kInt64:
+      return static_cast<double>(loadRaw<int64_t>(p));
+    case kUint64:
+      return static_cast<double>(loadRaw<uint64_t>(p));
+    case kFloat16:
+      return halfToFloat(loadRaw<uint16_t>(p));
+    case kFloat32:
+      return loadRaw<float>(p);
+    case kFloat64:
+      return loadRaw<double>(p);
+    case kBfloat16:
+      return bfloat16ToFloat(loadRaw<uint16_t>(p));
+    case kFloat8e4m3:
+      return e4m3ToFloat(p[0]);
+    case kFloat8e5m2:
+      return e5m2ToFloat(p[0]);
   }
   return std::numeric_limits<double>::quiet_NaN();
 }
 
 int64_t loadSigned(int dtype, const uint8_t* p) {
   switch (dtype) {
-    case kInt8: return loadRaw<int8_t>(p);
-    case kInt32: return loadRaw<int32_t>(p);
-    case kInt64: return loadRaw<int64_t>(p);
-    case kUint8: return loadRaw<uint8_t>(p);
-    case kUint32: return loadRaw<uint32_t>(p);
-    case kUint64: return static_cast<int64_t>(loadRaw<uint64_t>(p));
-    default: return 0;
+    case kInt8:
+      return loadRaw<int8_t>(p);
+    case kInt32:
+      return loadRaw<int32_t>(p);
+    case kInt64:
+      return loadRaw<int64_t>(p);
+    case kUint8:
+      return loadRaw<uint8_t>(p);
+    case kUint32:
+      return loadRaw<uint32_t>(p);
+    case kUint64:
+      return static_cast<int64_t>(loadRaw<uint64_t>(p));
+    default:
+      return 0;
   }
 }
 
 uint64_t loadUnsigned(int dtype, const uint8_t* p) {
   switch (dtype) {
-    case kUint8: return loadRaw<uint8_t>(p);
-    case kUint32: return loadRaw<uint32_t>(p);
-    case kUint64: return loadRaw<uint64_t>(p);
+    case kUint8:
+      return loadRaw<uint8_t>(p);
+    case kUint32:
+      return loadRaw<uint32_t>(p);
+    case kUint64:
+      return loadRaw<uint64_t>(p);
     case kInt8:
     case kInt32:
-    case kInt64: return static_cast<uint64_t>(loadSigned(dtype, p));
-    default: return 0;
+    case kInt64:
+      return static_cast<uint64_t>(loadSigned(dtype, p));
+    default:
+      return 0;
   }
 }
 
@@ -213,18 +237,36 @@ bool storeInteger(double value, uint8_t* p, bool* saturated) {
 
 bool storeDouble(int dtype, double value, uint8_t* p, bool* saturated) {
   switch (dtype) {
-    case kInt8: return storeInteger<int8_t>(value, p, saturated);
-    case kUint8: return storeInteger<uint8_t>(value, p, saturated);
-    case kInt32: return storeInteger<int32_t>(value, p, saturated);
-    case kUint32: return storeInteger<uint32_t>(value, p, saturated);
-    case kInt64: return storeInteger<int64_t>(value, p, saturated);
-    case kUint64: return storeInteger<uint64_t>(value, p, saturated);
-    case kFloat16: storeRaw(p, floatToHalf(value)); return true;
-    case kFloat32: storeRaw(p, static_cast<float>(value)); return true;
-    case kFloat64: storeRaw(p, value); return true;
-    case kBfloat16: storeRaw(p, floatToBfloat16(value)); return true;
-    case kFloat8e4m3: p[0] = floatToE4m3(value); return true;
-    case kFloat8e5m2: p[0] = floatToE5m2(value); return true;
+    case kInt8:
+      return storeInteger<int8_t>(value, p, saturated);
+    case kUint8:
+      return storeInteger<uint8_t>(value, p, saturated);
+    case kInt32:
+      return storeInteger<int32_t>(value, p, saturated);
+    case kUint32:
+      return storeInteger<uint32_t>(value, p, saturated);
+    case kInt64:
+      return storeInteger<int64_t>(value, p, saturated);
+    case kUint64:
+      return storeInteger<uint64_t>(value, p, saturated);
+    case kFloat16:
+      storeRaw(p, floatToHalf(value));
+      return true;
+    case kFloat32:
+      storeRaw(p, static_cast<float>(value));
+      return true;
+    case kFloat64:
+      storeRaw(p, value);
+      return true;
+    case kBfloat16:
+      storeRaw(p, floatToBfloat16(value));
+      return true;
+    case kFloat8e4m3:
+      p[0] = floatToE4m3(value);
+      return true;
+    case kFloat8e5m2:
+      p[0] = floatToE5m2(value);
+      return true;
   }
   return false;
 }

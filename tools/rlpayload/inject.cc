@@ -54,7 +54,8 @@ Status copyTrace(const fs::path& from, const fs::path& to) {
     return Status::ok();
   }
   if (!S_ISREG(st.st_mode)) {
-    return Status::systemError(from.string() + ": not a regular file or directory (a trace holds only those); not copied");
+    return Status::systemError(from.string() +
+                               ": not a regular file or directory (a trace holds only those); not copied");
   }
   const int in = open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) {
@@ -125,8 +126,7 @@ std::vector<std::string> splitList(const std::vector<std::string>& values) {
 
 // Reads FILE.npy into `out` as `dtype` elements: the same dtype (or the raw-bit dtype for bfloat16/fp8) is taken
 // as is; any other float or integer array is converted element by element (rounding, saturating integers).
-Status loadNpyInto(const std::string& path, int dtype, uint64_t count, std::vector<uint8_t>* out,
-                   std::string* notes) {
+Status loadNpyInto(const std::string& path, int dtype, uint64_t count, std::vector<uint8_t>* out, std::string* notes) {
   std::vector<uint8_t> image;
   {
     std::error_code ec;
@@ -154,11 +154,12 @@ Status loadNpyInto(const std::string& path, int dtype, uint64_t count, std::vect
     return Status::invalidUsage(path + ": " + reason);
   }
   if (a.fortranOrder && a.shape.size() > 1) {
-    return Status::invalidUsage(path + ": Fortran-order arrays are not supported (save it with numpy.ascontiguousarray)");
+    return Status::invalidUsage(path +
+                                ": Fortran-order arrays are not supported (save it with numpy.ascontiguousarray)");
   }
   if (a.count != count) {
-    return Status::invalidUsage(path + ": holds " + std::to_string(a.count) + " elements, the call has " + std::to_string(count) +
-             " (a payload keeps its size)");
+    return Status::invalidUsage(path + ": holds " + std::to_string(a.count) + " elements, the call has " +
+                                std::to_string(count) + " (a payload keeps its size)");
   }
   const DtypeInfo* info = dtypeInfo(dtype);
   auto canon = [](std::string d) {
@@ -180,7 +181,8 @@ Status loadNpyInto(const std::string& path, int dtype, uint64_t count, std::vect
     const double v = npyElement(kind, item, a.data.data() + i * item);
     bool sat = false;
     if (!storeDouble(dtype, v, out->data() + i * info->size, &sat)) {
-      return Status::invalidUsage(path + ": element " + std::to_string(i) + " is NaN, which " + info->name + " cannot hold");
+      return Status::invalidUsage(path + ": element " + std::to_string(i) + " is NaN, which " + info->name +
+                                  " cannot hold");
     }
     saturated += sat;
   }
@@ -310,7 +312,8 @@ Status stageCopy(const InjectOptions& o, std::string* rankDir, fs::path* staging
   const fs::path source = fs::weakly_canonical(o.selection.trace, ec);
   const fs::path dest = fs::weakly_canonical(fs::absolute(o.output), ec);
   const auto rel = dest.lexically_relative(source);
-  if (!rel.empty() && *rel.begin() != "..") return Status::invalidUsage(o.output + ": is inside the trace being copied");
+  if (!rel.empty() && *rel.begin() != "..")
+    return Status::invalidUsage(o.output + ": is inside the trace being copied");
   *staging = fs::path(o.output).lexically_normal();
   if (staging->filename().empty()) *staging = staging->parent_path();
   *staging += ".partial-" + std::to_string(getpid());
@@ -335,7 +338,8 @@ Status writeEdit(const InjectOptions& o, const Selected& selected, const Target&
   std::string rankDir = selected.rank->dir;
   fs::path staging;
   if (!o.inPlace) RL_CHECK(stageCopy(o, &rankDir, &staging));
-  const Status edited = ranklens::trace::appendEditedPayload(rankDir, t.ref, t.data.data(), t.data.size(), record, level);
+  const Status edited =
+      ranklens::trace::appendEditedPayload(rankDir, t.ref, t.data.data(), t.data.size(), record, level);
   if (!edited.isOk()) {
     std::error_code ec;
     if (!staging.empty()) fs::remove_all(staging, ec);

@@ -74,8 +74,8 @@ nlohmann::json rowJson(const RankTrace& rank, const std::string& dir, const Payl
 void printRow(const RankTrace& rank, const PayloadRef& ref, double ratio, Listing& l, Progress& progress) {
   if (!l.header) {
     progress.done();
-    std::printf("%5s %5s %-13s %5s %8s %-10s %12s %14s %14s %7s %-7s\n", "rank", "comm", "op", "peer", "seq",
-                "dtype", "count", "bytes", "compressed", "ratio", "stored");
+    std::printf("%5s %5s %-13s %5s %8s %-10s %12s %14s %14s %7s %-7s\n", "rank", "comm", "op", "peer", "seq", "dtype",
+                "count", "bytes", "compressed", "ratio", "stored");
     l.header = true;
   }
   const std::string stored = ref.shuffle ? "planes" + std::to_string(ref.shuffle) : "as-is";
@@ -83,8 +83,8 @@ void printRow(const RankTrace& rank, const PayloadRef& ref, double ratio, Listin
               static_cast<unsigned long long>(ref.commId), opName(ref.op).c_str(),
               isP2pOp(ref.op) ? std::to_string(ref.peer).c_str() : "-", static_cast<unsigned long long>(ref.seq),
               dtypeName(ref.datatype).c_str(), static_cast<unsigned long long>(ref.count),
-              static_cast<unsigned long long>(ref.rawBytes), static_cast<unsigned long long>(ref.compressedBytes), ratio,
-              stored.c_str());
+              static_cast<unsigned long long>(ref.rawBytes), static_cast<unsigned long long>(ref.compressedBytes),
+              ratio, stored.c_str());
 }
 
 // One rank directory's payloads that pass the filters. A rank that cannot be opened, or damage that cuts its
@@ -136,9 +136,9 @@ void printTotals(const LsOptions& o, const Listing& l) {
         {"problems", l.problems}};
     std::cout << doc.dump(2) << "\n";
   } else {
-    std::printf("%llu payload%s, %llu bytes, %llu compressed (ratio %.2f)\n",
-                static_cast<unsigned long long>(l.listed), l.listed == 1 ? "" : "s",
-                static_cast<unsigned long long>(l.totalRaw), static_cast<unsigned long long>(l.totalCompressed), ratio);
+    std::printf("%llu payload%s, %llu bytes, %llu compressed (ratio %.2f)\n", static_cast<unsigned long long>(l.listed),
+                l.listed == 1 ? "" : "s", static_cast<unsigned long long>(l.totalRaw),
+                static_cast<unsigned long long>(l.totalCompressed), ratio);
   }
 }
 

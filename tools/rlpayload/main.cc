@@ -249,9 +249,9 @@ int main(int argc, char** argv) {
       "rlpayload: list, show, export, edit, compare and verify the payloads (received bytes) of a RankLens "
       "trace."};
   describeApp(app);
-  const std::vector<Subcommand> commands = {declareLs(app),   declareShow(app),
+  const std::vector<Subcommand> commands = {declareLs(app),     declareShow(app),
                                             declareExport(app), declareInject(app, argc, argv),
-                                            declareDiff(app), declareVerify(app)};
+                                            declareDiff(app),   declareVerify(app)};
   if (!ranklens::tools::knownSubcommands(app, argc, argv)) return kExitUsage;
   try {
     app.parse(argc, argv);

@@ -49,8 +49,8 @@ struct RankReport {
     findings.push_back({problem, std::move(check), std::move(file), offset, std::move(reason), truncated, {}});
   }
   void addAtKey(bool problem, std::string check, std::string file, std::string key, std::string reason) {
-    findings.push_back({problem, std::move(check), std::move(file), std::nullopt, std::move(reason), false,
-                        std::move(key)});
+    findings.push_back(
+        {problem, std::move(check), std::move(file), std::nullopt, std::move(reason), false, std::move(key)});
   }
   size_t count(bool problems) const {
     size_t n = 0;
@@ -112,8 +112,8 @@ void compareEntries(const Entries& indexed, const Entries& scanned, const std::s
     r.index = "inconsistent";
     r.addAtKey(true, "index", path, key,
                std::string("disagrees with the segments it claims to describe: ") + what + ": " +
-                   std::to_string(missing) + " missing, " + std::to_string(extra) + " extra, " +
-                   std::to_string(moved) + " at another location (readers trust it: delete it to force a rebuild)");
+                   std::to_string(missing) + " missing, " + std::to_string(extra) + " extra, " + std::to_string(moved) +
+                   " at another location (readers trust it: delete it to force a rebuild)");
   }
 }
 
@@ -155,7 +155,7 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
     if (listed != actual) {
       r.index = "stale";
       r.addAtKey(false, "index", path, "segments",
-            "stale: built from other segment files or sizes (readers rebuild it; an edit or a crash leaves this)");
+                 "stale: built from other segment files or sizes (readers rebuild it; an edit or a crash leaves this)");
       return;
     }
     if (damaged) {
@@ -177,14 +177,15 @@ void checkManifest(const Manifest& m, const std::string& dir, RankReport& r) {
   const std::string mp = dir + "/manifest.msgpack";
   if (m.rank >= 0) {
     if (r.rank >= 0 && r.rank != m.rank)
-      r.addAtKey(false, "manifest", mp, "rank",
-                 "manifest says rank " + std::to_string(m.rank) + ", the directory name says rank " +
-                     std::to_string(r.rank));
+      r.addAtKey(
+          false, "manifest", mp, "rank",
+          "manifest says rank " + std::to_string(m.rank) + ", the directory name says rank " + std::to_string(r.rank));
     r.rank = m.rank;
   }
   r.closed = m.closed;
   if (!m.closed)
-    r.addAtKey(false, "manifest", mp, "closed", "not closed: the writer crashed or is still running (counters not compared)");
+    r.addAtKey(false, "manifest", mp, "closed",
+               "not closed: the writer crashed or is still running (counters not compared)");
   if (m.records_dropped)
     r.addAtKey(false, "manifest", mp, "records_dropped",
                std::to_string(m.records_dropped) + " records were dropped while recording");
@@ -230,13 +231,27 @@ void scanRecord(RecordType type, const msgpack::object& body, const Location& wh
           s.editRefs.insert(*previousRef);  // the reference this edit appended with it
         break;
       }
-      case RecordType::kCommInit: body.as<ranklens::events::CommInit>(); break;
-      case RecordType::kCommEnd: body.as<ranklens::events::CommEnd>(); break;
-      case RecordType::kGroupEnd: body.as<ranklens::events::GroupEnd>(); break;
-      case RecordType::kStage: body.as<ranklens::events::Stage>(); break;
-      case RecordType::kGroupBegin: body.as<GroupBegin>(); break;
-      case RecordType::kTiming: body.as<Timing>(); break;
-      default: ++r.unknownRecords; break;  // a newer minor version: skipped, as the format says
+      case RecordType::kCommInit:
+        body.as<ranklens::events::CommInit>();
+        break;
+      case RecordType::kCommEnd:
+        body.as<ranklens::events::CommEnd>();
+        break;
+      case RecordType::kGroupEnd:
+        body.as<ranklens::events::GroupEnd>();
+        break;
+      case RecordType::kStage:
+        body.as<ranklens::events::Stage>();
+        break;
+      case RecordType::kGroupBegin:
+        body.as<GroupBegin>();
+        break;
+      case RecordType::kTiming:
+        body.as<Timing>();
+        break;
+      default:
+        ++r.unknownRecords;
+        break;  // a newer minor version: skipped, as the format says
     }
   } catch (const std::exception& e) {
     if (type != RecordType::kCall && type != RecordType::kPayloadRef)
@@ -301,8 +316,7 @@ std::set<uint32_t> payloadFileIndices(const std::string& dir) {
 
 // Every payload reference (superseded ones too: an edit keeps the original, which must stay readable): its datatype
 // and size, and its blob read back. Returns the payload files referenced.
-std::set<uint32_t> checkPayloads(TraceReader& reader, const std::string& dir, const Scan& s, RankReport& r,
-                                 bool json) {
+std::set<uint32_t> checkPayloads(TraceReader& reader, const std::string& dir, const Scan& s, RankReport& r, bool json) {
   std::set<uint32_t> referenced;
   Progress checking("verify " + dir + ": payloads", s.refs.size(), !json);
   for (const auto& [ref, where] : s.refs) {
@@ -366,15 +380,19 @@ bool reportInterruptedEdit(const std::string& dir, RankReport& r) {
   while (std::getline(journal, line)) {
     std::istringstream in(line);
     in >> word;
-    if (word == "segment") in >> segName >> segSize;
-    else if (word == "payload") in >> payName;
-    else if (word == "call") std::getline(in >> std::ws, call);
+    if (word == "segment")
+      in >> segName >> segSize;
+    else if (word == "payload")
+      in >> payName;
+    else if (word == "call")
+      std::getline(in >> std::ws, call);
   }
   r.add(true, "edit", dir + "/" + ranklens::trace::kEditJournal, std::nullopt,
-        "interrupted edit of " + call + " (an in-place rlpayload inject was stopped), not damage: nothing "
-        "recorded is lost. To roll it back, truncate " + segName + " to " + std::to_string(segSize) +
-        " bytes and remove " + payName + ", index.msgpack and " + ranklens::trace::kEditJournal +
-        "; to finish it, roll it back and run the same inject again");
+        "interrupted edit of " + call +
+            " (an in-place rlpayload inject was stopped), not damage: nothing "
+            "recorded is lost. To roll it back, truncate " +
+            segName + " to " + std::to_string(segSize) + " bytes and remove " + payName + ", index.msgpack and " +
+            ranklens::trace::kEditJournal + "; to finish it, roll it back and run the same inject again");
   return true;
 }
 
@@ -393,9 +411,9 @@ void checkCounters(const Manifest& m, const std::string& dir, const Scan& s, con
   const std::string mp = dir + "/manifest.msgpack";
   auto expect = [&](const char* key, uint64_t said, uint64_t found, const char* what) {
     if (said != found)
-      r.addAtKey(true, "counters", mp, key,
-                 std::string(key) + " is " + std::to_string(said) + ", but " + std::to_string(found) + " " + what +
-                     " found");
+      r.addAtKey(
+          true, "counters", mp, key,
+          std::string(key) + " is " + std::to_string(said) + ", but " + std::to_string(found) + " " + what + " found");
   };
   expect("records_written", m.records_written, recorded, "recorded records (edits not counted) were");
   expect("payloads_written", m.payloads_written, recordedRefs, "recorded payload references were");
@@ -462,7 +480,8 @@ Status candidates(const std::string& trace, std::optional<int> onlyRank, std::ve
   }
   // rank<R>/ without a manifest is among them, in rank order (rankDirectories): opening it reports it.
   if (out->empty())
-    return Status::invalidUsage(trace + ": no RankLens trace here (expected manifest.msgpack, or rank directories "
+    return Status::invalidUsage(trace +
+                                ": no RankLens trace here (expected manifest.msgpack, or rank directories "
                                 "below it)");
   return Status::ok();
 }
@@ -499,8 +518,10 @@ nlohmann::json rankJson(const RankReport& r) {
   nlohmann::json jp = nlohmann::json::array(), jw = nlohmann::json::array();
   for (const auto& f : r.findings) {
     nlohmann::json j = {{"check", f.check}, {"file", f.file}, {"reason", f.reason}};
-    if (!f.key.empty()) j["key"] = f.key;  // instead of an offset: the manifest or index key it is about
-    else j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
+    if (!f.key.empty())
+      j["key"] = f.key;  // instead of an offset: the manifest or index key it is about
+    else
+      j["offset"] = f.offset ? nlohmann::json(*f.offset) : nlohmann::json(nullptr);
     if (f.problem) j["truncated"] = f.truncated;
     (f.problem ? jp : jw).push_back(j);
   }

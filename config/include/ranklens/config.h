@@ -63,10 +63,10 @@ struct Range {
 
 // One entry of the split table: the communicator that a ncclCommSplit produces for the ranks listed.
 struct GroupSpec {
-  std::vector<int> members;   // world ranks (rank in the root communicator), in child-rank order
-  std::optional<int> color;   // when set, only a split with this color matches
-  std::string name;           // optional label used in logs and reports
-  std::string origin;         // where it was defined, e.g. "ranklens.yaml:12:5"
+  std::vector<int> members;  // world ranks (rank in the root communicator), in child-rank order
+  std::optional<int> color;  // when set, only a split with this color matches
+  std::string name;          // optional label used in logs and reports
+  std::string origin;        // where it was defined, e.g. "ranklens.yaml:12:5"
 };
 
 // One dimension of the device mesh (`mesh: dp=8192,tp=2`), outermost first: world rank = row-major index of the
@@ -80,7 +80,7 @@ struct MeshDim {
 struct MeshColors {
   std::vector<std::string> dims;  // mesh dimension names, e.g. {"pp", "dp"} for "pp+dp=..."
   Range colors;
-  std::string text;               // as written, for messages
+  std::string text;  // as written, for messages
 };
 
 // Each setting's initialiser below is its one default: describe() shows it as the default, dump-config and
@@ -89,61 +89,61 @@ struct Settings {
   // Common.
   Mode mode = Mode::kReplay;
   DeviceKind device = DeviceKind::kAuto;
-  std::string trace_dir;        // where per-rank event logs go; empty: events are not written
+  std::string trace_dir;  // where per-rank event logs go; empty: events are not written
   // Record mode.
-  std::string real_nccl;                    // path of the real libnccl.so.2; empty: discover it
+  std::string real_nccl;  // path of the real libnccl.so.2; empty: discover it
   Payloads payloads = Payloads::kSmall;
   unsigned long long payload_max_bytes = 65536;  // 'small': messages up to this many received bytes
-  std::vector<std::string> payload_ops;     // op names (AllReduce, Recv, ...); empty: all
-  std::vector<std::string> payload_comms;   // communicator ids (creation order) or commName values; empty: all
-  Range payload_steps;                      // step numbers (ranklensMarkStage); all by default
-  Range payload_seqs;                       // per-communicator sequence numbers; all by default
+  std::vector<std::string> payload_ops;          // op names (AllReduce, Recv, ...); empty: all
+  std::vector<std::string> payload_comms;        // communicator ids (creation order) or commName values; empty: all
+  Range payload_steps;                           // step numbers (ranklensMarkStage); all by default
+  Range payload_seqs;                            // per-communicator sequence numbers; all by default
   // Pinned host memory for payloads in flight; kAutoStagingBytes: from the payload policy and the host
   // (nccl_fake/src/record/recorder.cc).
   static constexpr unsigned long long kAutoStagingBytes = ~0ull;
   unsigned long long staging_bytes = kAutoStagingBytes;
-  int payload_zstd_level = -1;             // zstd level of stored payloads (negative: fast levels)
-  int payload_threads = 0;                 // payload compression threads; 0: trace::autoCompressionThreads
+  int payload_zstd_level = -1;  // zstd level of stored payloads (negative: fast levels)
+  int payload_threads = 0;      // payload compression threads; 0: trace::autoCompressionThreads
   PayloadShuffle payload_shuffle = PayloadShuffle::kOn;  // byte planes for 2/4/8-byte elements
-  unsigned long long payload_queue_bytes = 1ull << 30;  // payloads out of staging awaiting compression, writing
+  unsigned long long payload_queue_bytes = 1ull << 30;   // payloads out of staging awaiting compression, writing
   StagingFull staging_full = StagingFull::kSkip;
   TimingClock timing_clock = TimingClock::kEvents;
   CapturedTiming captured_timing = CapturedTiming::kEvents;
   int timing_poll_us = 2000;
-  unsigned long long payload_copy_kernel_bytes = 65536;  // payloads up to this size copied by a kernel
+  unsigned long long payload_copy_kernel_bytes = 65536;       // payloads up to this size copied by a kernel
   unsigned long long payload_copy_kernel_bytes_one_rank = 0;  // the same for calls on 1-rank communicators
   CopyPriority payload_copy_priority = CopyPriority::kHigh;
   // Replay.
   Fidelity fidelity = Fidelity::kStructure;
   Fill fill = Fill::kClone;
-  int nccl_version = 22809;     // what ncclGetVersion reports in replay
-  int ranks_per_node = 8;       // virtual topology: ranks sharing a node (LSA team, locality)
+  int nccl_version = 22809;  // what ncclGetVersion reports in replay
+  int ranks_per_node = 8;    // virtual topology: ranks sharing a node (LSA team, locality)
   std::vector<GroupSpec> groups;
-  std::vector<MeshDim> mesh;             // empty: no mesh (splits need a recording or the groups table)
-  std::vector<MeshColors> mesh_colors;   // which split colors are which mesh dimensions (ranklens/mesh.h)
-  std::string replay_trace;                 // a recorded rank directory, or a trace root holding rank<RANK>
+  std::vector<MeshDim> mesh;            // empty: no mesh (splits need a recording or the groups table)
+  std::vector<MeshColors> mesh_colors;  // which split colors are which mesh dimensions (ranklens/mesh.h)
+  std::string replay_trace;             // a recorded rank directory, or a trace root holding rank<RANK>
   OnMismatch on_mismatch = OnMismatch::kError;
   OnPayloadError on_payload_error = OnPayloadError::kError;
   AtHang at_hang = AtHang::kStop;
   Completion completion = Completion::kKernel;
   HostTime host_time = HostTime::kReplay;
   TimingSource timing = TimingSource::kRecorded;
-  std::string history;                      // duration history (ranklens history build) for estimates
+  std::string history;  // duration history (ranklens history build) for estimates
   EstimateTarget estimate_target = EstimateTarget::kTransfer;
-  int hold_blocks = 1;                      // thread blocks (SMs) each hold kernel occupies
-  int hold_threads = 32;                    // threads per hold block
-  long long hold_shared_bytes = -1;         // dynamic shared memory per hold block; kHoldSharedAuto, kHoldSharedSm
+  int hold_blocks = 1;               // thread blocks (SMs) each hold kernel occupies
+  int hold_threads = 32;             // threads per hold block
+  long long hold_shared_bytes = -1;  // dynamic shared memory per hold block; kHoldSharedAuto, kHoldSharedSm
   HoldFrom hold_from = HoldFrom::kArrival;
   PeerPacing peer_pacing = PeerPacing::kOff;  // collectives end when the recorded peers would have arrived
-  int resync_window = 64;                   // recorded calls searched ahead for the replayed call after a mismatch
+  int resync_window = 64;                     // recorded calls searched ahead for the replayed call after a mismatch
   unsigned long long prefetch_bytes = 0;  // pinned host memory for decoded payloads ahead of use; 0: auto (replay.cc)
-  int prefetch_threads = 0;                 // payload decoding threads; 0: a quarter of the cores, 2..8
+  int prefetch_threads = 0;               // payload decoding threads; 0: a quarter of the cores, 2..8
   // Device memory payloads are staged in ahead of use; kAutoDeviceBytes: sized from the recording (replay.cc).
   static constexpr unsigned long long kAutoDeviceBytes = ~0ull;
   unsigned long long payload_device_bytes = kAutoDeviceBytes;
-  std::string break_at;                     // "<comm>:<seq>": raise SIGTRAP when that replayed call is made
+  std::string break_at;                       // "<comm>:<seq>": raise SIGTRAP when that replayed call is made
   long long break_comm = -1, break_seq = -1;  // break_at parsed; -1 when unset
-  bool break_hang = false;                  // break_at: hang (an imported Flight Recorder trace's unfinished call)
+  bool break_hang = false;                    // break_at: hang (an imported Flight Recorder trace's unfinished call)
   // key -> where its value came from: "default", "<file>:<line>:<col>" or "env RANKLENS_<KEY>".
   std::map<std::string, std::string> set_by;
 };

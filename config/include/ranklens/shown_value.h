@@ -15,9 +15,12 @@ inline std::string shownValue(const std::string& text, size_t limit = 200) {
   const size_t shown = text.size() > limit ? limit : text.size();
   for (size_t i = 0; i < shown; ++i) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
     else if (c < 0x20 || c == 0x7f) {
       char hex[8];
       snprintf(hex, sizeof hex, "\\x%02x", c);

@@ -68,15 +68,24 @@ class [[nodiscard]] Status {
   // Short name of the code, for logs and tests ("invalid argument").
   static const char* codeName(Code code) {
     switch (code) {
-      case Code::kOk: return "ok";
-      case Code::kUnhandledCudaError: return "CUDA error";
-      case Code::kSystemError: return "system error";
-      case Code::kInternalError: return "internal error";
-      case Code::kInvalidArgument: return "invalid argument";
-      case Code::kInvalidUsage: return "invalid usage";
-      case Code::kRemoteError: return "remote error";
-      case Code::kCorrupt: return "damaged input";
-      case Code::kUnsupported: return "unsupported";
+      case Code::kOk:
+        return "ok";
+      case Code::kUnhandledCudaError:
+        return "CUDA error";
+      case Code::kSystemError:
+        return "system error";
+      case Code::kInternalError:
+        return "internal error";
+      case Code::kInvalidArgument:
+        return "invalid argument";
+      case Code::kInvalidUsage:
+        return "invalid usage";
+      case Code::kRemoteError:
+        return "remote error";
+      case Code::kCorrupt:
+        return "damaged input";
+      case Code::kUnsupported:
+        return "unsupported";
     }
     return "unknown error";
   }
@@ -96,8 +105,8 @@ class [[nodiscard]] Status {
 }  // namespace ranklens
 
 // Returns the failure of `expr` (a Status) from the enclosing function, which returns Status too.
-#define RL_CHECK(expr)                                  \
-  do {                                                  \
-    ::ranklens::Status rlCheckStatus_ = (expr);         \
-    if (!rlCheckStatus_.isOk()) return rlCheckStatus_;  \
+#define RL_CHECK(expr)                                 \
+  do {                                                 \
+    ::ranklens::Status rlCheckStatus_ = (expr);        \
+    if (!rlCheckStatus_.isOk()) return rlCheckStatus_; \
   } while (0)

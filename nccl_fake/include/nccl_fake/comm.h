@@ -68,9 +68,9 @@ struct ncclComm : nccl_fake::CommState {
     ncclDataType_t datatype = ncclNumTypes;  // ncclNumTypes: a free slot
     ranklens::device::Scalar scalar;         // its PreMulSum scalar
   };
-  std::vector<UserRedOp> userOps;            // index = op - ncclNumOps
-  std::vector<size_t> freeUserOps;           // freed slots, most recent last
-  std::map<void*, size_t> registrations;     // handle -> size
+  std::vector<UserRedOp> userOps;         // index = op - ncclNumOps
+  std::vector<size_t> freeUserOps;        // freed slots, most recent last
+  std::map<void*, size_t> registrations;  // handle -> size
   uint64_t endMagic = kCommMagic;
 };
 

@@ -12,13 +12,13 @@
 #include "nccl_fake/debug.h"
 
 // Propagate a failure, logging the hop as NCCL does ("-> code").
-#define NCCLCHECK(call)                                                             \
-  do {                                                                              \
-    ncclResult_t RES_ = (call);                                                     \
-    if (RES_ != ncclSuccess && RES_ != ncclInProgress) {                            \
+#define NCCLCHECK(call)                                                                      \
+  do {                                                                                       \
+    ncclResult_t RES_ = (call);                                                              \
+    if (RES_ != ncclSuccess && RES_ != ncclInProgress) {                                     \
       INFO(::nccl_fake::kSubAll, "%s:%d -> %d", __FILE__, __LINE__, static_cast<int>(RES_)); \
-      return RES_;                                                                  \
-    }                                                                               \
+      return RES_;                                                                           \
+    }                                                                                        \
   } while (0)
 
 #include <algorithm>

@@ -15,8 +15,15 @@ enum LogLevel { kLogNone = 0, kLogVersion = 1, kLogWarn = 2, kLogInfo = 3, kLogA
 
 // Subsystem bits: NCCL's names, plus RANKLENS for our own lines.
 enum LogSubsys : uint64_t {
-  kSubInit = 1 << 0, kSubColl = 1 << 1, kSubP2p = 1 << 2, kSubEnv = 1 << 5, kSubAlloc = 1 << 6,
-  kSubCall = 1 << 7, kSubReg = 1 << 11, kSubRanklens = 1ull << 40, kSubAll = ~0ull,
+  kSubInit = 1 << 0,
+  kSubColl = 1 << 1,
+  kSubP2p = 1 << 2,
+  kSubEnv = 1 << 5,
+  kSubAlloc = 1 << 6,
+  kSubCall = 1 << 7,
+  kSubReg = 1 << 11,
+  kSubRanklens = 1ull << 40,
+  kSubAll = ~0ull,
 };
 
 void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, const char* fmt, ...)
@@ -47,13 +54,13 @@ ncclResult_t toNcclResult(const ranklens::Status& status, const char* opName = n
 #define SAY_ERROR(...) ::nccl_fake::sayAlways("error", __FILE__, __LINE__, __VA_ARGS__)
 #define SAY_WARNING(...) ::nccl_fake::sayAlways("warning", __FILE__, __LINE__, __VA_ARGS__)
 #define SAY(...) ::nccl_fake::sayAlways("", __FILE__, __LINE__, __VA_ARGS__)
-#define INFO(SUBSYS, ...)                                                                     \
-  do {                                                                                        \
-    if (::nccl_fake::logLevel() >= ::nccl_fake::kLogInfo)                                     \
+#define INFO(SUBSYS, ...)                                                                        \
+  do {                                                                                           \
+    if (::nccl_fake::logLevel() >= ::nccl_fake::kLogInfo)                                        \
       ::nccl_fake::logMessage(::nccl_fake::kLogInfo, (SUBSYS), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
-#define TRACE(SUBSYS, ...)                                                                     \
-  do {                                                                                         \
-    if (::nccl_fake::logLevel() >= ::nccl_fake::kLogTrace)                                     \
+#define TRACE(SUBSYS, ...)                                                                        \
+  do {                                                                                            \
+    if (::nccl_fake::logLevel() >= ::nccl_fake::kLogTrace)                                        \
       ::nccl_fake::logMessage(::nccl_fake::kLogTrace, (SUBSYS), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)

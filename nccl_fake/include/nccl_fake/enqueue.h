@@ -16,7 +16,9 @@
 #include "nccl_fake/comm.h"
 #include "ranklens/events.h"
 
-namespace ranklens::trace { struct RecordedCall; }
+namespace ranklens::trace {
+struct RecordedCall;
+}
 
 namespace nccl_fake {
 
@@ -41,8 +43,8 @@ struct CallInfo {
   bool estimated = false;
   int stepOccurrence = -1;  // which call of its op and size in the current step (replay; -1 outside marked steps)
   double stepPhase = -1;    // where in the step it was made, over the previous step's length (replay; -1 unknown)
-  uint64_t arrival = 0;  // mark of the stream's arrival at the call, before its effects (replay::markArrival)
-  bool captured = false;  // its stream is capturing a CUDA graph (replay, asked once by planCall)
+  uint64_t arrival = 0;     // mark of the stream's arrival at the call, before its effects (replay::markArrival)
+  bool captured = false;    // its stream is capturing a CUDA graph (replay, asked once by planCall)
   // What replay::restorePayload copied into the receive buffer, and from where (its hold subtracts the copy's
   // calibrated cost when it counts from its own start). Set while the call's effects are applied.
   mutable uint64_t restoredBytes = 0;
@@ -69,10 +71,10 @@ ncclResult_t enqueueCheck(CallInfo info);
 // NCCL accepted ncclGroupStart/End; replay answers them itself.
 struct GroupState {
   int depth = 0;
-  uint64_t id = 0;     // GroupBegin's id while depth > 0
-  uint32_t calls = 0;  // calls recorded in it (GroupEnd's count)
+  uint64_t id = 0;                   // GroupBegin's id while depth > 0
+  uint32_t calls = 0;                // calls recorded in it (GroupEnd's count)
   ncclResult_t error = ncclSuccess;  // replay: the last failed call's code, which the group end returns
-  std::vector<CallInfo> pending;  // replay: effects deferred to the outermost end
+  std::vector<CallInfo> pending;     // replay: effects deferred to the outermost end
 };
 GroupState& groupState();
 inline int groupDepth() { return groupState().depth; }

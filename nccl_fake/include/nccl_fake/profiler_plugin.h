@@ -13,7 +13,9 @@
 #include <string>
 
 // Forward: the stub real NCCL of the tests includes this header for the plugin ABI alone, without config/.
-namespace ranklens { class Status; }
+namespace ranklens {
+class Status;
+}
 
 namespace ranklens {
 namespace timing {
@@ -42,10 +44,28 @@ struct EventDescr {
   void* parentObj;
   int rank;
   union {
-    struct { bool graphCaptured; int groupDepth; } groupApi;
-    struct { const char* func; size_t count; const char* datatype; int root; void* stream; bool graphCaptured; } collApi;
-    struct { const char* func; size_t count; const char* datatype; void* stream; bool graphCaptured; } p2pApi;
-    struct { void* stream; } kernelLaunch;
+    struct {
+      bool graphCaptured;
+      int groupDepth;
+    } groupApi;
+    struct {
+      const char* func;
+      size_t count;
+      const char* datatype;
+      int root;
+      void* stream;
+      bool graphCaptured;
+    } collApi;
+    struct {
+      const char* func;
+      size_t count;
+      const char* datatype;
+      void* stream;
+      bool graphCaptured;
+    } p2pApi;
+    struct {
+      void* stream;
+    } kernelLaunch;
     struct {
       uint64_t seqNumber;
       const char* func;
@@ -69,18 +89,41 @@ struct EventDescr {
       uint8_t nChannels;
       void* parentGroup;
     } p2p;
-    struct { pid_t pid; uint8_t channelId; int peer; int nSteps; int chunkSize; int isSend; } proxyOp;
-    struct { int step; } proxyStep;
-    struct { uint8_t channelId; uint64_t pTimer; } kernelCh;
-    struct { int64_t id; void* data; } netPlugin;
+    struct {
+      pid_t pid;
+      uint8_t channelId;
+      int peer;
+      int nSteps;
+      int chunkSize;
+      int isSend;
+    } proxyOp;
+    struct {
+      int step;
+    } proxyStep;
+    struct {
+      uint8_t channelId;
+      uint64_t pTimer;
+    } kernelCh;
+    struct {
+      int64_t id;
+      void* data;
+    } netPlugin;
   };
 };
 
 union EventStateArgs {
-  struct { size_t transSize; } proxyStep;
-  struct { int appendedProxyOps; } proxyCtrl;
-  struct { void* data; } netPlugin;
-  struct { uint64_t pTimer; } kernelCh;
+  struct {
+    size_t transSize;
+  } proxyStep;
+  struct {
+    int appendedProxyOps;
+  } proxyCtrl;
+  struct {
+    void* data;
+  } netPlugin;
+  struct {
+    uint64_t pTimer;
+  } kernelCh;
 };
 
 using Logger = void (*)(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);

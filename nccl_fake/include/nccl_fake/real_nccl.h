@@ -22,9 +22,9 @@ enum class ApiId : int {
 
 struct Library {
   bool ok = false;
-  std::string path;      // the file opened
-  int version = 0;       // its ncclGetVersion
-  std::string error;     // why nothing usable was found (ok == false): every candidate and why it was refused
+  std::string path;   // the file opened
+  int version = 0;    // its ncclGetVersion
+  std::string error;  // why nothing usable was found (ok == false): every candidate and why it was refused
   std::vector<std::string> missing;  // functions of the API list it does not export
   void* functions[static_cast<int>(ApiId::kCount)] = {};
 };

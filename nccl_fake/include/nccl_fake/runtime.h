@@ -63,7 +63,7 @@ class Runtime {
     return writerReady_.load(std::memory_order_acquire) ? writer_.get() : nullptr;
   }
   void flushEvents();
-  void closeEvents();  // at exit
+  void closeEvents();          // at exit
   std::string eventLogPath();  // the rank directory of this process's trace, "" when none
   // Record mode adjusts the trace's manifest and writer options before the first record is written.
   using WriterSetup = std::function<void(ranklens::trace::Manifest*, ranklens::trace::WriterOptions*)>;

@@ -44,21 +44,26 @@ ncclResult_t forwardToReal(const CallInfo& c) {
       return REAL(ncclAllReduce)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.redop, c.comm, c.stream);
     case ApiId::ncclBroadcast:
       return REAL(ncclBroadcast)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.root, c.comm, c.stream);
-    case ApiId::ncclBcast: return REAL(ncclBcast)(c.recvbuff, c.count, c.datatype, c.root, c.comm, c.stream);
+    case ApiId::ncclBcast:
+      return REAL(ncclBcast)(c.recvbuff, c.count, c.datatype, c.root, c.comm, c.stream);
     case ApiId::ncclReduce:
       return REAL(ncclReduce)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.redop, c.root, c.comm, c.stream);
     case ApiId::ncclAllGather:
       return REAL(ncclAllGather)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.comm, c.stream);
     case ApiId::ncclReduceScatter:
       return REAL(ncclReduceScatter)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.redop, c.comm, c.stream);
-    case ApiId::ncclAlltoAll: return REAL(ncclAlltoAll)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.comm, c.stream);
+    case ApiId::ncclAlltoAll:
+      return REAL(ncclAlltoAll)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.comm, c.stream);
     case ApiId::ncclGather:
       return REAL(ncclGather)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.root, c.comm, c.stream);
     case ApiId::ncclScatter:
       return REAL(ncclScatter)(c.sendbuff, c.recvbuff, c.count, c.datatype, c.root, c.comm, c.stream);
-    case ApiId::ncclSend: return REAL(ncclSend)(c.sendbuff, c.count, c.datatype, c.root, c.comm, c.stream);
-    case ApiId::ncclRecv: return REAL(ncclRecv)(c.recvbuff, c.count, c.datatype, c.root, c.comm, c.stream);
-    default: break;
+    case ApiId::ncclSend:
+      return REAL(ncclSend)(c.sendbuff, c.count, c.datatype, c.root, c.comm, c.stream);
+    case ApiId::ncclRecv:
+      return REAL(ncclRecv)(c.recvbuff, c.count, c.datatype, c.root, c.comm, c.stream);
+    default:
+      break;
   }
   WARN("record: internal error: call %s submitted without its API function", c.opName);
   return ncclInternalError;
@@ -152,8 +157,10 @@ void joinGroupSpan(CallRecorder* rec, const std::shared_ptr<RecComm>& comm, cons
     s.stream = a.stream;
     s.comm = comm;
     s.identity = o.identity;
-    if (!o.kernelTimed) s.span = rec->begin(comm->cudaDev, a.stream, o.identity);
-    else if (!rec->reportCaptured(a.stream, o.identity)) s.kspan = o.clock->open(o.identity);
+    if (!o.kernelTimed)
+      s.span = rec->begin(comm->cudaDev, a.stream, o.identity);
+    else if (!rec->reportCaptured(a.stream, o.identity))
+      s.kspan = o.clock->open(o.identity);
     spans.push_back(std::move(s));
     it = std::prev(spans.end());
   } else if (it->kspan != nullptr && !o.kernelTimed) {
@@ -176,8 +183,10 @@ void joinGroupSpan(CallRecorder* rec, const std::shared_ptr<RecComm>& comm, cons
 ncclResult_t forwardUnknownComm(const CallInfo& info) {
   static std::once_flag warned;
   std::call_once(warned, [&] {
-    INFO(kSubColl | kSubRanklens, "record: a call on communicator %p, which RankLens did not see created, is "
-         "forwarded without being recorded", static_cast<void*>(info.comm));
+    INFO(kSubColl | kSubRanklens,
+         "record: a call on communicator %p, which RankLens did not see created, is "
+         "forwarded without being recorded",
+         static_cast<void*>(info.comm));
   });
   return forwardToReal(info);
 }

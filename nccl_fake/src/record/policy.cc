@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Record mode's capture policy: which calls' received data is stored (payloads, payload_max_bytes, payload_ops,
-// payload_comms, payload_steps, payload_seqs). Pure decisions on settings and the current step; the capture itself is call.cc's and the recorder's.
+// payload_comms, payload_steps, payload_seqs). Pure decisions on settings and the current step; the capture itself is
+// call.cc's and the recorder's.
 #include <algorithm>
 
 #include "record_state.h"

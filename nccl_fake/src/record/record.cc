@@ -8,9 +8,9 @@
 namespace nccl_fake {
 namespace record {
 
+using ranklens::timing::KernelClock;
 using ranklens::trace::RecordType;
 using real::ApiId;
-using ranklens::timing::KernelClock;
 
 namespace {
 
@@ -29,8 +29,10 @@ void warnUnavailable(ApiId id, const real::Library& lib) {
     std::call_once(warned, [&] { WARN("%s", lib.error.c_str()); });
     WARN("%s : %s", name, lib.error.c_str());
   } else {
-    WARN("%s : not exported by the real NCCL %s (version %d), which this job loads; use an NCCL that has it "
-         "(RankLens implements the 2.28.9 API)", name, lib.path.c_str(), lib.version);
+    WARN(
+        "%s : not exported by the real NCCL %s (version %d), which this job loads; use an NCCL that has it "
+        "(RankLens implements the 2.28.9 API)",
+        name, lib.path.c_str(), lib.version);
   }
 }
 
@@ -72,8 +74,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
   return ret;
 }
 
-ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
-                                    ncclConfig_t* config) {
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config) {
   NCCLCHECK(toNcclResult(refuseWithoutTrace(rank)));
   ncclResult_t ret = REAL(ncclCommInitRankConfig)(comm, nranks, commId, rank, config);
   if (accepted(ret) && comm) registerComm(*comm, nranks, rank, currentDevice(), {"init"}, config, ret);
@@ -189,7 +190,8 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
 const char* ncclGetLastError(ncclComm_t comm) {
   // RankLens's own failures (no real NCCL, a missing function) are reported in RankLens's log; otherwise NCCL's.
   const real::Library& lib = library();
-  if (!lib.ok || lib.functions[static_cast<int>(ApiId::ncclGetLastError)] == nullptr) return impl::ncclGetLastError(comm);
+  if (!lib.ok || lib.functions[static_cast<int>(ApiId::ncclGetLastError)] == nullptr)
+    return impl::ncclGetLastError(comm);
   const char* text = REAL(ncclGetLastError)(comm);
   return text != nullptr && *text != '\0' ? text : impl::ncclGetLastError(comm);
 }
@@ -206,16 +208,16 @@ const char* ncclGetErrorString(ncclResult_t result) {
 // the real NCCL. (Collectives and P2P never come here: exports.cc sends them to their one shared wrapper, which
 // submits to call.cc; their bodies below only keep record:: complete.) A call made from inside the real library
 // (its own exported API, resolved through the global scope) is forwarded uncaptured.
-#define NCCL_FAKE_API(ret, name, params, args, prof)                                   \
-  ret name params {                                                                    \
-    if constexpr (pipelined(ApiId::name)) {                                            \
-      return impl::name args;                                                          \
-    } else {                                                                           \
-      if constexpr (captured(ApiId::name)) {                                           \
-        if (!real::insideRealCall()) return capture::name args;                        \
-      }                                                                                \
-      return callReal<ApiId::name, ret(*) params> args;                                \
-    }                                                                                  \
+#define NCCL_FAKE_API(ret, name, params, args, prof)            \
+  ret name params {                                             \
+    if constexpr (pipelined(ApiId::name)) {                     \
+      return impl::name args;                                   \
+    } else {                                                    \
+      if constexpr (captured(ApiId::name)) {                    \
+        if (!real::insideRealCall()) return capture::name args; \
+      }                                                         \
+      return callReal<ApiId::name, ret(*) params> args;         \
+    }                                                           \
   }
 #include "nccl_api.def"
 #undef NCCL_FAKE_API

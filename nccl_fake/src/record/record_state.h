@@ -42,9 +42,12 @@ void warnUnavailable(real::ApiId id, const real::Library& lib);
 template <typename R>
 R unavailable(real::ApiId id, const real::Library& lib) {
   warnUnavailable(id, lib);
-  if constexpr (std::is_same_v<R, ncclResult_t>) return lib.ok ? ncclInvalidUsage : ncclSystemError;
-  else if constexpr (std::is_same_v<R, const char*>) return "real NCCL unavailable (see the log)";
-  else if constexpr (!std::is_void_v<R>) return R{};
+  if constexpr (std::is_same_v<R, ncclResult_t>)
+    return lib.ok ? ncclInvalidUsage : ncclSystemError;
+  else if constexpr (std::is_same_v<R, const char*>)
+    return "real NCCL unavailable (see the log)";
+  else if constexpr (!std::is_void_v<R>)
+    return R{};
 }
 
 // Calls the real function, marking this thread as inside the real library (its own calls back into exported

@@ -31,8 +31,8 @@ namespace {
 std::string describeWriter(const config::Settings& s, const real::Library& lib) {
   std::string payloads = config::toString(s.payloads);
   if (s.payloads == config::Payloads::kSmall) payloads += " (<= " + std::to_string(s.payload_max_bytes) + " B)";
-  return "ranklens libnccl.so.2 record: real NCCL " + lib.path + " (" + std::to_string(lib.version) +
-         "), payloads " + payloads;
+  return "ranklens libnccl.so.2 record: real NCCL " + lib.path + " (" + std::to_string(lib.version) + "), payloads " +
+         payloads;
 }
 
 ranklens::device::CopyOptions copyOptions(const config::Settings& s) {
@@ -57,10 +57,10 @@ CallRecorder::Options recorderOptions(const config::Settings& s) {
   CallRecorder::Options options;
   options.payloads = s.payloads != config::Payloads::kNone;
   const bool autoStaging = s.staging_bytes == config::Settings::kAutoStagingBytes;
-  options.stagingBytes = autoStaging ? ranklens::timing::autoStagingBytes(s.payloads == config::Payloads::kAll,
-                                                                          ranklens::trace::hostMemoryBytes(),
-                                                                          localRanks())
-                                     : s.staging_bytes;
+  options.stagingBytes = autoStaging
+                             ? ranklens::timing::autoStagingBytes(s.payloads == config::Payloads::kAll,
+                                                                  ranklens::trace::hostMemoryBytes(), localRanks())
+                             : s.staging_bytes;
   options.stagingLeastBytes = autoStaging ? 64u << 20 : 0;  // auto takes less where the host will not pin that much
   options.waitWhenFull = s.staging_full == config::StagingFull::kWait;
   if (s.payloads == config::Payloads::kAll) {
@@ -76,8 +76,10 @@ CallRecorder::Options recorderOptions(const config::Settings& s) {
 
 void prepareStaging(CallRecorder& rec, size_t wanted) {
   if (const ranklens::Status staged = rec.prepareStaging(); !staged.isOk())
-    WARN("record: cannot allocate %llu bytes of pinned staging memory (%s); payloads are skipped and counted. "
-         "Lower RANKLENS_STAGING_BYTES", static_cast<unsigned long long>(wanted), staged.message().c_str());
+    WARN(
+        "record: cannot allocate %llu bytes of pinned staging memory (%s); payloads are skipped and counted. "
+        "Lower RANKLENS_STAGING_BYTES",
+        static_cast<unsigned long long>(wanted), staged.message().c_str());
   else if (rec.stagingBytes() < wanted)
     WARN("record: %llu MiB of pinned staging memory could not be allocated; using %llu MiB (staging_bytes: auto)",
          static_cast<unsigned long long>(wanted >> 20), static_cast<unsigned long long>(rec.stagingBytes() >> 20));
@@ -133,8 +135,8 @@ void installWriterSetup() {
     // recording of control values only needs few.
     const bool controlValuesOnly = s.payloads == config::Payloads::kSmall && s.payload_max_bytes <= (1u << 20);
     writer->compressionThreads = s.payload_threads > 0 ? s.payload_threads
-                                                        : ranklens::trace::autoCompressionThreads(
-                                                              manifest->cpus, localRanks(), controlValuesOnly);
+                                                       : ranklens::trace::autoCompressionThreads(
+                                                             manifest->cpus, localRanks(), controlValuesOnly);
     writer->zstdLevel = s.payload_zstd_level;
     using WriterShuffle = ranklens::trace::WriterOptions::Shuffle;
     writer->shuffle = s.payload_shuffle == config::PayloadShuffle::kOff  ? WriterShuffle::kOff
@@ -185,30 +187,33 @@ void warnOfStaging(const ranklens::timing::RecorderStats& s, size_t stagingBytes
     tooLargeSaid = s.payloadsSkippedTooLarge;
     // With payloads: all a larger payload may not take the room kept for control values: say so where it is kept.
     const std::string kept = controlReserveBytes == 0 ? std::string()
-                             : ", less the " + sizeText(controlReserveBytes) + " kept for payloads up to payload_max_bytes";
+                                                      : ", less the " + sizeText(controlReserveBytes) +
+                                                            " kept for payloads up to payload_max_bytes";
     WARN("record: %llu payloads larger than all of staging (staging_bytes, %s%s) were skipped: %s",
          static_cast<unsigned long long>(s.payloadsSkippedTooLarge), staging.c_str(), kept.c_str(),
          ranklens::trace::advice::kStagingTooSmall);
   }
   if (s.waitsForStaging > waitedSaid) {
     waitedSaid = s.waitsForStaging;
-    INFO(kSubInit | kSubRanklens, "record: the job waited %.1f ms in all for room in staging (%llu times; staging_bytes %s)",
+    INFO(kSubInit | kSubRanklens,
+         "record: the job waited %.1f ms in all for room in staging (%llu times; staging_bytes %s)",
          s.stagingWaitNs / 1e6, static_cast<unsigned long long>(s.waitsForStaging), staging.c_str());
   }
 }
 
 void drainKernelClock(KernelClock& clock) {
   if (!clock.drain(2'000'000'000))
-    WARN("record: %llu kernel-clock durations still pending after 2 s (NCCL has not reported all their kernel "
-         "channels)", static_cast<unsigned long long>(clock.stats().pending));
+    WARN(
+        "record: %llu kernel-clock durations still pending after 2 s (NCCL has not reported all their kernel "
+        "channels)",
+        static_cast<unsigned long long>(clock.stats().pending));
   auto* writer = Runtime::get().writer();
   if (writer == nullptr) return;
   const ranklens::timing::KernelClockStats k = clock.stats();
-  const std::pair<const char*, uint64_t> values[] = {
-      {"kernel_clock_timed", k.timed},
-      {ranklens::trace::counter::kKernelClockUnmatched, k.unmatched},
-      {ranklens::trace::counter::kKernelClockIncomplete, k.incomplete},
-      {"kernel_clock_foreign_tasks", k.foreignTasks}};
+  const std::pair<const char*, uint64_t> values[] = {{"kernel_clock_timed", k.timed},
+                                                     {ranklens::trace::counter::kKernelClockUnmatched, k.unmatched},
+                                                     {ranklens::trace::counter::kKernelClockIncomplete, k.incomplete},
+                                                     {"kernel_clock_foreign_tasks", k.foreignTasks}};
   for (const auto& [name, value] : values) writer->setCounter(name, value);
 }
 

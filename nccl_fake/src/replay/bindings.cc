@@ -63,8 +63,8 @@ Status bindAtCreation(Session* s, const ncclComm* comm) {
       "replay: communicator " + std::to_string(comm->id) + " (" + comm->how + ", rank " + std::to_string(comm->rank) +
       " of " + std::to_string(comm->nRanks) +
       (comm->parentId >= 0 ? ", parent " + std::to_string(comm->parentId) : "") +
-      ") has no counterpart in the recording " + s->recording->directory() + "; unmatched recorded communicators:" +
-      (recorded.empty() ? " none" : recorded) +
+      ") has no counterpart in the recording " + s->recording->directory() +
+      "; unmatched recorded communicators:" + (recorded.empty() ? " none" : recorded) +
       (s->policy == OnMismatch::kError
            ? "\n  Replay the rank this trace was recorded for (RANK, ranklens replay --rank), or set "
              "RANKLENS_ON_MISMATCH=warn|estimate to replay this communicator's calls without the recording"
@@ -120,10 +120,10 @@ void finishBinding(Session* s, Bindings::Binding* binding, const CallInfo& info,
   // Final now: the replay trace says which recorded communicator this one stands for (ranklens compare uses it);
   // recordedCommId is a recorded commId (uint64), so a binding to none writes no record.
   if (binding->recordedId >= 0)
-    Runtime::get().emit(ranklens::trace::RecordType::kCommBinding,
-                        ranklens::trace::CommBinding{info.comm->id, static_cast<uint64_t>(binding->recordedId),
-                                                     binding->recordedId == atCreation ? "creation" : "first call",
-                                                     monotonicNs()});
+    Runtime::get().emit(
+        ranklens::trace::RecordType::kCommBinding,
+        ranklens::trace::CommBinding{info.comm->id, static_cast<uint64_t>(binding->recordedId),
+                                     binding->recordedId == atCreation ? "creation" : "first call", monotonicNs()});
 }
 
 ncclResult_t onCommCreated(ncclComm* comm) {

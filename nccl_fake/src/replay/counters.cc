@@ -72,8 +72,10 @@ void summarize(const Session& s, const Counters& c) {
            static_cast<unsigned long>(c.estimated), static_cast<unsigned long>(c.payloadsRestored),
            static_cast<unsigned long>(c.payloadBytesRestored), static_cast<unsigned long>(c.filledWithoutPayload),
            static_cast<unsigned long>(c.holds));
-  if (faithful) INFO(kSubRanklens, "%s", line);
-  else WARN("%s", line);
+  if (faithful)
+    INFO(kSubRanklens, "%s", line);
+  else
+    WARN("%s", line);
 }
 
 }  // namespace
@@ -90,7 +92,8 @@ void finish() {
   if (s->restore.prefetcher) p = s->restore.prefetcher->stats();
   writeCounters(*s, c, p);
   if (!s->recording) {
-    INFO(kSubRanklens, "replay summary (no recording): %lu calls, each held for its estimate (%lu extrapolated "
+    INFO(kSubRanklens,
+         "replay summary (no recording): %lu calls, each held for its estimate (%lu extrapolated "
          "beyond the history, %lu from nccl-tests samples), %lu holds",
          static_cast<unsigned long>(c.calls), static_cast<unsigned long>(c.estimatesExtrapolated),
          static_cast<unsigned long>(c.estimatesFromBenchmarks), static_cast<unsigned long>(c.holds));
@@ -100,10 +103,11 @@ void finish() {
   // Decoding that could not run far enough ahead holds the program up (in a value replay, every payload is decoded).
   const Restore& r = s->restore;
   if (s->fidelity == Fidelity::kValue && p.waits > 0 && r.prefetchArenaBytes < 4 * r.largestStepPayloadBytes)
-    WARN("replay: the program waited %lu times for payloads to be decoded: prefetch_bytes gave %.0f MiB of pinned "
-         "memory, less than 4x the recording's largest step of payloads (%.0f MiB), so the replayed steps may run "
-         "slower than recorded; raise prefetch_bytes (docs/config.md)",
-         static_cast<unsigned long>(p.waits), r.prefetchArenaBytes / 1048576.0, r.largestStepPayloadBytes / 1048576.0);
+    WARN(
+        "replay: the program waited %lu times for payloads to be decoded: prefetch_bytes gave %.0f MiB of pinned "
+        "memory, less than 4x the recording's largest step of payloads (%.0f MiB), so the replayed steps may run "
+        "slower than recorded; raise prefetch_bytes (docs/config.md)",
+        static_cast<unsigned long>(p.waits), r.prefetchArenaBytes / 1048576.0, r.largestStepPayloadBytes / 1048576.0);
 }
 
 }  // namespace replay

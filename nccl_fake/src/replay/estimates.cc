@@ -29,10 +29,11 @@ void makeEstimator(Estimates* e, const ranklens::config::Settings& st) {
     // A lone rank's own recording (no history) or a history of format 1 has no transfer times: what it has is
     // better than the fixed model.
     if (!st.history.empty())
-      WARN("replay: history %s has no transfer times (built from one rank of each job, or by a RankLens before "
-           "format 2); estimates use observed durations (estimate_target observed). Rebuild it with `ranklens "
-           "history build` from every rank's trace of each job",
-           st.history.c_str());
+      WARN(
+          "replay: history %s has no transfer times (built from one rank of each job, or by a RankLens before "
+          "format 2); estimates use observed durations (estimate_target observed). Rebuild it with `ranklens "
+          "history build` from every rank's trace of each job",
+          st.history.c_str());
     estimates.target = ranklens::timing::EstimateTarget::kObserved;
   }
   e->estimator = std::make_unique<ranklens::timing::Estimator>(e->history, estimates);
@@ -49,16 +50,17 @@ Status loadEstimates(Estimates* e, const ranklens::config::Settings& st, const r
     if (!(error = ranklens::timing::loadHistory(st.history, &e->history).message()).empty())
       return Status::invalidUsage("history: " + error);
   } else if (e->all) {
-    return Status::invalidUsage("timing: estimated needs a duration history: set RANKLENS_HISTORY to a file built "
-                                "with `ranklens history build <recorded traces> -o FILE`");
+    return Status::invalidUsage(
+        "timing: estimated needs a duration history: set RANKLENS_HISTORY to a file built "
+        "with `ranklens history build <recorded traces> -o FILE`");
   } else if (recording != nullptr && recording->manifest().mode == "record" &&
              !(error = ranklens::timing::addRecordedRun(*recording, &e->history).message()).empty()) {
     WARN("replay: estimates use a fixed model: %s", error.c_str());
   }
   makeEstimator(e, st);
   // Locality: the recorded job's ranks per node, or without a recording the virtual topology's.
-  e->localWorldSize = recording != nullptr ? ranklens::timing::localWorldSize(recording->manifest())
-                                           : st.ranks_per_node;
+  e->localWorldSize =
+      recording != nullptr ? ranklens::timing::localWorldSize(recording->manifest()) : st.ranks_per_node;
   return Status::ok();
 }
 
@@ -74,15 +76,15 @@ int64_t estimateNs(Session* s, const CallInfo& info, uint64_t bytes) {
   const bool crosses = ranklens::timing::crossesNodes(e.localWorldSize, nranks);
   if (crosses && !e.historySpansNodes && !e.warnedLocality) {
     e.warnedLocality = true;
-    WARN("replay: communicator %lu (%d ranks) spans nodes (more than %d ranks per node), but no call in the duration "
-         "history did: its estimates assume the history's one-node bandwidth and are too short. Add a recording of "
-         "a multi-node job (ranklens history build --append) or the cluster's nccl-tests output across nodes "
-         "(ranklens history import-nccl-tests --append) to the history",
-         static_cast<unsigned long>(info.comm->id), nranks, e.localWorldSize);
+    WARN(
+        "replay: communicator %lu (%d ranks) spans nodes (more than %d ranks per node), but no call in the duration "
+        "history did: its estimates assume the history's one-node bandwidth and are too short. Add a recording of "
+        "a multi-node job (ranklens history build --append) or the cluster's nccl-tests output across nodes "
+        "(ranklens history import-nccl-tests --append) to the history",
+        static_cast<unsigned long>(info.comm->id), nranks, e.localWorldSize);
   }
-  const ranklens::timing::Estimate estimate =
-      e.estimator->estimate(static_cast<int>(info.op), nranks, crosses, bytes, info.comm->name, false,
-                            info.stepOccurrence, info.stepPhase);
+  const ranklens::timing::Estimate estimate = e.estimator->estimate(
+      static_cast<int>(info.op), nranks, crosses, bytes, info.comm->name, false, info.stepOccurrence, info.stepPhase);
   countEstimate(s->counters, estimate);
   return estimate.durationNs;
 }
@@ -91,8 +93,8 @@ ranklens::timing::Estimate estimateGroup(const Session& s, const CallInfo& first
   const Estimates& e = s.estimates;
   const int nranks = first.comm->nRanks;
   return e.estimator->estimate(static_cast<int>(first.op), nranks,
-                               ranklens::timing::crossesNodes(e.localWorldSize, nranks), bytes, first.comm->name,
-                               true, occurrence, first.stepPhase);
+                               ranklens::timing::crossesNodes(e.localWorldSize, nranks), bytes, first.comm->name, true,
+                               occurrence, first.stepPhase);
 }
 
 void noteStage(const char* name, int64_t timeNs) {

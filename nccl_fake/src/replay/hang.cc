@@ -43,11 +43,11 @@ std::string indentLines(const std::string& text, int maxLines, bool skipIndented
 // The report: where the job hung in the user's terms (process group, call, sequence number), which ranks reached
 // it according to the dumps, the dump's Python stack and the replayed call site.
 std::string hangReport(const Session& s, const ranklens::trace::FlightRecorderEntry& e) {
-  const std::string where =
-      "process group " + e.pgName + (e.pgDesc.empty() || e.pgDesc == "undefined" ? "" : " (" + e.pgDesc + ")") +
-      ", " + e.profilingName + " " + e.inputSizes + " " + e.inputDtypes + ", " +
-      (e.isP2p ? "point-to-point sequence number " + std::to_string(e.p2pSeqId)
-               : "collective sequence number " + std::to_string(e.collectiveSeqId));
+  const std::string where = "process group " + e.pgName +
+                            (e.pgDesc.empty() || e.pgDesc == "undefined" ? "" : " (" + e.pgDesc + ")") + ", " +
+                            e.profilingName + " " + e.inputSizes + " " + e.inputDtypes + ", " +
+                            (e.isP2p ? "point-to-point sequence number " + std::to_string(e.p2pSeqId)
+                                     : "collective sequence number " + std::to_string(e.collectiveSeqId));
   const auto& imported = s.recording->manifest().imported;
   auto diag = imported.find("diagnosis");
   // The diagnosis's own lines (one per process group); its stacks (indented) are left out, the dump's stack follows.
@@ -59,7 +59,8 @@ std::string hangReport(const Session& s, const ranklens::trace::FlightRecorderEn
   const char* then = s.hang.at == AtHang::kStop
                          ? "The call fails (ncclInvalidUsage) here. RANKLENS_AT_HANG=wait blocks here for a debugger; "
                            "continue replays on."
-                         : s.hang.at == AtHang::kWait ? "" : "Replaying on (at_hang: continue).";
+                     : s.hang.at == AtHang::kWait ? ""
+                                                  : "Replaying on (at_hang: continue).";
   char head[160];
   std::snprintf(head, sizeof head,
                 "replay: rank %d reached the call its Flight Recorder dump left %s: where the job hung",
@@ -75,7 +76,8 @@ void waitForDebugger() {
   std::fprintf(stderr,
                "ranklens: waiting at the hang for a debugger: pid %d. py-spy dump --pid %d shows the Python stack; "
                "gdb -p %d -ex 'set var ranklens_hang_wait = 0' -ex continue lets the call fail and the program go "
-               "on\n", pid, pid, pid);
+               "on\n",
+               pid, pid, pid);
   while (ranklens_hang_wait != 0) usleep(100000);
 }
 

@@ -67,7 +67,8 @@ Status loadPaces(const ranklens::trace::Recording& recording, std::vector<rankle
     if (!peers.back()) {
       error = error.substr(0, error.find("; replay a recorded rank"));  // Recording::open's advice is for RANK
       return Status::invalidUsage("it needs every rank's recording in " + root + ", and rank " + std::to_string(r) +
-                                  "'s cannot be read (" + error + "); record every rank into one trace root, or set "
+                                  "'s cannot be read (" + error +
+                                  "); record every rank into one trace root, or set "
                                   "peer_pacing: off");
     }
     ranks.push_back(peers.back().get());
@@ -75,7 +76,8 @@ Status loadPaces(const ranklens::trace::Recording& recording, std::vector<rankle
   *paces = ranklens::timing::peerPace(ranks, static_cast<size_t>(m.rank));
   const auto known = std::count_if(paces->begin(), paces->end(), [](const auto& p) { return p.known; });
   if (known == 0)
-    return Status::invalidUsage("no collective of " + root + " has every rank's gap (Timing.gapNs: recorded by "
+    return Status::invalidUsage("no collective of " + root +
+                                " has every rank's gap (Timing.gapNs: recorded by "
                                 "RankLens with trace format 1.6 or later)");
   INFO(kSubInit | kSubRanklens, "replay: peer_pacing: %ld of %zu recorded calls paced by %d ranks' recordings in %s",
        static_cast<long>(known), paces->size(), m.world_size, root.c_str());
@@ -131,14 +133,15 @@ void emitTiming(const CallInfo& info, int64_t durationNs, uint64_t groupId, bool
   t.durationNs = durationNs;
   t.peer = ranklens::events::isP2p(info.op) ? info.root : -1;
   t.clock = info.estimated ? ranklens::trace::kClockEstimated
-                           : kernelTime ? ranklens::trace::kClockKernel : ranklens::trace::kClockEvents;
+            : kernelTime   ? ranklens::trace::kClockKernel
+                           : ranklens::trace::kClockEvents;
   Runtime::get().emit(ranklens::trace::RecordType::kTiming, t);
 }
 
 // `callBytes`: the call's (or the group's calls' on this stream) buffer bytes, for holds that move memory. On the
 // per-call path: a Status is built (and turned into the WARN and NCCL's code) only when the hold fails.
 ncclResult_t holdStream(Session* s, const CallInfo& info, int64_t durationNs, int64_t restoreNs, uint64_t groupId,
-                  uint64_t callBytes) {
+                        uint64_t callBytes) {
   if (durationNs < 0) return ncclSuccess;
   const bool kernelTime = info.recorded != nullptr && !info.estimated && info.recorded->kernelClock;
   const int64_t ns = holdFor(s->holds, durationNs, restoreNs, info.arrival != 0, kernelTime);
@@ -198,8 +201,8 @@ int64_t groupDuration(Session* s, const std::vector<CallInfo>& calls, CallInfo* 
 // Marks the stream's arrival; a Status (the WARN and NCCL's code) only when that fails, as for holdStream.
 ncclResult_t arriveOn(const CallInfo& info, uint64_t* arrival) {
   if (Runtime::get().device().arrive(info.stream, info.captured, arrival) == 0) return ncclSuccess;
-  return toNccl(Status::cudaError("replay: " + std::string(info.opName) + ": marking the stream's arrival failed: " +
-                                  ranklens::device::lastError()));
+  return toNccl(Status::cudaError("replay: " + std::string(info.opName) +
+                                  ": marking the stream's arrival failed: " + ranklens::device::lastError()));
 }
 
 // Waits until `deadlineNs` (monotonic): sleeps the long part (the kernel wakes us ~50 us late at worst), spins the

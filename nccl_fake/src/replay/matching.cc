@@ -51,8 +51,7 @@ std::string describeCall(const char* side, uint64_t comm, uint64_t seq, int op, 
 // offset), else one up to resync_window ahead, which moves the offset (the program skipped recorded calls).
 // `expected`: the one at its sequence, matching or not.
 const RecordedCall* findRecorded(Session* s, const Bindings::Binding& binding, const CallInfo& info,
-                                 const ranklens::events::Call& event, int64_t* offset,
-                                 const RecordedCall** expected) {
+                                 const ranklens::events::Call& event, int64_t* offset, const RecordedCall** expected) {
   const SeqKind kind = ranklens::trace::seqKindOf(static_cast<int>(info.op));
   const int peer = kind == SeqKind::kCollective ? -1 : info.root;
   const int64_t at = static_cast<int64_t>(event.seq) + *offset;
@@ -84,11 +83,11 @@ Status reportMismatch(Session* s, const CallInfo& info, const ranklens::events::
   const std::string replayed = describeCall("replayed", info.comm->id, event.seq, static_cast<int>(info.op),
                                             info.datatype, info.count, event.rootOrPeer, event.redop);
   const std::string recorded =
-      !bound     ? std::string("recorded: (communicator not matched)")
-      : expected ? describeCall("recorded", expected->call.commId, expected->call.seq, expected->call.op,
-                                expected->call.datatype, expected->call.count, expected->call.rootOrPeer,
-                                expected->call.redop)
-                 : std::string("recorded: (no call at this sequence: the recording ends)");
+      !bound ? std::string("recorded: (communicator not matched)")
+      : expected
+          ? describeCall("recorded", expected->call.commId, expected->call.seq, expected->call.op,
+                         expected->call.datatype, expected->call.count, expected->call.rootOrPeer, expected->call.redop)
+          : std::string("recorded: (no call at this sequence: the recording ends)");
   if (s->policy == OnMismatch::kError) {
     lock->unlock();
     return Status::invalidUsage(
@@ -101,9 +100,9 @@ Status reportMismatch(Session* s, const CallInfo& info, const ranklens::events::
   }
   if (first || ++s->matching.warned % 1000 == 0) {
     lock->unlock();
-    WARN("replay: %s call differs from the recording%s (%lu so far)\n  %s\n  %s\n  call site:%s",
-         first ? "first" : "a", match ? " (resynchronised: the program skipped recorded calls)" : "",
-         static_cast<unsigned long>(c.mismatches), replayed.c_str(), recorded.c_str(), callSite().c_str());
+    WARN("replay: %s call differs from the recording%s (%lu so far)\n  %s\n  %s\n  call site:%s", first ? "first" : "a",
+         match ? " (resynchronised: the program skipped recorded calls)" : "", static_cast<unsigned long>(c.mismatches),
+         replayed.c_str(), recorded.c_str(), callSite().c_str());
     lock->lock();
   }
   return Status::ok();
@@ -186,10 +185,10 @@ std::string callSite() {
     Dl_info info{};
     if (!dladdr(frames[i], &info) || info.dli_fbase == self.dli_fbase) continue;
     char line[512];
-    snprintf(line, sizeof line, "\n    #%d %s (%s+0x%lx)", shown, info.dli_sname ? info.dli_sname : "??",
-             info.dli_fname ? info.dli_fname : "??",
-             static_cast<unsigned long>(static_cast<const char*>(frames[i]) -
-                                        static_cast<const char*>(info.dli_fbase)));
+    snprintf(
+        line, sizeof line, "\n    #%d %s (%s+0x%lx)", shown, info.dli_sname ? info.dli_sname : "??",
+        info.dli_fname ? info.dli_fname : "??",
+        static_cast<unsigned long>(static_cast<const char*>(frames[i]) - static_cast<const char*>(info.dli_fbase)));
     text += line;
     ++shown;
   }

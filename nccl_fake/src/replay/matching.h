@@ -22,7 +22,7 @@ namespace replay {
 struct Session;
 
 struct Matching {
-  int window = 64;  // resync_window
+  int window = 64;                                            // resync_window
   std::map<std::tuple<uint64_t, int, int>, int64_t> offsets;  // (replayed comm, kind, peer) -> recorded seq - replayed
   bool reportedFirst = false;  // the first mismatch was reported (later ones every 1000th)
   uint64_t warned = 0;

@@ -13,8 +13,9 @@
 #include "session.h"
 
 // The breakpoint target of docs/debugging.md: called with the call and the bytes about to be restored.
-extern "C" __attribute__((noinline, used)) void ranklens_restore_payload(
-    uint64_t comm, uint64_t seq, const char* op, void* recvbuff, const void* data, size_t bytes) {
+extern "C" __attribute__((noinline, used)) void ranklens_restore_payload(uint64_t comm, uint64_t seq, const char* op,
+                                                                         void* recvbuff, const void* data,
+                                                                         size_t bytes) {
   asm volatile("" : : "r"(comm), "r"(seq), "r"(op), "r"(recvbuff), "r"(data), "r"(bytes) : "memory");
 }
 
@@ -57,8 +58,10 @@ PayloadPrefetcher::Options prefetchOptions(Restore* r, Fidelity fidelity, const 
     options.arenaBytes =
         ranklens::trace::autoArenaBytes(r->largestStepPayloadBytes, ranklens::trace::hostMemoryBytes());
     if (fidelity == Fidelity::kValue)
-      INFO(kSubRanklens, "replay: prefetch_bytes auto: %.0f MiB of pinned memory (the recording's largest step "
-           "holds %.0f MiB of payloads)", options.arenaBytes / 1048576.0, r->largestStepPayloadBytes / 1048576.0);
+      INFO(kSubRanklens,
+           "replay: prefetch_bytes auto: %.0f MiB of pinned memory (the recording's largest step "
+           "holds %.0f MiB of payloads)",
+           options.arenaBytes / 1048576.0, r->largestStepPayloadBytes / 1048576.0);
   }
   if (fidelity == Fidelity::kTiming) {
     options.maxPayloadBytes = r->controlPayloadBytes;
@@ -101,10 +104,11 @@ bool restores(const Session& s, const RecordedCall* rc) {
 void skipCaptured(Session* s, const CallInfo& info) {
   static std::once_flag warned;
   std::call_once(warned, [&] {
-    WARN("replay: %s comm %lu seq %lu is captured into a CUDA graph, but the recording has its payload (the "
-         "recorded run did not capture it): not restored, the receive buffer gets the fill semantics "
-         "(replay_payloads_skipped_captured counts such calls)",
-         info.opName, static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq));
+    WARN(
+        "replay: %s comm %lu seq %lu is captured into a CUDA graph, but the recording has its payload (the "
+        "recorded run did not capture it): not restored, the receive buffer gets the fill semantics "
+        "(replay_payloads_skipped_captured counts such calls)",
+        info.opName, static_cast<unsigned long>(info.comm->id), static_cast<unsigned long>(info.seq));
   });
   PayloadPrefetcher::Staged staged;
   std::string error;
@@ -118,8 +122,10 @@ void skipCaptured(Session* s, const CallInfo& info) {
 // The edge of a failed restore: said as it must be (an unreadable payload whatever NCCL_DEBUG is, a failed copy as
 // a WARN), and NCCL's code. The per-call path builds a Status only on failure, so a restore costs no Status.
 ncclResult_t restoreFailed(const Status& status) {
-  if (status.code() == Status::Code::kSystemError) SAY_ERROR("%s", status.message().c_str());
-  else WARN("%s", status.message().c_str());
+  if (status.code() == Status::Code::kSystemError)
+    SAY_ERROR("%s", status.message().c_str());
+  else
+    WARN("%s", status.message().c_str());
   return ncclCode(status.code());
 }
 
@@ -129,18 +135,21 @@ ncclResult_t restoreFailed(const Status& status) {
 // on_payload_error: error; else the call is filled.
 Status payloadUnreadable(Session* s, const CallInfo& info, const std::string& error) {
   const bool stop = s->restore.onError == ranklens::config::OnPayloadError::kError;
-  const std::string what = "replay: " + std::string(info.opName) + " comm " + std::to_string(info.comm->id) +
-                           " seq " + std::to_string(info.seq) + ": the recorded payload cannot be restored: " + error;
+  const std::string what = "replay: " + std::string(info.opName) + " comm " + std::to_string(info.comm->id) + " seq " +
+                           std::to_string(info.seq) + ": the recorded payload cannot be restored: " + error;
   {
     std::lock_guard<std::mutex> lock(s->mu);
     s->counters.payloadFailures++;
     if (!stop) s->counters.filledWithoutPayload++;
   }
   if (stop)
-    return Status::systemError(what + "; the call fails with ncclSystemError (check the trace with rlpayload "
-                                      "verify; RANKLENS_ON_PAYLOAD_ERROR=warn fills the call and goes on)");
-  SAY_WARNING("%s; the receive buffer gets the fill semantics: this rank's values are not the recorded run's from "
-              "this call on (on_payload_error: warn)", what.c_str());
+    return Status::systemError(what +
+                               "; the call fails with ncclSystemError (check the trace with rlpayload "
+                               "verify; RANKLENS_ON_PAYLOAD_ERROR=warn fills the call and goes on)");
+  SAY_WARNING(
+      "%s; the receive buffer gets the fill semantics: this rank's values are not the recorded run's from "
+      "this call on (on_payload_error: warn)",
+      what.c_str());
   return Status::ok();
 }
 
@@ -155,12 +164,10 @@ ncclResult_t copyStaged(Session* s, const CallInfo& info, const PayloadPrefetche
   const int fenceErr = copyErr == 0 ? device.fence(info.stream, &fence) : 0;
   if (copyErr != 0 || fenceErr != 0) {
     // Without a fence the copy's completion is unknown: wait for the stream's work to settle by never reusing it.
-    s->restore.prefetcher->release(info.recorded,
-                                   copyErr == 0 ? std::function<bool()>([] { return false; }) : nullptr);
-    return restoreFailed(Status::cudaError("replay: " + std::string(info.opName) + " comm " +
-                                           std::to_string(info.comm->id) + " seq " + std::to_string(info.seq) +
-                                           ": restoring the recorded payload failed: " +
-                                           ranklens::device::lastError()));
+    s->restore.prefetcher->release(info.recorded, copyErr == 0 ? std::function<bool()>([] { return false; }) : nullptr);
+    return restoreFailed(Status::cudaError(
+        "replay: " + std::string(info.opName) + " comm " + std::to_string(info.comm->id) + " seq " +
+        std::to_string(info.seq) + ": restoring the recorded payload failed: " + ranklens::device::lastError()));
   }
   s->restore.prefetcher->release(info.recorded, [&device, fence] { return device.passed(fence); });
   std::lock_guard<std::mutex> lock(s->mu);
@@ -221,9 +228,10 @@ void startPrefetcher(Session* s, const ranklens::config::Settings& st) {
     WARN("replay: cannot allocate %llu bytes of pinned memory (prefetch_bytes); payloads are decoded when needed",
          static_cast<unsigned long long>(options.arenaBytes));
   else if (deviceBytes > 0 && !r.prefetcher->deviceReady())
-    WARN("replay: cannot allocate %llu bytes of device memory (payload_device_bytes); payloads are copied from "
-         "pinned host memory",
-         static_cast<unsigned long long>(deviceBytes));
+    WARN(
+        "replay: cannot allocate %llu bytes of device memory (payload_device_bytes); payloads are copied from "
+        "pinned host memory",
+        static_cast<unsigned long long>(deviceBytes));
 }
 
 bool restorePayload(const CallInfo& info, ncclResult_t* result) {

@@ -42,10 +42,13 @@ Status checkRecording(const ranklens::trace::Recording& recording, const ranklen
   namespace counter = ranklens::trace::counter;
   if (const uint64_t unrecorded = ranklens::trace::counterValue(m, counter::kCallsUnrecorded).value_or(0);
       unrecorded > 0)
-    return Status::invalidUsage("replay_trace " + recording.directory() + " was recorded with record_alternate_steps "
-                               "(a benchmark setting): " + std::to_string(unrecorded) + " of its calls were "
-                               "forwarded without being recorded, so it cannot be replayed; record again without "
-                               "RANKLENS_RECORD_ALTERNATE_STEPS");
+    return Status::invalidUsage("replay_trace " + recording.directory() +
+                                " was recorded with record_alternate_steps "
+                                "(a benchmark setting): " +
+                                std::to_string(unrecorded) +
+                                " of its calls were "
+                                "forwarded without being recorded, so it cannot be replayed; record again without "
+                                "RANKLENS_RECORD_ALTERNATE_STEPS");
   return Status::ok();
 }
 
@@ -64,9 +67,10 @@ void warnAboutRecording(const Session& s) {
   Runtime::get().device().describe(&here.gpu_name, &uuid);
   const std::string machines = ranklens::trace::machineDifference(m, here);
   if (!machines.empty())
-    WARN("replay: recorded on another kind of machine (%s): a host-bound step runs at this machine's speed, so "
-         "its step times may differ from the recording's for that alone (docs/fidelity.md section 4)",
-         machines.c_str());
+    WARN(
+        "replay: recorded on another kind of machine (%s): a host-bound step runs at this machine's speed, so "
+        "its step times may differ from the recording's for that alone (docs/fidelity.md section 4)",
+        machines.c_str());
   if (s.fidelity == Fidelity::kValue) {
     // A value replay of a recording that lacks payloads runs, but its values are not the recorded run's.
     const std::string gaps = ranklens::trace::describePayloadGaps(*s.recording);
@@ -88,11 +92,10 @@ Status openRecording(Session* s, const ranklens::config::Settings& st) {
 // The one line that says what is replayed, at what fidelity and with which holds.
 void logSession(const Session& s, const ranklens::config::Settings& st) {
   const bool recorded = s.recording != nullptr;
-  const std::string what =
-      recorded ? s.recording->directory()
-               : "no recording: every call held for its estimate from history " + st.history + " (" +
-                     std::to_string(s.estimates.history.samples.size()) + " samples), " +
-                     std::to_string(st.ranks_per_node) + " ranks per node";
+  const std::string what = recorded ? s.recording->directory()
+                                    : "no recording: every call held for its estimate from history " + st.history +
+                                          " (" + std::to_string(s.estimates.history.samples.size()) + " samples), " +
+                                          std::to_string(st.ranks_per_node) + " ranks per node";
   const ranklens::trace::Manifest none;
   const ranklens::trace::Manifest& m = recorded ? s.recording->manifest() : none;
   const auto& cal = s.holds.calibration;

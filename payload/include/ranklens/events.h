@@ -20,8 +20,16 @@ namespace events {
 
 // The NCCL operations, in a stable numbering used on disk.
 enum class Op : int {
-  kAllReduce = 0, kBroadcast = 1, kReduce = 2, kAllGather = 3, kReduceScatter = 4, kAlltoAll = 5, kGather = 6,
-  kScatter = 7, kSend = 8, kRecv = 9,
+  kAllReduce = 0,
+  kBroadcast = 1,
+  kReduce = 2,
+  kAllGather = 3,
+  kReduceScatter = 4,
+  kAlltoAll = 5,
+  kGather = 6,
+  kScatter = 7,
+  kSend = 8,
+  kRecv = 9,
 };
 const char* opName(Op op);
 bool isP2p(Op op);
@@ -36,12 +44,12 @@ uint64_t receivedBytes(Op op, uint64_t count, int datatype, int nranks, int rank
 
 // Communicator identity: what lets a replayed communicator be matched to a recorded one without the unique id.
 struct CommInit {
-  uint64_t commId = 0;      // creation order in this process, from 0
+  uint64_t commId = 0;  // creation order in this process, from 0
   int nranks = 0, rank = 0;
-  int64_t parentId = -1;    // split/shrink parent, -1 for a root communicator
+  int64_t parentId = -1;  // split/shrink parent, -1 for a root communicator
   int64_t color = -1, key = -1;
-  std::string how;          // init | initAll | initScalable | split | shrink
-  std::string name;         // ncclConfig_t.commName, when the framework sets it
+  std::string how;              // init | initAll | initScalable | split | shrink
+  std::string name;             // ncclConfig_t.commName, when the framework sets it
   std::vector<int> worldRanks;  // world rank of each member (identity for root communicators)
   int cudaDev = 0;
   bool blocking = true;
@@ -67,9 +75,9 @@ struct Call {
   uint64_t stream = 0;   // cudaStream_t value, to tell streams apart
   uint64_t groupId = 0;  // 0: not inside ncclGroupStart/End; else the outermost group's id
   int nranks = 0, rank = 0;
-  uint64_t bytes = 0;    // bytes this rank receives (recvbuff size), the usual message size in reports
-  int64_t timeNs = 0;    // CLOCK_MONOTONIC at submission
-  int64_t hostNs = -1;   // 1.2: how long the call kept the calling thread (record mode), -1 unknown
+  uint64_t bytes = 0;   // bytes this rank receives (recvbuff size), the usual message size in reports
+  int64_t timeNs = 0;   // CLOCK_MONOTONIC at submission
+  int64_t hostNs = -1;  // 1.2: how long the call kept the calling thread (record mode), -1 unknown
   MSGPACK_DEFINE_ARRAY(commId, seq, op, datatype, count, rootOrPeer, redop, stream, groupId, nranks, rank, bytes,
                        timeNs, hostNs)
 };
@@ -103,7 +111,8 @@ StepMarkers stepMarkers(const std::vector<Stage>& stages);
 ptrdiff_t markerBefore(const std::vector<Stage>& marks, int64_t timeNs);
 // The most bytes of one step: `timedBytes` (time, bytes) summed per step, the steps cut at stepMarkers(stages) (what
 // precedes the first marker counts as a step; without markers, everything is one). 0 for none.
-uint64_t largestStepBytes(const std::vector<Stage>& stages, const std::vector<std::pair<int64_t, uint64_t>>& timedBytes);
+uint64_t largestStepBytes(const std::vector<Stage>& stages,
+                          const std::vector<std::pair<int64_t, uint64_t>>& timedBytes);
 
 }  // namespace events
 }  // namespace ranklens

@@ -21,14 +21,14 @@ namespace trace {
 
 struct PrefetchStats {
   uint64_t decoded = 0, bytesDecoded = 0;
-  uint64_t waits = 0;           // acquire() had to wait for a worker or decode itself
-  uint64_t evicted = 0;         // decoded ahead but dropped for room (decoded again if asked for)
-  uint64_t skipped = 0;         // decoded ahead and never asked for (the program skipped the call)
-  uint64_t oversized = 0;       // larger than the arena: decoded into their own allocation
-  uint64_t failures = 0;        // unreadable payloads (the caller falls back to fill semantics)
+  uint64_t waits = 0;                        // acquire() had to wait for a worker or decode itself
+  uint64_t evicted = 0;                      // decoded ahead but dropped for room (decoded again if asked for)
+  uint64_t skipped = 0;                      // decoded ahead and never asked for (the program skipped the call)
+  uint64_t oversized = 0;                    // larger than the arena: decoded into their own allocation
+  uint64_t failures = 0;                     // unreadable payloads (the caller falls back to fill semantics)
   uint64_t uploaded = 0, bytesUploaded = 0;  // moved into device memory ahead of use
-  uint64_t fromDevice = 0;      // acquired from device memory (the rest from pinned host memory)
-  uint64_t uploadFailures = 0;  // uploads that could not be enqueued (device staging then stops)
+  uint64_t fromDevice = 0;                   // acquired from device memory (the rest from pinned host memory)
+  uint64_t uploadFailures = 0;               // uploads that could not be enqueued (device staging then stops)
 };
 
 // prefetch_bytes: auto. A value replay keeps pace when its pinned memory holds about 4 steps of payloads (GPT-2 small
@@ -43,19 +43,19 @@ uint64_t autoArenaBytes(uint64_t largestStepBytes, uint64_t hostMemoryBytes);
 // has. Device staging of about two steps of payloads brought a value replay to the job's pace (GPT-2 small DDP on one
 // H200, 0.48 GB per step: 1 GiB 53.1-53.2 ms per step, 256 MiB 54.9-56.9, the job 51.9-52.6).
 struct DeviceStageSizing {
-  uint64_t largestStepBytes = 0;   // Recording::largestStepPayloadBytes
-  uint64_t arenaBytes = 0;         // the pinned arena (prefetch_bytes): device staging never holds more
-  uint64_t recordedTotalBytes = 0;      // 0: the recording does not say (older, crashed, or no GPU)
-  uint64_t recordedLeastFreeBytes = 0;  // the least free memory the recorder saw on the job's GPU
+  uint64_t largestStepBytes = 0;           // Recording::largestStepPayloadBytes
+  uint64_t arenaBytes = 0;                 // the pinned arena (prefetch_bytes): device staging never holds more
+  uint64_t recordedTotalBytes = 0;         // 0: the recording does not say (older, crashed, or no GPU)
+  uint64_t recordedLeastFreeBytes = 0;     // the least free memory the recorder saw on the job's GPU
   uint64_t totalBytes = 0, freeBytes = 0;  // the replaying GPU's, now (0: unknown)
 };
 // The recorded figures of DeviceStageSizing from a manifest's device_memory_* counters (left 0 without them).
 void setRecordedDeviceMemory(const Manifest& manifest, DeviceStageSizing* in);
-// Without recorded figures 256 MiB (what a fixed size gave before the recorders sampled memory). With them: the job's peak use (recorded total
-// less least free, NCCL's buffers and other processes included) and a margin (2 GiB or a tenth of the GPU, the more)
-// are kept from the replaying GPU, and half the rest may go to staging, up to two steps of payloads (at least 64
-// MiB). Never more than the arena nor half of what is free now; under 16 MiB it is 0 (no device staging). `basis`
-// (may be null) says how the size was reached, for the log.
+// Without recorded figures 256 MiB (what a fixed size gave before the recorders sampled memory). With them: the job's
+// peak use (recorded total less least free, NCCL's buffers and other processes included) and a margin (2 GiB or a tenth
+// of the GPU, the more) are kept from the replaying GPU, and half the rest may go to staging, up to two steps of
+// payloads (at least 64 MiB). Never more than the arena nor half of what is free now; under 16 MiB it is 0 (no device
+// staging). `basis` (may be null) says how the size was reached, for the log.
 uint64_t autoDeviceStageBytes(const DeviceStageSizing& in, std::string* basis);
 
 class PayloadPrefetcher {
@@ -77,8 +77,7 @@ class PayloadPrefetcher {
     std::function<bool(void* dst, const void* src, size_t bytes, uint64_t* token)> upload;
     std::function<bool(uint64_t token)> passed;
   };
-  PayloadPrefetcher(const Recording& recording, const Options& options, Alloc alloc, Free free,
-                    DeviceStage device);
+  PayloadPrefetcher(const Recording& recording, const Options& options, Alloc alloc, Free free, DeviceStage device);
   PayloadPrefetcher(const Recording& recording, const Options& options, Alloc alloc, Free free);  // pinned only
   ~PayloadPrefetcher();
   PayloadPrefetcher(const PayloadPrefetcher&) = delete;
@@ -96,7 +95,7 @@ class PayloadPrefetcher {
   // the workers).
   void release(const RecordedCall* call, std::function<bool()> copied);
   PrefetchStats stats() const;
-  bool arenaReady() const;  // false when the arena could not be allocated (payloads then use their own memory)
+  bool arenaReady() const;   // false when the arena could not be allocated (payloads then use their own memory)
   bool deviceReady() const;  // a device stage was asked for and its arena allocated
 
  private:

@@ -32,7 +32,8 @@ struct CallKey {
 };
 struct CallKeyHash {
   size_t operator()(const CallKey& k) const {
-    uint64_t h = k.commId * 0x9E3779B97F4A7C15ull ^ (k.seq + 0x632BE59BD9B4E019ull * (static_cast<uint64_t>(k.kind) + 1));
+    uint64_t h =
+        k.commId * 0x9E3779B97F4A7C15ull ^ (k.seq + 0x632BE59BD9B4E019ull * (static_cast<uint64_t>(k.kind) + 1));
     h ^= static_cast<uint64_t>(static_cast<int64_t>(k.peer)) * 0xC2B2AE3D27D4EB4Full;
     return static_cast<size_t>(h ^ (h >> 29));
   }

@@ -27,12 +27,12 @@ namespace trace {
 
 constexpr int kFormatMajor = 1;
 constexpr int kFormatMinor = 13;  // 1.1: manifest counters; 1.2: Call.hostNs, GroupEnd.hostNs; 1.3: CommBinding;
-                                   // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces;
-                                   // 1.6: Timing.gapNs; 1.7: manifest cpu_model, cpus; 1.8: PayloadRef.shuffle;
-                                   // 1.9: payload blobs without zstd's content checksum; 1.10: a payload blob may be
-                                   // several zstd frames (one per MiB), their content in order; 1.11: manifest
-                                   // shared_gpu; 1.12: (spec clarifications); 1.13: manifest imported,
-                                   // FlightRecorderEntry records
+                                  // 1.4: Timing.clock; 1.5: Timing.clock kClockEstimated in replay traces;
+                                  // 1.6: Timing.gapNs; 1.7: manifest cpu_model, cpus; 1.8: PayloadRef.shuffle;
+                                  // 1.9: payload blobs without zstd's content checksum; 1.10: a payload blob may be
+                                  // several zstd frames (one per MiB), their content in order; 1.11: manifest
+                                  // shared_gpu; 1.12: (spec clarifications); 1.13: manifest imported,
+                                  // FlightRecorderEntry records
 constexpr const char* kFormatName = "ranklens-trace";
 constexpr uint32_t kSegmentMagic = 0x47534c52;  // "RLSG" little-endian
 constexpr uint32_t kPayloadMagic = 0x59504c52;  // "RLPY" little-endian
@@ -42,8 +42,17 @@ constexpr uint32_t kMaxFileIndex = 999999;      // file names carry 6 decimal di
 
 // Record types; the values are on disk and never reused. 1..5 are the virtual communication events of events.h.
 enum class RecordType : int {
-  kCommInit = 1, kCommEnd = 2, kCall = 3, kGroupEnd = 4, kStage = 5, kGroupBegin = 6, kTiming = 7, kPayloadRef = 8,
-  kEdit = 9, kCommBinding = 10, kFlightRecorderEntry = 11,
+  kCommInit = 1,
+  kCommEnd = 2,
+  kCall = 3,
+  kGroupEnd = 4,
+  kStage = 5,
+  kGroupBegin = 6,
+  kTiming = 7,
+  kPayloadRef = 8,
+  kEdit = 9,
+  kCommBinding = 10,
+  kFlightRecorderEntry = 11,
 };
 const char* recordTypeName(RecordType type);
 
@@ -66,12 +75,12 @@ struct Timing {
   uint64_t commId = 0, seq = 0;
   int op = 0;
   uint64_t stream = 0, groupId = 0;
-  int64_t startNs = 0;      // CLOCK_MONOTONIC of the submitting host thread
-  int64_t durationNs = 0;   // how long the call held its stream (GPU time; see docs/trace-format.md)
-  bool captured = false;    // recorded inside a CUDA graph capture
-  int peer = -1;            // Send/Recv: the peer (their sequences are per peer)
-  int64_t eventNs = -1;     // 1.1: the CUDA-event interval around the call; -1 unknown (kernel clock)
-  int clock = 0;            // 1.4: where durationNs comes from: kClockEvents, kClockKernel, kClockEstimated (1.5)
+  int64_t startNs = 0;     // CLOCK_MONOTONIC of the submitting host thread
+  int64_t durationNs = 0;  // how long the call held its stream (GPU time; see docs/trace-format.md)
+  bool captured = false;   // recorded inside a CUDA graph capture
+  int peer = -1;           // Send/Recv: the peer (their sequences are per peer)
+  int64_t eventNs = -1;    // 1.1: the CUDA-event interval around the call; -1 unknown (kernel clock)
+  int clock = 0;           // 1.4: where durationNs comes from: kClockEvents, kClockKernel, kClockEstimated (1.5)
   // 1.6: GPU time from the end of the communicator's previous collective (seq - 1, outside groups) to this call's
   // start (events: on its stream; kernel clock: of NCCL's kernel); -1 unknown. The rank's own pace between its
   // collectives (peer_pacing).
@@ -101,15 +110,15 @@ inline bool chainsGap(const Timing& t) { return t.groupId == 0 && t.peer < 0 && 
 struct PayloadRef {
   uint64_t commId = 0, seq = 0;
   int op = 0, datatype = 0;
-  uint64_t count = 0;         // elements in the blob
-  uint64_t rawBytes = 0;      // decompressed size
-  uint32_t file = 0;          // payload file index: pay-<file>.rlp
-  uint64_t offset = 0;        // of the zstd frame in that file
+  uint64_t count = 0;     // elements in the blob
+  uint64_t rawBytes = 0;  // decompressed size
+  uint32_t file = 0;      // payload file index: pay-<file>.rlp
+  uint64_t offset = 0;    // of the zstd frame in that file
   uint64_t compressedBytes = 0;
-  uint32_t rawCrc32 = 0;      // zlib CRC-32 of the decompressed bytes
+  uint32_t rawCrc32 = 0;  // zlib CRC-32 of the decompressed bytes
   int zstdLevel = 0;
-  int peer = -1;              // for P2P receives
-  int shuffle = 0;            // 0, or the element width whose byte planes the blob stores (shuffleBlocks)
+  int peer = -1;    // for P2P receives
+  int shuffle = 0;  // 0, or the element width whose byte planes the blob stores (shuffleBlocks)
   MSGPACK_DEFINE_ARRAY(commId, seq, op, datatype, count, rawBytes, file, offset, compressedBytes, rawCrc32, zstdLevel,
                        peer, shuffle)
 };
@@ -132,8 +141,8 @@ uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, 
 // default): a 64-entry hash table and matches of at least 7 bytes. What planes repeat is long runs (zero planes, zero
 // rows), which zstd's repeat-offset check finds without the table; the short matches a full table finds in an
 // exponent plane are what cost most of the time. On bf16-valued fp32 as planes (one thread, level -1;
-// bench/payload_codec_choices compares them): compression 4.3x faster, decompression 2.9x, the blob 18-21% larger. Readers need nothing: a zstd frame says
-// nothing of how its matches were found.
+// bench/payload_codec_choices compares them): compression 4.3x faster, decompression 2.9x, the blob 18-21% larger.
+// Readers need nothing: a zstd frame says nothing of how its matches were found.
 constexpr int kPlanesHashLog = 6, kPlanesMinMatch = 7;
 inline bool planesMatchFinder(int level) { return level < 1; }
 
@@ -141,7 +150,7 @@ inline bool planesMatchFinder(int level) { return level < 1; }
 struct Edit {
   uint64_t commId = 0, seq = 0;
   std::string tool, action, detail, user;
-  int64_t timeNs = 0;  // CLOCK_REALTIME
+  int64_t timeNs = 0;      // CLOCK_REALTIME
   int op = -1, peer = -1;  // identify the edited call (P2P sequences are per peer)
   MSGPACK_DEFINE_ARRAY(commId, seq, tool, action, detail, user, timeNs, op, peer)
 };
@@ -164,14 +173,14 @@ struct FlightRecorderEntry {
   int op = -1, peer = -1;
   int64_t recordId = -1, collectiveSeqId = 0, p2pSeqId = 0, opId = 0;
   std::string profilingName, pgName, pgDesc;
-  std::string state;           // scheduled | started | completed
-  int64_t timeCreatedNs = 0;   // CLOCK_REALTIME (the dump's time_created_ns)
-  int64_t durationNs = -1;     // the dump's duration_ms (TORCH_NCCL_ENABLE_TIMING=1), -1 none
+  std::string state;          // scheduled | started | completed
+  int64_t timeCreatedNs = 0;  // CLOCK_REALTIME (the dump's time_created_ns)
+  int64_t durationNs = -1;    // the dump's duration_ms (TORCH_NCCL_ENABLE_TIMING=1), -1 none
   int64_t timeoutMs = 0;
   bool isP2p = false;
   std::string inputSizes, outputSizes, inputDtypes, outputDtypes;  // as Python prints them: "[[1024]]", "Float"
-  std::string frames;          // "#0 all_reduce from .../distributed_c10d.py:2696\n#1 ..." (innermost first)
-  std::string unknown;         // comma-separated Call fields not from the dump: count, datatype, redop, root, ...
+  std::string frames;   // "#0 all_reduce from .../distributed_c10d.py:2696\n#1 ..." (innermost first)
+  std::string unknown;  // comma-separated Call fields not from the dump: count, datatype, redop, root, ...
   MSGPACK_DEFINE_ARRAY(commId, seq, op, peer, recordId, collectiveSeqId, p2pSeqId, opId, profilingName, pgName, pgDesc,
                        state, timeCreatedNs, durationNs, timeoutMs, isP2p, inputSizes, outputSizes, inputDtypes,
                        outputDtypes, frames, unknown)
@@ -204,8 +213,8 @@ struct Manifest {
   // 1.13: where a trace that no recording wrote came from, e.g. {"from": "flight-recorder", "file": ..., "version":
   // "2.10", "missing": "payloads, streams, ..."}; empty for recordings.
   std::map<std::string, std::string> imported;
-  MSGPACK_DEFINE_MAP(format, version_major, version_minor, rank, world_size, local_rank, host, pid, gpu_name,
-                     gpu_uuid, nccl_version, mode, writer, start_time_ns, end_time_ns, env, closed, records_written,
+  MSGPACK_DEFINE_MAP(format, version_major, version_minor, rank, world_size, local_rank, host, pid, gpu_name, gpu_uuid,
+                     nccl_version, mode, writer, start_time_ns, end_time_ns, env, closed, records_written,
                      records_dropped, payloads_written, payloads_dropped, payload_raw_bytes, payload_compressed_bytes,
                      segments, payload_files, counters, cpu_model, cpus, shared_gpu, imported)
 };
@@ -255,15 +264,15 @@ inline constexpr const char kStagingTooSmall[] = "raise RANKLENS_STAGING_BYTES a
 std::vector<std::pair<const char*, uint64_t>> payloadsNotStored(const Manifest& manifest);
 
 // What a recording's compression threads did, from its payload_* counters (writers that count them; known false
-// otherwise): the time each stage took in all, and how busy the threads were while payloads were in their hands. Once staging
-// is full they bound a full-payload recording.
+// otherwise): the time each stage took in all, and how busy the threads were while payloads were in their hands. Once
+// staging is full they bound a full-payload recording.
 struct CompressionLoad {
   bool known = false;
   uint64_t threads = 0;
   double copySeconds = 0, compressSeconds = 0, writeSeconds = 0;  // wall, summed over the threads
-  double cpuSeconds = 0;     // the three stages' thread CPU time
-  double activeSeconds = 0;  // while the threads had payloads queued or in work (gaps with none left out)
-  double busyShare = 0;      // the stages' wall time over threads x activeSeconds (0..1)
+  double cpuSeconds = 0;                                          // the three stages' thread CPU time
+  double activeSeconds = 0;    // while the threads had payloads queued or in work (gaps with none left out)
+  double busyShare = 0;        // the stages' wall time over threads x activeSeconds (0..1)
   double cpuSecondsPerGB = 0;  // of payload (payload_raw_bytes); 0 below kBytesForARate
   // Payload bytes below which CPU per GB is left out: a few KiB of control values would read as 100 s per GB.
   static constexpr uint64_t kBytesForARate = 64u << 20;
@@ -297,8 +306,8 @@ struct Incomparable {
 };
 std::vector<Incomparable> stepTimeIncomparable(const Manifest& recorded, const Manifest& replayed);
 uint32_t crc32Bytes(const void* data, size_t size);  // CRC-32 as zlib computes it (ISA-L), any size
-std::string segmentName(uint32_t index);  // seg-000000.rls
-std::string payloadName(uint32_t index);  // pay-000000.rlp
+std::string segmentName(uint32_t index);             // seg-000000.rls
+std::string payloadName(uint32_t index);             // pay-000000.rlp
 
 // A record's frame body: the msgpack array [type, record] (docs/trace-format.md, "Segment files").
 template <typename Record>
@@ -314,8 +323,8 @@ void packRecordBody(msgpack::sbuffer* out, RecordType type, const Record& record
 enum class BackPressure { kDrop, kWait };
 
 struct WriterOptions {
-  size_t queueBytes = 64u << 20;   // accepted but not yet written (payloads count their raw size)
-  size_t recordReserveBytes = 0;   // part of queueBytes payloads may not use: records still fit when payloads stall
+  size_t queueBytes = 64u << 20;  // accepted but not yet written (payloads count their raw size)
+  size_t recordReserveBytes = 0;  // part of queueBytes payloads may not use: records still fit when payloads stall
   BackPressure policy = BackPressure::kDrop;
   int compressionThreads = 2;
   int zstdLevel = 3;
@@ -325,9 +334,9 @@ struct WriterOptions {
   // as planes 10x slower for about 10%).
   enum class Shuffle { kOff, kAuto, kAlways };
   Shuffle shuffle = Shuffle::kOff;
-  uint64_t segmentBytes = 64ull << 20;      // roll over to a new segment file beyond this
-  uint64_t payloadFileBytes = 1ull << 30;   // and to a new payload file beyond this
-  uint32_t maxRecordBytes = 1u << 20;       // larger records are refused (counted as dropped)
+  uint64_t segmentBytes = 64ull << 20;     // roll over to a new segment file beyond this
+  uint64_t payloadFileBytes = 1ull << 30;  // and to a new payload file beyond this
+  uint32_t maxRecordBytes = 1u << 20;      // larger records are refused (counted as dropped)
 };
 
 // Compression threads for a recording (payload_threads: 0): half of this rank's share of the `cpus` it may run on,
@@ -396,16 +405,16 @@ class TraceWriter {
 // ------------------------------------------------------------------------------------------------------ reader
 
 struct Limits {
-  uint32_t maxRecordBytes = 16u << 20;       // a frame claiming more is corrupt
-  uint64_t maxPayloadBytes = 16ull << 30;    // a payload claiming more (declared or produced) is refused
-  uint32_t maxFiles = 1u << 20;              // segment/payload files considered
+  uint32_t maxRecordBytes = 16u << 20;     // a frame claiming more is corrupt
+  uint64_t maxPayloadBytes = 16ull << 30;  // a payload claiming more (declared or produced) is refused
+  uint32_t maxFiles = 1u << 20;            // segment/payload files considered
 };
 
 struct Problem {
   std::string file;     // path
   uint64_t offset = 0;  // byte offset of the damaged frame/blob
   std::string reason;
-  bool truncated = false;  // the file ends inside a frame (typical of a crash), as opposed to corrupt bytes
+  bool truncated = false;        // the file ends inside a frame (typical of a crash), as opposed to corrupt bytes
   std::string describe() const;  // "<file>: offset <n>: <reason>"
 };
 

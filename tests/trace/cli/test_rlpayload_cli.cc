@@ -405,7 +405,8 @@ TEST_F(Cli, InjectIntoAFullDiskNamesTheFileAndTheReason) {
   EXPECT_EQ(system(("head -c 12288 /dev/zero > '" + mnt + "/filler' 2>/dev/null").c_str()), 0);
   Result r = run({"inject", trace_, "-r", "0", "-c", "0", "-s", "0", "--nan", "5", "-o", mnt + "/edited"});
   bool leftNothing = true;
-  for (const auto& entry : fs::directory_iterator(mnt)) leftNothing = leftNothing && entry.path().filename() == "filler";
+  for (const auto& entry : fs::directory_iterator(mnt))
+    leftNothing = leftNothing && entry.path().filename() == "filler";
   const int unmounted = system(("umount '" + mnt + "'").c_str());
   EXPECT_EQ(unmounted, 0);
   EXPECT_EQ(r.rc, 1) << r.err;
@@ -541,7 +542,7 @@ TEST_F(Cli, ASegmentCutAtAFrameBoundaryIsReportedByEveryCommand) {
   const std::string segment = rankDir + "/" + segmentName(last.segment);
   fs::resize_file(segment, last.offset);  // the last frame gone, its header and all
   fs::remove(rankDir + "/index.msgpack");
-  const std::string said = "the closed manifest counts " ;
+  const std::string said = "the closed manifest counts ";
   Result r = run({"ls", copy});
   EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(segment), std::string::npos) << r.err;

@@ -259,7 +259,9 @@ TEST_F(EditApi, AppendsNewBlobReferenceAndEditKeepingTheOriginal) {
   edit.detail = "element 5";
   edit.user = "tester";
   std::string error;
-  ASSERT_TRUE((error = appendEditedPayload(rank0_, original, values.data(), values.size() * 4, edit, 3).message()).empty()) << error;
+  ASSERT_TRUE(
+      (error = appendEditedPayload(rank0_, original, values.data(), values.size() * 4, edit, 3).message()).empty())
+      << error;
   EXPECT_EQ(rltest::readBytes(rank0_ + "/pay-000000.rlp"), before);
   ASSERT_TRUE(std::filesystem::exists(rank0_ + "/pay-000001.rlp"));
 
@@ -337,7 +339,9 @@ TEST_F(EditApi, KeepsUnknownManifestKeys) {
   const PayloadRef original = current(1, 0, -1, 0);
   std::vector<int32_t> ints(16, 7);
   std::string error;
-  ASSERT_TRUE((error = appendEditedPayload(rank0_, original, ints.data(), ints.size() * 4, Edit{}, 1).message()).empty()) << error;
+  ASSERT_TRUE(
+      (error = appendEditedPayload(rank0_, original, ints.data(), ints.size() * 4, Edit{}, 1).message()).empty())
+      << error;
   data = rltest::readBytes(rank0_ + "/manifest.msgpack");
   h = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size());
   std::map<std::string, msgpack::object> keys;
@@ -352,7 +356,8 @@ TEST_F(EditApi, RefusesPartialElementsAndStaleReferences) {
   const PayloadRef original = current(0, 0, -1, 0);
   std::vector<uint8_t> bytes(255);
   std::string error;
-  EXPECT_FALSE((error = appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3).message()).empty());
+  EXPECT_FALSE(
+      (error = appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3).message()).empty());
   EXPECT_NE(error.find("not a whole number of 4-byte elements"), std::string::npos) << error;
   // bfloat16: 2-byte elements
   const PayloadRef b16 = current(0, 0, -1, 1);
@@ -360,9 +365,11 @@ TEST_F(EditApi, RefusesPartialElementsAndStaleReferences) {
   EXPECT_NE(error.find("2-byte"), std::string::npos) << error;
 
   bytes.resize(256);
-  ASSERT_TRUE((error = appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3).message()).empty()) << error;
+  ASSERT_TRUE((error = appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3).message()).empty())
+      << error;
   // `original` is no longer the call's payload: a second edit based on it would silently undo the first.
-  EXPECT_FALSE((error = appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3).message()).empty());
+  EXPECT_FALSE(
+      (error = appendEditedPayload(rank0_, original, bytes.data(), bytes.size(), Edit{}, 3).message()).empty());
   EXPECT_NE(error.find("not the call's current payload"), std::string::npos) << error;
   PayloadRef missing = original;
   missing.seq = 99;

@@ -41,10 +41,10 @@ struct PayloadRequest {
 };
 
 struct RecorderStats {
-  uint64_t timed = 0;               // Timing records with a measured duration
-  uint64_t captured = 0;            // spans inside a CUDA graph capture
-  uint64_t capturedTimed = 0;       // of those, timed at a launch of their graph
-  uint64_t timingErrors = 0;        // event failures: the Timing record carries duration -1
+  uint64_t timed = 0;          // Timing records with a measured duration
+  uint64_t captured = 0;       // spans inside a CUDA graph capture
+  uint64_t capturedTimed = 0;  // of those, timed at a launch of their graph
+  uint64_t timingErrors = 0;   // event failures: the Timing record carries duration -1
   uint64_t payloadsStaged = 0, payloadBytesStaged = 0;
   uint64_t payloadsSkippedFull = 0;      // staging memory full (staging_full: skip)
   uint64_t payloadsSkippedTooLarge = 0;  // larger than all of staging memory
@@ -71,17 +71,16 @@ class CallRecorder {
     // not: with every payload stored, staging full of gradients neither skips nor holds up a control value. 0: none.
     size_t controlBytes = 0;
     size_t controlReserveBytes = 0;
-    size_t eventBatch = 128;    // events created at a time when a device's pool runs dry
-    int pollMicros = 2000;      // background polling interval while spans are pending (timing_poll_us)
-    bool timeCaptured = true;   // captured calls: event nodes in the graph (captured_timing), else no duration
+    size_t eventBatch = 128;   // events created at a time when a device's pool runs dry
+    int pollMicros = 2000;     // background polling interval while spans are pending (timing_poll_us)
+    bool timeCaptured = true;  // captured calls: event nodes in the graph (captured_timing), else no duration
   };
   using TimingSink = std::function<void(const trace::Timing&)>;
   // A stored payload's bytes in staging memory, lent to the sink until it calls `release` (at once, or later from any
   // thread; dropping every copy of `release` returns the memory too).
   using PayloadSink = std::function<void(const trace::PayloadRef&, const void*, size_t, std::function<void()> release)>;
 
-  CallRecorder(device::RecordDevice& device, const Options& options, TimingSink timingSink,
-               PayloadSink payloadSink);
+  CallRecorder(device::RecordDevice& device, const Options& options, TimingSink timingSink, PayloadSink payloadSink);
   ~CallRecorder();
   CallRecorder(const CallRecorder&) = delete;
   CallRecorder& operator=(const CallRecorder&) = delete;
@@ -89,7 +88,7 @@ class CallRecorder {
   // Allocates pinned staging memory now (call it where a delay is harmless: communicator creation).
   // A CUDA error (device::lastError's text) when not even the least size could be pinned; later calls repeat it.
   Status prepareStaging();
-  size_t stagingBytes() const;  // as allocated by prepareStaging (0: none)
+  size_t stagingBytes() const;         // as allocated by prepareStaging (0: none)
   size_t controlReserveBytes() const;  // of those, kept for payloads up to Options::controlBytes
   // Creates `device`'s events ahead of use.
   void prepareDevice(int device);
@@ -132,7 +131,7 @@ class CallRecorder {
   struct Staged {
     trace::PayloadRef ref;
     size_t offset = 0, bytes = 0;  // staging taken: stagedBytes(bytes), the bytes and their completion flag
-    uint64_t token = 0;   // the flag's value once the copy is done (RecordDevice::kSignalled); 0: an event says so
+    uint64_t token = 0;  // the flag's value once the copy is done (RecordDevice::kSignalled); 0: an event says so
   };
   DevicePool& pool(int device);
   // `create`: make a batch when the pool runs short (never under a graph capture).
@@ -165,7 +164,7 @@ class CallRecorder {
   void endCaptured(Span* span, size_t payloads);
   void retireCaptured(Span* span);  // its events stay in the graph: out of the pool for good
   void writeCaptured(const trace::Timing& identity, int64_t durationNs);
-  void pollCaptured();              // writes the Timing of every captured call whose graph launch completed
+  void pollCaptured();  // writes the Timing of every captured call whose graph launch completed
 
   device::RecordDevice& device_;
   const Options options_;
@@ -183,7 +182,7 @@ class CallRecorder {
   size_t stagingSize_ = 0;
   FreeList stagingFree_;
   bool stagingFailed_ = false;
-  std::string stagingError_;  // why it failed, repeated to later callers
+  std::string stagingError_;   // why it failed, repeated to later callers
   size_t controlReserve_ = 0;  // staging only control payloads may take (Options::controlReserveBytes)
   size_t bulkTaken_ = 0;       // staging taken by larger payloads, rounded as FreeList takes it
 
@@ -196,14 +195,14 @@ class CallRecorder {
   std::atomic<uint64_t> copyTokens_{0};
 
   struct Counters {
-    std::atomic<uint64_t> timed{0}, captured{0}, capturedTimed{0}, timingErrors{0}, payloadsStaged{0}, payloadBytesStaged{0},
-        payloadsSkippedFull{0}, payloadsSkippedTooLarge{0}, payloadsSkippedCaptured{0}, payloadsFailed{0},
-        payloadsByCopyEngine{0}, waitsForStaging{0}, stagingWaitNs{0};
+    std::atomic<uint64_t> timed{0}, captured{0}, capturedTimed{0}, timingErrors{0}, payloadsStaged{0},
+        payloadBytesStaged{0}, payloadsSkippedFull{0}, payloadsSkippedTooLarge{0}, payloadsSkippedCaptured{0},
+        payloadsFailed{0}, payloadsByCopyEngine{0}, waitsForStaging{0}, stagingWaitNs{0};
   } counters_;
   std::mutex capturedMu_;
-  std::vector<Span*> captured_;         // captured calls waiting for a launch of their graph
+  std::vector<Span*> captured_;                       // captured calls waiting for a launch of their graph
   std::vector<device::RecordDevice::Event> retired_;  // events left in graphs, destroyed with the recorder
-  std::map<uint64_t, ChainEnd> chain_;  // by communicator; background thread only (then the destructor)
+  std::map<uint64_t, ChainEnd> chain_;                // by communicator; background thread only (then the destructor)
   uint64_t lent_ = 0;  // staging regions the payload sink has not returned yet (under stagingMu_)
   std::mutex memoryMu_;
   uint64_t memoryLeastFree_ = 0, memoryTotal_ = 0;  // sampleDeviceMemory's; 0: never sampled

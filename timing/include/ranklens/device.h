@@ -22,11 +22,11 @@ const std::string& lastError();
 // hold, that collective's index} (StreamDevice::paceChain). Each hold ends at pacedDeadline() and writes its end
 // for the next collective, whose peers are then taken to arrive `peerGapNs` after it.
 struct PaceRequest {
-  uint64_t chain = 0;       // 0: not paced
-  uint64_t index = 0;       // the collective's position on its communicator, from 1
-  bool known = false;       // peerGapNs and lastNs are known (else the hold keeps its own duration, and chains)
-  int64_t peerGapNs = 0;    // the latest peer's recorded work from the previous collective's end to its arrival
-  uint64_t lastNs = 0;      // the hold for the last arrival's recorded duration
+  uint64_t chain = 0;     // 0: not paced
+  uint64_t index = 0;     // the collective's position on its communicator, from 1
+  bool known = false;     // peerGapNs and lastNs are known (else the hold keeps its own duration, and chains)
+  int64_t peerGapNs = 0;  // the latest peer's recorded work from the previous collective's end to its arrival
+  uint64_t lastNs = 0;    // the hold for the last arrival's recorded duration
 };
 
 // One hold: how long, under which name, from which arrival mark, and for which call size.
@@ -43,14 +43,14 @@ struct HoldRequest {
 // the last arrival's duration. The chain already holds this collective (another block of the same hold wrote it):
 // its end. Otherwise (the previous collective's hold has not ended yet, or was not held) the hold's own duration.
 inline __host__ __device__ unsigned long long pacedDeadline(unsigned long long start, unsigned long long ownNs,
-                                                            unsigned long long chainEnd,
-                                                            unsigned long long chainIndex, unsigned long long index,
-                                                            bool known, long long peerGapNs,
+                                                            unsigned long long chainEnd, unsigned long long chainIndex,
+                                                            unsigned long long index, bool known, long long peerGapNs,
                                                             unsigned long long lastNs) {
   if (chainIndex == index) return chainEnd;
   if (!known || chainIndex + 1 != index) return start + ownNs;
   const long long peers = static_cast<long long>(chainEnd) + peerGapNs;
-  const unsigned long long from = peers > static_cast<long long>(start) ? static_cast<unsigned long long>(peers) : start;
+  const unsigned long long from =
+      peers > static_cast<long long>(start) ? static_cast<unsigned long long>(peers) : start;
   return from + lastNs;
 }
 
@@ -69,8 +69,8 @@ inline __host__ __device__ void advanceChain(volatile unsigned long long* chain,
 // A PreMulSum operator's scalar, a value of the reduction's datatype: its bytes when NCCL read it at the operator's
 // creation (ncclScalarHostImmediate), or where to read it when the reduction runs (ncclScalarDevice).
 struct Scalar {
-  uint64_t bits = 0;            // little-endian, in the datatype's width
-  const void* at = nullptr;     // when set, read here instead of `bits`
+  uint64_t bits = 0;         // little-endian, in the datatype's width
+  const void* at = nullptr;  // when set, read here instead of `bits`
 };
 
 // A reduction whose `copies` contributions all equal this rank's (fill: clone, every peer a copy of this rank), or
@@ -81,10 +81,10 @@ struct Scalar {
 // NCCL's ring adds one contribution at a time and rounds each partial sum, so a real job whose ranks held equal data
 // may differ from this in the last bits.
 struct Reduction {
-  int datatype = 0;        // ncclDataType_t's value, ncclInt8 (0) .. ncclFloat8e5m2 (11)
-  bool product = false;    // ncclProd; otherwise a sum (ncclSum, PreMulSum)
+  int datatype = 0;      // ncclDataType_t's value, ncclInt8 (0) .. ncclFloat8e5m2 (11)
+  bool product = false;  // ncclProd; otherwise a sum (ncclSum, PreMulSum)
   uint64_t copies = 1;
-  bool premul = false;     // PreMulSum: multiply each contribution by `scalar` first
+  bool premul = false;  // PreMulSum: multiply each contribution by `scalar` first
   Scalar scalar;
 };
 constexpr int kReductionTypes = 12;  // datatypes a Reduction takes: ncclNumTypes in NCCL 2.28

@@ -55,8 +55,8 @@ struct HistorySample {
   // every rank arrived together, nothing computed beside it, so its duration is a transfer time. The latency-
   // bandwidth fallback uses such samples although they lie outside marked steps.
   bool benchmark = false;
-  MSGPACK_DEFINE_ARRAY(op, datatype, bytes, nranks, crossesNodes, role, grouped, durationNs, run, transferNs,
-                       stepPhase, otherStreamsBusy, stepOccurrence, benchmark)
+  MSGPACK_DEFINE_ARRAY(op, datatype, bytes, nranks, crossesNodes, role, grouped, durationNs, run, transferNs, stepPhase,
+                       otherStreamsBusy, stepOccurrence, benchmark)
 };
 
 // Counts which occurrence of its op, size and grouping each call is in its training step
@@ -134,11 +134,11 @@ Status parseHistory(const char* data, size_t size, const std::string& name, Hist
 
 struct Estimate {
   int64_t durationNs = 0;
-  double distance = 0;     // |log2(bytes) - log2(nearest sample's bytes)|: 1.0 = a factor of two away
-  int neighbours = 0;      // samples used
+  double distance = 0;        // |log2(bytes) - log2(nearest sample's bytes)|: 1.0 = a factor of two away
+  int neighbours = 0;         // samples used
   bool extrapolated = false;  // outside the sampled size range of its neighbourhood, or too far from any sample
-  bool found = false;      // false: no sample of this op at all (a fixed 20 us + 100 GB/s guess)
-  bool benchmark = false;  // from benchmark samples (nccl-tests imports): no recorded call was near
+  bool found = false;         // false: no sample of this op at all (a fixed 20 us + 100 GB/s guess)
+  bool benchmark = false;     // from benchmark samples (nccl-tests imports): no recorded call was near
   // "same-place median" | "same-place trimmed mean" | "same-size median" | "same-size trimmed mean" |
   // "local-regression" | "latency-bandwidth" | "default"
   const char* method = "";
@@ -153,9 +153,9 @@ const char* toString(EstimateTarget target);
 class Estimator {
  public:
   struct Options {
-    int neighbours = 8;          // k nearest sampled sizes in log2(bytes)
-    double maxDistance = 1.0;    // beyond this (log2 units) the latency-bandwidth fit is used, marked extrapolated
-    std::string excludeJob;      // leave-one-job-out: ignore the samples of this job's ranks (jobOf)
+    int neighbours = 8;        // k nearest sampled sizes in log2(bytes)
+    double maxDistance = 1.0;  // beyond this (log2 units) the latency-bandwidth fit is used, marked extrapolated
+    std::string excludeJob;    // leave-one-job-out: ignore the samples of this job's ranks (jobOf)
     EstimateTarget target = EstimateTarget::kTransfer;
   };
   Estimator(const History& history, const Options& options);

@@ -15,9 +15,9 @@ class Recording;
 namespace timing {
 
 struct StepWaits {
-  int64_t step = -1;    // the number of the marker that starts it
-  int64_t stepNs = 0;   // host time to the next marker
-  int64_t waitNs = 0;   // this rank's waits in the collectives submitted in the step
+  int64_t step = -1;   // the number of the marker that starts it
+  int64_t stepNs = 0;  // host time to the next marker
+  int64_t waitNs = 0;  // this rank's waits in the collectives submitted in the step
 };
 
 struct RankWaits {

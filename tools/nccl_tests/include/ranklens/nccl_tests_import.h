@@ -28,13 +28,13 @@ struct NcclTestsRun {
   int op = 0;        // events::Op
   int nranks = 0, nodes = 0, ranksPerNode = 0;
   bool crossesNodes = false;
-  size_t rows = 0;               // result rows read
-  size_t samples = 0;            // samples added
-  size_t rowsWrong = 0;          // rows left out: nccl-tests found wrong results (#wrong > 0)
-  size_t rowsEmpty = 0;          // rows left out: 0 bytes
+  size_t rows = 0;                      // result rows read
+  size_t samples = 0;                   // samples added
+  size_t rowsWrong = 0;                 // rows left out: nccl-tests found wrong results (#wrong > 0)
+  size_t rowsEmpty = 0;                 // rows left out: 0 bytes
   uint64_t minBytes = 0, maxBytes = 0;  // of the samples (received bytes)
-  double peakBusGBps = 0;        // the highest bus bandwidth of its samples (nccl-tests' busbw): a check on the import
-  bool graph = false;            // measured with CUDA graph launches (-G): no host launch time in it
+  double peakBusGBps = 0;  // the highest bus bandwidth of its samples (nccl-tests' busbw): a check on the import
+  bool graph = false;      // measured with CUDA graph launches (-G): no host launch time in it
 };
 
 // Appends one run per test found in `text` (nccl-tests' stdout; `name` is its file, for History::runs and messages)
