@@ -528,6 +528,28 @@ TEST(FlightRecorderRealDumps, ImportAndDiagnosisNameTheCulprit) {
         }));
         EXPECT_EQ(firstUnfinished, "nccl:all_reduce started") << c.path() << "/" << sub;
       }
+      // Exported again, each rank's import reads back entry for entry as torch wrote it.
+      for (const fr::Dump& d : dumps) {
+        tools::EventLog log;
+        ASSERT_TRUE(tools::readEventLog((out / ("rank" + std::to_string(d.rank))).string(), &log, &error)) << error;
+        fr::Dump back;
+        ASSERT_TRUE(
+            fr::parseDump(tools::flightRecorderDump(log), "exported/rank_" + std::to_string(d.rank), -1, &back, &error))
+            << error;
+        ASSERT_EQ(back.entries.size(), d.entries.size()) << d.file;
+        for (size_t k = 0; k < d.entries.size(); ++k) {
+          const fr::Entry& a = d.entries[k];
+          const fr::Entry& b = back.entries[k];
+          EXPECT_EQ(b.profilingName, a.profilingName) << d.file << " entry " << k;
+          EXPECT_EQ(b.state, a.state) << d.file << " entry " << k;
+          EXPECT_EQ(b.collectiveSeqId, a.collectiveSeqId) << d.file << " entry " << k;
+          EXPECT_EQ(b.p2pSeqId, a.p2pSeqId) << d.file << " entry " << k;
+          EXPECT_EQ(b.inputSizes, a.inputSizes) << d.file << " entry " << k;
+          EXPECT_EQ(b.outputSizes, a.outputSizes) << d.file << " entry " << k;
+          EXPECT_EQ(b.inputDtypes, a.inputDtypes) << d.file << " entry " << k;
+          EXPECT_EQ(b.pgName, a.pgName) << d.file << " entry " << k;
+        }
+      }
       const std::string diagnosis = tools::diagnose(dumps);
       if (culprit >= 0 && dumps.size() > 1) {
         const std::string r = std::to_string(culprit);
