@@ -517,17 +517,29 @@ struct GroupCollectives {
   std::set<int> dumped;
 };
 
+// An entry's recorded Python stack under a heading, its innermost 8 frames; "" when the dump has none (JSON).
+std::string stackLines(const std::string& heading, const fr::Entry& e) {
+  if (e.frames.empty()) return "";
+  std::string out = "  " + heading + ":\n";
+  std::istringstream frames(framesText(e.frames));
+  std::string line;
+  for (int shown = 0; shown < 8 && std::getline(frames, line); ++shown) out += "    " + line + "\n";
+  return out;
+}
+
+// A collective of the group, not a send, a receive or torch's coalesced marker.
+bool isCollectiveEntry(const fr::Entry& e) {
+  return !e.isP2p && e.profilingName.find("send ") == std::string::npos &&
+         e.profilingName.find("recv ") == std::string::npos && e.profilingName.find(":coalesced") == std::string::npos;
+}
+
 GroupCollectives collectives(const std::vector<fr::Dump>& dumps) {
   GroupCollectives g;
   for (const fr::Dump& d : dumps) {
     g.dumped.insert(d.rank);
     for (const auto& [name, pg] : d.pgConfig) g.members[name].insert(pg.ranks.begin(), pg.ranks.end());
     for (const fr::Entry& e : d.entries) {
-      if (e.isP2p || e.profilingName.find("send ") != std::string::npos ||
-          e.profilingName.find("recv ") != std::string::npos ||
-          e.profilingName.find(":coalesced") != std::string::npos) {
-        continue;
-      }
+      if (!isCollectiveEntry(e)) continue;
       g.byPg[e.pgName][d.rank].emplace(e.collectiveSeqId, &e);
       g.members[e.pgName].insert(d.rank);
     }
@@ -640,21 +652,10 @@ std::string diagnoseGroup(const std::vector<fr::Dump>& dumps, const std::string&
       out << a.any->profilingName << " " << shapesText(a.any->inputSizes) << " not completed on rank"
           << (a.unfinished.size() > 1 ? "s " : " ") << rankList(a.unfinished) << " (every rank called it)\n";
     }
-    if (!a.any->frames.empty()) {
-      out << "  stack (rank " << a.anyRank << "):\n";
-      std::istringstream frames(framesText(a.any->frames));
-      std::string line;
-      int shown = 0;
-      while (std::getline(frames, line) && shown++ < 8) out << "    " << line << "\n";
-    }
+    out << stackLines("stack (rank " + std::to_string(a.anyRank) + ")", *a.any);
     return out.str();  // the first divergence of the group is the one that matters; later ones follow from it
   }
   return "";
-}
-
-bool isCollectiveEntry(const fr::Entry& e) {
-  return !e.isP2p && e.profilingName.find("send ") == std::string::npos &&
-         e.profilingName.find("recv ") == std::string::npos && e.profilingName.find(":coalesced") == std::string::npos;
 }
 
 std::string entryText(const fr::Entry& e) {
@@ -721,13 +722,7 @@ std::string diagnoseOrder(const std::vector<fr::Dump>& dumps, const GroupCollect
           << ranksText(others) << " called instead; on " << pgLabel(skipped) << " " << ranksText(others) << " made "
           << most << " collectives where " << ranksText(ranks) << " made " << fewest << ", so "
           << (others.size() > 1 ? "their" : "its") << " later calls there pair with the others' earlier ones\n";
-      if (!skipped.frames.empty()) {
-        out << "  stack of the skipped call (rank " << *ranks.begin() << "):\n";
-        std::istringstream frames(framesText(skipped.frames));
-        std::string line;
-        int shown = 0;
-        while (std::getline(frames, line) && shown++ < 8) out << "    " << line << "\n";
-      }
+      out << stackLines("stack of the skipped call (rank " + std::to_string(*ranks.begin()) + ")", skipped);
       return out.str();
     }
     // The counts do not tell who skipped: say where the order differs, the fewest ranks first.
