@@ -5,7 +5,8 @@ verdicts.
 
 The corpus is one small trace of every record type (two segments, three payloads) and, from it: a truncation of
 each segment and payload file at every offset, a one-bit flip at every byte of them, hostile sizes (frame lengths,
-references claiming huge blobs, offsets past the file) and rank directories without a manifest. For every case:
+references claiming huge blobs, offsets past the file) and rank directories without a manifest; and the shipped
+closed demo recording cut between two frames at every frame boundary. For every case:
 
 - `trace_dump` (the C++ TraceReader) and the Python reader print the same canonical document (records, payloads
   with their SHA-256, problems, which ranks are unusable);
@@ -134,6 +135,17 @@ def corpus(tmp_path_factory):
             os.rename(os.path.join(trace, "rank0"), os.path.join(trace, "rank3"))
         os.makedirs(os.path.join(trace, missing))
         cases.append((f"{missing} without a manifest", trace))
+    # A closed recording cut exactly between two frames at every boundary (only the manifest's records_written shows
+    # the loss), and intact: the shipped demo recording.
+    shipped = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples",
+                           "traces", "anomaly-2ranks")
+    boundaries = [r.offset for r in rt.RankReader.open(os.path.join(shipped, "rank0")).all_records()]
+    for cut in [None] + boundaries:
+        trace = os.path.join(root, f"cut{cut}")
+        shutil.copytree(shipped, trace)
+        if cut is not None:
+            os.truncate(os.path.join(trace, "rank0", "seg-000000.rls"), cut)
+        cases.append((f"closed trace cut at {cut}", trace))
     return cases
 
 

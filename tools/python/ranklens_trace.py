@@ -625,6 +625,16 @@ class RankReader:
             records, problems = parse_segment(data, index, path, self.limits)
             self._records.extend(records)
             self.problems.extend(problems)
+        # The spec: a closed trace whose segments parse clean but hold fewer records than records_written was cut
+        # between two records; said at the end of the last segment (more than counted is an edit's appended records).
+        written = self.manifest.get("records_written", 0)
+        if not self.problems and self.manifest.get("closed") and self.segments and len(self._records) < written:
+            index, name, size = self.segments[-1]
+            self.problems.append(Problem(
+                os.path.join(self.directory, name), size,
+                f"the segments end between two records after {len(self._records)} records, but the closed manifest "
+                f"counts {written}: the trace was cut (a copy or disk that stopped short); the records after this "
+                f"point are lost, those before it are read", False))
         self._by_location = {(r.segment, r.offset): r for r in self._records}
 
     def _record_at(self, segment: int, offset: int) -> Optional[Record]:
