@@ -13,9 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ranklens::fr;
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   Dump dump;
-  std::string error;
-  if (!parseDump(bytes, "fuzz/rank_3", -1, &dump, &error)) {
-    check(!error.empty() && error.rfind("fuzz/rank_3", 0) == 0);
+  if (const ranklens::Status parsed = parseDump(bytes, "fuzz/rank_3", -1, &dump); !parsed.isOk()) {
+    check(!parsed.message().empty() && parsed.message().rfind("fuzz/rank_3", 0) == 0);
     return 0;
   }
   check(dump.versionMajor == kSupportedMajor && dump.rank == 3);
@@ -30,8 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The generic readers on the same bytes: a value tree or a message, never a crash (cycles included).
   Pickle p;
-  if (!readPickle(data, size, "fuzz", &p, &error))
-    check(!error.empty());
+  if (const ranklens::Status read = readPickle(data, size, "fuzz", &p); !read.isOk())
+    check(!read.message().empty());
   else
     check(p.root != nullptr);
   return 0;

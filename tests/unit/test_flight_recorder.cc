@@ -25,16 +25,16 @@ const std::string kData = std::string(RANKLENS_TEST_DATA) + "/flight_recorder/sy
 
 fr::Dump load(const std::string& rel, int rank = -1) {
   fr::Dump d;
-  std::string error;
-  EXPECT_TRUE(fr::loadDump(kData + "/" + rel, rank, &d, &error)) << error;
+  const ranklens::Status loaded = fr::loadDump(kData + "/" + rel, rank, &d);
+  EXPECT_TRUE(loaded.isOk()) << loaded.message();
   return d;
 }
 
 std::string refusal(const std::string& rel) {
   fr::Dump d;
-  std::string error;
-  EXPECT_FALSE(fr::loadDump(kData + "/" + rel, 0, &d, &error)) << rel;
-  return error;
+  const ranklens::Status loaded = fr::loadDump(kData + "/" + rel, 0, &d);
+  EXPECT_FALSE(loaded.isOk()) << rel;
+  return loaded.message();
 }
 
 std::vector<fr::Dump> loadDir(const std::string& rel, int ranks) {
@@ -116,15 +116,14 @@ TEST(FlightRecorderPickle, TorchListHelpersAreBuiltNotCalled) {
   std::ifstream in(kData + "/c10_style/rank_0", std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   fr::Pickle p;
-  std::string error;
-  ASSERT_TRUE(fr::readPickle(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "c10", &p, &error)) << error;
+  ASSERT_TRUE(fr::readPickle(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "c10", &p).isOk());
   const fr::Value* sizes = p.root->get("sizes");
   ASSERT_NE(sizes, nullptr);
   ASSERT_EQ(sizes->kind, fr::Value::Kind::kList);
   ASSERT_EQ(sizes->items.size(), 2u);
   EXPECT_EQ(sizes->items[1]->i, 8);
   fr::Dump d;
-  ASSERT_TRUE(fr::parseDump(bytes, "c10_style/rank_0", -1, &d, &error)) << error;
+  ASSERT_TRUE(fr::parseDump(bytes, "c10_style/rank_0", -1, &d).isOk());
   EXPECT_TRUE(d.entries.empty());
 }
 
@@ -168,7 +167,11 @@ TEST(FlightRecorderPickle, SelfReferencingListIsReadWithoutLeakOrLoop) {
   // l = []; l.append(l): values live in the document's arena, so the cycle neither leaks nor recurses.
   fr::Dump d;
   std::string error;
-  EXPECT_FALSE(fr::loadDump(kData + "/hostile/cycle.pkl", 0, &d, &error));
+  {
+    const ranklens::Status loaded = fr::loadDump(kData + "/hostile/cycle.pkl", 0, &d);
+    error = loaded.message();
+    EXPECT_FALSE(loaded.isOk());
+  }
   EXPECT_NE(error.find("expected a dict, found a list"), std::string::npos) << error;
 }
 
@@ -180,9 +183,13 @@ TEST(FlightRecorderDump, RankFromFileName) {
   std::string error;
   std::ifstream in(kData + "/hang-2/rank_1", std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_FALSE(fr::parseDump(bytes, "dump.pkl", -1, &d, &error));
+  {
+    const ranklens::Status parsed = fr::parseDump(bytes, "dump.pkl", -1, &d);
+    error = parsed.message();
+    EXPECT_FALSE(parsed.isOk());
+  }
   EXPECT_NE(error.find("--rank"), std::string::npos) << error;
-  EXPECT_TRUE(fr::parseDump(bytes, "dump.pkl", 5, &d, &error)) << error;
+  EXPECT_TRUE(fr::parseDump(bytes, "dump.pkl", 5, &d).isOk());
   EXPECT_EQ(d.rank, 5);
 }
 
@@ -376,15 +383,15 @@ TEST_P(ImportedTraceRoundTrip, ToTheSameDump) {
   fs::remove_all(out);
   const auto dumps = loadDir(GetParam(), 2);
   std::vector<tools::ImportReport> reports;
-  std::string error;
   const ranklens::Status imported = tools::importDumps(dumps, out.string(), &reports);
   ASSERT_TRUE(imported.isOk()) << imported.message();
   for (int r = 0; r < 2; ++r) {
     tools::EventLog log;
-    ASSERT_TRUE(tools::readEventLog((out / ("rank" + std::to_string(r))).string(), &log, &error)) << error;
+    const ranklens::Status read = tools::readEventLog((out / ("rank" + std::to_string(r))).string(), &log);
+    ASSERT_TRUE(read.isOk()) << read.message();
     const std::string bytes = tools::flightRecorderDump(log);
     fr::Dump back;
-    ASSERT_TRUE(fr::parseDump(bytes, "exported/rank_" + std::to_string(r), -1, &back, &error)) << error;
+    ASSERT_TRUE(fr::parseDump(bytes, "exported/rank_" + std::to_string(r), -1, &back).isOk());
     EXPECT_EQ(back.version, "2.10");
     EXPECT_EQ(back.rank, r);
     EXPECT_EQ(back.pgConfig.at("0").ranks, dumps[r].pgConfig.at("0").ranks);
@@ -449,8 +456,7 @@ TEST(FlightRecorderExport, RecordedCallsBecomeEntriesFrTraceUnderstands) {
   log.timings = {t};
   const std::string bytes = tools::flightRecorderDump(log);
   fr::Dump d;
-  std::string error;
-  ASSERT_TRUE(fr::parseDump(bytes, "rank_1", -1, &d, &error)) << error;
+  ASSERT_TRUE(fr::parseDump(bytes, "rank_1", -1, &d).isOk());
   ASSERT_EQ(d.entries.size(), 4u);
   EXPECT_EQ(d.pgConfig.at("0").ranks, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(d.pgConfig.at("1_0_1").ranks, (std::vector<int>{0, 1}));  // a subgroup: named by its members too
@@ -500,8 +506,7 @@ TEST(FlightRecorderRealDumps, ImportAndDiagnosisNameTheCulprit) {
       std::vector<fr::Dump> dumps;
       for (const auto& f : fs::directory_iterator(dir)) {
         fr::Dump d;
-        std::string error;
-        ASSERT_TRUE(fr::loadDump(f.path().string(), -1, &d, &error)) << error;
+        ASSERT_TRUE(fr::loadDump(f.path().string(), -1, &d).isOk()) << f.path();
         EXPECT_EQ(d.versionMajor, 2) << f.path();
         dumps.push_back(std::move(d));
       }
@@ -511,7 +516,6 @@ TEST(FlightRecorderRealDumps, ImportAndDiagnosisNameTheCulprit) {
           fs::path(::testing::TempDir()) / ("fr-real-" + c.path().filename().string() + "-" + std::to_string(checked));
       fs::remove_all(out);
       std::vector<tools::ImportReport> reports;
-      std::string error;
       const ranklens::Status imported = tools::importDumps(dumps, out.string(), &reports);
       ASSERT_TRUE(imported.isOk()) << imported.message();
       // Where a replay of a rank that did not skip stops: the first call its dump left unfinished is the collective
@@ -531,11 +535,11 @@ TEST(FlightRecorderRealDumps, ImportAndDiagnosisNameTheCulprit) {
       // Exported again, each rank's import reads back entry for entry as torch wrote it.
       for (const fr::Dump& d : dumps) {
         tools::EventLog log;
-        ASSERT_TRUE(tools::readEventLog((out / ("rank" + std::to_string(d.rank))).string(), &log, &error)) << error;
+        const ranklens::Status read = tools::readEventLog((out / ("rank" + std::to_string(d.rank))).string(), &log);
+        ASSERT_TRUE(read.isOk()) << read.message();
         fr::Dump back;
         ASSERT_TRUE(
-            fr::parseDump(tools::flightRecorderDump(log), "exported/rank_" + std::to_string(d.rank), -1, &back, &error))
-            << error;
+            fr::parseDump(tools::flightRecorderDump(log), "exported/rank_" + std::to_string(d.rank), -1, &back).isOk());
         ASSERT_EQ(back.entries.size(), d.entries.size()) << d.file;
         for (size_t k = 0; k < d.entries.size(); ++k) {
           const fr::Entry& a = d.entries[k];

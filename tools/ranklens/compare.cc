@@ -658,9 +658,11 @@ void reportText(const Comparison& c, const CompareOptions& options, std::ostream
 }
 
 bool loadSide(const char* role, const std::string& path, int rank, EventLog* log, std::ostream& err) {
-  std::string rankDir, error;
-  if (!resolveRankDirectory(path, rank, &rankDir, &error) || !readEventLog(rankDir, log, &error)) {
-    err << "error: " << role << " trace: " << error << "\n";
+  std::string rankDir;
+  Status read = resolveRankDirectory(path, rank, &rankDir);
+  if (read.isOk()) read = readEventLog(rankDir, log);
+  if (!read.isOk()) {
+    err << "error: " << role << " trace: " << read.message() << "\n";
     return false;
   }
   return true;

@@ -643,6 +643,11 @@ struct Ctx {
              " (not a Flight Recorder dump, or damaged)";
     return false;
   }
+  // The same, as the Status the dump's parser returns.
+  Status corrupt(const std::string& key, const std::string& what, const Value* found) {
+    bad(key, what, found);
+    return Status::corrupt(*error);
+  }
 };
 
 // An integer the JSON variant may write as a decimal string (pg_status).
@@ -810,26 +815,26 @@ bool parseRanks(const Value* v, std::vector<int>* out, std::string* text) {
 
 }  // namespace
 
-bool readPickle(const uint8_t* data, size_t size, const std::string& name, Pickle* out, std::string* error,
-                const Limits& limits) {
+Status readPickle(const uint8_t* data, size_t size, const std::string& name, Pickle* out, const Limits& limits) {
   out->arena.clear();
   out->root = nullptr;
   PickleReader reader(data, size, name, limits, out);
-  return reader.run(error);
+  std::string error;
+  return reader.run(&error) ? Status::ok() : Status::corrupt(error);
 }
 
-bool readJson(const std::string& text, const std::string& name, Pickle* out, std::string* error, const Limits& limits) {
+Status readJson(const std::string& text, const std::string& name, Pickle* out, const Limits& limits) {
   out->arena.clear();
   out->root = nullptr;
   JsonBuilder builder(limits, out);
   builder.setTotal(text.size());
   if (!nlohmann::json::sax_parse(text, &builder) || out->root == nullptr) {
-    *error = name + ": " +
-             (builder.errorAt() == std::string::npos ? "" : "offset " + std::to_string(builder.errorAt()) + ": ") +
-             (builder.error().empty() ? std::string("no JSON value") : builder.error());
-    return false;
+    return Status::corrupt(
+        name + ": " +
+        (builder.errorAt() == std::string::npos ? "" : "offset " + std::to_string(builder.errorAt()) + ": ") +
+        (builder.error().empty() ? std::string("no JSON value") : builder.error()));
   }
-  return true;
+  return Status::ok();
 }
 
 int rankFromFileName(const std::string& path) {
@@ -844,7 +849,7 @@ int rankFromFileName(const std::string& path) {
   return std::stoi(base.substr(k));
 }
 
-bool parseDump(const std::string& bytes, const std::string& file, int rank, Dump* out, std::string* error) {
+Status parseDump(const std::string& bytes, const std::string& file, int rank, Dump* out) {
   *out = Dump{};
   out->file = file;
   Pickle doc;
@@ -852,17 +857,18 @@ bool parseDump(const std::string& bytes, const std::string& file, int rank, Dump
   while (first < bytes.size() && std::isspace(static_cast<unsigned char>(bytes[first]))) ++first;
   if (first < bytes.size() && bytes[first] == '{') {
     out->format = "json";
-    if (!readJson(bytes, file, &doc, error)) return false;
+    RL_CHECK(readJson(bytes, file, &doc));
   } else {
     out->format = "pickle";
-    if (!readPickle(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), file, &doc, error)) return false;
+    RL_CHECK(readPickle(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), file, &doc));
   }
-  Ctx c{file, error};
+  std::string error;  // what Ctx::bad and parseEntry say
+  Ctx c{file, &error};
   const Value* root = doc.root;
-  if (root == nullptr || root->kind != Value::Kind::kDict) return c.bad("the dump", "a dict", root);
+  if (root == nullptr || root->kind != Value::Kind::kDict) return c.corrupt("the dump", "a dict", root);
   const Value* version = root->get("version");
   if (version == nullptr || !(version->isStr() || version->isNumber())) {
-    return c.bad("version", "a version string such as \"2.10\"", version);
+    return c.corrupt("version", "a version string such as \"2.10\"", version);
   }
   if (version->isStr()) {
     out->version = version->s;
@@ -877,25 +883,24 @@ bool parseDump(const std::string& bytes, const std::string& file, int rank, Dump
     const long major = std::strtol(out->version.c_str(), &end, 10);
     const long minor = dot == std::string::npos ? 0 : std::strtol(out->version.c_str() + dot + 1, nullptr, 10);
     if (end == out->version.c_str() || major != kSupportedMajor) {
-      *error = file + ": version '" + out->version.substr(0, 20) +
-               "': this reader knows Flight Recorder dumps of "
-               "version 2.x (torch 2.3 to 2.11 write them); a newer RankLens may read this one";
-      return false;
+      return Status::unsupported(file + ": version '" + out->version.substr(0, 20) +
+                                 "': this reader knows Flight Recorder dumps of version 2.x (torch 2.3 to 2.11 write "
+                                 "them); a newer RankLens may read this one");
     }
     out->versionMajor = static_cast<int>(major);
     out->versionMinor = static_cast<int>(minor);
   }
   if (const Value* v = root->get("comm_lib_version"); v != nullptr && v->isStr()) out->commLibVersion = v->s;
   if (const Value* pgc = root->get("pg_config"); pgc != nullptr) {
-    if (pgc->kind != Value::Kind::kDict) return c.bad("pg_config", "a dict", pgc);
+    if (pgc->kind != Value::Kind::kDict) return c.corrupt("pg_config", "a dict", pgc);
     for (const auto& [k, v] : pgc->entries) {
-      if (!k->isStr() || v->kind != Value::Kind::kDict) return c.bad("pg_config", "name -> {name, desc, ranks}", v);
+      if (!k->isStr() || v->kind != Value::Kind::kDict) return c.corrupt("pg_config", "name -> {name, desc, ranks}", v);
       ProcessGroup pg;
       pg.name = k->s;
       if (const Value* n = v->get("name"); n != nullptr && n->isStr()) pg.name = n->s;
       if (const Value* d = v->get("desc"); d != nullptr && d->isStr()) pg.desc = d->s;
       if (!parseRanks(v->get("ranks"), &pg.ranks, &pg.ranksText)) {
-        return c.bad("pg_config['" + k->s.substr(0, 40) + "'].ranks", "a list of ranks", v->get("ranks"));
+        return c.corrupt("pg_config['" + k->s.substr(0, 40) + "'].ranks", "a list of ranks", v->get("ranks"));
       }
       out->pgConfig[k->s] = std::move(pg);
     }
@@ -911,44 +916,35 @@ bool parseDump(const std::string& bytes, const std::string& file, int rank, Dump
     }
   }
   if (const Value* entries = root->get("entries"); entries != nullptr) {
-    if (!entries->isSeq()) return c.bad("entries", "a list", entries);
+    if (!entries->isSeq()) return c.corrupt("entries", "a list", entries);
     out->hasEntries = true;
     out->entries.reserve(entries->items.size());
     for (size_t k = 0; k < entries->items.size(); ++k) {
       Entry e;
-      if (!parseEntry(c, entries->items[k], k, &e)) return false;
+      if (!parseEntry(c, entries->items[k], k, &e)) return Status::corrupt(error);
       out->entries.push_back(std::move(e));
     }
   }
   out->rank = rank >= 0 ? rank : rankFromFileName(file);
   if (out->rank < 0) {
-    *error = file +
-             ": the dump does not say its rank and the file name does not end in it (torch names dumps "
-             "<prefix><rank>); give the rank (--rank R) or rename the file";
-    return false;
+    return Status::invalidArgument(file +
+                                   ": the dump does not say its rank and the file name does not end in it (torch "
+                                   "names dumps <prefix><rank>); give the rank (--rank R) or rename the file");
   }
-  return true;
+  return Status::ok();
 }
 
-bool loadDump(const std::string& path, int rank, Dump* out, std::string* error) {
+Status loadDump(const std::string& path, int rank, Dump* out) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ": cannot open: " + std::strerror(errno);
-    return false;
-  }
+  if (!in) return Status::systemError(path + ": cannot open: " + std::strerror(errno));
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
-  if (size < 0 || size > (std::streamoff(2) << 30)) {
-    *error = path + ": larger than 2 GiB (not a Flight Recorder dump)";
-    return false;
-  }
+  if (size < 0 || size > (std::streamoff(2) << 30))
+    return Status::invalidArgument(path + ": larger than 2 GiB (not a Flight Recorder dump)");
   in.seekg(0);
   std::string bytes(static_cast<size_t>(size), '\0');
-  if (!in.read(bytes.data(), size)) {
-    *error = path + ": read failed";
-    return false;
-  }
-  return parseDump(bytes, path, rank, out, error);
+  if (!in.read(bytes.data(), size)) return Status::systemError(path + ": read failed");
+  return parseDump(bytes, path, rank, out);
 }
 
 }  // namespace fr

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "ranklens/status.h"
+
 namespace ranklens {
 namespace fr {
 
@@ -53,15 +55,13 @@ struct Limits {
   size_t maxStringBytes = 64u << 20;
 };
 
-// Reads a pickle (protocols 0-5, the data opcodes). False with `error` = "<name>: offset N: <reason>" on anything
-// else: an opcode that imports or calls, a truncated or malformed stream, a limit.
-bool readPickle(const uint8_t* data, size_t size, const std::string& name, Pickle* out, std::string* error,
-                const Limits& limits = {});
+// Reads a pickle (protocols 0-5, the data opcodes). A corrupt Status "<name>: offset N: <reason>" on anything else:
+// an opcode that imports or calls, a truncated or malformed stream, a limit.
+Status readPickle(const uint8_t* data, size_t size, const std::string& name, Pickle* out, const Limits& limits = {});
 
 // Reads JSON (RFC 8259) into the same values (objects -> kDict, arrays -> kList, integers -> kInt when they fit,
 // else kFloat). Depth is bounded (256).
-bool readJson(const std::string& text, const std::string& name, Pickle* out, std::string* error,
-              const Limits& limits = {});
+Status readJson(const std::string& text, const std::string& name, Pickle* out, const Limits& limits = {});
 
 // ------------------------------------------------------------------------------------------------------ the dump
 
@@ -118,9 +118,11 @@ struct Dump {
 constexpr int kSupportedMajor = 2;
 
 // Parses a dump image (pickle, or JSON when it starts with '{'). `rank` < 0: taken from the file name's trailing
-// digits. False with `error` naming the file, the key or offset, the reason and what to do.
-bool parseDump(const std::string& bytes, const std::string& file, int rank, Dump* out, std::string* error);
-bool loadDump(const std::string& path, int rank, Dump* out, std::string* error);
+// digits. An error naming the file, the key or offset, the reason and what to do: corrupt for a damaged or hostile
+// dump, unsupported for a version other than 2.x, invalid argument when the rank cannot be told.
+Status parseDump(const std::string& bytes, const std::string& file, int rank, Dump* out);
+// parseDump of a file's bytes; a system error when it cannot be read.
+Status loadDump(const std::string& path, int rank, Dump* out);
 
 // The trailing decimal digits of a file name (rank_12 -> 12, rank_3.json -> 3), or -1.
 int rankFromFileName(const std::string& path);

@@ -107,8 +107,7 @@ void strings(PickleWriter* w, const std::vector<std::string>& v) {
 Shapes parseShapes(const std::string& text) {
   Shapes out;
   fr::Pickle doc;
-  std::string error;
-  if (text.empty() || !fr::readJson(text, "shapes", &doc, &error) || !doc.root->isSeq()) return out;
+  if (text.empty() || !fr::readJson(text, "shapes", &doc).isOk() || !doc.root->isSeq()) return out;
   for (const fr::Value* shape : doc.root->items) {
     std::vector<int64_t> dims;
     if (shape->isSeq())
@@ -564,9 +563,8 @@ int runExport(const ExportOptions& o, std::ostream& out, std::ostream& err) {
   }
   for (const std::string& dir : dirs) {
     EventLog log;
-    std::string error;
-    if (!readEventLog(dir, &log, &error)) {
-      err << "error: " << error << "\n";
+    if (Status read = readEventLog(dir, &log); !read.isOk()) {
+      err << "error: " << read.message() << "\n";
       return 1;
     }
     warnAboutDamage(log, "the dump holds the calls before the damage", err);

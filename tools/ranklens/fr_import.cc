@@ -798,9 +798,8 @@ int runImport(const ImportOptions& o, std::ostream& out, std::ostream& err) {
   }
   std::vector<fr::Dump> dumps(o.dumps.size());
   for (size_t k = 0; k < o.dumps.size(); ++k) {
-    std::string error;
-    if (!fr::loadDump(o.dumps[k], o.rank, &dumps[k], &error)) {
-      err << "error: " << error << "\n";
+    if (Status loaded = fr::loadDump(o.dumps[k], o.rank, &dumps[k]); !loaded.isOk()) {
+      err << "error: " << loaded.message() << "\n";
       return 1;
     }
   }

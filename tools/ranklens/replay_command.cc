@@ -139,9 +139,9 @@ void printReplayCounters(const std::string& rankDir, bool ofRecording = true, bo
 // does not set: a rank started alone, not by torchrun, would otherwise run, e.g., with every core as OpenMP threads
 // where torchrun gave it one.
 Status checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<std::string, std::string>* restored) {
-  std::string rankDir, error;
-  if (!resolveRankDirectory(o.trace, o.rank, &rankDir, &error))
-    return Status::invalidArgument("--trace " + o.trace + ": " + error);
+  std::string rankDir;
+  if (Status resolved = resolveRankDirectory(o.trace, o.rank, &rankDir); !resolved.isOk())
+    return Status::invalidArgument("--trace " + o.trace + ": " + resolved.message());
   std::unique_ptr<ranklens::trace::TraceReader> reader;
   const Status opened = ranklens::trace::TraceReader::open(rankDir, ranklens::trace::Limits{}, &reader);
   if (!reader) return Status::corrupt("--trace " + o.trace + ": " + opened.message());

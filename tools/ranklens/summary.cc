@@ -28,9 +28,8 @@ using events::Op;
 namespace trace = ranklens::trace;
 
 bool loadRank(const std::string& dir, EventLog* log, std::ostream& err) {
-  std::string error;
-  if (!readEventLog(dir, log, &error)) {
-    err << "error: " << error << "\n";
+  if (Status read = readEventLog(dir, log); !read.isOk()) {
+    err << "error: " << read.message() << "\n";
     return false;
   }
   warnAboutDamage(*log, "summarising the complete records before it", err);

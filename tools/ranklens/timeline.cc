@@ -196,11 +196,11 @@ int runTimeline(const TimelineOptions& options, std::ostream& err) {
   std::map<std::string, int> nameUses;
   std::vector<std::string> names;
   for (size_t i = 0; i < rankDirs.size(); ++i) {
-    std::string error;
-    if (!readEventLog(rankDirs[i], &logs[i], &error)) {
-      err << "error: " << error << "\n";
+    if (Status read = readEventLog(rankDirs[i], &logs[i]); !read.isOk()) {
+      err << "error: " << read.message() << "\n";
       return 2;
     }
+    std::string error;
     warnAboutDamage(logs[i], "drawing the complete records before it", err);
     if (!windowOf(logs[i], options, &windows[i], &error)) {
       err << "error: " << error << "\n";

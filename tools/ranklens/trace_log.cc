@@ -11,10 +11,10 @@
 namespace ranklens {
 namespace tools {
 
-bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error) {
+Status readEventLog(const std::string& rankDir, EventLog* log) {
   std::unique_ptr<trace::TraceReader> reader;
-  *error = trace::TraceReader::open(rankDir, trace::Limits{}, &reader).message();
-  if (!reader) return false;
+  const Status opened = trace::TraceReader::open(rankDir, trace::Limits{}, &reader);
+  if (!reader) return opened.isOk() ? Status::internalError(rankDir + ": the trace reader did not open") : opened;
   log->directory = rankDir;
   log->manifest = reader->manifest();
   std::vector<trace::Problem> malformed;
@@ -70,7 +70,7 @@ bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error)
     for (const auto& p : log->problems) known = known || (p.file == m.file && p.offset == m.offset);
     if (!known) log->problems.push_back(std::move(m));
   }
-  return true;
+  return Status::ok();
 }
 
 void warnAboutDamage(const EventLog& log, const std::string& consequence, std::ostream& err) {
@@ -93,10 +93,10 @@ bool writeOutput(const std::string& path, const std::string& text) {
   return static_cast<bool>(out);
 }
 
-bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* error) {
-  if ((*error = trace::resolveRankDirectory(path, rank, rankDir).message()).empty()) return true;
-  if (rank < 0 && trace::rankDirectories(path).size() > 1) *error += "; pick one with --rank R";
-  return false;
+Status resolveRankDirectory(const std::string& path, int rank, std::string* rankDir) {
+  const Status resolved = trace::resolveRankDirectory(path, rank, rankDir);
+  if (resolved.isOk() || rank >= 0 || trace::rankDirectories(path).size() <= 1) return resolved;
+  return Status::error(resolved.code(), resolved.message() + "; pick one with --rank R");
 }
 
 StepMarks stepMarks(const EventLog& log) {

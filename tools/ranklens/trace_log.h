@@ -31,14 +31,15 @@ struct EventLog {
   std::vector<trace::Problem> problems;  // damage found while reading; the intact records before it are loaded
 };
 
-// Reads `rankDir`. False with `error` ("<path>: <reason>") when it cannot be opened at all.
-bool readEventLog(const std::string& rankDir, EventLog* log, std::string* error);
+// Reads `rankDir`. An error ("<path>: <reason>") when it cannot be opened at all; damage past the opening is not an
+// error but the log's `problems` (the records before it are read).
+Status readEventLog(const std::string& rankDir, EventLog* log);
 // Prints a warning per problem (ending in "; <consequence>") and one if the writer did not close the trace.
 void warnAboutDamage(const EventLog& log, const std::string& consequence, std::ostream& err);
 
 // A trace argument made into one rank directory: a rank directory itself, or a trace root holding rank<R>/ (`rank`
-// picks it; without one, the root must hold exactly one rank). False with `error` otherwise.
-bool resolveRankDirectory(const std::string& path, int rank, std::string* rankDir, std::string* error);
+// picks it; without one, the root must hold exactly one rank). An error saying why otherwise.
+Status resolveRankDirectory(const std::string& path, int rank, std::string* rankDir);
 
 // Writes `text` to `path` ("-": standard output; empty: nowhere). False, with an error on stderr naming the path,
 // when it cannot be written.
