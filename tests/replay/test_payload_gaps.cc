@@ -165,6 +165,42 @@ TEST_F(PayloadGaps, ThePolicyTheRecordingWasGivenAndACallBeforeAnyMarker) {
   EXPECT_NE(text.find("AllGather comm 0 seq 0 (before the first step marker)"), std::string::npos) << text;
 }
 
+// A segment damaged after a few records: the payloads of the calls past the damage are not read, and the warning
+// says so instead of blaming the payload policy (which stored them) and asking for a new recording.
+TEST_F(PayloadGaps, DamageNotThePolicyExplainsPayloadsPastIt) {
+  Rank r;
+  for (int i = 0; i < 6; ++i) r.calls.push_back({10 * i, events::Op::kAllReduce, 64, true});
+  r.env = {{"RANKLENS_PAYLOADS", "all"}};
+  ASSERT_NE(write(dir_, r), nullptr);
+  // Flip a CRC byte of the fourth call's PayloadRef (frames: the CommInit, then a Call and a PayloadRef per call):
+  // that call is read, its payload is not.
+  const std::string seg = dir_ + "/" + trace::segmentName(0);
+  FILE* f = fopen(seg.c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  std::vector<uint8_t> data(1 << 16);
+  data.resize(fread(data.data(), 1, data.size(), f));
+  size_t at = 16;  // the segment header
+  for (int frame = 0; frame < 8; ++frame) {
+    ASSERT_LE(at + 8, data.size());
+    at += 8 + (data[at] | data[at + 1] << 8 | data[at + 2] << 16 | static_cast<size_t>(data[at + 3]) << 24);
+  }
+  ASSERT_LE(at + 8, data.size());
+  data[at + 4] ^= 0xFF;
+  ASSERT_EQ(fseek(f, 0, SEEK_SET), 0);
+  ASSERT_EQ(fwrite(data.data(), 1, data.size(), f), data.size());
+  fclose(f);
+
+  std::unique_ptr<trace::Recording> rec;
+  ASSERT_TRUE(trace::Recording::open(dir_, -1, &rec).isOk());
+  ASSERT_FALSE(rec->problems().empty());
+  const std::string text = trace::describePayloadGaps(*rec);
+  EXPECT_NE(text.find("lost to damage at " + seg + ": offset " + std::to_string(at) + ": CRC-32 mismatch"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Copy the trace again"), std::string::npos) << text;
+  EXPECT_EQ(text.find("RANKLENS_PAYLOADS=all"), std::string::npos) << "the policy stored them: " << text;
+}
+
 }  // namespace
 
 namespace {

@@ -184,12 +184,17 @@ Status checkAgainstRecording(const ReplayOptions& o, int* worldSize, std::map<st
   return Status::ok();
 }
 
-// A value replay of a recording that lacks payloads runs, but its values are not the recorded run's: said before
-// the job starts (the library says it too, under NCCL_DEBUG).
-void warnOfPayloadGaps(const ReplayOptions& o) {
+// Damage in the recording (the replay uses the records before it) and, for a value replay, the calls whose
+// payloads the recording lacks (they run, but their values are not the recorded run's): said before the job starts
+// (the library says it too, under NCCL_DEBUG).
+void warnAboutRecording(const ReplayOptions& o, config::Fidelity fidelity) {
   std::unique_ptr<ranklens::trace::Recording> recording;
   if (!ranklens::trace::Recording::open(o.trace, o.rank, &recording).isOk())
     return;  // the library reports what it cannot open
+  for (const auto& p : recording->problems())
+    std::cerr << "warning: " << p.describe()
+              << ": the replay has only the records before it; a call after it differs from the recording\n";
+  if (fidelity != config::Fidelity::kValue) return;
   const std::string gaps = ranklens::trace::describePayloadGaps(*recording);
   if (!gaps.empty()) std::cerr << "warning: " << gaps << "\n";
 }
@@ -429,7 +434,7 @@ int runReplay(const ReplayOptions& o) {
   // by checkSettings).
   if (!checkSettings(plan.env, &plan.settings).isOk()) return 2;
   if (Status chosen = chooseEventDirectory(o, &plan); !chosen.isOk()) return failBeforeStart(chosen);
-  if (!o.trace.empty() && plan.settings.fidelity == config::Fidelity::kValue) warnOfPayloadGaps(o);
+  if (!o.trace.empty()) warnAboutRecording(o, plan.settings.fidelity);
   if (!o.quiet)
     std::cerr << "ranklens: replaying rank " << o.rank << " of " << plan.worldSize << " ("
               << config::toString(plan.settings.fidelity)
