@@ -637,6 +637,11 @@ std::vector<std::string> rankDirectories(const std::string& traceDir) {
     const bool numbered = !digits.empty() && digits.size() <= 10 &&
                           digits.find_first_not_of("0123456789") == std::string::npos &&
                           (digits == "0" || digits[0] != '0') && std::stoll(digits) <= 0x7FFFFFFF;
+    // rank01/ beside rank1/ (or alone): which one a tool read would be a guess, so none reads it and
+    // rankDirectoryTrouble says why.
+    const bool padded =
+        digits.size() > 1 && digits[0] == '0' && digits.find_first_not_of("0123456789") == std::string::npos;
+    if (padded) continue;
     struct stat st;
     const std::string path = traceDir + "/" + name;
     if (numbered ? stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) : !holdsTrace(path)) continue;

@@ -20,8 +20,9 @@ import sys
 
 
 def damaged(ranklens: str, example: str, trace: str, work: str) -> int:
-    copy = os.path.join(work, "damaged")
+    copy, events = os.path.join(work, "damaged"), os.path.join(work, "damaged-events")
     shutil.rmtree(copy, ignore_errors=True)
+    shutil.rmtree(events, ignore_errors=True)
     shutil.copytree(os.path.join(trace, "rank0"), os.path.join(copy, "rank0"))
     seg = os.path.join(copy, "rank0", "seg-000000.rls")
     data = bytearray(open(seg, "rb").read())
@@ -33,7 +34,7 @@ def damaged(ranklens: str, example: str, trace: str, work: str) -> int:
     data[at + 4] ^= 0xFF
     open(seg, "wb").write(data)
     proc = subprocess.run([ranklens, "replay", "--trace", copy, "--rank", "0", "--fidelity", "value", "--device",
-                           "host", "--trace-dir", os.path.join(work, "damaged-events"), "--", example],
+                           "host", "--trace-dir", events, "--", example],
                           capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     want = [f"warning: {seg}: offset {at}: CRC-32 mismatch: the replay has only the records before it",

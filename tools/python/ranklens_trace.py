@@ -774,7 +774,8 @@ class RankReader:
 def rank_directories(trace_dir: str) -> List[str]:
     """The rank directories of a trace: the directory itself if it has a manifest, else its rank<R>/ children
     (R a global rank: decimal without padding, at most 2^31-1) ordered by R, then any other child holding a
-    manifest (e.g. ranklens-pid<P>) by name."""
+    manifest (e.g. ranklens-pid<P>) by name. A padded name (rank01) is neither: which of rank1/ and rank01/ holds
+    rank 1 would be a guess."""
     if os.path.exists(os.path.join(trace_dir, MANIFEST)):
         return [trace_dir]
     ranks = []
@@ -784,6 +785,10 @@ def rank_directories(trace_dir: str) -> List[str]:
         raise TraceFormatError(f"{trace_dir}: {exc.strerror}") from None
     for name in names:
         path = os.path.join(trace_dir, name)
+        if re.fullmatch(r"rank0[0-9]+", name):
+            print(f"ranklens_trace: warning: {path}: a rank directory with a padded number is not read (rename it "
+                  f"rank{int(name[4:])}/)", file=sys.stderr)
+            continue
         m = re.fullmatch(r"rank(0|[1-9][0-9]{0,9})", name)
         rank = int(m.group(1)) if m else -1
         # The spec: a rank<R> directory is a rank directory with or without a manifest (one without is reported

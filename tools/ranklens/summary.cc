@@ -219,11 +219,7 @@ int printTraceSummary(const std::string& traceDir, bool json, std::ostream& out,
   int status = 0;
   // A rank<R> entry that cannot be read is a rank missing from the summary: said, and the exit status says it too.
   std::set<std::string> said;  // unusable rank directories, said once here
-  for (const auto& t : trace::rankDirectoryTrouble(traceDir)) {
-    err << (t.duplicate ? "error: " : "warning: ") << t.reason << "\n";
-    if (!t.duplicate) said.insert(t.path);
-    status = 1;
-  }
+  if (sayRankDirectoryTrouble(traceDir, err, &said)) status = 1;
   const std::vector<std::string> dirs = trace::rankDirectories(traceDir);
   if (dirs.empty()) {
     err << "error: " << traceDir << ": no rank directory with a manifest.msgpack (is this a RankLens trace?)\n";

@@ -172,7 +172,8 @@ CLI::App* addTimelineCommand(CLI::App& app, TimelineOptions* options) {
       "Slices: ts = Timing.startNs (host submission) relative to the trace's first record (or to step A), dur =\n"
       "Timing.durationNs, in microseconds; args: comm, seq, peer, group, captured, estimated (a replay held the\n"
       "estimator's duration), and bytes, count and datatype of\n"
-      "the matching Call. Exit codes: 0 written, 1 a step bound is not marked or the output cannot be written,\n"
+      "the matching Call. Exit codes: 0 written, 1 written without what a damaged trace or an unusable rank\n"
+      "directory lost (each said on stderr), or a step bound is not marked, or the output cannot be written,\n"
       "2 bad usage or unreadable trace.");
   return cmd;
 }
@@ -182,9 +183,16 @@ int runTimeline(const TimelineOptions& options, std::ostream& err) {
     err << "error: --to-step " << options.toStep << " is before --from-step " << options.fromStep << "\n";
     return 2;
   }
+  // Damage and rank directories no reader can use are said, and the timeline of the rest is still written; the exit
+  // status says it is incomplete, as every command that reads a trace does.
+  int status = 0;
   std::vector<std::string> rankDirs;
   for (const auto& path : options.traces) {
-    const std::vector<std::string> dirs = trace::rankDirectories(path);
+    std::set<std::string> said;
+    if (sayRankDirectoryTrouble(path, err, &said)) status = 1;
+    std::vector<std::string> dirs;
+    for (const auto& dir : trace::rankDirectories(path))
+      if (!said.count(dir)) dirs.push_back(dir);
     if (dirs.empty()) {
       err << "error: " << path << ": no rank directory with a manifest.msgpack (is this a RankLens trace?)\n";
       return 2;
@@ -202,6 +210,7 @@ int runTimeline(const TimelineOptions& options, std::ostream& err) {
     }
     std::string error;
     warnAboutDamage(logs[i], "drawing the complete records before it", err);
+    if (!logs[i].problems.empty()) status = 1;
     if (!windowOf(logs[i], options, &windows[i], &error)) {
       err << "error: " << error << "\n";
       return 1;
@@ -253,7 +262,7 @@ int runTimeline(const TimelineOptions& options, std::ostream& err) {
     err << "error: " << options.output << ": write failed\n";
     return 1;
   }
-  return 0;
+  return status;
 }
 
 }  // namespace tools

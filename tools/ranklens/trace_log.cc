@@ -81,6 +81,16 @@ void warnAboutDamage(const EventLog& log, const std::string& consequence, std::o
     err << "warning: " << log.directory << ": trace not closed (the process may have crashed)\n";
 }
 
+bool sayRankDirectoryTrouble(const std::string& traceDir, std::ostream& err, std::set<std::string>* said) {
+  bool any = false;
+  for (const auto& t : trace::rankDirectoryTrouble(traceDir)) {
+    err << (t.duplicate ? "error: " : "warning: ") << t.reason << "\n";
+    if (!t.duplicate) said->insert(t.path);
+    any = true;
+  }
+  return any;
+}
+
 bool writeOutput(const std::string& path, const std::string& text) {
   if (path.empty()) return true;
   if (path == "-") {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <ostream>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -36,6 +37,11 @@ struct EventLog {
 Status readEventLog(const std::string& rankDir, EventLog* log);
 // Prints a warning per problem (ending in "; <consequence>") and one if the writer did not close the trace.
 void warnAboutDamage(const EventLog& log, const std::string& consequence, std::ostream& err);
+
+// Says each rank<R> entry of `traceDir` that no command reads (trace::rankDirectoryTrouble: not a directory,
+// unreadable, without a manifest, a padded number, two entries for one rank), one line each, and adds the unusable
+// ones to `said` so that the caller skips them without saying them again. True when there was any.
+bool sayRankDirectoryTrouble(const std::string& traceDir, std::ostream& err, std::set<std::string>* said);
 
 // A trace argument made into one rank directory: a rank directory itself, or a trace root holding rank<R>/ (`rank`
 // picks it; without one, the root must hold exactly one rank). An error saying why otherwise.
