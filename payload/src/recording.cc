@@ -104,7 +104,7 @@ struct Recording::Impl {
                                            std::string(recordTypeName(type)) +
                                                " record has a field of the wrong type (skipped: its call is replayed "
                                                "without it; rlpayload verify lists every such record)",
-                                           false});
+                                           false, true});
       }
       return true;
     });
@@ -251,10 +251,10 @@ std::string describePayloadGaps(const Recording& recording) {
   }
   // Damage ends what can be read of a segment: payload references after it are not in the recording, whatever
   // the payload policy stored (a reader may not trust the records past a damaged frame).
-  if (gaps.missing > explained && !recording.problems().empty()) {
+  const Problem* loss = firstLoss(recording.problems());
+  if (gaps.missing > explained && loss != nullptr) {
     why += (why.empty() ? "" : ", ") + std::string(explained > 0 ? "the rest " : "") + "lost to damage at " +
-           recording.problems().front().describe() +
-           ", after which no record is read, or left out by its payload policy";
+           loss->describe() + ", after which no record is read, or left out by its payload policy";
     explained = gaps.missing;
   }
   if (gaps.missing > explained) {
@@ -277,7 +277,7 @@ std::string describePayloadGaps(const Recording& recording) {
   return "fidelity value: " + std::to_string(gaps.missing) + " of the " + std::to_string(gaps.receiving) +
          " recorded calls that receive data have no payload in the recording (" + why +
          "); they get the fill semantics, so this rank's values part from the recorded run's at " + where +
-         (recording.problems().empty()
+         (loss == nullptr
               ? ". To replay every value, record with payloads: all and staging_full: wait (ranklens record "
                 "--payloads all; RANKLENS_STAGING_FULL=wait)"
               : ". Copy the trace again from where it was recorded (rlpayload verify names every damaged place)");

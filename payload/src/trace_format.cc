@@ -239,6 +239,12 @@ uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, 
   return crc;
 }
 
+const Problem* firstLoss(const std::vector<Problem>& problems) {
+  for (const Problem& p : problems)
+    if (!p.skipped) return &p;
+  return nullptr;
+}
+
 std::string Problem::describe() const { return file + ": offset " + std::to_string(offset) + ": " + reason; }
 
 static std::string indexed(const char* prefix, uint32_t index, const char* suffix) {

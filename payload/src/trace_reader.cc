@@ -75,10 +75,58 @@ Status textFieldOk(const msgpack::object& o) {
   return Status::ok();
 }
 
+const char* msgpackTypeName(msgpack::type::object_type type) {
+  switch (type) {
+    case msgpack::type::NIL:
+      return "nil";
+    case msgpack::type::BOOLEAN:
+      return "bool";
+    case msgpack::type::POSITIVE_INTEGER:
+      return "positive int";
+    case msgpack::type::NEGATIVE_INTEGER:
+      return "negative int";
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64:
+      return "float";
+    case msgpack::type::STR:
+      return "str";
+    case msgpack::type::BIN:
+      return "bin";
+    case msgpack::type::ARRAY:
+      return "array";
+    case msgpack::type::MAP:
+      return "map";
+    default:
+      return "ext";
+  }
+}
+
+// Converts a record's body and throws if a field has the wrong type or is out of its width; the message names the
+// field, which msgpack's own exception ("std::bad_cast") does not.
 template <typename Record>
 void convertCheck(const msgpack::object& body) {
   Record record;
-  body.convert(record);  // throws on a field of the wrong type or out of its width
+  try {
+    body.convert(record);
+  } catch (const std::exception& e) {
+    if (body.type != msgpack::type::ARRAY) throw;
+    // The first field that fails: the shortest prefix of the array that does not convert ends with it (an array
+    // shorter than the record's list converts, the fields after it left at their defaults).
+    msgpack::object prefix = body;
+    for (uint32_t k = 1; k <= body.via.array.size; ++k) {
+      prefix.via.array.size = k;
+      Record probe;
+      try {
+        prefix.convert(probe);
+      } catch (const std::exception&) {
+        const msgpack::object& field = body.via.array.ptr[k - 1];
+        throw std::runtime_error("field " + std::to_string(k - 1) + " (counted from 0), a msgpack " +
+                                 msgpackTypeName(field.type) +
+                                 ", is not of the type the spec's record table gives it, or out of its range");
+      }
+    }
+    throw;
+  }
 }
 
 }  // namespace
@@ -179,7 +227,7 @@ struct TraceReader::Impl {
         if (Status formed = recordWellFormed(type, body); !formed.isOk())
           checkProblems.push_back({segPath(index), where.offset,
                                    std::string(recordTypeName(type)) + " record is malformed: " + formed.message(),
-                                   false});
+                                   false, true});
         return true;
       };
       if (parseSegment(data.data(), data.size(), index, segPath(index), limits, visit, &problem)) {
@@ -290,7 +338,7 @@ struct TraceReader::Impl {
         if (Status formed = recordWellFormed(type, body); !formed.isOk()) {
           scanProblems.push_back({segPath(i), where.offset,
                                   std::string(recordTypeName(type)) + " record is malformed: " + formed.message(),
-                                  false});
+                                  false, true});
           return true;
         }
         if (indexing && type == RecordType::kCall) {
@@ -467,6 +515,10 @@ std::optional<PayloadRef> TraceReader::payload(uint64_t commId, int op, int peer
 }
 
 std::vector<PayloadRef> TraceReader::payloads() const {
+  // Every record is checked once before any is listed, so that a command that lists payloads reports the same
+  // problems as one that reads every record (a malformed Stage, a trace cut between two frames), not only the
+  // damage its payload references happen to cross.
+  if (!impl_->scanned) impl_->scan(nullptr, false);
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::vector<PayloadRef> out;
     bool consistent = true;

@@ -2050,16 +2050,21 @@ TEST(TraceRoundTrip, RecordingReadsARepeatedCallIdentityOnceAndSkipsMalformedRec
     ASSERT_TRUE(writer->append(RecordType::kCall, next));
     ASSERT_TRUE(writer->close().isOk());
   }
-  {
-    // A Stage whose name is bin, appended as a whole frame after the writer closed.
+  for (int variant = 0; variant < 2; ++variant) {
+    // A Stage whose name is bin, then one whose step is a str, appended as whole frames after the writer closed.
     msgpack::sbuffer body;
     msgpack::packer<msgpack::sbuffer> pk(body);
     pk.pack_array(2);
     pk.pack(static_cast<int>(RecordType::kStage));
     pk.pack_array(3);
-    pk.pack_bin(3);
-    pk.pack_bin_body("bin", 3);
-    pk.pack(int64_t{1});
+    if (variant == 0) {
+      pk.pack_bin(3);
+      pk.pack_bin_body("bin", 3);
+      pk.pack(int64_t{1});
+    } else {
+      pk.pack(std::string("step"));
+      pk.pack(std::string("one"));
+    }
     pk.pack(int64_t{2});
     const uint32_t length = static_cast<uint32_t>(body.size()), crc = crc32Bytes(body.data(), body.size());
     std::string frame(reinterpret_cast<const char*>(&length), 4);
@@ -2074,10 +2079,22 @@ TEST(TraceRoundTrip, RecordingReadsARepeatedCallIdentityOnceAndSkipsMalformedRec
   const RecordedCall* call = recording->find(callKeyOf(Call{}));
   ASSERT_NE(call, nullptr);
   EXPECT_EQ(call->call.timeNs, 5);
-  ASSERT_EQ(recording->problems().size(), 1u);
+  ASSERT_EQ(recording->problems().size(), 2u);
   EXPECT_NE(recording->problems()[0].reason.find("Stage record is malformed: field 0 is a msgpack bin"),
             std::string::npos)
       << recording->problems()[0].reason;
+  // The field is named, not msgpack's "std::bad_cast".
+  EXPECT_NE(recording->problems()[1].reason.find("Stage record is malformed: field 1 (counted from 0), a msgpack str,"),
+            std::string::npos)
+      << recording->problems()[1].reason;
+  for (const auto& p : recording->problems()) EXPECT_TRUE(p.skipped) << p.reason;
+  EXPECT_EQ(firstLoss(recording->problems()), nullptr);
+  // Listing the payloads (rlpayload ls, show, export) reports the same problems as reading every record.
+  std::unique_ptr<TraceReader> reader;
+  ASSERT_TRUE(TraceReader::open(dir, Limits{}, &reader).isOk());
+  (void)reader->payloads();
+  ASSERT_EQ(reader->problems().size(), 2u);
+  EXPECT_EQ(reader->problems()[1].offset, recording->problems()[1].offset);
 }
 
 }  // namespace

@@ -193,7 +193,9 @@ void warnAboutRecording(const ReplayOptions& o, config::Fidelity fidelity) {
     return;  // the library reports what it cannot open
   for (const auto& p : recording->problems())
     std::cerr << "warning: " << p.describe()
-              << ": the replay has only the records before it; a call after it differs from the recording\n";
+              << (p.skipped ? ": the record is skipped"
+                            : ": the replay has only the records before it; a call after it differs from the recording")
+              << "\n";
   if (fidelity != config::Fidelity::kValue) return;
   const std::string gaps = ranklens::trace::describePayloadGaps(*recording);
   if (!gaps.empty()) std::cerr << "warning: " << gaps << "\n";

@@ -52,7 +52,7 @@ Status readEventLog(const std::string& rankDir, EventLog* log) {
       // The spec: a record whose fields have the wrong types is reported (file, offset) and skipped.
       malformed.push_back(trace::Problem{
           rankDir + "/" + trace::segmentName(where.segment), where.offset,
-          std::string(trace::recordTypeName(type)) + " record has a field of the wrong type (skipped)", false});
+          std::string(trace::recordTypeName(type)) + " record has a field of the wrong type (skipped)", false, true});
     }
     return true;
   });
@@ -76,7 +76,7 @@ Status readEventLog(const std::string& rankDir, EventLog* log) {
 void warnAboutDamage(const EventLog& log, const std::string& consequence, std::ostream& err) {
   for (const auto& problem : log.problems)
     err << "warning: " << problem.describe() << (problem.truncated ? " (truncated: a crash?)" : "") << "; "
-        << consequence << "\n";
+        << (problem.skipped ? "it is skipped" : consequence) << "\n";
   if (!log.manifest.closed)
     err << "warning: " << log.directory << ": trace not closed (the process may have crashed)\n";
 }

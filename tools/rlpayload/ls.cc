@@ -106,7 +106,8 @@ void listRank(const LsOptions& o, const std::string& dir, bool onlyDir, std::opt
   const std::vector<PayloadRef> refs = rank->reader->payloads();
   for (const auto& p : rank->reader->problems()) {
     l.status = kExitFailure;
-    printWarning(p.describe() + (p.truncated ? " (truncated)" : "") + "; records after it are not listed");
+    printWarning(p.describe() + (p.truncated ? " (truncated)" : "") +
+                 (p.skipped ? "; it is skipped" : "; records after it are not listed"));
     l.problems.push_back({{"file", p.file}, {"offset", p.offset}, {"reason", p.reason}, {"truncated", p.truncated}});
   }
   for (const PayloadRef& ref : refs) {

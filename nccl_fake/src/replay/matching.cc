@@ -87,11 +87,11 @@ Status reportMismatch(Session* s, const CallInfo& info, const ranklens::events::
       : expected
           ? describeCall("recorded", expected->call.commId, expected->call.seq, expected->call.op,
                          expected->call.datatype, expected->call.count, expected->call.rootOrPeer, expected->call.redop)
-      : s->recording->problems().empty()
+      : ranklens::trace::firstLoss(s->recording->problems()) == nullptr
           ? std::string("recorded: (no call at this sequence: the recording ends)")
           // Damage cuts the recording short: the call may well be in the part no reader can trust.
           : "recorded: (no call at this sequence: the recording is read only up to its damage, " +
-                s->recording->problems().front().describe() + "; rlpayload verify says more)";
+                ranklens::trace::firstLoss(s->recording->problems())->describe() + "; rlpayload verify says more)";
   if (s->policy == OnMismatch::kError) {
     lock->unlock();
     return Status::invalidUsage(

@@ -415,8 +415,12 @@ struct Problem {
   uint64_t offset = 0;  // byte offset of the damaged frame/blob
   std::string reason;
   bool truncated = false;        // the file ends inside a frame (typical of a crash), as opposed to corrupt bytes
+  bool skipped = false;          // a malformed record, skipped: the records after it are still read
   std::string describe() const;  // "<file>: offset <n>: <reason>"
 };
+
+// The first problem after which records are lost (damage, not a skipped malformed record); nullptr when none.
+const Problem* firstLoss(const std::vector<Problem>& problems);
 
 struct Location {
   uint32_t segment = 0;
