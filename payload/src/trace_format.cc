@@ -239,6 +239,8 @@ uint32_t shuffleCopyAndChecksum(uint8_t* dst, const uint8_t* src, size_t bytes, 
   return crc;
 }
 
+uint64_t indexByteLimit(uint64_t segmentBytes) { return 8 * segmentBytes + (1u << 20); }
+
 const Problem* firstLoss(const std::vector<Problem>& problems) {
   for (const Problem& p : problems)
     if (!p.skipped) return &p;

@@ -211,6 +211,13 @@ struct TraceReader::Impl {
   Status readSegment(uint32_t index, std::vector<uint8_t>* data) {
     return readFile(segPath(index), kMaxSegmentFileBytes, data);
   }
+  // A failed readSegment as a Problem of that segment: its reason without the path the Problem already names.
+  Problem unreadable(uint32_t index, const Status& read) {
+    std::string reason = read.message();
+    const std::string path = segPath(index) + ": ";
+    if (reason.rfind(path, 0) == 0) reason.erase(0, path.size());
+    return {segPath(index), 0, reason, false};
+  }
 
   // Where segment `index` stops being readable (docs/trace-format.md: readers stop reading a segment at its first
   // damaged frame, whichever way they read it): walked once per segment, its damage reported as a scan would.
@@ -220,7 +227,7 @@ struct TraceReader::Impl {
     std::vector<uint8_t> data;
     uint64_t end = 0;
     if (Status read = readSegment(index, &data); !read.isOk()) {
-      checkProblems.push_back({segPath(index), 0, read.message(), false});
+      checkProblems.push_back(unreadable(index, read));
     } else {
       Problem problem;
       auto visit = [&](RecordType type, const msgpack::object& body, const Location& where) {
@@ -273,7 +280,9 @@ struct TraceReader::Impl {
 
   bool loadIndex() {
     std::vector<uint8_t> data;
-    if (!readFile(dir + "/index.msgpack", 1ull << 32, &data).isOk()) return false;
+    uint64_t segmentBytes = 0;
+    for (const SegmentFile& seg : segments) segmentBytes += seg.size;
+    if (!readFile(dir + "/index.msgpack", indexByteLimit(segmentBytes), &data).isOk()) return false;
     try {
       size_t used = 0;
       const auto n = static_cast<uint32_t>(std::min<size_t>(data.size(), 0xffffffffu));
@@ -326,7 +335,7 @@ struct TraceReader::Impl {
     for (uint32_t i = 0; i < segments.size() && !stopped; ++i) {
       std::vector<uint8_t> data;
       if (Status read = readSegment(i, &data); !read.isOk()) {
-        scanProblems.push_back({segPath(i), 0, read.message(), false});
+        scanProblems.push_back(unreadable(i, read));
         continue;
       }
       lastSegmentBytes = data.size();

@@ -646,6 +646,29 @@ def test_ten_digit_rank_directory_order_agrees(tmp_path):
     assert cpp.returncode == 0 and cpp.stdout == py.stdout
 
 
+@needs_binaries
+def test_oversized_index_and_segment_agree(tmp_path):
+    """The spec's size limits: an index larger than its segments can need is rebuilt unread; a segment over 4 GiB
+    (sparse here) is refused at offset 0 unread. Both readers give the same records and the same verdicts."""
+    sample_trace(str(tmp_path / "rank0")).close()
+    sample_trace(str(tmp_path / "rank1"), rank=1).close()
+    segments = sum(os.path.getsize(tmp_path / "rank0" / n) for n in os.listdir(tmp_path / "rank0")
+                   if n.startswith("seg-"))
+    # A well-formed index with one more key, padded past the limit: usable but for its size.
+    index_path = tmp_path / "rank0" / "index.msgpack"
+    with open(index_path, "rb") as f:
+        index = msgpack.unpackb(f.read(), strict_map_key=False)
+    index["padding"] = "x" * (8 * segments + (1 << 20))
+    with open(index_path, "wb") as f:
+        f.write(msgpack.packb(index))
+    os.truncate(tmp_path / "rank1" / "seg-000001.rls", (1 << 32) + 1)
+    cpp, py = _dump_trace_both(str(tmp_path))
+    assert cpp.returncode == py.returncode == 0 and cpp.stdout == py.stdout, (cpp.stderr, py.stderr)
+    rank0, rank1 = json.loads(py.stdout)["ranks"]
+    assert rank0["indexRebuilt"] and not rank0["problems"]
+    assert rank1["problems"] == [{"file": "seg-000001.rls", "offset": 0, "truncated": False}]
+
+
 # ------------------------------------------------------------------------------------------------ Python only
 
 def sample_trace(directory, rank=0):

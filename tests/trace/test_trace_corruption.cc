@@ -8,7 +8,10 @@
 #include <sys/resource.h>
 #include <zstd.h>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -850,6 +853,31 @@ TEST_F(TraceCorruption, IndexWithHugeElementCountsIsRebuiltWithoutAllocating) {
     EXPECT_TRUE(reader->indexRebuilt());
     EXPECT_EQ(answers(*reader, 1, 25), answers_);
   }
+  restore();
+}
+
+// A sparse index of gigabytes (a valid header, then zeros: each a msgpack 0) is larger than its segments can need:
+// rebuilt without being read, in no time and without gigabytes of memory.
+TEST_F(TraceCorruption, SparseIndexOfGigabytesIsRebuiltWithoutReadingIt) {
+  const std::string path = dir_ + "/index.msgpack";
+  writeAll(path, std::string("\x81\xa8payloads\xdd\xff\xff\xff\xff", 14));
+  ASSERT_EQ(truncate(path.c_str(), 1ll << 32), 0);
+  // Bytes this process has read (/proc/self/io rchar): the index must be judged by its size, not read.
+  auto bytesRead = [] {
+    std::ifstream io("/proc/self/io");
+    std::string key;
+    uint64_t value = 0;
+    while (io >> key >> value)
+      if (key == "rchar:") return value;
+    return uint64_t{0};
+  };
+  const uint64_t before = bytesRead();
+  std::unique_ptr<TraceReader> reader;
+  const Status opened = TraceReader::open(dir_, Limits{}, &reader);
+  ASSERT_TRUE(opened.isOk()) << opened.message();
+  EXPECT_TRUE(reader->indexRebuilt());
+  EXPECT_LT(bytesRead() - before, 64u << 20);
+  EXPECT_EQ(answers(*reader, 1, 25), answers_);
   restore();
 }
 

@@ -86,6 +86,7 @@ INDEX = "index.msgpack"
 # The spec: readers refuse manifests over 16 MiB. Spec gap: it sets no limit on the index; this is the C++ reader's.
 MANIFEST_MAX_BYTES = 16 << 20
 INDEX_MAX_BYTES = 1 << 32
+SEGMENT_MAX_BYTES = 1 << 32
 
 _SEGMENT_RE = re.compile(r"^seg-([0-9]{6})\.rls$")  # exactly 6 digits: seg-1000000.rls is not a segment
 
@@ -616,8 +617,11 @@ class RankReader:
         for index, name, _size in self.segments:
             path = os.path.join(self.directory, name)
             try:
-                if not stat.S_ISREG(os.stat(path).st_mode):
+                st = os.stat(path)
+                if not stat.S_ISREG(st.st_mode):
                     raise OSError(0, "not a regular file")
+                if st.st_size > SEGMENT_MAX_BYTES:  # the spec's limit: a sparse or damaged file, refused unread
+                    raise OSError(0, f"{st.st_size} bytes exceeds the limit of {SEGMENT_MAX_BYTES}")
                 data = _read_file(path)
             except OSError as exc:
                 self.problems.append(Problem(path, 0, f"cannot read: {exc.strerror}", False))
@@ -658,7 +662,10 @@ class RankReader:
         if not os.path.exists(path):
             return self._rebuild("no index")
         try:
-            if os.path.getsize(path) > INDEX_MAX_BYTES:
+            # The spec: an index larger than its segments can need (8 bytes per segment byte, plus 1 MiB) is not
+            # the writer's; it is rebuilt without being read.
+            limit = min(INDEX_MAX_BYTES, 8 * sum(size for _, _, size in self.segments) + (1 << 20))
+            if os.path.getsize(path) > limit:
                 return self._rebuild("index too large")
             index = _unpack(_read_file(path))
         except Exception as exc:

@@ -131,6 +131,19 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
       r.add(false, "index", path, std::nullopt, "missing (a cache: readers rebuild it from the segments)");
       return;
     }
+    // An index larger than its segments can need is not the writer's (a sparse or hostile file): judged by its
+    // size, as readers do, never read whole.
+    uint64_t segmentBytes = 0;
+    for (const auto& seg : segments) segmentBytes += seg.second;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && static_cast<uint64_t>(st.st_size) > indexByteLimit(segmentBytes)) {
+      fclose(f);
+      r.index = "stale";
+      r.add(false, "index", path, std::nullopt,
+            std::to_string(st.st_size) + " bytes, more than " + std::to_string(segmentBytes) +
+                " bytes of segments can need: not the writer's (sparse or damaged); readers rebuild it");
+      return;
+    }
     char buf[1 << 16];
     size_t n;
     while ((n = fread(buf, 1, sizeof(buf), f)) > 0) data.insert(data.end(), buf, buf + n);
@@ -138,7 +151,11 @@ void checkIndex(RankReport& r, const std::vector<std::pair<std::string, uint64_t
   }
   try {
     size_t used = 0;
-    auto handle = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size(), used);
+    // No container can hold more elements than the file has bytes: a header claiming more is refused before
+    // msgpack allocates for it.
+    const auto n = static_cast<uint32_t>(std::min<size_t>(data.size(), 0xffffffffu));
+    auto handle = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size(), used, nullptr, nullptr,
+                                  msgpack::unpack_limit(n, n, n, n, n, 4));
     std::map<std::string, msgpack::object> index;
     handle.get().convert(index);
     if (index.at("version_major").as<int>() != kFormatMajor) {

@@ -419,6 +419,11 @@ struct Problem {
   std::string describe() const;  // "<file>: offset <n>: <reason>"
 };
 
+// The largest index.msgpack that segments of `segmentBytes` bytes in all can need (an entry per record, and no
+// entry encodes to more than 8 times its frame's size): a larger one is not the writer's, so readers rebuild the
+// index instead of reading it whole (a sparse or hostile file of gigabytes).
+uint64_t indexByteLimit(uint64_t segmentBytes);
+
 // The first problem after which records are lost (damage, not a skipped malformed record); nullptr when none.
 const Problem* firstLoss(const std::vector<Problem>& problems);
 

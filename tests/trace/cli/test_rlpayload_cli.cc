@@ -437,7 +437,7 @@ TEST_F(Cli, AFifoInPlaceOfATraceFileIsRefusedNotWaitedOn) {
   Result r = runBounded("verify '" + copy + "'");
   EXPECT_NE(r.rc, 124) << "blocked on the FIFO";
   EXPECT_NE(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find(segment + ": not a regular file (a FIFO)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(segment + ": offset 0: not a regular file (a FIFO)"), std::string::npos) << r.out;
   r = runBounded("ls '" + copy + "'");
   EXPECT_NE(r.rc, 124) << "blocked on the FIFO";
   const std::string manifest = copy + "/rank1/manifest.msgpack";
@@ -457,7 +457,7 @@ TEST_F(Cli, AHugeSparseSegmentIsNamedNotAnAllocationFailure) {
   fs::resize_file(segment, 0);
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_EQ(r.out.find("bad_alloc"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(segment + ": 68719476736 bytes exceeds the limit"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(segment + ": offset 0: 68719476736 bytes exceeds the limit"), std::string::npos) << r.out;
 }
 
 // A reference claiming 2^62 elements for a 16-byte blob: export warns as show does (both read it the same way).
