@@ -13,7 +13,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <memory>
 
 #include "ranklens/trace.h"
@@ -277,6 +279,10 @@ Status appendEditedPayload(const std::string& rankDir, const PayloadRef& origina
   DirectoryLock lock;
   RL_CHECK(lock.acquire(rankDir));
   const std::string manifestPath = rankDir + "/manifest.msgpack";
+  // An earlier in-place edit that was stopped midway must be rolled back first: this one would append after its
+  // half and take its payload file's number.
+  if (InterruptedEdit earlier; findInterruptedEdit(rankDir, &earlier))
+    return Status::invalidUsage(earlier.describe() + ". Nothing was changed by this edit");
   Manifest manifest;
   RL_CHECK(readEditableManifest(rankDir, manifestPath, &manifest));
   EditTarget target;
@@ -326,6 +332,33 @@ Status appendEditedPayload(const std::string& rankDir, const PayloadRef& origina
                              " is recorded, but the manifest could not be updated: " + updated.message());
   ::unlink(journalPath.c_str());
   return Status::ok();
+}
+
+std::string InterruptedEdit::describe() const {
+  return journal + ": interrupted edit of " + call +
+         " (an in-place rlpayload inject was stopped), not damage: nothing recorded is lost. To roll it back, "
+         "truncate " +
+         segment + " to " + std::to_string(segmentBytes) + " bytes and remove " + payload + ", index.msgpack and " +
+         kEditJournal + "; to finish it, roll it back and run the same inject again";
+}
+
+bool findInterruptedEdit(const std::string& rankDir, InterruptedEdit* edit) {
+  std::ifstream journal(rankDir + "/" + kEditJournal);
+  if (!journal.is_open()) return false;
+  *edit = InterruptedEdit{};
+  edit->journal = rankDir + "/" + kEditJournal;
+  std::string line, word;
+  while (std::getline(journal, line)) {
+    std::istringstream in(line);
+    in >> word;
+    if (word == "segment")
+      in >> edit->segment >> edit->segmentBytes;
+    else if (word == "payload")
+      in >> edit->payload;
+    else if (word == "call")
+      std::getline(in >> std::ws, edit->call);
+  }
+  return true;
 }
 
 }  // namespace trace

@@ -83,6 +83,7 @@ FILE_HEADER = struct.Struct("<IHHII")  # magic, major, minor, file index, reserv
 FRAME_HEADER = struct.Struct("<II")    # body length, CRC-32 of the body
 MANIFEST = "manifest.msgpack"
 INDEX = "index.msgpack"
+EDIT_JOURNAL = "edit-journal"
 # The spec: readers refuse manifests over 16 MiB. Spec gap: it sets no limit on the index; this is the C++ reader's.
 MANIFEST_MAX_BYTES = 16 << 20
 INDEX_MAX_BYTES = 1 << 32
@@ -818,6 +819,9 @@ def _problem_json(problem: Problem, with_reasons: bool) -> Dict[str, Any]:
 
 def dump_rank(rank_dir: str, limits: Limits = Limits(), with_reasons: bool = False) -> Dict[str, Any]:
     reader = RankReader.open(rank_dir, limits)
+    if os.path.exists(os.path.join(rank_dir, EDIT_JOURNAL)):  # the spec: an interrupted edit, not damage
+        print(f"ranklens_trace: warning: {os.path.join(rank_dir, EDIT_JOURNAL)}: interrupted edit (an in-place "
+              f"rlpayload inject was stopped): rlpayload verify says how to roll it back", file=sys.stderr)
     records = [{"segment": r.segment, "offset": r.offset, "type": r.name, "fields": r.fields}
                for r in reader.records()]
     payloads, payload_problems = [], []

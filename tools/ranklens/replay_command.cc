@@ -196,6 +196,8 @@ void warnAboutRecording(const ReplayOptions& o, config::Fidelity fidelity) {
               << (p.skipped ? ": the record is skipped"
                             : ": the replay has only the records before it; a call after it differs from the recording")
               << "\n";
+  if (ranklens::trace::InterruptedEdit edit; ranklens::trace::findInterruptedEdit(recording->directory(), &edit))
+    std::cerr << "warning: " << edit.describe() << "\n";
   if (fidelity != config::Fidelity::kValue) return;
   const std::string gaps = ranklens::trace::describePayloadGaps(*recording);
   if (!gaps.empty()) std::cerr << "warning: " << gaps << "\n";

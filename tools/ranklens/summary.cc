@@ -33,7 +33,7 @@ bool loadRank(const std::string& dir, EventLog* log, std::ostream& err) {
     return false;
   }
   warnAboutDamage(*log, "summarising the complete records before it", err);
-  return log->problems.empty();
+  return !log->incomplete();
 }
 
 // A call signature: what must match between a recording and a replay.

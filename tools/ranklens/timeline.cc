@@ -210,7 +210,7 @@ int runTimeline(const TimelineOptions& options, std::ostream& err) {
     }
     std::string error;
     warnAboutDamage(logs[i], "drawing the complete records before it", err);
-    if (!logs[i].problems.empty()) status = 1;
+    if (logs[i].incomplete()) status = 1;
     if (!windowOf(logs[i], options, &windows[i], &error)) {
       err << "error: " << error << "\n";
       return 1;

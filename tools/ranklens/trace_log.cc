@@ -65,6 +65,7 @@ Status readEventLog(const std::string& rankDir, EventLog* log) {
   std::reverse(calls.begin(), calls.end());
   log->calls.swap(calls);
   log->problems = reader->problems();
+  if (trace::InterruptedEdit edit; trace::findInterruptedEdit(rankDir, &edit)) log->interruptedEdit = edit;
   for (auto& m : malformed) {  // the reader itself reports a malformed Call or PayloadRef (it indexes them)
     bool known = false;
     for (const auto& p : log->problems) known = known || (p.file == m.file && p.offset == m.offset);
@@ -77,6 +78,7 @@ void warnAboutDamage(const EventLog& log, const std::string& consequence, std::o
   for (const auto& problem : log.problems)
     err << "warning: " << problem.describe() << (problem.truncated ? " (truncated: a crash?)" : "") << "; "
         << (problem.skipped ? "it is skipped" : consequence) << "\n";
+  if (log.interruptedEdit) err << "warning: " << log.interruptedEdit->describe() << "\n";
   if (!log.manifest.closed)
     err << "warning: " << log.directory << ": trace not closed (the process may have crashed)\n";
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
@@ -30,6 +31,9 @@ struct EventLog {
   std::vector<trace::PayloadRef> payloads;            // every reference, superseded ones (edits) included
   std::vector<trace::FlightRecorderEntry> frEntries;  // 1.13: traces imported from Flight Recorder dumps
   std::vector<trace::Problem> problems;  // damage found while reading; the intact records before it are loaded
+  std::optional<trace::InterruptedEdit> interruptedEdit;  // an in-place edit stopped midway (not damage)
+  // Whether the answer drawn from this log is short of the whole trace: damage, or an interrupted edit.
+  bool incomplete() const { return !problems.empty() || interruptedEdit.has_value(); }
 };
 
 // Reads `rankDir`. An error ("<path>: <reason>") when it cannot be opened at all; damage past the opening is not an

@@ -277,8 +277,14 @@ Status loadTensor(const Selection& selection, LoadedTensor* out) {
                            ": datatype " + std::to_string(ref.datatype) + " is not an NCCL datatype");
   // Damage elsewhere in the rank (a cut segment, a damaged frame) does not touch this payload, but the trace is not
   // whole: said, as ls says it.
-  for (const auto& p : out->selected->rank->reader->problems())
+  for (const auto& p : out->selected->rank->reader->problems()) {
     printWarning(p.describe() + (p.truncated ? " (truncated)" : ""));
+    out->incomplete = true;
+  }
+  if (ranklens::trace::InterruptedEdit edit; ranklens::trace::findInterruptedEdit(out->selected->rank->dir, &edit)) {
+    printWarning(edit.describe());
+    out->incomplete = true;
+  }
   // Said here, for every command that reads a tensor (show, export): a reference whose count disagrees with its
   // blob (a damaged or hostile one claiming 2^62 elements) must not pass silently through one of them.
   const uint64_t bytes = out->bytes.size();

@@ -116,6 +116,9 @@ struct LoadedTensor {
   std::optional<Selected> selected;
   std::vector<uint8_t> bytes;
   const DtypeInfo* info = nullptr;
+  // The rank has damage or an interrupted edit elsewhere (said on stderr): the tensor is whole, but the command
+  // exits 1 after its output, as ls does on the same trace.
+  bool incomplete = false;
 };
 Status loadTensor(const Selection& selection, LoadedTensor* out);
 

@@ -88,7 +88,7 @@ int runExport(const ExportOptions& o) {
             << selected->rank->rank << ", " << count << " x " << (o.as == "native" ? info->name : o.as) << " ("
             << (o.format == "npy" ? "npy '" + descr + "'" : std::string("raw little-endian")) << ", "
             << head.size() + out.size() << " bytes)\n";
-  return kExitOk;
+  return loaded.incomplete ? kExitFailure : kExitOk;
 }
 
 }  // namespace rlpayload

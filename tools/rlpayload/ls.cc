@@ -110,6 +110,11 @@ void listRank(const LsOptions& o, const std::string& dir, bool onlyDir, std::opt
                  (p.skipped ? "; it is skipped" : "; records after it are not listed"));
     l.problems.push_back({{"file", p.file}, {"offset", p.offset}, {"reason", p.reason}, {"truncated", p.truncated}});
   }
+  if (ranklens::trace::InterruptedEdit edit; ranklens::trace::findInterruptedEdit(dir, &edit)) {
+    l.status = kExitFailure;
+    printWarning(edit.describe());
+    l.problems.push_back({{"file", edit.journal}, {"reason", edit.describe().substr(edit.journal.size() + 2)}});
+  }
   for (const PayloadRef& ref : refs) {
     if (o.comm && ref.commId != *o.comm) continue;
     if (op && ref.op != *op) continue;

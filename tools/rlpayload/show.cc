@@ -194,7 +194,7 @@ int runShow(const ShowOptions& o) {
     printJson(shown);
   else
     printText(shown);
-  return kExitOk;
+  return loaded.incomplete ? kExitFailure : kExitOk;
 }
 
 }  // namespace rlpayload

@@ -389,27 +389,10 @@ void checkOrphans(const std::string& dir, const Scan& s, const std::set<uint32_t
 // An interrupted in-place edit (its journal left) as a finding, with how to roll it back; false when there is none.
 // The counters and files then disagree because of it, not damage.
 bool reportInterruptedEdit(const std::string& dir, RankReport& r) {
-  std::ifstream journal(dir + "/" + ranklens::trace::kEditJournal);
-  if (!journal.is_open()) return false;
-  std::string segName, payName, call, word;
-  uint64_t segSize = 0;
-  std::string line;
-  while (std::getline(journal, line)) {
-    std::istringstream in(line);
-    in >> word;
-    if (word == "segment")
-      in >> segName >> segSize;
-    else if (word == "payload")
-      in >> payName;
-    else if (word == "call")
-      std::getline(in >> std::ws, call);
-  }
-  r.add(true, "edit", dir + "/" + ranklens::trace::kEditJournal, std::nullopt,
-        "interrupted edit of " + call +
-            " (an in-place rlpayload inject was stopped), not damage: nothing "
-            "recorded is lost. To roll it back, truncate " +
-            segName + " to " + std::to_string(segSize) + " bytes and remove " + payName + ", index.msgpack and " +
-            ranklens::trace::kEditJournal + "; to finish it, roll it back and run the same inject again");
+  ranklens::trace::InterruptedEdit edit;
+  if (!ranklens::trace::findInterruptedEdit(dir, &edit)) return false;
+  const std::string text = edit.describe();
+  r.add(true, "edit", edit.journal, std::nullopt, text.substr(edit.journal.size() + 2));
   return true;
 }
 

@@ -520,6 +520,18 @@ void setEditInterruptHookForTesting(EditInterruptHook hook);
 // presence means an edit was interrupted ("segment <name> <size before>", "payload <new file>", "call <call>" lines).
 constexpr const char* kEditJournal = "edit-journal";
 
+// An interrupted in-place edit, read from its journal. Not damage: the trace holds either the old value or the new
+// one, whole; but its counters disagree with its files until the edit is rolled back (or rolled back and redone).
+struct InterruptedEdit {
+  std::string journal;  // the journal's path
+  std::string call, segment, payload;
+  uint64_t segmentBytes = 0;  // the last segment's size before the edit
+  // "<journal>: interrupted edit of <call> (...), not damage: ... To roll it back, truncate ... ; to finish it, ..."
+  std::string describe() const;
+};
+// True, with *edit filled, when `rankDir` holds an edit journal.
+bool findInterruptedEdit(const std::string& rankDir, InterruptedEdit* edit);
+
 // Whether `dir` is a rank directory holding a trace: its manifest.msgpack exists (also after a crashed writer).
 // TraceWriter::create never writes into one.
 bool holdsTrace(const std::string& dir);

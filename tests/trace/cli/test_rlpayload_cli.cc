@@ -599,6 +599,19 @@ TEST_F(Cli, AKilledInPlaceEditIsAnInterruptedEditWithTheWayBack) {
               std::string::npos)
         << r.out;
     EXPECT_EQ(r.out.find("payload_files is"), std::string::npos) << r.out;
+    // Every other reader says it too, and exits 1 as verify does: the counters disagree with the files until the
+    // edit is rolled back.
+    for (const std::vector<std::string>& args :
+         std::vector<std::vector<std::string>>{{"ls", copy}, {"show", copy, "-r", "0", "-c", "0", "-s", "0"}}) {
+      r = run(args);
+      EXPECT_EQ(r.rc, 1) << args[0] << "\n" << r.err;
+      EXPECT_NE(r.err.find("interrupted edit of "), std::string::npos) << args[0] << "\n" << r.err;
+    }
+    // A new in-place edit is refused until then (it would append after the interrupted one's half).
+    r = run({"inject", copy, "-r", "0", "-c", "0", "-s", "0", "--nan", "1", "--in-place"});
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_NE(r.err.find("interrupted edit of "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Nothing was changed by this edit"), std::string::npos) << r.err;
     // The way back, as said.
     const std::string rank0 = copy + "/rank0";
     std::ifstream journal(rank0 + "/edit-journal");
