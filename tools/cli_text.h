@@ -10,12 +10,49 @@
 
 #include <cstdio>
 #include <iostream>
+#include <streambuf>
 #include <string>
 #include <vector>
 
 namespace ranklens::tools {
 
 using ranklens::shownValue;
+
+// The tools' std::cerr passes through this: every control character but \n, \t and \r is shown as \xNN. Messages
+// quote paths and values from the user and from trace files in many places; this is the one place they all pass, so
+// that an escape sequence in a file name cannot rewrite the terminal. (The child a command runs writes to the real
+// stderr, untouched.)
+class ShownStreambuf : public std::streambuf {
+ public:
+  explicit ShownStreambuf(std::streambuf* to) : to_(to) {}
+
+ protected:
+  int overflow(int c) override {
+    if (c == EOF) return 0;
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && u != '\n' && u != '\t' && u != '\r') || u == 0x7f) {
+      char hex[8];
+      snprintf(hex, sizeof hex, "\\x%02x", u);
+      return to_->sputn(hex, 4) == 4 ? c : EOF;
+    }
+    return to_->sputc(static_cast<char>(c));
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    for (std::streamsize i = 0; i < n; ++i)
+      if (overflow(static_cast<unsigned char>(s[i])) == EOF) return i;
+    return n;
+  }
+  int sync() override { return to_->pubsync(); }
+
+ private:
+  std::streambuf* to_;
+};
+
+// Installs ShownStreambuf on std::cerr for the rest of the process (a tool's main calls it first).
+inline void showControlCharactersOnStderr() {
+  static ShownStreambuf shown(std::cerr.rdbuf());
+  std::cerr.rdbuf(&shown);
+}
 
 // An error message that may quote values (CLI11's do): every word (a run without spaces) cut and escaped as
 // shownValue does, so that the message around a huge or hostile value stays readable.

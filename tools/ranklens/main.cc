@@ -186,6 +186,7 @@ std::vector<Command> declareCommands(CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ranklens::tools::showControlCharactersOnStderr();
   CLI::App app{
       "RankLens: run one rank of a distributed NCCL job alone, with its peers' effects restored at the "
       "NCCL boundary."};

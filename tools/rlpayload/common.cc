@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -45,7 +46,11 @@ void Progress::draw() {
 }
 
 void Progress::done() {
-  if (drawn_) std::cerr << "\r\033[K" << std::flush;  // erase the counter line
+  if (drawn_) {  // erase the counter line: the escape sequence past std::cerr, which would show it as text
+    std::cerr << "\r" << std::flush;
+    fputs("\033[K", stderr);
+    fflush(stderr);
+  }
   drawn_ = false;
   enabled_ = false;
 }

@@ -245,6 +245,7 @@ int runParsed(const Subcommand& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ranklens::tools::showControlCharactersOnStderr();
   CLI::App app{
       "rlpayload: list, show, export, edit, compare and verify the payloads (received bytes) of a RankLens "
       "trace."};

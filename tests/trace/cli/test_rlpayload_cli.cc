@@ -628,6 +628,17 @@ TEST_F(Cli, AKilledInPlaceEditIsAnInterruptedEditWithTheWayBack) {
   }
 }
 
+// A path with an escape sequence is shown, not sent to the terminal: every message passes one filter.
+TEST_F(Cli, AControlCharacterInAPathIsShownNotSentToTheTerminal) {
+  for (const char* command : {"ls", "verify"}) {
+    const Result r = run({command, "trace\x1b[2Jgone\x07"});
+    EXPECT_NE(r.rc, 0) << command;
+    EXPECT_NE(r.err.find("trace\\x1b[2Jgone\\x07"), std::string::npos) << command << ": " << r.err;
+    EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << command;
+    EXPECT_EQ(r.err.find('\x07'), std::string::npos) << command;
+  }
+}
+
 TEST_F(Cli, InjectUsageErrors) {
   const std::string out = fresh("trace-never");
   Result r = run({"inject", trace_, "-r", "0", "-c", "1", "-s", "0", "--nan", "1", "-o", out});
