@@ -435,7 +435,19 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
   std::unique_ptr<TraceReader> reader;
   const Status opened = TraceReader::open(dir, Limits{}, &reader);
   if (!reader) {
-    r.add(true, "manifest", dir + "/manifest.msgpack", std::nullopt, opened.message());
+    // The reader's message is "<manifest>: key 'K': why" (one key), "<manifest>: offset 0: why" (the whole map) or
+    // "<manifest>: why" (unreadable): the finding names the key or the offset, as the spec asks, without the path
+    // twice.
+    const std::string path = dir + "/manifest.msgpack";
+    std::string reason = opened.message();
+    if (reason.rfind(path + ": ", 0) == 0) reason.erase(0, path.size() + 2);
+    const size_t keyEnd = reason.find("': ");
+    if (reason.rfind("key '", 0) == 0 && keyEnd != std::string::npos)
+      r.addAtKey(true, "manifest", path, reason.substr(5, keyEnd - 5), reason.substr(keyEnd + 3));
+    else if (reason.rfind("offset 0: ", 0) == 0)
+      r.add(true, "manifest", path, 0, reason.substr(10));
+    else
+      r.add(true, "manifest", path, std::nullopt, reason);
     return;
   }
   r.opened = true;

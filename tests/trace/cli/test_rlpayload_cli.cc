@@ -821,6 +821,39 @@ TEST_F(Cli, VerifyFindsAnIndexThatLies) {
   EXPECT_FALSE(problem.contains("offset")) << j.out;
 }
 
+// A manifest the reader refuses is a finding at the key it is about (a repeated key here), or at offset 0 when the
+// map as a whole is wrong; never a null offset and the path said twice.
+TEST_F(Cli, ARefusedManifestIsNamedByItsKey) {
+  const std::string copy = copyOfTrace("trace-refused-manifest");
+  const std::string path = copy + "/rank1/manifest.msgpack";
+  auto data = rltest::readBytes(path);
+  msgpack::object_handle h = msgpack::unpack(reinterpret_cast<const char*>(data.data()), data.size());
+  std::map<std::string, msgpack::object> m;
+  h.get().convert(m);
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map(static_cast<uint32_t>(m.size() + 1));
+  for (const auto& [k, v] : m) {
+    pk.pack(k);
+    pk.pack(v);
+  }
+  pk.pack(std::string("rank"));
+  pk.pack(7);
+  rltest::writeBytes(path, std::vector<uint8_t>(buf.data(), buf.data() + buf.size()));
+  const Result r = run({"verify", copy});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find(path + ": key 'rank': repeated\n"), std::string::npos) << r.out;
+  const auto doc = nlohmann::json::parse(run({"verify", "--json", copy}).out);
+  const auto& problem = doc["ranks"][1]["problems"][0];
+  EXPECT_EQ(problem["key"], "rank");
+  EXPECT_EQ(problem["reason"], "repeated");
+  EXPECT_FALSE(problem.contains("offset"));
+  rltest::writeBytes(path, std::vector<uint8_t>{0x93, 1, 2, 3});  // an array, not a map
+  const auto whole = nlohmann::json::parse(run({"verify", "--json", copy}).out)["ranks"][1]["problems"][0];
+  EXPECT_EQ(whole["offset"], 0) << whole;
+  EXPECT_EQ(whole["reason"].get<std::string>().find(path), std::string::npos) << whole;
+}
+
 TEST_F(Cli, VerifyComparesManifestCounters) {
   const std::string copy = copyOfTrace("trace-counters");
   const std::string path = copy + "/rank1/manifest.msgpack";
