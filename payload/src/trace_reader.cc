@@ -489,6 +489,37 @@ const Manifest& TraceReader::manifest() const { return impl_->manifest; }
 const std::string& TraceReader::directory() const { return impl_->dir; }
 const std::vector<Problem>& TraceReader::problems() const { return impl_->allProblems; }
 bool TraceReader::indexRebuilt() const { return impl_->rebuilt; }
+
+int TraceReader::directoryVersionMinor() const {
+  int minor = impl_->manifest.version_minor;
+  DIR* d = opendir(impl_->dir.c_str());
+  if (d == nullptr) return minor;
+  size_t entries = 0;
+  while (dirent* e = readdir(d)) {
+    if (++entries > impl_->limits.maxFiles) break;
+    uint32_t index = 0;
+    const bool segment = parseIndexedName(e->d_name, "seg-", ".rls", &index);
+    if (!segment && !parseIndexedName(e->d_name, "pay-", ".rlp", &index)) continue;
+    // A header that is not a version 1 one of its kind says nothing of the version (readers report it as damage).
+    const int fd = ::open((impl_->dir + "/" + e->d_name).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    uint8_t header[kFileHeaderBytes];
+    struct stat st;
+    const bool read =
+        fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, header, sizeof(header), 0) == sizeof(header);
+    ::close(fd);
+    if (!read) continue;
+    uint32_t magic = 0;
+    uint16_t major = 0, fileMinor = 0;
+    memcpy(&magic, header, 4);
+    memcpy(&major, header + 4, 2);
+    memcpy(&fileMinor, header + 6, 2);
+    if (magic == (segment ? kSegmentMagic : kPayloadMagic) && major == kFormatMajor)
+      minor = std::max(minor, static_cast<int>(fileMinor));
+  }
+  closedir(d);
+  return minor;
+}
 uint32_t TraceReader::segmentCount() const { return static_cast<uint32_t>(impl_->segments.size()); }
 bool TraceReader::scan(const RecordVisitor& visit) { return impl_->scan(visit, false); }
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import zlib
@@ -667,6 +668,21 @@ def test_oversized_index_and_segment_agree(tmp_path):
     rank0, rank1 = json.loads(py.stdout)["ranks"]
     assert rank0["indexRebuilt"] and not rank0["problems"]
     assert rank1["problems"] == [{"file": "seg-000001.rls", "offset": 0, "truncated": False}]
+
+
+@needs_binaries
+def test_directory_version_of_a_mixed_trace_agrees(tmp_path):
+    """The spec: a rank directory's version is the highest minor of its manifest and of its files' headers (an edit
+    by a later tool adds files of its own version). Both readers compute the same; a foreign header says nothing."""
+    sample_trace(str(tmp_path / "rank0")).close()
+    pay = tmp_path / "rank0" / "pay-000000.rlp"
+    data = bytearray(pay.read_bytes())
+    struct.pack_into("<H", data, 6, 40)  # minor 40 in a payload file's header
+    pay.write_bytes(bytes(data))
+    (tmp_path / "rank0" / "seg-000099.rls").write_bytes(b"\0" * 16)  # not a segment header: no version
+    cpp, py = _dump_trace_both(str(tmp_path))
+    assert cpp.stdout == py.stdout, (cpp.stderr, py.stderr)
+    assert json.loads(py.stdout)["ranks"][0]["directoryVersion"] == "1.40"
 
 
 # ------------------------------------------------------------------------------------------------ Python only

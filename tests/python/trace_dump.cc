@@ -7,9 +7,9 @@
 //   trace_dump [--with-reasons] TRACE_OR_RANK_DIR      the document, one line
 //   trace_dump --selftest                              checks the SHA-256 below against known vectors
 //
-// Document: {"ranks": [{"dir", "indexRebuilt", "manifest", "records", "payloads", "problems"}]}, see the Python
-// module's docstring; a rank whose manifest is missing or unusable is {"dir", "unusable": true} (exit 1). Keys sorted
-// (nlohmann's default object is a std::map), no whitespace, ASCII only.
+// Document: {"ranks": [{"dir", "indexRebuilt", "directoryVersion", "manifest", "records", "payloads", "problems"}]},
+// see the Python module's docstring; a rank whose manifest is missing or unusable is {"dir", "unusable": true} (exit
+// 1). Keys sorted (nlohmann's default object is a std::map), no whitespace, ASCII only.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -344,6 +344,7 @@ bool dumpRank(const std::string& dir, bool withReasons, json* out, std::string* 
   }
   *out = {{"dir", baseName(dir)},
           {"indexRebuilt", reader->indexRebuilt()},
+          {"directoryVersion", "1." + std::to_string(reader->directoryVersionMinor())},
           {"manifest", manifestJson(reader->manifest())},
           {"records", records},
           {"payloads", payloads},

@@ -24,7 +24,7 @@ Command line:
 
 `dump --json` prints one canonical JSON document (sorted keys, no insignificant whitespace, ASCII only):
 
-    {"ranks": [{"dir": "rank0", "indexRebuilt": bool, "manifest": {...},
+    {"ranks": [{"dir": "rank0", "indexRebuilt": bool, "directoryVersion": "1.13", "manifest": {...},
                 "records": [{"segment": i, "offset": o, "type": "Call", "fields": {...}}, ...],
                 "payloads": [{"commId", "op", "peer", "seq", "datatype", "count", "rawBytes", "sha256"}, ...],
                 "problems": [{"file": basename, "offset": n, "truncated": bool}, ...]}]}
@@ -817,6 +817,30 @@ def _problem_json(problem: Problem, with_reasons: bool) -> Dict[str, Any]:
     return out
 
 
+def directory_version_minor(rank_dir: str, manifest: Dict[str, Any]) -> int:
+    """The spec's version of a rank directory: the highest minor version of its manifest and of every segment and
+    payload file header of major version 1 (headers of another kind or major say nothing of it)."""
+    minor = manifest.get("version_minor", 0)
+    for name in os.listdir(rank_dir):
+        m = re.fullmatch(r"(seg|pay)-([0-9]{6})\.(rls|rlp)", name)
+        if not m or (m.group(1) == "seg") != (m.group(3) == "rls"):
+            continue
+        try:
+            fd = os.open(os.path.join(rank_dir, name), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                header = f.read(FILE_HEADER.size)
+        except OSError:
+            continue
+        if len(header) < FILE_HEADER.size:
+            continue
+        magic, major, file_minor, _index, _reserved = FILE_HEADER.unpack_from(header, 0)
+        if magic == (SEGMENT_MAGIC if m.group(1) == "seg" else PAYLOAD_MAGIC) and major == FORMAT_MAJOR:
+            minor = max(minor, file_minor)
+    return minor
+
+
 def dump_rank(rank_dir: str, limits: Limits = Limits(), with_reasons: bool = False) -> Dict[str, Any]:
     reader = RankReader.open(rank_dir, limits)
     if os.path.exists(os.path.join(rank_dir, EDIT_JOURNAL)):  # the spec: an interrupted edit, not damage
@@ -835,6 +859,7 @@ def dump_rank(rank_dir: str, limits: Limits = Limits(), with_reasons: bool = Fal
             payload_problems.append(exc.problem)
         payloads.append(entry)
     return {"dir": os.path.basename(os.path.normpath(rank_dir)), "indexRebuilt": reader.index_rebuilt,
+            "directoryVersion": f"{FORMAT_MAJOR}.{directory_version_minor(rank_dir, reader.manifest)}",
             "manifest": reader.manifest, "records": records, "payloads": payloads,
             "problems": [_problem_json(p, with_reasons)
                          for p in sorted(reader.problems, key=lambda p: (p.name, p.offset)) + payload_problems]}

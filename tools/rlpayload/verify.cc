@@ -453,6 +453,12 @@ void verifyRank(const std::string& dir, RankReport& r, bool json) {
   r.opened = true;
   const Manifest& m = reader->manifest();
   checkManifest(m, dir, r);
+  // The directory's version, not the manifest's, says which reader reads every field (docs/trace-format.md).
+  if (const int minor = reader->directoryVersionMinor(); minor > kFormatMinor)
+    r.add(false, "version", dir, std::nullopt,
+          "holds files of format 1." + std::to_string(minor) + " (the manifest says 1." +
+              std::to_string(m.version_minor) + "), newer than this reader's 1." + std::to_string(kFormatMinor) +
+              ": it skips the fields and records it does not know; a newer ranklens reads them");
   r.segments = reader->segmentCount();
   const Scan scan = scanSegments(*reader, dir, r, json);
   const bool segmentDamage = reportSegmentDamage(*reader, r);

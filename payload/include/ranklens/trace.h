@@ -474,6 +474,10 @@ class TraceReader {
   // Damage found so far (truncations, corruption), in file order.
   const std::vector<Problem>& problems() const;
   bool indexRebuilt() const;
+  // The version of the rank directory (docs/trace-format.md): the highest minor version of its manifest and of every
+  // segment and payload file header of major version 1 (an edit by a later tool adds files of its own version and
+  // leaves the manifest alone). Above kFormatMinor, this reader skips fields and records it does not know.
+  int directoryVersionMinor() const;
 
   // Streams every intact record of every segment in order.
   bool scan(const RecordVisitor& visit);
