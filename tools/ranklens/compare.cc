@@ -704,8 +704,8 @@ CLI::App* addCompareCommand(CLI::App& app, CompareOptions* options) {
       "walks each communicator's collectives and each peer's Send/Recv in sequence order. Step k lasts from the\n"
       "\"step\" marker k to marker k+1 (ranklensMarkStage; without \"step\" markers the Python adapter's\n"
       "\"optimizer\" markers); errors are (replayed - recorded) / recorded.\n"
-      "Exit codes: 0 all signatures match and nothing diverges, 1 they differ, 2 bad usage, unreadable trace or\n"
-      "  --json FILE not writable.");
+      "Exit codes: 0 all signatures match and nothing diverges, 1 they differ or a trace is damaged (said on\n"
+      "  stderr), 2 bad usage, unreadable trace or --json FILE not writable.");
   return cmd;
 }
 
@@ -742,7 +742,8 @@ int runCompare(const CompareOptions& options, std::ostream& out, std::ostream& e
     }
   }
   if (!options.quiet && options.jsonPath != "-") reportText(c, options, out);
-  return c.matches() ? 0 : 1;
+  // A damaged or unfinished trace (said above) makes the comparison incomplete: 1, as every command that reads one.
+  return c.matches() && !recorded.incomplete() && !replayed.incomplete() ? 0 : 1;
 }
 
 }  // namespace tools

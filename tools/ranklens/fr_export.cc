@@ -561,6 +561,7 @@ int runExport(const ExportOptions& o, std::ostream& out, std::ostream& err) {
     err << "error: " << o.out << ": " << ec.message() << "\n";
     return 1;
   }
+  int status = 0;
   for (const std::string& dir : dirs) {
     EventLog log;
     if (Status read = readEventLog(dir, &log); !read.isOk()) {
@@ -568,6 +569,7 @@ int runExport(const ExportOptions& o, std::ostream& out, std::ostream& err) {
       return 1;
     }
     warnAboutDamage(log, "the dump holds the calls before the damage", err);
+    if (log.incomplete()) status = 1;  // written, but not the whole trace: said above
     if (log.manifest.rank < 0) {
       err << "error: " << dir << ": the trace does not say its rank; fr_trace names dumps by rank\n";
       return 1;
@@ -581,7 +583,7 @@ int runExport(const ExportOptions& o, std::ostream& out, std::ostream& err) {
     }
     out << "rank " << log.manifest.rank << ": " << log.calls.size() << " calls -> " << path << "\n";
   }
-  return 0;
+  return status;
 }
 
 }  // namespace tools

@@ -36,6 +36,7 @@ int rankId(const RankTrace& rank) {
 struct Side {
   std::map<int, std::unique_ptr<RankTrace>> ranks;
   std::map<Key, PayloadRef> refs;
+  bool incomplete = false;  // damage, a skipped record or an interrupted edit, said on stderr: the answer is not whole
 };
 
 struct CallDiff {
@@ -64,8 +65,15 @@ Status loadSide(const std::string& trace, std::optional<int> onlyRank, Side* sid
     const int r = rankId(*rank);
     for (const auto& ref : rank->reader->payloads()) side->refs[{r, ref.commId, ref.op, ref.peer, ref.seq}] = ref;
     // After payloads(): it may rebuild the index and meet damage.
-    for (const auto& p : rank->reader->problems())
-      printWarning(p.describe() + (p.truncated ? " (truncated)" : "") + "; payloads after it are not compared");
+    for (const auto& p : rank->reader->problems()) {
+      printWarning(p.describe() + (p.truncated ? " (truncated)" : "") +
+                   (p.skipped ? "; it is skipped" : "; payloads after it are not compared"));
+      side->incomplete = true;
+    }
+    if (ranklens::trace::InterruptedEdit edit; ranklens::trace::findInterruptedEdit(dir, &edit)) {
+      printWarning(edit.describe());
+      side->incomplete = true;
+    }
     side->ranks[r] = std::move(rank);
   }
   return Status::ok();
@@ -255,7 +263,7 @@ void printDiffJson(const DiffOptions& o, const DiffResult& r) {
   std::cout << doc.dump(2) << "\n";
 }
 
-void printDiffText(const DiffOptions& o, const DiffResult& r) {
+void printDiffText(const DiffOptions& o, const DiffResult& r, bool incomplete) {
   for (const auto& d : r.diffs) {
     std::cout << keyText(d.key) << ": ";
     if (d.reason != "values") {
@@ -284,7 +292,8 @@ void printDiffText(const DiffOptions& o, const DiffResult& r) {
     std::cout << ")";
   }
   std::cout << "; " << r.onlyA.size() << " only in A, " << r.onlyB.size() << " only in B\n";
-  std::cout << (r.exitStatus() == kExitOk ? "identical\n" : "different\n");
+  std::cout << (r.exitStatus() == kExitOk ? "identical" : "different")
+            << (incomplete ? " (of what could be read: a trace is incomplete, see the warnings)\n" : "\n");
 }
 
 }  // namespace
@@ -293,11 +302,13 @@ int runDiff(const DiffOptions& o) {
   Side sa, sb;
   if (Status loaded = loadSides(o, &sa, &sb); !loaded.isOk()) return reportFailure(loaded);
   const DiffResult r = compareSides(sa, sb, o.json);
+  // Damage in either trace makes the answer incomplete: exit 1, as every command that reads a trace does.
+  const bool incomplete = sa.incomplete || sb.incomplete;
   if (o.json)
     printDiffJson(o, r);
   else
-    printDiffText(o, r);
-  return r.exitStatus();
+    printDiffText(o, r, incomplete);
+  return incomplete ? kExitFailure : r.exitStatus();
 }
 
 }  // namespace rlpayload
