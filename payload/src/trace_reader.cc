@@ -75,6 +75,21 @@ Status textFieldOk(const msgpack::object& o) {
   return Status::ok();
 }
 
+// The 16-byte header every segment and payload file opens with (docs/trace-format.md), read from an open file.
+struct FileHeader {
+  uint32_t magic = 0, index = 0;
+  uint16_t major = 0, minor = 0;
+};
+bool readFileHeader(int fd, FileHeader* h) {
+  uint8_t bytes[kFileHeaderBytes];
+  if (pread(fd, bytes, sizeof(bytes), 0) != sizeof(bytes)) return false;
+  memcpy(&h->magic, bytes, 4);
+  memcpy(&h->major, bytes + 4, 2);
+  memcpy(&h->minor, bytes + 6, 2);
+  memcpy(&h->index, bytes + 8, 4);
+  return true;
+}
+
 const char* msgpackTypeName(msgpack::type::object_type type) {
   switch (type) {
     case msgpack::type::NIL:
@@ -222,7 +237,6 @@ struct TraceReader::Impl {
   // Where segment `index` stops being readable (docs/trace-format.md: readers stop reading a segment at its first
   // damaged frame, whichever way they read it): walked once per segment, its damage reported as a scan would.
   uint64_t intactEnd(uint32_t index) {
-    if (intactEnds.size() != segments.size()) intactEnds.assign(segments.size(), -1);
     if (intactEnds[index] >= 0) return static_cast<uint64_t>(intactEnds[index]);
     std::vector<uint8_t> data;
     uint64_t end = 0;
@@ -275,6 +289,7 @@ struct TraceReader::Impl {
       ++expected;
     }
     if (segments.empty()) openProblems.push_back({dir + "/" + segmentName(0), 0, "no segment file", false});
+    intactEnds.assign(segments.size(), -1);  // not known yet: found by intactEnd or a scan
     return Status::ok();
   }
 
@@ -336,6 +351,7 @@ struct TraceReader::Impl {
       std::vector<uint8_t> data;
       if (Status read = readSegment(i, &data); !read.isOk()) {
         scanProblems.push_back(unreadable(i, read));
+        intactEnds[i] = 0;
         continue;
       }
       lastSegmentBytes = data.size();
@@ -363,8 +379,11 @@ struct TraceReader::Impl {
         }
         return true;
       };
-      if (!parseSegment(data.data(), data.size(), i, segPath(i), limits, wrapped, &problem))
-        scanProblems.push_back(problem);
+      const bool whole = parseSegment(data.data(), data.size(), i, segPath(i), limits, wrapped, &problem);
+      if (!whole) scanProblems.push_back(problem);
+      // Where the segment stops being readable, as intactEnd would find it (unless a visitor stopped the scan):
+      // lookups after a scan do not parse the segment again.
+      if (!stopped) intactEnds[i] = static_cast<int64_t>(whole ? data.size() : problem.offset);
     }
     // A segment cut exactly between two frames parses clean: only the closed manifest's count shows the loss. Said
     // here, where every reader's scan and index rebuild passes, so that no command reads such a trace as whole.
@@ -390,17 +409,9 @@ struct TraceReader::Impl {
     int fd = ::open(segPath(where.segment).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
     if (fd < 0) return false;
     // The segment's own header must pass its checks, as in a scan: a frame in a segment that fails them is not intact.
-    uint8_t fileHeader[kFileHeaderBytes];
-    uint32_t magic = 0, index = 0;
-    uint16_t major = 0;
-    bool ok = pread(fd, fileHeader, sizeof(fileHeader), 0) == sizeof(fileHeader);
-    if (ok) {
-      memcpy(&magic, fileHeader, 4);
-      memcpy(&major, fileHeader + 4, 2);
-      memcpy(&index, fileHeader + 8, 4);
-      ok =
-          magic == kSegmentMagic && major == kFormatMajor && index == where.segment && where.offset >= kFileHeaderBytes;
-    }
+    FileHeader fileHeader;
+    bool ok = readFileHeader(fd, &fileHeader) && fileHeader.magic == kSegmentMagic &&
+              fileHeader.major == kFormatMajor && fileHeader.index == where.segment && where.offset >= kFileHeaderBytes;
     uint8_t header[kFrameHeaderBytes];
     ok = ok && pread(fd, header, sizeof(header), static_cast<off_t>(where.offset)) == sizeof(header);
     uint32_t length = 0, crc = 0;
@@ -503,19 +514,12 @@ int TraceReader::directoryVersionMinor() const {
     // A header that is not a version 1 one of its kind says nothing of the version (readers report it as damage).
     const int fd = ::open((impl_->dir + "/" + e->d_name).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) continue;
-    uint8_t header[kFileHeaderBytes];
+    FileHeader header;
     struct stat st;
-    const bool read =
-        fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, header, sizeof(header), 0) == sizeof(header);
+    const bool read = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && readFileHeader(fd, &header);
     ::close(fd);
-    if (!read) continue;
-    uint32_t magic = 0;
-    uint16_t major = 0, fileMinor = 0;
-    memcpy(&magic, header, 4);
-    memcpy(&major, header + 4, 2);
-    memcpy(&fileMinor, header + 6, 2);
-    if (magic == (segment ? kSegmentMagic : kPayloadMagic) && major == kFormatMajor)
-      minor = std::max(minor, static_cast<int>(fileMinor));
+    if (read && header.magic == (segment ? kSegmentMagic : kPayloadMagic) && header.major == kFormatMajor)
+      minor = std::max(minor, static_cast<int>(header.minor));
   }
   closedir(d);
   return minor;
@@ -608,23 +612,16 @@ int TraceReader::openBlob(const PayloadRef& ref, std::string* openedPath, Proble
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0) return fail(std::string("cannot open: ") + strerror(errno));
   struct stat st;
-  uint8_t header[kFileHeaderBytes];
-  const bool headerOk = fstat(fd, &st) == 0 && pread(fd, header, sizeof(header), 0) == sizeof(header);
-  uint32_t magic = 0, index = 0;
-  uint16_t major = 0;
-  if (headerOk) {
-    memcpy(&magic, header, 4);
-    memcpy(&major, header + 4, 2);
-    memcpy(&index, header + 8, 4);
-  }
+  FileHeader header;
+  const bool headerOk = fstat(fd, &st) == 0 && readFileHeader(fd, &header);
+  const uint32_t magic = header.magic, index = header.index;
+  const uint16_t major = header.major;
   const uint64_t fileSize = headerOk ? static_cast<uint64_t>(st.st_size) : 0;
   std::string reason;
   if (!headerOk || magic != kPayloadMagic)
     reason = "not a RankLens payload file (bad header)";
   else if (major != kFormatMajor) {
-    uint16_t minor = 0;
-    memcpy(&minor, header + 6, 2);
-    reason = "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
+    reason = "unsupported format version " + std::to_string(major) + "." + std::to_string(header.minor) +
              " (this reader: " + std::to_string(kFormatMajor) + ".x)";
   } else if (index != ref.file)
     reason = "payload header says index " + std::to_string(index);
@@ -726,14 +723,11 @@ std::vector<std::string> rankDirectories(const std::string& traceDir) {
     const std::string name = e->d_name;
     if (name == "." || name == "..") continue;
     const std::string digits = name.rfind("rank", 0) == 0 ? name.substr(4) : "";
-    const bool numbered = !digits.empty() && digits.size() <= 10 &&
-                          digits.find_first_not_of("0123456789") == std::string::npos &&
-                          (digits == "0" || digits[0] != '0') && std::stoll(digits) <= 0x7FFFFFFF;
+    const bool allDigits = !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos;
     // rank01/ beside rank1/ (or alone): which one a tool read would be a guess, so none reads it and
     // rankDirectoryTrouble says why.
-    const bool padded =
-        digits.size() > 1 && digits[0] == '0' && digits.find_first_not_of("0123456789") == std::string::npos;
-    if (padded) continue;
+    if (allDigits && digits.size() > 1 && digits[0] == '0') continue;
+    const bool numbered = allDigits && digits.size() <= 10 && std::stoll(digits) <= 0x7FFFFFFF;
     struct stat st;
     const std::string path = traceDir + "/" + name;
     if (numbered ? stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) : !holdsTrace(path)) continue;

@@ -82,16 +82,16 @@ Status reportMismatch(Session* s, const CallInfo& info, const ranklens::events::
   s->matching.reportedFirst = true;
   const std::string replayed = describeCall("replayed", info.comm->id, event.seq, static_cast<int>(info.op),
                                             info.datatype, info.count, event.rootOrPeer, event.redop);
+  // Damage cuts the recording short: a call missing past it may well be in the part no reader can trust.
+  const ranklens::trace::Problem* loss = ranklens::trace::firstLoss(s->recording->problems());
   const std::string recorded =
       !bound ? std::string("recorded: (communicator not matched)")
       : expected
           ? describeCall("recorded", expected->call.commId, expected->call.seq, expected->call.op,
                          expected->call.datatype, expected->call.count, expected->call.rootOrPeer, expected->call.redop)
-      : ranklens::trace::firstLoss(s->recording->problems()) == nullptr
-          ? std::string("recorded: (no call at this sequence: the recording ends)")
-          // Damage cuts the recording short: the call may well be in the part no reader can trust.
-          : "recorded: (no call at this sequence: the recording is read only up to its damage, " +
-                ranklens::trace::firstLoss(s->recording->problems())->describe() + "; rlpayload verify says more)";
+      : loss == nullptr ? std::string("recorded: (no call at this sequence: the recording ends)")
+                        : "recorded: (no call at this sequence: the recording is read only up to its damage, " +
+                              loss->describe() + "; rlpayload verify says more)";
   if (s->policy == OnMismatch::kError) {
     lock->unlock();
     return Status::invalidUsage(
