@@ -88,16 +88,19 @@ def results_by_rank(log: str) -> dict[int, dict]:
     out = {}
     try:
         with open(log, errors="replace") as f:
+            # Ranks sharing one output can interleave their lines ("RESULT {...}RESULT {...}" when Python writes the
+            # text and its newline apart): every object is read from where its RESULT starts.
+            decoder = json.JSONDecoder()
             for line in f:
                 at = line.find("RESULT {")
-                if at < 0:
-                    continue
-                try:
-                    doc = json.loads(line[at + len("RESULT "):])
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(doc, dict) and isinstance(doc.get("rank"), int):
-                    out[doc["rank"]] = doc
+                while at >= 0:
+                    try:
+                        doc, _ = decoder.raw_decode(line, at + len("RESULT "))
+                    except json.JSONDecodeError:
+                        doc = None
+                    if isinstance(doc, dict) and isinstance(doc.get("rank"), int):
+                        out[doc["rank"]] = doc
+                    at = line.find("RESULT {", at + 1)
     except OSError:
         pass
     return out
